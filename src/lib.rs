@@ -1,0 +1,27 @@
+//! linktrack: email-newsletter link tracking.
+//!
+//! A platform that sends tens of millions of letters a day runs linktrack in
+//! three places: the batch letter builder (`linktrack build`), the tracking
+//! HTTP server (`linktrack serve`) and the daily partition cron
+//! (`linktrack partitions rotate`). The contracts users script against
+//! (token, URLs, command line, file formats) are in the README.
+//!
+//! # Storage design
+//!
+//! Every tracked link is one row in `links`, keyed by an AUTO_INCREMENT id so
+//! inserts append to the clustered index, with `UNIQUE (uuid, inserted)` and
+//! one RANGE partition per UTC day. The token ([`token::Token`]) carries its
+//! creation time in UUIDv7 layout, so a lookup names its day and reads exactly
+//! one partition, and expired days are dropped with `DROP PARTITION`.
+//!
+//! # Layout
+//!
+//! * [`token`]: the tracking token: new, parse, date.
+//! * [`config`]: command line and environment settings.
+//! * [`cli`]: runs each subcommand (the binary in `main.rs` only parses).
+//! * [`store`]: every SQL statement: pool, migrations, links, partitions.
+
+pub mod cli;
+pub mod config;
+pub mod store;
+pub mod token;

@@ -1,0 +1,239 @@
+//! The `links` table: one denormalised row per tracked link, so the redirect
+//! needs exactly one read (seed 001: "everything needed for statistics in one
+//! request").
+
+use super::{is_no_partition, StoreError};
+use crate::token::Token;
+use chrono::NaiveDate;
+use sqlx::{MySql, MySqlPool, QueryBuilder};
+use std::fmt;
+use std::str::FromStr;
+
+/// What a tracked URL stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LinkKind {
+    /// `/c/{token}`: a link in the letter.
+    Click,
+    /// `/i/{token}`: a proxied image.
+    Image,
+    /// `/o/{token}.gif`: the open pixel.
+    Pixel,
+    /// `/u/{token}`: one-click unsubscribe.
+    Unsubscribe,
+}
+
+impl LinkKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LinkKind::Click => "click",
+            LinkKind::Image => "image",
+            LinkKind::Pixel => "pixel",
+            LinkKind::Unsubscribe => "unsubscribe",
+        }
+    }
+}
+
+impl fmt::Display for LinkKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for LinkKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "click" => Ok(LinkKind::Click),
+            "image" => Ok(LinkKind::Image),
+            "pixel" => Ok(LinkKind::Pixel),
+            "unsubscribe" => Ok(LinkKind::Unsubscribe),
+            other => Err(format!("unknown link kind {other:?}")),
+        }
+    }
+}
+
+/// A row to insert. `inserted` is always the token's date.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewLink {
+    pub token: Token,
+    pub kind: LinkKind,
+    pub mailing_id: String,
+    pub letter_id: u64,
+    pub email: String,
+    pub position: u32,
+    pub url: String,
+    pub meta: Option<serde_json::Value>,
+}
+
+/// A row as the redirect reads it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredLink {
+    pub id: u64,
+    pub token: Token,
+    pub kind: LinkKind,
+    pub mailing_id: String,
+    pub letter_id: u64,
+    pub email: String,
+    pub position: u32,
+    pub url: String,
+}
+
+/// The lookup. Both key columns are bound, so the optimizer prunes to the
+/// one partition named by the token's date; `tests/` runs `EXPLAIN` on this
+/// exact text to prove it.
+pub const LOOKUP_SQL: &str =
+    "SELECT id, CAST(kind AS CHAR), mailing_id, letter_id, email, position, url \
+     FROM links WHERE uuid = ? AND inserted = ?";
+
+/// Columns bound per inserted row.
+const COLUMNS_PER_ROW: usize = 9;
+/// MySQL's limit on placeholders in one prepared statement.
+const MAX_PLACEHOLDERS: usize = 65_535;
+/// The most rows one INSERT carries.
+pub const MAX_ROWS_PER_INSERT: usize = MAX_PLACEHOLDERS / COLUMNS_PER_ROW;
+/// Keep each statement well under the default 16 MB `max_allowed_packet`,
+/// since URLs have no length limit.
+const MAX_BYTES_PER_INSERT: usize = 4 << 20;
+
+/// Fetch the link a token names, reading one partition.
+pub async fn lookup(pool: &MySqlPool, token: &Token) -> Result<Option<StoredLink>, StoreError> {
+    type Row = (u64, String, String, u64, String, u32, String);
+    let row: Option<Row> = sqlx::query_as(LOOKUP_SQL)
+        .bind(&token.as_bytes()[..])
+        .bind(token.date())
+        .fetch_optional(pool)
+        .await?;
+    row.map(|(id, kind, mailing_id, letter_id, email, position, url)| {
+        let kind = kind.parse().map_err(|detail| StoreError::Corrupt {
+            table: "links",
+            detail,
+        })?;
+        Ok(StoredLink {
+            id,
+            token: *token,
+            kind,
+            mailing_id,
+            letter_id,
+            email,
+            position,
+            url,
+        })
+    })
+    .transpose()
+}
+
+/// Insert `rows` in as few multi-row statements as the placeholder and
+/// packet limits allow, on any executor (a pool or an open transaction).
+/// Returns the number of rows inserted.
+pub async fn insert<'c, E>(executor: E, rows: &[NewLink]) -> Result<u64, StoreError>
+where
+    E: sqlx::Acquire<'c, Database = MySql>,
+{
+    let mut conn = executor.acquire().await?;
+    let mut inserted = 0;
+    for chunk in chunks(rows) {
+        let mut query = QueryBuilder::<MySql>::new(
+            "INSERT INTO links (uuid, inserted, kind, mailing_id, letter_id, email, position, url, meta) ",
+        );
+        query.push_values(chunk, |mut b, row| {
+            b.push_bind(&row.token.as_bytes()[..])
+                .push_bind(row.token.date())
+                .push_bind(row.kind.as_str())
+                .push_bind(&row.mailing_id)
+                .push_bind(row.letter_id)
+                .push_bind(&row.email)
+                .push_bind(row.position)
+                .push_bind(&row.url)
+                .push_bind(row.meta.as_ref().map(sqlx::types::Json));
+        });
+        match query.build().execute(&mut *conn).await {
+            Ok(done) => inserted += done.rows_affected(),
+            Err(err) if is_no_partition(&err) => {
+                return Err(StoreError::NoPartition {
+                    table: "links",
+                    date: latest_date(chunk),
+                })
+            }
+            Err(err) => return Err(err.into()),
+        }
+    }
+    Ok(inserted)
+}
+
+/// The newest day in a batch: the one most likely to lack a partition.
+fn latest_date(rows: &[NewLink]) -> NaiveDate {
+    rows.iter()
+        .map(|r| r.token.date())
+        .max()
+        .unwrap_or_default()
+}
+
+/// Split rows so each statement respects both the placeholder and size limits.
+fn chunks(rows: &[NewLink]) -> Vec<&[NewLink]> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut bytes = 0;
+    for (i, row) in rows.iter().enumerate() {
+        let size = 64 + row.url.len() + row.email.len() + row.mailing_id.len();
+        let full =
+            i - start >= MAX_ROWS_PER_INSERT || (i > start && bytes + size > MAX_BYTES_PER_INSERT);
+        if full {
+            out.push(&rows[start..i]);
+            start = i;
+            bytes = 0;
+        }
+        bytes += size;
+    }
+    if start < rows.len() {
+        out.push(&rows[start..]);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(url_len: usize) -> NewLink {
+        NewLink {
+            token: Token::new(),
+            kind: LinkKind::Click,
+            mailing_id: "m".into(),
+            letter_id: 1,
+            email: "a@example.com".into(),
+            position: 1,
+            url: "x".repeat(url_len),
+            meta: None,
+        }
+    }
+
+    #[test]
+    fn chunks_respect_the_placeholder_limit() {
+        let rows: Vec<NewLink> = (0..MAX_ROWS_PER_INSERT * 2 + 5).map(|_| row(10)).collect();
+        let sizes: Vec<usize> = chunks(&rows).iter().map(|c| c.len()).collect();
+        assert_eq!(sizes, [MAX_ROWS_PER_INSERT, MAX_ROWS_PER_INSERT, 5]);
+        assert!(MAX_ROWS_PER_INSERT * COLUMNS_PER_ROW <= MAX_PLACEHOLDERS);
+    }
+
+    #[test]
+    fn chunks_respect_the_packet_budget_and_keep_huge_rows() {
+        let rows: Vec<NewLink> = (0..5).map(|_| row(3 << 20)).collect();
+        let parts = chunks(&rows);
+        assert_eq!(parts.len(), 5, "each 3 MB row gets its own statement");
+        assert_eq!(parts.iter().map(|c| c.len()).sum::<usize>(), 5);
+        assert!(chunks(&[]).is_empty());
+    }
+
+    #[test]
+    fn kinds_round_trip() {
+        for kind in [
+            LinkKind::Click,
+            LinkKind::Image,
+            LinkKind::Pixel,
+            LinkKind::Unsubscribe,
+        ] {
+            assert_eq!(kind.as_str().parse::<LinkKind>(), Ok(kind));
+        }
+    }
+}

@@ -1,0 +1,165 @@
+//! MySQL / MariaDB: the pool, migrations, and every SQL statement the service
+//! runs. Nothing outside this module writes SQL.
+
+pub mod links;
+pub mod partitions;
+
+use chrono::NaiveDate;
+use sqlx::migrate::MigrateDatabase;
+use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
+use sqlx::{ConnectOptions, MySql, MySqlPool};
+use std::str::FromStr;
+use std::time::Duration;
+
+/// The migrations in `migrations/`, embedded at compile time.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+
+/// MySQL's "Table has no partition for value ..." (ER_NO_PARTITION_FOR_GIVEN_VALUE).
+const ER_NO_PARTITION_FOR_GIVEN_VALUE: &str = "1526";
+
+/// Errors of the storage layer.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database error: {0}")]
+    Sqlx(#[from] sqlx::Error),
+    #[error("migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error(
+        "table `{table}` has no partition for {date}: run `linktrack partitions ensure` \
+         (and check that the daily `linktrack partitions rotate` cron is running)"
+    )]
+    NoPartition {
+        table: &'static str,
+        date: NaiveDate,
+    },
+    #[error("invalid DATABASE_URL: {0}")]
+    BadUrl(String),
+    #[error("{0}")]
+    Refused(String),
+    #[error("another `partitions` runner held the lock for `{lock}` longer than {waited:?}")]
+    LockBusy { lock: String, waited: Duration },
+    #[error("unexpected data in `{table}`: {detail}")]
+    Corrupt { table: &'static str, detail: String },
+}
+
+impl StoreError {
+    /// True when the database could not be reached or the connection broke,
+    /// as opposed to the statement being wrong.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Sqlx(
+                sqlx::Error::Io(_)
+                    | sqlx::Error::PoolTimedOut
+                    | sqlx::Error::PoolClosed
+                    | sqlx::Error::Tls(_)
+                    | sqlx::Error::Protocol(_)
+                    | sqlx::Error::WorkerCrashed
+            )
+        )
+    }
+}
+
+/// True when `err` is MySQL's "no partition for the given value".
+pub(crate) fn is_no_partition(err: &sqlx::Error) -> bool {
+    err.as_database_error()
+        .and_then(|db| db.code())
+        .is_some_and(|code| code == ER_NO_PARTITION_FOR_GIVEN_VALUE)
+}
+
+/// Connection settings shared by every command.
+#[derive(Debug, Clone)]
+pub struct PoolSettings {
+    pub max_connections: u32,
+    pub acquire_timeout: Duration,
+}
+
+impl Default for PoolSettings {
+    fn default() -> Self {
+        PoolSettings {
+            max_connections: 16,
+            acquire_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+fn connect_options(url: &str) -> Result<MySqlConnectOptions, StoreError> {
+    let options =
+        MySqlConnectOptions::from_str(url).map_err(|e| StoreError::BadUrl(e.to_string()))?;
+    // Every DATETIME we write or read is UTC; statements are logged only when slow.
+    Ok(options
+        .timezone(Some("+00:00".to_owned()))
+        .log_statements(tracing::log::LevelFilter::Trace)
+        .log_slow_statements(tracing::log::LevelFilter::Warn, Duration::from_secs(1)))
+}
+
+/// Open a pool on an existing database.
+pub async fn connect(url: &str, settings: &PoolSettings) -> Result<MySqlPool, StoreError> {
+    let options = connect_options(url)?;
+    let pool = MySqlPoolOptions::new()
+        .max_connections(settings.max_connections)
+        .acquire_timeout(settings.acquire_timeout)
+        .connect_with(options)
+        .await?;
+    Ok(pool)
+}
+
+/// Create the database if it is missing, then apply every pending migration.
+/// Safe to run any number of times.
+pub async fn migrate(url: &str) -> Result<MySqlPool, StoreError> {
+    // Validate first so a bad URL is reported as such, not as a failed CREATE.
+    connect_options(url)?;
+    if !MySql::database_exists(url).await? {
+        tracing::info!("creating the database named in DATABASE_URL");
+        MySql::create_database(url).await?;
+    }
+    let pool = connect(url, &PoolSettings::default()).await?;
+    MIGRATOR.run(&pool).await?;
+    Ok(pool)
+}
+
+/// Which InnoDB row format the partitioned tables use. Compression roughly
+/// halves the disk at roughly a third of the bulk-insert rate (see README).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RowFormat {
+    Compressed,
+    Dynamic,
+}
+
+impl RowFormat {
+    fn sql(self) -> &'static str {
+        match self {
+            RowFormat::Compressed => "COMPRESSED",
+            RowFormat::Dynamic => "DYNAMIC",
+        }
+    }
+}
+
+/// Switch `links` and `events` to `format` where they use another. On a large
+/// table this rebuilds every partition, so it is meant for a fresh install.
+pub async fn set_row_format(
+    pool: &MySqlPool,
+    format: RowFormat,
+) -> Result<Vec<String>, StoreError> {
+    let mut changed = Vec::new();
+    for table in partitions::PARTITIONED_TABLES {
+        let current: Option<String> = sqlx::query_scalar(
+            "SELECT CAST(ROW_FORMAT AS CHAR) FROM information_schema.TABLES \
+             WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?",
+        )
+        .bind(table)
+        .fetch_optional(pool)
+        .await?;
+        if current
+            .as_deref()
+            .is_some_and(|c| c.eq_ignore_ascii_case(format.sql()))
+        {
+            continue;
+        }
+        sqlx::query(&format!("ALTER TABLE {table} ROW_FORMAT={}", format.sql()))
+            .execute(pool)
+            .await?;
+        changed.push(format!("{table}: row format set to {}", format.sql()));
+    }
+    Ok(changed)
+}
