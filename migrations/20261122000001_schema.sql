@@ -5,6 +5,10 @@
 -- and UNIQUE (uuid, inserted). The id is AUTO_INCREMENT so inserts append to
 -- the clustered index instead of landing at random leaves (seed 001).
 --
+-- Text columns use utf8mb4_unicode_ci (valid on MariaDB and MySQL 8): stored
+-- bytes are exact whatever the collation, and sqlx 0.8 will not decode
+-- `_bin`-collated text as a Rust String (MySQL flags such columns BINARY).
+--
 -- Migrations are deterministic: the only partition created here holds nothing
 -- but the epoch's first day. Daily partitions are created from code by
 -- `linktrack partitions ensure` (and `rotate`), and there is deliberately no
@@ -25,7 +29,7 @@ CREATE TABLE IF NOT EXISTS links (
   PRIMARY KEY (id, inserted),
   UNIQUE KEY uuid (uuid, inserted),
   KEY mailing_letter (mailing_id, letter_id)
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin ROW_FORMAT=COMPRESSED
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_unicode_ci ROW_FORMAT=COMPRESSED
 PARTITION BY RANGE COLUMNS(inserted) (
   PARTITION p19700101 VALUES LESS THAN ('1970-01-02')
 );
@@ -49,18 +53,20 @@ CREATE TABLE IF NOT EXISTS events (
   PRIMARY KEY (id, inserted),
   UNIQUE KEY event_id (event_id, inserted),
   KEY mailing_kind (mailing_id, kind, occurred_at)
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin ROW_FORMAT=COMPRESSED
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_unicode_ci ROW_FORMAT=COMPRESSED
 PARTITION BY RANGE COLUMNS(inserted) (
   PARTITION p19700101 VALUES LESS THAN ('1970-01-02')
 );
 
--- The suppression list (blacklist), by normalised address.
+-- The suppression list (blacklist), by normalised address. The address is
+-- compared byte for byte (utf8mb4_bin): an accent-insensitive key would make
+-- jose@ and josé@ one address. Read it back with CONVERT(email USING utf8mb4).
 CREATE TABLE IF NOT EXISTS suppressions (
-  email       VARCHAR(320)    NOT NULL,
+  email       VARCHAR(320)    CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
   reason      VARCHAR(64)     NOT NULL DEFAULT 'manual',
   created_at  DATETIME        NOT NULL DEFAULT CURRENT_TIMESTAMP,
   PRIMARY KEY (email)
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_unicode_ci;
 
 -- Named sequences handed out in blocks (seeds 002 and 003): one
 -- `UPDATE ... SET id = LAST_INSERT_ID(id + step)` reserves a whole segment.

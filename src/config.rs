@@ -3,7 +3,6 @@
 
 use crate::store::RowFormat;
 use clap::{Args, Parser, Subcommand};
-use std::path::PathBuf;
 
 pub const DEFAULT_DATABASE_URL: &str = "mysql://root@127.0.0.1:3306/linktrack";
 pub const DEFAULT_BASE_URL: &str = "http://127.0.0.1:8080";
@@ -112,11 +111,6 @@ pub struct TrackingArgs {
     /// Server secret (signs dashboard sessions). Set it in production.
     #[arg(long, env = "LINKTRACK_SECRET", hide_env_values = true)]
     pub secret: Option<String>,
-}
-
-/// A file argument that may be `-` for standard output.
-pub fn is_stdio(path: &std::path::Path) -> bool {
-    path == PathBuf::from("-")
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use std::time::Duration;
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
 /// MySQL's "Table has no partition for value ..." (ER_NO_PARTITION_FOR_GIVEN_VALUE).
-const ER_NO_PARTITION_FOR_GIVEN_VALUE: &str = "1526";
+const ER_NO_PARTITION_FOR_GIVEN_VALUE: u16 = 1526;
 
 /// Errors of the storage layer.
 #[derive(Debug, thiserror::Error)]
@@ -60,11 +60,17 @@ impl StoreError {
     }
 }
 
+/// The MySQL error number of a server error. (sqlx's `code()` is the
+/// SQLSTATE, which lumps many errors together.)
+pub(crate) fn mysql_error_number(err: &sqlx::Error) -> Option<u16> {
+    err.as_database_error()
+        .and_then(|db| db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>())
+        .map(|db| db.number())
+}
+
 /// True when `err` is MySQL's "no partition for the given value".
 pub(crate) fn is_no_partition(err: &sqlx::Error) -> bool {
-    err.as_database_error()
-        .and_then(|db| db.code())
-        .is_some_and(|code| code == ER_NO_PARTITION_FOR_GIVEN_VALUE)
+    mysql_error_number(err) == Some(ER_NO_PARTITION_FOR_GIVEN_VALUE)
 }
 
 /// Connection settings shared by every command.

@@ -17,7 +17,7 @@ use std::time::Duration;
 pub const PARTITIONED_TABLES: [&str; 2] = ["links", "events"];
 
 /// MySQL's lock wait timeout error (ER_LOCK_WAIT_TIMEOUT).
-const ER_LOCK_WAIT_TIMEOUT: &str = "1205";
+const ER_LOCK_WAIT_TIMEOUT: u16 = 1205;
 
 /// One existing partition, as `information_schema.PARTITIONS` describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -357,9 +357,7 @@ async fn execute_ddl(
 }
 
 fn is_lock_wait_timeout(err: &sqlx::Error) -> bool {
-    err.as_database_error()
-        .and_then(|db| db.code())
-        .is_some_and(|code| code == ER_LOCK_WAIT_TIMEOUT)
+    super::mysql_error_number(err) == Some(ER_LOCK_WAIT_TIMEOUT)
 }
 
 /// GET_LOCK names are server-wide, so the name carries the database's.

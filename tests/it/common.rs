@@ -1,0 +1,86 @@
+//! Shared test support: every test gets its own freshly migrated database on
+//! the real MariaDB/MySQL server, so tests run in parallel without sharing
+//! state, and the database is dropped when the test ends.
+
+use chrono::{Days, NaiveDate, Utc};
+use linktrack::store::{self, partitions};
+use linktrack::token::Token;
+use rand::Rng;
+use sqlx::MySqlPool;
+
+/// The server the tests use; override with `LINKTRACK_TEST_MYSQL` (no database part).
+pub fn server_url() -> String {
+    std::env::var("LINKTRACK_TEST_MYSQL")
+        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".to_owned())
+}
+
+pub struct TestDb {
+    pub name: String,
+    pub url: String,
+    pub pool: MySqlPool,
+}
+
+impl TestDb {
+    /// A new, migrated database with no daily partitions yet.
+    pub async fn new() -> TestDb {
+        let name = format!("lt_test_{:016x}", rand::rng().random::<u64>());
+        let url = format!("{}/{name}", server_url());
+        let pool = store::migrate(&url).await.unwrap_or_else(|e| {
+            panic!("migrating {url}: {e} (is MariaDB running on 127.0.0.1:3306?)")
+        });
+        TestDb { name, url, pool }
+    }
+
+    /// A new database with partitions from `first` through today + 1.
+    pub async fn with_days_since(first: NaiveDate) -> TestDb {
+        let db = TestDb::new().await;
+        let ahead = (today() - first).num_days() as u32 + 1;
+        let policy = partitions::Policy {
+            today: first,
+            ahead_days: ahead,
+            keep_days: None,
+        };
+        partitions::run(&db.pool, &policy, &partitions::RunOptions::default())
+            .await
+            .expect("creating test partitions");
+        db
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        // Drop runs outside any async context we can await in, so the
+        // cleanup gets its own thread and runtime.
+        let server = server_url();
+        let name = self.name.clone();
+        let _ = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async move {
+                if let Ok(pool) = sqlx::MySqlPool::connect(&server).await {
+                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS `{name}`"))
+                        .execute(&pool)
+                        .await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+pub fn today() -> NaiveDate {
+    Utc::now().date_naive()
+}
+
+pub fn days_ago(n: u64) -> NaiveDate {
+    today().checked_sub_days(Days::new(n)).unwrap()
+}
+
+/// A token made at noon UTC on `day`.
+pub fn token_on(day: NaiveDate) -> Token {
+    Token::at(day.and_hms_opt(12, 0, 0).unwrap().and_utc())
+}

@@ -1,0 +1,129 @@
+use crate::common::{days_ago, today, token_on, TestDb};
+use linktrack::store::links::{self, LinkKind, NewLink, LOOKUP_SQL};
+use linktrack::store::partitions::partition_name;
+use linktrack::token::Token;
+use serde_json::Value;
+
+fn link(token: Token, url: &str, email: &str) -> NewLink {
+    NewLink {
+        token,
+        kind: LinkKind::Click,
+        mailing_id: "weekly-47".into(),
+        letter_id: 42,
+        email: email.into(),
+        position: 3,
+        url: url.into(),
+        meta: Some(serde_json::json!({"tag": "ruby"})),
+    }
+}
+
+#[tokio::test]
+async fn lookup_returns_the_stored_row_exactly() {
+    let db = TestDb::with_days_since(days_ago(1)).await;
+    let long_url = format!("https://example.com/track?{}", "q=%E3%81%82&".repeat(600));
+    let rows = vec![
+        link(
+            token_on(today()),
+            "https://example.com/a?x=1&y=2",
+            "ann@example.com",
+        ),
+        link(token_on(days_ago(1)), &long_url, "山田@example.jp"),
+    ];
+    assert_eq!(links::insert(&db.pool, &rows).await.unwrap(), 2);
+    for row in &rows {
+        let found = links::lookup(&db.pool, &row.token)
+            .await
+            .unwrap()
+            .expect("row found");
+        assert_eq!(
+            (found.url.as_str(), found.email.as_str()),
+            (row.url.as_str(), row.email.as_str())
+        );
+        assert_eq!(
+            (found.kind, found.letter_id, found.position),
+            (LinkKind::Click, 42, 3)
+        );
+        assert_eq!(found.mailing_id, "weekly-47");
+    }
+    assert!(long_url.len() > 5000);
+    assert_eq!(
+        links::lookup(&db.pool, &token_on(today())).await.unwrap(),
+        None
+    );
+}
+
+#[tokio::test]
+async fn the_same_uuid_cannot_be_stored_twice_for_a_day() {
+    let db = TestDb::with_days_since(today()).await;
+    let token = token_on(today());
+    links::insert(
+        &db.pool,
+        &[link(token, "https://a.example/", "a@example.com")],
+    )
+    .await
+    .unwrap();
+    assert!(links::insert(
+        &db.pool,
+        &[link(token, "https://b.example/", "b@example.com")]
+    )
+    .await
+    .is_err());
+}
+
+/// Every `partitions` array anywhere in an EXPLAIN FORMAT=JSON document.
+fn partitions_in(plan: &Value, found: &mut Vec<Vec<String>>) {
+    match plan {
+        Value::Object(map) => {
+            for (key, value) in map {
+                if key == "partitions" {
+                    let names = value.as_array().into_iter().flatten();
+                    found.push(
+                        names
+                            .filter_map(|v| v.as_str().map(str::to_owned))
+                            .collect(),
+                    );
+                } else {
+                    partitions_in(value, found);
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| partitions_in(v, found)),
+        _ => {}
+    }
+}
+
+#[tokio::test]
+async fn the_lookup_reads_exactly_one_partition() {
+    let db = TestDb::with_days_since(days_ago(12)).await;
+    let mut tokens = Vec::new();
+    for n in 0..=12u64 {
+        let day = days_ago(n);
+        let rows: Vec<NewLink> = (0..50)
+            .map(|i| {
+                link(
+                    token_on(day),
+                    &format!("https://example.com/{n}/{i}"),
+                    "a@example.com",
+                )
+            })
+            .collect();
+        links::insert(&db.pool, &rows).await.unwrap();
+        tokens.push((day, rows[17].token));
+    }
+    sqlx::query("ANALYZE TABLE links")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    for (day, token) in tokens {
+        let plan: String = sqlx::query_scalar(&format!("EXPLAIN FORMAT=JSON {LOOKUP_SQL}"))
+            .bind(&token.as_bytes()[..])
+            .bind(token.date())
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        let plan: Value = serde_json::from_str(&plan).unwrap();
+        let mut found = Vec::new();
+        partitions_in(&plan, &mut found);
+        assert_eq!(found, vec![vec![partition_name(day)]], "plan: {plan:#}");
+    }
+}
