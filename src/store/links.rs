@@ -92,6 +92,7 @@ const COLUMNS_PER_ROW: usize = 9;
 const MAX_PLACEHOLDERS: usize = 65_535;
 /// The most rows one INSERT carries.
 pub const MAX_ROWS_PER_INSERT: usize = MAX_PLACEHOLDERS / COLUMNS_PER_ROW;
+const _: () = assert!(MAX_ROWS_PER_INSERT * COLUMNS_PER_ROW <= MAX_PLACEHOLDERS);
 /// Keep each statement well under the default 16 MB `max_allowed_packet`,
 /// since URLs have no length limit.
 const MAX_BYTES_PER_INSERT: usize = 4 << 20;
@@ -213,7 +214,6 @@ mod tests {
         let rows: Vec<NewLink> = (0..MAX_ROWS_PER_INSERT * 2 + 5).map(|_| row(10)).collect();
         let sizes: Vec<usize> = chunks(&rows).iter().map(|c| c.len()).collect();
         assert_eq!(sizes, [MAX_ROWS_PER_INSERT, MAX_ROWS_PER_INSERT, 5]);
-        assert!(MAX_ROWS_PER_INSERT * COLUMNS_PER_ROW <= MAX_PLACEHOLDERS);
     }
 
     #[test]
