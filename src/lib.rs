@@ -20,8 +20,11 @@
 //! * [`config`]: command line and environment settings.
 //! * [`cli`]: runs each subcommand (the binary in `main.rs` only parses).
 //! * [`store`]: every SQL statement: pool, migrations, links, partitions.
+//! * [`letter`]: one letter's HTML: personalise (minijinja), rewrite links
+//!   byte-exactly, add the open pixel.
 
 pub mod cli;
 pub mod config;
+pub mod letter;
 pub mod store;
 pub mod token;

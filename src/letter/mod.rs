@@ -1,0 +1,31 @@
+//! Building the HTML of one letter: personalise, then rewrite links.
+//!
+//! 1. [`personalize`]: a mailing's creative and subject are compiled once as
+//!    minijinja templates ([`Template`]) and rendered per recipient, HTML
+//!    auto-escaped for the body and not for the subject. A recipient missing a
+//!    field the template uses is an error that names the field.
+//! 2. [`rewrite`]: in the personalised HTML every `http(s)` link in `<a>`,
+//!    `<area>` and VML elements (also inside Outlook conditional comments)
+//!    becomes a tracked click URL, every `<img src>` a proxied image URL, and
+//!    the open pixel goes in before `</body>`. The caller's `replace` callback
+//!    mints the token and returns the new URL for each [`FoundLink`].
+//!
+//! Personalisation runs first because merge fields may build hrefs.
+//!
+//! # Byte-exactness, and why the rewriter splices
+//!
+//! Everything in a letter that is not a rewritten URL must stay byte for byte
+//! as the author wrote it (CRLF, multi-line tags, quoting, spacing). lol_html
+//! re-serialises a whole start tag when one attribute is set, so it is used
+//! only to *find* tags, comments and `</body>`; a small scanner
+//! (`start_tag`) finds the attribute value inside the tag's raw bytes and the
+//! output is the input with those ranges replaced. Conditional comments are
+//! parsed the same way, as HTML of their own, with offsets mapped back.
+
+mod charref;
+pub mod personalize;
+pub mod rewrite;
+mod start_tag;
+
+pub use personalize::{RenderError, Template, TemplateError};
+pub use rewrite::{rewrite, FoundKind, FoundLink, RewriteError, RewriteOptions};

@@ -1,0 +1,265 @@
+//! Personalisation: a mailing's HTML and subject as minijinja templates.
+//!
+//! A [`Template`] is compiled once per mailing and rendered once per
+//! recipient. Undefined values are an error (minijinja's strict mode), and
+//! before rendering the recipient's fields are checked against the names the
+//! template uses, so the error says which field is missing rather than where
+//! rendering stopped. JSON `null` renders as nothing (not minijinja's `none`),
+//! because a recipient's empty field must not print a word into the letter.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use minijinja::{AutoEscape, Environment, UndefinedBehavior};
+use serde_json::{Map, Value};
+
+/// One mailing's template (HTML body or subject line), compiled.
+pub struct Template {
+    name: String,
+    environment: Environment<'static>,
+    variables: BTreeSet<String>,
+}
+
+impl fmt::Debug for Template {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Template")
+            .field("name", &self.name)
+            .field("variables", &self.variables)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The template does not compile (for instance a Handlebars `{{#each}}`
+/// creative: such a mailing must be sent with personalisation off).
+#[derive(Debug, thiserror::Error)]
+#[error("template {name:?}{}: {reason}", line_suffix(*line))]
+pub struct TemplateError {
+    pub name: String,
+    /// 1-based line of the error, when minijinja knows it.
+    pub line: Option<usize>,
+    pub reason: String,
+}
+
+/// One recipient's letter could not be rendered.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    #[error("recipient has no field {field:?}, which template {template:?} uses")]
+    MissingField { template: String, field: String },
+    #[error("template {template:?}{}: {reason}", line_suffix(*line))]
+    Template {
+        template: String,
+        line: Option<usize>,
+        reason: String,
+    },
+}
+
+fn line_suffix(line: Option<usize>) -> String {
+    line.map(|line| format!(" line {line}")).unwrap_or_default()
+}
+
+fn reason(error: &minijinja::Error) -> String {
+    match error.detail() {
+        Some(detail) => format!("{}: {detail}", error.kind()),
+        None => error.kind().to_string(),
+    }
+}
+
+impl Template {
+    /// Compiles `source`. `html = true` HTML-escapes every value (the letter
+    /// body); `false` writes values as they are (the subject line).
+    pub fn compile(name: &str, source: &str, html: bool) -> Result<Template, TemplateError> {
+        let compile_error = |error: minijinja::Error| TemplateError {
+            name: name.to_owned(),
+            line: error.line(),
+            reason: reason(&error),
+        };
+        let mut environment = environment(html);
+        environment
+            .add_template_owned(name.to_owned(), source.to_owned())
+            .map_err(compile_error)?;
+        let variables = {
+            let template = environment.get_template(name).map_err(compile_error)?;
+            // `range`, `dict`, `namespace`… look like variables to the parser
+            // but are the environment's globals, not recipient fields.
+            template
+                .undeclared_variables(false)
+                .into_iter()
+                .filter(|variable| !environment.globals().any(|(global, _)| global == variable))
+                .collect()
+        };
+        Ok(Template {
+            name: name.to_owned(),
+            environment,
+            variables,
+        })
+    }
+
+    /// The top-level names the template reads (`user` for `{{ user.name }}`).
+    pub fn variables(&self) -> BTreeSet<String> {
+        self.variables.clone()
+    }
+
+    /// Renders the template for one recipient.
+    pub fn render(&self, context: &Map<String, Value>) -> Result<String, RenderError> {
+        if let Some(missing) = self
+            .variables
+            .iter()
+            .find(|field| !context.contains_key(field.as_str()))
+        {
+            return Err(RenderError::MissingField {
+                template: self.name.clone(),
+                field: missing.clone(),
+            });
+        }
+        let render_error = |error: minijinja::Error| RenderError::Template {
+            template: self.name.clone(),
+            line: error.line(),
+            reason: reason(&error),
+        };
+        self.environment
+            .get_template(&self.name)
+            .and_then(|template| template.render(context))
+            .map_err(render_error)
+    }
+}
+
+fn environment(html: bool) -> Environment<'static> {
+    let mut environment = Environment::new();
+    environment.set_undefined_behavior(UndefinedBehavior::Strict);
+    let escape = if html {
+        AutoEscape::Html
+    } else {
+        AutoEscape::None
+    };
+    environment.set_auto_escape_callback(move |_| escape);
+    // Jinja drops a template's final newline by default; a letter is sent as written.
+    environment.set_keep_trailing_newline(true);
+    environment.set_formatter(|out, state, value| {
+        if value.is_none() {
+            return Ok(());
+        }
+        minijinja::escape_formatter(out, state, value)
+    });
+    environment
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn context(value: Value) -> Map<String, Value> {
+        match value {
+            Value::Object(map) => map,
+            other => panic!("not an object: {other}"),
+        }
+    }
+
+    #[test]
+    fn html_values_are_escaped() {
+        let template = Template::compile("body", "<p>Hello {{ name }}!</p>", true).unwrap();
+        let out = template
+            .render(&context(
+                json!({"name": "<script>alert('x')</script> & co"}),
+            ))
+            .unwrap();
+        assert_eq!(
+            out,
+            "<p>Hello &lt;script&gt;alert(&#x27;x&#x27;)&lt;&#x2f;script&gt; &amp; co!</p>"
+        );
+    }
+
+    #[test]
+    fn subject_is_not_escaped() {
+        let template = Template::compile("subject", "{{ name }} & <you>: 50% off", false).unwrap();
+        let out = template
+            .render(&context(json!({"name": "Tom & Jerry"})))
+            .unwrap();
+        assert_eq!(out, "Tom & Jerry & <you>: 50% off");
+    }
+
+    #[test]
+    fn non_ascii_names() {
+        let template =
+            Template::compile("body", "{{ name }}様、{{ city }}へようこそ\n", true).unwrap();
+        let out = template
+            .render(&context(
+                json!({"name": "山田 太郎", "city": "Zürich — Genève"}),
+            ))
+            .unwrap();
+        assert_eq!(out, "山田 太郎様、Zürich — Genèveへようこそ\n");
+    }
+
+    #[test]
+    fn missing_field_is_named() {
+        let template =
+            Template::compile("body", "{{ first_name }} {{ user.last }} {{ plan }}", true).unwrap();
+        let error = template
+            .render(&context(json!({"first_name": "A", "plan": "pro"})))
+            .unwrap_err();
+        assert!(
+            matches!(&error, RenderError::MissingField { field, .. } if field == "user"),
+            "{error:?}"
+        );
+        assert!(error.to_string().contains("\"user\""), "{error}");
+    }
+
+    #[test]
+    fn missing_attribute_of_a_present_field_is_a_render_error() {
+        let template = Template::compile("body", "line one\n{{ user.last }}", true).unwrap();
+        let error = template.render(&context(json!({"user": {}}))).unwrap_err();
+        assert!(
+            matches!(error, RenderError::Template { line: Some(2), .. }),
+            "{error:?}"
+        );
+    }
+
+    #[test]
+    fn variables_are_top_level_names_without_globals_or_locals() {
+        let source = "{% for item in items %}{{ item.name }}{% endfor %}{{ user.email }}\
+                      {% set greeting = 'hi' %}{{ greeting }}{% for i in range(3) %}{{ i }}{% endfor %}";
+        let template = Template::compile("body", source, true).unwrap();
+        let expected: BTreeSet<String> = ["items", "user"].map(String::from).into();
+        assert_eq!(template.variables(), expected);
+    }
+
+    #[test]
+    fn handlebars_creative_is_refused_with_its_line() {
+        let source = "<html>\n<body>\n{{#each items}}<li>{{this}}</li>{{/each}}\n</body>";
+        let error = Template::compile("creative", source, true).unwrap_err();
+        assert_eq!(error.line, Some(3), "{error:?}");
+        assert!(error.to_string().contains("line 3"), "{error}");
+        assert!(error.to_string().contains("syntax error"), "{error}");
+    }
+
+    #[test]
+    fn unclosed_block_is_refused() {
+        let error = Template::compile("x", "a\n{% if x %}\nb", true).unwrap_err();
+        assert!(error.line.is_some(), "{error:?}");
+    }
+
+    #[test]
+    fn other_engines_merge_tags_in_text_pass_through() {
+        let source = "<a href=\"*|UNSUB|*\">u</a> <%= name %> %%first%% $name";
+        let template = Template::compile("body", source, true).unwrap();
+        assert!(template.variables().is_empty());
+        assert_eq!(template.render(&Map::new()).unwrap(), source);
+    }
+
+    #[test]
+    fn null_renders_as_nothing_and_trailing_newline_is_kept() {
+        let template = Template::compile("body", "Hi {{ nick }}!\r\n", true).unwrap();
+        let out = template.render(&context(json!({"nick": null}))).unwrap();
+        assert_eq!(out, "Hi !\r\n");
+    }
+
+    #[test]
+    fn numbers_and_booleans_render() {
+        let template =
+            Template::compile("body", "{{ n }} {% if vip %}VIP{% endif %}", true).unwrap();
+        let out = template
+            .render(&context(json!({"n": 3, "vip": true})))
+            .unwrap();
+        assert_eq!(out, "3 VIP");
+    }
+}
