@@ -1,22 +1,35 @@
 //! Runs the parsed command line. Each subcommand is a small function that
 //! calls the library and prints what it did, one line per action.
 
-use crate::config::{Cli, Command, EnsureArgs, MigrateArgs, PartitionsCommand, RotateArgs};
-use crate::store::{self, partitions};
+use crate::address;
+use crate::build::{self, BuildOptions, Output};
+use crate::config::{
+    BuildArgs, Cli, Command, EnsureArgs, MigrateArgs, PartitionsCommand, RotateArgs,
+    SuppressionsCommand,
+};
+use crate::store::{self, partitions, suppressions};
 use anyhow::Context;
 use chrono::Utc;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::time::Duration;
 
+/// Exit status of a build that rejected some recipients.
+pub const EXIT_REJECTED: u8 = 2;
+
 /// Set up logging and run one command.
-pub async fn run(cli: Cli) -> anyhow::Result<()> {
+pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     init_tracing(cli.global.log_json);
     let url = cli.global.database_url.as_str();
     match cli.command {
-        Command::Migrate(args) => migrate(url, &args).await,
-        Command::Partitions(PartitionsCommand::Ensure(args)) => ensure(url, &args).await,
-        Command::Partitions(PartitionsCommand::Rotate(args)) => rotate(url, &args).await,
-        Command::Partitions(PartitionsCommand::List) => list(url).await,
+        Command::Migrate(args) => migrate(url, &args).await?,
+        Command::Partitions(PartitionsCommand::Ensure(args)) => ensure(url, &args).await?,
+        Command::Partitions(PartitionsCommand::Rotate(args)) => rotate(url, &args).await?,
+        Command::Partitions(PartitionsCommand::List) => list(url).await?,
+        Command::Build(args) => return build(url, &args).await,
+        Command::Suppressions(command) => suppressions(url, command).await?,
     }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn init_tracing(json: bool) {
@@ -104,4 +117,137 @@ async fn list(url: &str) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+async fn build(url: &str, args: &BuildArgs) -> anyhow::Result<ExitCode> {
+    let pool = pool(url).await?;
+    let out = if args.out.as_os_str() == "-" {
+        Output::Stdout
+    } else {
+        Output::File(args.out.clone())
+    };
+    let rejects = args
+        .rejects
+        .clone()
+        .unwrap_or_else(|| default_rejects_path(&out));
+    let workers = args
+        .workers
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+    let options = BuildOptions {
+        mailing: args.mailing.clone(),
+        recipients: args.recipients.clone(),
+        out,
+        rejects: rejects.clone(),
+        base_url: args.tracking.base_url.clone(),
+        batch_size: args.batch_size.max(1),
+        workers,
+        id_block: args.id_block.max(1),
+        progress: !args.no_progress,
+    };
+    let summary = build::run(&pool, &options).await?;
+    eprintln!("{summary}");
+    if summary.rejected > 0 || summary.suppressed > 0 {
+        eprintln!(
+            "rejected and suppressed recipients, with line and reason: {}",
+            rejects.display()
+        );
+    }
+    Ok(if summary.rejected > 0 {
+        ExitCode::from(EXIT_REJECTED)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn default_rejects_path(out: &Output) -> PathBuf {
+    match out {
+        Output::Stdout => PathBuf::from("rejects.jsonl"),
+        Output::File(path) => {
+            let mut name = path.as_os_str().to_owned();
+            name.push(".rejects.jsonl");
+            PathBuf::from(name)
+        }
+    }
+}
+
+async fn suppressions(url: &str, command: SuppressionsCommand) -> anyhow::Result<()> {
+    let pool = pool(url).await?;
+    match command {
+        SuppressionsCommand::Add { addresses, reason } => {
+            let addresses =
+                valid_addresses(addresses.iter().map(String::as_str).enumerate(), None)?;
+            let added = suppressions::add(&pool, &addresses, &reason).await?;
+            println!(
+                "suppressions: added {added} ({} already listed)",
+                addresses.len() as u64 - added
+            );
+        }
+        SuppressionsCommand::Remove { addresses } => {
+            let addresses: Vec<String> = addresses.iter().map(|a| address::normalize(a)).collect();
+            let removed = suppressions::remove(&pool, &addresses).await?;
+            println!(
+                "suppressions: removed {removed} ({} were not listed)",
+                addresses.len() as u64 - removed
+            );
+        }
+        SuppressionsCommand::Import { file, reason } => {
+            let text = std::fs::read_to_string(&file)
+                .with_context(|| format!("reading {}", file.display()))?;
+            let lines = text
+                .lines()
+                .enumerate()
+                .filter(|(_, l)| !l.trim().is_empty() && !l.trim_start().starts_with('#'));
+            let addresses = valid_addresses(lines, Some(&file))?;
+            let added = suppressions::add(&pool, &addresses, &reason).await?;
+            println!(
+                "suppressions: imported {} addresses from {}: {added} new, {} already listed",
+                addresses.len(),
+                file.display(),
+                addresses.len() as u64 - added
+            );
+        }
+        SuppressionsCommand::List { limit } => {
+            let mut after: Option<String> = None;
+            let mut left = limit.unwrap_or(u64::MAX);
+            while left > 0 {
+                let page =
+                    suppressions::list(&pool, after.as_deref(), left.min(1000) as u32).await?;
+                let Some(last) = page.last() else { break };
+                after = Some(last.email.clone());
+                for entry in &page {
+                    println!("{}\t{}\t{}", entry.email, entry.reason, entry.created_at);
+                }
+                left = left.saturating_sub(page.len() as u64);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Normalise and check addresses; any invalid one fails the command, naming
+/// its position (argument number, or file and line).
+fn valid_addresses<'a>(
+    items: impl Iterator<Item = (usize, &'a str)>,
+    file: Option<&Path>,
+) -> anyhow::Result<Vec<String>> {
+    let mut valid = Vec::new();
+    let mut errors = Vec::new();
+    for (index, raw) in items {
+        let normalised = address::normalize(raw);
+        match address::validate(&normalised) {
+            Ok(()) => valid.push(normalised),
+            Err(e) => errors.push(match file {
+                Some(path) => format!("{}: line {}: {raw:?}: {e}", path.display(), index + 1),
+                None => format!("argument {}: {raw:?}: {e}", index + 1),
+            }),
+        }
+    }
+    if errors.is_empty() {
+        Ok(valid)
+    } else {
+        anyhow::bail!(
+            "nothing was changed; fix these addresses first:\n{}",
+            errors.join("\n")
+        )
+    }
 }

@@ -3,6 +3,7 @@
 
 use crate::store::RowFormat;
 use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
 
 pub const DEFAULT_DATABASE_URL: &str = "mysql://root@127.0.0.1:3306/linktrack";
 pub const DEFAULT_BASE_URL: &str = "http://127.0.0.1:8080";
@@ -46,6 +47,82 @@ pub enum Command {
     /// Manage the daily partitions of `links` and `events`.
     #[command(subcommand)]
     Partitions(PartitionsCommand),
+    /// Build tracked letters for one mailing. Exit status: 0 all built,
+    /// 2 some recipients rejected (see the rejects file), 1 failure.
+    Build(BuildArgs),
+    /// Manage the suppression list (addresses never sent to).
+    #[command(subcommand)]
+    Suppressions(SuppressionsCommand),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct BuildArgs {
+    /// The mailing file (JSON: mailing_id, subject, from, html or html_file, ...).
+    #[arg(long, value_name = "FILE")]
+    pub mailing: PathBuf,
+
+    /// Recipients: JSON Lines or CSV with a header; `email` is required.
+    #[arg(long, value_name = "FILE")]
+    pub recipients: PathBuf,
+
+    /// Where built letters go (JSON Lines); `-` is standard output. A file is
+    /// written as FILE.partial and renamed when the job completes.
+    #[arg(long, value_name = "FILE|-", default_value = "-")]
+    pub out: PathBuf,
+
+    /// Rejected and suppressed recipients with line and reason (JSON Lines).
+    /// Default: FILE.rejects.jsonl beside --out, or rejects.jsonl for stdout.
+    #[arg(long, value_name = "FILE")]
+    pub rejects: Option<PathBuf>,
+
+    /// Recipients per batch; each batch's links are stored in one transaction.
+    #[arg(long, default_value_t = 1000)]
+    pub batch_size: usize,
+
+    /// Threads building letters (default: one per core).
+    #[arg(long)]
+    pub workers: Option<usize>,
+
+    /// Letter IDs reserved per round trip to the `sequences` table.
+    #[arg(long, default_value_t = 10_000)]
+    pub id_block: u64,
+
+    /// Never draw the progress bar (it is only drawn on a terminal anyway).
+    #[arg(long)]
+    pub no_progress: bool,
+
+    #[command(flatten)]
+    pub tracking: TrackingArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SuppressionsCommand {
+    /// Add addresses (normalised: trimmed, lowercased).
+    Add {
+        #[arg(required = true, value_name = "ADDRESS")]
+        addresses: Vec<String>,
+        /// Why they are suppressed.
+        #[arg(long, default_value = "manual")]
+        reason: String,
+    },
+    /// Remove addresses.
+    Remove {
+        #[arg(required = true, value_name = "ADDRESS")]
+        addresses: Vec<String>,
+    },
+    /// Import a file with one address per line (blank lines and # comments skipped).
+    Import {
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+        #[arg(long, default_value = "import")]
+        reason: String,
+    },
+    /// Print the list: address, reason, time added (tab-separated).
+    List {
+        /// Print at most this many.
+        #[arg(long)]
+        limit: Option<u64>,
+    },
 }
 
 #[derive(Debug, Clone, Args)]

@@ -19,10 +19,15 @@
 //! * [`token`]: the tracking token: new, parse, date.
 //! * [`config`]: command line and environment settings.
 //! * [`cli`]: runs each subcommand (the binary in `main.rs` only parses).
-//! * [`store`]: every SQL statement: pool, migrations, links, partitions.
+//! * [`store`]: every SQL statement: pool, migrations, links, partitions,
+//!   suppressions, sequences.
+//! * [`build`]: the batch job: mailing and recipients in, letters out.
+//! * [`address`]: address normalisation and validation.
 //! * [`letter`]: one letter's HTML: personalise (minijinja), rewrite links
 //!   byte-exactly, add the open pixel.
 
+pub mod address;
+pub mod build;
 pub mod cli;
 pub mod config;
 pub mod letter;

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 async fn main() -> ExitCode {
     let cli = linktrack::config::Cli::parse();
     match linktrack::cli::run(cli).await {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(err) => {
             eprintln!("linktrack: error: {err:#}");
             ExitCode::FAILURE

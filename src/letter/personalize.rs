@@ -138,9 +138,40 @@ fn environment(html: bool) -> Environment<'static> {
         if value.is_none() {
             return Ok(());
         }
+        if state.auto_escape() == AutoEscape::Html && !value.is_safe() {
+            // minijinja's HTML escaping also writes `/` as `&#x2f;`, which
+            // turns every URL value (unsubscribe_url above all) into an
+            // unreadable entity soup some link scanners mishandle. These five
+            // characters are all that text and quoted attributes need.
+            let text = value
+                .as_str()
+                .map_or_else(|| value.to_string(), str::to_owned);
+            return out
+                .write_str(&escape_html(&text))
+                .map_err(minijinja::Error::from);
+        }
         minijinja::escape_formatter(out, state, value)
     });
     environment
+}
+
+/// Escape the characters that can end text or a quoted attribute.
+fn escape_html(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.contains(['&', '<', '>', '"', '\'']) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut escaped = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        match c {
+            '&' => escaped.push_str("&amp;"),
+            '<' => escaped.push_str("&lt;"),
+            '>' => escaped.push_str("&gt;"),
+            '"' => escaped.push_str("&quot;"),
+            '\'' => escaped.push_str("&#39;"),
+            other => escaped.push(other),
+        }
+    }
+    std::borrow::Cow::Owned(escaped)
 }
 
 #[cfg(test)]
@@ -165,7 +196,21 @@ mod tests {
             .unwrap();
         assert_eq!(
             out,
-            "<p>Hello &lt;script&gt;alert(&#x27;x&#x27;)&lt;&#x2f;script&gt; &amp; co!</p>"
+            "<p>Hello &lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; co!</p>"
+        );
+    }
+
+    #[test]
+    fn urls_in_values_stay_readable_in_attributes() {
+        let template = Template::compile("body", "<a href=\"{{ url }}\">x</a>", true).unwrap();
+        let out = template
+            .render(&context(
+                json!({"url": "https://t.example/u/0a?x=1&y=\"2\""}),
+            ))
+            .unwrap();
+        assert_eq!(
+            out,
+            "<a href=\"https://t.example/u/0a?x=1&amp;y=&quot;2&quot;\">x</a>"
         );
     }
 

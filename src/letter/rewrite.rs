@@ -356,7 +356,7 @@ impl Finder<'_> {
         let bytes = tag.as_bytes();
         let followed_by_separator = bytes
             .get(attribute.end)
-            .map_or(true, |&b| b.is_ascii_whitespace() || b == b'>' || b == b'/');
+            .is_none_or(|&b| b.is_ascii_whitespace() || b == b'>' || b == b'/');
         let mut start = attribute.name_start;
         if followed_by_separator {
             while start > 0 && bytes[start - 1].is_ascii_whitespace() {

@@ -5,7 +5,8 @@
 use super::{is_no_partition, StoreError};
 use crate::token::Token;
 use chrono::NaiveDate;
-use sqlx::{MySql, MySqlPool, QueryBuilder};
+use sqlx::{MySql, MySqlConnection, MySqlPool, QueryBuilder};
+use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
 
@@ -124,14 +125,16 @@ pub async fn lookup(pool: &MySqlPool, token: &Token) -> Result<Option<StoredLink
     .transpose()
 }
 
+/// Insert `rows` on a connection from the pool; see [`insert_on`].
+pub async fn insert(pool: &MySqlPool, rows: &[NewLink]) -> Result<u64, StoreError> {
+    let mut conn = pool.acquire().await?;
+    insert_on(&mut conn, rows).await
+}
+
 /// Insert `rows` in as few multi-row statements as the placeholder and
-/// packet limits allow, on any executor (a pool or an open transaction).
-/// Returns the number of rows inserted.
-pub async fn insert<'c, E>(executor: E, rows: &[NewLink]) -> Result<u64, StoreError>
-where
-    E: sqlx::Acquire<'c, Database = MySql>,
-{
-    let mut conn = executor.acquire().await?;
+/// packet limits allow, on one connection (pass `&mut *transaction` to make
+/// them all-or-nothing). Returns the number of rows inserted.
+pub async fn insert_on(conn: &mut MySqlConnection, rows: &[NewLink]) -> Result<u64, StoreError> {
     let mut inserted = 0;
     for chunk in chunks(rows) {
         let mut query = QueryBuilder::<MySql>::new(
@@ -160,6 +163,91 @@ where
         }
     }
     Ok(inserted)
+}
+
+/// The letters of a mailing already stored, by address: each tracked letter
+/// has exactly one pixel row, so those rows list the letters. Used to resume
+/// an interrupted build without storing anything twice.
+pub async fn letters_of_mailing(
+    pool: &MySqlPool,
+    mailing_id: &str,
+) -> Result<HashMap<String, u64>, StoreError> {
+    let rows: Vec<(String, u64)> = sqlx::query_as(
+        "SELECT email, letter_id FROM links WHERE mailing_id = ? AND kind = 'pixel'",
+    )
+    .bind(mailing_id)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows.into_iter().collect())
+}
+
+/// Every row of the given letters of a mailing (uses the mailing_letter index).
+pub async fn of_letters(
+    pool: &MySqlPool,
+    mailing_id: &str,
+    letter_ids: &[u64],
+) -> Result<Vec<StoredLink>, StoreError> {
+    let mut found = Vec::new();
+    for chunk in letter_ids.chunks(1_000) {
+        let mut query = QueryBuilder::<MySql>::new(
+            "SELECT id, uuid, CAST(kind AS CHAR), mailing_id, letter_id, email, position, url \
+             FROM links WHERE mailing_id = ",
+        );
+        query.push_bind(mailing_id).push(" AND letter_id IN (");
+        let mut list = query.separated(", ");
+        for id in chunk {
+            list.push_bind(*id);
+        }
+        query.push(")");
+        let rows: Vec<LinkRow> = query.build_query_as().fetch_all(pool).await?;
+        for row in rows {
+            found.push(stored_link(row)?);
+        }
+    }
+    Ok(found)
+}
+
+/// The image rows of a mailing: one token per distinct image URL.
+pub async fn images_of_mailing(
+    pool: &MySqlPool,
+    mailing_id: &str,
+) -> Result<HashMap<String, Token>, StoreError> {
+    let rows: Vec<(String, Vec<u8>)> = sqlx::query_as(
+        "SELECT url, uuid FROM links WHERE mailing_id = ? AND letter_id = 0 AND kind = 'image'",
+    )
+    .bind(mailing_id)
+    .fetch_all(pool)
+    .await?;
+    rows.into_iter()
+        .map(|(url, uuid)| Ok((url, token_from_column(&uuid)?)))
+        .collect()
+}
+
+type LinkRow = (u64, Vec<u8>, String, String, u64, String, u32, String);
+
+fn stored_link(
+    (id, uuid, kind, mailing_id, letter_id, email, position, url): LinkRow,
+) -> Result<StoredLink, StoreError> {
+    Ok(StoredLink {
+        id,
+        token: token_from_column(&uuid)?,
+        kind: kind.parse().map_err(|detail| StoreError::Corrupt {
+            table: "links",
+            detail,
+        })?,
+        mailing_id,
+        letter_id,
+        email,
+        position,
+        url,
+    })
+}
+
+fn token_from_column(bytes: &[u8]) -> Result<Token, StoreError> {
+    Token::from_bytes(bytes).map_err(|e| StoreError::Corrupt {
+        table: "links",
+        detail: format!("uuid column: {e}"),
+    })
 }
 
 /// The newest day in a batch: the one most likely to lack a partition.

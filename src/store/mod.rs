@@ -3,6 +3,8 @@
 
 pub mod links;
 pub mod partitions;
+pub mod sequences;
+pub mod suppressions;
 
 use chrono::NaiveDate;
 use sqlx::migrate::MigrateDatabase;

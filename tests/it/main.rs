@@ -2,6 +2,7 @@
 //! file and its modules) keeps link time down; each test uses its own
 //! database, so they run in parallel.
 
+mod build;
 mod common;
 mod links;
 mod partitions;

@@ -1,0 +1,345 @@
+//! Benchmark of the letter builder and of the `links` insert path.
+//!
+//! ```sh
+//! cargo run --release --example bench_build                      # full run (~15 min: prefills 20M rows)
+//! cargo run --release --example bench_build -- --prefill 2000000 # quicker, smaller index
+//! ```
+//!
+//! Every figure is a ratio against a baseline measured in the same run,
+//! because the machines are shared and noisy:
+//!
+//! 1. **Builder**: letters/s and link rows/s building a 50 KB letter with 20
+//!    links for `--letters` recipients, end to end (read, personalise,
+//!    rewrite, store, write). Baseline: `LOAD DATA LOCAL INFILE` of the very
+//!    rows the builder stored, into an empty copy of the table (the ceiling).
+//! 2. **Index growth**: batched 1,000-row inserts into a day's partition that
+//!    already holds `--prefill` rows, divided by the same inserts into an
+//!    empty table, for UUIDv7 tokens (time-ordered leading bits) and for fully
+//!    random 128-bit tokens (the layout seed 001 started from).
+//!
+//! Needs the `mysql` client (for LOAD DATA LOCAL) and a server with
+//! `local_infile=ON`. Each run uses fresh `lt_bench_*` databases and drops them.
+
+use chrono::{DateTime, NaiveTime, Utc};
+use clap::Parser;
+use linktrack::build::{self, BuildOptions, Output};
+use linktrack::store::{self, partitions};
+use linktrack::token::Token;
+use rand::{Rng, RngCore};
+use sqlx::{MySql, MySqlPool, QueryBuilder};
+use std::io::Write;
+use std::path::Path;
+use std::time::Instant;
+
+#[derive(Parser)]
+struct Args {
+    /// MySQL server, without a database.
+    #[arg(long, default_value = "mysql://root@127.0.0.1:3306")]
+    server: String,
+    /// Letters to build in part 1.
+    #[arg(long, default_value_t = 20_000)]
+    letters: usize,
+    /// Rows already in the day's partition for the UUIDv7 layout.
+    #[arg(long, default_value_t = 20_000_000)]
+    prefill: u64,
+    /// Rows already in the day's partition for the random layout (random
+    /// inserts into an index larger than the buffer pool are very slow).
+    #[arg(long, default_value_t = 3_000_000)]
+    prefill_random: u64,
+    /// Rows inserted for each measured rate.
+    #[arg(long, default_value_t = 200_000)]
+    measure: u64,
+    /// Skip part 2.
+    #[arg(long)]
+    skip_index: bool,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let dir = tempfile::tempdir()?;
+    println!(
+        "# linktrack bench_build ({} cores)",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    bench_builder(&args, dir.path()).await?;
+    if !args.skip_index {
+        for (layout, prefill) in [
+            (Layout::UuidV7, args.prefill),
+            (Layout::Random, args.prefill_random),
+        ] {
+            bench_index_growth(&args, dir.path(), layout, prefill).await?;
+        }
+    }
+    Ok(())
+}
+
+/// A fresh, migrated database with today's partitions.
+async fn fresh_db(server: &str, name: &str) -> anyhow::Result<(MySqlPool, String)> {
+    let url = format!("{server}/{name}");
+    let admin = MySqlPool::connect(server).await?;
+    sqlx::query(&format!("DROP DATABASE IF EXISTS `{name}`"))
+        .execute(&admin)
+        .await?;
+    let pool = store::migrate(&url).await?;
+    let policy = partitions::Policy {
+        today: Utc::now().date_naive(),
+        ahead_days: 1,
+        keep_days: None,
+    };
+    partitions::run(&pool, &policy, &partitions::RunOptions::default()).await?;
+    Ok((pool, url))
+}
+
+async fn drop_db(server: &str, name: &str) -> anyhow::Result<()> {
+    let admin = MySqlPool::connect(server).await?;
+    sqlx::query(&format!("DROP DATABASE IF EXISTS `{name}`"))
+        .execute(&admin)
+        .await?;
+    Ok(())
+}
+
+/// A ~50 KB newsletter with 20 tracked links and 2 images.
+fn fifty_kb_letter() -> String {
+    let mut html = String::from(
+        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>Bench</title></head>\n<body>\n<h1>Hello {{ first_name }},</h1>\n",
+    );
+    html.push_str("<img src=\"https://cdn.example.com/logo.png\" width=\"180\" alt=\"logo\">\n");
+    for n in 1..=20 {
+        html.push_str(&format!(
+            "<table role=\"presentation\"><tr><td style=\"padding:12px;font-family:Helvetica,Arial,sans-serif\">\n\
+             <a href=\"https://news.example.com/articles/{n}?utm_source=newsletter&amp;utm_medium=email&amp;utm_campaign=bench\">Article {n}</a>\n<p>"
+        ));
+        while html.len() < n * 2_450 {
+            html.push_str(
+                "Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor. ",
+            );
+        }
+        html.push_str("</p></td></tr></table>\n");
+    }
+    html.push_str("<img src=\"https://cdn.example.com/footer.png\" alt=\"\">\n<a href=\"{{ unsubscribe_url }}\">Unsubscribe</a>\n</body></html>\n");
+    html
+}
+
+async fn bench_builder(args: &Args, dir: &Path) -> anyhow::Result<()> {
+    let name = "lt_bench_build";
+    let (pool, _) = fresh_db(&args.server, name).await?;
+    let html = fifty_kb_letter();
+    let mailing = serde_json::json!({"mailing_id": "bench", "subject": "Hi {{ first_name }}", "from": "b@example.com", "html": html});
+    std::fs::write(dir.join("mailing.json"), mailing.to_string())?;
+    let mut recipients =
+        std::io::BufWriter::new(std::fs::File::create(dir.join("recipients.jsonl"))?);
+    for n in 0..args.letters {
+        writeln!(
+            recipients,
+            "{{\"email\":\"reader{n}@example.com\",\"first_name\":\"Reader {n}\"}}"
+        )?;
+    }
+    recipients.flush()?;
+    let options = BuildOptions {
+        mailing: dir.join("mailing.json"),
+        recipients: dir.join("recipients.jsonl"),
+        out: Output::File(dir.join("letters.jsonl")),
+        rejects: dir.join("rejects.jsonl"),
+        base_url: "https://t.example.com".into(),
+        batch_size: 1000,
+        workers: std::thread::available_parallelism().map_or(2, |n| n.get()),
+        id_block: 10_000,
+        progress: false,
+    };
+    let summary = build::run(&pool, &options).await?;
+    let rows_per_second = summary.links_stored as f64 / summary.seconds;
+    println!(
+        "\n## 1. builder: {} letters of {} KB with 20 links",
+        summary.letters_built,
+        html.len() / 1024
+    );
+    println!(
+        "letters/s            {:>10.0}",
+        summary.letters_per_second()
+    );
+    println!("link rows/s          {:>10.0}", rows_per_second);
+
+    // The ceiling: LOAD DATA of the same rows into an empty copy of the table.
+    let tsv = dir.join("links.tsv");
+    let rows = dump_links(&pool, &tsv).await?;
+    sqlx::query("CREATE TABLE links_copy LIKE links")
+        .execute(&pool)
+        .await?;
+    let load_seconds = load_data(name, &tsv, "links_copy")?;
+    let ceiling = rows as f64 / load_seconds;
+    println!(
+        "LOAD DATA rows/s     {:>10.0}   (the ceiling, same {rows} rows)",
+        ceiling
+    );
+    println!(
+        "ratio builder/LOAD   {:>10.2}   (aim >= 0.6)",
+        rows_per_second / ceiling
+    );
+    pool.close().await;
+    drop_db(&args.server, name).await
+}
+
+/// Write the `links` rows as TSV for LOAD DATA; returns the row count.
+async fn dump_links(pool: &MySqlPool, path: &Path) -> anyhow::Result<u64> {
+    type Row = (
+        String,
+        chrono::NaiveDate,
+        String,
+        String,
+        u64,
+        String,
+        u32,
+        String,
+    );
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT HEX(uuid), inserted, CAST(kind AS CHAR), mailing_id, letter_id, email, position, url FROM links",
+    )
+    .fetch_all(pool)
+    .await?;
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+    for (uuid, inserted, kind, mailing, letter, email, position, url) in &rows {
+        writeln!(
+            out,
+            "{uuid}\t{inserted}\t{kind}\t{mailing}\t{letter}\t{email}\t{position}\t{url}"
+        )?;
+    }
+    out.flush()?;
+    Ok(rows.len() as u64)
+}
+
+/// `LOAD DATA LOCAL INFILE` through the mysql client; returns seconds taken.
+fn load_data(database: &str, tsv: &Path, table: &str) -> anyhow::Result<f64> {
+    let sql = format!(
+        "LOAD DATA LOCAL INFILE '{}' INTO TABLE {table} \
+         (@uuid, inserted, kind, mailing_id, letter_id, email, position, url) SET uuid = UNHEX(@uuid)",
+        tsv.display()
+    );
+    let started = Instant::now();
+    let status = std::process::Command::new("mysql")
+        .args([
+            "--local-infile=1",
+            "-h",
+            "127.0.0.1",
+            "-u",
+            "root",
+            database,
+            "-e",
+            &sql,
+        ])
+        .status()
+        .map_err(|e| anyhow::anyhow!("running the mysql client for LOAD DATA: {e}"))?;
+    anyhow::ensure!(status.success(), "LOAD DATA into {table} failed: {status}");
+    Ok(started.elapsed().as_secs_f64())
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Layout {
+    UuidV7,
+    Random,
+}
+
+impl Layout {
+    fn token(self, at: DateTime<Utc>) -> [u8; 16] {
+        match self {
+            Layout::UuidV7 => *Token::at(at).as_bytes(),
+            Layout::Random => {
+                let mut bytes = [0u8; 16];
+                rand::rng().fill_bytes(&mut bytes);
+                bytes
+            }
+        }
+    }
+}
+
+async fn bench_index_growth(
+    args: &Args,
+    dir: &Path,
+    layout: Layout,
+    prefill: u64,
+) -> anyhow::Result<()> {
+    let name = format!("lt_bench_{layout:?}").to_lowercase();
+    let (pool, _) = fresh_db(&args.server, &name).await?;
+    let empty_rate = timed_inserts(&pool, layout, args.measure).await?;
+    // Start over so both measurements insert the same number of rows.
+    pool.close().await;
+    let (pool, _) = fresh_db(&args.server, &name).await?;
+    let tsv = dir.join("prefill.tsv");
+    write_prefill(&tsv, layout, prefill)?;
+    let load_seconds = load_data(&name, &tsv, "links")?;
+    std::fs::remove_file(&tsv)?;
+    let full_rate = timed_inserts(&pool, layout, args.measure).await?;
+    println!(
+        "\n## 2. index growth, {layout:?} tokens, {prefill} rows already in today's partition"
+    );
+    println!(
+        "prefill LOAD DATA rows/s  {:>10.0}",
+        prefill as f64 / load_seconds
+    );
+    println!("insert rows/s, empty      {:>10.0}", empty_rate);
+    println!("insert rows/s, prefilled  {:>10.0}", full_rate);
+    println!(
+        "ratio prefilled/empty     {:>10.2}   (aim >= 0.9 for UuidV7; random falls once the index outgrows the buffer pool)",
+        full_rate / empty_rate
+    );
+    pool.close().await;
+    drop_db(&args.server, &name).await
+}
+
+/// Rows earlier today, in time order as a real day's inserts arrive.
+fn write_prefill(path: &Path, layout: Layout, rows: u64) -> anyhow::Result<()> {
+    let now = Utc::now();
+    let midnight = now.date_naive().and_time(NaiveTime::MIN).and_utc();
+    // Leave the last minute to the measured inserts.
+    let span_ms = ((now - midnight).num_milliseconds() - 60_000).max(1) as u64;
+    let day = now.date_naive();
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(path)?);
+    let mut rng = rand::rng();
+    for n in 0..rows {
+        let at = midnight + chrono::Duration::milliseconds((n * span_ms / rows.max(1)) as i64);
+        let uuid = hex(&layout.token(at));
+        let letter = n / 20;
+        writeln!(
+            out,
+            "{uuid}\t{day}\tclick\tprefill\t{letter}\treader{letter}@example.com\t{}\thttps://news.example.com/articles/{}?utm_source=newsletter",
+            n % 20,
+            rng.random_range(0..1000)
+        )?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Insert `rows` rows in 1,000-row statements, tokens made now; rows/s.
+async fn timed_inserts(pool: &MySqlPool, layout: Layout, rows: u64) -> anyhow::Result<f64> {
+    let started = Instant::now();
+    let mut done = 0;
+    while done < rows {
+        let batch = 1000.min(rows - done);
+        let now = Utc::now();
+        let mut query = QueryBuilder::<MySql>::new(
+            "INSERT INTO links (uuid, inserted, kind, mailing_id, letter_id, email, position, url) ",
+        );
+        query.push_values(0..batch, |mut b, i| {
+            let n = done + i;
+            b.push_bind(layout.token(now).to_vec())
+                .push_bind(now.date_naive())
+                .push_bind("click")
+                .push_bind("measured")
+                .push_bind(n / 20)
+                .push_bind(format!("reader{}@example.com", n / 20))
+                .push_bind((n % 20) as u32)
+                .push_bind(format!(
+                    "https://news.example.com/articles/{}?utm_source=newsletter",
+                    n % 1000
+                ));
+        });
+        query.build().execute(pool).await?;
+        done += batch;
+    }
+    Ok(rows as f64 / started.elapsed().as_secs_f64())
+}

@@ -1,0 +1,296 @@
+//! Building one letter: tokens, personalisation, link rewriting, headers.
+//! Pure CPU work with no database access, so batches build on every core.
+
+use super::mailing::Mailing;
+use super::recipients::Recipient;
+use crate::letter::{rewrite, FoundKind, FoundLink, RewriteOptions, Template};
+use crate::store::links::{LinkKind, NewLink};
+use crate::token::Token;
+use chrono::{DateTime, Utc};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+
+/// One built letter, as written to the output (one JSON line).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Letter {
+    pub letter_id: u64,
+    pub mailing_id: String,
+    pub email: String,
+    pub pool: String,
+    pub subject: String,
+    pub headers: BTreeMap<String, String>,
+    pub html: String,
+}
+
+/// Everything shared by the letters of one mailing, prepared once.
+pub struct MailingContext {
+    pub mailing: Mailing,
+    pub base_url: String,
+    html: Option<Template>,
+    subject: Option<Template>,
+}
+
+/// Why a mailing cannot be built at all (reported before any letter).
+#[derive(Debug, thiserror::Error)]
+pub enum PrepareError {
+    #[error("mailing {field}: {message}")]
+    Template {
+        field: &'static str,
+        message: String,
+    },
+}
+
+impl MailingContext {
+    /// Compile the templates once; a creative that is not a valid template
+    /// (say, another engine's `{{#each}}`) is refused here with its line.
+    pub fn prepare(mailing: Mailing, base_url: &str) -> Result<MailingContext, PrepareError> {
+        let base_url = base_url.trim_end_matches('/').to_owned();
+        let (html, subject) = if mailing.personalize {
+            let html = Template::compile("html", &mailing.html, true).map_err(|e| {
+                PrepareError::Template {
+                    field: "html",
+                    message: e.to_string(),
+                }
+            })?;
+            let subject = Template::compile("subject", &mailing.subject, false).map_err(|e| {
+                PrepareError::Template {
+                    field: "subject",
+                    message: e.to_string(),
+                }
+            })?;
+            let uses_unsubscribe = html.variables().contains("unsubscribe_url");
+            if uses_unsubscribe && !mailing.track {
+                return Err(PrepareError::Template {
+                    field: "html",
+                    message: "uses {{ unsubscribe_url }}, but \"track\": false stores no unsubscribe link".into(),
+                });
+            }
+            (Some(html), Some(subject))
+        } else {
+            (None, None)
+        };
+        Ok(MailingContext {
+            mailing,
+            base_url,
+            html,
+            subject,
+        })
+    }
+}
+
+/// The tracked URL of a token (the URL contract: `/c/`, `/i/`, `/o/….gif`, `/u/`).
+pub fn tracked_url(base_url: &str, kind: LinkKind, token: &Token) -> String {
+    let base = base_url.trim_end_matches('/');
+    match kind {
+        LinkKind::Click => format!("{base}/c/{token}"),
+        LinkKind::Image => format!("{base}/i/{token}"),
+        LinkKind::Pixel => format!("{base}/o/{token}.gif"),
+        LinkKind::Unsubscribe => format!("{base}/u/{token}"),
+    }
+}
+
+/// Tokens a letter already has from an earlier, interrupted run.
+#[derive(Debug, Default, Clone)]
+pub struct StoredTokens {
+    /// (kind, position) -> (token, url)
+    pub by_position: HashMap<(LinkKind, u32), (Token, String)>,
+}
+
+/// Image tokens are shared by every letter of a mailing: one per distinct URL.
+#[derive(Default)]
+pub struct ImageTokens {
+    inner: Mutex<ImageState>,
+}
+
+#[derive(Default)]
+struct ImageState {
+    known: HashMap<String, Token>,
+    new_rows: Vec<NewLink>,
+}
+
+impl ImageTokens {
+    pub fn with_known(known: HashMap<String, Token>) -> Self {
+        ImageTokens {
+            inner: Mutex::new(ImageState {
+                known,
+                new_rows: Vec::new(),
+            }),
+        }
+    }
+
+    fn token_for(&self, url: &str, mailing_id: &str, made_at: DateTime<Utc>) -> Token {
+        // A poisoned lock only means another letter's build panicked; the map
+        // itself is still consistent (inserts are single operations).
+        let mut state = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(token) = state.known.get(url) {
+            return *token;
+        }
+        let token = Token::at(made_at);
+        state.known.insert(url.to_owned(), token);
+        state.new_rows.push(NewLink {
+            token,
+            kind: LinkKind::Image,
+            mailing_id: mailing_id.to_owned(),
+            letter_id: 0,
+            email: String::new(),
+            position: 0,
+            url: url.to_owned(),
+            meta: None,
+        });
+        token
+    }
+
+    /// Rows for image URLs first seen since the last call.
+    pub fn take_new_rows(&self) -> Vec<NewLink> {
+        let mut state = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        std::mem::take(&mut state.new_rows)
+    }
+}
+
+/// A letter and the link rows it needs stored before it may be written.
+pub struct Built {
+    pub letter: Letter,
+    pub new_links: Vec<NewLink>,
+}
+
+/// Hands out the letter's tokens: the stored one for a position when the
+/// letter was built before, a fresh one otherwise, and checks that a resumed
+/// letter still links where it did.
+struct LetterTokens<'a> {
+    stored: Option<&'a StoredTokens>,
+    made_at: DateTime<Utc>,
+    rows: Vec<NewLink>,
+    mismatch: Option<String>,
+    letter_id: u64,
+    mailing_id: &'a str,
+    email: &'a str,
+}
+
+impl LetterTokens<'_> {
+    fn token(&mut self, kind: LinkKind, position: u32, url: &str, meta: Option<Value>) -> Token {
+        if let Some((token, stored_url)) = self
+            .stored
+            .and_then(|s| s.by_position.get(&(kind, position)))
+        {
+            if stored_url != url && self.mismatch.is_none() {
+                self.mismatch = Some(format!(
+                    "{kind} link {position} was stored as {stored_url:?} by an earlier run and is now {url:?}; \
+                     build changed content under a new mailing_id"
+                ));
+            }
+            return *token;
+        }
+        let token = Token::at(self.made_at);
+        self.rows.push(NewLink {
+            token,
+            kind,
+            mailing_id: self.mailing_id.to_owned(),
+            letter_id: self.letter_id,
+            email: self.email.to_owned(),
+            position,
+            url: url.to_owned(),
+            meta,
+        });
+        token
+    }
+}
+
+/// Build one letter. `Err` is the reason the recipient is rejected.
+pub fn build_letter(
+    ctx: &MailingContext,
+    recipient: &Recipient,
+    letter_id: u64,
+    stored: Option<&StoredTokens>,
+    images: &ImageTokens,
+    made_at: DateTime<Utc>,
+) -> Result<Built, String> {
+    let mailing = &ctx.mailing;
+    let mut tokens = LetterTokens {
+        stored,
+        made_at,
+        rows: Vec::new(),
+        mismatch: None,
+        letter_id,
+        mailing_id: &mailing.mailing_id,
+        email: &recipient.email,
+    };
+    let mut headers = BTreeMap::from([("From".to_owned(), mailing.from.clone())]);
+    let mut context = recipient.fields.clone();
+    let mut pixel_html = None;
+    if mailing.track {
+        let unsubscribe = tokens.token(LinkKind::Unsubscribe, 0, "", None);
+        let pixel = tokens.token(LinkKind::Pixel, 0, "", None);
+        let unsubscribe_url = tracked_url(&ctx.base_url, LinkKind::Unsubscribe, &unsubscribe);
+        headers.insert("List-Unsubscribe".into(), format!("<{unsubscribe_url}>"));
+        headers.insert(
+            "List-Unsubscribe-Post".into(),
+            "List-Unsubscribe=One-Click".into(),
+        );
+        context.insert("unsubscribe_url".into(), Value::String(unsubscribe_url));
+        pixel_html = Some(format!(
+            r#"<img src="{}" width="1" height="1" alt="" style="display:block;border:0;width:1px;height:1px" />"#,
+            tracked_url(&ctx.base_url, LinkKind::Pixel, &pixel)
+        ));
+    }
+    context.insert(
+        "mailing_id".into(),
+        Value::String(mailing.mailing_id.clone()),
+    );
+
+    let (html, subject) = match (&ctx.html, &ctx.subject) {
+        (Some(html), Some(subject)) => (
+            html.render(&context)
+                .map_err(|e| format!("personalising the letter: {e}"))?,
+            subject
+                .render(&context)
+                .map_err(|e| format!("personalising the subject: {e}"))?,
+        ),
+        _ => (mailing.html.clone(), mailing.subject.clone()),
+    };
+
+    let html = if mailing.track {
+        let options = RewriteOptions {
+            track_links: true,
+            proxy_images: mailing.proxy_images,
+            own_base_url: &ctx.base_url,
+            pixel_html: pixel_html.as_deref(),
+        };
+        rewrite(&html, &options, |found: &FoundLink| match found.kind {
+            FoundKind::Click => {
+                let meta = link_meta(found.tag.as_deref(), &mailing.tags);
+                let token = tokens.token(LinkKind::Click, found.position, &found.url, meta);
+                tracked_url(&ctx.base_url, LinkKind::Click, &token)
+            }
+            FoundKind::Image => {
+                let token = images.token_for(&found.url, &mailing.mailing_id, made_at);
+                tracked_url(&ctx.base_url, LinkKind::Image, &token)
+            }
+        })
+        .map_err(|e| format!("rewriting links: {e}"))?
+    } else {
+        html
+    };
+    if let Some(mismatch) = tokens.mismatch {
+        return Err(mismatch);
+    }
+    Ok(Built {
+        letter: Letter {
+            letter_id,
+            mailing_id: mailing.mailing_id.clone(),
+            email: recipient.email.clone(),
+            pool: mailing.pool.clone(),
+            subject,
+            headers,
+            html,
+        },
+        new_links: tokens.rows,
+    })
+}
+
+/// The link's own tag and the mailing's tags, for segments and statistics.
+fn link_meta(tag: Option<&str>, mailing_tags: &[String]) -> Option<Value> {
+    let mut tags: Vec<&str> = tag.into_iter().collect();
+    tags.extend(mailing_tags.iter().map(String::as_str));
+    (!tags.is_empty()).then(|| json!({ "tags": tags }))
+}

@@ -1,0 +1,584 @@
+//! `linktrack build`: one mailing and its recipients in, built letters out.
+//!
+//! The job reads recipients in batches. For each batch it drops suppressed
+//! and duplicate addresses, reserves letter IDs, builds the letters on every
+//! core, then hands the batch to a writer task that stores the batch's link
+//! rows in one transaction and only then writes the letters out. The next
+//! batch builds while the writer stores the previous one.
+//!
+//! **Interrupted runs.** Output goes to `FILE.partial` and is renamed to
+//! `FILE` only when the job is complete, so a killed run leaves no truncated
+//! output behind. Running the same command again rebuilds every letter: a
+//! letter whose rows were committed before the kill reuses its letter ID and
+//! tokens (found through its pixel row), so the final output holds every
+//! accepted recipient once, every link in it resolves, and no row is stored
+//! twice.
+
+pub mod letter;
+pub mod mailing;
+pub mod recipients;
+
+use crate::store::links::{self, LinkKind};
+use crate::store::partitions::{self, Policy, RunOptions};
+use crate::store::sequences::Sequence;
+use crate::store::{suppressions, StoreError};
+use letter::{build_letter, Built, ImageTokens, MailingContext, StoredTokens};
+use mailing::Mailing;
+use recipients::{Recipient, Recipients, Rejection};
+use sqlx::MySqlPool;
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The reason written for a suppressed recipient.
+pub const SUPPRESSED: &str = "suppressed: the address is on the suppression list";
+
+/// The sequence letter IDs come from.
+pub const LETTER_SEQUENCE: &str = "letters";
+
+/// Where built letters go.
+#[derive(Debug, Clone)]
+pub enum Output {
+    Stdout,
+    File(PathBuf),
+}
+
+#[derive(Debug, Clone)]
+pub struct BuildOptions {
+    pub mailing: PathBuf,
+    pub recipients: PathBuf,
+    pub out: Output,
+    /// JSON Lines of rejected recipients: line, address, reason.
+    pub rejects: PathBuf,
+    pub base_url: String,
+    /// Recipients per batch (one transaction of link rows each).
+    pub batch_size: usize,
+    /// Threads building letters.
+    pub workers: usize,
+    /// Letter IDs reserved per round trip to `sequences`.
+    pub id_block: u64,
+    /// Draw a progress bar (only ever on a terminal).
+    pub progress: bool,
+}
+
+/// What the job did.
+#[derive(Debug, Default, Clone, serde::Serialize)]
+pub struct Summary {
+    pub letters_built: u64,
+    /// Letters whose rows an earlier, interrupted run had stored.
+    pub letters_resumed: u64,
+    pub suppressed: u64,
+    pub rejected: u64,
+    /// Rejections by reason (the reason's first words).
+    pub rejected_by_reason: BTreeMap<String, u64>,
+    pub links_stored: u64,
+    pub seconds: f64,
+}
+
+impl Summary {
+    pub fn letters_per_second(&self) -> f64 {
+        if self.seconds > 0.0 {
+            self.letters_built as f64 / self.seconds
+        } else {
+            0.0
+        }
+    }
+}
+
+impl std::fmt::Display for Summary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "built {} letters ({} resumed from an earlier run), stored {} links, in {:.1}s ({:.0} letters/s)",
+            self.letters_built,
+            self.letters_resumed,
+            self.links_stored,
+            self.seconds,
+            self.letters_per_second()
+        )?;
+        write!(
+            f,
+            "skipped {} suppressed addresses; rejected {} recipients",
+            self.suppressed, self.rejected
+        )?;
+        for (reason, count) in &self.rejected_by_reason {
+            write!(f, "\n  {count:>8}  {reason}")?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error(transparent)]
+    Mailing(#[from] mailing::MailingError),
+    #[error("{path}: {source}")]
+    Template {
+        path: PathBuf,
+        source: letter::PrepareError,
+    },
+    #[error("{path}: cannot read recipients: {source}")]
+    Recipients {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: cannot write: {source}")]
+    Output {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+/// A batch ready for the writer: rows to commit, then letters to write.
+struct StoredBatch {
+    rows: Vec<links::NewLink>,
+    letters: Vec<letter::Letter>,
+}
+
+/// Run the job.
+pub async fn run(pool: &MySqlPool, options: &BuildOptions) -> Result<Summary, BuildError> {
+    let started = Instant::now();
+    let mailing = Mailing::load(&options.mailing)?;
+    let ctx = MailingContext::prepare(mailing, &options.base_url).map_err(|source| {
+        BuildError::Template {
+            path: options.mailing.clone(),
+            source,
+        }
+    })?;
+    let ctx = Arc::new(ctx);
+    let track = ctx.mailing.track;
+    if track {
+        ensure_partitions(pool).await?;
+    }
+
+    let mut reader =
+        Recipients::open(&options.recipients).map_err(|source| BuildError::Recipients {
+            path: options.recipients.clone(),
+            source,
+        })?;
+    let progress = progress_bar(options.progress, reader.total_bytes);
+    let bytes_read = Arc::clone(&reader.bytes_read);
+
+    let existing = if track {
+        links::letters_of_mailing(pool, &ctx.mailing.mailing_id).await?
+    } else {
+        HashMap::new()
+    };
+    let images = Arc::new(ImageTokens::with_known(if track {
+        links::images_of_mailing(pool, &ctx.mailing.mailing_id).await?
+    } else {
+        HashMap::new()
+    }));
+
+    let mut rejects = RejectsFile::create(&options.rejects)?;
+    let (batches, writer) = spawn_writer(pool.clone(), options.out.clone());
+    let mut sequence = Sequence::new(LETTER_SEQUENCE, options.id_block);
+    let mut summary = Summary::default();
+    let mut seen: HashMap<String, u64> = HashMap::new();
+
+    loop {
+        let (entries, recipients_left) =
+            read_batch(reader, options.batch_size, &options.recipients).await?;
+        reader = recipients_left;
+        if entries.is_empty() {
+            break;
+        }
+        let mut accepted = Vec::with_capacity(entries.len());
+        for entry in entries {
+            match entry {
+                Ok(recipient) => match seen.get(&recipient.email) {
+                    Some(first) => rejects.write(
+                        &mut summary,
+                        &Rejection {
+                            line: recipient.line,
+                            email: Some(recipient.email.clone()),
+                            reason: format!("duplicate address: first at line {first}"),
+                        },
+                    )?,
+                    None => {
+                        seen.insert(recipient.email.clone(), recipient.line);
+                        accepted.push(recipient);
+                    }
+                },
+                Err(rejection) => rejects.write(&mut summary, &rejection)?,
+            }
+        }
+
+        let emails: Vec<&str> = accepted.iter().map(|r| r.email.as_str()).collect();
+        let suppressed = suppressions::suppressed_among(pool, &emails).await?;
+        for recipient in accepted.iter().filter(|r| suppressed.contains(&r.email)) {
+            rejects.skip(&mut summary, recipient)?;
+        }
+        accepted.retain(|r| !suppressed.contains(&r.email));
+
+        let mut jobs = Vec::with_capacity(accepted.len());
+        let mut resumed_ids = Vec::new();
+        for recipient in accepted {
+            let letter_id = match existing.get(&recipient.email) {
+                Some(id) => {
+                    resumed_ids.push(*id);
+                    *id
+                }
+                None => sequence.next(pool).await?,
+            };
+            jobs.push((recipient, letter_id));
+        }
+        let stored = stored_tokens(pool, &ctx.mailing.mailing_id, &resumed_ids).await?;
+        summary.letters_resumed += resumed_ids.len() as u64;
+
+        let built = build_batch(
+            Arc::clone(&ctx),
+            jobs,
+            stored,
+            Arc::clone(&images),
+            options.workers,
+        )
+        .await?;
+        let mut batch = StoredBatch {
+            rows: images.take_new_rows(),
+            letters: Vec::with_capacity(built.len()),
+        };
+        for (line, email, result) in built {
+            match result {
+                Ok(Built { letter, new_links }) => {
+                    batch.rows.extend(new_links);
+                    batch.letters.push(letter);
+                }
+                Err(reason) => rejects.write(
+                    &mut summary,
+                    &Rejection {
+                        line,
+                        email: Some(email),
+                        reason,
+                    },
+                )?,
+            }
+        }
+        summary.letters_built += batch.letters.len() as u64;
+        summary.links_stored += batch.rows.len() as u64;
+        if batches.send(batch).await.is_err() {
+            break; // the writer failed; its error is returned below
+        }
+        progress.set_position(bytes_read.load(Ordering::Relaxed));
+    }
+    drop(batches);
+    let written = writer
+        .await
+        .map_err(|e| BuildError::Internal(format!("writer task: {e}")))?;
+    written?;
+    rejects.finish()?;
+    progress.finish_and_clear();
+    summary.seconds = started.elapsed().as_secs_f64();
+    Ok(summary)
+}
+
+/// Today's and tomorrow's partitions, in case the job runs past midnight.
+async fn ensure_partitions(pool: &MySqlPool) -> Result<(), StoreError> {
+    let policy = Policy {
+        today: chrono::Utc::now().date_naive(),
+        ahead_days: 1,
+        keep_days: None,
+    };
+    partitions::run(pool, &policy, &RunOptions::default()).await?;
+    Ok(())
+}
+
+/// Read up to `size` entries on a blocking thread (the file reader is
+/// synchronous); the reader comes back for the next batch.
+async fn read_batch(
+    mut reader: Recipients,
+    size: usize,
+    path: &Path,
+) -> Result<(Vec<recipients::Entry>, Recipients), BuildError> {
+    tokio::task::spawn_blocking(move || {
+        let mut entries = Vec::with_capacity(size);
+        for entry in reader.by_ref().take(size) {
+            entries.push(entry?);
+        }
+        Ok::<_, std::io::Error>((entries, reader))
+    })
+    .await
+    .map_err(|e| BuildError::Internal(format!("reader thread: {e}")))?
+    .map_err(|source| BuildError::Recipients {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+async fn stored_tokens(
+    pool: &MySqlPool,
+    mailing_id: &str,
+    letter_ids: &[u64],
+) -> Result<HashMap<u64, StoredTokens>, StoreError> {
+    let mut by_letter: HashMap<u64, StoredTokens> = HashMap::new();
+    if letter_ids.is_empty() {
+        return Ok(by_letter);
+    }
+    for link in links::of_letters(pool, mailing_id, letter_ids).await? {
+        if link.kind == LinkKind::Image {
+            continue;
+        }
+        by_letter
+            .entry(link.letter_id)
+            .or_default()
+            .by_position
+            .insert((link.kind, link.position), (link.token, link.url));
+    }
+    Ok(by_letter)
+}
+
+type BuiltEntry = (u64, String, Result<Built, String>);
+
+/// Build a batch of letters on `workers` threads, in input order.
+async fn build_batch(
+    ctx: Arc<MailingContext>,
+    jobs: Vec<(Recipient, u64)>,
+    stored: HashMap<u64, StoredTokens>,
+    images: Arc<ImageTokens>,
+    workers: usize,
+) -> Result<Vec<BuiltEntry>, BuildError> {
+    let made_at = chrono::Utc::now();
+    tokio::task::spawn_blocking(move || {
+        let chunk = jobs.len().div_ceil(workers.max(1)).max(1);
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = jobs
+                .chunks(chunk)
+                .map(|part| {
+                    let (ctx, stored, images) = (&ctx, &stored, &images);
+                    scope.spawn(move || {
+                        part.iter()
+                            .map(|(recipient, letter_id)| {
+                                let result = build_letter(
+                                    ctx,
+                                    recipient,
+                                    *letter_id,
+                                    stored.get(letter_id),
+                                    images,
+                                    made_at,
+                                );
+                                (recipient.line, recipient.email.clone(), result)
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            let mut out = Vec::with_capacity(jobs.len());
+            for handle in handles {
+                match handle.join() {
+                    Ok(part) => out.extend(part),
+                    Err(_) => {
+                        return Err(BuildError::Internal(
+                            "a letter-building thread panicked".into(),
+                        ))
+                    }
+                }
+            }
+            Ok(out)
+        })
+    })
+    .await
+    .map_err(|e| BuildError::Internal(format!("builder thread: {e}")))?
+}
+
+/// The writer: commit a batch's rows, then append its letters. Returns the
+/// sender for batches and the task's handle.
+fn spawn_writer(
+    pool: MySqlPool,
+    out: Output,
+) -> (
+    tokio::sync::mpsc::Sender<StoredBatch>,
+    tokio::task::JoinHandle<Result<(), BuildError>>,
+) {
+    // One batch in flight while the next builds: bounded, so a slow database
+    // holds the builders back instead of filling memory.
+    let (sender, mut receiver) = tokio::sync::mpsc::channel::<StoredBatch>(1);
+    let handle = tokio::spawn(async move {
+        let mut sink = LetterSink::open(&out)?;
+        while let Some(batch) = receiver.recv().await {
+            store_rows(&pool, &batch.rows).await?;
+            sink.write(&batch.letters)?;
+        }
+        sink.finish()
+    });
+    (sender, handle)
+}
+
+/// Insert a batch's rows in one transaction; if a day's partition is
+/// missing (the job crossed midnight twice), create it and try once more.
+async fn store_rows(pool: &MySqlPool, rows: &[links::NewLink]) -> Result<(), BuildError> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    for attempt in 0..2 {
+        let mut tx = pool.begin().await.map_err(StoreError::from)?;
+        match links::insert_on(&mut tx, rows).await {
+            Ok(_) => {
+                tx.commit().await.map_err(StoreError::from)?;
+                return Ok(());
+            }
+            Err(StoreError::NoPartition { .. }) if attempt == 0 => {
+                drop(tx);
+                ensure_partitions(pool).await?;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(BuildError::Internal(
+        "unreachable: the retry loop returns".into(),
+    ))
+}
+
+/// The output: standard output, or `FILE.partial` renamed to `FILE` at the end.
+struct LetterSink {
+    writer: Box<dyn Write + Send>,
+    rename: Option<(PathBuf, PathBuf)>,
+}
+
+impl LetterSink {
+    fn open(out: &Output) -> Result<LetterSink, BuildError> {
+        match out {
+            Output::Stdout => Ok(LetterSink {
+                writer: Box::new(std::io::BufWriter::new(std::io::stdout())),
+                rename: None,
+            }),
+            Output::File(path) => {
+                let partial = partial_path(path);
+                let file =
+                    std::fs::File::create(&partial).map_err(|source| BuildError::Output {
+                        path: partial.clone(),
+                        source,
+                    })?;
+                Ok(LetterSink {
+                    writer: Box::new(std::io::BufWriter::with_capacity(1 << 20, file)),
+                    rename: Some((partial, path.clone())),
+                })
+            }
+        }
+    }
+
+    fn path(&self) -> PathBuf {
+        self.rename
+            .as_ref()
+            .map_or_else(|| PathBuf::from("-"), |(partial, _)| partial.clone())
+    }
+
+    fn write(&mut self, letters: &[letter::Letter]) -> Result<(), BuildError> {
+        let result = (|| {
+            for letter in letters {
+                serde_json::to_writer(&mut self.writer, letter)?;
+                self.writer.write_all(b"\n")?;
+            }
+            self.writer.flush()
+        })();
+        result.map_err(|source| BuildError::Output {
+            path: self.path(),
+            source,
+        })
+    }
+
+    fn finish(mut self) -> Result<(), BuildError> {
+        self.writer.flush().map_err(|source| BuildError::Output {
+            path: self.path(),
+            source,
+        })?;
+        drop(self.writer);
+        if let Some((partial, path)) = self.rename.take() {
+            std::fs::rename(&partial, &path)
+                .map_err(|source| BuildError::Output { path, source })?;
+        }
+        Ok(())
+    }
+}
+
+/// `letters.jsonl` -> `letters.jsonl.partial`
+pub fn partial_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".partial");
+    PathBuf::from(name)
+}
+
+/// Rejected recipients, one JSON line each, counted into the summary.
+struct RejectsFile {
+    path: PathBuf,
+    writer: std::io::BufWriter<std::fs::File>,
+}
+
+impl RejectsFile {
+    fn create(path: &Path) -> Result<RejectsFile, BuildError> {
+        let file = std::fs::File::create(path).map_err(|source| BuildError::Output {
+            path: path.to_owned(),
+            source,
+        })?;
+        Ok(RejectsFile {
+            path: path.to_owned(),
+            writer: std::io::BufWriter::new(file),
+        })
+    }
+
+    fn write(&mut self, summary: &mut Summary, rejection: &Rejection) -> Result<(), BuildError> {
+        summary.rejected += 1;
+        *summary
+            .rejected_by_reason
+            .entry(reason_kind(&rejection.reason))
+            .or_default() += 1;
+        tracing::debug!(line = rejection.line, reason = %rejection.reason, "recipient rejected");
+        self.append(rejection)
+    }
+
+    /// A suppressed recipient: listed in the file too, so it says what
+    /// happened to every line, but counted apart from the rejected.
+    fn skip(&mut self, summary: &mut Summary, recipient: &Recipient) -> Result<(), BuildError> {
+        summary.suppressed += 1;
+        let rejection = Rejection {
+            line: recipient.line,
+            email: Some(recipient.email.clone()),
+            reason: SUPPRESSED.to_owned(),
+        };
+        self.append(&rejection)
+    }
+
+    fn append(&mut self, rejection: &Rejection) -> Result<(), BuildError> {
+        let result = serde_json::to_writer(&mut self.writer, rejection)
+            .map_err(std::io::Error::from)
+            .and_then(|()| self.writer.write_all(b"\n"));
+        result.map_err(|source| BuildError::Output {
+            path: self.path.clone(),
+            source,
+        })
+    }
+
+    fn finish(mut self) -> Result<(), BuildError> {
+        self.writer.flush().map_err(|source| BuildError::Output {
+            path: self.path.clone(),
+            source,
+        })
+    }
+}
+
+/// Group reasons for the summary: the text before the first colon.
+fn reason_kind(reason: &str) -> String {
+    reason.split(':').next().unwrap_or(reason).trim().to_owned()
+}
+
+fn progress_bar(enabled: bool, total: Option<u64>) -> indicatif::ProgressBar {
+    if !enabled {
+        return indicatif::ProgressBar::hidden();
+    }
+    // indicatif draws nothing when stderr is not a terminal.
+    let bar =
+        indicatif::ProgressBar::with_draw_target(total, indicatif::ProgressDrawTarget::stderr());
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} recipients read ({eta} left)",
+    ) {
+        bar.set_style(style);
+    }
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
+}

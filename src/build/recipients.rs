@@ -1,0 +1,300 @@
+//! The recipients file: JSON Lines or CSV with a header row. `email` is
+//! required; every other field is available to personalisation.
+//!
+//! A bad line never stops the job: it becomes a [`Rejection`] naming its line
+//! and reason, and reading goes on with the next line.
+
+use crate::address;
+use serde_json::{Map, Value};
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// One usable recipient.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Recipient {
+    /// 1-based line in the file.
+    pub line: u64,
+    /// Normalised address.
+    pub email: String,
+    /// Every field of the line, `email` included (as normalised).
+    pub fields: Map<String, Value>,
+}
+
+/// A line that cannot be used, and why.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Rejection {
+    pub line: u64,
+    pub email: Option<String>,
+    pub reason: String,
+}
+
+pub type Entry = Result<Recipient, Rejection>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    JsonLines,
+    Csv,
+}
+
+impl Format {
+    /// By extension; anything else is sniffed from the first byte (`{` means JSON Lines).
+    pub fn detect(path: &Path, first_byte: Option<u8>) -> Format {
+        match path
+            .extension()
+            .and_then(|e| e.to_str())
+            .map(str::to_ascii_lowercase)
+            .as_deref()
+        {
+            Some("csv") => Format::Csv,
+            Some("jsonl" | "ndjson" | "json") => Format::JsonLines,
+            _ if first_byte == Some(b'{') => Format::JsonLines,
+            _ => Format::Csv,
+        }
+    }
+}
+
+/// Counts bytes read, so a progress bar can follow a file of unknown line count.
+struct Counting<R> {
+    inner: R,
+    read: Arc<AtomicU64>,
+}
+
+impl<R: Read> Read for Counting<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
+/// An open recipients file.
+pub struct Recipients {
+    entries: Box<dyn Iterator<Item = std::io::Result<Entry>> + Send>,
+    /// Bytes consumed so far.
+    pub bytes_read: Arc<AtomicU64>,
+    /// File size, when known.
+    pub total_bytes: Option<u64>,
+}
+
+impl Recipients {
+    pub fn open(path: &Path) -> std::io::Result<Recipients> {
+        let file = std::fs::File::open(path)?;
+        let total_bytes = file.metadata().ok().map(|m| m.len());
+        let bytes_read = Arc::new(AtomicU64::new(0));
+        let mut reader = BufReader::with_capacity(
+            256 * 1024,
+            Counting {
+                inner: file,
+                read: Arc::clone(&bytes_read),
+            },
+        );
+        let first = reader
+            .fill_buf()?
+            .iter()
+            .copied()
+            .find(|b| !b.is_ascii_whitespace());
+        let entries: Box<dyn Iterator<Item = std::io::Result<Entry>> + Send> =
+            match Format::detect(path, first) {
+                Format::JsonLines => Box::new(json_lines(reader)),
+                Format::Csv => Box::new(csv_rows(reader)),
+            };
+        Ok(Recipients {
+            entries,
+            bytes_read,
+            total_bytes,
+        })
+    }
+}
+
+impl Iterator for Recipients {
+    /// `Err` is an I/O failure of the file itself (the job cannot go on);
+    /// a bad line is `Ok(Err(Rejection))`.
+    type Item = std::io::Result<Entry>;
+    fn next(&mut self) -> Option<Self::Item> {
+        self.entries.next()
+    }
+}
+
+fn json_lines<R: BufRead + Send + 'static>(
+    reader: R,
+) -> impl Iterator<Item = std::io::Result<Entry>> {
+    reader.lines().enumerate().filter_map(|(index, line)| {
+        let number = index as u64 + 1;
+        match line {
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                Some(Ok(reject(number, None, "not valid UTF-8")))
+            }
+            Err(e) => Some(Err(e)),
+            Ok(text) if text.trim().is_empty() => None,
+            Ok(text) => Some(Ok(parse_json_line(number, &text))),
+        }
+    })
+}
+
+fn parse_json_line(line: u64, text: &str) -> Entry {
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(fields)) => recipient(line, fields),
+        Ok(_) => reject(line, None, "not a JSON object"),
+        Err(e) => reject(line, None, &format!("bad JSON: {e}")),
+    }
+}
+
+fn csv_rows<R: Read + Send + 'static>(reader: R) -> impl Iterator<Item = std::io::Result<Entry>> {
+    let mut csv = csv::ReaderBuilder::new()
+        .flexible(false)
+        .trim(csv::Trim::Headers)
+        .from_reader(reader);
+    let header = csv.headers().cloned().map_err(|e| e.to_string());
+    let mut records = csv.into_records();
+    let mut header_reported = false;
+    std::iter::from_fn(move || {
+        let headers = match &header {
+            Ok(headers) => headers,
+            // A broken header makes every row unreadable: one rejection, then stop.
+            Err(e) if !header_reported => {
+                header_reported = true;
+                return Some(Ok(reject(1, None, &format!("bad CSV header: {e}"))));
+            }
+            Err(_) => return None,
+        };
+        Some(match records.next()? {
+            Ok(record) => {
+                let line = record.position().map_or(0, |p| p.line());
+                let fields = headers
+                    .iter()
+                    .zip(record.iter())
+                    .map(|(k, v)| (k.to_owned(), Value::String(v.to_owned())))
+                    .collect();
+                Ok(recipient(line, fields))
+            }
+            Err(e) => csv_error(e),
+        })
+    })
+}
+
+/// A bad row is a rejection; a failing file is an I/O error that ends the job.
+fn csv_error(e: csv::Error) -> std::io::Result<Entry> {
+    let line = e.position().map_or(0, |p| p.line());
+    match e.kind() {
+        csv::ErrorKind::Io(_) => Err(std::io::Error::other(e.to_string())),
+        csv::ErrorKind::UnequalLengths {
+            expected_len, len, ..
+        } => Ok(reject(
+            line,
+            None,
+            &format!("bad CSV: {len} fields where the header has {expected_len}"),
+        )),
+        _ => Ok(reject(line, None, &format!("bad CSV: {e}"))),
+    }
+}
+
+fn recipient(line: u64, mut fields: Map<String, Value>) -> Entry {
+    let raw = match fields.get("email") {
+        Some(Value::String(s)) => s.clone(),
+        Some(_) => return reject(line, None, "field `email` is not a string"),
+        None => return reject(line, None, "no `email` field"),
+    };
+    let email = address::normalize(&raw);
+    if let Err(e) = address::validate(&email) {
+        return reject(line, Some(raw), &format!("invalid address: {e}"));
+    }
+    fields.insert("email".to_owned(), Value::String(email.clone()));
+    Ok(Recipient {
+        line,
+        email,
+        fields,
+    })
+}
+
+fn reject(line: u64, email: Option<String>, reason: &str) -> Entry {
+    Err(Rejection {
+        line,
+        email,
+        reason: reason.to_owned(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(name: &str, text: &str) -> Vec<Entry> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        Recipients::open(&path)
+            .unwrap()
+            .map(|e| e.unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn json_lines_keep_going_after_bad_lines() {
+        let entries = read(
+            "r.jsonl",
+            "{\"email\":\"Ann@Example.com\",\"first_name\":\"Ann\"}\n\n{oops\n[1]\n{\"name\":\"x\"}\n{\"email\":\"not-an-address\"}\n{\"email\":\"山田@example.jp\",\"first_name\":\"太郎\"}\n",
+        );
+        assert_eq!(entries.len(), 6, "the blank line is skipped");
+        let ok: Vec<&Recipient> = entries.iter().filter_map(|e| e.as_ref().ok()).collect();
+        assert_eq!(
+            ok.iter()
+                .map(|r| (r.line, r.email.as_str()))
+                .collect::<Vec<_>>(),
+            [(1, "ann@example.com"), (7, "山田@example.jp")]
+        );
+        assert_eq!(ok[1].fields["first_name"], "太郎");
+        let bad: Vec<(u64, &str)> = entries
+            .iter()
+            .filter_map(|e| e.as_ref().err())
+            .map(|r| (r.line, r.reason.as_str()))
+            .collect();
+        assert_eq!(bad[0].0, 3);
+        assert!(bad[0].1.starts_with("bad JSON"));
+        assert_eq!(bad[1], (4, "not a JSON object"));
+        assert_eq!(bad[2], (5, "no `email` field"));
+        assert_eq!(bad[3].0, 6);
+        assert!(bad[3].1.contains("invalid address"));
+    }
+
+    #[test]
+    fn csv_rows_carry_their_line_numbers_and_fields() {
+        let entries = read(
+            "r.csv",
+            "email,first_name,city\nann@example.com,Ann,Oslo\nbad-row-with,too,many,fields\n\"bo@example.com\",\"Bø, Jr.\",Bergen\n",
+        );
+        assert_eq!(entries.len(), 3);
+        let first = entries[0].as_ref().unwrap();
+        assert_eq!(
+            (first.line, first.fields["city"].as_str()),
+            (2, Some("Oslo"))
+        );
+        let bad = entries[1].as_ref().unwrap_err();
+        assert_eq!(bad.line, 3);
+        assert!(
+            bad.reason.contains("4 fields where the header has 3"),
+            "{}",
+            bad.reason
+        );
+        let third = entries[2].as_ref().unwrap();
+        assert_eq!(
+            (third.line, third.fields["first_name"].as_str()),
+            (4, Some("Bø, Jr."))
+        );
+    }
+
+    #[test]
+    fn format_is_detected_by_extension_then_content() {
+        assert_eq!(Format::detect(Path::new("a.csv"), Some(b'{')), Format::Csv);
+        assert_eq!(
+            Format::detect(Path::new("a.ndjson"), Some(b'e')),
+            Format::JsonLines
+        );
+        assert_eq!(
+            Format::detect(Path::new("a.txt"), Some(b'{')),
+            Format::JsonLines
+        );
+        assert_eq!(Format::detect(Path::new("a"), Some(b'e')), Format::Csv);
+    }
+}

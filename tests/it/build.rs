@@ -1,0 +1,540 @@
+use crate::common::{today, TestDb};
+use linktrack::build::{self, BuildOptions, Output};
+use linktrack::store::links::{self, LinkKind};
+use linktrack::store::sequences::Sequence;
+use linktrack::store::suppressions;
+use linktrack::token::Token;
+use serde_json::Value;
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+const BASE: &str = "https://t.example.test";
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
+}
+
+fn options(dir: &Path, mailing: PathBuf, recipients: PathBuf) -> BuildOptions {
+    BuildOptions {
+        mailing,
+        recipients,
+        out: Output::File(dir.join("letters.jsonl")),
+        rejects: dir.join("rejects.jsonl"),
+        base_url: BASE.into(),
+        batch_size: 3,
+        workers: 2,
+        id_block: 4,
+        progress: false,
+    }
+}
+
+fn read_jsonl(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Every tracked token in a letter's HTML and headers, with its kind.
+fn tracked_tokens(text: &str) -> Vec<(LinkKind, Token)> {
+    let mut found = Vec::new();
+    for (marker, kind) in [
+        ("/c/", LinkKind::Click),
+        ("/i/", LinkKind::Image),
+        ("/o/", LinkKind::Pixel),
+        ("/u/", LinkKind::Unsubscribe),
+    ] {
+        let needle = format!("{BASE}{marker}");
+        for (at, _) in text.match_indices(&needle) {
+            let start = at + needle.len();
+            if let Some(hex) = text.get(start..start + 32) {
+                found.push((kind, Token::parse(hex).expect("a valid token")));
+            }
+        }
+    }
+    found
+}
+
+#[tokio::test]
+async fn the_fixture_mailing_builds_skipping_the_suppressed_and_the_bad() {
+    let db = TestDb::new().await;
+    suppressions::add(&db.pool, &["blocked@example.net".into()], "test")
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let opts = options(
+        dir.path(),
+        fixtures().join("mailing.json"),
+        fixtures().join("recipients.csv"),
+    );
+    let summary = build::run(&db.pool, &opts).await.unwrap();
+
+    assert_eq!(
+        (summary.letters_built, summary.suppressed, summary.rejected),
+        (6, 1, 2),
+        "{summary}"
+    );
+    let rejects = read_jsonl(&dir.path().join("rejects.jsonl"));
+    let by_line: HashMap<u64, &str> = rejects
+        .iter()
+        .map(|r| (r["line"].as_u64().unwrap(), r["reason"].as_str().unwrap()))
+        .collect();
+    assert!(by_line[&6].starts_with("suppressed"), "{by_line:?}");
+    assert!(by_line[&7].contains("invalid address"), "{by_line:?}");
+    assert!(
+        by_line[&9].contains("duplicate address: first at line 2"),
+        "{by_line:?}"
+    );
+
+    let letters = read_jsonl(&dir.path().join("letters.jsonl"));
+    assert!(!dir.path().join("letters.jsonl.partial").exists());
+    assert_eq!(letters.len(), 6);
+    let ids: HashSet<u64> = letters
+        .iter()
+        .map(|l| l["letter_id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 6, "letter ids are unique");
+    let taro = letters
+        .iter()
+        .find(|l| l["email"] == "taro.yamada@example.jp")
+        .unwrap();
+    assert_eq!(
+        taro["subject"],
+        "太郎, this week: Rust 1.95 and daily partitions"
+    );
+    assert_eq!(taro["pool"], "newsletters");
+    let html = taro["html"].as_str().unwrap();
+    assert!(html.contains("Hello 太郎,"));
+    assert!(
+        html.contains(r#"href="mailto:editor@weekly.example.com""#),
+        "mailto untouched"
+    );
+    assert!(
+        html.contains(r#"<a href="https://weekly.example.com/privacy">"#),
+        "opted-out link untouched, marker removed"
+    );
+    assert!(
+        !html.contains("https://blog.rust-lang.example"),
+        "tracked links are rewritten"
+    );
+    assert!(
+        html.contains("<img src=\"https://t.example.test/o/"),
+        "pixel added"
+    );
+
+    let headers = &taro["headers"];
+    assert_eq!(
+        headers["List-Unsubscribe-Post"],
+        "List-Unsubscribe=One-Click"
+    );
+    let unsubscribe = headers["List-Unsubscribe"].as_str().unwrap();
+    assert!(unsubscribe.starts_with("<https://t.example.test/u/") && unsubscribe.ends_with('>'));
+    assert!(
+        html.contains(&unsubscribe[1..unsubscribe.len() - 1]),
+        "the template's unsubscribe_url is the header's"
+    );
+
+    // Every tracked link resolves to a row naming this letter and its target.
+    let tokens = tracked_tokens(html);
+    let clicks = tokens.iter().filter(|(k, _)| *k == LinkKind::Click).count();
+    assert_eq!(
+        clicks, 8,
+        "logo, 3 articles, 2 map areas, VML button, HTML button"
+    );
+    for (kind, token) in &tokens {
+        let row = links::lookup(&db.pool, token)
+            .await
+            .unwrap()
+            .expect("row for every token");
+        assert_eq!(row.kind, *kind);
+        assert_eq!(token.date(), today());
+        if *kind != LinkKind::Image {
+            assert_eq!(
+                (row.email.as_str(), row.letter_id),
+                (
+                    "taro.yamada@example.jp",
+                    taro["letter_id"].as_u64().unwrap()
+                )
+            );
+        }
+    }
+    let first_click = links::lookup(
+        &db.pool,
+        &tokens
+            .iter()
+            .find(|(k, _)| *k == LinkKind::Click)
+            .unwrap()
+            .1,
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        first_click.url,
+        "https://weekly.example.com/?utm_source=newsletter&utm_medium=email&utm_campaign=w47",
+        "&amp; decoded"
+    );
+
+    // Rows: 8 clicks + pixel + unsubscribe per letter, 2 distinct images per mailing.
+    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM links")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, 6 * 10 + 2);
+    assert_eq!(summary.links_stored, 62);
+}
+
+#[tokio::test]
+async fn a_rerun_after_completion_stores_nothing_new_and_writes_the_same_letters() {
+    let db = TestDb::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let opts = options(
+        dir.path(),
+        fixtures().join("mailing.json"),
+        fixtures().join("recipients.csv"),
+    );
+    build::run(&db.pool, &opts).await.unwrap();
+    let first = read_jsonl(&dir.path().join("letters.jsonl"));
+    let again = build::run(&db.pool, &opts).await.unwrap();
+    assert_eq!(
+        (
+            again.letters_built,
+            again.letters_resumed,
+            again.links_stored
+        ),
+        (7, 7, 0)
+    );
+    assert_eq!(read_jsonl(&dir.path().join("letters.jsonl")), first);
+}
+
+#[tokio::test]
+async fn a_creative_with_another_engines_tags_is_refused_unless_personalize_is_off() {
+    let db = TestDb::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let html = "<p>Hi</p>\n<ul>{{#each items}}<li><a href=\"https://shop.example/{{id}}\">x</a></li>{{/each}}</ul>";
+    std::fs::write(dir.path().join("hbs.html"), html).unwrap();
+    let mailing = |personalize: bool| {
+        let path = dir.path().join(format!("m-{personalize}.json"));
+        let json = serde_json::json!({"mailing_id": format!("hbs-{personalize}"), "subject": "s", "from": "f@example.com", "html_file": "hbs.html", "personalize": personalize});
+        std::fs::write(&path, json.to_string()).unwrap();
+        path
+    };
+    std::fs::write(
+        dir.path().join("r.jsonl"),
+        "{\"email\":\"a@example.com\"}\n",
+    )
+    .unwrap();
+
+    let refused = build::run(
+        &db.pool,
+        &options(dir.path(), mailing(true), dir.path().join("r.jsonl")),
+    )
+    .await
+    .unwrap_err();
+    let message = refused.to_string();
+    assert!(
+        message.contains("m-true.json") && message.contains("line 2"),
+        "{message}"
+    );
+
+    let summary = build::run(
+        &db.pool,
+        &options(dir.path(), mailing(false), dir.path().join("r.jsonl")),
+    )
+    .await
+    .unwrap();
+    assert_eq!(summary.letters_built, 1);
+    let letter = &read_jsonl(&dir.path().join("letters.jsonl"))[0];
+    assert!(
+        letter["html"]
+            .as_str()
+            .unwrap()
+            .contains("href=\"https://shop.example/{{id}}\""),
+        "unresolved template hrefs are left alone"
+    );
+}
+
+#[tokio::test]
+async fn a_recipient_missing_a_field_is_rejected_by_name() {
+    let db = TestDb::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("r.jsonl"),
+        "{\"email\":\"a@example.com\",\"first_name\":\"A\"}\n{\"email\":\"b@example.com\"}\n",
+    )
+    .unwrap();
+    let summary = build::run(
+        &db.pool,
+        &options(
+            dir.path(),
+            fixtures().join("mailing.json"),
+            dir.path().join("r.jsonl"),
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!((summary.letters_built, summary.rejected), (1, 1));
+    let rejects = read_jsonl(&dir.path().join("rejects.jsonl"));
+    assert_eq!(rejects[0]["line"], 2);
+    assert!(
+        rejects[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("first_name"),
+        "{rejects:?}"
+    );
+}
+
+#[tokio::test]
+async fn track_false_leaves_links_alone_and_stores_nothing() {
+    let db = TestDb::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let html = "<p>Hi {{ first_name }}</p><a href=\"https://example.com/a\">a</a><img src=\"https://example.com/i.png\">";
+    let json = serde_json::json!({"mailing_id": "plain", "subject": "s", "from": "f@example.com", "html": html, "track": false});
+    std::fs::write(dir.path().join("m.json"), json.to_string()).unwrap();
+    std::fs::write(
+        dir.path().join("r.jsonl"),
+        "{\"email\":\"a@example.com\",\"first_name\":\"Ann\"}\n",
+    )
+    .unwrap();
+    let summary = build::run(
+        &db.pool,
+        &options(
+            dir.path(),
+            dir.path().join("m.json"),
+            dir.path().join("r.jsonl"),
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!((summary.letters_built, summary.links_stored), (1, 0));
+    let letter = &read_jsonl(&dir.path().join("letters.jsonl"))[0];
+    assert_eq!(letter["html"], "<p>Hi Ann</p><a href=\"https://example.com/a\">a</a><img src=\"https://example.com/i.png\">");
+    assert!(letter["headers"].get("List-Unsubscribe").is_none());
+    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM links")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, 0);
+}
+
+#[tokio::test]
+async fn sequences_hand_out_disjoint_blocks_and_new_names_start_at_one() {
+    let db = TestDb::new().await;
+    let mut letters_a = Sequence::new("letters", 3);
+    let mut letters_b = Sequence::new("letters", 3);
+    let mut a = Vec::new();
+    let mut b = Vec::new();
+    for _ in 0..7 {
+        a.push(letters_a.next(&db.pool).await.unwrap());
+        b.push(letters_b.next(&db.pool).await.unwrap());
+    }
+    let all: HashSet<u64> = a.iter().chain(&b).copied().collect();
+    assert_eq!(
+        all.len(),
+        14,
+        "two allocators never share an id: {a:?} {b:?}"
+    );
+    assert_eq!(&a[..3], &[1, 2, 3]);
+    assert_eq!(&b[..3], &[4, 5, 6]);
+    // The seed's bug: a brand-new name must not report another sequence's value.
+    let mut fresh = Sequence::new("brand-new", 100);
+    assert_eq!(fresh.next(&db.pool).await.unwrap(), 1);
+    // Two servers: same stride, different offsets, never overlap.
+    let mut one = Sequence::sharded("sharded", 2, 2, 1);
+    let mut two = Sequence::sharded("sharded-2", 2, 2, 2);
+    let odd: Vec<u64> = futures_collect(&mut one, &db).await;
+    let even: Vec<u64> = futures_collect(&mut two, &db).await;
+    assert!(
+        odd.iter().all(|n| n % 2 == 1) && even.iter().all(|n| n % 2 == 0),
+        "{odd:?} {even:?}"
+    );
+}
+
+async fn futures_collect(seq: &mut Sequence, db: &TestDb) -> Vec<u64> {
+    let mut out = Vec::new();
+    for _ in 0..5 {
+        out.push(seq.next(&db.pool).await.unwrap());
+    }
+    out
+}
+
+/// Every file of the shared email corpus builds with `personalize: false`,
+/// and every token in the output resolves to a row holding the URL the
+/// rewriter found at that position.
+#[tokio::test]
+async fn every_corpus_letter_builds_and_every_token_resolves_to_its_original_url() {
+    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/email-corpus");
+    let files: Vec<PathBuf> = std::fs::read_dir(&corpus)
+        .unwrap_or_else(|e| panic!("{}: {e} (the corpus lives in ../shared)", corpus.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "html"))
+        .collect();
+    assert!(files.len() >= 30, "corpus has {} files", files.len());
+    let db = TestDb::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("r.jsonl"),
+        "{\"email\":\"reader@example.com\"}\n",
+    )
+    .unwrap();
+    for (n, file) in files.iter().enumerate() {
+        let html = std::fs::read_to_string(file).unwrap();
+        let mailing = serde_json::json!({"mailing_id": format!("corpus-{n}"), "subject": "s", "from": "f@example.com", "html": html, "personalize": false});
+        let path = dir.path().join(format!("m{n}.json"));
+        std::fs::write(&path, mailing.to_string()).unwrap();
+        let summary = build::run(
+            &db.pool,
+            &options(dir.path(), path, dir.path().join("r.jsonl")),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            (summary.letters_built, summary.rejected),
+            (1, 0),
+            "{}",
+            file.display()
+        );
+
+        let mut expected = Vec::new();
+        let no_track = linktrack::letter::RewriteOptions {
+            track_links: true,
+            proxy_images: true,
+            own_base_url: BASE,
+            pixel_html: None,
+        };
+        linktrack::letter::rewrite(&html, &no_track, |found| {
+            expected.push((
+                found.kind == linktrack::letter::FoundKind::Click,
+                found.url.clone(),
+            ));
+            found.url.clone()
+        })
+        .unwrap();
+        let letter = &read_jsonl(&dir.path().join("letters.jsonl"))[0];
+        let tokens = tracked_tokens(letter["html"].as_str().unwrap());
+        let mut clicks = Vec::new();
+        for (kind, token) in &tokens {
+            let row = links::lookup(&db.pool, token)
+                .await
+                .unwrap()
+                .unwrap_or_else(|| panic!("{}: token {token} has no row", file.display()));
+            if *kind == LinkKind::Click {
+                clicks.push((row.position, row.url));
+            }
+        }
+        clicks.sort();
+        let expected_clicks: Vec<String> = expected
+            .iter()
+            .filter(|(c, _)| *c)
+            .map(|(_, u)| u.clone())
+            .collect();
+        assert_eq!(
+            clicks.into_iter().map(|(_, u)| u).collect::<Vec<_>>(),
+            expected_clicks,
+            "{}",
+            file.display()
+        );
+    }
+}
+
+/// Kill the builder with SIGKILL mid-job, run the same command again: the
+/// output holds every accepted recipient once, every link resolves, and no
+/// link row is stored twice.
+#[tokio::test]
+async fn kill_9_then_rerun_gives_every_letter_once_and_no_duplicate_rows() {
+    let db = TestDb::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let recipients = dir.path().join("r.jsonl");
+    let total = 3000;
+    let lines: String = (0..total)
+        .map(|n| format!("{{\"email\":\"reader{n}@example.com\",\"first_name\":\"R{n}\"}}\n"))
+        .collect();
+    std::fs::write(&recipients, lines).unwrap();
+    let out = dir.path().join("letters.jsonl");
+    let command = || {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_linktrack"));
+        c.args(["build", "--batch-size", "50", "--no-progress", "--mailing"])
+            .arg(fixtures().join("mailing.json"))
+            .arg("--recipients")
+            .arg(&recipients)
+            .arg("--out")
+            .arg(&out)
+            .env("DATABASE_URL", &db.url)
+            .env("LINKTRACK_BASE_URL", BASE)
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        c
+    };
+    let stored_letters = || async {
+        sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM links WHERE kind = 'pixel'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap_or(0)
+    };
+
+    let mut child = command().spawn().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while stored_letters().await < 200 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the builder stored nothing in time"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let at_kill = stored_letters().await;
+    assert!(
+        at_kill < total,
+        "the job finished before the kill; make it bigger"
+    );
+    assert!(!out.exists(), "a killed run leaves no final output");
+
+    let status = command().status().unwrap();
+    assert!(status.success(), "rerun: {status}");
+    let letters = read_jsonl(&out);
+    let emails: Vec<&str> = letters
+        .iter()
+        .map(|l| l["email"].as_str().unwrap())
+        .collect();
+    let distinct: HashSet<&str> = emails.iter().copied().collect();
+    assert_eq!(
+        (emails.len(), distinct.len()),
+        (total as usize, total as usize),
+        "every recipient exactly once"
+    );
+
+    let (rows, distinct_uuids): (i64, i64) =
+        sqlx::query_as("SELECT COUNT(*), COUNT(DISTINCT uuid) FROM links")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(rows, distinct_uuids);
+    assert_eq!(
+        rows,
+        total * 10 + 2,
+        "10 rows per letter, 2 shared images: nothing duplicated"
+    );
+    let per_position: Option<(String, i64)> = sqlx::query_as(
+        "SELECT email, COUNT(*) c FROM links WHERE kind <> 'image' GROUP BY email, kind, position HAVING c > 1 LIMIT 1",
+    )
+    .fetch_optional(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        per_position, None,
+        "no letter has two rows for one position"
+    );
+    // Spot-check that links in the final output resolve, including letters built before the kill.
+    for letter in letters.iter().step_by(97) {
+        for (_, token) in tracked_tokens(letter["html"].as_str().unwrap()) {
+            assert!(
+                links::lookup(&db.pool, &token).await.unwrap().is_some(),
+                "{token} resolves"
+            );
+        }
+    }
+}
