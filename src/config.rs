@@ -178,16 +178,12 @@ pub struct RotateArgs {
     pub lock_wait_secs: u64,
 }
 
-/// Where tracked URLs point and how tokens are secured; used by `build` and `serve`.
+/// Where tracked URLs point; used by `build` and `serve`.
 #[derive(Debug, Clone, Args)]
 pub struct TrackingArgs {
     /// Public base URL of the tracking server, e.g. https://t.example.com.
     #[arg(long, env = "LINKTRACK_BASE_URL", default_value = DEFAULT_BASE_URL)]
     pub base_url: String,
-
-    /// Server secret (signs dashboard sessions). Set it in production.
-    #[arg(long, env = "LINKTRACK_SECRET", hide_env_values = true)]
-    pub secret: Option<String>,
 }
 
 #[cfg(test)]
