@@ -48,8 +48,12 @@ fn marker(call: usize) -> String {
 
 /// Rewrites with a unique marker URL per call; returns the output and the links seen.
 fn rewrite_with_markers(html: &str) -> (String, Vec<FoundLink>) {
+    rewrite_with_markers_and(html, &all_on())
+}
+
+fn rewrite_with_markers_and(html: &str, options: &RewriteOptions) -> (String, Vec<FoundLink>) {
     let mut found = Vec::new();
-    let output = rewrite(html, &all_on(), |link| {
+    let output = rewrite(html, options, |link| {
         found.push(link.clone());
         marker(found.len())
     })
@@ -374,4 +378,257 @@ fn opted_out_links_keep_their_url_and_lose_the_marker_attribute() {
     assert!(output.starts_with(
         "<a href=\"http://keep.test\">k</a>\r\n<a href=\"https://t.test/m/1/\">t</a>"
     ));
+}
+
+/// No panic, no error, and the byte-exactness checks on arbitrary input:
+/// random text, slices of real letters, and "tag soup" built from the pieces
+/// that make letters hard.
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    const SOUP: &[&str] = &[
+        "<a",
+        "<A",
+        "<area",
+        "<img",
+        "<v:roundrect",
+        "<v:rect",
+        "<link",
+        "<base",
+        "<p>",
+        "</a>",
+        " ",
+        "  ",
+        "\r\n",
+        "\t",
+        "href",
+        "HREF",
+        "src",
+        "data-href",
+        "title",
+        "=",
+        " = ",
+        "\"",
+        "'",
+        "http://x.test/",
+        "HTTPS://y.test/p?q=1",
+        "&amp;",
+        "&#38;",
+        "{{ x }}",
+        "mailto:a@b",
+        "#",
+        "/",
+        ">",
+        "/>",
+        "<!--",
+        "-->",
+        "<!--[if mso]>",
+        "<![endif]-->",
+        "<!--[if !mso]><!-->",
+        "<!--<![endif]-->",
+        "<script>",
+        "</script>",
+        "<style>",
+        "</style>",
+        "<title>",
+        "</title>",
+        "<textarea>",
+        "</textarea>",
+        "<svg>",
+        "</svg>",
+        "<![CDATA[",
+        "]]>",
+        "<?x ?>",
+        "<!DOCTYPE html>",
+        "<body>",
+        "</body>",
+        "<table>",
+        "日本",
+        "é",
+        "x",
+    ];
+
+    const TAG_NAMES: &[&str] = &[
+        "a",
+        "A",
+        "area",
+        "img",
+        "IMG",
+        "v:roundrect",
+        "v:rect",
+        "link",
+        "p",
+    ];
+    /// Without our control attributes, whose removal is deliberate.
+    const ATTRIBUTE_NAMES: &[&str] = &[
+        "href",
+        "HREF",
+        "src",
+        "title",
+        "data-href",
+        "class",
+        "=x",
+        "\"q",
+    ];
+    const ATTRIBUTE_NAMES_WITH_CONTROLS: &[&str] = &[
+        "href",
+        "HREF",
+        "src",
+        "title",
+        "data-linktrack",
+        "data-linktrack-tag",
+        "DATA-LINKTRACK",
+    ];
+    const EQUALS: &[&str] = &["=", " = ", "=\r\n  ", ""];
+    const QUOTES: &[&str] = &["\"", "'", ""];
+    const VALUE_PIECES: &[&str] = &[
+        "http://x.test/",
+        "HTTPS://y.test/p?q=1",
+        "https://t.example.com/u/1",
+        "&amp;",
+        "&#38;",
+        "&quot;",
+        "{{ x }}",
+        "*|UNSUB|*",
+        "mailto:a@b",
+        "#",
+        " ",
+        "\r\n",
+        "日本",
+        "a=b",
+        "href=",
+        ">",
+        "'",
+        "\"",
+        "/",
+        "off",
+        "OFF",
+    ];
+    const SEPARATORS: &[&str] = &[" ", "\r\n   ", "\t", "/", ""];
+    const TAG_ENDS: &[&str] = &[">", "/>", " >", ""];
+
+    fn pick(choices: &'static [&'static str]) -> impl Strategy<Value = &'static str> {
+        proptest::sample::select(choices)
+    }
+
+    /// A start tag with random attributes, spacing and quoting.
+    fn start_tag(names: &'static [&'static str]) -> impl Strategy<Value = String> {
+        let value = proptest::collection::vec(pick(VALUE_PIECES), 0..4).prop_map(|p| p.concat());
+        let attribute = (
+            pick(SEPARATORS),
+            pick(names),
+            pick(EQUALS),
+            pick(QUOTES),
+            value,
+        )
+            .prop_map(|(separator, name, equals, quote, value)| {
+                if equals.is_empty() {
+                    format!("{separator}{name}")
+                } else {
+                    format!("{separator}{name}{equals}{quote}{value}{quote}")
+                }
+            });
+        (
+            pick(TAG_NAMES),
+            proptest::collection::vec(attribute, 0..4),
+            pick(TAG_ENDS),
+        )
+            .prop_map(|(name, attributes, end)| format!("<{name} {}{end}", attributes.concat()))
+    }
+
+    fn soup() -> impl Strategy<Value = String> {
+        soup_of(ATTRIBUTE_NAMES)
+    }
+
+    fn soup_with_controls() -> impl Strategy<Value = String> {
+        soup_of(ATTRIBUTE_NAMES_WITH_CONTROLS)
+    }
+
+    fn soup_of(names: &'static [&'static str]) -> impl Strategy<Value = String> {
+        let piece = prop_oneof![
+            1 => pick(SOUP).prop_map(str::to_owned),
+            1 => start_tag(names),
+        ];
+        proptest::collection::vec(piece, 0..40).prop_map(|pieces| pieces.concat())
+    }
+
+    fn corpus_slice() -> impl Strategy<Value = String> {
+        let letters: Vec<String> = corpus_files().iter().map(|path| read(path)).collect();
+        (0..letters.len(), any::<prop::sample::Index>(), 0usize..4000).prop_map(
+            move |(letter, start, length)| {
+                let text = &letters[letter];
+                let mut start = start.index(text.len().max(1));
+                while !text.is_char_boundary(start) {
+                    start -= 1;
+                }
+                let mut end = (start + length).min(text.len());
+                while !text.is_char_boundary(end) {
+                    end -= 1;
+                }
+                text[start..end].to_owned()
+            },
+        )
+    }
+
+    fn without_pixel() -> RewriteOptions<'static> {
+        RewriteOptions {
+            pixel_html: None,
+            ..all_on()
+        }
+    }
+
+    /// Everything but the pixel placement, which `check_letter` covers.
+    fn check_exactness(input: &str) -> Result<(), TestCaseError> {
+        let (output, found) = rewrite_with_markers_and(input, &without_pixel());
+        for call in 1..=found.len() {
+            prop_assert_eq!(output.matches(&marker(call)).count(), 1);
+        }
+        let (rebuilt, raw_values) = rebuild(input, &output, found.len());
+        prop_assert_eq!(rebuilt, input);
+        for (link, raw) in found.iter().zip(&raw_values) {
+            prop_assert_eq!(&link.url, &decoded(raw));
+        }
+        let seen: Vec<_> = found.iter().map(|l| (l.kind, l.url.clone())).collect();
+        prop_assert_eq!(seen, trackable_urls(input));
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn arbitrary_text_never_fails(input in prop_oneof![".{0,400}", soup_with_controls()]) {
+            let (output, found) = rewrite_with_markers(&input);
+            for call in 1..=found.len() {
+                prop_assert!(output.contains(&marker(call)));
+            }
+            prop_assert!(output.contains(PIXEL));
+        }
+
+        #[test]
+        fn tag_soup_is_rewritten_exactly(input in soup()) {
+            check_exactness(&input)?;
+        }
+
+        #[test]
+        fn corpus_slices_are_rewritten_exactly(input in corpus_slice()) {
+            check_exactness(&input)?;
+        }
+
+        #[test]
+        fn with_everything_off_nothing_changes(input in prop_oneof![soup(), corpus_slice(), ".{0,200}"]) {
+            let options = RewriteOptions { track_links: false, proxy_images: false, own_base_url: OWN_BASE, pixel_html: None };
+            let output = rewrite(&input, &options, |link| link.url.clone()).unwrap();
+            prop_assert_eq!(output, input);
+        }
+
+        #[test]
+        fn returning_the_same_url_keeps_every_link(
+            input in prop_oneof![soup(), corpus_slice()]
+        ) {
+            let output = rewrite(&input, &without_pixel(), |link| link.url.clone()).unwrap();
+            prop_assert_eq!(trackable_urls(&output), trackable_urls(&input));
+        }
+    }
 }
