@@ -9,7 +9,7 @@
 //! lol_html 2.9). Letters must stay byte for byte as they were apart from the
 //! rewritten values, so lol_html is used only as the parser that says *where*
 //! start tags, comments and `</body>` are (`source_location()`), and
-//! [`start_tag`](super::start_tag) finds the attribute inside the tag's raw
+//! `start_tag` (a scanner of the tag's raw bytes) finds the attribute inside the tag's raw
 //! bytes. The output is the input with those byte ranges replaced.
 //!
 //! # Numbering
