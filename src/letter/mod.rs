@@ -4,7 +4,7 @@
 //!    minijinja templates ([`Template`]) and rendered per recipient, HTML
 //!    auto-escaped for the body and not for the subject. A recipient missing a
 //!    field the template uses is an error that names the field.
-//! 2. [`rewrite`]: in the personalised HTML every `http(s)` link in `<a>`,
+//! 2. [`rewrite()`]: in the personalised HTML every `http(s)` link in `<a>`,
 //!    `<area>` and VML elements (also inside Outlook conditional comments)
 //!    becomes a tracked click URL, every `<img src>` a proxied image URL, and
 //!    the open pixel goes in before `</body>`. The caller's `replace` callback

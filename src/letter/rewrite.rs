@@ -9,7 +9,7 @@
 //! lol_html 2.9). Letters must stay byte for byte as they were apart from the
 //! rewritten values, so lol_html is used only as the parser that says *where*
 //! start tags, comments and `</body>` are (`source_location()`), and
-//! [`start_tag`](super::start_tag) finds the attribute inside the tag's raw
+//! `start_tag`, a small scanner, finds the attribute inside the tag's raw
 //! bytes. The output is the input with those byte ranges replaced.
 //!
 //! # Numbering
@@ -279,15 +279,19 @@ fn visit_comment(
 /// for an ordinary comment (or a bogus one such as `<![endif]>`).
 fn conditional_comment_text<'h>(comment: &Comment, html: &'h str) -> Option<(&'h str, usize)> {
     let location = comment.source_location().bytes();
-    if !html.get(location.clone())?.starts_with("<!--") {
+    let raw = html.get(location.clone())?;
+    let is_conditional = raw.starts_with("<!--")
+        && raw
+            .get("<!--".len().."<!--[if".len())
+            .is_some_and(|opening| opening.eq_ignore_ascii_case("[if"));
+    if !is_conditional {
         return None;
     }
+    // Only now pay for `text()` (it allocates); its length says where the
+    // comment's text ends, whichever closer (`-->`, `--!>`, end of input) ended it.
     let start = location.start + "<!--".len();
     let text = html.get(start..start + comment.text().len())?;
-    let is_conditional = text
-        .get(.."[if".len())
-        .is_some_and(|opening| opening.eq_ignore_ascii_case("[if"));
-    is_conditional.then_some((text, start))
+    Some((text, start))
 }
 
 impl Finder<'_> {
