@@ -252,7 +252,12 @@ impl Layout {
     }
 }
 
-async fn bench_index_growth(args: &Args, dir: &Path, layout: Layout, prefill: u64) -> anyhow::Result<()> {
+async fn bench_index_growth(
+    args: &Args,
+    dir: &Path,
+    layout: Layout,
+    prefill: u64,
+) -> anyhow::Result<()> {
     let name = format!("lt_bench_{layout:?}").to_lowercase();
     let empty_name = format!("{name}_empty");
     let tsv = dir.join("prefill.tsv");
@@ -268,8 +273,13 @@ async fn bench_index_growth(args: &Args, dir: &Path, layout: Layout, prefill: u6
     let empty_after = rate_into_empty(args, &empty_name, layout).await?;
     let empty_rate = (empty_before + empty_after) / 2.0;
 
-    println!("\n## 2. index growth, {layout:?} tokens, {prefill} rows already in today's partition");
-    println!("prefill LOAD DATA rows/s  {:>10.0}", prefill as f64 / load_seconds);
+    println!(
+        "\n## 2. index growth, {layout:?} tokens, {prefill} rows already in today's partition"
+    );
+    println!(
+        "prefill LOAD DATA rows/s  {:>10.0}",
+        prefill as f64 / load_seconds
+    );
     println!("insert rows/s, empty      {:>10.0}   (mean of {empty_before:.0} before and {empty_after:.0} after)", empty_rate);
     println!("insert rows/s, prefilled  {:>10.0}", full_rate);
     println!(

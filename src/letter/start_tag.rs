@@ -295,7 +295,7 @@ mod tests {
         let mut compared = 0;
         for entry in std::fs::read_dir(&dir).expect("email corpus missing") {
             let path = entry.unwrap().path();
-            if path.extension().map_or(true, |ext| ext != "html") {
+            if path.extension().is_none_or(|ext| ext != "html") {
                 continue;
             }
             let html = std::fs::read_to_string(&path).unwrap();
