@@ -1,0 +1,119 @@
+use crate::common::TestDb;
+use linktrack::store::{self, suppressions, RowFormat};
+
+fn linktrack(db: &TestDb, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_linktrack"))
+        .args(args)
+        .env("DATABASE_URL", &db.url)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("running linktrack")
+}
+
+#[tokio::test]
+async fn the_cli_adds_imports_lists_and_removes_normalised_addresses() {
+    let db = TestDb::new().await;
+    let added = linktrack(
+        &db,
+        &[
+            "suppressions",
+            "add",
+            "  Ann@Example.COM ",
+            "josé@example.es",
+            "--reason",
+            "complaint",
+        ],
+    );
+    assert!(
+        added.status.success(),
+        "{}",
+        String::from_utf8_lossy(&added.stderr)
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("blocked.txt");
+    std::fs::write(
+        &file,
+        "# header\nann@example.com\n\njose@example.es\nnot an address\n",
+    )
+    .unwrap();
+    let refused = linktrack(&db, &["suppressions", "import", file.to_str().unwrap()]);
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("blocked.txt: line 5"), "{stderr}");
+    assert_eq!(
+        suppressions::list(&db.pool, None, 10).await.unwrap().len(),
+        2,
+        "a refused import changes nothing"
+    );
+
+    std::fs::write(&file, "# header\nann@example.com\n\njose@example.es\n").unwrap();
+    let imported = linktrack(&db, &["suppressions", "import", file.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&imported.stdout);
+    assert!(stdout.contains("1 new, 1 already listed"), "{stdout}");
+
+    let listed =
+        String::from_utf8_lossy(&linktrack(&db, &["suppressions", "list"]).stdout).to_string();
+    let emails: Vec<&str> = listed
+        .lines()
+        .map(|l| l.split('\t').next().unwrap())
+        .collect();
+    assert_eq!(
+        emails,
+        ["ann@example.com", "jose@example.es", "josé@example.es"],
+        "jose@ and josé@ are different addresses"
+    );
+    assert!(listed.contains("ann@example.com\tcomplaint\t"));
+
+    let removed = linktrack(
+        &db,
+        &[
+            "suppressions",
+            "remove",
+            "ANN@example.com",
+            "nobody@example.com",
+        ],
+    );
+    assert!(String::from_utf8_lossy(&removed.stdout).contains("removed 1 (1 were not listed)"));
+    let found = suppressions::suppressed_among(&db.pool, &["ann@example.com", "josé@example.es"])
+        .await
+        .unwrap();
+    assert_eq!(found.into_iter().collect::<Vec<_>>(), ["josé@example.es"]);
+}
+
+#[tokio::test]
+async fn the_row_format_can_be_switched_both_ways() {
+    let db = TestDb::new().await;
+    let format = |table: &'static str| {
+        let pool = db.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, String>(
+                "SELECT CAST(ROW_FORMAT AS CHAR) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?",
+            )
+            .bind(table)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    assert_eq!(format("links").await, "Compressed");
+    let changed = store::set_row_format(&db.pool, RowFormat::Dynamic)
+        .await
+        .unwrap();
+    assert_eq!(changed.len(), 2);
+    assert_eq!(
+        (format("links").await, format("events").await),
+        ("Dynamic".into(), "Dynamic".into())
+    );
+    assert!(
+        store::set_row_format(&db.pool, RowFormat::Dynamic)
+            .await
+            .unwrap()
+            .is_empty(),
+        "no-op when already set"
+    );
+    store::set_row_format(&db.pool, RowFormat::Compressed)
+        .await
+        .unwrap();
+    assert_eq!(format("links").await, "Compressed");
+}
