@@ -30,6 +30,7 @@ pub mod address;
 pub mod build;
 pub mod cli;
 pub mod config;
+pub mod demo;
 pub mod letter;
 pub mod store;
 pub mod token;

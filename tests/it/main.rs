@@ -4,6 +4,7 @@
 
 mod build;
 mod common;
+mod demo;
 mod links;
 mod partitions;
 mod suppressions;

@@ -1,0 +1,114 @@
+//! `linktrack demo`: the whole loop on the files in `fixtures/`, on a fresh
+//! machine. The fixtures are compiled in, so the command works from any
+//! directory.
+
+use crate::build::{self, BuildOptions, Output, Summary};
+use crate::store::{self, partitions, suppressions};
+use crate::token::Token;
+use anyhow::Context;
+use std::path::{Path, PathBuf};
+
+const MAILING: &str = include_str!("../fixtures/mailing.json");
+const NEWSLETTER: &str = include_str!("../fixtures/newsletter.html");
+const RECIPIENTS: &str = include_str!("../fixtures/recipients.csv");
+const SUPPRESSIONS: &str = include_str!("../fixtures/suppressions.txt");
+
+/// What the demo produced, for printing and for tests.
+#[derive(Debug)]
+pub struct DemoOutcome {
+    pub summary: Summary,
+    pub letters: PathBuf,
+    /// A few tracked URLs from the first letter: (what, url).
+    pub sample_urls: Vec<(String, String)>,
+}
+
+/// Migrate, create partitions, load the suppression list, build the fixture
+/// mailing into `dir/letters.jsonl`.
+pub async fn prepare(
+    database_url: &str,
+    base_url: &str,
+    dir: &Path,
+) -> anyhow::Result<DemoOutcome> {
+    let pool = store::migrate(database_url)
+        .await
+        .context("migrating DATABASE_URL")?;
+    let policy = partitions::Policy {
+        today: chrono::Utc::now().date_naive(),
+        ahead_days: crate::config::DEFAULT_AHEAD_DAYS,
+        keep_days: None,
+    };
+    partitions::run(&pool, &policy, &partitions::RunOptions::default()).await?;
+
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    for (name, text) in [
+        ("mailing.json", MAILING),
+        ("newsletter.html", NEWSLETTER),
+        ("recipients.csv", RECIPIENTS),
+    ] {
+        std::fs::write(dir.join(name), text)
+            .with_context(|| format!("writing {}", dir.join(name).display()))?;
+    }
+    let blocked: Vec<String> = SUPPRESSIONS
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(crate::address::normalize)
+        .collect();
+    suppressions::add(&pool, &blocked, "demo").await?;
+
+    let letters = dir.join("letters.jsonl");
+    let options = BuildOptions {
+        mailing: dir.join("mailing.json"),
+        recipients: dir.join("recipients.csv"),
+        out: Output::File(letters.clone()),
+        rejects: dir.join("rejects.jsonl"),
+        base_url: base_url.to_owned(),
+        batch_size: 1000,
+        workers: 2,
+        id_block: 1000,
+        progress: false,
+    };
+    let summary = build::run(&pool, &options).await?;
+    let sample_urls = sample_urls(&letters, base_url)?;
+    Ok(DemoOutcome {
+        summary,
+        letters,
+        sample_urls,
+    })
+}
+
+/// The tracked URLs of the first letter, labelled.
+fn sample_urls(letters: &Path, base_url: &str) -> anyhow::Result<Vec<(String, String)>> {
+    let text = std::fs::read_to_string(letters)?;
+    let Some(first) = text.lines().next() else {
+        return Ok(Vec::new());
+    };
+    let letter: serde_json::Value = serde_json::from_str(first)?;
+    let html = letter["html"].as_str().unwrap_or_default();
+    let email = letter["email"].as_str().unwrap_or_default();
+    let base = base_url.trim_end_matches('/');
+    let mut urls = Vec::new();
+    for (prefix, label) in [
+        ("/c/", "a click"),
+        ("/o/", "the open pixel"),
+        ("/i/", "a proxied image"),
+        ("/u/", "unsubscribe"),
+    ] {
+        let needle = format!("{base}{prefix}");
+        let Some(at) = html.find(&needle) else {
+            continue;
+        };
+        let start = at + needle.len();
+        let Some(hex) = html.get(start..start + 32) else {
+            continue;
+        };
+        if Token::parse(hex).is_ok() {
+            let suffix = if prefix == "/o/" { ".gif" } else { "" };
+            urls.push((
+                format!("{label} in {email}'s letter"),
+                format!("{needle}{hex}{suffix}"),
+            ));
+        }
+    }
+    Ok(urls)
+}
