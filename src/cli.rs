@@ -1,7 +1,9 @@
 //! Runs the parsed command line. Each subcommand is a small function that
 //! calls the library and prints what it did, one line per action.
 
-use crate::config::{Cli, Command, EnsureArgs, MigrateArgs, PartitionsCommand, RotateArgs};
+use crate::config::{
+    Cli, Command, EnsureArgs, MigrateArgs, PartitionsCommand, RotateArgs, ServeArgs,
+};
 use crate::store::{self, partitions};
 use anyhow::Context;
 use chrono::Utc;
@@ -16,6 +18,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Partitions(PartitionsCommand::Ensure(args)) => ensure(url, &args).await,
         Command::Partitions(PartitionsCommand::Rotate(args)) => rotate(url, &args).await,
         Command::Partitions(PartitionsCommand::List) => list(url).await,
+        Command::Serve(args) => serve(url, &args).await,
     }
 }
 
@@ -103,5 +106,36 @@ async fn list(url: &str) -> anyhow::Result<()> {
             );
         }
     }
+    Ok(())
+}
+
+async fn serve(url: &str, args: &ServeArgs) -> anyhow::Result<()> {
+    use crate::events::journal::JournalSettings;
+    use crate::server::{state::ServerSettings, Server};
+    let pool_settings = store::PoolSettings {
+        max_connections: args.db_connections,
+        acquire_timeout: Duration::from_millis(args.db_timeout_ms),
+    };
+    // Connect lazily: the server starts (and serves cached links, pixels and
+    // the journal) even while the database is down.
+    let pool = store::connect_lazy(url, &pool_settings)?;
+    let settings = ServerSettings {
+        keep_days: args.keep_days,
+        base_url: args.tracking.base_url.clone(),
+        ..ServerSettings::default()
+    };
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("listening on {}", args.listen))?;
+    let server = Server::start(
+        listener,
+        pool,
+        settings,
+        JournalSettings::new(&args.journal),
+    )
+    .await
+    .context("starting the server")?;
+    tracing::info!(listen = %server.local_addr()?, base_url = %args.tracking.base_url, "serving");
+    server.run(crate::server::shutdown_signal()).await?;
     Ok(())
 }

@@ -19,9 +19,13 @@
 //! * [`token`]: the tracking token: new, parse, date.
 //! * [`config`]: command line and environment settings.
 //! * [`cli`]: runs each subcommand (the binary in `main.rs` only parses).
-//! * [`store`]: every SQL statement: pool, migrations, links, partitions.
+//! * [`store`]: every SQL statement: pool, migrations, links, partitions, events.
+//! * [`server`]: `linktrack serve`, the tracking HTTP server.
+//! * [`events`]: the event journal, its replay into `events`, bot verdicts.
 
 pub mod cli;
 pub mod config;
+pub mod events;
+pub mod server;
 pub mod store;
 pub mod token;
