@@ -24,7 +24,10 @@ use tokio::task::JoinHandle;
 /// The running journal writer and replayer, and the handle handlers record with.
 pub struct EventPipeline {
     recorder: Recorder,
-    stop: watch::Sender<bool>,
+    /// Two stop signals, because the order matters: the writer must seal its
+    /// last segment before the replayer makes its final pass.
+    stop_writer: watch::Sender<bool>,
+    stop_replayer: watch::Sender<bool>,
     writer: JoinHandle<()>,
     replayer: JoinHandle<()>,
 }
@@ -34,13 +37,16 @@ impl EventPipeline {
     /// behind become replayable), then start the writer and the replayer.
     pub async fn start(pool: MySqlPool, settings: JournalSettings) -> Result<Self, JournalError> {
         let next_segment = journal::recover(&settings.dir).await?;
-        let (stop, stop_rx) = watch::channel(false);
+        let (stop_writer, writer_stopped) = watch::channel(false);
+        let (stop_replayer, replayer_stopped) = watch::channel(false);
         let (recorder, writer) =
-            journal::spawn_writer(settings.clone(), next_segment, stop_rx.clone());
-        let replayer = tokio::spawn(replay::run(pool, settings, writer.sealed.clone(), stop_rx));
+            journal::spawn_writer(settings.clone(), next_segment, writer_stopped);
+        let sealed = writer.sealed.clone();
+        let replayer = tokio::spawn(replay::run(pool, settings, sealed, replayer_stopped));
         Ok(EventPipeline {
             recorder,
-            stop,
+            stop_writer,
+            stop_replayer,
             writer: writer.task,
             replayer,
         })
@@ -55,10 +61,11 @@ impl EventPipeline {
     /// segment, then the replayer makes one last pass, bounded by `deadline`.
     /// Events it cannot insert in time stay in the journal for the next start.
     pub async fn shutdown(self, deadline: Duration) {
-        let _ = self.stop.send(true);
+        let _ = self.stop_writer.send(true);
         if let Err(err) = self.writer.await {
             tracing::error!(%err, "journal writer failed while stopping");
         }
+        let _ = self.stop_replayer.send(true);
         if tokio::time::timeout(deadline, self.replayer).await.is_err() {
             tracing::warn!(
                 ?deadline,

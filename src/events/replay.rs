@@ -48,8 +48,8 @@ pub async fn run(
             changed = stop.changed() => if changed.is_err() { break },
         }
     }
-    // The writer seals its last segment before this pass (see
-    // `EventPipeline::shutdown`), so everything journaled is attempted.
+    // The writer has sealed its last segment before we were told to stop
+    // (see `EventPipeline::shutdown`), so this pass sees everything journaled.
     let _ = replay_all(&pool, &settings.dir).await;
 }
 

@@ -5,3 +5,4 @@
 mod common;
 mod links;
 mod partitions;
+mod server;
