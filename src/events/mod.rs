@@ -86,12 +86,17 @@ pub fn default_journal_dir() -> PathBuf {
     PathBuf::from("journal")
 }
 
-/// Append one event; returns once it is in the journal file.
-pub async fn record(recorder: &Recorder, row: EventRow) {
-    if let Err(err) = recorder.append(row).await {
-        // The visitor still gets their answer: losing one statistic is
-        // better than failing a redirect.
-        metrics::counter!("linktrack_journal_errors_total").increment(1);
-        tracing::error!(%err, "event not journaled");
+/// Append one event; returns once it is in the journal file, with `true`,
+/// or `false` if it could not be journaled.
+pub async fn record(recorder: &Recorder, row: EventRow) -> bool {
+    match recorder.append(row).await {
+        Ok(()) => true,
+        Err(err) => {
+            // Callers still answer the visitor: losing one statistic is
+            // better than failing a redirect.
+            metrics::counter!("linktrack_journal_errors_total").increment(1);
+            tracing::error!(%err, "event not journaled");
+            false
+        }
     }
 }

@@ -7,7 +7,7 @@
 //! exactly once whatever crashes in between.
 
 use super::journal::{sealed_segments, JournalError, JournalSettings};
-use crate::store::events::{insert_idempotent, EventRow};
+use crate::store::events::{insert_idempotent, suppress_unsubscribed, EventRow};
 use crate::store::{partitions, StoreError};
 use chrono::Utc;
 use sqlx::MySqlPool;
@@ -75,6 +75,7 @@ async fn replay_segment(pool: &MySqlPool, segment: &Path) -> Result<(), ReplayEr
         })?;
     let rows = parse_segment(&text, segment);
     insert_with_partitions(pool, &rows).await?;
+    apply_unsubscribes(pool, &rows).await?;
     tokio::fs::remove_file(segment)
         .await
         .map_err(|source| JournalError::Io {
@@ -100,6 +101,21 @@ fn parse_segment(text: &str, segment: &Path) -> Vec<EventRow> {
             }
         })
         .collect()
+}
+
+/// Suppress the addresses of unsubscribe events. Usually the handler did it
+/// already (this is then a no-op); while the database was away, this is
+/// where the suppression happens.
+async fn apply_unsubscribes(pool: &MySqlPool, rows: &[EventRow]) -> Result<(), StoreError> {
+    let emails: Vec<&str> = rows
+        .iter()
+        .filter(|row| row.kind == "unsubscribe")
+        .filter_map(|row| row.email.as_deref())
+        .collect();
+    if emails.is_empty() {
+        return Ok(());
+    }
+    suppress_unsubscribed(pool, &emails).await
 }
 
 /// Insert `rows`; when a day has no partition yet, create the partitions

@@ -98,11 +98,14 @@ async fn record_open(state: &AppState, text: &str, meta: &RequestMeta) {
     let Ok(token) = state.check_token(text) else {
         return;
     };
-    match state.find_link(token).await {
-        Ok(link) => state.record(HitKind::Open, token, Some(&link), meta).await,
-        Err(ServerError::Unavailable(_)) => state.record(HitKind::Open, token, None, meta).await,
-        Err(_) => {}
-    }
+    let link = match state.find_link(token).await {
+        Ok(link) => Some(link),
+        Err(ServerError::Unavailable(_)) => None,
+        Err(_) => return,
+    };
+    state
+        .record(HitKind::Open, token, link.as_deref(), meta)
+        .await;
 }
 
 /// `GET /u/{token}`: the confirmation page (a GET never unsubscribes).
@@ -118,6 +121,10 @@ pub async fn unsubscribe_page(
 /// `POST /u/{token}`: RFC 8058 one-click (`List-Unsubscribe=One-Click`) or
 /// the confirmation form. Any body is accepted: the POST itself is the
 /// request. Idempotent.
+///
+/// If the link is cached but the database is away, the unsubscribe event in
+/// the journal carries the address, and the replay applies the suppression
+/// later: a one-click unsubscribe is sent once and must not be lost.
 pub async fn unsubscribe(
     State(state): State<AppState>,
     meta: RequestMeta,
@@ -125,10 +132,20 @@ pub async fn unsubscribe(
 ) -> Result<Response, ServerError> {
     let token = state.check_token(&token_text(path)?)?;
     let link = state.find_link(token).await?;
-    suppress_unsubscribed(&state.pool, &link.email).await?;
-    state
+    let deferred = match suppress_unsubscribed(&state.pool, &[link.email.as_str()]).await {
+        Ok(()) => None,
+        Err(err) if err.is_unavailable() => Some(err),
+        Err(err) => return Err(err.into()),
+    };
+    let journaled = state
         .record(HitKind::Unsubscribe, token, Some(&link), &meta)
         .await;
+    if let Some(err) = deferred {
+        if !journaled {
+            return Err(ServerError::Unavailable(err));
+        }
+        tracing::warn!(%err, "suppression deferred to the journal replay");
+    }
     Ok(no_store(pages::unsubscribed().into_response()))
 }
 
@@ -153,7 +170,23 @@ pub async fn image(
         .map_err(|e| ServerError::BadGateway(e.to_string()))?;
     let content_type = HeaderValue::from_str(&image.content_type)
         .map_err(|_| ServerError::BadGateway("unusable content type".into()))?;
-    let response = ([(header::CONTENT_TYPE, content_type)], image.body.clone()).into_response();
+    // The body is someone else's: an SVG could carry script, so it must not
+    // run or be sniffed as anything else on our domain.
+    let response = (
+        [
+            (header::CONTENT_TYPE, content_type),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                HeaderValue::from_static("default-src 'none'; style-src 'unsafe-inline'; sandbox"),
+            ),
+            (
+                header::X_CONTENT_TYPE_OPTIONS,
+                HeaderValue::from_static("nosniff"),
+            ),
+        ],
+        image.body.clone(),
+    )
+        .into_response();
     Ok(no_store(response))
 }
 

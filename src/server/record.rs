@@ -23,15 +23,16 @@ impl HitKind {
 
 impl AppState {
     /// Classify and journal one hit. Returns once the event is in the
-    /// journal; the database insert happens later, in the background.
-    /// `link` is `None` when the database could not say what the token is.
+    /// journal (`true`) or could not be journaled (`false`, logged); the
+    /// database insert happens later, in the background. `link` is `None`
+    /// when the database could not say what the token is.
     pub async fn record(
         &self,
         kind: HitKind,
         token: Token,
         link: Option<&StoredLink>,
         meta: &RequestMeta,
-    ) {
+    ) -> bool {
         let now = Utc::now();
         let hit = Hit {
             kind,
@@ -57,6 +58,6 @@ impl AppState {
             bot: verdict.is_some(),
             bot_reason: verdict,
         };
-        events::record(&self.recorder, row).await;
+        events::record(&self.recorder, row).await
     }
 }

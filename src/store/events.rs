@@ -96,15 +96,21 @@ pub async fn insert_idempotent(pool: &MySqlPool, rows: &[EventRow]) -> Result<u6
     Ok(added)
 }
 
-/// Put `email` on the suppression list with reason `unsubscribe`. The
+/// Put `emails` on the suppression list with reason `unsubscribe`. Each
 /// address is trimmed and lowercased, the form the suppression list is keyed
-/// by. Idempotent: an address already listed keeps its original reason and date.
-pub async fn suppress_unsubscribed(pool: &MySqlPool, email: &str) -> Result<(), StoreError> {
-    let normalized = email.trim().to_lowercase();
-    sqlx::query("INSERT IGNORE INTO suppressions (email, reason) VALUES (?, 'unsubscribe')")
-        .bind(normalized)
-        .execute(pool)
-        .await?;
+/// by. Idempotent: an address already listed keeps its original reason and
+/// date. (`IGNORE` is safe here: the table is not partitioned and the
+/// addresses come from `links.email`, which has the same length limit.)
+pub async fn suppress_unsubscribed(pool: &MySqlPool, emails: &[&str]) -> Result<(), StoreError> {
+    for chunk in emails.chunks(MAX_ROWS_PER_INSERT) {
+        let mut query =
+            QueryBuilder::<MySql>::new("INSERT IGNORE INTO suppressions (email, reason) ");
+        query.push_values(chunk, |mut b, email| {
+            b.push_bind(email.trim().to_lowercase())
+                .push_bind("unsubscribe");
+        });
+        query.build().execute(pool).await?;
+    }
     Ok(())
 }
 

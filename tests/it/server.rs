@@ -537,6 +537,7 @@ async fn while_the_database_is_down_hot_links_redirect_and_events_wait() {
     let dir = tempfile::tempdir().unwrap();
     let hot = add_link(&db.pool, LinkKind::Click, "https://example.com/hot", 1).await;
     let cold = add_link(&db.pool, LinkKind::Click, "https://example.com/cold", 2).await;
+    let unsubscribe = add_link(&db.pool, LinkKind::Unsubscribe, "", 0).await;
     let pool = server_pool(&db).await;
     let server = TestServer::start(pool.clone(), dir.path()).await;
     let http = client();
@@ -550,6 +551,9 @@ async fn while_the_database_is_down_hot_links_redirect_and_events_wait() {
         get("/readyz".into()).await.unwrap().status(),
         StatusCode::OK
     );
+    // Viewing the confirmation page caches the unsubscribe link.
+    let page = get(format!("/u/{unsubscribe}")).await.unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
     pool.close().await;
 
     let response = get(format!("/c/{hot}")).await.unwrap();
@@ -575,14 +579,32 @@ async fn while_the_database_is_down_hot_links_redirect_and_events_wait() {
     let ready = get("/readyz".into()).await.unwrap();
     assert_eq!(ready.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert!(ready.text().await.unwrap().contains("unavailable"));
+    let one_click = http
+        .post(server.url(&format!("/u/{unsubscribe}")))
+        .body("List-Unsubscribe=One-Click")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        one_click.status(),
+        StatusCode::OK,
+        "accepted into the journal"
+    );
     drop(http);
     server.stop().await;
 
-    // Back with a working database, the journaled click lands.
+    // Back with a working database, the journaled click and unsubscribe land.
     let server = TestServer::start(server_pool(&db).await, dir.path()).await;
-    let stored = wait_for_events(&db.pool, 2).await;
+    let stored = wait_for_events(&db.pool, 3).await;
     let hot_clicks = stored.iter().filter(|e| e.token == hot.to_string()).count();
     assert_eq!(hot_clicks, 2, "{stored:?}");
+    let suppressed: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM suppressions WHERE email = 'ann@example.com' AND reason = 'unsubscribe'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(suppressed, 1, "the deferred suppression was applied");
     server.stop().await;
 }
 
@@ -836,6 +858,7 @@ async fn the_image_proxy_serves_checks_and_caches_images() {
         let response = get(image).await.unwrap();
         assert_eq!(response.status(), StatusCode::OK);
         assert_eq!(header(&response, header::CONTENT_TYPE), "image/png");
+        assert_eq!(header(&response, header::X_CONTENT_TYPE_OPTIONS), "nosniff");
         assert_eq!(response.text().await.unwrap(), "PNGDATA");
     }
     assert_eq!(hits(), 1, "the second load came from the cache");
