@@ -4,5 +4,6 @@
 
 mod common;
 mod links;
+mod load;
 mod partitions;
 mod server;
