@@ -122,6 +122,7 @@ async fn serve(url: &str, args: &ServeArgs) -> anyhow::Result<()> {
     let settings = ServerSettings {
         keep_days: args.keep_days,
         base_url: args.tracking.base_url.clone(),
+        db_timeout: pool_settings.acquire_timeout,
         ..ServerSettings::default()
     };
     let listener = tokio::net::TcpListener::bind(args.listen)

@@ -122,7 +122,8 @@ pub struct ServeArgs {
     #[arg(long, env = "LINKTRACK_JOURNAL", default_value = "journal")]
     pub journal: std::path::PathBuf,
 
-    /// Longest wait for a database connection before answering 503.
+    /// Longest wait for the database (connection, then statement) before a
+    /// request answers 503.
     #[arg(long, env = "LINKTRACK_DB_TIMEOUT_MS", default_value_t = 1500)]
     pub db_timeout_ms: u64,
 

@@ -65,6 +65,8 @@ pub enum JournalError {
     },
     #[error("the journal writer has stopped")]
     Stopped,
+    #[error("appending to the journal failed: {0}")]
+    Append(Arc<JournalError>),
     #[error("the journal writer did not acknowledge within {0:?}")]
     Timeout(Duration),
     #[error("encoding an event: {0}")]
@@ -104,10 +106,7 @@ impl Recorder {
                 .map_err(|_| JournalError::Stopped)?;
             match acked.await {
                 Ok(Ok(())) => Ok(()),
-                Ok(Err(err)) => Err(JournalError::Io {
-                    path: PathBuf::new(),
-                    source: std::io::Error::other(err.to_string()),
-                }),
+                Ok(Err(err)) => Err(JournalError::Append(err)),
                 Err(_) => Err(JournalError::Stopped),
             }
         };

@@ -17,9 +17,9 @@ pub enum ServerError {
     /// The token's day is past the retention window.
     #[error("link expired")]
     Gone,
-    /// The database could not answer in time.
+    /// The database could not answer in time (the detail is for the log).
     #[error("database unavailable: {0}")]
-    Unavailable(StoreError),
+    Unavailable(String),
     /// The image upstream failed or was refused.
     #[error("image unavailable: {0}")]
     BadGateway(String),
@@ -30,7 +30,7 @@ pub enum ServerError {
 impl From<StoreError> for ServerError {
     fn from(err: StoreError) -> Self {
         if err.is_unavailable() {
-            ServerError::Unavailable(err)
+            ServerError::Unavailable(err.to_string())
         } else {
             ServerError::Internal(err.to_string())
         }

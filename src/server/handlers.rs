@@ -132,10 +132,12 @@ pub async fn unsubscribe(
 ) -> Result<Response, ServerError> {
     let token = state.check_token(&token_text(path)?)?;
     let link = state.find_link(token).await?;
-    let deferred = match suppress_unsubscribed(&state.pool, &[link.email.as_str()]).await {
+    let emails = [link.email.as_str()];
+    let suppress = suppress_unsubscribed(&state.pool, &emails);
+    let deferred = match state.bounded(suppress).await {
         Ok(()) => None,
-        Err(err) if err.is_unavailable() => Some(err),
-        Err(err) => return Err(err.into()),
+        Err(ServerError::Unavailable(err)) => Some(err),
+        Err(err) => return Err(err),
     };
     let journaled = state
         .record(HitKind::Unsubscribe, token, Some(&link), &meta)

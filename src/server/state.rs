@@ -5,6 +5,7 @@ use super::image::{ImageProxy, ImageSettings};
 use crate::events::bots::{BotDetector, BotRules};
 use crate::events::journal::Recorder;
 use crate::store::links::{self, StoredLink};
+use crate::store::StoreError;
 use crate::token::Token;
 use chrono::Utc;
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -27,6 +28,10 @@ pub struct ServerSettings {
     pub images: ImageSettings,
     /// How long graceful shutdown may spend flushing events to the database.
     pub flush_deadline: Duration,
+    /// The longest a request waits for one database statement (connection
+    /// included) before answering 503: a stalled database must not hang
+    /// visitors.
+    pub db_timeout: Duration,
 }
 
 impl Default for ServerSettings {
@@ -39,6 +44,7 @@ impl Default for ServerSettings {
             bots: BotRules::default(),
             images: ImageSettings::default(),
             flush_deadline: Duration::from_secs(10),
+            db_timeout: Duration::from_secs(2),
         }
     }
 }
@@ -94,6 +100,21 @@ impl AppState {
         Ok(token)
     }
 
+    /// Run one database call within `db_timeout`; running out of time is
+    /// the same as the database being unavailable.
+    pub async fn bounded<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, ServerError> {
+        let limit = self.settings.db_timeout;
+        match tokio::time::timeout(limit, call).await {
+            Ok(result) => result.map_err(ServerError::from),
+            Err(_) => Err(ServerError::Unavailable(format!(
+                "no answer within {limit:?}"
+            ))),
+        }
+    }
+
     /// The link behind a token: from the cache, else one single-partition read.
     pub async fn find_link(&self, token: Token) -> Result<Arc<StoredLink>, ServerError> {
         if let Some(link) = self.links.get(&token).await {
@@ -102,7 +123,8 @@ impl AppState {
         }
         metrics::counter!("linktrack_link_cache_total", "result" => "miss").increment(1);
         metrics::counter!("linktrack_link_lookups_total").increment(1);
-        let link = links::lookup(&self.pool, &token)
+        let link = self
+            .bounded(links::lookup(&self.pool, &token))
             .await?
             .map(Arc::new)
             .ok_or(ServerError::NotFound)?;

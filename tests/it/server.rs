@@ -949,3 +949,45 @@ async fn the_binary_flushes_journaled_events_on_sigterm() {
         "journal emptied"
     );
 }
+
+#[tokio::test]
+async fn a_stalled_database_answers_503_instead_of_hanging() {
+    use sqlx::Connection;
+    let db = db().await;
+    let dir = tempfile::tempdir().unwrap();
+    let token = add_link(&db.pool, LinkKind::Click, "https://example.com/", 1).await;
+    let settings = ServerSettings {
+        db_timeout: Duration::from_millis(500),
+        ..test_settings()
+    };
+    let server = TestServer::start_with(server_pool(&db).await, dir.path(), settings).await;
+    // Another session's write lock makes every read of `links` wait.
+    let mut locker = sqlx::MySqlConnection::connect(&db.url).await.unwrap();
+    sqlx::query("LOCK TABLES links WRITE")
+        .execute(&mut locker)
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let response = client()
+        .get(server.url(&format!("/c/{token}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    sqlx::query("UNLOCK TABLES")
+        .execute(&mut locker)
+        .await
+        .unwrap();
+    let response = client()
+        .get(server.url(&format!("/c/{token}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::FOUND, "recovered");
+    server.stop().await;
+}
