@@ -4,7 +4,7 @@
 use crate::address;
 use crate::build::{self, BuildOptions, Output};
 use crate::config::{
-    BuildArgs, Cli, Command, EnsureArgs, MigrateArgs, PartitionsCommand, RotateArgs,
+    BuildArgs, Cli, Command, EnsureArgs, MigrateArgs, PartitionsCommand, RotateArgs, ServeArgs,
     SuppressionsCommand,
 };
 use crate::store::{self, partitions, suppressions};
@@ -28,6 +28,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Partitions(PartitionsCommand::List) => list(url).await?,
         Command::Build(args) => return build(url, &args).await,
         Command::Suppressions(command) => suppressions(url, command).await?,
+        Command::Serve(args) => serve(url, &args).await?,
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -250,4 +251,36 @@ fn valid_addresses<'a>(
             errors.join("\n")
         )
     }
+}
+
+async fn serve(url: &str, args: &ServeArgs) -> anyhow::Result<()> {
+    use crate::events::journal::JournalSettings;
+    use crate::server::{state::ServerSettings, Server};
+    let pool_settings = store::PoolSettings {
+        max_connections: args.db_connections,
+        acquire_timeout: Duration::from_millis(args.db_timeout_ms),
+    };
+    // Connect lazily: the server starts (and serves cached links, pixels and
+    // the journal) even while the database is down.
+    let pool = store::connect_lazy(url, &pool_settings)?;
+    let settings = ServerSettings {
+        keep_days: args.keep_days,
+        base_url: args.tracking.base_url.clone(),
+        db_timeout: pool_settings.acquire_timeout,
+        ..ServerSettings::default()
+    };
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("listening on {}", args.listen))?;
+    let server = Server::start(
+        listener,
+        pool,
+        settings,
+        JournalSettings::new(&args.journal),
+    )
+    .await
+    .context("starting the server")?;
+    tracing::info!(listen = %server.local_addr()?, base_url = %args.tracking.base_url, "serving");
+    server.run(crate::server::shutdown_signal()).await?;
+    Ok(())
 }

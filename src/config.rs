@@ -53,6 +53,8 @@ pub enum Command {
     /// Manage the suppression list (addresses never sent to).
     #[command(subcommand)]
     Suppressions(SuppressionsCommand),
+    /// Run the tracking HTTP server: redirects, open pixel, image proxy, unsubscribe.
+    Serve(ServeArgs),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -176,6 +178,36 @@ pub struct RotateArgs {
     /// Seconds to wait for another runner to finish before giving up.
     #[arg(long, default_value_t = 30)]
     pub lock_wait_secs: u64,
+}
+
+/// Settings of the tracking server.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, env = "LINKTRACK_LISTEN", default_value = DEFAULT_LISTEN)]
+    pub listen: std::net::SocketAddr,
+
+    #[command(flatten)]
+    pub tracking: TrackingArgs,
+
+    /// Days of links kept (as `partitions rotate --keep-days`); older tokens
+    /// answer 410 Gone without a database read.
+    #[arg(long, env = "LINKTRACK_KEEP_DAYS", default_value_t = DEFAULT_KEEP_DAYS)]
+    pub keep_days: u32,
+
+    /// Directory of the event journal: events wait here until they are in
+    /// the database, and are replayed from here after a restart.
+    #[arg(long, env = "LINKTRACK_JOURNAL", default_value = "journal")]
+    pub journal: std::path::PathBuf,
+
+    /// Longest wait for the database (connection, then statement) before a
+    /// request answers 503.
+    #[arg(long, env = "LINKTRACK_DB_TIMEOUT_MS", default_value_t = 1500)]
+    pub db_timeout_ms: u64,
+
+    /// Database connections.
+    #[arg(long, env = "LINKTRACK_DB_CONNECTIONS", default_value_t = 16)]
+    pub db_connections: u32,
 }
 
 /// Where tracked URLs point; used by `build` and `serve`.

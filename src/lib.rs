@@ -25,12 +25,17 @@
 //! * [`address`]: address normalisation and validation.
 //! * [`letter`]: one letter's HTML: personalise (minijinja), rewrite links
 //!   byte-exactly, add the open pixel.
+//! * [`store`]: every SQL statement: pool, migrations, links, partitions, events.
+//! * [`server`]: `linktrack serve`, the tracking HTTP server.
+//! * [`events`]: the event journal, its replay into `events`, bot verdicts.
 
 pub mod address;
 pub mod build;
 pub mod cli;
 pub mod config;
 pub mod demo;
+pub mod events;
 pub mod letter;
+pub mod server;
 pub mod store;
 pub mod token;

@@ -1,6 +1,7 @@
 //! MySQL / MariaDB: the pool, migrations, and every SQL statement the service
 //! runs. Nothing outside this module writes SQL.
 
+pub mod events;
 pub mod links;
 pub mod partitions;
 pub mod sequences;
@@ -170,4 +171,20 @@ pub async fn set_row_format(
         changed.push(format!("{table}: row format set to {}", format.sql()));
     }
     Ok(changed)
+}
+
+/// One trivial round trip: is the database there?
+pub async fn ping(pool: &MySqlPool) -> Result<(), StoreError> {
+    sqlx::query("SELECT 1").execute(pool).await?;
+    Ok(())
+}
+
+/// A pool that connects on first use, so a server can start while the
+/// database is down.
+pub fn connect_lazy(url: &str, settings: &PoolSettings) -> Result<MySqlPool, StoreError> {
+    let options = connect_options(url)?;
+    Ok(MySqlPoolOptions::new()
+        .max_connections(settings.max_connections)
+        .acquire_timeout(settings.acquire_timeout)
+        .connect_lazy_with(options))
 }

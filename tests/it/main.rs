@@ -6,5 +6,7 @@ mod build;
 mod common;
 mod demo;
 mod links;
+mod load;
 mod partitions;
+mod server;
 mod suppressions;

@@ -1,0 +1,102 @@
+//! Recording hits (clicks, opens, image loads, unsubscribes) without making
+//! the visitor wait for the database.
+//!
+//! A handler hands its event to the [`journal`] writer and awaits only the
+//! acknowledgement that the event was appended to an append-only JSON-lines
+//! segment file (the OS page cache, no fsync). The [`replay`] task inserts
+//! sealed segments into `events` and deletes a segment only once all of its
+//! events are committed, so a slow or absent database only grows the backlog,
+//! and a crash loses nothing that was acknowledged. [`bots`] classifies every
+//! event; bots are stored with a reason, never dropped.
+
+pub mod bots;
+pub mod journal;
+pub mod replay;
+
+use crate::store::events::EventRow;
+use journal::{JournalError, JournalSettings, Recorder};
+use sqlx::MySqlPool;
+use std::path::PathBuf;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// The running journal writer and replayer, and the handle handlers record with.
+pub struct EventPipeline {
+    recorder: Recorder,
+    /// Two stop signals, because the order matters: the writer must seal its
+    /// last segment before the replayer makes its final pass.
+    stop_writer: watch::Sender<bool>,
+    stop_replayer: watch::Sender<bool>,
+    writer: JoinHandle<()>,
+    replayer: JoinHandle<()>,
+}
+
+impl EventPipeline {
+    /// Recover the journal directory (segments a previous process left
+    /// behind become replayable), then start the writer and the replayer.
+    pub async fn start(pool: MySqlPool, settings: JournalSettings) -> Result<Self, JournalError> {
+        let next_segment = journal::recover(&settings.dir).await?;
+        let (stop_writer, writer_stopped) = watch::channel(false);
+        let (stop_replayer, replayer_stopped) = watch::channel(false);
+        let (recorder, writer) =
+            journal::spawn_writer(settings.clone(), next_segment, writer_stopped);
+        let sealed = writer.sealed.clone();
+        let replayer = tokio::spawn(replay::run(pool, settings, sealed, replayer_stopped));
+        Ok(EventPipeline {
+            recorder,
+            stop_writer,
+            stop_replayer,
+            writer: writer.task,
+            replayer,
+        })
+    }
+
+    /// The handle handlers record events with.
+    pub fn recorder(&self) -> Recorder {
+        self.recorder.clone()
+    }
+
+    /// Graceful stop: the writer appends whatever is queued and seals its
+    /// segment, then the replayer makes one last pass, bounded by `deadline`.
+    /// Events it cannot insert in time stay in the journal for the next start.
+    pub async fn shutdown(self, deadline: Duration) {
+        let _ = self.stop_writer.send(true);
+        if let Err(err) = self.writer.await {
+            tracing::error!(%err, "journal writer failed while stopping");
+        }
+        let _ = self.stop_replayer.send(true);
+        if tokio::time::timeout(deadline, self.replayer).await.is_err() {
+            tracing::warn!(
+                ?deadline,
+                "events not yet in the database stay in the journal for the next start"
+            );
+        }
+    }
+
+    /// Handles that stop the tasks at once, as a crash would: nothing is
+    /// flushed or sealed. For tests of journal durability.
+    pub fn abort_handles(&self) -> Vec<tokio::task::AbortHandle> {
+        vec![self.writer.abort_handle(), self.replayer.abort_handle()]
+    }
+}
+
+/// Where the journal lives by default, relative to the working directory.
+pub fn default_journal_dir() -> PathBuf {
+    PathBuf::from("journal")
+}
+
+/// Append one event; returns once it is in the journal file, with `true`,
+/// or `false` if it could not be journaled.
+pub async fn record(recorder: &Recorder, row: EventRow) -> bool {
+    match recorder.append(row).await {
+        Ok(()) => true,
+        Err(err) => {
+            // Callers still answer the visitor: losing one statistic is
+            // better than failing a redirect.
+            metrics::counter!("linktrack_journal_errors_total").increment(1);
+            tracing::error!(%err, "event not journaled");
+            false
+        }
+    }
+}

@@ -1,0 +1,167 @@
+//! Moves sealed journal segments into the `events` table.
+//!
+//! A segment is read whole, inserted in multi-row statements that are
+//! idempotent on `event_id`, and deleted only after every statement
+//! succeeded. A failure leaves the segment for the next attempt; inserting
+//! the same events again is a no-op, so the database ends up with each event
+//! exactly once whatever crashes in between.
+
+use super::journal::{sealed_segments, JournalError, JournalSettings};
+use crate::store::events::{insert_idempotent, suppress_unsubscribed, EventRow};
+use crate::store::{partitions, StoreError};
+use chrono::Utc;
+use sqlx::MySqlPool;
+use std::path::Path;
+use std::sync::Arc;
+use tokio::sync::{watch, Notify};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Replay until told to stop, then make one final pass.
+pub async fn run(
+    pool: MySqlPool,
+    settings: JournalSettings,
+    sealed: Arc<Notify>,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        let failed = replay_all(&pool, &settings.dir).await.is_err();
+        if *stop.borrow() {
+            break;
+        }
+        // After a failure, wait before retrying; otherwise wait for work.
+        let pause = if failed {
+            settings.retry_after
+        } else {
+            settings.retry_after * 5
+        };
+        tokio::select! {
+            _ = sealed.notified(), if !failed => {}
+            _ = tokio::time::sleep(pause) => {}
+            // A dropped sender means the pipeline is gone: stop as well.
+            changed = stop.changed() => if changed.is_err() { break },
+        }
+    }
+    // The writer has sealed its last segment before we were told to stop
+    // (see `EventPipeline::shutdown`), so this pass sees everything journaled.
+    let _ = replay_all(&pool, &settings.dir).await;
+}
+
+/// Replay every sealed segment, oldest first; stop at the first failure so
+/// the order of commits follows the order of the journal.
+pub async fn replay_all(pool: &MySqlPool, dir: &Path) -> Result<(), ReplayError> {
+    for segment in sealed_segments(dir).await? {
+        if let Err(err) = replay_segment(pool, &segment).await {
+            tracing::warn!(%err, segment = %segment.display(), "replay failed; will retry");
+            metrics::counter!("linktrack_replay_failures_total").increment(1);
+            return Err(err);
+        }
+    }
+    Ok(())
+}
+
+async fn replay_segment(pool: &MySqlPool, segment: &Path) -> Result<(), ReplayError> {
+    let text = tokio::fs::read_to_string(segment)
+        .await
+        .map_err(|source| JournalError::Io {
+            path: segment.to_owned(),
+            source,
+        })?;
+    let rows = parse_segment(&text, segment);
+    insert_with_partitions(pool, &rows).await?;
+    apply_unsubscribes(pool, &rows).await?;
+    tokio::fs::remove_file(segment)
+        .await
+        .map_err(|source| JournalError::Io {
+            path: segment.to_owned(),
+            source,
+        })?;
+    metrics::counter!("linktrack_events_written_total").increment(rows.len() as u64);
+    metrics::gauge!("linktrack_journal_backlog_events").decrement(rows.len() as f64);
+    tracing::debug!(events = rows.len(), segment = %segment.display(), "replayed");
+    Ok(())
+}
+
+/// The events of a segment. A line that does not parse (the torn tail of a
+/// write interrupted by a crash) is skipped: it was never acknowledged.
+fn parse_segment(text: &str, segment: &Path) -> Vec<EventRow> {
+    text.lines()
+        .filter(|line| !line.trim().is_empty())
+        .filter_map(|line| match serde_json::from_str(line) {
+            Ok(row) => Some(row),
+            Err(err) => {
+                tracing::warn!(%err, segment = %segment.display(), "skipping an unreadable journal line");
+                None
+            }
+        })
+        .collect()
+}
+
+/// Suppress the addresses of unsubscribe events. Usually the handler did it
+/// already (this is then a no-op); while the database was away, this is
+/// where the suppression happens.
+async fn apply_unsubscribes(pool: &MySqlPool, rows: &[EventRow]) -> Result<(), StoreError> {
+    let emails: Vec<&str> = rows
+        .iter()
+        .filter(|row| row.kind == "unsubscribe")
+        .filter_map(|row| row.email.as_deref())
+        .collect();
+    if emails.is_empty() {
+        return Ok(());
+    }
+    suppress_unsubscribed(pool, &emails).await
+}
+
+/// Insert `rows`; when a day has no partition yet, create the partitions
+/// through that day and try once more.
+async fn insert_with_partitions(pool: &MySqlPool, rows: &[EventRow]) -> Result<(), StoreError> {
+    match insert_idempotent(pool, rows).await {
+        Err(StoreError::NoPartition { date, .. }) => {
+            let today = Utc::now().date_naive();
+            let ahead = (date - today).num_days().clamp(1, 30) as u32;
+            tracing::warn!(%date, "events has no partition for the day; creating it");
+            let policy = partitions::Policy {
+                today,
+                ahead_days: ahead,
+                keep_days: None,
+            };
+            partitions::run(pool, &policy, &partitions::RunOptions::default()).await?;
+            insert_idempotent(pool, rows).await.map(drop)
+        }
+        other => other.map(drop),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_torn_tail_line_is_skipped() {
+        let row = EventRow {
+            event_id: [1; 16],
+            occurred_at: Utc::now(),
+            kind: "open".into(),
+            token: [2; 16],
+            link_id: None,
+            mailing_id: None,
+            letter_id: None,
+            email: None,
+            position: None,
+            ip: None,
+            user_agent: Some("ua".into()),
+            bot: false,
+            bot_reason: None,
+        };
+        let line = serde_json::to_string(&row).unwrap();
+        let text = format!("{line}\n{line}\n{}", &line[..line.len() / 2]);
+        let rows = parse_segment(&text, Path::new("x"));
+        assert_eq!(rows, vec![row.clone(), row]);
+    }
+}

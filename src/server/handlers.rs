@@ -1,0 +1,254 @@
+//! The HTTP handlers. Each one checks the token, finds the link, records
+//! the hit and answers; the work lives in [`AppState`] and the modules it uses.
+
+use super::error::ServerError;
+use super::pages;
+use super::request::RequestMeta;
+use super::state::AppState;
+use crate::events::bots::HitKind;
+use crate::store::events::suppress_unsubscribed;
+use crate::store::links::LinkKind;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use std::time::Duration;
+
+/// The smallest transparent GIF: 1×1, 43 bytes.
+pub const PIXEL_GIF: [u8; 43] = [
+    0x47, 0x49, 0x46, 0x38, 0x39, 0x61, 0x01, 0x00, 0x01, 0x00, 0x80, 0x00, 0x00, 0x00, 0x00, 0x00,
+    0xff, 0xff, 0xff, 0x21, 0xf9, 0x04, 0x01, 0x00, 0x00, 0x00, 0x00, 0x2c, 0x00, 0x00, 0x00, 0x00,
+    0x01, 0x00, 0x01, 0x00, 0x00, 0x02, 0x02, 0x44, 0x01, 0x00, 0x3b,
+];
+
+/// Headers every tracking answer carries: never cached (each hit must reach
+/// us to be counted) and never leaking our URL to the destination.
+fn no_store(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    response
+}
+
+/// The token text of a path; a path that does not decode is simply not found.
+fn token_text(path: Result<Path<String>, PathRejection>) -> Result<String, ServerError> {
+    path.map(|Path(text)| text)
+        .map_err(|_| ServerError::NotFound)
+}
+
+/// `GET|HEAD /c/{token}`: redirect to the stored URL. A HEAD is answered the
+/// same way and journaled as a bot event (link checkers use HEAD), so it is
+/// never counted as a person's click.
+pub async fn click(
+    State(state): State<AppState>,
+    meta: RequestMeta,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<Response, ServerError> {
+    let token = state.check_token(&token_text(path)?)?;
+    let link = state.find_link(token).await?;
+    if link.kind != LinkKind::Click {
+        return Err(ServerError::NotFound);
+    }
+    state
+        .record(HitKind::Click, token, Some(&link), &meta)
+        .await;
+    let location = header_safe_url(&link.url);
+    let location = HeaderValue::from_str(&location)
+        .map_err(|e| ServerError::Internal(format!("stored URL is no header value: {e}")))?;
+    let response = (StatusCode::FOUND, [(header::LOCATION, location)]).into_response();
+    Ok(no_store(response))
+}
+
+/// Percent-encode the bytes a `Location` header cannot carry (non-ASCII,
+/// controls, space); everything else is passed through as stored.
+fn header_safe_url(url: &str) -> String {
+    let mut out = String::with_capacity(url.len());
+    for byte in url.trim().bytes() {
+        if byte.is_ascii_graphic() {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+/// `GET /o/{token}.gif`: always the pixel, whatever the token; an open is
+/// recorded for known tokens (and, while the database is away, for any
+/// well-formed token, to be matched up later).
+pub async fn pixel(
+    State(state): State<AppState>,
+    meta: RequestMeta,
+    path: Result<Path<String>, PathRejection>,
+) -> Response {
+    if let Ok(file) = token_text(path) {
+        if let Some(text) = file.strip_suffix(".gif") {
+            record_open(&state, text, &meta).await;
+        }
+    }
+    let response = ([(header::CONTENT_TYPE, "image/gif")], PIXEL_GIF.as_slice()).into_response();
+    no_store(response)
+}
+
+async fn record_open(state: &AppState, text: &str, meta: &RequestMeta) {
+    let Ok(token) = state.check_token(text) else {
+        return;
+    };
+    let link = match state.find_link(token).await {
+        Ok(link) => Some(link),
+        Err(ServerError::Unavailable(_)) => None,
+        Err(_) => return,
+    };
+    state
+        .record(HitKind::Open, token, link.as_deref(), meta)
+        .await;
+}
+
+/// `GET /u/{token}`: the confirmation page (a GET never unsubscribes).
+pub async fn unsubscribe_page(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<Response, ServerError> {
+    let token = state.check_token(&token_text(path)?)?;
+    state.find_link(token).await?;
+    Ok(no_store(pages::unsubscribe_confirm().into_response()))
+}
+
+/// `POST /u/{token}`: RFC 8058 one-click (`List-Unsubscribe=One-Click`) or
+/// the confirmation form. Any body is accepted: the POST itself is the
+/// request. Idempotent.
+///
+/// If the link is cached but the database is away, the unsubscribe event in
+/// the journal carries the address, and the replay applies the suppression
+/// later: a one-click unsubscribe is sent once and must not be lost.
+pub async fn unsubscribe(
+    State(state): State<AppState>,
+    meta: RequestMeta,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<Response, ServerError> {
+    let token = state.check_token(&token_text(path)?)?;
+    let link = state.find_link(token).await?;
+    let emails = [link.email.as_str()];
+    let suppress = suppress_unsubscribed(&state.pool, &emails);
+    let deferred = match state.bounded(suppress).await {
+        Ok(()) => None,
+        Err(ServerError::Unavailable(err)) => Some(err),
+        Err(err) => return Err(err),
+    };
+    let journaled = state
+        .record(HitKind::Unsubscribe, token, Some(&link), &meta)
+        .await;
+    if let Some(err) = deferred {
+        if !journaled {
+            return Err(ServerError::Unavailable(err));
+        }
+        tracing::warn!(%err, "suppression deferred to the journal replay");
+    }
+    Ok(no_store(pages::unsubscribed().into_response()))
+}
+
+/// `GET /i/{token}`: the stored image, through the checked proxy.
+pub async fn image(
+    State(state): State<AppState>,
+    meta: RequestMeta,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<Response, ServerError> {
+    let token = state.check_token(&token_text(path)?)?;
+    let link = state.find_link(token).await?;
+    if link.kind != LinkKind::Image {
+        return Err(ServerError::NotFound);
+    }
+    state
+        .record(HitKind::Image, token, Some(&link), &meta)
+        .await;
+    let image = state
+        .images
+        .get(&link.url)
+        .await
+        .map_err(|e| ServerError::BadGateway(e.to_string()))?;
+    let content_type = HeaderValue::from_str(&image.content_type)
+        .map_err(|_| ServerError::BadGateway("unusable content type".into()))?;
+    // The body is someone else's: an SVG could carry script, so it must not
+    // run or be sniffed as anything else on our domain.
+    let response = (
+        [
+            (header::CONTENT_TYPE, content_type),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                HeaderValue::from_static("default-src 'none'; style-src 'unsafe-inline'; sandbox"),
+            ),
+            (
+                header::X_CONTENT_TYPE_OPTIONS,
+                HeaderValue::from_static("nosniff"),
+            ),
+        ],
+        image.body.clone(),
+    )
+        .into_response();
+    Ok(no_store(response))
+}
+
+/// `GET /healthz`: the process is up.
+pub async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+/// `GET /readyz`: 200 when the database answers within a second, else 503.
+pub async fn readyz(State(state): State<AppState>) -> Response {
+    let probe = crate::store::ping(&state.pool);
+    match tokio::time::timeout(Duration::from_secs(1), probe).await {
+        Ok(Ok(())) => Json(serde_json::json!({"database": "ok"})).into_response(),
+        Ok(Err(err)) => not_ready(err.to_string()),
+        Err(_) => not_ready("no answer within 1s".to_owned()),
+    }
+}
+
+fn not_ready(detail: String) -> Response {
+    let body = serde_json::json!({"database": "unavailable", "detail": detail});
+    (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
+}
+
+/// `GET /metrics`: Prometheus text format.
+pub async fn metrics(State(state): State<AppState>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        state.metrics.render(),
+    )
+        .into_response()
+}
+
+/// Anything else.
+pub async fn not_found() -> ServerError {
+    ServerError::NotFound
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pixel_is_a_gif() {
+        assert!(PIXEL_GIF.starts_with(b"GIF89a"));
+        assert_eq!(PIXEL_GIF.len(), 43);
+    }
+
+    #[test]
+    fn locations_are_made_header_safe() {
+        assert_eq!(
+            header_safe_url(" https://a.example/x?q=1 "),
+            "https://a.example/x?q=1"
+        );
+        assert_eq!(
+            header_safe_url("https://a.example/é"),
+            "https://a.example/%C3%A9"
+        );
+        assert_eq!(
+            header_safe_url("https://a.example/a b"),
+            "https://a.example/a%20b"
+        );
+    }
+}

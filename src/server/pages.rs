@@ -1,0 +1,34 @@
+//! The few small HTML pages the server shows people.
+
+use axum::response::Html;
+
+/// A minimal page. `title` and `text` are our own constants, never user input.
+pub fn page(title: &str, text: &str) -> Html<String> {
+    Html(format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width\">\
+         <meta name=\"robots\" content=\"noindex\"><title>{title}</title></head>\
+         <body><h1>{title}</h1><p>{text}</p></body></html>"
+    ))
+}
+
+/// The unsubscribe confirmation: a GET never unsubscribes (link scanners
+/// follow every link), the button POSTs the RFC 8058 one-click body.
+pub fn unsubscribe_confirm() -> Html<String> {
+    Html(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width\">\
+         <meta name=\"robots\" content=\"noindex\"><title>Unsubscribe</title></head>\
+         <body><h1>Unsubscribe</h1><p>Do you want to stop receiving these emails?</p>\
+         <form method=\"post\"><input type=\"hidden\" name=\"List-Unsubscribe\" value=\"One-Click\">\
+         <button type=\"submit\">Unsubscribe</button></form></body></html>"
+            .to_owned(),
+    )
+}
+
+pub fn unsubscribed() -> Html<String> {
+    page(
+        "You are unsubscribed",
+        "You will not receive these emails any more.",
+    )
+}

@@ -1,0 +1,63 @@
+//! Turning a hit into an event: classify it, fill the row, journal it.
+
+use super::request::RequestMeta;
+use super::state::AppState;
+use crate::events;
+use crate::events::bots::{Hit, HitKind};
+use crate::store::events::EventRow;
+use crate::store::links::StoredLink;
+use crate::token::Token;
+use chrono::Utc;
+
+impl HitKind {
+    /// The value of `events.kind`.
+    fn column(self) -> &'static str {
+        match self {
+            HitKind::Click => "click",
+            HitKind::Open => "open",
+            HitKind::Image => "image",
+            HitKind::Unsubscribe => "unsubscribe",
+        }
+    }
+}
+
+impl AppState {
+    /// Classify and journal one hit. Returns once the event is in the
+    /// journal (`true`) or could not be journaled (`false`, logged); the
+    /// database insert happens later, in the background. `link` is `None`
+    /// when the database could not say what the token is.
+    pub async fn record(
+        &self,
+        kind: HitKind,
+        token: Token,
+        link: Option<&StoredLink>,
+        meta: &RequestMeta,
+    ) -> bool {
+        let now = Utc::now();
+        let hit = Hit {
+            kind,
+            is_head: meta.is_head,
+            user_agent: meta.user_agent.as_deref(),
+            built_at: token.created_at(),
+            now,
+            letter: link.map(|l| (l.mailing_id.as_str(), l.letter_id, l.position)),
+        };
+        let verdict = self.bots.classify(&hit).await;
+        let row = EventRow {
+            event_id: *uuid::Uuid::now_v7().as_bytes(),
+            occurred_at: now,
+            kind: kind.column().to_owned(),
+            token: *token.as_bytes(),
+            link_id: link.map(|l| l.id),
+            mailing_id: link.map(|l| l.mailing_id.clone()),
+            letter_id: link.map(|l| l.letter_id),
+            email: link.map(|l| l.email.clone()),
+            position: link.map(|l| l.position),
+            ip: meta.network.clone(),
+            user_agent: meta.user_agent.clone(),
+            bot: verdict.is_some(),
+            bot_reason: verdict,
+        };
+        events::record(&self.recorder, row).await
+    }
+}

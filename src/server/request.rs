@@ -1,0 +1,77 @@
+//! What an event records about the request: client network (truncated for
+//! privacy), user agent (truncated), and whether it was a `HEAD`.
+
+use axum::extract::{ConnectInfo, FromRequestParts};
+use axum::http::request::Parts;
+use axum::http::{header, Method};
+use std::convert::Infallible;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+/// Longest user agent stored (the column is VARCHAR(512)).
+pub const MAX_USER_AGENT_CHARS: usize = 512;
+
+#[derive(Debug, Clone)]
+pub struct RequestMeta {
+    /// The client's /24 (IPv4) or /48 (IPv6) network, when known.
+    pub network: Option<String>,
+    pub user_agent: Option<String>,
+    pub is_head: bool,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for RequestMeta {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        let peer = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|ConnectInfo(addr)| addr.ip());
+        let user_agent = parts
+            .headers
+            .get(header::USER_AGENT)
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+            .map(|ua| truncate_chars(&ua, MAX_USER_AGENT_CHARS));
+        Ok(RequestMeta {
+            network: peer.map(|ip| truncate_ip(ip).to_string()),
+            user_agent,
+            is_head: parts.method == Method::HEAD,
+        })
+    }
+}
+
+fn truncate_chars(text: &str, max: usize) -> String {
+    text.chars().take(max).collect()
+}
+
+/// Zero the host part: keep a /24 of IPv4 and a /48 of IPv6.
+pub fn truncate_ip(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(v4) => {
+            let [a, b, c, _] = v4.octets();
+            IpAddr::V4(Ipv4Addr::new(a, b, c, 0))
+        }
+        IpAddr::V6(v6) => {
+            let s = v6.segments();
+            IpAddr::V6(Ipv6Addr::new(s[0], s[1], s[2], 0, 0, 0, 0, 0))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_are_truncated() {
+        let v4: IpAddr = "203.0.113.77".parse().unwrap();
+        assert_eq!(truncate_ip(v4).to_string(), "203.0.113.0");
+        let v6: IpAddr = "2001:db8:abcd:12:34::1".parse().unwrap();
+        assert_eq!(truncate_ip(v6).to_string(), "2001:db8:abcd::");
+    }
+
+    #[test]
+    fn user_agents_are_cut_on_character_boundaries() {
+        let long = "é".repeat(600);
+        assert_eq!(truncate_chars(&long, 512).chars().count(), 512);
+    }
+}

@@ -1,0 +1,134 @@
+//! What every handler shares: settings, the pool, caches, the event recorder.
+
+use super::error::ServerError;
+use super::image::{ImageProxy, ImageSettings};
+use crate::events::bots::{BotDetector, BotRules};
+use crate::events::journal::Recorder;
+use crate::store::links::{self, StoredLink};
+use crate::store::StoreError;
+use crate::token::Token;
+use chrono::Utc;
+use metrics_exporter_prometheus::PrometheusHandle;
+use moka::future::Cache;
+use sqlx::MySqlPool;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Settings of `linktrack serve`.
+#[derive(Debug, Clone)]
+pub struct ServerSettings {
+    /// Days of links kept; older tokens answer 410 without a database read.
+    pub keep_days: u32,
+    /// Public base URL (for logs and pages; routes are relative).
+    pub base_url: String,
+    /// Links kept in memory so hot links survive a database outage.
+    pub link_cache_entries: u64,
+    pub link_cache_ttl: Duration,
+    pub bots: BotRules,
+    pub images: ImageSettings,
+    /// How long graceful shutdown may spend flushing events to the database.
+    pub flush_deadline: Duration,
+    /// The longest a request waits for one database statement (connection
+    /// included) before answering 503: a stalled database must not hang
+    /// visitors.
+    pub db_timeout: Duration,
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        ServerSettings {
+            keep_days: crate::config::DEFAULT_KEEP_DAYS,
+            base_url: crate::config::DEFAULT_BASE_URL.to_owned(),
+            link_cache_entries: 200_000,
+            link_cache_ttl: Duration::from_secs(3_600),
+            bots: BotRules::default(),
+            images: ImageSettings::default(),
+            flush_deadline: Duration::from_secs(10),
+            db_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Shared state; cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    pub pool: MySqlPool,
+    pub settings: Arc<ServerSettings>,
+    pub links: Cache<Token, Arc<StoredLink>>,
+    pub recorder: Recorder,
+    pub bots: Arc<BotDetector>,
+    pub images: Arc<ImageProxy>,
+    pub metrics: PrometheusHandle,
+}
+
+impl AppState {
+    pub fn new(
+        pool: MySqlPool,
+        settings: ServerSettings,
+        recorder: Recorder,
+        metrics: PrometheusHandle,
+    ) -> Result<Self, reqwest::Error> {
+        let links = Cache::builder()
+            .max_capacity(settings.link_cache_entries)
+            .time_to_live(settings.link_cache_ttl)
+            .build();
+        Ok(AppState {
+            pool,
+            links,
+            recorder,
+            bots: Arc::new(BotDetector::new(settings.bots.clone())),
+            images: Arc::new(ImageProxy::new(settings.images.clone())?),
+            metrics,
+            settings: Arc::new(settings),
+        })
+    }
+
+    /// Check a token without touching the database: malformed or too far in
+    /// the future is 404, older than the retention window is 410.
+    pub fn check_token(&self, text: &str) -> Result<Token, ServerError> {
+        let token = Token::parse(text).map_err(|_| ServerError::NotFound)?;
+        let today = Utc::now().date_naive();
+        if token.is_expired(today, self.settings.keep_days) {
+            return Err(ServerError::Gone);
+        }
+        // Tokens are made by our builder, so none is dated after tomorrow
+        // (tomorrow allows for clock skew around midnight).
+        let tomorrow = today.succ_opt().unwrap_or(today);
+        if token.date() > tomorrow {
+            return Err(ServerError::NotFound);
+        }
+        Ok(token)
+    }
+
+    /// Run one database call within `db_timeout`; running out of time is
+    /// the same as the database being unavailable.
+    pub async fn bounded<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, ServerError> {
+        let limit = self.settings.db_timeout;
+        match tokio::time::timeout(limit, call).await {
+            Ok(result) => result.map_err(ServerError::from),
+            Err(_) => Err(ServerError::Unavailable(format!(
+                "no answer within {limit:?}"
+            ))),
+        }
+    }
+
+    /// The link behind a token: from the cache, else one single-partition read.
+    pub async fn find_link(&self, token: Token) -> Result<Arc<StoredLink>, ServerError> {
+        if let Some(link) = self.links.get(&token).await {
+            metrics::counter!("linktrack_link_cache_total", "result" => "hit").increment(1);
+            return Ok(link);
+        }
+        metrics::counter!("linktrack_link_cache_total", "result" => "miss").increment(1);
+        metrics::counter!("linktrack_link_lookups_total").increment(1);
+        let link = self
+            .bounded(links::lookup(&self.pool, &token))
+            .await?
+            .map(Arc::new)
+            .ok_or(ServerError::NotFound)?;
+        self.links.insert(token, link.clone()).await;
+        Ok(link)
+    }
+}

@@ -1,0 +1,993 @@
+//! The tracking server over real sockets against real MariaDB: each test
+//! binds 127.0.0.1:0, runs the app on a task, and talks to it with reqwest
+//! (redirects off). Every wait is bounded by a deadline.
+
+use crate::common::{days_ago, today, token_on, TestDb};
+use chrono::Utc;
+use linktrack::events::journal::JournalSettings;
+use linktrack::server::image::AddressPolicy;
+use linktrack::server::state::ServerSettings;
+use linktrack::server::{ServeError, Server};
+use linktrack::store::links::{self, LinkKind, NewLink};
+use linktrack::store::{self, PoolSettings};
+use linktrack::token::Token;
+use reqwest::{header, Client, Method, StatusCode};
+use sqlx::MySqlPool;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+use tokio::task::{AbortHandle, JoinHandle};
+
+const BROWSER: &str =
+    "Mozilla/5.0 (Macintosh; Intel Mac OS X 14_0) AppleWebKit/605.1.15 Version/17.0 Safari/605.1.15";
+
+/// A server running on a task, stopped gracefully by [`TestServer::stop`].
+struct TestServer {
+    base: String,
+    shutdown: oneshot::Sender<()>,
+    task: JoinHandle<Result<(), ServeError>>,
+}
+
+fn fast_journal(dir: &Path) -> JournalSettings {
+    JournalSettings {
+        seal_after: Duration::from_millis(50),
+        retry_after: Duration::from_millis(100),
+        ..JournalSettings::new(dir)
+    }
+}
+
+fn test_settings() -> ServerSettings {
+    ServerSettings {
+        flush_deadline: Duration::from_secs(2),
+        ..ServerSettings::default()
+    }
+}
+
+async fn started(pool: MySqlPool, journal: &Path, settings: ServerSettings) -> Server {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    Server::start(listener, pool, settings, fast_journal(journal))
+        .await
+        .expect("server starts")
+}
+
+impl TestServer {
+    async fn start(pool: MySqlPool, journal: &Path) -> TestServer {
+        Self::start_with(pool, journal, test_settings()).await
+    }
+
+    async fn start_with(pool: MySqlPool, journal: &Path, settings: ServerSettings) -> TestServer {
+        let server = started(pool, journal, settings).await;
+        let base = format!("http://{}", server.local_addr().unwrap());
+        let (shutdown, stop) = oneshot::channel::<()>();
+        let task = tokio::spawn(server.run(async move {
+            let _ = stop.await;
+        }));
+        TestServer {
+            base,
+            shutdown,
+            task,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Graceful stop: in-flight requests finish, the journal is flushed.
+    async fn stop(self) {
+        let _ = self.shutdown.send(());
+        tokio::time::timeout(Duration::from_secs(10), self.task)
+            .await
+            .expect("server stops within 10s")
+            .expect("server task")
+            .expect("server ran cleanly");
+    }
+}
+
+fn client() -> Client {
+    Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(10))
+        .user_agent(BROWSER)
+        .build()
+        .unwrap()
+}
+
+/// A pool of the server's own, so a test can close it without closing the test's.
+async fn server_pool(db: &TestDb) -> MySqlPool {
+    let settings = PoolSettings {
+        max_connections: 4,
+        acquire_timeout: Duration::from_millis(1500),
+    };
+    store::connect(&db.url, &settings).await.unwrap()
+}
+
+/// A pool that was closed: any database read fails at once.
+async fn closed_pool(db: &TestDb) -> MySqlPool {
+    let pool = server_pool(db).await;
+    pool.close().await;
+    pool
+}
+
+/// A token built an hour ago: old enough that a click is not "too fast".
+fn settled_token() -> Token {
+    Token::at(Utc::now() - chrono::Duration::hours(1))
+}
+
+async fn add_link(pool: &MySqlPool, kind: LinkKind, url: &str, position: u32) -> Token {
+    let token = settled_token();
+    let row = NewLink {
+        token,
+        kind,
+        mailing_id: "m-1".into(),
+        letter_id: 7,
+        email: " Ann@Example.com".into(),
+        position,
+        url: url.into(),
+        meta: None,
+    };
+    links::insert(pool, &[row]).await.unwrap();
+    token
+}
+
+/// A database with partitions for yesterday through tomorrow (a token from
+/// an hour ago may be dated yesterday just after midnight).
+async fn db() -> TestDb {
+    TestDb::with_days_since(days_ago(1)).await
+}
+
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+struct StoredEvent {
+    kind: String,
+    token: String,
+    link_id: Option<u64>,
+    bot: bool,
+    bot_reason: Option<String>,
+}
+
+async fn events(pool: &MySqlPool) -> Vec<StoredEvent> {
+    sqlx::query_as(
+        "SELECT CAST(kind AS CHAR) AS kind, LOWER(HEX(uuid)) AS token, link_id, bot, bot_reason \
+         FROM events ORDER BY occurred_at, id",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+/// Poll until at least `n` events are stored (10 s at most).
+async fn wait_for_events(pool: &MySqlPool, n: usize) -> Vec<StoredEvent> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let found = events(pool).await;
+        if found.len() >= n || Instant::now() > deadline {
+            return found;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn header(response: &reqwest::Response, name: header::HeaderName) -> &str {
+    response
+        .headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+}
+
+#[tokio::test]
+async fn a_click_redirects_with_privacy_headers_and_head_is_not_a_human_click() {
+    let db = db().await;
+    let dir = tempfile::tempdir().unwrap();
+    let url = "https://example.com/landing?a=1&b=%C3%A9";
+    let token = add_link(&db.pool, LinkKind::Click, url, 1).await;
+    let server = TestServer::start(server_pool(&db).await, dir.path()).await;
+    let http = client();
+
+    let response = http
+        .get(server.url(&format!("/c/{token}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::FOUND);
+    assert_eq!(header(&response, header::LOCATION), url);
+    assert_eq!(header(&response, header::CACHE_CONTROL), "no-store");
+    assert_eq!(header(&response, header::REFERRER_POLICY), "no-referrer");
+    assert!(!header(&response, "x-request-id".parse().unwrap()).is_empty());
+
+    let head = http
+        .head(server.url(&format!("/c/{token}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.status(), StatusCode::FOUND);
+    assert_eq!(header(&head, header::LOCATION), url);
+
+    let stored = wait_for_events(&db.pool, 2).await;
+    let humans: Vec<_> = stored.iter().filter(|e| !e.bot).collect();
+    assert_eq!(humans.len(), 1, "exactly one human click: {stored:?}");
+    assert_eq!(humans[0].kind, "click");
+    assert_eq!(humans[0].token, token.to_string());
+    assert!(humans[0].link_id.is_some());
+    assert!(
+        stored
+            .iter()
+            .any(|e| e.bot_reason.as_deref() == Some("head")),
+        "HEAD is kept as a bot event: {stored:?}"
+    );
+    drop(http);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn bots_are_stored_with_their_reason() {
+    let db = db().await;
+    let dir = tempfile::tempdir().unwrap();
+    let settled = add_link(&db.pool, LinkKind::Click, "https://example.com/a", 1).await;
+    let fresh = Token::new();
+    links::insert(
+        &db.pool,
+        &[NewLink {
+            token: fresh,
+            kind: LinkKind::Click,
+            mailing_id: "m-1".into(),
+            letter_id: 8,
+            email: "bob@example.com".into(),
+            position: 1,
+            url: "https://example.com/b".into(),
+            meta: None,
+        }],
+    )
+    .await
+    .unwrap();
+    let server = TestServer::start(server_pool(&db).await, dir.path()).await;
+    let http = client();
+    let curl = http
+        .get(server.url(&format!("/c/{settled}")))
+        .header(header::USER_AGENT, "curl/8.5.0")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        curl.status(),
+        StatusCode::FOUND,
+        "bots are answered like people"
+    );
+    let fast = http
+        .get(server.url(&format!("/c/{fresh}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(fast.status(), StatusCode::FOUND);
+
+    let stored = wait_for_events(&db.pool, 2).await;
+    let reason_of = |t: Token| {
+        stored
+            .iter()
+            .find(|e| e.token == t.to_string())
+            .map(|e| (e.bot, e.bot_reason.clone()))
+    };
+    assert_eq!(reason_of(settled), Some((true, Some("ua:curl".into()))));
+    assert_eq!(reason_of(fresh), Some((true, Some("too_fast".into()))));
+    drop(http);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn bad_and_expired_tokens_are_answered_without_a_database_read() {
+    let db = db().await;
+    let dir = tempfile::tempdir().unwrap();
+    // Any read on a closed pool fails (503), so a 404/410 proves there was none.
+    let server = TestServer::start(closed_pool(&db).await, dir.path()).await;
+    let http = client();
+    let good = token_on(today()).to_string();
+    let future = token_on(today() + chrono::Days::new(3)).to_string();
+    let cases = [
+        ("/c/not-a-token".to_owned(), StatusCode::NOT_FOUND),
+        (format!("/c/{}", good.to_uppercase()), StatusCode::NOT_FOUND),
+        (format!("/c/{}", &good[..31]), StatusCode::NOT_FOUND),
+        (format!("/c/{future}"), StatusCode::NOT_FOUND),
+        (format!("/c/{}", token_on(days_ago(91))), StatusCode::GONE),
+        (format!("/u/{}", token_on(days_ago(400))), StatusCode::GONE),
+        (format!("/i/{}", token_on(days_ago(400))), StatusCode::GONE),
+    ];
+    for (path, expected) in cases {
+        let started = Instant::now();
+        let response = http.get(server.url(&path)).send().await.unwrap();
+        assert_eq!(response.status(), expected, "{path}");
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "{path} was slow"
+        );
+        let body = response.text().await.unwrap();
+        assert!(body.contains("<h1>"), "a human page for {path}: {body}");
+    }
+    // The control: a well-formed, current token does need the database.
+    let response = http
+        .get(server.url(&format!("/c/{good}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    drop(http);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_unknown_token_is_not_found_and_a_wrong_kind_too() {
+    let db = db().await;
+    let dir = tempfile::tempdir().unwrap();
+    let pixel = add_link(&db.pool, LinkKind::Pixel, "", 0).await;
+    let server = TestServer::start(server_pool(&db).await, dir.path()).await;
+    let http = client();
+    for path in [
+        format!("/c/{}", settled_token()),
+        format!("/c/{pixel}"),
+        "/nowhere".into(),
+    ] {
+        let response = http.get(server.url(&path)).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::NOT_FOUND, "{path}");
+    }
+    drop(http);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_pixel_is_always_a_gif_and_counts_opens_of_known_tokens() {
+    let db = db().await;
+    let dir = tempfile::tempdir().unwrap();
+    let known = add_link(&db.pool, LinkKind::Pixel, "", 0).await;
+    let server = TestServer::start(server_pool(&db).await, dir.path()).await;
+    let http = client();
+    let paths = [
+        format!("/o/{known}.gif"),
+        format!("/o/{}.gif", settled_token()),
+        "/o/garbage.gif".to_owned(),
+        "/o/%ff%fe".to_owned(),
+        format!("/o/{}.gif", token_on(days_ago(365))),
+    ];
+    for path in &paths {
+        let response = http.get(server.url(path)).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{path}");
+        assert_eq!(header(&response, header::CONTENT_TYPE), "image/gif");
+        assert_eq!(header(&response, header::CACHE_CONTROL), "no-store");
+        let body = response.bytes().await.unwrap();
+        assert_eq!(body.len(), 43);
+        assert!(body.starts_with(b"GIF89a"));
+    }
+    let stored = wait_for_events(&db.pool, 1).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let stored_later = events(&db.pool).await;
+    assert_eq!(stored, stored_later, "nothing else arrives");
+    assert_eq!(stored.len(), 1, "{stored:?}");
+    assert_eq!(
+        (stored[0].kind.as_str(), stored[0].token.clone()),
+        ("open", known.to_string())
+    );
+    drop(http);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn unsubscribe_confirms_on_get_and_suppresses_on_one_click_post() {
+    let db = db().await;
+    let dir = tempfile::tempdir().unwrap();
+    let token = add_link(&db.pool, LinkKind::Unsubscribe, "", 0).await;
+    let server = TestServer::start(server_pool(&db).await, dir.path()).await;
+    let http = client();
+    let url = server.url(&format!("/u/{token}"));
+
+    let page = http.get(&url).send().await.unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    let html = page.text().await.unwrap();
+    assert!(html.contains("<form method=\"post\""), "{html}");
+    let suppressed = || async {
+        sqlx::query_as::<_, (String, String)>(
+            "SELECT CONVERT(email USING utf8mb4), reason FROM suppressions",
+        )
+        .fetch_all(&db.pool)
+        .await
+        .unwrap()
+    };
+    assert!(suppressed().await.is_empty(), "a GET never unsubscribes");
+
+    for _ in 0..2 {
+        let response = http
+            .post(&url)
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body("List-Unsubscribe=One-Click")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert!(response.text().await.unwrap().contains("unsubscribed"));
+    }
+    assert_eq!(
+        suppressed().await,
+        vec![("ann@example.com".to_owned(), "unsubscribe".to_owned())]
+    );
+    let stored = wait_for_events(&db.pool, 2).await;
+    assert!(stored.iter().all(|e| e.kind == "unsubscribe"), "{stored:?}");
+    drop(http);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn events_wait_for_a_missing_partition_to_be_created() {
+    let db = TestDb::with_days_since(today()).await;
+    let tomorrow = today() + chrono::Days::new(1);
+    let token = token_on(today());
+    links::insert(
+        &db.pool,
+        &[NewLink {
+            token,
+            kind: LinkKind::Pixel,
+            mailing_id: "m".into(),
+            letter_id: 1,
+            email: "a@example.com".into(),
+            position: 0,
+            url: String::new(),
+            meta: None,
+        }],
+    )
+    .await
+    .unwrap();
+    let drop_sql = format!(
+        "ALTER TABLE events DROP PARTITION {}, {}",
+        store::partitions::partition_name(today()),
+        store::partitions::partition_name(tomorrow)
+    );
+    sqlx::query(&drop_sql).execute(&db.pool).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(server_pool(&db).await, dir.path()).await;
+    let response = client()
+        .get(server.url(&format!("/o/{token}.gif")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(wait_for_events(&db.pool, 1).await.len(), 1);
+    server.stop().await;
+}
+
+/// Every `.active` and `.jsonl` file of a journal directory, concatenated.
+fn journal_text(dir: &Path) -> String {
+    let mut text = String::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        text.push_str(&std::fs::read_to_string(&path).unwrap_or_default());
+    }
+    text
+}
+
+fn copy_dir(from: &Path, to: &Path) -> Vec<PathBuf> {
+    let mut copied = Vec::new();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let path = entry.unwrap().path();
+        let target = to.join(path.file_name().unwrap());
+        std::fs::copy(&path, &target).unwrap();
+        copied.push(target);
+    }
+    copied
+}
+
+fn abort_all(handles: Vec<AbortHandle>) {
+    for handle in handles {
+        handle.abort();
+    }
+}
+
+#[tokio::test]
+async fn acknowledged_events_survive_a_crash_and_are_replayed_exactly_once() {
+    let db = db().await;
+    let dir = tempfile::tempdir().unwrap();
+    let token = token_on(today());
+    // First instance: its database is gone, so events can only be journaled.
+    let crashed = started(closed_pool(&db).await, dir.path(), test_settings()).await;
+    let base = format!("http://{}", crashed.local_addr().unwrap());
+    let handles = crashed.spawn_abortable();
+    let http = client();
+    for n in 1..=5 {
+        let response = http
+            .get(format!("{base}/o/{token}.gif"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        // Acknowledged means written: the journal has it before we read the answer.
+        let lines = journal_text(dir.path()).matches(&token.to_string()).count();
+        assert_eq!(lines, n, "journaled before the response");
+    }
+    abort_all(handles);
+    drop(http);
+    let backup = tempfile::tempdir().unwrap();
+    assert!(!copy_dir(dir.path(), backup.path()).is_empty());
+
+    // A new instance on the same journal replays everything.
+    let server = TestServer::start(server_pool(&db).await, dir.path()).await;
+    let stored = wait_for_events(&db.pool, 5).await;
+    assert_eq!(stored.len(), 5, "{stored:?}");
+    assert!(stored
+        .iter()
+        .all(|e| e.token == token.to_string() && e.kind == "open"));
+    server.stop().await;
+
+    // Replaying the same segments again (a crash between commit and delete)
+    // adds nothing.
+    copy_dir(backup.path(), dir.path());
+    let server = TestServer::start(server_pool(&db).await, dir.path()).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::fs::read_dir(dir.path()).unwrap().count() > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "replayed"
+    );
+    assert_eq!(events(&db.pool).await.len(), 5, "each event exactly once");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn while_the_database_is_down_hot_links_redirect_and_events_wait() {
+    let db = db().await;
+    let dir = tempfile::tempdir().unwrap();
+    let hot = add_link(&db.pool, LinkKind::Click, "https://example.com/hot", 1).await;
+    let cold = add_link(&db.pool, LinkKind::Click, "https://example.com/cold", 2).await;
+    let unsubscribe = add_link(&db.pool, LinkKind::Unsubscribe, "", 0).await;
+    let pool = server_pool(&db).await;
+    let server = TestServer::start(pool.clone(), dir.path()).await;
+    let http = client();
+    let get = |path: String| http.get(server.url(&path)).send();
+
+    assert_eq!(
+        get(format!("/c/{hot}")).await.unwrap().status(),
+        StatusCode::FOUND
+    );
+    assert_eq!(
+        get("/readyz".into()).await.unwrap().status(),
+        StatusCode::OK
+    );
+    // Viewing the confirmation page caches the unsubscribe link.
+    let page = get(format!("/u/{unsubscribe}")).await.unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    pool.close().await;
+
+    let response = get(format!("/c/{hot}")).await.unwrap();
+    assert_eq!(
+        response.status(),
+        StatusCode::FOUND,
+        "served from the cache"
+    );
+    assert_eq!(
+        header(&response, header::LOCATION),
+        "https://example.com/hot"
+    );
+    let started = Instant::now();
+    let response = get(format!("/c/{cold}")).await.unwrap();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(header(&response, header::RETRY_AFTER)
+        .parse::<u64>()
+        .is_ok());
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "a miss fails fast"
+    );
+    let ready = get("/readyz".into()).await.unwrap();
+    assert_eq!(ready.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(ready.text().await.unwrap().contains("unavailable"));
+    let one_click = http
+        .post(server.url(&format!("/u/{unsubscribe}")))
+        .body("List-Unsubscribe=One-Click")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        one_click.status(),
+        StatusCode::OK,
+        "accepted into the journal"
+    );
+    drop(http);
+    server.stop().await;
+
+    // Back with a working database, the journaled click and unsubscribe land.
+    let server = TestServer::start(server_pool(&db).await, dir.path()).await;
+    let stored = wait_for_events(&db.pool, 3).await;
+    let hot_clicks = stored.iter().filter(|e| e.token == hot.to_string()).count();
+    assert_eq!(hot_clicks, 2, "{stored:?}");
+    let suppressed: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM suppressions WHERE email = 'ann@example.com' AND reason = 'unsubscribe'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(suppressed, 1, "the deferred suppression was applied");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn hostile_requests_never_cause_a_server_error() {
+    use rand::{Rng, RngCore};
+    let db = db().await;
+    let dir = tempfile::tempdir().unwrap();
+    let good = add_link(&db.pool, LinkKind::Click, "https://example.com/ok", 1).await;
+    let server = TestServer::start(server_pool(&db).await, dir.path()).await;
+    let http = client();
+    let valid = good.to_string();
+    let mut wrong_version = *good.as_bytes();
+    wrong_version[6] = (wrong_version[6] & 0x0f) | 0x40;
+    let wrong_version = uuid::Uuid::from_bytes(wrong_version).simple().to_string();
+    let long = "a".repeat(16 * 1024);
+    let started = Instant::now();
+    let mut rng = rand::rng();
+    for i in 0..2_000u32 {
+        let mut junk = vec![0u8; rng.random_range(0..200)];
+        rng.fill_bytes(&mut junk);
+        let junk: String = junk.iter().map(|b| format!("%{b:02x}")).collect();
+        let (method, path) = match i % 9 {
+            0 => (Method::GET, format!("/c/{junk}")),
+            1 => (Method::GET, format!("/c/{long}")),
+            2 => (Method::GET, format!("/c/{}g", &valid[..31])),
+            3 => (Method::GET, format!("/c/{}", valid.to_uppercase())),
+            4 => (Method::GET, format!("/c/{wrong_version}")),
+            5 => (Method::from_bytes(b"BREW").unwrap(), format!("/c/{valid}")),
+            6 => (Method::DELETE, format!("/u/{valid}")),
+            7 => (Method::GET, format!("/o/{junk}.gif")),
+            _ => (Method::POST, format!("/i/{junk}")),
+        };
+        let response = http
+            .request(method.clone(), server.url(&path))
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            !response.status().is_server_error(),
+            "{method} {path} answered {}",
+            response.status()
+        );
+        assert!(started.elapsed() < Duration::from_secs(60), "took too long");
+    }
+    let huge = "x".repeat(64 * 1024);
+    let response = http
+        .get(server.url(&format!("/c/{valid}")))
+        .header("x-huge", huge)
+        .send()
+        .await;
+    if let Ok(response) = response {
+        assert!(
+            !response.status().is_server_error(),
+            "{}",
+            response.status()
+        );
+    }
+    let response = http
+        .get(server.url(&format!("/c/{valid}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::FOUND, "still serving");
+    drop(http);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn health_and_metrics_answer() {
+    let db = db().await;
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(server_pool(&db).await, dir.path()).await;
+    let http = client();
+    let health = http.get(server.url("/healthz")).send().await.unwrap();
+    assert_eq!(health.status(), StatusCode::OK);
+    let ready = http.get(server.url("/readyz")).send().await.unwrap();
+    assert_eq!(ready.status(), StatusCode::OK);
+    assert!(ready.text().await.unwrap().contains("\"ok\""));
+    let _ = http.get(server.url("/c/zzz")).send().await.unwrap();
+    let metrics = http.get(server.url("/metrics")).send().await.unwrap();
+    assert_eq!(metrics.status(), StatusCode::OK);
+    let text = metrics.text().await.unwrap();
+    assert!(text.contains("linktrack_http_requests_total"), "{text}");
+    assert!(text.contains("route=\"/c/{token}\""), "{text}");
+    assert!(
+        text.contains("linktrack_http_request_duration_seconds_bucket"),
+        "{text}"
+    );
+    drop(http);
+    server.stop().await;
+}
+
+/// A local image server counting the requests that reach it.
+struct Upstream {
+    base: String,
+    hits: Arc<AtomicUsize>,
+}
+
+async fn upstream() -> Upstream {
+    use axum::http::header as h;
+    use axum::response::IntoResponse;
+    use axum::routing::get;
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counter = hits.clone();
+    let app = axum::Router::new()
+        .route(
+            "/img.png",
+            get(|| async {
+                (
+                    [
+                        (h::CONTENT_TYPE, "image/png"),
+                        (h::CACHE_CONTROL, "max-age=60"),
+                    ],
+                    "PNGDATA",
+                )
+            }),
+        )
+        .route(
+            "/fresh.png",
+            get(|| async {
+                (
+                    [
+                        (h::CONTENT_TYPE, "image/png"),
+                        (h::CACHE_CONTROL, "no-store"),
+                    ],
+                    "FRESH",
+                )
+            }),
+        )
+        .route(
+            "/page",
+            get(|| async { ([(h::CONTENT_TYPE, "text/html")], "<html>") }),
+        )
+        .route(
+            "/big.png",
+            get(|| async { ([(h::CONTENT_TYPE, "image/png")], vec![0u8; 6 << 20]) }),
+        )
+        .route(
+            "/moved",
+            get(|| async {
+                (axum::http::StatusCode::FOUND, [(h::LOCATION, "/img.png")]).into_response()
+            }),
+        )
+        .route(
+            "/loop",
+            get(|| async {
+                (axum::http::StatusCode::FOUND, [(h::LOCATION, "/loop")]).into_response()
+            }),
+        )
+        .layer(axum::middleware::from_fn(
+            move |request: axum::extract::Request, next: axum::middleware::Next| {
+                let counter = counter.clone();
+                async move {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    next.run(request).await
+                }
+            },
+        ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Upstream { base, hits }
+}
+
+#[tokio::test]
+async fn the_image_proxy_refuses_non_public_targets() {
+    let db = db().await;
+    let dir = tempfile::tempdir().unwrap();
+    let up = upstream().await;
+    let port = up.base.rsplit(':').next().unwrap().to_owned();
+    let targets = [
+        format!("http://127.0.0.1:{port}/img.png"),
+        format!("http://[::1]:{port}/img.png"),
+        format!("http://localhost:{port}/img.png"),
+        "http://10.0.0.1/img.png".to_owned(),
+        "http://169.254.169.254/latest/meta-data/".to_owned(),
+        "http://[::ffff:127.0.0.1]/img.png".to_owned(),
+        "ftp://example.com/img.png".to_owned(),
+        "file:///etc/passwd".to_owned(),
+    ];
+    let mut tokens = Vec::new();
+    for (n, target) in targets.iter().enumerate() {
+        tokens.push(add_link(&db.pool, LinkKind::Image, target, n as u32).await);
+    }
+    // Default settings: the strict address policy.
+    let server = TestServer::start(server_pool(&db).await, dir.path()).await;
+    let http = client();
+    for (token, target) in tokens.iter().zip(&targets) {
+        let started = Instant::now();
+        let response = http
+            .get(server.url(&format!("/i/{token}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::BAD_GATEWAY, "{target}");
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{target} was slow"
+        );
+    }
+    assert_eq!(up.hits.load(Ordering::SeqCst), 0, "no request left");
+    drop(http);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_image_proxy_serves_checks_and_caches_images() {
+    let db = db().await;
+    let dir = tempfile::tempdir().unwrap();
+    let up = upstream().await;
+    let image = add_link(
+        &db.pool,
+        LinkKind::Image,
+        &format!("{}/img.png", up.base),
+        1,
+    )
+    .await;
+    let fresh = add_link(
+        &db.pool,
+        LinkKind::Image,
+        &format!("{}/fresh.png", up.base),
+        2,
+    )
+    .await;
+    let page = add_link(&db.pool, LinkKind::Image, &format!("{}/page", up.base), 3).await;
+    let big = add_link(
+        &db.pool,
+        LinkKind::Image,
+        &format!("{}/big.png", up.base),
+        4,
+    )
+    .await;
+    let moved = add_link(&db.pool, LinkKind::Image, &format!("{}/moved", up.base), 5).await;
+    let looping = add_link(&db.pool, LinkKind::Image, &format!("{}/loop", up.base), 6).await;
+    let click = add_link(
+        &db.pool,
+        LinkKind::Click,
+        &format!("{}/img.png", up.base),
+        7,
+    )
+    .await;
+    let mut settings = test_settings();
+    settings.images.policy = AddressPolicy::AllowLoopback;
+    let server = TestServer::start_with(server_pool(&db).await, dir.path(), settings).await;
+    let http = client();
+    let get = |token: Token| http.get(server.url(&format!("/i/{token}"))).send();
+    let hits = || up.hits.load(Ordering::SeqCst);
+
+    for _ in 0..2 {
+        let response = get(image).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(header(&response, header::CONTENT_TYPE), "image/png");
+        assert_eq!(header(&response, header::X_CONTENT_TYPE_OPTIONS), "nosniff");
+        assert_eq!(response.text().await.unwrap(), "PNGDATA");
+    }
+    assert_eq!(hits(), 1, "the second load came from the cache");
+
+    for _ in 0..2 {
+        assert_eq!(get(fresh).await.unwrap().status(), StatusCode::OK);
+    }
+    assert_eq!(hits(), 3, "no-store is not cached");
+
+    let response = get(moved).await.unwrap();
+    assert_eq!(
+        response.status(),
+        StatusCode::OK,
+        "one redirect is followed"
+    );
+    assert_eq!(response.text().await.unwrap(), "PNGDATA");
+
+    for (token, what) in [(page, "html"), (big, "6 MB"), (looping, "redirect loop")] {
+        let response = get(token).await.unwrap();
+        assert_eq!(response.status(), StatusCode::BAD_GATEWAY, "{what}");
+    }
+    assert_eq!(get(click).await.unwrap().status(), StatusCode::NOT_FOUND);
+
+    // Every load is recorded, served or not: 2 + 2 + 1 + 3 (the click token
+    // on /i/ is not an image link and records nothing).
+    let loads = wait_for_events(&db.pool, 8).await;
+    assert_eq!(loads.len(), 8, "{loads:?}");
+    assert!(loads.iter().all(|e| e.kind == "image"), "{loads:?}");
+    drop(http);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_binary_flushes_journaled_events_on_sigterm() {
+    let db = db().await;
+    let token = add_link(&db.pool, LinkKind::Pixel, "", 0).await;
+    let dir = tempfile::tempdir().unwrap();
+    let addr = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap()
+    };
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_linktrack"))
+        .args(["serve", "--listen", &addr.to_string(), "--journal"])
+        .arg(dir.path())
+        .env("DATABASE_URL", &db.url)
+        .env("RUST_LOG", "warn")
+        .spawn()
+        .unwrap();
+    let http = client();
+    let base = format!("http://{addr}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while http.get(format!("{base}/healthz")).send().await.is_err() {
+        assert!(Instant::now() < deadline, "server did not come up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for _ in 0..3 {
+        let response = http
+            .get(format!("{base}/o/{token}.gif"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+    drop(http);
+    // At once, before the writer seals its segment (250 ms): only the
+    // shutdown flush can bring these events to the database.
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("server did not exit after SIGTERM");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(status.success(), "{status}");
+    assert_eq!(events(&db.pool).await.len(), 3, "flushed before exit");
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "journal emptied"
+    );
+}
+
+#[tokio::test]
+async fn a_stalled_database_answers_503_instead_of_hanging() {
+    use sqlx::Connection;
+    let db = db().await;
+    let dir = tempfile::tempdir().unwrap();
+    let token = add_link(&db.pool, LinkKind::Click, "https://example.com/", 1).await;
+    let settings = ServerSettings {
+        db_timeout: Duration::from_millis(500),
+        ..test_settings()
+    };
+    let server = TestServer::start_with(server_pool(&db).await, dir.path(), settings).await;
+    // Another session's write lock makes every read of `links` wait.
+    let mut locker = sqlx::MySqlConnection::connect(&db.url).await.unwrap();
+    sqlx::query("LOCK TABLES links WRITE")
+        .execute(&mut locker)
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let response = client()
+        .get(server.url(&format!("/c/{token}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    sqlx::query("UNLOCK TABLES")
+        .execute(&mut locker)
+        .await
+        .unwrap();
+    let response = client()
+        .get(server.url(&format!("/c/{token}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::FOUND, "recovered");
+    server.stop().await;
+}
