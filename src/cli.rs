@@ -4,8 +4,8 @@
 use crate::address;
 use crate::build::{self, BuildOptions, Output};
 use crate::config::{
-    BuildArgs, Cli, Command, EnsureArgs, MigrateArgs, PartitionsCommand, RotateArgs, ServeArgs,
-    SuppressionsCommand,
+    BuildArgs, Cli, Command, DemoArgs, EnsureArgs, MigrateArgs, PartitionsCommand, RotateArgs,
+    ServeArgs, SuppressionsCommand,
 };
 use crate::store::{self, partitions, suppressions};
 use anyhow::Context;
@@ -29,6 +29,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Build(args) => return build(url, &args).await,
         Command::Suppressions(command) => suppressions(url, command).await?,
         Command::Serve(args) => serve(url, &args).await?,
+        Command::Demo(args) => demo(url, &args).await?,
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -283,4 +284,36 @@ async fn serve(url: &str, args: &ServeArgs) -> anyhow::Result<()> {
     tracing::info!(listen = %server.local_addr()?, base_url = %args.tracking.base_url, "serving");
     server.run(crate::server::shutdown_signal()).await?;
     Ok(())
+}
+
+async fn demo(url: &str, args: &DemoArgs) -> anyhow::Result<()> {
+    let base_url = args
+        .base_url
+        .clone()
+        .unwrap_or_else(|| format!("http://{}", args.listen));
+    let outcome = crate::demo::prepare(url, &base_url, &args.dir).await?;
+    println!("{}", outcome.summary);
+    println!("letters: {}", outcome.letters.display());
+    if args.no_serve {
+        for (label, link) in &outcome.sample_urls {
+            println!("{label}: {link}");
+        }
+        return Ok(());
+    }
+    println!(
+        "serving on http://{} (Ctrl-C to stop); open these:",
+        args.listen
+    );
+    for (label, link) in &outcome.sample_urls {
+        println!("  {label}: {link}");
+    }
+    let serve_args = ServeArgs {
+        listen: args.listen,
+        tracking: crate::config::TrackingArgs { base_url },
+        keep_days: crate::config::DEFAULT_KEEP_DAYS,
+        journal: args.dir.join("journal"),
+        db_timeout_ms: 1500,
+        db_connections: 16,
+    };
+    serve(url, &serve_args).await
 }

@@ -55,6 +55,28 @@ pub enum Command {
     Suppressions(SuppressionsCommand),
     /// Run the tracking HTTP server: redirects, open pixel, image proxy, unsubscribe.
     Serve(ServeArgs),
+    /// The whole loop on the fixtures: migrate, create partitions, build the
+    /// fixture mailing, print tracked URLs to open, then serve them.
+    Demo(DemoArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DemoArgs {
+    /// Where the demo writes its files: mailing, letters, rejects, journal.
+    #[arg(long, default_value = "demo-out")]
+    pub dir: PathBuf,
+
+    /// Address the demo's server listens on.
+    #[arg(long, env = "LINKTRACK_LISTEN", default_value = DEFAULT_LISTEN)]
+    pub listen: std::net::SocketAddr,
+
+    /// Base URL in the built letters (default: http:// + --listen).
+    #[arg(long, env = "LINKTRACK_BASE_URL")]
+    pub base_url: Option<String>,
+
+    /// Build and print the URLs, then exit instead of serving.
+    #[arg(long)]
+    pub no_serve: bool,
 }
 
 #[derive(Debug, Clone, Args)]

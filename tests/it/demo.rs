@@ -35,3 +35,28 @@ async fn the_demo_builds_the_fixtures_and_its_sample_urls_resolve() {
         (6, 0)
     );
 }
+
+#[tokio::test]
+async fn the_demo_command_prints_urls_and_exits_with_no_serve() {
+    let db = TestDb::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_linktrack"))
+        .args(["demo", "--no-serve", "--listen", "127.0.0.1:9", "--dir"])
+        .arg(dir.path())
+        .env("DATABASE_URL", &db.url)
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("built 6 letters"), "{stdout}");
+    assert!(
+        stdout.contains("a click in ann.lee@example.com's letter: http://127.0.0.1:9/c/"),
+        "{stdout}"
+    );
+    assert!(dir.path().join("letters.jsonl").exists());
+}
