@@ -33,6 +33,9 @@ impl AppState {
         link: Option<&StoredLink>,
         meta: &RequestMeta,
     ) -> bool {
+        if !self.settings.record_events {
+            return true;
+        }
         let now = Utc::now();
         let hit = Hit {
             kind,

@@ -32,6 +32,9 @@ pub struct ServerSettings {
     /// included) before answering 503: a stalled database must not hang
     /// visitors.
     pub db_timeout: Duration,
+    /// Journal and store events. Off only to measure what recording costs
+    /// (`examples/bench_serve.rs`); not exposed on the command line.
+    pub record_events: bool,
 }
 
 impl Default for ServerSettings {
@@ -45,6 +48,7 @@ impl Default for ServerSettings {
             images: ImageSettings::default(),
             flush_deadline: Duration::from_secs(10),
             db_timeout: Duration::from_secs(2),
+            record_events: true,
         }
     }
 }
