@@ -123,6 +123,7 @@ async fn serve(url: &str, args: &ServeArgs) -> anyhow::Result<()> {
         keep_days: args.keep_days,
         base_url: args.tracking.base_url.clone(),
         db_timeout: pool_settings.acquire_timeout,
+        trust_forwarded_for: args.trust_forwarded_for,
         ..ServerSettings::default()
     };
     let listener = tokio::net::TcpListener::bind(args.listen)

@@ -74,8 +74,10 @@ async fn replay_segment(pool: &MySqlPool, segment: &Path) -> Result<(), ReplayEr
             source,
         })?;
     let rows = parse_segment(&text, segment);
-    insert_with_partitions(pool, &rows).await?;
+    // Suppressions first: they matter more than the statistics, and once
+    // the events are visible the suppressions are too.
     apply_unsubscribes(pool, &rows).await?;
+    insert_with_partitions(pool, &rows).await?;
     tokio::fs::remove_file(segment)
         .await
         .map_err(|source| JournalError::Io {

@@ -32,6 +32,9 @@ pub struct ServerSettings {
     /// included) before answering 503: a stalled database must not hang
     /// visitors.
     pub db_timeout: Duration,
+    /// Take the client address from the last `X-Forwarded-For` entry (set
+    /// this only behind a proxy that appends it); otherwise the peer address.
+    pub trust_forwarded_for: bool,
 }
 
 impl Default for ServerSettings {
@@ -45,6 +48,7 @@ impl Default for ServerSettings {
             images: ImageSettings::default(),
             flush_deadline: Duration::from_secs(10),
             db_timeout: Duration::from_secs(2),
+            trust_forwarded_for: false,
         }
     }
 }
@@ -122,13 +126,19 @@ impl AppState {
             return Ok(link);
         }
         metrics::counter!("linktrack_link_cache_total", "result" => "miss").increment(1);
+        // Right after a send, many readers click the same new link at once:
+        // concurrent misses for one token share a single lookup.
+        self.links
+            .try_get_with(token, self.lookup(token))
+            .await
+            .map_err(ServerError::from_shared)
+    }
+
+    async fn lookup(&self, token: Token) -> Result<Arc<StoredLink>, ServerError> {
         metrics::counter!("linktrack_link_lookups_total").increment(1);
-        let link = self
-            .bounded(links::lookup(&self.pool, &token))
+        self.bounded(links::lookup(&self.pool, &token))
             .await?
             .map(Arc::new)
-            .ok_or(ServerError::NotFound)?;
-        self.links.insert(token, link.clone()).await;
-        Ok(link)
+            .ok_or(ServerError::NotFound)
     }
 }

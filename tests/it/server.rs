@@ -145,12 +145,14 @@ struct StoredEvent {
     link_id: Option<u64>,
     bot: bool,
     bot_reason: Option<String>,
+    ip: Option<String>,
+    user_agent: Option<String>,
 }
 
 async fn events(pool: &MySqlPool) -> Vec<StoredEvent> {
     sqlx::query_as(
-        "SELECT CAST(kind AS CHAR) AS kind, LOWER(HEX(uuid)) AS token, link_id, bot, bot_reason \
-         FROM events ORDER BY occurred_at, id",
+        "SELECT CAST(kind AS CHAR) AS kind, LOWER(HEX(uuid)) AS token, link_id, bot, bot_reason, \
+         ip, user_agent FROM events ORDER BY occurred_at, id",
     )
     .fetch_all(pool)
     .await
@@ -197,8 +199,10 @@ async fn a_click_redirects_with_privacy_headers_and_head_is_not_a_human_click() 
     assert_eq!(header(&response, header::REFERRER_POLICY), "no-referrer");
     assert!(!header(&response, "x-request-id".parse().unwrap()).is_empty());
 
+    let long_agent = format!("LinkChecker/1.0 {}", "é".repeat(600));
     let head = http
         .head(server.url(&format!("/c/{token}")))
+        .header(header::USER_AGENT, long_agent.as_str())
         .send()
         .await
         .unwrap();
@@ -210,6 +214,19 @@ async fn a_click_redirects_with_privacy_headers_and_head_is_not_a_human_click() 
     assert_eq!(humans.len(), 1, "exactly one human click: {stored:?}");
     assert_eq!(humans[0].kind, "click");
     assert_eq!(humans[0].token, token.to_string());
+    assert_eq!(
+        humans[0].ip.as_deref(),
+        Some("127.0.0.0"),
+        "a /24, not the host"
+    );
+    assert_eq!(humans[0].user_agent.as_deref(), Some(BROWSER));
+    let checker = stored.iter().find(|e| e.bot).unwrap();
+    let stored_agent = checker.user_agent.clone().unwrap_or_default();
+    assert_eq!(
+        stored_agent.chars().count(),
+        512,
+        "user agents are cut to 512"
+    );
     assert!(humans[0].link_id.is_some());
     assert!(
         stored
