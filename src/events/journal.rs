@@ -259,12 +259,12 @@ impl WriterState {
     async fn append(&mut self, bytes: &[u8], events: usize) -> Result<(), JournalError> {
         let path = segment_path(&self.settings.dir, self.seq, ACTIVE);
         if self.open.is_none() {
-            let file = OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&path)
-                .await
-                .map_err(io_error(&path))?;
+            let mut options = OpenOptions::new();
+            options.create(true).append(true);
+            // Events name addresses: only the service's user may read them.
+            #[cfg(unix)]
+            options.mode(0o600);
+            let file = options.open(&path).await.map_err(io_error(&path))?;
             self.open = Some(OpenSegment {
                 file,
                 events: 0,

@@ -518,6 +518,12 @@ async fn acknowledged_events_survive_a_crash_and_are_replayed_exactly_once() {
         assert_eq!(lines, n, "journaled before the response");
     }
     abort_all(handles);
+    #[cfg(unix)]
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = entry.unwrap().metadata().unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "journal files are private");
+    }
     drop(http);
     let backup = tempfile::tempdir().unwrap();
     assert!(!copy_dir(dir.path(), backup.path()).is_empty());
@@ -702,11 +708,22 @@ async fn health_and_metrics_answer() {
     assert_eq!(ready.status(), StatusCode::OK);
     assert!(ready.text().await.unwrap().contains("\"ok\""));
     let _ = http.get(server.url("/c/zzz")).send().await.unwrap();
+    let brew = Method::from_bytes(b"BREW").unwrap();
+    let _ = http
+        .request(brew, server.url("/c/zzz"))
+        .send()
+        .await
+        .unwrap();
     let metrics = http.get(server.url("/metrics")).send().await.unwrap();
     assert_eq!(metrics.status(), StatusCode::OK);
     let text = metrics.text().await.unwrap();
     assert!(text.contains("linktrack_http_requests_total"), "{text}");
     assert!(text.contains("route=\"/c/{token}\""), "{text}");
+    assert!(text.contains("method=\"other\""), "{text}");
+    assert!(
+        !text.contains("BREW"),
+        "client-chosen methods are no labels"
+    );
     assert!(
         text.contains("linktrack_http_request_duration_seconds_bucket"),
         "{text}"
