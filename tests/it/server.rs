@@ -1025,3 +1025,117 @@ async fn a_stalled_database_answers_503_instead_of_hanging() {
     assert_eq!(response.status(), StatusCode::FOUND, "recovered");
     server.stop().await;
 }
+
+/// `host:port` of the test database server.
+fn mysql_address() -> String {
+    let url = crate::common::server_url();
+    let after_scheme = url.split("://").nth(1).unwrap_or(&url);
+    let host = after_scheme.rsplit('@').next().unwrap_or(after_scheme);
+    host.trim_end_matches('/').to_owned()
+}
+
+/// A TCP relay in front of MariaDB that can fail like a real outage:
+/// `go_down` cuts every open connection and refuses new ones until `come_up`.
+struct FlakyDatabase {
+    addr: std::net::SocketAddr,
+    up: Arc<std::sync::atomic::AtomicBool>,
+    connections: Arc<std::sync::Mutex<Vec<AbortHandle>>>,
+}
+
+impl FlakyDatabase {
+    async fn start() -> FlakyDatabase {
+        use std::sync::atomic::AtomicBool;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let up = Arc::new(AtomicBool::new(true));
+        let connections = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (is_up, tasks) = (up.clone(), connections.clone());
+        tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                if !is_up.load(Ordering::SeqCst) {
+                    continue; // dropped: the connection is refused
+                }
+                let relay = tokio::spawn(async move {
+                    if let Ok(mut server) = tokio::net::TcpStream::connect(mysql_address()).await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    }
+                });
+                tasks.lock().unwrap().push(relay.abort_handle());
+            }
+        });
+        FlakyDatabase {
+            addr,
+            up,
+            connections,
+        }
+    }
+
+    fn url(&self, db: &TestDb) -> String {
+        format!("mysql://root@{}/{}", self.addr, db.name)
+    }
+
+    fn go_down(&self) {
+        self.up.store(false, Ordering::SeqCst);
+        for relay in self.connections.lock().unwrap().drain(..) {
+            relay.abort();
+        }
+    }
+
+    fn come_up(&self) {
+        self.up.store(true, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test]
+async fn a_database_outage_is_ridden_out_without_a_restart() {
+    let db = db().await;
+    let dir = tempfile::tempdir().unwrap();
+    let hot = add_link(&db.pool, LinkKind::Click, "https://example.com/hot", 1).await;
+    let cold = add_link(&db.pool, LinkKind::Click, "https://example.com/cold", 2).await;
+    let flaky = FlakyDatabase::start().await;
+    let pool_settings = PoolSettings {
+        max_connections: 4,
+        acquire_timeout: Duration::from_millis(500),
+    };
+    let pool = store::connect(&flaky.url(&db), &pool_settings)
+        .await
+        .unwrap();
+    let settings = ServerSettings {
+        db_timeout: Duration::from_millis(800),
+        ..test_settings()
+    };
+    let server = TestServer::start_with(pool, dir.path(), settings).await;
+    let http = client();
+    let click = |token: Token| http.get(server.url(&format!("/c/{token}"))).send();
+
+    assert_eq!(click(hot).await.unwrap().status(), StatusCode::FOUND);
+    flaky.go_down();
+    for _ in 0..3 {
+        assert_eq!(
+            click(hot).await.unwrap().status(),
+            StatusCode::FOUND,
+            "cached"
+        );
+    }
+    let started = Instant::now();
+    let miss = click(cold).await.unwrap();
+    assert_eq!(miss.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let during = events(&db.pool).await.len();
+    assert!(
+        during <= 1,
+        "only the click before the outage can be stored: {during}"
+    );
+
+    flaky.come_up();
+    let stored = wait_for_events(&db.pool, 4).await;
+    assert_eq!(stored.len(), 4, "the journaled clicks land once it is back");
+    assert_eq!(click(cold).await.unwrap().status(), StatusCode::FOUND);
+    drop(http);
+    server.stop().await;
+}
