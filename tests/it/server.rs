@@ -770,6 +770,13 @@ async fn upstream() -> Upstream {
             }),
         )
         .route(
+            "/slow.png",
+            get(|| async {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                ([(h::CONTENT_TYPE, "image/png")], "SLOW")
+            }),
+        )
+        .route(
             "/page",
             get(|| async { ([(h::CONTENT_TYPE, "text/html")], "<html>") }),
         )
@@ -881,6 +888,13 @@ async fn the_image_proxy_serves_checks_and_caches_images() {
         7,
     )
     .await;
+    let slow = add_link(
+        &db.pool,
+        LinkKind::Image,
+        &format!("{}/slow.png", up.base),
+        8,
+    )
+    .await;
     let mut settings = test_settings();
     settings.images.policy = AddressPolicy::AllowLoopback;
     let server = TestServer::start_with(server_pool(&db).await, dir.path(), settings).await;
@@ -916,10 +930,25 @@ async fn the_image_proxy_serves_checks_and_caches_images() {
     }
     assert_eq!(get(click).await.unwrap().status(), StatusCode::NOT_FOUND);
 
-    // Every load is recorded, served or not: 2 + 2 + 1 + 3 (the click token
-    // on /i/ is not an image link and records nothing).
-    let loads = wait_for_events(&db.pool, 8).await;
-    assert_eq!(loads.len(), 8, "{loads:?}");
+    // Ten readers open the letter at once: one upstream fetch serves them
+    // all (without coalescing, each concurrent miss would fetch).
+    let before = hits();
+    let url = server.url(&format!("/i/{slow}"));
+    let readers: Vec<_> = (0..10)
+        .map(|_| {
+            let (http, url) = (http.clone(), url.clone());
+            tokio::spawn(async move { http.get(url).send().await.unwrap().text().await.unwrap() })
+        })
+        .collect();
+    for reader in readers {
+        assert_eq!(reader.await.unwrap(), "SLOW");
+    }
+    assert_eq!(hits() - before, 1, "concurrent misses share one fetch");
+
+    // Every load is recorded, served or not: 2 + 2 + 1 + 3 + 10 (the click
+    // token on /i/ is not an image link and records nothing).
+    let loads = wait_for_events(&db.pool, 18).await;
+    assert_eq!(loads.len(), 18, "{loads:?}");
     assert!(loads.iter().all(|e| e.kind == "image"), "{loads:?}");
     drop(http);
     server.stop().await;
