@@ -318,6 +318,82 @@ impl WriterState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use chrono::Utc;
+
+    fn event(n: u8) -> EventRow {
+        EventRow {
+            event_id: [n; 16],
+            occurred_at: Utc::now(),
+            kind: "click".into(),
+            token: [n; 16],
+            link_id: Some(u64::from(n)),
+            mailing_id: None,
+            letter_id: None,
+            email: None,
+            position: None,
+            ip: None,
+            user_agent: None,
+            bot: false,
+            bot_reason: None,
+        }
+    }
+
+    fn files(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[tokio::test]
+    async fn appended_events_are_in_the_file_when_acknowledged_and_sealed_on_stop() {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = JournalSettings {
+            seal_after: Duration::from_secs(60),
+            ..JournalSettings::new(dir.path())
+        };
+        let next = recover(dir.path()).await.unwrap();
+        let (stop, stopped) = watch::channel(false);
+        let (recorder, writer) = spawn_writer(settings, next, stopped);
+        for n in 0..3 {
+            recorder.append(event(n)).await.unwrap();
+        }
+        let active = dir.path().join("00000000000000000000.active");
+        let text = std::fs::read_to_string(&active).unwrap();
+        assert_eq!(text.lines().count(), 3);
+        let first: EventRow = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+        assert_eq!(first.event_id, [0; 16]);
+
+        stop.send(true).unwrap();
+        writer.task.await.unwrap();
+        assert_eq!(files(dir.path()), ["00000000000000000000.jsonl"]);
+        assert!(matches!(
+            recorder.append(event(9)).await,
+            Err(JournalError::Stopped)
+        ));
+    }
+
+    #[tokio::test]
+    async fn recover_seals_leftovers_and_continues_the_sequence() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("00000000000000000004.jsonl"), "").unwrap();
+        std::fs::write(dir.path().join("00000000000000000007.active"), "").unwrap();
+        std::fs::write(dir.path().join("README"), "not a segment").unwrap();
+        assert_eq!(recover(dir.path()).await.unwrap(), 8);
+        assert_eq!(
+            files(dir.path()),
+            [
+                "00000000000000000004.jsonl",
+                "00000000000000000007.jsonl",
+                "README"
+            ]
+        );
+        let sealed = sealed_segments(dir.path()).await.unwrap();
+        assert_eq!(sealed.len(), 2);
+        assert!(sealed[0] < sealed[1], "oldest first");
+    }
 
     #[test]
     fn segment_names_sort_and_parse() {
