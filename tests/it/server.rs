@@ -1168,3 +1168,36 @@ async fn a_database_outage_is_ridden_out_without_a_restart() {
     drop(http);
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_scanner_walking_every_link_of_a_letter_is_a_burst() {
+    let db = db().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut tokens = Vec::new();
+    for position in 1..=3 {
+        let url = format!("https://example.com/{position}");
+        tokens.push(add_link(&db.pool, LinkKind::Click, &url, position).await);
+    }
+    let server = TestServer::start(server_pool(&db).await, dir.path()).await;
+    let http = client();
+    for token in &tokens {
+        let response = http
+            .get(server.url(&format!("/c/{token}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::FOUND);
+    }
+    let stored = wait_for_events(&db.pool, 3).await;
+    let verdict = |t: &Token| {
+        stored
+            .iter()
+            .find(|e| e.token == t.to_string())
+            .and_then(|e| e.bot_reason.clone())
+    };
+    assert_eq!(verdict(&tokens[0]), None);
+    assert_eq!(verdict(&tokens[1]), None);
+    assert_eq!(verdict(&tokens[2]).as_deref(), Some("burst"));
+    drop(http);
+    server.stop().await;
+}
