@@ -1,9 +1,7 @@
 //! Runs the parsed command line. Each subcommand is a small function that
 //! calls the library and prints what it did, one line per action.
 
-use crate::config::{
-    Cli, Command, EnsureArgs, MigrateArgs, PartitionsCommand, RotateArgs, ServeArgs,
-};
+use crate::config::{Cli, Command, EnsureArgs, MigrateArgs, PartitionsCommand, RotateArgs};
 use crate::store::{self, partitions};
 use anyhow::Context;
 use chrono::Utc;
@@ -109,15 +107,15 @@ async fn list(url: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn serve(url: &str, args: &ServeArgs) -> anyhow::Result<()> {
+async fn serve(url: &str, args: &crate::config::ServeArgs) -> anyhow::Result<()> {
     use crate::events::journal::JournalSettings;
     use crate::server::{state::ServerSettings, Server};
     let pool_settings = store::PoolSettings {
         max_connections: args.db_connections,
         acquire_timeout: Duration::from_millis(args.db_timeout_ms),
     };
-    // Connect lazily: the server starts (and serves cached links, pixels and
-    // the journal) even while the database is down.
+    // Connect lazily: the server starts (pixels, journal, health) even while
+    // the database is down, and catches up once it is back.
     let pool = store::connect_lazy(url, &pool_settings)?;
     let settings = ServerSettings {
         keep_days: args.keep_days,

@@ -1201,3 +1201,25 @@ async fn a_scanner_walking_every_link_of_a_letter_is_a_burst() {
     drop(http);
     server.stop().await;
 }
+
+#[test]
+fn serve_flags_parse_with_defaults() {
+    use clap::Parser;
+    use linktrack::config::{Cli, Command};
+    let cli = Cli::try_parse_from([
+        "linktrack",
+        "serve",
+        "--journal",
+        "/var/lib/lt",
+        "--keep-days",
+        "30",
+    ])
+    .unwrap();
+    let Command::Serve(args) = cli.command else {
+        panic!("not serve");
+    };
+    assert_eq!(args.journal, PathBuf::from("/var/lib/lt"));
+    assert_eq!(args.keep_days, 30);
+    assert!(!args.trust_forwarded_for);
+    assert!(args.db_timeout_ms > 0);
+}
