@@ -21,6 +21,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 const ACTIVE: &str = "active";
+/// Holds the pid of the server using the directory.
+pub const LOCK_FILE: &str = "lock";
 const SEALED: &str = "jsonl";
 
 /// Journal tuning. The defaults suit a tracking server.
@@ -67,6 +69,11 @@ pub enum JournalError {
     Stopped,
     #[error("appending to the journal failed: {0}")]
     Append(Arc<JournalError>),
+    #[error(
+        "journal {dir} is in use by process {pid}; one server per journal directory \
+         (if that process is not linktrack, delete {dir}/{LOCK_FILE})"
+    )]
+    Locked { dir: PathBuf, pid: u32 },
     #[error("the journal writer did not acknowledge within {0:?}")]
     Timeout(Duration),
     #[error("encoding an event: {0}")]
@@ -159,6 +166,7 @@ async fn segments(dir: &Path, ext: &str) -> Result<Vec<(u64, PathBuf)>, JournalE
 /// active, and return the next free sequence number.
 pub async fn recover(dir: &Path) -> Result<u64, JournalError> {
     fs::create_dir_all(dir).await.map_err(io_error(dir))?;
+    claim(dir).await?;
     for (seq, path) in segments(dir, ACTIVE).await? {
         let sealed = segment_path(dir, seq, SEALED);
         fs::rename(&path, &sealed).await.map_err(io_error(&path))?;
@@ -170,6 +178,43 @@ pub async fn recover(dir: &Path) -> Result<u64, JournalError> {
         .map(|(seq, _)| seq)
         .max();
     Ok(last.map_or(0, |seq| seq + 1))
+}
+
+/// Make this process the directory's only user. Two writers would seal and
+/// delete segments under each other's feet, losing events. The lock file
+/// names a pid; a pid that no longer runs (checked in /proc, so on Linux)
+/// left a stale lock, which is taken over. Our own pid is taken over too: a
+/// server restarted in the same process (tests) follows one that crashed.
+async fn claim(dir: &Path) -> Result<(), JournalError> {
+    let lock = dir.join(LOCK_FILE);
+    let ours = std::process::id();
+    if let Ok(text) = fs::read_to_string(&lock).await {
+        if let Ok(pid) = text.trim().parse::<u32>() {
+            if pid != ours && process_is_running(pid) {
+                return Err(JournalError::Locked {
+                    dir: dir.to_owned(),
+                    pid,
+                });
+            }
+        }
+    }
+    fs::write(&lock, format!("{ours}\n"))
+        .await
+        .map_err(io_error(&lock))
+}
+
+/// Release the directory at a clean stop.
+pub async fn release(dir: &Path) {
+    let _ = fs::remove_file(dir.join(LOCK_FILE)).await;
+}
+
+fn process_is_running(pid: u32) -> bool {
+    if cfg!(target_os = "linux") {
+        Path::new(&format!("/proc/{pid}")).exists()
+    } else {
+        // Without /proc we cannot tell; trust the operator.
+        false
+    }
 }
 
 /// Start the writer task with the segment sequence `next_seq`.
@@ -368,11 +413,29 @@ mod tests {
 
         stop.send(true).unwrap();
         writer.task.await.unwrap();
-        assert_eq!(files(dir.path()), ["00000000000000000000.jsonl"]);
+        assert_eq!(files(dir.path()), ["00000000000000000000.jsonl", "lock"]);
         assert!(matches!(
             recorder.append(event(9)).await,
             Err(JournalError::Stopped)
         ));
+    }
+
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn a_directory_used_by_another_live_process_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let lock = dir.path().join(LOCK_FILE);
+        // Our parent (the test runner) is alive and is not us.
+        std::fs::write(&lock, std::os::unix::process::parent_id().to_string()).unwrap();
+        let err = recover(dir.path()).await.unwrap_err();
+        assert!(matches!(err, JournalError::Locked { .. }), "{err}");
+        // A lock left by a process that is gone is taken over.
+        std::fs::write(&lock, "4194305").unwrap();
+        recover(dir.path()).await.unwrap();
+        let owner = std::fs::read_to_string(&lock).unwrap();
+        assert_eq!(owner.trim(), std::process::id().to_string());
+        release(dir.path()).await;
+        assert!(!lock.exists());
     }
 
     #[tokio::test]
@@ -387,7 +450,8 @@ mod tests {
             [
                 "00000000000000000004.jsonl",
                 "00000000000000000007.jsonl",
-                "README"
+                "README",
+                "lock"
             ]
         );
         let sealed = sealed_segments(dir.path()).await.unwrap();

@@ -469,20 +469,31 @@ async fn events_wait_for_a_missing_partition_to_be_created() {
     server.stop().await;
 }
 
-/// Every `.active` and `.jsonl` file of a journal directory, concatenated.
+/// The journal segments (`.active` and `.jsonl`) of a directory.
+fn segments(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| {
+            let ext = path.extension().and_then(|e| e.to_str());
+            matches!(ext, Some("active" | "jsonl"))
+        })
+        .collect()
+}
+
+/// Every segment of a journal directory, concatenated.
 fn journal_text(dir: &Path) -> String {
     let mut text = String::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
+    for path in segments(dir) {
         text.push_str(&std::fs::read_to_string(&path).unwrap_or_default());
     }
     text
 }
 
-fn copy_dir(from: &Path, to: &Path) -> Vec<PathBuf> {
+/// Copy the segments of `from` into `to`.
+fn copy_segments(from: &Path, to: &Path) -> Vec<PathBuf> {
     let mut copied = Vec::new();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let path = entry.unwrap().path();
+    for path in segments(from) {
         let target = to.join(path.file_name().unwrap());
         std::fs::copy(&path, &target).unwrap();
         copied.push(target);
@@ -519,14 +530,14 @@ async fn acknowledged_events_survive_a_crash_and_are_replayed_exactly_once() {
     }
     abort_all(handles);
     #[cfg(unix)]
-    for entry in std::fs::read_dir(dir.path()).unwrap() {
+    for path in segments(dir.path()) {
         use std::os::unix::fs::PermissionsExt;
-        let mode = entry.unwrap().metadata().unwrap().permissions().mode();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600, "journal files are private");
     }
     drop(http);
     let backup = tempfile::tempdir().unwrap();
-    assert!(!copy_dir(dir.path(), backup.path()).is_empty());
+    assert!(!copy_segments(dir.path(), backup.path()).is_empty());
 
     // A new instance on the same journal replays everything.
     let server = TestServer::start(server_pool(&db).await, dir.path()).await;
@@ -539,17 +550,13 @@ async fn acknowledged_events_survive_a_crash_and_are_replayed_exactly_once() {
 
     // Replaying the same segments again (a crash between commit and delete)
     // adds nothing.
-    copy_dir(backup.path(), dir.path());
+    copy_segments(backup.path(), dir.path());
     let server = TestServer::start(server_pool(&db).await, dir.path()).await;
     let deadline = Instant::now() + Duration::from_secs(10);
-    while std::fs::read_dir(dir.path()).unwrap().count() > 0 && Instant::now() < deadline {
+    while !segments(dir.path()).is_empty() && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(
-        std::fs::read_dir(dir.path()).unwrap().count(),
-        0,
-        "replayed"
-    );
+    assert!(segments(dir.path()).is_empty(), "replayed");
     assert_eq!(events(&db.pool).await.len(), 5, "each event exactly once");
     server.stop().await;
 }
@@ -977,6 +984,17 @@ async fn the_binary_flushes_journaled_events_on_sigterm() {
         assert!(Instant::now() < deadline, "server did not come up");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // A second server on the same journal would lose events: it is refused.
+    let second = std::process::Command::new(env!("CARGO_BIN_EXE_linktrack"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--journal"])
+        .arg(dir.path())
+        .env("DATABASE_URL", &db.url)
+        .env("RUST_LOG", "error")
+        .output()
+        .unwrap();
+    assert!(!second.status.success());
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(stderr.contains("in use by process"), "{stderr}");
     for _ in 0..3 {
         let response = http
             .get(format!("{base}/o/{token}.gif"))
