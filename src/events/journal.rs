@@ -187,20 +187,31 @@ pub async fn recover(dir: &Path) -> Result<u64, JournalError> {
 /// server restarted in the same process (tests) follows one that crashed.
 async fn claim(dir: &Path) -> Result<(), JournalError> {
     let lock = dir.join(LOCK_FILE);
-    let ours = std::process::id();
-    if let Ok(text) = fs::read_to_string(&lock).await {
-        if let Ok(pid) = text.trim().parse::<u32>() {
-            if pid != ours && process_is_running(pid) {
-                return Err(JournalError::Locked {
-                    dir: dir.to_owned(),
-                    pid,
-                });
-            }
+    let ours = format!("{}\n", std::process::id());
+    // Creating the file is atomic, so of two servers starting together only
+    // one gets past this point without reading the other's pid.
+    let created = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&lock)
+        .await;
+    if let Ok(mut file) = created {
+        return file
+            .write_all(ours.as_bytes())
+            .await
+            .map_err(io_error(&lock));
+    }
+    let owner = fs::read_to_string(&lock).await.unwrap_or_default();
+    if let Ok(pid) = owner.trim().parse::<u32>() {
+        if pid != std::process::id() && process_is_running(pid) {
+            return Err(JournalError::Locked {
+                dir: dir.to_owned(),
+                pid,
+            });
         }
     }
-    fs::write(&lock, format!("{ours}\n"))
-        .await
-        .map_err(io_error(&lock))
+    tracing::warn!(lock = %lock.display(), "taking over a stale journal lock");
+    fs::write(&lock, ours).await.map_err(io_error(&lock))
 }
 
 /// Release the directory at a clean stop.
