@@ -137,5 +137,6 @@ async fn serve(url: &str, args: &crate::config::ServeArgs) -> anyhow::Result<()>
     .context("starting the server")?;
     tracing::info!(listen = %server.local_addr()?, base_url = %args.tracking.base_url, "serving");
     server.run(crate::server::shutdown_signal()).await?;
+    tracing::info!("stopped");
     Ok(())
 }

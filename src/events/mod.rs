@@ -76,6 +76,7 @@ impl EventPipeline {
             );
         }
         journal::release(&self.dir).await;
+        tracing::debug!("event pipeline stopped");
     }
 
     /// Handles that stop the tasks at once, as a crash would: nothing is
