@@ -23,6 +23,24 @@ pub enum ReplayError {
     Store(#[from] StoreError),
 }
 
+/// MySQL errors that go away by themselves: lock wait timeout, deadlock.
+const TRANSIENT_MYSQL_ERRORS: [u16; 2] = [1205, 1213];
+
+impl ReplayError {
+    /// True when the database rejected the segment's data itself, so trying
+    /// again can never succeed; anything else (unreachable database, a
+    /// missing partition, a lock, a file error) is worth retrying.
+    fn is_rejected_data(&self) -> bool {
+        let ReplayError::Store(StoreError::Sqlx(err)) = self else {
+            return false;
+        };
+        match crate::store::mysql_error_number(err) {
+            Some(number) => !TRANSIENT_MYSQL_ERRORS.contains(&number),
+            None => false,
+        }
+    }
+}
+
 /// Replay until told to stop, then make one final pass.
 pub async fn run(
     pool: MySqlPool,
@@ -54,15 +72,38 @@ pub async fn run(
 }
 
 /// Replay every sealed segment, oldest first; stop at the first failure so
-/// the order of commits follows the order of the journal.
+/// the order of commits follows the order of the journal. A segment whose
+/// data the database rejects is set aside (renamed `.failed`, for an
+/// operator to inspect) so that it cannot block every later event.
 pub async fn replay_all(pool: &MySqlPool, dir: &Path) -> Result<(), ReplayError> {
     for segment in sealed_segments(dir).await? {
-        if let Err(err) = replay_segment(pool, &segment).await {
-            tracing::warn!(%err, segment = %segment.display(), "replay failed; will retry");
-            metrics::counter!("linktrack_replay_failures_total").increment(1);
-            return Err(err);
+        match replay_segment(pool, &segment).await {
+            Ok(()) => {}
+            Err(err) if err.is_rejected_data() => quarantine(&segment, &err).await?,
+            Err(err) => {
+                tracing::warn!(%err, segment = %segment.display(), "replay failed; will retry");
+                metrics::counter!("linktrack_replay_failures_total").increment(1);
+                return Err(err);
+            }
         }
     }
+    Ok(())
+}
+
+async fn quarantine(segment: &Path, err: &ReplayError) -> Result<(), ReplayError> {
+    let failed = segment.with_extension("failed");
+    tracing::error!(
+        %err,
+        segment = %failed.display(),
+        "the database rejected a journal segment; set aside for inspection"
+    );
+    metrics::counter!("linktrack_replay_quarantined_total").increment(1);
+    tokio::fs::rename(segment, &failed)
+        .await
+        .map_err(|source| JournalError::Io {
+            path: segment.to_owned(),
+            source,
+        })?;
     Ok(())
 }
 

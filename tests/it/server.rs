@@ -1241,3 +1241,37 @@ fn serve_flags_parse_with_defaults() {
     assert!(!args.trust_forwarded_for);
     assert!(args.db_timeout_ms > 0);
 }
+
+#[tokio::test]
+async fn a_segment_the_database_rejects_is_set_aside_and_does_not_block_the_rest() {
+    let db = db().await;
+    let dir = tempfile::tempdir().unwrap();
+    let line = |kind: &str, id: u8| {
+        format!(
+            "{{\"event_id\":\"{id:02x}{}\",\"occurred_at\":\"{}\",\"kind\":\"{kind}\",\
+             \"token\":\"{}\",\"link_id\":null,\"mailing_id\":null,\"letter_id\":null,\
+             \"email\":null,\"position\":null,\"ip\":null,\"user_agent\":null,\
+             \"bot\":false,\"bot_reason\":null}}\n",
+            "0".repeat(30),
+            Utc::now().to_rfc3339(),
+            token_on(today())
+        )
+    };
+    // An older segment the database refuses (no such ENUM value), then a good one.
+    std::fs::write(
+        dir.path().join("00000000000000000001.jsonl"),
+        line("bogus", 1),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("00000000000000000002.jsonl"),
+        line("open", 2),
+    )
+    .unwrap();
+    let server = TestServer::start(server_pool(&db).await, dir.path()).await;
+    let stored = wait_for_events(&db.pool, 1).await;
+    assert_eq!(stored.len(), 1, "{stored:?}");
+    assert_eq!(stored[0].kind, "open");
+    assert!(dir.path().join("00000000000000000001.failed").exists());
+    server.stop().await;
+}
