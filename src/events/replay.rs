@@ -23,8 +23,11 @@ pub enum ReplayError {
     Store(#[from] StoreError),
 }
 
-/// MySQL errors that go away by themselves: lock wait timeout, deadlock.
-const TRANSIENT_MYSQL_ERRORS: [u16; 2] = [1205, 1213];
+/// MySQL errors about the server's state rather than the data, which go
+/// away by themselves or by an operator's fix: lock wait timeout (1205),
+/// deadlock (1213), missing privileges (1044, 1045, 1142, 1227) and a
+/// read-only server, as during a failover (1290, 1792, 1836).
+const RETRYABLE_MYSQL_ERRORS: [u16; 9] = [1205, 1213, 1044, 1045, 1142, 1227, 1290, 1792, 1836];
 
 impl ReplayError {
     /// True when the database rejected the segment's data itself, so trying
@@ -35,7 +38,7 @@ impl ReplayError {
             return false;
         };
         match crate::store::mysql_error_number(err) {
-            Some(number) => !TRANSIENT_MYSQL_ERRORS.contains(&number),
+            Some(number) => !RETRYABLE_MYSQL_ERRORS.contains(&number),
             None => false,
         }
     }
