@@ -103,6 +103,7 @@ pub struct RotateArgs {
     pub lock_wait_secs: u64,
 }
 
+/// Flags of `linktrack serve` (see docs/serve.md).
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
     /// Address to listen on.

@@ -1,4 +1,5 @@
-//! `linktrack serve`: the tracking HTTP server.
+//! `linktrack serve`: the tracking HTTP server. How to run and watch it:
+//! `docs/serve.md`.
 //!
 //! * [`handlers`]: thin handlers for `/c`, `/o`, `/u`, `/i` and health;
 //! * [`state`]: shared state, token checks and the link cache;
