@@ -14,7 +14,7 @@ pub const MAX_USER_AGENT_CHARS: usize = 512;
 #[derive(Debug, Clone)]
 pub struct RequestMeta {
     /// The client's /24 (IPv4) or /48 (IPv6) network, when known.
-    pub network: Option<String>,
+    pub network: Option<IpAddr>,
     pub user_agent: Option<String>,
     pub is_head: bool,
 }
@@ -41,7 +41,7 @@ impl FromRequestParts<AppState> for RequestMeta {
             .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
             .map(|ua| truncate_chars(&ua, MAX_USER_AGENT_CHARS));
         Ok(RequestMeta {
-            network: forwarded.or(peer).map(|ip| truncate_ip(ip).to_string()),
+            network: forwarded.or(peer).map(truncate_ip),
             user_agent,
             is_head: parts.method == Method::HEAD,
         })
