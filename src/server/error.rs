@@ -65,7 +65,8 @@ impl IntoResponse for ServerError {
                 "This link has expired and no longer leads anywhere.",
             ),
             ServerError::Unavailable(err) => {
-                tracing::warn!(%err, "database unavailable");
+                // Per request, so quiet: the replayer and /readyz report the outage.
+                tracing::debug!(%err, "database unavailable");
                 (
                     StatusCode::SERVICE_UNAVAILABLE,
                     "Temporarily unavailable",
