@@ -261,13 +261,14 @@ async fn serve(url: &str, args: &ServeArgs) -> anyhow::Result<()> {
         max_connections: args.db_connections,
         acquire_timeout: Duration::from_millis(args.db_timeout_ms),
     };
-    // Connect lazily: the server starts (and serves cached links, pixels and
-    // the journal) even while the database is down.
+    // Connect lazily: the server starts (pixels, journal, health) even while
+    // the database is down, and catches up once it is back.
     let pool = store::connect_lazy(url, &pool_settings)?;
     let settings = ServerSettings {
         keep_days: args.keep_days,
         base_url: args.tracking.base_url.clone(),
         db_timeout: pool_settings.acquire_timeout,
+        trust_forwarded_for: args.trust_forwarded_for,
         ..ServerSettings::default()
     };
     let listener = tokio::net::TcpListener::bind(args.listen)
@@ -283,6 +284,7 @@ async fn serve(url: &str, args: &ServeArgs) -> anyhow::Result<()> {
     .context("starting the server")?;
     tracing::info!(listen = %server.local_addr()?, base_url = %args.tracking.base_url, "serving");
     server.run(crate::server::shutdown_signal()).await?;
+    tracing::info!("stopped");
     Ok(())
 }
 
@@ -314,6 +316,7 @@ async fn demo(url: &str, args: &DemoArgs) -> anyhow::Result<()> {
         journal: args.dir.join("journal"),
         db_timeout_ms: 1500,
         db_connections: 16,
+        trust_forwarded_for: false,
     };
     serve(url, &serve_args).await
 }

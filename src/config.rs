@@ -202,7 +202,7 @@ pub struct RotateArgs {
     pub lock_wait_secs: u64,
 }
 
-/// Settings of the tracking server.
+/// Flags of `linktrack serve` (see docs/serve.md).
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
     /// Address to listen on.
@@ -230,6 +230,11 @@ pub struct ServeArgs {
     /// Database connections.
     #[arg(long, env = "LINKTRACK_DB_CONNECTIONS", default_value_t = 16)]
     pub db_connections: u32,
+
+    /// Record the client network from the last X-Forwarded-For entry. Set it
+    /// only behind a reverse proxy or load balancer that appends that header.
+    #[arg(long, env = "LINKTRACK_TRUST_FORWARDED_FOR")]
+    pub trust_forwarded_for: bool,
 }
 
 /// Where tracked URLs point; used by `build` and `serve`.

@@ -12,6 +12,7 @@
 
 use chrono::{DateTime, Utc};
 use moka::future::Cache;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -86,6 +87,8 @@ pub struct Hit<'a> {
     pub kind: HitKind,
     pub is_head: bool,
     pub user_agent: Option<&'a str>,
+    /// The client's network (already truncated), when known.
+    pub network: Option<IpAddr>,
     /// When the letter was built: the token's timestamp.
     pub built_at: DateTime<Utc>,
     pub now: DateTime<Utc>,
@@ -162,7 +165,7 @@ fn classify_request(rules: &BotRules, hit: &Hit<'_>) -> Verdict {
     };
     let lower = agent.to_ascii_lowercase();
     if matches!(hit.kind, HitKind::Open | HitKind::Image) {
-        if let Some(reason) = image_proxy(&lower) {
+        if let Some(reason) = image_proxy(&lower, hit.network) {
             return Some(reason.to_owned());
         }
     }
@@ -185,12 +188,14 @@ fn classify_request(rules: &BotRules, hit: &Hit<'_>) -> Verdict {
 }
 
 /// Mail providers' image proxies fetch pixels whether or not anyone reads.
-fn image_proxy(lower_agent: &str) -> Option<&'static str> {
+fn image_proxy(lower_agent: &str, network: Option<IpAddr>) -> Option<&'static str> {
     if lower_agent.contains("googleimageproxy") {
         return Some("gmail_image_proxy");
     }
-    // Apple Mail Privacy Protection prefetches with a bare "Mozilla/5.0".
-    if lower_agent.trim() == "mozilla/5.0" {
+    // Apple Mail Privacy Protection prefetches with a bare "Mozilla/5.0",
+    // from Apple's own 17.0.0.0/8.
+    let from_apple = matches!(network, Some(IpAddr::V4(v4)) if v4.octets()[0] == 17);
+    if lower_agent.trim() == "mozilla/5.0" || from_apple {
         return Some("apple_mpp");
     }
     None
@@ -209,6 +214,7 @@ mod tests {
             kind,
             is_head: false,
             user_agent: Some(agent),
+            network: None,
             built_at: now - chrono::Duration::seconds(seconds_after_build),
             now,
             letter: None,
@@ -240,6 +246,20 @@ mod tests {
         );
         let apple = hit(HitKind::Open, "Mozilla/5.0", late);
         assert_eq!(d.classify(&apple).await.as_deref(), Some("apple_mpp"));
+        let from_apple = Hit {
+            network: "17.58.0.0".parse().ok(),
+            ..hit(HitKind::Open, BROWSER, late)
+        };
+        assert_eq!(d.classify(&from_apple).await.as_deref(), Some("apple_mpp"));
+        let apple_click = Hit {
+            network: "17.58.0.0".parse().ok(),
+            ..hit(HitKind::Click, BROWSER, late)
+        };
+        assert_eq!(
+            d.classify(&apple_click).await,
+            None,
+            "only opens are prefetched"
+        );
         let fast = hit(HitKind::Click, BROWSER, 1);
         assert_eq!(d.classify(&fast).await.as_deref(), Some("too_fast"));
         let none = Hit {

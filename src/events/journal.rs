@@ -21,6 +21,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 const ACTIVE: &str = "active";
+/// Holds the pid of the server using the directory.
+pub const LOCK_FILE: &str = "lock";
 const SEALED: &str = "jsonl";
 
 /// Journal tuning. The defaults suit a tracking server.
@@ -67,6 +69,11 @@ pub enum JournalError {
     Stopped,
     #[error("appending to the journal failed: {0}")]
     Append(Arc<JournalError>),
+    #[error(
+        "journal {dir} is in use by process {pid}; one server per journal directory \
+         (if that process is not linktrack, delete {dir}/{LOCK_FILE})"
+    )]
+    Locked { dir: PathBuf, pid: u32 },
     #[error("the journal writer did not acknowledge within {0:?}")]
     Timeout(Duration),
     #[error("encoding an event: {0}")]
@@ -159,6 +166,7 @@ async fn segments(dir: &Path, ext: &str) -> Result<Vec<(u64, PathBuf)>, JournalE
 /// active, and return the next free sequence number.
 pub async fn recover(dir: &Path) -> Result<u64, JournalError> {
     fs::create_dir_all(dir).await.map_err(io_error(dir))?;
+    claim(dir).await?;
     for (seq, path) in segments(dir, ACTIVE).await? {
         let sealed = segment_path(dir, seq, SEALED);
         fs::rename(&path, &sealed).await.map_err(io_error(&path))?;
@@ -170,6 +178,54 @@ pub async fn recover(dir: &Path) -> Result<u64, JournalError> {
         .map(|(seq, _)| seq)
         .max();
     Ok(last.map_or(0, |seq| seq + 1))
+}
+
+/// Make this process the directory's only user. Two writers would seal and
+/// delete segments under each other's feet, losing events. The lock file
+/// names a pid; a pid that no longer runs (checked in /proc, so on Linux)
+/// left a stale lock, which is taken over. Our own pid is taken over too: a
+/// server restarted in the same process (tests) follows one that crashed.
+async fn claim(dir: &Path) -> Result<(), JournalError> {
+    let lock = dir.join(LOCK_FILE);
+    let ours = format!("{}\n", std::process::id());
+    // Creating the file is atomic, so of two servers starting together only
+    // one gets past this point without reading the other's pid.
+    let created = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&lock)
+        .await;
+    if let Ok(mut file) = created {
+        return file
+            .write_all(ours.as_bytes())
+            .await
+            .map_err(io_error(&lock));
+    }
+    let owner = fs::read_to_string(&lock).await.unwrap_or_default();
+    if let Ok(pid) = owner.trim().parse::<u32>() {
+        if pid != std::process::id() && process_is_running(pid) {
+            return Err(JournalError::Locked {
+                dir: dir.to_owned(),
+                pid,
+            });
+        }
+    }
+    tracing::warn!(lock = %lock.display(), "taking over a stale journal lock");
+    fs::write(&lock, ours).await.map_err(io_error(&lock))
+}
+
+/// Release the directory at a clean stop.
+pub async fn release(dir: &Path) {
+    let _ = fs::remove_file(dir.join(LOCK_FILE)).await;
+}
+
+fn process_is_running(pid: u32) -> bool {
+    if cfg!(target_os = "linux") {
+        Path::new(&format!("/proc/{pid}")).exists()
+    } else {
+        // Without /proc we cannot tell; trust the operator.
+        false
+    }
 }
 
 /// Start the writer task with the segment sequence `next_seq`.
@@ -259,12 +315,12 @@ impl WriterState {
     async fn append(&mut self, bytes: &[u8], events: usize) -> Result<(), JournalError> {
         let path = segment_path(&self.settings.dir, self.seq, ACTIVE);
         if self.open.is_none() {
-            let file = OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&path)
-                .await
-                .map_err(io_error(&path))?;
+            let mut options = OpenOptions::new();
+            options.create(true).append(true);
+            // Events name addresses: only the service's user may read them.
+            #[cfg(unix)]
+            options.mode(0o600);
+            let file = options.open(&path).await.map_err(io_error(&path))?;
             self.open = Some(OpenSegment {
                 file,
                 events: 0,
@@ -318,6 +374,101 @@ impl WriterState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use chrono::Utc;
+
+    fn event(n: u8) -> EventRow {
+        EventRow {
+            event_id: [n; 16],
+            occurred_at: Utc::now(),
+            kind: "click".into(),
+            token: [n; 16],
+            link_id: Some(u64::from(n)),
+            mailing_id: None,
+            letter_id: None,
+            email: None,
+            position: None,
+            ip: None,
+            user_agent: None,
+            bot: false,
+            bot_reason: None,
+        }
+    }
+
+    fn files(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[tokio::test]
+    async fn appended_events_are_in_the_file_when_acknowledged_and_sealed_on_stop() {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = JournalSettings {
+            seal_after: Duration::from_secs(60),
+            ..JournalSettings::new(dir.path())
+        };
+        let next = recover(dir.path()).await.unwrap();
+        let (stop, stopped) = watch::channel(false);
+        let (recorder, writer) = spawn_writer(settings, next, stopped);
+        for n in 0..3 {
+            recorder.append(event(n)).await.unwrap();
+        }
+        let active = dir.path().join("00000000000000000000.active");
+        let text = std::fs::read_to_string(&active).unwrap();
+        assert_eq!(text.lines().count(), 3);
+        let first: EventRow = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+        assert_eq!(first.event_id, [0; 16]);
+
+        stop.send(true).unwrap();
+        writer.task.await.unwrap();
+        assert_eq!(files(dir.path()), ["00000000000000000000.jsonl", "lock"]);
+        assert!(matches!(
+            recorder.append(event(9)).await,
+            Err(JournalError::Stopped)
+        ));
+    }
+
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn a_directory_used_by_another_live_process_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let lock = dir.path().join(LOCK_FILE);
+        // Our parent (the test runner) is alive and is not us.
+        std::fs::write(&lock, std::os::unix::process::parent_id().to_string()).unwrap();
+        let err = recover(dir.path()).await.unwrap_err();
+        assert!(matches!(err, JournalError::Locked { .. }), "{err}");
+        // A lock left by a process that is gone is taken over.
+        std::fs::write(&lock, "4194305").unwrap();
+        recover(dir.path()).await.unwrap();
+        let owner = std::fs::read_to_string(&lock).unwrap();
+        assert_eq!(owner.trim(), std::process::id().to_string());
+        release(dir.path()).await;
+        assert!(!lock.exists());
+    }
+
+    #[tokio::test]
+    async fn recover_seals_leftovers_and_continues_the_sequence() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("00000000000000000004.jsonl"), "").unwrap();
+        std::fs::write(dir.path().join("00000000000000000007.active"), "").unwrap();
+        std::fs::write(dir.path().join("README"), "not a segment").unwrap();
+        assert_eq!(recover(dir.path()).await.unwrap(), 8);
+        assert_eq!(
+            files(dir.path()),
+            [
+                "00000000000000000004.jsonl",
+                "00000000000000000007.jsonl",
+                "README",
+                "lock"
+            ]
+        );
+        let sealed = sealed_segments(dir.path()).await.unwrap();
+        assert_eq!(sealed.len(), 2);
+        assert!(sealed[0] < sealed[1], "oldest first");
+    }
 
     #[test]
     fn segment_names_sort_and_parse() {

@@ -30,6 +30,7 @@ pub struct EventPipeline {
     stop_replayer: watch::Sender<bool>,
     writer: JoinHandle<()>,
     replayer: JoinHandle<()>,
+    dir: PathBuf,
 }
 
 impl EventPipeline {
@@ -42,6 +43,7 @@ impl EventPipeline {
         let (recorder, writer) =
             journal::spawn_writer(settings.clone(), next_segment, writer_stopped);
         let sealed = writer.sealed.clone();
+        let dir = settings.dir.clone();
         let replayer = tokio::spawn(replay::run(pool, settings, sealed, replayer_stopped));
         Ok(EventPipeline {
             recorder,
@@ -49,6 +51,7 @@ impl EventPipeline {
             stop_replayer,
             writer: writer.task,
             replayer,
+            dir,
         })
     }
 
@@ -72,6 +75,8 @@ impl EventPipeline {
                 "events not yet in the database stay in the journal for the next start"
             );
         }
+        journal::release(&self.dir).await;
+        tracing::debug!("event pipeline stopped");
     }
 
     /// Handles that stop the tasks at once, as a crash would: nothing is

@@ -23,6 +23,27 @@ pub enum ReplayError {
     Store(#[from] StoreError),
 }
 
+/// MySQL errors about the server's state rather than the data, which go
+/// away by themselves or by an operator's fix: lock wait timeout (1205),
+/// deadlock (1213), missing privileges (1044, 1045, 1142, 1227) and a
+/// read-only server, as during a failover (1290, 1792, 1836).
+const RETRYABLE_MYSQL_ERRORS: [u16; 9] = [1205, 1213, 1044, 1045, 1142, 1227, 1290, 1792, 1836];
+
+impl ReplayError {
+    /// True when the database rejected the segment's data itself, so trying
+    /// again can never succeed; anything else (unreachable database, a
+    /// missing partition, a lock, a file error) is worth retrying.
+    fn is_rejected_data(&self) -> bool {
+        let ReplayError::Store(StoreError::Sqlx(err)) = self else {
+            return false;
+        };
+        match crate::store::mysql_error_number(err) {
+            Some(number) => !RETRYABLE_MYSQL_ERRORS.contains(&number),
+            None => false,
+        }
+    }
+}
+
 /// Replay until told to stop, then make one final pass.
 pub async fn run(
     pool: MySqlPool,
@@ -54,15 +75,38 @@ pub async fn run(
 }
 
 /// Replay every sealed segment, oldest first; stop at the first failure so
-/// the order of commits follows the order of the journal.
+/// the order of commits follows the order of the journal. A segment whose
+/// data the database rejects is set aside (renamed `.failed`, for an
+/// operator to inspect) so that it cannot block every later event.
 pub async fn replay_all(pool: &MySqlPool, dir: &Path) -> Result<(), ReplayError> {
     for segment in sealed_segments(dir).await? {
-        if let Err(err) = replay_segment(pool, &segment).await {
-            tracing::warn!(%err, segment = %segment.display(), "replay failed; will retry");
-            metrics::counter!("linktrack_replay_failures_total").increment(1);
-            return Err(err);
+        match replay_segment(pool, &segment).await {
+            Ok(()) => {}
+            Err(err) if err.is_rejected_data() => quarantine(&segment, &err).await?,
+            Err(err) => {
+                tracing::warn!(%err, segment = %segment.display(), "replay failed; will retry");
+                metrics::counter!("linktrack_replay_failures_total").increment(1);
+                return Err(err);
+            }
         }
     }
+    Ok(())
+}
+
+async fn quarantine(segment: &Path, err: &ReplayError) -> Result<(), ReplayError> {
+    let failed = segment.with_extension("failed");
+    tracing::error!(
+        %err,
+        segment = %failed.display(),
+        "the database rejected a journal segment; set aside for inspection"
+    );
+    metrics::counter!("linktrack_replay_quarantined_total").increment(1);
+    tokio::fs::rename(segment, &failed)
+        .await
+        .map_err(|source| JournalError::Io {
+            path: segment.to_owned(),
+            source,
+        })?;
     Ok(())
 }
 
@@ -74,8 +118,10 @@ async fn replay_segment(pool: &MySqlPool, segment: &Path) -> Result<(), ReplayEr
             source,
         })?;
     let rows = parse_segment(&text, segment);
-    insert_with_partitions(pool, &rows).await?;
+    // Suppressions first: they matter more than the statistics, and once
+    // the events are visible the suppressions are too.
     apply_unsubscribes(pool, &rows).await?;
+    insert_with_partitions(pool, &rows).await?;
     tokio::fs::remove_file(segment)
         .await
         .map_err(|source| JournalError::Io {

@@ -37,6 +37,20 @@ impl From<StoreError> for ServerError {
     }
 }
 
+impl ServerError {
+    /// The error of a lookup shared by concurrent requests (the cache hands
+    /// each of them the same `Arc`).
+    pub fn from_shared(err: std::sync::Arc<ServerError>) -> Self {
+        match &*err {
+            ServerError::NotFound => ServerError::NotFound,
+            ServerError::Gone => ServerError::Gone,
+            ServerError::Unavailable(detail) => ServerError::Unavailable(detail.clone()),
+            ServerError::BadGateway(detail) => ServerError::BadGateway(detail.clone()),
+            ServerError::Internal(detail) => ServerError::Internal(detail.clone()),
+        }
+    }
+}
+
 impl IntoResponse for ServerError {
     fn into_response(self) -> Response {
         let (status, title, text) = match &self {
@@ -51,7 +65,8 @@ impl IntoResponse for ServerError {
                 "This link has expired and no longer leads anywhere.",
             ),
             ServerError::Unavailable(err) => {
-                tracing::warn!(%err, "database unavailable");
+                // Per request, so quiet: the replayer and /readyz report the outage.
+                tracing::debug!(%err, "database unavailable");
                 (
                     StatusCode::SERVICE_UNAVAILABLE,
                     "Temporarily unavailable",

@@ -53,14 +53,26 @@ pub async fn click(
     if link.kind != LinkKind::Click {
         return Err(ServerError::NotFound);
     }
+    let location = redirect_target(&link.url)?;
     state
         .record(HitKind::Click, token, Some(&link), &meta)
         .await;
-    let location = header_safe_url(&link.url);
-    let location = HeaderValue::from_str(&location)
-        .map_err(|e| ServerError::Internal(format!("stored URL is no header value: {e}")))?;
     let response = (StatusCode::FOUND, [(header::LOCATION, location)]).into_response();
     Ok(no_store(response))
+}
+
+/// The `Location` for a stored URL. Only http(s) is followed: the builder
+/// stores nothing else, and a `javascript:` or `data:` URL that got into the
+/// table some other way must not be served from our domain.
+fn redirect_target(url: &str) -> Result<HeaderValue, ServerError> {
+    let url = header_safe_url(url);
+    let scheme = url.split_once(':').map(|(s, _)| s.to_ascii_lowercase());
+    if !matches!(scheme.as_deref(), Some("http" | "https")) {
+        tracing::warn!("refusing to redirect to a stored non-http(s) URL");
+        return Err(ServerError::NotFound);
+    }
+    HeaderValue::from_str(&url)
+        .map_err(|e| ServerError::Internal(format!("stored URL is no header value: {e}")))
 }
 
 /// Percent-encode the bytes a `Location` header cannot carry (non-ASCII,
@@ -234,6 +246,23 @@ mod tests {
     fn the_pixel_is_a_gif() {
         assert!(PIXEL_GIF.starts_with(b"GIF89a"));
         assert_eq!(PIXEL_GIF.len(), 43);
+    }
+
+    #[test]
+    fn only_http_urls_are_redirect_targets() {
+        assert!(redirect_target("https://a.example/").is_ok());
+        assert!(redirect_target("HTTP://a.example/").is_ok());
+        for bad in [
+            "javascript:alert(1)",
+            "data:text/html,x",
+            "//evil.example",
+            "",
+        ] {
+            assert!(
+                matches!(redirect_target(bad), Err(ServerError::NotFound)),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -155,7 +155,8 @@ pub struct Image {
     ttl: Option<Duration>,
 }
 
-/// Each entry lives as long as its upstream allowed.
+/// Each entry lives as long as its upstream allowed; an uncacheable one
+/// (`ttl: None`) expires as soon as it is stored.
 struct ImageExpiry;
 
 impl moka::Expiry<String, Arc<Image>> for ImageExpiry {
@@ -165,7 +166,7 @@ impl moka::Expiry<String, Arc<Image>> for ImageExpiry {
         image: &Arc<Image>,
         _created_at: std::time::Instant,
     ) -> Option<Duration> {
-        image.ttl
+        Some(image.ttl.unwrap_or(Duration::ZERO))
     }
 }
 
@@ -203,21 +204,26 @@ impl ImageProxy {
     }
 
     /// The image at `url`, from the cache or the upstream.
-    pub async fn get(&self, url: &str) -> Result<Arc<Image>, ProxyError> {
+    pub async fn get(&self, url: &str) -> Result<Arc<Image>, Arc<ProxyError>> {
         if let Some(image) = self.cache.get(url).await {
             metrics::counter!("linktrack_image_cache_total", "result" => "hit").increment(1);
             return Ok(image);
         }
         metrics::counter!("linktrack_image_cache_total", "result" => "miss").increment(1);
+        // Concurrent misses for one URL (a letter just opened by many) share
+        // one upstream fetch. A `no-store` image is handed to those waiters
+        // and expires at once (see `ImageExpiry`).
+        self.cache
+            .try_get_with(url.to_owned(), self.fetch_within_limit(url))
+            .await
+    }
+
+    async fn fetch_within_limit(&self, url: &str) -> Result<Arc<Image>, ProxyError> {
         let limit = self.settings.total_timeout;
         let image = tokio::time::timeout(limit, self.fetch(url))
             .await
             .map_err(|_| ProxyError::Timeout(limit))??;
-        let image = Arc::new(image);
-        if image.ttl.is_some() {
-            self.cache.insert(url.to_owned(), image.clone()).await;
-        }
-        Ok(image)
+        Ok(Arc::new(image))
     }
 
     /// Fetch, following redirects by hand so every hop is checked.

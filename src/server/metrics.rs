@@ -34,6 +34,22 @@ pub fn prometheus() -> PrometheusHandle {
         .clone()
 }
 
+/// The method as a label. Clients can send any token as a method, so only
+/// the standard ones get their own label value: labels must stay bounded.
+fn method_label(method: &axum::http::Method) -> &'static str {
+    use axum::http::Method;
+    match *method {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::OPTIONS => "OPTIONS",
+        Method::PATCH => "PATCH",
+        _ => "other",
+    }
+}
+
 /// Count and time every request. The route label is the matched pattern
 /// (`/c/{token}`), never the raw path, so label cardinality stays bounded.
 pub async fn track(request: Request, next: Next) -> Response {
@@ -42,7 +58,7 @@ pub async fn track(request: Request, next: Next) -> Response {
         .get::<MatchedPath>()
         .map_or("unmatched", |p| p.as_str())
         .to_owned();
-    let method = request.method().as_str().to_owned();
+    let method = method_label(request.method());
     let started = Instant::now();
     let response = next.run(request).await;
     let status = response.status().as_u16().to_string();

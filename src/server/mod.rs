@@ -1,4 +1,5 @@
-//! `linktrack serve`: the tracking HTTP server.
+//! `linktrack serve`: the tracking HTTP server. How to run and watch it:
+//! `docs/serve.md`.
 //!
 //! * [`handlers`]: thin handlers for `/c`, `/o`, `/u`, `/i` and health;
 //! * [`state`]: shared state, token checks and the link cache;
@@ -27,7 +28,7 @@ use std::net::SocketAddr;
 use tokio::net::TcpListener;
 use tokio::task::AbortHandle;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
-use tower_http::trace::TraceLayer;
+use tower_http::trace::{DefaultOnFailure, TraceLayer};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -56,7 +57,13 @@ pub fn router(state: AppState) -> Router {
         .fallback(handlers::not_found)
         .with_state(state)
         .layer(axum::middleware::from_fn(metrics::track))
-        .layer(TraceLayer::new_for_http().make_span_with(request_span))
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(request_span)
+                // A database outage makes every cache miss a 503: counted in
+                // the metrics, not logged as an error thousands of times a second.
+                .on_failure(DefaultOnFailure::new().level(tracing::Level::DEBUG)),
+        )
         .layer(PropagateRequestIdLayer::new(request_id.clone()))
         .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
 }

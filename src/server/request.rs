@@ -1,9 +1,10 @@
 //! What an event records about the request: client network (truncated for
 //! privacy), user agent (truncated), and whether it was a `HEAD`.
 
+use super::state::AppState;
 use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::request::Parts;
-use axum::http::{header, Method};
+use axum::http::{header, HeaderMap, Method};
 use std::convert::Infallible;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
@@ -13,30 +14,46 @@ pub const MAX_USER_AGENT_CHARS: usize = 512;
 #[derive(Debug, Clone)]
 pub struct RequestMeta {
     /// The client's /24 (IPv4) or /48 (IPv6) network, when known.
-    pub network: Option<String>,
+    pub network: Option<IpAddr>,
     pub user_agent: Option<String>,
     pub is_head: bool,
 }
 
-impl<S: Send + Sync> FromRequestParts<S> for RequestMeta {
+impl FromRequestParts<AppState> for RequestMeta {
     type Rejection = Infallible;
 
-    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
         let peer = parts
             .extensions
             .get::<ConnectInfo<SocketAddr>>()
             .map(|ConnectInfo(addr)| addr.ip());
+        let forwarded = state
+            .settings
+            .trust_forwarded_for
+            .then(|| forwarded_for(&parts.headers))
+            .flatten();
         let user_agent = parts
             .headers
             .get(header::USER_AGENT)
             .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
             .map(|ua| truncate_chars(&ua, MAX_USER_AGENT_CHARS));
         Ok(RequestMeta {
-            network: peer.map(|ip| truncate_ip(ip).to_string()),
+            network: forwarded.or(peer).map(truncate_ip),
             user_agent,
             is_head: parts.method == Method::HEAD,
         })
     }
+}
+
+/// The address our own proxy appended to `X-Forwarded-For`: the last one.
+/// Earlier entries come from the client and prove nothing.
+fn forwarded_for(headers: &HeaderMap) -> Option<IpAddr> {
+    let last_header = headers.get_all("x-forwarded-for").iter().next_back()?;
+    let last_entry = last_header.to_str().ok()?.rsplit(',').next()?;
+    last_entry.trim().parse().ok()
 }
 
 fn truncate_chars(text: &str, max: usize) -> String {
@@ -67,6 +84,18 @@ mod tests {
         assert_eq!(truncate_ip(v4).to_string(), "203.0.113.0");
         let v6: IpAddr = "2001:db8:abcd:12:34::1".parse().unwrap();
         assert_eq!(truncate_ip(v6).to_string(), "2001:db8:abcd::");
+    }
+
+    #[test]
+    fn the_last_forwarded_address_is_the_trusted_one() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(forwarded_for(&headers), None);
+        headers.append("x-forwarded-for", "6.6.6.6, 198.51.100.7".parse().unwrap());
+        assert_eq!(forwarded_for(&headers), "198.51.100.7".parse().ok());
+        headers.append("x-forwarded-for", "2001:db8::1".parse().unwrap());
+        assert_eq!(forwarded_for(&headers), "2001:db8::1".parse().ok());
+        headers.append("x-forwarded-for", "garbage".parse().unwrap());
+        assert_eq!(forwarded_for(&headers), None);
     }
 
     #[test]

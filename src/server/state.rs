@@ -35,6 +35,9 @@ pub struct ServerSettings {
     /// Journal and store events. Off only to measure what recording costs
     /// (`examples/bench_serve.rs`); not exposed on the command line.
     pub record_events: bool,
+    /// Take the client address from the last `X-Forwarded-For` entry (set
+    /// this only behind a proxy that appends it); otherwise the peer address.
+    pub trust_forwarded_for: bool,
 }
 
 impl Default for ServerSettings {
@@ -49,6 +52,7 @@ impl Default for ServerSettings {
             flush_deadline: Duration::from_secs(10),
             db_timeout: Duration::from_secs(2),
             record_events: true,
+            trust_forwarded_for: false,
         }
     }
 }
@@ -126,13 +130,19 @@ impl AppState {
             return Ok(link);
         }
         metrics::counter!("linktrack_link_cache_total", "result" => "miss").increment(1);
+        // Right after a send, many readers click the same new link at once:
+        // concurrent misses for one token share a single lookup.
+        self.links
+            .try_get_with(token, self.lookup(token))
+            .await
+            .map_err(ServerError::from_shared)
+    }
+
+    async fn lookup(&self, token: Token) -> Result<Arc<StoredLink>, ServerError> {
         metrics::counter!("linktrack_link_lookups_total").increment(1);
-        let link = self
-            .bounded(links::lookup(&self.pool, &token))
+        self.bounded(links::lookup(&self.pool, &token))
             .await?
             .map(Arc::new)
-            .ok_or(ServerError::NotFound)?;
-        self.links.insert(token, link.clone()).await;
-        Ok(link)
+            .ok_or(ServerError::NotFound)
     }
 }

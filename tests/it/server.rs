@@ -145,12 +145,14 @@ struct StoredEvent {
     link_id: Option<u64>,
     bot: bool,
     bot_reason: Option<String>,
+    ip: Option<String>,
+    user_agent: Option<String>,
 }
 
 async fn events(pool: &MySqlPool) -> Vec<StoredEvent> {
     sqlx::query_as(
-        "SELECT CAST(kind AS CHAR) AS kind, LOWER(HEX(uuid)) AS token, link_id, bot, bot_reason \
-         FROM events ORDER BY occurred_at, id",
+        "SELECT CAST(kind AS CHAR) AS kind, LOWER(HEX(uuid)) AS token, link_id, bot, bot_reason, \
+         ip, user_agent FROM events ORDER BY occurred_at, id",
     )
     .fetch_all(pool)
     .await
@@ -197,8 +199,10 @@ async fn a_click_redirects_with_privacy_headers_and_head_is_not_a_human_click() 
     assert_eq!(header(&response, header::REFERRER_POLICY), "no-referrer");
     assert!(!header(&response, "x-request-id".parse().unwrap()).is_empty());
 
+    let long_agent = format!("LinkChecker/1.0 {}", "é".repeat(600));
     let head = http
         .head(server.url(&format!("/c/{token}")))
+        .header(header::USER_AGENT, long_agent.as_str())
         .send()
         .await
         .unwrap();
@@ -210,6 +214,19 @@ async fn a_click_redirects_with_privacy_headers_and_head_is_not_a_human_click() 
     assert_eq!(humans.len(), 1, "exactly one human click: {stored:?}");
     assert_eq!(humans[0].kind, "click");
     assert_eq!(humans[0].token, token.to_string());
+    assert_eq!(
+        humans[0].ip.as_deref(),
+        Some("127.0.0.0"),
+        "a /24, not the host"
+    );
+    assert_eq!(humans[0].user_agent.as_deref(), Some(BROWSER));
+    let checker = stored.iter().find(|e| e.bot).unwrap();
+    let stored_agent = checker.user_agent.clone().unwrap_or_default();
+    assert_eq!(
+        stored_agent.chars().count(),
+        512,
+        "user agents are cut to 512"
+    );
     assert!(humans[0].link_id.is_some());
     assert!(
         stored
@@ -452,20 +469,31 @@ async fn events_wait_for_a_missing_partition_to_be_created() {
     server.stop().await;
 }
 
-/// Every `.active` and `.jsonl` file of a journal directory, concatenated.
+/// The journal segments (`.active` and `.jsonl`) of a directory.
+fn segments(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| {
+            let ext = path.extension().and_then(|e| e.to_str());
+            matches!(ext, Some("active" | "jsonl"))
+        })
+        .collect()
+}
+
+/// Every segment of a journal directory, concatenated.
 fn journal_text(dir: &Path) -> String {
     let mut text = String::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
+    for path in segments(dir) {
         text.push_str(&std::fs::read_to_string(&path).unwrap_or_default());
     }
     text
 }
 
-fn copy_dir(from: &Path, to: &Path) -> Vec<PathBuf> {
+/// Copy the segments of `from` into `to`.
+fn copy_segments(from: &Path, to: &Path) -> Vec<PathBuf> {
     let mut copied = Vec::new();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let path = entry.unwrap().path();
+    for path in segments(from) {
         let target = to.join(path.file_name().unwrap());
         std::fs::copy(&path, &target).unwrap();
         copied.push(target);
@@ -501,9 +529,15 @@ async fn acknowledged_events_survive_a_crash_and_are_replayed_exactly_once() {
         assert_eq!(lines, n, "journaled before the response");
     }
     abort_all(handles);
+    #[cfg(unix)]
+    for path in segments(dir.path()) {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "journal files are private");
+    }
     drop(http);
     let backup = tempfile::tempdir().unwrap();
-    assert!(!copy_dir(dir.path(), backup.path()).is_empty());
+    assert!(!copy_segments(dir.path(), backup.path()).is_empty());
 
     // A new instance on the same journal replays everything.
     let server = TestServer::start(server_pool(&db).await, dir.path()).await;
@@ -516,17 +550,13 @@ async fn acknowledged_events_survive_a_crash_and_are_replayed_exactly_once() {
 
     // Replaying the same segments again (a crash between commit and delete)
     // adds nothing.
-    copy_dir(backup.path(), dir.path());
+    copy_segments(backup.path(), dir.path());
     let server = TestServer::start(server_pool(&db).await, dir.path()).await;
     let deadline = Instant::now() + Duration::from_secs(10);
-    while std::fs::read_dir(dir.path()).unwrap().count() > 0 && Instant::now() < deadline {
+    while !segments(dir.path()).is_empty() && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(
-        std::fs::read_dir(dir.path()).unwrap().count(),
-        0,
-        "replayed"
-    );
+    assert!(segments(dir.path()).is_empty(), "replayed");
     assert_eq!(events(&db.pool).await.len(), 5, "each event exactly once");
     server.stop().await;
 }
@@ -685,11 +715,22 @@ async fn health_and_metrics_answer() {
     assert_eq!(ready.status(), StatusCode::OK);
     assert!(ready.text().await.unwrap().contains("\"ok\""));
     let _ = http.get(server.url("/c/zzz")).send().await.unwrap();
+    let brew = Method::from_bytes(b"BREW").unwrap();
+    let _ = http
+        .request(brew, server.url("/c/zzz"))
+        .send()
+        .await
+        .unwrap();
     let metrics = http.get(server.url("/metrics")).send().await.unwrap();
     assert_eq!(metrics.status(), StatusCode::OK);
     let text = metrics.text().await.unwrap();
     assert!(text.contains("linktrack_http_requests_total"), "{text}");
     assert!(text.contains("route=\"/c/{token}\""), "{text}");
+    assert!(text.contains("method=\"other\""), "{text}");
+    assert!(
+        !text.contains("BREW"),
+        "client-chosen methods are no labels"
+    );
     assert!(
         text.contains("linktrack_http_request_duration_seconds_bucket"),
         "{text}"
@@ -733,6 +774,13 @@ async fn upstream() -> Upstream {
                     ],
                     "FRESH",
                 )
+            }),
+        )
+        .route(
+            "/slow.png",
+            get(|| async {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                ([(h::CONTENT_TYPE, "image/png")], "SLOW")
             }),
         )
         .route(
@@ -847,6 +895,13 @@ async fn the_image_proxy_serves_checks_and_caches_images() {
         7,
     )
     .await;
+    let slow = add_link(
+        &db.pool,
+        LinkKind::Image,
+        &format!("{}/slow.png", up.base),
+        8,
+    )
+    .await;
     let mut settings = test_settings();
     settings.images.policy = AddressPolicy::AllowLoopback;
     let server = TestServer::start_with(server_pool(&db).await, dir.path(), settings).await;
@@ -882,10 +937,25 @@ async fn the_image_proxy_serves_checks_and_caches_images() {
     }
     assert_eq!(get(click).await.unwrap().status(), StatusCode::NOT_FOUND);
 
-    // Every load is recorded, served or not: 2 + 2 + 1 + 3 (the click token
-    // on /i/ is not an image link and records nothing).
-    let loads = wait_for_events(&db.pool, 8).await;
-    assert_eq!(loads.len(), 8, "{loads:?}");
+    // Ten readers open the letter at once: one upstream fetch serves them
+    // all (without coalescing, each concurrent miss would fetch).
+    let before = hits();
+    let url = server.url(&format!("/i/{slow}"));
+    let readers: Vec<_> = (0..10)
+        .map(|_| {
+            let (http, url) = (http.clone(), url.clone());
+            tokio::spawn(async move { http.get(url).send().await.unwrap().text().await.unwrap() })
+        })
+        .collect();
+    for reader in readers {
+        assert_eq!(reader.await.unwrap(), "SLOW");
+    }
+    assert_eq!(hits() - before, 1, "concurrent misses share one fetch");
+
+    // Every load is recorded, served or not: 2 + 2 + 1 + 3 + 10 (the click
+    // token on /i/ is not an image link and records nothing).
+    let loads = wait_for_events(&db.pool, 18).await;
+    assert_eq!(loads.len(), 18, "{loads:?}");
     assert!(loads.iter().all(|e| e.kind == "image"), "{loads:?}");
     drop(http);
     server.stop().await;
@@ -914,6 +984,17 @@ async fn the_binary_flushes_journaled_events_on_sigterm() {
         assert!(Instant::now() < deadline, "server did not come up");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // A second server on the same journal would lose events: it is refused.
+    let second = std::process::Command::new(env!("CARGO_BIN_EXE_linktrack"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--journal"])
+        .arg(dir.path())
+        .env("DATABASE_URL", &db.url)
+        .env("RUST_LOG", "error")
+        .output()
+        .unwrap();
+    assert!(!second.status.success());
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(stderr.contains("in use by process"), "{stderr}");
     for _ in 0..3 {
         let response = http
             .get(format!("{base}/o/{token}.gif"))
@@ -989,5 +1070,208 @@ async fn a_stalled_database_answers_503_instead_of_hanging() {
         .await
         .unwrap();
     assert_eq!(response.status(), StatusCode::FOUND, "recovered");
+    server.stop().await;
+}
+
+/// `host:port` of the test database server.
+fn mysql_address() -> String {
+    let url = crate::common::server_url();
+    let after_scheme = url.split("://").nth(1).unwrap_or(&url);
+    let host = after_scheme.rsplit('@').next().unwrap_or(after_scheme);
+    host.trim_end_matches('/').to_owned()
+}
+
+/// A TCP relay in front of MariaDB that can fail like a real outage:
+/// `go_down` cuts every open connection and refuses new ones until `come_up`.
+struct FlakyDatabase {
+    addr: std::net::SocketAddr,
+    up: Arc<std::sync::atomic::AtomicBool>,
+    connections: Arc<std::sync::Mutex<Vec<AbortHandle>>>,
+}
+
+impl FlakyDatabase {
+    async fn start() -> FlakyDatabase {
+        use std::sync::atomic::AtomicBool;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let up = Arc::new(AtomicBool::new(true));
+        let connections = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (is_up, tasks) = (up.clone(), connections.clone());
+        tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                if !is_up.load(Ordering::SeqCst) {
+                    continue; // dropped: the connection is refused
+                }
+                let relay = tokio::spawn(async move {
+                    if let Ok(mut server) = tokio::net::TcpStream::connect(mysql_address()).await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    }
+                });
+                tasks.lock().unwrap().push(relay.abort_handle());
+            }
+        });
+        FlakyDatabase {
+            addr,
+            up,
+            connections,
+        }
+    }
+
+    fn url(&self, db: &TestDb) -> String {
+        format!("mysql://root@{}/{}", self.addr, db.name)
+    }
+
+    fn go_down(&self) {
+        self.up.store(false, Ordering::SeqCst);
+        for relay in self.connections.lock().unwrap().drain(..) {
+            relay.abort();
+        }
+    }
+
+    fn come_up(&self) {
+        self.up.store(true, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test]
+async fn a_database_outage_is_ridden_out_without_a_restart() {
+    let db = db().await;
+    let dir = tempfile::tempdir().unwrap();
+    let hot = add_link(&db.pool, LinkKind::Click, "https://example.com/hot", 1).await;
+    let cold = add_link(&db.pool, LinkKind::Click, "https://example.com/cold", 2).await;
+    let flaky = FlakyDatabase::start().await;
+    let pool_settings = PoolSettings {
+        max_connections: 4,
+        acquire_timeout: Duration::from_millis(500),
+    };
+    let pool = store::connect(&flaky.url(&db), &pool_settings)
+        .await
+        .unwrap();
+    let settings = ServerSettings {
+        db_timeout: Duration::from_millis(800),
+        ..test_settings()
+    };
+    let server = TestServer::start_with(pool, dir.path(), settings).await;
+    let http = client();
+    let click = |token: Token| http.get(server.url(&format!("/c/{token}"))).send();
+
+    assert_eq!(click(hot).await.unwrap().status(), StatusCode::FOUND);
+    flaky.go_down();
+    for _ in 0..3 {
+        assert_eq!(
+            click(hot).await.unwrap().status(),
+            StatusCode::FOUND,
+            "cached"
+        );
+    }
+    let started = Instant::now();
+    let miss = click(cold).await.unwrap();
+    assert_eq!(miss.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let during = events(&db.pool).await.len();
+    assert!(
+        during <= 1,
+        "only the click before the outage can be stored: {during}"
+    );
+
+    flaky.come_up();
+    let stored = wait_for_events(&db.pool, 4).await;
+    assert_eq!(stored.len(), 4, "the journaled clicks land once it is back");
+    assert_eq!(click(cold).await.unwrap().status(), StatusCode::FOUND);
+    drop(http);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_scanner_walking_every_link_of_a_letter_is_a_burst() {
+    let db = db().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut tokens = Vec::new();
+    for position in 1..=3 {
+        let url = format!("https://example.com/{position}");
+        tokens.push(add_link(&db.pool, LinkKind::Click, &url, position).await);
+    }
+    let server = TestServer::start(server_pool(&db).await, dir.path()).await;
+    let http = client();
+    for token in &tokens {
+        let response = http
+            .get(server.url(&format!("/c/{token}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::FOUND);
+    }
+    let stored = wait_for_events(&db.pool, 3).await;
+    let verdict = |t: &Token| {
+        stored
+            .iter()
+            .find(|e| e.token == t.to_string())
+            .and_then(|e| e.bot_reason.clone())
+    };
+    assert_eq!(verdict(&tokens[0]), None);
+    assert_eq!(verdict(&tokens[1]), None);
+    assert_eq!(verdict(&tokens[2]).as_deref(), Some("burst"));
+    drop(http);
+    server.stop().await;
+}
+
+#[test]
+fn serve_flags_parse_with_defaults() {
+    use clap::Parser;
+    use linktrack::config::{Cli, Command};
+    let cli = Cli::try_parse_from([
+        "linktrack",
+        "serve",
+        "--journal",
+        "/var/lib/lt",
+        "--keep-days",
+        "30",
+    ])
+    .unwrap();
+    let Command::Serve(args) = cli.command else {
+        panic!("not serve");
+    };
+    assert_eq!(args.journal, PathBuf::from("/var/lib/lt"));
+    assert_eq!(args.keep_days, 30);
+    assert!(!args.trust_forwarded_for);
+    assert!(args.db_timeout_ms > 0);
+}
+
+#[tokio::test]
+async fn a_segment_the_database_rejects_is_set_aside_and_does_not_block_the_rest() {
+    let db = db().await;
+    let dir = tempfile::tempdir().unwrap();
+    let line = |kind: &str, id: u8| {
+        format!(
+            "{{\"event_id\":\"{id:02x}{}\",\"occurred_at\":\"{}\",\"kind\":\"{kind}\",\
+             \"token\":\"{}\",\"link_id\":null,\"mailing_id\":null,\"letter_id\":null,\
+             \"email\":null,\"position\":null,\"ip\":null,\"user_agent\":null,\
+             \"bot\":false,\"bot_reason\":null}}\n",
+            "0".repeat(30),
+            Utc::now().to_rfc3339(),
+            token_on(today())
+        )
+    };
+    // An older segment the database refuses (no such ENUM value), then a good one.
+    std::fs::write(
+        dir.path().join("00000000000000000001.jsonl"),
+        line("bogus", 1),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("00000000000000000002.jsonl"),
+        line("open", 2),
+    )
+    .unwrap();
+    let server = TestServer::start(server_pool(&db).await, dir.path()).await;
+    let stored = wait_for_events(&db.pool, 1).await;
+    assert_eq!(stored.len(), 1, "{stored:?}");
+    assert_eq!(stored[0].kind, "open");
+    assert!(dir.path().join("00000000000000000001.failed").exists());
     server.stop().await;
 }
