@@ -19,13 +19,13 @@
 //! * [`token`]: the tracking token: new, parse, date.
 //! * [`config`]: command line and environment settings.
 //! * [`cli`]: runs each subcommand (the binary in `main.rs` only parses).
-//! * [`store`]: every SQL statement: pool, migrations, links, partitions,
-//!   suppressions, sequences.
-//! * [`build`]: the batch job: mailing and recipients in, letters out.
-//! * [`address`]: address normalisation and validation.
+//! * [`demo`]: `linktrack demo`, the whole loop on the compiled-in fixtures.
+//! * [`store`]: every SQL statement: pool, migrations, links, events,
+//!   partitions, suppressions, sequences.
 //! * [`letter`]: one letter's HTML: personalise (minijinja), rewrite links
 //!   byte-exactly, add the open pixel.
-//! * [`store`]: every SQL statement: pool, migrations, links, partitions, events.
+//! * [`build`]: the batch job: mailing and recipients in, letters out.
+//! * [`address`]: address normalisation and validation.
 //! * [`server`]: `linktrack serve`, the tracking HTTP server.
 //! * [`events`]: the event journal, its replay into `events`, bot verdicts.
 
