@@ -6,3 +6,4 @@ mod build;
 mod common;
 mod links;
 mod partitions;
+mod stats;

@@ -1,0 +1,87 @@
+-- Statistics: small rollup tables filled by the rollup worker
+-- (`store::stats::rollup`), so a mailing's summary is a handful of
+-- primary-key range reads instead of a scan of `events`.
+--
+-- Exactly once: the worker reads events past a durable watermark
+-- (`rollup_state`, per partition day the last rolled `events.id`) and, in ONE
+-- transaction, adds them to these tables and advances the watermark. A crash
+-- before COMMIT leaves both untouched; a replayed journal entry never becomes
+-- a second `events` row (UNIQUE (event_id, inserted)), so nothing is counted
+-- twice. The watermark assumes ids become visible in id order, which holds
+-- with one event writer.
+
+CREATE TABLE IF NOT EXISTS rollup_state (
+  day         DATE            NOT NULL COMMENT 'the events partition day',
+  last_id     BIGINT UNSIGNED NOT NULL COMMENT 'every event of this day with id <= last_id is rolled up',
+  updated_at  DATETIME(3)     NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
+  PRIMARY KEY (day)
+) ENGINE=InnoDB DEFAULT CHARSET=ascii COLLATE=ascii_bin;
+
+-- Events per mailing, hour (UTC), kind and bot flag: the time series, and
+-- summed over hours, the totals.
+CREATE TABLE IF NOT EXISTS stats_hourly (
+  mailing_id  VARCHAR(64)     NOT NULL,
+  hour        DATETIME        NOT NULL,
+  kind        ENUM('click','open','image','unsubscribe') NOT NULL,
+  bot         TINYINT(1)      NOT NULL,
+  n           BIGINT UNSIGNED NOT NULL,
+  PRIMARY KEY (mailing_id, hour, kind, bot)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_unicode_ci;
+
+-- Per mailing, kind and bot flag: total events and unique letters. Read with
+-- one primary-key range (at most 8 rows per mailing).
+CREATE TABLE IF NOT EXISTS stats_totals (
+  mailing_id  VARCHAR(64)     NOT NULL,
+  kind        ENUM('click','open','image','unsubscribe') NOT NULL,
+  bot         TINYINT(1)      NOT NULL,
+  total       BIGINT UNSIGNED NOT NULL DEFAULT 0,
+  uniq        BIGINT UNSIGNED NOT NULL DEFAULT 0 COMMENT 'letters with at least one such event',
+  PRIMARY KEY (mailing_id, kind, bot)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_unicode_ci;
+
+-- Clicks per mailing, link position and bot flag.
+CREATE TABLE IF NOT EXISTS stats_links (
+  mailing_id  VARCHAR(64)     NOT NULL,
+  position    INT UNSIGNED    NOT NULL,
+  bot         TINYINT(1)      NOT NULL,
+  clicks      BIGINT UNSIGNED NOT NULL DEFAULT 0,
+  uniq        BIGINT UNSIGNED NOT NULL DEFAULT 0 COMMENT 'letters that clicked this position',
+  PRIMARY KEY (mailing_id, position, bot)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_unicode_ci;
+
+-- Bot events per mailing, kind and the server's bot_reason.
+CREATE TABLE IF NOT EXISTS stats_bot_reasons (
+  mailing_id  VARCHAR(64)     NOT NULL,
+  kind        ENUM('click','open','image','unsubscribe') NOT NULL,
+  reason      VARCHAR(32)     NOT NULL,
+  n           BIGINT UNSIGNED NOT NULL,
+  PRIMARY KEY (mailing_id, kind, reason)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_unicode_ci;
+
+-- The first event per mailing, kind, position (0 = any position), bot flag
+-- and letter. Rows are added with INSERT IGNORE, so only the first one
+-- sticks; `rolled_by` names the batch that added a row, so the unique
+-- counters above grow by exactly the rows a batch really added (one
+-- GROUP BY over `rolled_by`, not a round trip per row). Letters, not
+-- addresses: erasing an address from `links` and `events` leaves nothing
+-- here that names it.
+CREATE TABLE IF NOT EXISTS stats_first_seen (
+  mailing_id  VARCHAR(64)     NOT NULL,
+  kind        ENUM('click','open','image','unsubscribe') NOT NULL,
+  position    INT UNSIGNED    NOT NULL,
+  bot         TINYINT(1)      NOT NULL,
+  letter_id   BIGINT UNSIGNED NOT NULL,
+  first_at    DATETIME(3)     NOT NULL,
+  rolled_by   BIGINT UNSIGNED NOT NULL COMMENT 'the batch (its last events.id) that added the row',
+  PRIMARY KEY (mailing_id, kind, position, bot, letter_id),
+  KEY rolled_by (rolled_by)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_unicode_ci;
+
+-- The creative of each mailing, saved by the builder, for the click map.
+CREATE TABLE IF NOT EXISTS mailings (
+  mailing_id  VARCHAR(64)     NOT NULL,
+  subject     VARCHAR(998)    NOT NULL,
+  html        MEDIUMTEXT      NOT NULL,
+  created_at  DATETIME        NOT NULL DEFAULT CURRENT_TIMESTAMP,
+  PRIMARY KEY (mailing_id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_unicode_ci;
