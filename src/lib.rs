@@ -31,5 +31,6 @@ pub mod build;
 pub mod cli;
 pub mod config;
 pub mod letter;
+pub mod live;
 pub mod store;
 pub mod token;
