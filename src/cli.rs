@@ -4,9 +4,10 @@
 use crate::address;
 use crate::build::{self, BuildOptions, Output};
 use crate::config::{
-    BuildArgs, Cli, Command, EnsureArgs, MigrateArgs, PartitionsCommand, RotateArgs,
-    SuppressionsCommand,
+    BuildArgs, Cli, Command, EnsureArgs, EraseArgs, LiveArgs, MigrateArgs, PartitionsCommand,
+    RollupArgs, RotateArgs, SegmentArgs, StatsCommand, SuppressionsCommand,
 };
+use crate::live::{self, Live, SegmentQuery};
 use crate::store::{self, partitions, suppressions};
 use anyhow::Context;
 use chrono::Utc;
@@ -28,6 +29,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Partitions(PartitionsCommand::List) => list(url).await?,
         Command::Build(args) => return build(url, &args).await,
         Command::Suppressions(command) => suppressions(url, command).await?,
+        Command::Erase(args) => erase(url, &args).await?,
+        Command::Segment(args) => segment(url, &args).await?,
+        Command::Stats(StatsCommand::Rollup(args)) => rollup(url, &args).await?,
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -221,6 +225,48 @@ async fn suppressions(url: &str, command: SuppressionsCommand) -> anyhow::Result
             }
         }
     }
+    Ok(())
+}
+
+async fn erase(url: &str, args: &EraseArgs) -> anyhow::Result<()> {
+    let pool = pool(url).await?;
+    let email = address::normalize(&args.email);
+    let report = store::erase::erase(&pool, &email).await?;
+    println!("{report}");
+    Ok(())
+}
+
+/// The live layer the flags ask for, if any.
+fn live_layer(args: &LiveArgs) -> anyhow::Result<Option<Live>> {
+    args.redis_url
+        .as_deref()
+        .filter(|u| !u.is_empty())
+        .map(|url| Live::new(url, &args.redis_prefix).context("REDIS_URL"))
+        .transpose()
+}
+
+async fn segment(url: &str, args: &SegmentArgs) -> anyhow::Result<()> {
+    let live = live_layer(&args.live)?.context("segments need the live layer: set REDIS_URL")?;
+    let pool = pool(url).await?;
+    let mut all = args.tag.clone();
+    all.extend(args.and.iter().cloned());
+    let query = SegmentQuery {
+        all,
+        any: args.or.clone(),
+        none: args.not.clone(),
+    };
+    let letters = live.segment(&args.mailing, &query).await?;
+    for email in store::stats::addresses_of_letters(&pool, &args.mailing, &letters).await? {
+        println!("{email}");
+    }
+    Ok(())
+}
+
+async fn rollup(url: &str, args: &RollupArgs) -> anyhow::Result<()> {
+    let live = live_layer(&args.live)?;
+    let pool = pool(url).await?;
+    let report = live::roll_and_publish(&pool, live.as_ref(), args.batch).await?;
+    println!("{report}");
     Ok(())
 }
 

@@ -53,6 +53,70 @@ pub enum Command {
     /// Manage the suppression list (addresses never sent to).
     #[command(subcommand)]
     Suppressions(SuppressionsCommand),
+    /// Erase an address: anonymise every `links` and `events` row naming it,
+    /// in every partition. Its suppression entry is kept.
+    Erase(EraseArgs),
+    /// Print the addresses that clicked links with the given tags (needs REDIS_URL).
+    Segment(SegmentArgs),
+    /// Statistics maintenance.
+    #[command(subcommand)]
+    Stats(StatsCommand),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct EraseArgs {
+    /// The address (normalised: trimmed, lowercased) to erase.
+    #[arg(long, value_name = "ADDRESS")]
+    pub email: String,
+}
+
+/// The optional Redis live layer.
+#[derive(Debug, Clone, Args)]
+pub struct LiveArgs {
+    /// Redis URL, e.g. redis://127.0.0.1:6379; unset turns the live layer off.
+    #[arg(long, env = "REDIS_URL")]
+    pub redis_url: Option<String>,
+
+    /// Prefix of every Redis key linktrack writes.
+    #[arg(long, env = "LINKTRACK_REDIS_PREFIX", default_value = crate::live::DEFAULT_PREFIX)]
+    pub redis_prefix: String,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SegmentArgs {
+    /// The mailing id.
+    #[arg(long)]
+    pub mailing: String,
+    /// A tag every selected recipient clicked (repeatable).
+    #[arg(long, required = true, value_name = "T")]
+    pub tag: Vec<String>,
+    /// Another tag they must also have clicked (repeatable).
+    #[arg(long, value_name = "T")]
+    pub and: Vec<String>,
+    /// A tag that selects recipients on its own (union; repeatable).
+    #[arg(long, value_name = "T")]
+    pub or: Vec<String>,
+    /// A tag they must not have clicked (repeatable).
+    #[arg(long, value_name = "T")]
+    pub not: Vec<String>,
+    #[command(flatten)]
+    pub live: LiveArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum StatsCommand {
+    /// Roll pending events into the statistics tables once (exactly once,
+    /// safe to run beside the server's worker), then exit.
+    Rollup(RollupArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RollupArgs {
+    /// Events per transaction.
+    #[arg(long, default_value_t = 50_000)]
+    pub batch: u32,
+    #[command(flatten)]
+    pub live: LiveArgs,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -218,5 +282,36 @@ mod tests {
             }
             other => panic!("parsed as {other:?}"),
         }
+    }
+
+    #[test]
+    fn segment_flags_parse_and_need_a_tag() {
+        let cli = Cli::try_parse_from([
+            "linktrack",
+            "segment",
+            "--mailing",
+            "m1",
+            "--tag",
+            "ruby",
+            "--and",
+            "web",
+            "--not",
+            "erlang",
+            "--not",
+            "go",
+        ])
+        .unwrap();
+        match cli.command {
+            Command::Segment(args) => {
+                assert_eq!(args.mailing, "m1");
+                assert_eq!(
+                    (args.tag, args.and),
+                    (vec!["ruby".into()], vec!["web".into()])
+                );
+                assert_eq!(args.not, ["erlang", "go"]);
+            }
+            other => panic!("parsed as {other:?}"),
+        }
+        assert!(Cli::try_parse_from(["linktrack", "segment", "--mailing", "m1"]).is_err());
     }
 }

@@ -25,6 +25,11 @@
 //! * [`address`]: address normalisation and validation.
 //! * [`letter`]: one letter's HTML: personalise (minijinja), rewrite links
 //!   byte-exactly, add the open pixel.
+//! * [`store::stats`]: the exactly-once rollup of `events` into small
+//!   per-mailing tables, and the reads behind the stats API.
+//! * [`live`]: the optional Redis live layer (counters, recent clicks, top
+//!   links, per-tag letter sets for segments).
+//! * [`server::stats`]: the stats API and the dashboard (axum router).
 
 pub mod address;
 pub mod build;
@@ -32,5 +37,6 @@ pub mod cli;
 pub mod config;
 pub mod letter;
 pub mod live;
+pub mod server;
 pub mod store;
 pub mod token;

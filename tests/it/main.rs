@@ -7,3 +7,5 @@ mod common;
 mod links;
 mod partitions;
 mod stats;
+mod stats_http;
+mod stats_live;

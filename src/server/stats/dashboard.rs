@@ -1,0 +1,89 @@
+//! The dashboard: `GET /mailings` (index) and `GET /mailings/{id}`,
+//! server-rendered with minijinja (templates embedded at compile time,
+//! HTML auto-escaped), an inline SVG chart and the click map. No script and
+//! no front-end build.
+
+use super::{chart, clickmap, StatsError, StatsState};
+use crate::store::stats::{self, LinkStats};
+use axum::extract::{Path, State};
+use axum::response::Html;
+use minijinja::{context, Environment};
+use std::collections::BTreeMap;
+
+const CSS: &str = include_str!("templates/base.css");
+
+/// The dashboard's templates.
+pub fn templates() -> Result<Environment<'static>, minijinja::Error> {
+    let mut env = Environment::new();
+    env.add_template("index.html", include_str!("templates/index.html"))?;
+    env.add_template("mailing.html", include_str!("templates/mailing.html"))?;
+    Ok(env)
+}
+
+/// How many mailings the index lists.
+const INDEX_LIMIT: u32 = 500;
+
+/// `GET /mailings`.
+pub async fn index(State(state): State<StatsState>) -> Result<Html<String>, StatsError> {
+    let mailings = stats::list_mailings(&state.pool, INDEX_LIMIT).await?;
+    let html = state
+        .templates
+        .get_template("index.html")?
+        .render(context! { css => CSS, mailings })?;
+    Ok(Html(html))
+}
+
+/// A link row with its share of human clicks, as the template shows it.
+#[derive(serde::Serialize)]
+struct LinkRow<'a> {
+    #[serde(flatten)]
+    link: &'a LinkStats,
+    share: String,
+}
+
+/// `GET /mailings/{id}`.
+pub async fn mailing(
+    State(state): State<StatsState>,
+    Path(id): Path<String>,
+) -> Result<Html<String>, StatsError> {
+    let summary = stats::summary(&state.pool, &id)
+        .await?
+        .ok_or_else(|| StatsError::UnknownMailing(id.clone()))?;
+    let clicks: BTreeMap<u32, u64> = summary
+        .links
+        .iter()
+        .map(|l| (l.position, l.human.total))
+        .collect();
+    let total: u64 = clicks.values().sum();
+    let links: Vec<LinkRow> = summary
+        .links
+        .iter()
+        .map(|link| LinkRow {
+            link,
+            share: share(link.human.total, total),
+        })
+        .collect();
+    let clickmap = match stats::mailing_html(&state.pool, &id).await? {
+        Some(html) => Some(clickmap::render(&html, &clicks)?),
+        None => None,
+    };
+    let html = state
+        .templates
+        .get_template("mailing.html")?
+        .render(context! {
+            css => CSS,
+            s => &summary,
+            links,
+            chart => chart::svg(&summary.hours),
+            clickmap,
+            live_up => state.live.as_ref().map(|l| l.is_up()),
+        })?;
+    Ok(Html(html))
+}
+
+fn share(part: u64, total: u64) -> String {
+    if total == 0 {
+        return "–".to_owned();
+    }
+    format!("{:.1}%", part as f64 * 100.0 / total as f64)
+}

@@ -1,0 +1,173 @@
+//! The Redis live layer on the real Redis at 127.0.0.1:6379 (override with
+//! `LINKTRACK_TEST_REDIS`), each test under its own key prefix, removed at
+//! the end.
+
+use crate::common::{days_ago, TestDb};
+use crate::stats::{letters, record, traffic, MAILING};
+use linktrack::live::{self, Live, SegmentQuery};
+use linktrack::server::stats::{router, StatsState};
+use linktrack::store::{erase, stats};
+
+fn redis_url() -> String {
+    std::env::var("LINKTRACK_TEST_REDIS").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
+}
+
+fn test_live() -> Live {
+    let prefix = format!("lt-test-{:016x}:", rand::random::<u64>());
+    Live::new(&redis_url(), &prefix).unwrap()
+}
+
+fn tags(list: &[&str]) -> Vec<String> {
+    list.iter().map(|t| t.to_string()).collect()
+}
+
+async fn segment(live: &Live, db: &TestDb, query: SegmentQuery) -> Vec<String> {
+    let letters = live.segment(MAILING, &query).await.unwrap();
+    stats::addresses_of_letters(&db.pool, MAILING, &letters)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_rollup_keeps_live_counters_recent_clicks_top_links_and_segments() {
+    let (d1, d2) = (days_ago(1), days_ago(0));
+    let db = TestDb::with_days_since(d1).await;
+    let live = test_live();
+    let letters = letters(&db.pool, d1, 3).await;
+    let hits = traffic(&letters, d1, d2);
+    record(&db.pool, &hits[..5]).await;
+    // Two passes, so counters and sets accumulate across batches.
+    live::roll_and_publish(&db.pool, Some(&live), 2)
+        .await
+        .unwrap();
+    record(&db.pool, &hits).await;
+    live::roll_and_publish(&db.pool, Some(&live), 2)
+        .await
+        .unwrap();
+    assert!(live.is_up());
+
+    let snap = live.snapshot(MAILING).await.unwrap();
+    let counter = |name: &str| snap.counters.get(name).copied().unwrap_or(0);
+    assert_eq!(
+        (
+            counter("clicks"),
+            counter("bot_clicks"),
+            counter("opens"),
+            counter("bot_opens")
+        ),
+        (5, 1, 3, 1)
+    );
+    assert_eq!(snap.recent_clicks.len(), 6);
+    assert_eq!(snap.recent_clicks[0]["position"], 3, "newest first");
+    assert_eq!(snap.top_links[0], (1, 3));
+
+    let ruby_web_not_erlang = SegmentQuery {
+        all: tags(&["ruby", "web"]),
+        none: tags(&["erlang"]),
+        ..SegmentQuery::default()
+    };
+    assert_eq!(
+        segment(&live, &db, ruby_web_not_erlang.clone()).await,
+        ["user1@example.com"]
+    );
+    let or_erlang = SegmentQuery {
+        all: tags(&["ruby", "web"]),
+        any: tags(&["erlang"]),
+        ..SegmentQuery::default()
+    };
+    assert_eq!(
+        segment(&live, &db, or_erlang).await,
+        ["user1@example.com", "user2@example.com"]
+    );
+    let ruby = SegmentQuery {
+        all: tags(&["ruby"]),
+        ..SegmentQuery::default()
+    };
+    assert_eq!(
+        segment(&live, &db, ruby).await,
+        ["user1@example.com", "user2@example.com"],
+        "letter 3's ruby click was a link scanner: bots never join segments"
+    );
+
+    // The same through the HTTP API, with the live section in the stats.
+    let state = StatsState::new(db.pool.clone(), Some("tok"), None, Some(live.clone())).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router(state)).await });
+    let get = |path: String| {
+        let url = format!("{base}{path}");
+        async move {
+            let r = reqwest::Client::new()
+                .get(url)
+                .bearer_auth("tok")
+                .send()
+                .await
+                .unwrap();
+            (
+                r.status(),
+                serde_json::from_str::<serde_json::Value>(&r.text().await.unwrap()).unwrap(),
+            )
+        }
+    };
+    let (status, body) = get(format!(
+        "/api/mailings/{MAILING}/segment?tag=ruby&and=web&not=erlang"
+    ))
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["addresses"], serde_json::json!(["user1@example.com"]));
+    let (status, body) = get(format!("/api/mailings/{MAILING}/segment")).await;
+    assert_eq!(status, 400, "a segment needs a tag: {body}");
+    let (_, body) = get(format!("/api/mailings/{MAILING}/stats")).await;
+    assert_eq!(body["live"]["counters"]["clicks"], 5);
+    assert_eq!(body["redis_up"], true);
+
+    // Erasing an address takes it out of every segment.
+    erase::erase(&db.pool, "user1@example.com").await.unwrap();
+    assert!(segment(&live, &db, ruby_web_not_erlang).await.is_empty());
+
+    assert!(live.clear().await.unwrap() > 0);
+    assert_eq!(
+        live.clear().await.unwrap(),
+        0,
+        "nothing left under the prefix"
+    );
+}
+
+#[tokio::test]
+async fn with_redis_down_the_rollup_and_the_api_keep_working() {
+    let d1 = days_ago(0);
+    let db = TestDb::with_days_since(d1).await;
+    // Nothing listens on port 1.
+    let live = Live::new("redis://127.0.0.1:1", "lt-down:").unwrap();
+    let letters = letters(&db.pool, d1, 3).await;
+    record(&db.pool, &traffic(&letters, d1, d1)).await;
+    let report = live::roll_and_publish(&db.pool, Some(&live), 1000)
+        .await
+        .unwrap();
+    assert_eq!(report.events(), 10);
+    assert!(!live.is_up());
+
+    let state = StatsState::new(db.pool.clone(), Some("tok"), None, Some(live)).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router(state)).await });
+    let client = reqwest::Client::new();
+    let stats = client
+        .get(format!("{base}/api/mailings/{MAILING}/stats"))
+        .bearer_auth("tok")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stats.status(), 200);
+    let body: serde_json::Value = serde_json::from_str(&stats.text().await.unwrap()).unwrap();
+    assert_eq!(body["clicks"]["human"]["total"], 5);
+    assert!(body["live"].is_null());
+    assert_eq!(body["redis_up"], false);
+    let seg = client
+        .get(format!("{base}/api/mailings/{MAILING}/segment?tag=ruby"))
+        .bearer_auth("tok")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(seg.status(), 503);
+}
