@@ -298,7 +298,7 @@ async fn erase_leaves_no_row_naming_the_address_and_keeps_the_suppression() {
     stats::rollup(&db.pool, 1000).await.unwrap();
     let before = stats::summary(&db.pool, MAILING).await.unwrap().unwrap();
     let target = letters[0].email.clone();
-    linktrack::store::suppressions::add(&db.pool, &[target.clone()], "unsubscribed")
+    linktrack::store::suppressions::add(&db.pool, std::slice::from_ref(&target), "unsubscribed")
         .await
         .unwrap();
     // An address equal under the accent-insensitive collation but not the same.
