@@ -77,6 +77,16 @@ CREATE TABLE IF NOT EXISTS stats_first_seen (
   KEY rolled_by (rolled_by)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_unicode_ci;
 
+-- Letters built per mailing, added by the builder in the same transaction
+-- as each batch's link rows (`store::stats::add_letters_built`), so the
+-- count is exact and costs one primary-key read. Mailings built before the
+-- builder did this fall back to counting the mailing_letter index.
+CREATE TABLE IF NOT EXISTS stats_letters (
+  mailing_id  VARCHAR(64)     NOT NULL,
+  letters     BIGINT UNSIGNED NOT NULL,
+  PRIMARY KEY (mailing_id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_unicode_ci;
+
 -- The creative of each mailing, saved by the builder, for the click map.
 CREATE TABLE IF NOT EXISTS mailings (
   mailing_id  VARCHAR(64)     NOT NULL,

@@ -290,6 +290,35 @@ async fn unknown_mailings_have_no_summary() {
 }
 
 #[tokio::test]
+async fn letters_built_is_the_builders_count_once_it_keeps_one() {
+    let d1 = days_ago(0);
+    let db = TestDb::with_days_since(d1).await;
+    letters(&db.pool, d1, 3).await;
+    assert_eq!(
+        stats::letters_built(&db.pool, MAILING).await.unwrap(),
+        3,
+        "index fallback"
+    );
+    // A batch whose transaction rolls back adds nothing.
+    let mut tx = db.pool.begin().await.unwrap();
+    stats::add_letters_built(&mut tx, MAILING, 1000)
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+    assert_eq!(stats::letters_built(&db.pool, MAILING).await.unwrap(), 3);
+    for n in [2, 5] {
+        let mut tx = db.pool.begin().await.unwrap();
+        stats::add_letters_built(&mut tx, MAILING, n).await.unwrap();
+        tx.commit().await.unwrap();
+    }
+    assert_eq!(
+        stats::letters_built(&db.pool, MAILING).await.unwrap(),
+        7,
+        "the kept count wins"
+    );
+}
+
+#[tokio::test]
 async fn erase_leaves_no_row_naming_the_address_and_keeps_the_suppression() {
     let (d1, d2) = (days_ago(1), days_ago(0));
     let db = TestDb::with_days_since(d1).await;
