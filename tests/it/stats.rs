@@ -373,3 +373,60 @@ async fn erase_leaves_no_row_naming_the_address_and_keeps_the_suppression() {
         .unwrap();
     assert_eq!((link.email.as_str(), link.url.as_str()), ("", LINKS[0].1));
 }
+
+#[tokio::test]
+async fn the_erase_and_rollup_commands_run_from_the_command_line() {
+    use clap::Parser;
+    let d1 = days_ago(0);
+    let db = TestDb::with_days_since(d1).await;
+    let letters = letters(&db.pool, d1, 2).await;
+    record(&db.pool, &traffic_of_two(&letters, d1)).await;
+    let run = |args: &[&str]| {
+        let mut argv = vec!["linktrack", "--database-url", &db.url];
+        argv.extend_from_slice(args);
+        linktrack::cli::run(linktrack::config::Cli::try_parse_from(argv).unwrap())
+    };
+    run(&["stats", "rollup", "--batch", "1"]).await.unwrap();
+    let s = stats::summary(&db.pool, MAILING).await.unwrap().unwrap();
+    assert_eq!((s.opens.human.total, s.clicks.human.total), (1, 1));
+
+    // The address is normalised (trimmed, lowercased) before matching.
+    run(&["erase", "--email", "  USER1@Example.com "])
+        .await
+        .unwrap();
+    let count = |email: &'static str| {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT (SELECT COUNT(*) FROM links WHERE email = ?) + \
+                    (SELECT COUNT(*) FROM events WHERE email = ?)",
+        )
+        .bind(email)
+        .bind(email)
+        .fetch_one(&db.pool)
+    };
+    assert_eq!(count("user1@example.com").await.unwrap(), 0);
+    assert_eq!(
+        count("user2@example.com").await.unwrap(),
+        4,
+        "others untouched"
+    );
+}
+
+/// One open and one click, both by letter 1.
+fn traffic_of_two(letters: &[FixtureLetter], day: NaiveDate) -> Vec<Hit<'_>> {
+    vec![
+        Hit {
+            link: &letters[0].pixel,
+            kind: "open",
+            at: at(day, 0, 1),
+            bot: None,
+            event_id: 100,
+        },
+        Hit {
+            link: &letters[0].clicks[0],
+            kind: "click",
+            at: at(day, 0, 2),
+            bot: None,
+            event_id: 101,
+        },
+    ]
+}
