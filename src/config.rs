@@ -105,8 +105,8 @@ pub struct SegmentArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum StatsCommand {
-    /// Roll pending events into the statistics tables once (exactly once,
-    /// safe to run beside the server's worker), then exit.
+    /// Roll pending events into the statistics tables (each event exactly
+    /// once; safe to run beside other rollup workers), once or --every SECS.
     Rollup(RollupArgs),
 }
 
@@ -115,6 +115,10 @@ pub struct RollupArgs {
     /// Events per transaction.
     #[arg(long, default_value_t = 50_000)]
     pub batch: u32,
+    /// Keep running: roll up again every SECS seconds (a worker process of
+    /// its own, beside the server's event writer). Without it: once.
+    #[arg(long, value_name = "SECS")]
+    pub every: Option<u64>,
     #[command(flatten)]
     pub live: LiveArgs,
 }

@@ -108,6 +108,13 @@ impl Live {
         self.up.load(Ordering::Relaxed)
     }
 
+    /// Ask Redis whether it answers (for `/readyz`); updates [`Live::is_up`].
+    pub async fn ping(&self) -> bool {
+        let mut conn = self.conn.clone();
+        let result: Result<String, _> = redis::cmd("PING").query_async(&mut conn).await;
+        self.note(result).is_ok()
+    }
+
     /// Record the outcome of a command for `/readyz` and the metric.
     fn note<T>(&self, result: Result<T, redis::RedisError>) -> Result<T, LiveError> {
         let ok = result.is_ok();

@@ -120,6 +120,17 @@ async fn the_rollup_keeps_live_counters_recent_clicks_top_links_and_segments() {
     let (_, body) = get(format!("/api/mailings/{MAILING}/stats")).await;
     assert_eq!(body["live"]["counters"]["clicks"], 5);
     assert_eq!(body["redis_up"], true);
+    let page = reqwest::Client::new()
+        .get(format!("{base}/mailings/{MAILING}"))
+        .bearer_auth("tok")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("Latest clicks (live)"), "{page}");
+    assert!(page.contains("live layer up"));
 
     // Erasing an address takes it out of every segment.
     erase::erase(&db.pool, "user1@example.com").await.unwrap();

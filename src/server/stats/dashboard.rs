@@ -67,6 +67,14 @@ pub async fn mailing(
         Some(html) => Some(clickmap::render(&html, &clicks)?),
         None => None,
     };
+    let live = match &state.live {
+        Some(live) => live
+            .snapshot(&id)
+            .await
+            .inspect_err(|err| tracing::warn!(%err, "dashboard without live stats"))
+            .ok(),
+        None => None,
+    };
     let html = state
         .templates
         .get_template("mailing.html")?
@@ -77,6 +85,7 @@ pub async fn mailing(
             chart => chart::svg(&summary.hours),
             clickmap,
             live_up => state.live.as_ref().map(|l| l.is_up()),
+        live,
         })?;
     Ok(Html(html))
 }
