@@ -75,38 +75,25 @@ const RANGE: &str = "inserted >= ? AND inserted < ? AND id > ? AND id <= ?";
 pub async fn rollup(pool: &MySqlPool, limit: u32) -> Result<RollupReport, StoreError> {
     let limit = limit.max(1);
     let mut report = RollupReport::default();
+    let parts = partitions::list(pool, "events").await?;
     // MySQL's smallest DATE: the first partition holds everything before its bound.
     let mut lower = NaiveDate::from_ymd_opt(1000, 1, 1).unwrap_or_default();
-    for partition in partitions::list(pool, "events").await? {
+    for partition in &parts {
         let day = partition.last_day();
         while let Some(batch) = rollup_batch(pool, lower, partition.upper, day, limit).await? {
             report.batches.push(batch);
         }
         lower = partition.upper;
     }
-    forget_dropped_days(pool, lower_bound_of_first(pool).await?).await?;
-    Ok(report)
-}
-
-/// The first day the events table can still hold, if it has partitions.
-async fn lower_bound_of_first(pool: &MySqlPool) -> Result<Option<NaiveDate>, StoreError> {
-    // The first partition holds everything before its bound; its last day is
-    // the oldest day whose watermark still matters.
-    Ok(partitions::list(pool, "events")
-        .await?
-        .first()
-        .map(|p| p.last_day()))
-}
-
-/// Watermarks of partitions that `rotate` dropped are useless; keep the table small.
-async fn forget_dropped_days(pool: &MySqlPool, first: Option<NaiveDate>) -> Result<(), StoreError> {
-    if let Some(first) = first {
+    // Watermarks of partitions that `rotate` dropped are useless; keep the
+    // table small.
+    if let Some(first) = parts.first() {
         sqlx::query("DELETE FROM rollup_state WHERE day < ?")
-            .bind(first)
+            .bind(first.last_day())
             .execute(pool)
             .await?;
     }
-    Ok(())
+    Ok(report)
 }
 
 /// Roll the next at most `limit` events of one partition (days
