@@ -167,6 +167,8 @@ async fn the_login_form_sets_a_strict_httponly_session_cookie() {
         .await
         .unwrap();
     assert_eq!(index.status(), StatusCode::OK);
+    assert_eq!(index.headers()[header::CACHE_CONTROL], "no-store");
+    assert_eq!(index.headers()[header::REFERRER_POLICY], "no-referrer");
     let html = index.text().await.unwrap();
     assert!(html.contains(&format!("/mailings/{MAILING}")), "{html}");
     assert!(html.contains("November news"));

@@ -6,6 +6,7 @@
 use super::{chart, clickmap, StatsError, StatsState};
 use crate::store::stats::{self, LinkStats};
 use axum::extract::{Path, State};
+use axum::http::{header, HeaderName};
 use axum::response::Html;
 use minijinja::{context, Environment};
 use std::collections::BTreeMap;
@@ -20,17 +21,34 @@ pub fn templates() -> Result<Environment<'static>, minijinja::Error> {
     Ok(env)
 }
 
+/// A dashboard page with the headers every one carries.
+type Page = ([(HeaderName, &'static str); 4], Html<String>);
+
+/// No caching of figures behind a login; no framing of the dashboard; and no
+/// Referer to the image hosts the click map's creative loads from.
+fn page(html: String) -> Page {
+    (
+        [
+            (header::CACHE_CONTROL, "no-store"),
+            (header::X_FRAME_OPTIONS, "DENY"),
+            (header::REFERRER_POLICY, "no-referrer"),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        ],
+        Html(html),
+    )
+}
+
 /// How many mailings the index lists.
 const INDEX_LIMIT: u32 = 500;
 
 /// `GET /mailings`.
-pub async fn index(State(state): State<StatsState>) -> Result<Html<String>, StatsError> {
+pub async fn index(State(state): State<StatsState>) -> Result<Page, StatsError> {
     let mailings = stats::list_mailings(&state.pool, INDEX_LIMIT).await?;
     let html = state
         .templates
         .get_template("index.html")?
         .render(context! { css => CSS, mailings })?;
-    Ok(Html(html))
+    Ok(page(html))
 }
 
 /// A link row with its share of human clicks, as the template shows it.
@@ -45,7 +63,7 @@ struct LinkRow<'a> {
 pub async fn mailing(
     State(state): State<StatsState>,
     Path(id): Path<String>,
-) -> Result<Html<String>, StatsError> {
+) -> Result<Page, StatsError> {
     let summary = stats::summary(&state.pool, &id)
         .await?
         .ok_or_else(|| StatsError::UnknownMailing(id.clone()))?;
@@ -87,7 +105,7 @@ pub async fn mailing(
             live_up => state.live.as_ref().map(|l| l.is_up()),
         live,
         })?;
-    Ok(Html(html))
+    Ok(page(html))
 }
 
 fn share(part: u64, total: u64) -> String {
