@@ -12,9 +12,42 @@ fn redis_url() -> String {
     std::env::var("LINKTRACK_TEST_REDIS").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
 }
 
-fn test_live() -> Live {
-    let prefix = format!("lt-test-{:016x}:", rand::random::<u64>());
-    Live::new(&redis_url(), &prefix).unwrap()
+/// A live layer under a fresh key prefix; every key under it is deleted
+/// when the guard drops, even if the test failed half-way.
+struct TestLive {
+    live: Live,
+    prefix: String,
+}
+
+impl TestLive {
+    fn new() -> TestLive {
+        let prefix = format!("lt-test-{:016x}:", rand::random::<u64>());
+        TestLive {
+            live: Live::new(&redis_url(), &prefix).unwrap(),
+            prefix,
+        }
+    }
+}
+
+impl Drop for TestLive {
+    fn drop(&mut self) {
+        // The test's runtime may be gone: clean up on a thread of our own.
+        let prefix = self.prefix.clone();
+        let _ = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async move {
+                if let Ok(live) = Live::new(&redis_url(), &prefix) {
+                    let _ = live.clear().await;
+                }
+            });
+        })
+        .join();
+    }
 }
 
 fn tags(list: &[&str]) -> Vec<String> {
@@ -32,7 +65,8 @@ async fn segment(live: &Live, db: &TestDb, query: SegmentQuery) -> Vec<String> {
 async fn the_rollup_keeps_live_counters_recent_clicks_top_links_and_segments() {
     let (d1, d2) = (days_ago(1), days_ago(0));
     let db = TestDb::with_days_since(d1).await;
-    let live = test_live();
+    let guard = TestLive::new();
+    let live = guard.live.clone();
     let letters = letters(&db.pool, d1, 3).await;
     let hits = traffic(&letters, d1, d2);
     record(&db.pool, &hits[..5]).await;
