@@ -428,8 +428,38 @@ async fn read_links(pool: &MySqlPool, mailing_id: &str) -> Result<Vec<LinkStats>
     Ok(by_position.into_values().collect())
 }
 
-/// Click URLs by position, from the mailing's first stored letter.
+/// Click URLs by position: from `stats_link_urls`, filled from the
+/// mailing's first stored letter on the first call that finds one.
 pub async fn link_urls(
+    pool: &MySqlPool,
+    mailing_id: &str,
+) -> Result<BTreeMap<u32, String>, StoreError> {
+    let kept: Vec<(u32, String)> =
+        sqlx::query_as("SELECT position, url FROM stats_link_urls WHERE mailing_id = ?")
+            .bind(mailing_id)
+            .fetch_all(pool)
+            .await?;
+    if !kept.is_empty() {
+        return Ok(kept.into_iter().collect());
+    }
+    let urls = first_letter_urls(pool, mailing_id).await?;
+    if !urls.is_empty() {
+        let mut insert = QueryBuilder::<MySql>::new(
+            "INSERT IGNORE INTO stats_link_urls (mailing_id, position, url) ",
+        );
+        insert.push_values(&urls, |mut row, (position, url)| {
+            row.push_bind(mailing_id)
+                .push_bind(*position)
+                .push_bind(url);
+        });
+        insert.build().execute(pool).await?;
+    }
+    Ok(urls)
+}
+
+/// Click URLs by position of the mailing's first stored letter (probes the
+/// `mailing_letter` index in every partition of `links`).
+async fn first_letter_urls(
     pool: &MySqlPool,
     mailing_id: &str,
 ) -> Result<BTreeMap<u32, String>, StoreError> {
