@@ -24,12 +24,12 @@
 //! `links`, so `linktrack erase` (which blanks the address there) also
 //! removes the address from every segment.
 
-use crate::store::stats::{self, BatchClick, RolledBatch, RollupReport};
+use crate::store::stats::{self, BatchClick, KindCount, RolledBatch, RollupReport};
 use crate::store::StoreError;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::AsyncCommands;
 use sqlx::MySqlPool;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -130,17 +130,18 @@ impl Live {
     /// Add one rolled batch: its counts by kind and its clicks.
     pub async fn apply(
         &self,
-        counts: &[(String, String, bool, u64)],
+        counts: &[KindCount],
         clicks: &[BatchClick],
     ) -> Result<(), LiveError> {
         let mut pipe = redis::pipe();
-        for (mailing_id, kind, bot, n) in counts {
-            let name = format!("{}{kind}s", if *bot { "bot_" } else { "" });
-            pipe.incr(self.key(mailing_id, &name), *n).ignore();
+        for count in counts {
+            let name = format!("{}{}s", if count.bot { "bot_" } else { "" }, count.kind);
+            pipe.incr(self.key(&count.mailing_id, &name), count.n)
+                .ignore();
         }
-        let mut touched: HashMap<&str, ()> = HashMap::new();
+        let mut touched: HashSet<&str> = HashSet::new();
         for click in clicks {
-            touched.insert(&click.mailing_id, ());
+            touched.insert(&click.mailing_id);
             let entry = serde_json::json!({
                 "at": click.occurred_at.and_utc().to_rfc3339(),
                 "position": click.position,
@@ -159,7 +160,7 @@ impl Live {
                 pipe.sadd(key, click.letter_id).ignore();
             }
         }
-        for mailing_id in touched.keys() {
+        for mailing_id in touched {
             pipe.ltrim(self.key(mailing_id, "recent"), 0, RECENT_CLICKS - 1)
                 .ignore();
         }
@@ -230,7 +231,7 @@ impl Live {
         let keys: Vec<String> = {
             let mut iter = conn.scan_match::<_, String>(&pattern).await?;
             let mut keys = Vec::new();
-            while let Some(item) = futures_next(&mut iter).await {
+            while let Some(item) = next_key(&mut iter).await {
                 keys.push(item);
             }
             keys
@@ -243,8 +244,8 @@ impl Live {
     }
 }
 
-/// `AsyncIter::next_item`, flattened to skip undecodable keys.
-async fn futures_next(iter: &mut redis::AsyncIter<'_, String>) -> Option<String> {
+/// The next key of a SCAN, skipping keys that are not UTF-8.
+async fn next_key(iter: &mut redis::AsyncIter<'_, String>) -> Option<String> {
     loop {
         match iter.next_item().await? {
             Ok(item) => return Some(item),

@@ -597,11 +597,21 @@ pub async fn list_mailings(
         .collect())
 }
 
+/// How many events of one kind a rolled batch held for a mailing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KindCount {
+    pub mailing_id: String,
+    /// `click`, `open`, `image` or `unsubscribe`.
+    pub kind: String,
+    pub bot: bool,
+    pub n: u64,
+}
+
 /// Events of a rolled batch by mailing, kind and bot flag, for the live counters.
 pub async fn batch_counts(
     pool: &MySqlPool,
     batch: &RolledBatch,
-) -> Result<Vec<(String, String, bool, u64)>, StoreError> {
+) -> Result<Vec<KindCount>, StoreError> {
     let sql = format!(
         "SELECT mailing_id, CAST(kind AS CHAR), bot <> 0 AS b, COUNT(*) FROM events \
          WHERE {RANGE} AND mailing_id IS NOT NULL GROUP BY mailing_id, kind, b"
@@ -611,7 +621,12 @@ pub async fn batch_counts(
         .await?;
     Ok(rows
         .into_iter()
-        .map(|(m, k, b, n)| (m, k, b != 0, n.max(0) as u64))
+        .map(|(mailing_id, kind, bot, n)| KindCount {
+            mailing_id,
+            kind,
+            bot: bot != 0,
+            n: n.max(0) as u64,
+        })
         .collect())
 }
 
