@@ -259,6 +259,7 @@ pub struct LinkStats {
 /// One hour of the time series (human events only; bots are in the totals).
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct HourStats {
+    /// The start of the hour, UTC.
     pub hour: NaiveDateTime,
     pub opens: u64,
     pub clicks: u64,
