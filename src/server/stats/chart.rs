@@ -13,14 +13,18 @@ const TOP: f64 = 12.0;
 /// At most this many hours are drawn (the most recent ones): two weeks.
 const MAX_HOURS: usize = 24 * 14;
 
-/// Hours from the first to the last with data, gaps filled with zeros.
+/// Hours from the first to the last with data, gaps filled with zeros; at
+/// most the last [`MAX_HOURS`], so one stray far-off timestamp cannot make
+/// the page huge.
 fn contiguous(hours: &[HourStats]) -> Vec<(NaiveDateTime, u64, u64)> {
     let (Some(first), Some(last)) = (hours.first(), hours.last()) else {
         return Vec::new();
     };
+    let window_start = last.hour - Duration::hours(MAX_HOURS as i64 - 1);
+    let start = first.hour.max(window_start);
+    let mut at = start;
+    let mut source = hours.iter().filter(move |h| h.hour >= start).peekable();
     let mut out = Vec::new();
-    let mut at = first.hour;
-    let mut source = hours.iter().peekable();
     while at <= last.hour {
         let (mut opens, mut clicks) = (0, 0);
         while let Some(h) = source.next_if(|h| h.hour <= at) {
@@ -30,8 +34,7 @@ fn contiguous(hours: &[HourStats]) -> Vec<(NaiveDateTime, u64, u64)> {
         out.push((at, opens, clicks));
         at += Duration::hours(1);
     }
-    let skip = out.len().saturating_sub(MAX_HOURS);
-    out.split_off(skip)
+    out
 }
 
 fn polyline(points: &[(f64, f64)], colour: &str) -> String {
@@ -142,6 +145,15 @@ mod tests {
         let series = contiguous(&[hour(1, 5, 1), hour(4, 2, 2)]);
         let counts: Vec<(u64, u64)> = series.iter().map(|s| (s.1, s.2)).collect();
         assert_eq!(counts, [(5, 1), (0, 0), (0, 0), (2, 2)]);
+    }
+
+    #[test]
+    fn a_stray_old_hour_does_not_stretch_the_series() {
+        let mut old = hour(1, 1, 1);
+        old.hour -= Duration::days(3650);
+        let series = contiguous(&[old, hour(4, 2, 2)]);
+        assert_eq!(series.len(), MAX_HOURS);
+        assert_eq!(series.last().map(|s| (s.1, s.2)), Some((2, 2)));
     }
 
     #[test]
