@@ -10,9 +10,20 @@
 -- twice. The watermark assumes ids become visible in id order, which holds
 -- with one event writer.
 
+--
+-- With several event writers that assumption fails (a transaction holding
+-- id 100 can commit after one holding 101 was rolled), so the worker can be
+-- given a settle time: it then rolls only ids up to `safe_id`, the largest
+-- id that was visible `settle` ago (`seen_id` observed at `seen_at`). Ids
+-- are allocated in increasing order, so every id below an observed one was
+-- in flight at that moment, and has committed or rolled back once
+-- transactions are shorter than the settle time.
 CREATE TABLE IF NOT EXISTS rollup_state (
   day         DATE            NOT NULL COMMENT 'the events partition day',
   last_id     BIGINT UNSIGNED NOT NULL COMMENT 'every event of this day with id <= last_id is rolled up',
+  safe_id     BIGINT UNSIGNED NOT NULL DEFAULT 0 COMMENT 'with a settle time: roll no id above this',
+  seen_id     BIGINT UNSIGNED NOT NULL DEFAULT 0 COMMENT 'the largest visible id at seen_at',
+  seen_at     DATETIME(3)     NULL,
   updated_at  DATETIME(3)     NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
   PRIMARY KEY (day)
 ) ENGINE=InnoDB DEFAULT CHARSET=ascii COLLATE=ascii_bin;

@@ -265,11 +265,15 @@ async fn segment(url: &str, args: &SegmentArgs) -> anyhow::Result<()> {
 async fn rollup(url: &str, args: &RollupArgs) -> anyhow::Result<()> {
     let live = live_layer(&args.live)?;
     let pool = pool(url).await?;
+    let options = store::stats::RollupOptions {
+        limit: args.batch,
+        settle: Duration::from_millis(args.settle_ms),
+    };
     if let Some(secs) = args.every {
-        live::run_worker(pool, live, args.batch, Duration::from_secs(secs.max(1))).await;
+        live::run_worker(pool, live, options, Duration::from_secs(secs.max(1))).await;
         return Ok(());
     }
-    let report = live::roll_and_publish(&pool, live.as_ref(), args.batch).await?;
+    let report = live::roll_and_publish(&pool, live.as_ref(), &options).await?;
     println!("{report}");
     Ok(())
 }

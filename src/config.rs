@@ -119,6 +119,11 @@ pub struct RollupArgs {
     /// its own, beside the server's event writer). Without it: once.
     #[arg(long, value_name = "SECS")]
     pub every: Option<u64>,
+    /// 0 trusts a single event writer. With several, roll only events whose
+    /// id was visible at least this long ago (longer than any writer's
+    /// transaction); a one-shot run then only records a first observation.
+    #[arg(long, env = "LINKTRACK_ROLLUP_SETTLE_MS", default_value_t = 0)]
+    pub settle_ms: u64,
     #[command(flatten)]
     pub live: LiveArgs,
 }

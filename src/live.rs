@@ -24,7 +24,7 @@
 //! `links`, so `linktrack erase` (which blanks the address there) also
 //! removes the address from every segment.
 
-use crate::store::stats::{self, BatchClick, KindCount, RolledBatch, RollupReport};
+use crate::store::stats::{self, BatchClick, KindCount, RolledBatch, RollupOptions, RollupReport};
 use crate::store::StoreError;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::AsyncCommands;
@@ -285,9 +285,9 @@ fn snapshot_from(names: &[String], values: Vec<redis::Value>) -> LiveSnapshot {
 pub async fn roll_and_publish(
     pool: &MySqlPool,
     live: Option<&Live>,
-    limit: u32,
+    options: &RollupOptions,
 ) -> Result<RollupReport, StoreError> {
-    let report = stats::rollup(pool, limit).await?;
+    let report = stats::rollup_with(pool, options).await?;
     if let Some(live) = live {
         for batch in &report.batches {
             if let Err(err) = publish(pool, live, batch).await {
@@ -306,12 +306,17 @@ async fn publish(pool: &MySqlPool, live: &Live, batch: &RolledBatch) -> Result<(
 
 /// Run [`roll_and_publish`] every `every` until the task is dropped; errors
 /// are logged and retried on the next tick. The server spawns this.
-pub async fn run_worker(pool: MySqlPool, live: Option<Live>, limit: u32, every: Duration) {
+pub async fn run_worker(
+    pool: MySqlPool,
+    live: Option<Live>,
+    options: RollupOptions,
+    every: Duration,
+) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        match roll_and_publish(&pool, live.as_ref(), limit).await {
+        match roll_and_publish(&pool, live.as_ref(), &options).await {
             Ok(report) if report.events() > 0 => tracing::debug!("{report}"),
             Ok(_) => {}
             Err(err) => tracing::warn!(%err, "stats rollup failed; retrying"),

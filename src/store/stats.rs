@@ -11,8 +11,9 @@
 //!
 //! The watermark assumes ids become visible in id order: an event committed
 //! later with an id below the watermark would be skipped. That holds with a
-//! single event writer (the tracking server's batch writer); with several
-//! concurrent writers the watermark would need a settle delay.
+//! single event writer (the tracking server's batch writer). With several
+//! writers, give [`RollupOptions::settle`]: only ids that were already
+//! visible that long ago are rolled (see `rollup_state` in the migration).
 //!
 //! All aggregation is set-wise `INSERT … SELECT … GROUP BY` inside the
 //! database: no event row travels to this process. Unique letters are found
@@ -28,6 +29,7 @@ use super::StoreError;
 use chrono::{NaiveDate, NaiveDateTime};
 use sqlx::{Acquire, MySql, MySqlConnection, MySqlPool, QueryBuilder};
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 /// The events one rollup transaction covered: partition bounds and id range.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,17 +72,47 @@ impl std::fmt::Display for RollupReport {
 /// the id range is a primary-key range inside it. Bind with `bind_range!`.
 const RANGE: &str = "inserted >= ? AND inserted < ? AND id > ? AND id <= ?";
 
+/// How [`rollup_with`] runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RollupOptions {
+    /// Events per transaction.
+    pub limit: u32,
+    /// Zero: trust that ids become visible in order (one event writer).
+    /// Otherwise roll only ids that were visible at least this long ago, so
+    /// transactions of concurrent writers shorter than this are never skipped.
+    pub settle: Duration,
+}
+
 /// Roll every event not yet rolled, in transactions of at most `limit`
-/// events each, partition by partition.
+/// events each, partition by partition, trusting a single event writer.
 pub async fn rollup(pool: &MySqlPool, limit: u32) -> Result<RollupReport, StoreError> {
-    let limit = limit.max(1);
+    let options = RollupOptions {
+        limit,
+        settle: Duration::ZERO,
+    };
+    rollup_with(pool, &options).await
+}
+
+/// Roll every event not yet rolled (or not yet settled), partition by partition.
+pub async fn rollup_with(
+    pool: &MySqlPool,
+    options: &RollupOptions,
+) -> Result<RollupReport, StoreError> {
+    let options = RollupOptions {
+        limit: options.limit.max(1),
+        ..*options
+    };
     let mut report = RollupReport::default();
     let parts = partitions::list(pool, "events").await?;
     // MySQL's smallest DATE: the first partition holds everything before its bound.
     let mut lower = NaiveDate::from_ymd_opt(1000, 1, 1).unwrap_or_default();
     for partition in &parts {
-        let day = partition.last_day();
-        while let Some(batch) = rollup_batch(pool, lower, partition.upper, day, limit).await? {
+        let range = PartitionRange {
+            lower,
+            upper: partition.upper,
+            day: partition.last_day(),
+        };
+        while let Some(batch) = rollup_batch(pool, &range, &options).await? {
             report.batches.push(batch);
         }
         lower = partition.upper;
@@ -96,18 +128,23 @@ pub async fn rollup(pool: &MySqlPool, limit: u32) -> Result<RollupReport, StoreE
     Ok(report)
 }
 
-/// Roll the next at most `limit` events of one partition (days
-/// `lower..upper`, watermark kept under `day`). `None` when it is caught up.
-async fn rollup_batch(
-    pool: &MySqlPool,
+/// One events partition: days `lower..upper`, watermark kept under `day`.
+struct PartitionRange {
     lower: NaiveDate,
     upper: NaiveDate,
     day: NaiveDate,
-    limit: u32,
+}
+
+/// Roll the next at most `limit` events of one partition. `None` when it is
+/// caught up (or nothing more has settled).
+async fn rollup_batch(
+    pool: &MySqlPool,
+    range: &PartitionRange,
+    options: &RollupOptions,
 ) -> Result<Option<RolledBatch>, StoreError> {
     let mut conn = pool.acquire().await?;
     sqlx::query("INSERT IGNORE INTO rollup_state (day, last_id) VALUES (?, 0)")
-        .bind(day)
+        .bind(range.day)
         .execute(&mut *conn)
         .await?;
     // Applies to the next transaction only.
@@ -119,26 +156,33 @@ async fn rollup_batch(
     // here and then reads the advanced watermark.
     let after_id: u64 =
         sqlx::query_scalar("SELECT last_id FROM rollup_state WHERE day = ? FOR UPDATE")
-            .bind(day)
+            .bind(range.day)
             .fetch_one(&mut *tx)
             .await?;
+    let cap = if options.settle.is_zero() {
+        u64::MAX
+    } else {
+        settled_cap(&mut tx, range, options.settle).await?
+    };
     let (events, last_id): (i64, Option<u64>) = sqlx::query_as(
         "SELECT COUNT(*), MAX(id) FROM (SELECT id FROM events \
-         WHERE inserted >= ? AND inserted < ? AND id > ? ORDER BY id LIMIT ?) AS batch",
+         WHERE inserted >= ? AND inserted < ? AND id > ? AND id <= ? ORDER BY id LIMIT ?) AS batch",
     )
-    .bind(lower)
-    .bind(upper)
+    .bind(range.lower)
+    .bind(range.upper)
     .bind(after_id)
-    .bind(limit)
+    .bind(cap)
+    .bind(options.limit)
     .fetch_one(&mut *tx)
     .await?;
     let Some(last_id) = last_id else {
-        tx.rollback().await?;
+        // Commit, not roll back: a settle observation may have been recorded.
+        tx.commit().await?;
         return Ok(None);
     };
     let batch = RolledBatch {
-        lower,
-        upper,
+        lower: range.lower,
+        upper: range.upper,
         after_id,
         last_id,
         events: events as u64,
@@ -146,11 +190,51 @@ async fn rollup_batch(
     add_batch(&mut tx, &batch).await?;
     sqlx::query("UPDATE rollup_state SET last_id = ?, updated_at = NOW(3) WHERE day = ?")
         .bind(last_id)
-        .bind(day)
+        .bind(range.day)
         .execute(&mut *tx)
         .await?;
     tx.commit().await?;
     Ok(Some(batch))
+}
+
+/// The largest id that may be rolled with a settle time, on the locked
+/// `rollup_state` row. When the last observation is at least `settle` old,
+/// its id becomes safe and a new observation (the partition's largest
+/// visible id, now) is recorded.
+async fn settled_cap(
+    conn: &mut MySqlConnection,
+    range: &PartitionRange,
+    settle: Duration,
+) -> Result<u64, StoreError> {
+    let micros = u64::try_from(settle.as_micros()).unwrap_or(u64::MAX);
+    let (safe_id, seen_id, observed, ripe): (u64, u64, i64, i64) = sqlx::query_as(
+        "SELECT safe_id, seen_id, seen_at IS NOT NULL, \
+           COALESCE(seen_at <= NOW(3) - INTERVAL ? MICROSECOND, 1) \
+         FROM rollup_state WHERE day = ?",
+    )
+    .bind(micros)
+    .bind(range.day)
+    .fetch_one(&mut *conn)
+    .await?;
+    if ripe == 0 {
+        return Ok(safe_id);
+    }
+    let safe_id = if observed != 0 { seen_id } else { safe_id };
+    // The last entry of the partition's primary key: one index dive.
+    let visible: Option<u64> = sqlx::query_scalar(
+        "SELECT id FROM events WHERE inserted >= ? AND inserted < ? ORDER BY id DESC LIMIT 1",
+    )
+    .bind(range.lower)
+    .bind(range.upper)
+    .fetch_optional(&mut *conn)
+    .await?;
+    sqlx::query("UPDATE rollup_state SET safe_id = ?, seen_id = ?, seen_at = NOW(3) WHERE day = ?")
+        .bind(safe_id)
+        .bind(visible.unwrap_or(0))
+        .bind(range.day)
+        .execute(&mut *conn)
+        .await?;
+    Ok(safe_id)
 }
 
 /// Bind a batch's range to a query written with [`RANGE`] (a macro because

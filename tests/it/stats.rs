@@ -9,6 +9,7 @@ use linktrack::store::erase;
 use linktrack::store::links::{self, LinkKind, NewLink, StoredLink};
 use linktrack::store::stats;
 use sqlx::MySqlPool;
+use std::time::Duration;
 
 pub const MAILING: &str = "m-2026-11";
 
@@ -81,31 +82,37 @@ pub struct Hit<'a> {
 
 /// Insert hits like the server does (INSERT IGNORE); returns rows added.
 pub async fn record(pool: &MySqlPool, hits: &[Hit<'_>]) -> u64 {
+    let mut conn = pool.acquire().await.unwrap();
     let mut added = 0;
     for hit in hits {
-        added += sqlx::query(
-            "INSERT IGNORE INTO events (inserted, event_id, occurred_at, kind, uuid, link_id, \
-             mailing_id, letter_id, email, position, ip, user_agent, bot, bot_reason) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, '192.0.2.0', 'Mozilla/5.0', ?, ?)",
-        )
-        .bind(hit.at.date())
-        .bind(&hit.event_id.to_be_bytes()[..])
-        .bind(hit.at)
-        .bind(hit.kind)
-        .bind(&hit.link.token.as_bytes()[..])
-        .bind(hit.link.id)
-        .bind(&hit.link.mailing_id)
-        .bind(hit.link.letter_id)
-        .bind(&hit.link.email)
-        .bind(hit.link.position)
-        .bind(hit.bot.is_some())
-        .bind(hit.bot)
-        .execute(pool)
-        .await
-        .unwrap()
-        .rows_affected();
+        added += record_on(&mut conn, hit).await;
     }
     added
+}
+
+/// Insert one hit on a given connection (or open transaction).
+pub async fn record_on(conn: &mut sqlx::MySqlConnection, hit: &Hit<'_>) -> u64 {
+    sqlx::query(
+        "INSERT IGNORE INTO events (inserted, event_id, occurred_at, kind, uuid, link_id, \
+         mailing_id, letter_id, email, position, ip, user_agent, bot, bot_reason) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, '192.0.2.0', 'Mozilla/5.0', ?, ?)",
+    )
+    .bind(hit.at.date())
+    .bind(&hit.event_id.to_be_bytes()[..])
+    .bind(hit.at)
+    .bind(hit.kind)
+    .bind(&hit.link.token.as_bytes()[..])
+    .bind(hit.link.id)
+    .bind(&hit.link.mailing_id)
+    .bind(hit.link.letter_id)
+    .bind(&hit.link.email)
+    .bind(hit.link.position)
+    .bind(hit.bot.is_some())
+    .bind(hit.bot)
+    .execute(conn)
+    .await
+    .unwrap()
+    .rows_affected()
 }
 
 pub fn at(day: NaiveDate, hour: u32, minute: u32) -> NaiveDateTime {
@@ -273,6 +280,52 @@ async fn a_failed_batch_leaves_counts_and_watermark_untouched() {
         .await
         .unwrap();
     assert_eq!(stats::rollup(&db.pool, 1000).await.unwrap().events(), 3);
+    let s = stats::summary(&db.pool, MAILING).await.unwrap().unwrap();
+    assert_eq!(as_naive(&s), naive(&db.pool).await);
+}
+
+/// Two writers: the first takes an id and commits late, after the second
+/// committed a higher id. Returns the database with both events committed
+/// and the report of a rollup run in between (while the first was open).
+async fn out_of_order_commit(settle: Duration) -> (TestDb, u64, u64) {
+    let d1 = days_ago(0);
+    let db = TestDb::with_days_since(d1).await;
+    let letters = letters(&db.pool, d1, 3).await;
+    let hits = traffic(&letters, d1, d1);
+    let options = stats::RollupOptions {
+        limit: 1000,
+        settle,
+    };
+    let mut slow = db.pool.begin().await.unwrap();
+    record_on(&mut slow, &hits[0]).await;
+    record(&db.pool, &hits[1..2]).await;
+    let during = stats::rollup_with(&db.pool, &options)
+        .await
+        .unwrap()
+        .events();
+    slow.commit().await.unwrap();
+    tokio::time::sleep(settle + Duration::from_millis(50)).await;
+    let after = stats::rollup_with(&db.pool, &options)
+        .await
+        .unwrap()
+        .events();
+    (db, during, after)
+}
+
+#[tokio::test]
+async fn without_a_settle_time_an_out_of_order_commit_is_missed() {
+    // This is the single-writer assumption: documented, and shown here.
+    let (db, during, after) = out_of_order_commit(Duration::ZERO).await;
+    assert_eq!((during, after), (1, 0));
+    let s = stats::summary(&db.pool, MAILING).await.unwrap().unwrap();
+    assert_ne!(as_naive(&s), naive(&db.pool).await);
+}
+
+#[tokio::test]
+async fn a_settle_time_counts_an_out_of_order_commit() {
+    let (db, during, after) = out_of_order_commit(Duration::from_millis(400)).await;
+    assert_eq!(during, 0, "nothing rolls before it has settled");
+    assert_eq!(after, 2);
     let s = stats::summary(&db.pool, MAILING).await.unwrap().unwrap();
     assert_eq!(as_naive(&s), naive(&db.pool).await);
 }

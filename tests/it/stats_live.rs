@@ -50,6 +50,13 @@ impl Drop for TestLive {
     }
 }
 
+fn options(limit: u32) -> stats::RollupOptions {
+    stats::RollupOptions {
+        limit,
+        settle: std::time::Duration::ZERO,
+    }
+}
+
 fn tags(list: &[&str]) -> Vec<String> {
     list.iter().map(|t| t.to_string()).collect()
 }
@@ -71,11 +78,11 @@ async fn the_rollup_keeps_live_counters_recent_clicks_top_links_and_segments() {
     let hits = traffic(&letters, d1, d2);
     record(&db.pool, &hits[..5]).await;
     // Two passes, so counters and sets accumulate across batches.
-    live::roll_and_publish(&db.pool, Some(&live), 2)
+    live::roll_and_publish(&db.pool, Some(&live), &options(2))
         .await
         .unwrap();
     record(&db.pool, &hits).await;
-    live::roll_and_publish(&db.pool, Some(&live), 2)
+    live::roll_and_publish(&db.pool, Some(&live), &options(2))
         .await
         .unwrap();
     assert!(live.is_up());
@@ -186,7 +193,7 @@ async fn with_redis_down_the_rollup_and_the_api_keep_working() {
     let live = Live::new("redis://127.0.0.1:1", "lt-down:").unwrap();
     let letters = letters(&db.pool, d1, 3).await;
     record(&db.pool, &traffic(&letters, d1, d1)).await;
-    let report = live::roll_and_publish(&db.pool, Some(&live), 1000)
+    let report = live::roll_and_publish(&db.pool, Some(&live), &options(1000))
         .await
         .unwrap();
     assert_eq!(report.events(), 10);
