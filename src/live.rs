@@ -29,7 +29,7 @@ use crate::store::StoreError;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::AsyncCommands;
 use sqlx::MySqlPool;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -139,9 +139,19 @@ impl Live {
             pipe.incr(self.key(&count.mailing_id, &name), count.n)
                 .ignore();
         }
-        let mut touched: HashSet<&str> = HashSet::new();
-        for click in clicks {
-            touched.insert(&click.mailing_id);
+        // Only the newest RECENT_CLICKS of each mailing can survive the LTRIM.
+        let mut kept: HashMap<&str, isize> = HashMap::new();
+        let mut recent: Vec<&BatchClick> = clicks
+            .iter()
+            .rev()
+            .filter(|c| {
+                let n = kept.entry(c.mailing_id.as_str()).or_insert(0);
+                *n += 1;
+                *n <= RECENT_CLICKS
+            })
+            .collect();
+        recent.reverse();
+        for click in recent {
             let entry = serde_json::json!({
                 "at": click.occurred_at.and_utc().to_rfc3339(),
                 "position": click.position,
@@ -150,19 +160,18 @@ impl Live {
             });
             pipe.lpush(self.key(&click.mailing_id, "recent"), entry.to_string())
                 .ignore();
-            if click.bot {
-                continue;
-            }
+        }
+        for mailing_id in kept.keys() {
+            pipe.ltrim(self.key(mailing_id, "recent"), 0, RECENT_CLICKS - 1)
+                .ignore();
+        }
+        for click in clicks.iter().filter(|c| !c.bot) {
             pipe.zincr(self.key(&click.mailing_id, "top"), click.position, 1)
                 .ignore();
             for tag in &click.tags {
                 let key = self.key(&click.mailing_id, &format!("tag:{tag}"));
                 pipe.sadd(key, click.letter_id).ignore();
             }
-        }
-        for mailing_id in touched {
-            pipe.ltrim(self.key(mailing_id, "recent"), 0, RECENT_CLICKS - 1)
-                .ignore();
         }
         let mut conn = self.conn.clone();
         let result: Result<(), _> = pipe.atomic().query_async(&mut conn).await;
@@ -225,6 +234,7 @@ impl Live {
     }
 
     /// Delete every key under this prefix (tests, and resetting a prefix).
+    /// The prefix is used as a SCAN pattern, so it must not contain `*?[`.
     pub async fn clear(&self) -> Result<u64, LiveError> {
         let mut conn = self.conn.clone();
         let pattern = format!("{}*", self.prefix);
@@ -244,12 +254,14 @@ impl Live {
     }
 }
 
-/// The next key of a SCAN, skipping keys that are not UTF-8.
+/// The next key of a SCAN; an error ends the scan (logged) rather than
+/// retrying a broken connection forever.
 async fn next_key(iter: &mut redis::AsyncIter<'_, String>) -> Option<String> {
-    loop {
-        match iter.next_item().await? {
-            Ok(item) => return Some(item),
-            Err(err) => tracing::warn!(%err, "skipping an undecodable redis key"),
+    match iter.next_item().await? {
+        Ok(item) => Some(item),
+        Err(err) => {
+            tracing::warn!(%err, "redis SCAN stopped");
+            None
         }
     }
 }

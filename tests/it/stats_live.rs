@@ -223,3 +223,37 @@ async fn with_redis_down_the_rollup_and_the_api_keep_working() {
         .unwrap();
     assert_eq!(seg.status(), 503);
 }
+
+#[tokio::test]
+async fn a_big_batch_keeps_only_the_newest_clicks() {
+    let guard = TestLive::new();
+    let at = days_ago(0).and_hms_opt(12, 0, 0).unwrap();
+    let clicks: Vec<stats::BatchClick> = (1..=live::RECENT_CLICKS as u64 + 10)
+        .map(|i| stats::BatchClick {
+            mailing_id: MAILING.into(),
+            letter_id: i,
+            position: 1 + (i % 3) as u32,
+            bot: false,
+            occurred_at: at,
+            tags: vec!["t".into()],
+        })
+        .collect();
+    guard.live.apply(&[], &clicks).await.unwrap();
+    let snap = guard.live.snapshot(MAILING).await.unwrap();
+    assert_eq!(snap.recent_clicks.len(), live::RECENT_CLICKS as usize);
+    assert_eq!(snap.recent_clicks[0]["letter_id"], clicks.len());
+    let top: u64 = snap.top_links.iter().map(|(_, n)| n).sum();
+    assert_eq!(
+        top,
+        clicks.len() as u64,
+        "every click still counts for top links"
+    );
+    let all = SegmentQuery {
+        all: tags(&["t"]),
+        ..SegmentQuery::default()
+    };
+    assert_eq!(
+        guard.live.segment(MAILING, &all).await.unwrap().len(),
+        clicks.len()
+    );
+}
