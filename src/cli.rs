@@ -4,9 +4,11 @@
 use crate::address;
 use crate::build::{self, BuildOptions, Output};
 use crate::config::{
-    BuildArgs, Cli, Command, DemoArgs, EnsureArgs, MigrateArgs, PartitionsCommand, RotateArgs,
-    ServeArgs, SuppressionsCommand,
+    BuildArgs, Cli, Command, DemoArgs, EnsureArgs, EraseArgs, LiveArgs, MigrateArgs,
+    PartitionsCommand, RollupArgs, RotateArgs, SegmentArgs, ServeArgs, StatsCommand,
+    SuppressionsCommand,
 };
+use crate::live::{self, Live, SegmentQuery};
 use crate::store::{self, partitions, suppressions};
 use anyhow::Context;
 use chrono::Utc;
@@ -30,6 +32,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Suppressions(command) => suppressions(url, command).await?,
         Command::Serve(args) => serve(url, &args).await?,
         Command::Demo(args) => demo(url, &args).await?,
+        Command::Erase(args) => erase(url, &args).await?,
+        Command::Segment(args) => segment(url, &args).await?,
+        Command::Stats(StatsCommand::Rollup(args)) => rollup(url, &args).await?,
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -226,6 +231,56 @@ async fn suppressions(url: &str, command: SuppressionsCommand) -> anyhow::Result
     Ok(())
 }
 
+async fn erase(url: &str, args: &EraseArgs) -> anyhow::Result<()> {
+    let pool = pool(url).await?;
+    let email = address::normalize(&args.email);
+    let report = store::erase::erase(&pool, &email).await?;
+    println!("{report}");
+    Ok(())
+}
+
+/// The live layer the flags ask for, if any.
+fn live_layer(args: &LiveArgs) -> anyhow::Result<Option<Live>> {
+    args.redis_url
+        .as_deref()
+        .filter(|u| !u.is_empty())
+        .map(|url| Live::new(url, &args.redis_prefix).context("REDIS_URL"))
+        .transpose()
+}
+
+async fn segment(url: &str, args: &SegmentArgs) -> anyhow::Result<()> {
+    let live = live_layer(&args.live)?.context("segments need the live layer: set REDIS_URL")?;
+    let pool = pool(url).await?;
+    let mut all = args.tag.clone();
+    all.extend(args.and.iter().cloned());
+    let query = SegmentQuery {
+        all,
+        any: args.or.clone(),
+        none: args.not.clone(),
+    };
+    let letters = live.segment(&args.mailing, &query).await?;
+    for email in store::stats::addresses_of_letters(&pool, &args.mailing, &letters).await? {
+        println!("{email}");
+    }
+    Ok(())
+}
+
+async fn rollup(url: &str, args: &RollupArgs) -> anyhow::Result<()> {
+    let live = live_layer(&args.live)?;
+    let pool = pool(url).await?;
+    let options = store::stats::RollupOptions {
+        limit: args.batch,
+        settle: Duration::from_millis(args.settle_ms),
+    };
+    if let Some(secs) = args.every {
+        live::run_worker(pool, live, options, Duration::from_secs(secs.max(1))).await;
+        return Ok(());
+    }
+    let report = live::roll_and_publish(&pool, live.as_ref(), &options).await?;
+    println!("{report}");
+    Ok(())
+}
+
 /// Normalise and check addresses; any invalid one fails the command, naming
 /// its position (argument number, or file and line).
 fn valid_addresses<'a>(
@@ -256,7 +311,7 @@ fn valid_addresses<'a>(
 
 async fn serve(url: &str, args: &ServeArgs) -> anyhow::Result<()> {
     use crate::events::journal::JournalSettings;
-    use crate::server::{state::ServerSettings, Server};
+    use crate::server::{state::ServerSettings, stats::StatsState, Server};
     let pool_settings = store::PoolSettings {
         max_connections: args.db_connections,
         acquire_timeout: Duration::from_millis(args.db_timeout_ms),
@@ -271,17 +326,33 @@ async fn serve(url: &str, args: &ServeArgs) -> anyhow::Result<()> {
         trust_forwarded_for: args.trust_forwarded_for,
         ..ServerSettings::default()
     };
+    let live = live_layer(&args.live)?;
+    let stats = StatsState::new(
+        pool.clone(),
+        args.api_token.as_deref(),
+        args.secret.as_deref(),
+        live.clone(),
+    )
+    .context("preparing the stats dashboard")?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("listening on {}", args.listen))?;
     let server = Server::start(
         listener,
-        pool,
+        pool.clone(),
         settings,
         JournalSettings::new(&args.journal),
     )
     .await
-    .context("starting the server")?;
+    .context("starting the server")?
+    .with_stats(stats);
+    if args.rollup_every > 0 {
+        // Dropped with the runtime at exit; the rollup is transactional, so
+        // stopping it mid-batch loses nothing.
+        let options = store::stats::RollupOptions::default();
+        let every = Duration::from_secs(args.rollup_every);
+        tokio::spawn(live::run_worker(pool, live, options, every));
+    }
     tracing::info!(listen = %server.local_addr()?, base_url = %args.tracking.base_url, "serving");
     server.run(crate::server::shutdown_signal()).await?;
     tracing::info!("stopped");
@@ -309,6 +380,12 @@ async fn demo(url: &str, args: &DemoArgs) -> anyhow::Result<()> {
     for (label, link) in &outcome.sample_urls {
         println!("  {label}: {link}");
     }
+    // The dashboard needs a token; the demo makes one unless one is set.
+    let api_token = std::env::var("LINKTRACK_API_TOKEN").unwrap_or_else(|_| random_hex());
+    println!(
+        "  the dashboard: http://{}/login (token {api_token}), then /mailings",
+        args.listen
+    );
     let serve_args = ServeArgs {
         listen: args.listen,
         tracking: crate::config::TrackingArgs { base_url },
@@ -317,6 +394,21 @@ async fn demo(url: &str, args: &DemoArgs) -> anyhow::Result<()> {
         db_timeout_ms: 1500,
         db_connections: 16,
         trust_forwarded_for: false,
+        api_token: Some(api_token),
+        secret: Some(random_hex()),
+        rollup_every: 2,
+        live: crate::config::LiveArgs {
+            redis_url: std::env::var("REDIS_URL").ok(),
+            redis_prefix: crate::live::DEFAULT_PREFIX.to_owned(),
+        },
     };
     serve(url, &serve_args).await
+}
+
+/// 128 random bits as hex: the demo's API token and cookie key.
+fn random_hex() -> String {
+    use rand::RngCore;
+    let mut bytes = [0u8; 16];
+    rand::rng().fill_bytes(&mut bytes);
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

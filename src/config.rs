@@ -58,6 +58,14 @@ pub enum Command {
     /// The whole loop on the fixtures: migrate, create partitions, build the
     /// fixture mailing, print tracked URLs to open, then serve them.
     Demo(DemoArgs),
+    /// Erase an address: anonymise every `links` and `events` row naming it,
+    /// in every partition. Its suppression entry is kept.
+    Erase(EraseArgs),
+    /// Print the addresses that clicked links with the given tags (needs REDIS_URL).
+    Segment(SegmentArgs),
+    /// Statistics maintenance.
+    #[command(subcommand)]
+    Stats(StatsCommand),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -77,6 +85,71 @@ pub struct DemoArgs {
     /// Build and print the URLs, then exit instead of serving.
     #[arg(long)]
     pub no_serve: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct EraseArgs {
+    /// The address (normalised: trimmed, lowercased) to erase.
+    #[arg(long, value_name = "ADDRESS")]
+    pub email: String,
+}
+
+/// The optional Redis live layer.
+#[derive(Debug, Clone, Args)]
+pub struct LiveArgs {
+    /// Redis URL, e.g. redis://127.0.0.1:6379; unset turns the live layer off.
+    #[arg(long, env = "REDIS_URL")]
+    pub redis_url: Option<String>,
+
+    /// Prefix of every Redis key linktrack writes.
+    #[arg(long, env = "LINKTRACK_REDIS_PREFIX", default_value = crate::live::DEFAULT_PREFIX)]
+    pub redis_prefix: String,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SegmentArgs {
+    /// The mailing id.
+    #[arg(long)]
+    pub mailing: String,
+    /// A tag every selected recipient clicked (repeatable).
+    #[arg(long, required = true, value_name = "T")]
+    pub tag: Vec<String>,
+    /// Another tag they must also have clicked (repeatable).
+    #[arg(long, value_name = "T")]
+    pub and: Vec<String>,
+    /// A tag that selects recipients on its own (union; repeatable).
+    #[arg(long, value_name = "T")]
+    pub or: Vec<String>,
+    /// A tag they must not have clicked (repeatable).
+    #[arg(long, value_name = "T")]
+    pub not: Vec<String>,
+    #[command(flatten)]
+    pub live: LiveArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum StatsCommand {
+    /// Roll pending events into the statistics tables (each event exactly
+    /// once; safe to run beside other rollup workers), once or --every SECS.
+    Rollup(RollupArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RollupArgs {
+    /// Events per transaction.
+    #[arg(long, default_value_t = 50_000)]
+    pub batch: u32,
+    /// Keep running: roll up again every SECS seconds (a worker process of
+    /// its own, beside the server's event writer). Without it: once.
+    #[arg(long, value_name = "SECS")]
+    pub every: Option<u64>,
+    /// 0 trusts a single event writer. With several, roll only events whose
+    /// id was visible at least this long ago (longer than any writer's
+    /// transaction); a one-shot run then only records a first observation.
+    #[arg(long, env = "LINKTRACK_ROLLUP_SETTLE_MS", default_value_t = 0)]
+    pub settle_ms: u64,
+    #[command(flatten)]
+    pub live: LiveArgs,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -235,6 +308,28 @@ pub struct ServeArgs {
     /// only behind a reverse proxy or load balancer that appends that header.
     #[arg(long, env = "LINKTRACK_TRUST_FORWARDED_FOR")]
     pub trust_forwarded_for: bool,
+
+    /// Bearer token of the stats API and dashboard; unset turns them off (404).
+    #[arg(long, env = "LINKTRACK_API_TOKEN", hide_env_values = true)]
+    pub api_token: Option<String>,
+
+    /// Key that signs dashboard login cookies; unset turns the login form off
+    /// (the API and dashboard then take `Authorization: Bearer` only).
+    #[arg(long, env = "LINKTRACK_SECRET", hide_env_values = true)]
+    pub secret: Option<String>,
+
+    /// Roll events up into the statistics tables every SECS seconds; 0 leaves
+    /// it to a separate `linktrack stats rollup --every` process.
+    #[arg(
+        long,
+        env = "LINKTRACK_ROLLUP_EVERY",
+        default_value_t = 5,
+        value_name = "SECS"
+    )]
+    pub rollup_every: u64,
+
+    #[command(flatten)]
+    pub live: LiveArgs,
 }
 
 /// Where tracked URLs point; used by `build` and `serve`.
@@ -277,5 +372,36 @@ mod tests {
             }
             other => panic!("parsed as {other:?}"),
         }
+    }
+
+    #[test]
+    fn segment_flags_parse_and_need_a_tag() {
+        let cli = Cli::try_parse_from([
+            "linktrack",
+            "segment",
+            "--mailing",
+            "m1",
+            "--tag",
+            "ruby",
+            "--and",
+            "web",
+            "--not",
+            "erlang",
+            "--not",
+            "go",
+        ])
+        .unwrap();
+        match cli.command {
+            Command::Segment(args) => {
+                assert_eq!(args.mailing, "m1");
+                assert_eq!(
+                    (args.tag, args.and),
+                    (vec!["ruby".into()], vec!["web".into()])
+                );
+                assert_eq!(args.not, ["erlang", "go"]);
+            }
+            other => panic!("parsed as {other:?}"),
+        }
+        assert!(Cli::try_parse_from(["linktrack", "segment", "--mailing", "m1"]).is_err());
     }
 }

@@ -28,6 +28,11 @@
 //! * [`address`]: address normalisation and validation.
 //! * [`server`]: `linktrack serve`, the tracking HTTP server.
 //! * [`events`]: the event journal, its replay into `events`, bot verdicts.
+//! * [`store::stats`]: the exactly-once rollup of `events` into small
+//!   per-mailing tables, and the reads behind the stats API.
+//! * [`live`]: the optional Redis live layer (counters, recent clicks, top
+//!   links, per-tag letter sets for segments).
+//! * [`server::stats`]: the stats API and the dashboard (axum router).
 
 pub mod address;
 pub mod build;
@@ -36,6 +41,7 @@ pub mod config;
 pub mod demo;
 pub mod events;
 pub mod letter;
+pub mod live;
 pub mod server;
 pub mod store;
 pub mod token;

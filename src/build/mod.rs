@@ -21,7 +21,7 @@ pub mod recipients;
 use crate::store::links::{self, LinkKind};
 use crate::store::partitions::{self, Policy, RunOptions};
 use crate::store::sequences::Sequence;
-use crate::store::{suppressions, StoreError};
+use crate::store::{stats, suppressions, StoreError};
 use letter::{build_letter, Built, ImageTokens, MailingContext, StoredTokens};
 use mailing::Mailing;
 use recipients::{Recipient, Recipients, Rejection};
@@ -156,6 +156,9 @@ pub async fn run(pool: &MySqlPool, options: &BuildOptions) -> Result<Summary, Bu
     let track = ctx.mailing.track;
     if track {
         ensure_partitions(pool).await?;
+        // The dashboard's click map shows the creative.
+        let mailing = &ctx.mailing;
+        stats::save_mailing(pool, &mailing.mailing_id, &mailing.subject, &mailing.html).await?;
     }
 
     let mut reader =
@@ -420,6 +423,7 @@ async fn store_rows(pool: &MySqlPool, rows: &[links::NewLink]) -> Result<(), Bui
         let mut tx = pool.begin().await.map_err(StoreError::from)?;
         match links::insert_on(&mut tx, rows).await {
             Ok(_) => {
+                count_new_letters(&mut tx, rows).await?;
                 tx.commit().await.map_err(StoreError::from)?;
                 return Ok(());
             }
@@ -433,6 +437,23 @@ async fn store_rows(pool: &MySqlPool, rows: &[links::NewLink]) -> Result<(), Bui
     Err(BuildError::Internal(
         "unreachable: the retry loop returns".into(),
     ))
+}
+
+/// Each new letter has exactly one pixel row; counting them in the batch's
+/// own transaction keeps the mailing's "letters built" exact across crashes
+/// and resumed runs (a resumed letter stores no new pixel row).
+async fn count_new_letters(
+    conn: &mut sqlx::MySqlConnection,
+    rows: &[links::NewLink],
+) -> Result<(), StoreError> {
+    let mut per_mailing: HashMap<&str, u64> = HashMap::new();
+    for row in rows.iter().filter(|r| r.kind == LinkKind::Pixel) {
+        *per_mailing.entry(row.mailing_id.as_str()).or_default() += 1;
+    }
+    for (mailing_id, letters) in per_mailing {
+        stats::add_letters_built(conn, mailing_id, letters).await?;
+    }
+    Ok(())
 }
 
 /// The output: standard output, or `FILE.partial` renamed to `FILE` at the end.

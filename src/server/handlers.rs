@@ -213,7 +213,20 @@ pub async fn healthz() -> &'static str {
 pub async fn readyz(State(state): State<AppState>) -> Response {
     let probe = crate::store::ping(&state.pool);
     match tokio::time::timeout(Duration::from_secs(1), probe).await {
-        Ok(Ok(())) => Json(serde_json::json!({"database": "ok"})).into_response(),
+        Ok(Ok(())) => {
+            let mut body = serde_json::json!({"database": "ok"});
+            // Redis only feeds live figures: its absence is reported, but
+            // the server stays ready (redirects and events do not need it).
+            if let Some(live) = &state.live {
+                let redis = if live.ping().await {
+                    "ok"
+                } else {
+                    "unavailable"
+                };
+                body["redis"] = serde_json::Value::from(redis);
+            }
+            Json(body).into_response()
+        }
         Ok(Err(err)) => not_ready(err.to_string()),
         Err(_) => not_ready("no answer within 1s".to_owned()),
     }

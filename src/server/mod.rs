@@ -16,6 +16,7 @@ pub mod pages;
 pub mod record;
 pub mod request;
 pub mod state;
+pub mod stats;
 
 use crate::events::journal::{JournalError, JournalSettings};
 use crate::events::EventPipeline;
@@ -40,10 +41,16 @@ pub enum ServeError {
     Io(#[from] std::io::Error),
 }
 
-/// All routes, with request ids, tracing and metrics.
+/// All tracking routes, with request ids, tracing and metrics.
 pub fn router(state: AppState) -> Router {
+    app(state, None)
+}
+
+/// The tracking routes plus, when given, the stats API and dashboard, all
+/// under the same request ids, tracing and metrics.
+fn app(state: AppState, stats: Option<stats::StatsState>) -> Router {
     let request_id = axum::http::HeaderName::from_static("x-request-id");
-    Router::new()
+    let tracking = Router::new()
         .route("/c/{token}", get(handlers::click))
         .route("/o/{file}", get(handlers::pixel))
         .route(
@@ -55,7 +62,12 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(handlers::readyz))
         .route("/metrics", get(handlers::metrics))
         .fallback(handlers::not_found)
-        .with_state(state)
+        .with_state(state);
+    let routes = match stats {
+        Some(stats) => tracking.merge(stats::router(stats)),
+        None => tracking,
+    };
+    routes
         .layer(axum::middleware::from_fn(metrics::track))
         .layer(
             TraceLayer::new_for_http()
@@ -88,6 +100,7 @@ pub struct Server {
     listener: TcpListener,
     state: AppState,
     pipeline: EventPipeline,
+    stats: Option<stats::StatsState>,
 }
 
 impl Server {
@@ -104,7 +117,15 @@ impl Server {
             listener,
             state,
             pipeline,
+            stats: None,
         })
+    }
+
+    /// Also serve the stats API and dashboard; `/readyz` then reports Redis too.
+    pub fn with_stats(mut self, stats: stats::StatsState) -> Server {
+        self.state.live = stats.live.clone();
+        self.stats = Some(stats);
+        self
     }
 
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
@@ -118,7 +139,7 @@ impl Server {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), ServeError> {
         let deadline = self.state.settings.flush_deadline;
-        let app = router(self.state).into_make_service_with_connect_info::<SocketAddr>();
+        let app = app(self.state, self.stats).into_make_service_with_connect_info::<SocketAddr>();
         let served = axum::serve(self.listener, app)
             .with_graceful_shutdown(shutdown)
             .await;
@@ -134,8 +155,9 @@ impl Server {
             listener,
             state,
             pipeline,
+            stats,
         } = self;
-        let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
+        let app = app(state, stats).into_make_service_with_connect_info::<SocketAddr>();
         let mut handles = pipeline.abort_handles();
         let serving = tokio::spawn(async move {
             // The pipeline lives as long as the server task.

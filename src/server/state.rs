@@ -67,6 +67,8 @@ pub struct AppState {
     pub bots: Arc<BotDetector>,
     pub images: Arc<ImageProxy>,
     pub metrics: PrometheusHandle,
+    /// The Redis live layer, when configured; `/readyz` reports on it.
+    pub live: Option<crate::live::Live>,
 }
 
 impl AppState {
@@ -88,6 +90,7 @@ impl AppState {
             images: Arc::new(ImageProxy::new(settings.images.clone())?),
             metrics,
             settings: Arc::new(settings),
+            live: None,
         })
     }
 

@@ -1,10 +1,12 @@
 //! MySQL / MariaDB: the pool, migrations, and every SQL statement the service
 //! runs. Nothing outside this module writes SQL.
 
+pub mod erase;
 pub mod events;
 pub mod links;
 pub mod partitions;
 pub mod sequences;
+pub mod stats;
 pub mod suppressions;
 
 use chrono::NaiveDate;

@@ -9,4 +9,8 @@ mod links;
 mod load;
 mod partitions;
 mod server;
+mod stats;
+mod stats_http;
+mod stats_live;
 mod suppressions;
+mod wiring;

@@ -1,0 +1,337 @@
+//! The Redis live layer: per-mailing counters, the latest clicks, top links
+//! and per-tag sets of letters, kept by the rollup worker as it rolls events,
+//! and the segments built from those sets.
+//!
+//! MySQL's rollup tables are the truth; Redis is a fast, best-effort view.
+//! It is updated after each rollup transaction commits, so a crash between
+//! the COMMIT and the Redis update loses that batch's live increments (the
+//! MySQL counts stay exact). If Redis is down everything else keeps working:
+//! errors are logged, [`Live::is_up`] turns false (shown by `/readyz` detail
+//! and the `linktrack_redis_up` gauge) and the connection manager reconnects.
+//!
+//! # Keys (seed 004: one prefix, `:` separated, the mailing id inside)
+//!
+//! With the default prefix `lt:`:
+//! * `lt:m:{id}:opens`, `…:clicks`, `…:images`, `…:unsubscribes` (humans) and
+//!   `…:bot_opens` etc.: counters (`INCRBY`).
+//! * `lt:m:{id}:recent`: the latest clicks as JSON (`LPUSH` + `LTRIM`).
+//! * `lt:m:{id}:top`: human clicks by link position (`ZINCRBY`, read with
+//!   `ZREVRANGE`).
+//! * `lt:m:{id}:tag:{tag}`: letter ids whose recipient clicked a link with
+//!   that tag (`SADD`), humans only so link scanners do not join segments.
+//!
+//! Sets hold letter ids, not addresses: a segment resolves them through
+//! `links`, so `linktrack erase` (which blanks the address there) also
+//! removes the address from every segment.
+
+use crate::store::stats::{self, BatchClick, KindCount, RolledBatch, RollupOptions, RollupReport};
+use crate::store::StoreError;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::AsyncCommands;
+use sqlx::MySqlPool;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Default key prefix.
+pub const DEFAULT_PREFIX: &str = "lt:";
+/// How many recent clicks each mailing keeps.
+pub const RECENT_CLICKS: isize = 50;
+
+/// Errors of the live layer.
+#[derive(Debug, thiserror::Error)]
+pub enum LiveError {
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// A handle on Redis; cheap to clone.
+#[derive(Clone)]
+pub struct Live {
+    conn: ConnectionManager,
+    prefix: Arc<str>,
+    up: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for Live {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Live")
+            .field("prefix", &self.prefix)
+            .field("up", &self.is_up())
+            .finish()
+    }
+}
+
+/// The live section of the stats API.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct LiveSnapshot {
+    pub counters: BTreeMap<String, u64>,
+    /// Newest first.
+    pub recent_clicks: Vec<serde_json::Value>,
+    /// `(position, human clicks)`, most clicked first.
+    pub top_links: Vec<(u32, u64)>,
+}
+
+/// Which letters a segment selects: those that clicked every tag in `all`,
+/// or any tag in `any`, and none in `none`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SegmentQuery {
+    pub all: Vec<String>,
+    pub any: Vec<String>,
+    pub none: Vec<String>,
+}
+
+const KINDS: [&str; 4] = ["opens", "clicks", "images", "unsubscribes"];
+
+impl Live {
+    /// A lazy connection: nothing is contacted until the first command, so a
+    /// Redis that is down at start-up does not stop the service.
+    pub fn new(url: &str, prefix: &str) -> Result<Live, LiveError> {
+        let client = redis::Client::open(url)?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(2)))
+            .set_response_timeout(Some(Duration::from_secs(2)))
+            .set_number_of_retries(1);
+        let conn = ConnectionManager::new_lazy_with_config(client, config)?;
+        Ok(Live {
+            conn,
+            prefix: prefix.into(),
+            up: Arc::new(AtomicBool::new(true)),
+        })
+    }
+
+    /// False after the last command failed, until one succeeds again.
+    pub fn is_up(&self) -> bool {
+        self.up.load(Ordering::Relaxed)
+    }
+
+    /// Ask Redis whether it answers (for `/readyz`); updates [`Live::is_up`].
+    pub async fn ping(&self) -> bool {
+        let mut conn = self.conn.clone();
+        let result: Result<String, _> = redis::cmd("PING").query_async(&mut conn).await;
+        self.note(result).is_ok()
+    }
+
+    /// Record the outcome of a command for `/readyz` and the metric.
+    fn note<T>(&self, result: Result<T, redis::RedisError>) -> Result<T, LiveError> {
+        let ok = result.is_ok();
+        self.up.store(ok, Ordering::Relaxed);
+        metrics::gauge!("linktrack_redis_up").set(if ok { 1.0 } else { 0.0 });
+        Ok(result?)
+    }
+
+    fn key(&self, mailing_id: &str, suffix: &str) -> String {
+        format!("{}m:{mailing_id}:{suffix}", self.prefix)
+    }
+
+    /// Add one rolled batch: its counts by kind and its clicks.
+    pub async fn apply(
+        &self,
+        counts: &[KindCount],
+        clicks: &[BatchClick],
+    ) -> Result<(), LiveError> {
+        let mut pipe = redis::pipe();
+        for count in counts {
+            let name = format!("{}{}s", if count.bot { "bot_" } else { "" }, count.kind);
+            pipe.incr(self.key(&count.mailing_id, &name), count.n)
+                .ignore();
+        }
+        // Only the newest RECENT_CLICKS of each mailing can survive the LTRIM.
+        let mut kept: HashMap<&str, isize> = HashMap::new();
+        let mut recent: Vec<&BatchClick> = clicks
+            .iter()
+            .rev()
+            .filter(|c| {
+                let n = kept.entry(c.mailing_id.as_str()).or_insert(0);
+                *n += 1;
+                *n <= RECENT_CLICKS
+            })
+            .collect();
+        recent.reverse();
+        for click in recent {
+            let entry = serde_json::json!({
+                "at": click.occurred_at.and_utc().to_rfc3339(),
+                "position": click.position,
+                "letter_id": click.letter_id,
+                "bot": click.bot,
+            });
+            pipe.lpush(self.key(&click.mailing_id, "recent"), entry.to_string())
+                .ignore();
+        }
+        for mailing_id in kept.keys() {
+            pipe.ltrim(self.key(mailing_id, "recent"), 0, RECENT_CLICKS - 1)
+                .ignore();
+        }
+        for click in clicks.iter().filter(|c| !c.bot) {
+            pipe.zincr(self.key(&click.mailing_id, "top"), click.position, 1)
+                .ignore();
+            for tag in &click.tags {
+                let key = self.key(&click.mailing_id, &format!("tag:{tag}"));
+                pipe.sadd(key, click.letter_id).ignore();
+            }
+        }
+        let mut conn = self.conn.clone();
+        let result: Result<(), _> = pipe.atomic().query_async(&mut conn).await;
+        self.note(result)
+    }
+
+    /// The live counters, latest clicks and top links of a mailing.
+    pub async fn snapshot(&self, mailing_id: &str) -> Result<LiveSnapshot, LiveError> {
+        let mut pipe = redis::pipe();
+        let names: Vec<String> = KINDS
+            .iter()
+            .flat_map(|k| [k.to_string(), format!("bot_{k}")])
+            .collect();
+        for name in &names {
+            pipe.get(self.key(mailing_id, name));
+        }
+        pipe.lrange(self.key(mailing_id, "recent"), 0, RECENT_CLICKS - 1);
+        pipe.zrevrange_withscores(self.key(mailing_id, "top"), 0, 9);
+        let mut conn = self.conn.clone();
+        let result: Result<Vec<redis::Value>, _> = pipe.query_async(&mut conn).await;
+        let values = self.note(result)?;
+        Ok(snapshot_from(&names, values))
+    }
+
+    /// Letter ids selected by `query` (sorted). Runs as one MULTI so the
+    /// temporary key never outlives the call (it also expires in a minute).
+    pub async fn segment(
+        &self,
+        mailing_id: &str,
+        query: &SegmentQuery,
+    ) -> Result<Vec<u64>, LiveError> {
+        let tag_keys = |tags: &[String]| -> Vec<String> {
+            tags.iter()
+                .map(|t| self.key(mailing_id, &format!("tag:{t}")))
+                .collect()
+        };
+        let tmp = format!("{}tmp:{:016x}", self.prefix, rand::random::<u64>());
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        pipe.del(&tmp).ignore();
+        if !query.all.is_empty() {
+            pipe.sinterstore(&tmp, tag_keys(&query.all)).ignore();
+        }
+        if !query.any.is_empty() {
+            let mut keys = vec![tmp.clone()];
+            keys.extend(tag_keys(&query.any));
+            pipe.sunionstore(&tmp, keys).ignore();
+        }
+        pipe.expire(&tmp, 60).ignore();
+        let mut diff = vec![tmp.clone()];
+        diff.extend(tag_keys(&query.none));
+        pipe.sdiff(diff);
+        pipe.del(&tmp).ignore();
+        let mut conn = self.conn.clone();
+        let result: Result<(Vec<String>,), _> = pipe.query_async(&mut conn).await;
+        let (members,) = self.note(result)?;
+        let mut ids: Vec<u64> = members.iter().filter_map(|m| m.parse().ok()).collect();
+        ids.sort_unstable();
+        Ok(ids)
+    }
+
+    /// Delete every key under this prefix (tests, and resetting a prefix).
+    /// The prefix is used as a SCAN pattern, so it must not contain `*?[`.
+    pub async fn clear(&self) -> Result<u64, LiveError> {
+        let mut conn = self.conn.clone();
+        let pattern = format!("{}*", self.prefix);
+        let keys: Vec<String> = {
+            let mut iter = conn.scan_match::<_, String>(&pattern).await?;
+            let mut keys = Vec::new();
+            while let Some(item) = next_key(&mut iter).await {
+                keys.push(item);
+            }
+            keys
+        };
+        if keys.is_empty() {
+            return Ok(0);
+        }
+        let n: u64 = conn.del(&keys).await?;
+        Ok(n)
+    }
+}
+
+/// The next key of a SCAN; an error ends the scan (logged) rather than
+/// retrying a broken connection forever.
+async fn next_key(iter: &mut redis::AsyncIter<'_, String>) -> Option<String> {
+    match iter.next_item().await? {
+        Ok(item) => Some(item),
+        Err(err) => {
+            tracing::warn!(%err, "redis SCAN stopped");
+            None
+        }
+    }
+}
+
+fn snapshot_from(names: &[String], values: Vec<redis::Value>) -> LiveSnapshot {
+    let mut snapshot = LiveSnapshot::default();
+    let mut values = values.into_iter();
+    for name in names {
+        let n: Option<u64> = values.next().and_then(|v| redis::from_redis_value(v).ok());
+        if let Some(n) = n {
+            snapshot.counters.insert(name.clone(), n);
+        }
+    }
+    let recent: Vec<String> = values
+        .next()
+        .and_then(|v| redis::from_redis_value(v).ok())
+        .unwrap_or_default();
+    snapshot.recent_clicks = recent
+        .iter()
+        .filter_map(|s| serde_json::from_str(s).ok())
+        .collect();
+    let top: Vec<(u32, f64)> = values
+        .next()
+        .and_then(|v| redis::from_redis_value(v).ok())
+        .unwrap_or_default();
+    snapshot.top_links = top.into_iter().map(|(p, n)| (p, n as u64)).collect();
+    snapshot
+}
+
+/// One pass of the rollup worker: roll every pending event into MySQL, then
+/// publish each committed batch to Redis when a live layer is configured.
+/// A Redis failure is logged and does not fail the pass.
+pub async fn roll_and_publish(
+    pool: &MySqlPool,
+    live: Option<&Live>,
+    options: &RollupOptions,
+) -> Result<RollupReport, StoreError> {
+    let report = stats::rollup_with(pool, options).await?;
+    if let Some(live) = live {
+        for batch in &report.batches {
+            if let Err(err) = publish(pool, live, batch).await {
+                tracing::warn!(%err, last_id = batch.last_id, "live stats not updated for a batch");
+            }
+        }
+    }
+    Ok(report)
+}
+
+async fn publish(pool: &MySqlPool, live: &Live, batch: &RolledBatch) -> Result<(), LiveError> {
+    let counts = stats::batch_counts(pool, batch).await?;
+    let clicks = stats::batch_clicks(pool, batch).await?;
+    live.apply(&counts, &clicks).await
+}
+
+/// Run [`roll_and_publish`] every `every` until the task is dropped; errors
+/// are logged and retried on the next tick. The server spawns this.
+pub async fn run_worker(
+    pool: MySqlPool,
+    live: Option<Live>,
+    options: RollupOptions,
+    every: Duration,
+) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        match roll_and_publish(&pool, live.as_ref(), &options).await {
+            Ok(report) if report.events() > 0 => tracing::debug!("{report}"),
+            Ok(_) => {}
+            Err(err) => tracing::warn!(%err, "stats rollup failed; retrying"),
+        }
+    }
+}

@@ -1,0 +1,120 @@
+//! `GET /api/mailings/{id}/stats` and `GET /api/mailings/{id}/segment`.
+//!
+//! The stats come from the rollup tables (a handful of primary-key range
+//! reads) plus the letters-built count, and a `live` section from Redis when
+//! the live layer is configured and answering. The number of suppressed
+//! recipients is not known per mailing (the builder reports it but does not
+//! store it), so it is not part of the answer.
+
+use super::{StatsError, StatsState};
+use crate::live::{LiveSnapshot, SegmentQuery};
+use crate::store::stats::{self, MailingSummary};
+use axum::extract::{Path, Query, State};
+use axum::Json;
+
+/// The JSON answer of the stats endpoint.
+#[derive(Debug, serde::Serialize)]
+pub struct StatsResponse {
+    #[serde(flatten)]
+    pub summary: MailingSummary,
+    /// Counters from Redis; `null` when the live layer is off or down.
+    pub live: Option<LiveSnapshot>,
+    pub redis_up: Option<bool>,
+}
+
+/// `GET /api/mailings/{id}/stats`.
+pub async fn stats(
+    State(state): State<StatsState>,
+    Path(id): Path<String>,
+) -> Result<Json<StatsResponse>, StatsError> {
+    let summary = stats::summary(&state.pool, &id)
+        .await?
+        .ok_or_else(|| StatsError::UnknownMailing(id.clone()))?;
+    let live = match &state.live {
+        Some(live) => match live.snapshot(&id).await {
+            Ok(snapshot) => Some(snapshot),
+            Err(err) => {
+                tracing::warn!(%err, "live stats unavailable; answering without them");
+                None
+            }
+        },
+        None => None,
+    };
+    Ok(Json(StatsResponse {
+        summary,
+        live,
+        redis_up: state.live.as_ref().map(|l| l.is_up()),
+    }))
+}
+
+/// Query of the segment endpoint: each parameter holds one tag or several
+/// separated by commas: `?tag=ruby&and=web&not=erlang`.
+#[derive(Debug, Default, serde::Deserialize)]
+pub struct SegmentParams {
+    #[serde(default)]
+    pub tag: String,
+    #[serde(default)]
+    pub and: String,
+    #[serde(default)]
+    pub or: String,
+    #[serde(default)]
+    pub not: String,
+}
+
+fn tags(list: &str) -> Vec<String> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+impl SegmentParams {
+    /// `tag` and `and` must all match, `or` may match instead, `not` must not.
+    pub fn query(&self) -> Result<SegmentQuery, StatsError> {
+        let mut all = tags(&self.tag);
+        all.extend(tags(&self.and));
+        let query = SegmentQuery {
+            all,
+            any: tags(&self.or),
+            none: tags(&self.not),
+        };
+        if query.all.is_empty() && query.any.is_empty() {
+            return Err(StatsError::BadRequest(
+                "name at least one tag: ?tag=T (and optionally and=, or=, not=)".into(),
+            ));
+        }
+        Ok(query)
+    }
+}
+
+/// The addresses a segment selects.
+#[derive(Debug, serde::Serialize)]
+pub struct SegmentResponse {
+    pub mailing_id: String,
+    pub count: usize,
+    pub addresses: Vec<String>,
+}
+
+/// `GET /api/mailings/{id}/segment?tag=…&and=…&or=…&not=…`.
+pub async fn segment(
+    State(state): State<StatsState>,
+    Path(id): Path<String>,
+    Query(params): Query<SegmentParams>,
+) -> Result<Json<SegmentResponse>, StatsError> {
+    let query = params.query()?;
+    let live = state
+        .live
+        .as_ref()
+        .ok_or_else(|| StatsError::LiveUnavailable("REDIS_URL is not set".into()))?;
+    let letters = live
+        .segment(&id, &query)
+        .await
+        .map_err(|e| StatsError::LiveUnavailable(e.to_string()))?;
+    let addresses = stats::addresses_of_letters(&state.pool, &id, &letters).await?;
+    Ok(Json(SegmentResponse {
+        mailing_id: id,
+        count: addresses.len(),
+        addresses,
+    }))
+}

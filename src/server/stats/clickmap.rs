@@ -1,0 +1,170 @@
+//! The click map: a copy of the mailing's HTML with a badge (clicks and share
+//! of all human clicks) in front of every tracked link, shown in a sandboxed
+//! `<iframe srcdoc>`.
+//!
+//! # Matching links to positions
+//!
+//! A click's `position` is the builder's numbering: the n-th tracked link in
+//! document order, counting VML links inside Outlook conditional comments
+//! (`letter::rewrite`). Browsers never render those comments, so counting
+//! `<a>` elements in the browser would drift. Instead the copy is made with
+//! the builder's own rewriter: every tracked URL is replaced by a marker
+//! `https://lt-pos.invalid/{n}/`; then a lol_html pass puts the original URL
+//! back on each `<a>`/`<area>` with a marker, adds `data-lt-pos="n"` and, for
+//! `<a>`, a badge before it. Markers left in comments (VML) get their URL
+//! back textually. Positions therefore match the builder exactly for the
+//! HTML given; the saved creative is the template before personalisation,
+//! so a template that makes links in a loop can number differently.
+
+use crate::letter::{rewrite, FoundKind, FoundLink, RewriteError, RewriteOptions};
+use lol_html::html_content::ContentType;
+use lol_html::{element, rewrite_str, RewriteStrSettings};
+use std::collections::BTreeMap;
+
+const MARKER: &str = "https://lt-pos.invalid/";
+
+/// The style of one badge, inline so the copy needs no `<style>` element
+/// (inserting one before a doctype would switch the page to quirks mode).
+const BADGE_STYLE: &str = "display:inline-block;margin:0 4px 0 0;padding:1px 6px;\
+border-radius:9px;font:bold 12px/16px Arial,sans-serif;color:#fff;\
+background:#c53030;box-shadow:0 0 0 2px #fff;vertical-align:middle;\
+text-decoration:none;white-space:nowrap";
+
+/// The copy of `html` with a badge per link: `clicks` is human clicks by
+/// position.
+pub fn render(html: &str, clicks: &BTreeMap<u32, u64>) -> Result<String, RewriteError> {
+    let total: u64 = clicks.values().sum();
+    let mut urls: BTreeMap<u32, String> = BTreeMap::new();
+    let options = RewriteOptions {
+        track_links: true,
+        proxy_images: false,
+        own_base_url: "",
+        pixel_html: None,
+    };
+    let marked = rewrite(html, &options, |found: &FoundLink| match found.kind {
+        FoundKind::Click => {
+            urls.insert(found.position, found.url.clone());
+            format!("{MARKER}{}/", found.position)
+        }
+        FoundKind::Image => found.url.clone(),
+    })?;
+    let badged = rewrite_str(
+        &marked,
+        RewriteStrSettings {
+            element_content_handlers: vec![element!("a[href], area[href]", |el| {
+                let Some(position) = el
+                    .get_attribute("href")
+                    .as_deref()
+                    .and_then(marker_position)
+                else {
+                    return Ok(());
+                };
+                // lol_html writes the value as given apart from quotes, and a
+                // raw `&copy=` in a query would read as `©`: escape it here.
+                let url = urls.get(&position).map(String::as_str).unwrap_or_default();
+                el.set_attribute("href", &html_escape::encode_double_quoted_attribute(url))?;
+                el.set_attribute("data-lt-pos", &position.to_string())?;
+                if el.tag_name() == "a" {
+                    let n = clicks.get(&position).copied().unwrap_or(0);
+                    el.before(&badge(position, n, total), ContentType::Html);
+                }
+                Ok(())
+            })],
+            ..RewriteStrSettings::new()
+        },
+    )
+    .map_err(RewriteError::Parser)?;
+    Ok(restore_markers(&badged, &urls))
+}
+
+/// `12 · 34%` in a red pill; the title names the position.
+fn badge(position: u32, clicks: u64, total: u64) -> String {
+    let share = if total == 0 {
+        0.0
+    } else {
+        clicks as f64 * 100.0 / total as f64
+    };
+    format!(
+        r#"<span class="lt-badge" data-lt-pos="{position}" title="link {position}: {clicks} clicks" style="{BADGE_STYLE}">{clicks} · {share:.1}%</span>"#
+    )
+}
+
+/// The position in a marker URL (`https://lt-pos.invalid/7/` → 7).
+fn marker_position(href: &str) -> Option<u32> {
+    href.strip_prefix(MARKER)?.strip_suffix('/')?.parse().ok()
+}
+
+/// Put the URL back where a marker is left (inside conditional comments),
+/// HTML-escaped since it lands in an attribute.
+fn restore_markers(html: &str, urls: &BTreeMap<u32, String>) -> String {
+    let mut out = String::with_capacity(html.len());
+    let mut rest = html;
+    while let Some(at) = rest.find(MARKER) {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + MARKER.len()..];
+        let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+        let position = after[..digits].parse::<u32>().ok();
+        match (position, after[digits..].starts_with('/')) {
+            (Some(p), true) => {
+                let url = urls.get(&p).map(String::as_str).unwrap_or_default();
+                out.push_str(&html_escape::encode_double_quoted_attribute(url));
+                rest = &after[digits + 1..];
+            }
+            _ => {
+                out.push_str(MARKER);
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LETTER: &str = concat!(
+        "<!DOCTYPE html><html><body>",
+        "<!--[if mso]><v:roundrect href=\"https://example.com/vml\">x</v:roundrect><![endif]-->",
+        "<a href=\"https://example.com/a?x=1&amp;y=2\">A</a>",
+        "<a href=\"mailto:someone@example.com\">mail</a>",
+        "<map><area href=\"https://example.com/area\"></map>",
+        "<a href='https://example.com/b'>B</a>",
+        "</body></html>"
+    );
+
+    #[test]
+    fn positions_count_vml_and_badges_show_counts_and_shares() {
+        let clicks = BTreeMap::from([(1, 5), (2, 30), (4, 10)]);
+        let out = render(LETTER, &clicks).unwrap();
+        // Position 1 is the VML button: no badge (not rendered), URL restored.
+        assert!(
+            out.contains(r#"<v:roundrect href="https://example.com/vml">"#),
+            "{out}"
+        );
+        assert!(out.contains(r#"data-lt-pos="2""#));
+        assert!(out.contains("30 · 66.7%"), "{out}");
+        assert!(
+            out.contains(r#"data-lt-pos="3""#),
+            "the area keeps its position"
+        );
+        assert!(out.contains("10 · 22.2%"), "{out}");
+        assert!(out.contains(r#"href="mailto:someone@example.com""#));
+        assert!(out.contains("https://example.com/a?x=1&amp;y=2"), "{out}");
+        assert!(!out.contains(MARKER), "{out}");
+        assert_eq!(out.matches("class=\"lt-badge\"").count(), 2);
+    }
+
+    #[test]
+    fn markers_in_text_that_are_not_ours_survive() {
+        let urls = BTreeMap::from([(1, "https://e.com/?a=\"b\"".to_owned())]);
+        assert_eq!(
+            restore_markers(
+                "x https://lt-pos.invalid/1/ https://lt-pos.invalid/zz",
+                &urls
+            ),
+            "x https://e.com/?a=&quot;b&quot; https://lt-pos.invalid/zz"
+        );
+    }
+}

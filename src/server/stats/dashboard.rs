@@ -1,0 +1,116 @@
+//! The dashboard: `GET /mailings` (index) and `GET /mailings/{id}`,
+//! server-rendered with minijinja (templates embedded at compile time,
+//! HTML auto-escaped), an inline SVG chart and the click map. No script and
+//! no front-end build.
+
+use super::{chart, clickmap, StatsError, StatsState};
+use crate::store::stats::{self, LinkStats};
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderName};
+use axum::response::Html;
+use minijinja::{context, Environment};
+use std::collections::BTreeMap;
+
+const CSS: &str = include_str!("templates/base.css");
+
+/// The dashboard's templates.
+pub fn templates() -> Result<Environment<'static>, minijinja::Error> {
+    let mut env = Environment::new();
+    env.add_template("index.html", include_str!("templates/index.html"))?;
+    env.add_template("mailing.html", include_str!("templates/mailing.html"))?;
+    Ok(env)
+}
+
+/// A dashboard page with the headers every one carries.
+type Page = ([(HeaderName, &'static str); 4], Html<String>);
+
+/// No caching of figures behind a login; no framing of the dashboard; and no
+/// Referer to the image hosts the click map's creative loads from.
+fn page(html: String) -> Page {
+    (
+        [
+            (header::CACHE_CONTROL, "no-store"),
+            (header::X_FRAME_OPTIONS, "DENY"),
+            (header::REFERRER_POLICY, "no-referrer"),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        ],
+        Html(html),
+    )
+}
+
+/// How many mailings the index lists.
+const INDEX_LIMIT: u32 = 500;
+
+/// `GET /mailings`.
+pub async fn index(State(state): State<StatsState>) -> Result<Page, StatsError> {
+    let mailings = stats::list_mailings(&state.pool, INDEX_LIMIT).await?;
+    let html = state
+        .templates
+        .get_template("index.html")?
+        .render(context! { css => CSS, mailings })?;
+    Ok(page(html))
+}
+
+/// A link row with its share of human clicks, as the template shows it.
+#[derive(serde::Serialize)]
+struct LinkRow<'a> {
+    #[serde(flatten)]
+    link: &'a LinkStats,
+    share: String,
+}
+
+/// `GET /mailings/{id}`.
+pub async fn mailing(
+    State(state): State<StatsState>,
+    Path(id): Path<String>,
+) -> Result<Page, StatsError> {
+    let summary = stats::summary(&state.pool, &id)
+        .await?
+        .ok_or_else(|| StatsError::UnknownMailing(id.clone()))?;
+    let clicks: BTreeMap<u32, u64> = summary
+        .links
+        .iter()
+        .map(|l| (l.position, l.human.total))
+        .collect();
+    let total: u64 = clicks.values().sum();
+    let links: Vec<LinkRow> = summary
+        .links
+        .iter()
+        .map(|link| LinkRow {
+            link,
+            share: share(link.human.total, total),
+        })
+        .collect();
+    let clickmap = match stats::mailing_html(&state.pool, &id).await? {
+        Some(html) => Some(clickmap::render(&html, &clicks)?),
+        None => None,
+    };
+    let live = match &state.live {
+        Some(live) => live
+            .snapshot(&id)
+            .await
+            .inspect_err(|err| tracing::warn!(%err, "dashboard without live stats"))
+            .ok(),
+        None => None,
+    };
+    let html = state
+        .templates
+        .get_template("mailing.html")?
+        .render(context! {
+            css => CSS,
+            s => &summary,
+            links,
+            chart => chart::svg(&summary.hours),
+            clickmap,
+            live_up => state.live.as_ref().map(|l| l.is_up()),
+        live,
+        })?;
+    Ok(page(html))
+}
+
+fn share(part: u64, total: u64) -> String {
+    if total == 0 {
+        return "–".to_owned();
+    }
+    format!("{:.1}%", part as f64 * 100.0 / total as f64)
+}

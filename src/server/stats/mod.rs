@@ -1,0 +1,138 @@
+//! The operators' side of the server: the stats API (`/api/mailings/…`) and
+//! the dashboard (`/mailings`, `/login`), as one axum router the main app
+//! mounts with `.merge(stats::router(state))`.
+//!
+//! # Access
+//!
+//! Everything here is behind `LINKTRACK_API_TOKEN`. Without a token these
+//! routes answer 404, as if absent: off, never open. A request is let in by
+//! `Authorization: Bearer <token>` (compared in constant time) or, for
+//! browsers, by the `lt_session` cookie that `POST /login` sets: an HMAC-SHA256
+//! of the API token keyed by `LINKTRACK_SECRET` (HttpOnly, SameSite=Strict).
+//! Rotating either value logs every browser out. Without a secret the login
+//! form is off and only the header works.
+//!
+//! Handlers stay thin: SQL is in [`crate::store::stats`], Redis in
+//! [`crate::live`].
+
+pub mod api;
+mod auth;
+pub mod chart;
+pub mod clickmap;
+pub mod dashboard;
+
+use crate::live::Live;
+use crate::store::StoreError;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{middleware, Json, Router};
+use sqlx::MySqlPool;
+use std::sync::Arc;
+
+pub use auth::Auth;
+
+/// What the stats handlers share.
+#[derive(Clone)]
+pub struct StatsState {
+    pub pool: MySqlPool,
+    pub auth: Auth,
+    /// The Redis live layer, when `REDIS_URL` is set.
+    pub live: Option<Live>,
+    templates: Arc<minijinja::Environment<'static>>,
+}
+
+impl StatsState {
+    /// `api_token` unset (or blank) turns the API and dashboard off;
+    /// `secret` unset turns the browser login off.
+    pub fn new(
+        pool: MySqlPool,
+        api_token: Option<&str>,
+        secret: Option<&str>,
+        live: Option<Live>,
+    ) -> Result<StatsState, StatsError> {
+        Ok(StatsState {
+            pool,
+            auth: Auth::new(api_token, secret),
+            live,
+            templates: Arc::new(dashboard::templates()?),
+        })
+    }
+}
+
+/// The stats routes. Mount into the main app with `.merge(router(state))`.
+pub fn router(state: StatsState) -> Router {
+    let protected = Router::new()
+        .route("/api/mailings/{id}/stats", get(api::stats))
+        .route("/api/mailings/{id}/segment", get(api::segment))
+        .route("/mailings", get(dashboard::index))
+        .route("/mailings/{id}", get(dashboard::mailing))
+        .route_layer(middleware::from_fn_with_state(state.clone(), auth::require));
+    Router::new()
+        .route("/login", get(auth::login_form).post(auth::login))
+        .merge(protected)
+        .with_state(state)
+}
+
+/// Every failure of a stats request, answered as JSON `{"error": "…"}`.
+#[derive(Debug, thiserror::Error)]
+pub enum StatsError {
+    /// The feature is off (no API token): looks like any unknown path.
+    #[error("not found")]
+    Off,
+    #[error("mailing {0:?} not found")]
+    UnknownMailing(String),
+    #[error("authentication required")]
+    Unauthorized,
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("live statistics are unavailable: {0}")]
+    LiveUnavailable(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("template: {0}")]
+    Template(#[from] minijinja::Error),
+    #[error("click map: {0}")]
+    ClickMap(#[from] crate::letter::RewriteError),
+}
+
+impl StatsError {
+    fn status(&self) -> StatusCode {
+        match self {
+            StatsError::Off | StatsError::UnknownMailing(_) => StatusCode::NOT_FOUND,
+            StatsError::Unauthorized => StatusCode::UNAUTHORIZED,
+            StatsError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            StatsError::LiveUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            StatsError::Store(e) if e.is_unavailable() => StatusCode::SERVICE_UNAVAILABLE,
+            StatsError::Store(_) | StatsError::Template(_) | StatsError::ClickMap(_) => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
+        }
+    }
+}
+
+impl IntoResponse for StatsError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        // Internal details go to the log, not to the client.
+        let message = if status.is_server_error() {
+            tracing::error!(error = %self, "stats request failed");
+            match status {
+                StatusCode::SERVICE_UNAVAILABLE => self.to_string(),
+                _ => "internal error".to_owned(),
+            }
+        } else {
+            self.to_string()
+        };
+        let body = Json(serde_json::json!({ "error": message }));
+        if matches!(self, StatsError::Unauthorized) {
+            return (
+                status,
+                [(header::WWW_AUTHENTICATE, "Bearer realm=\"linktrack\"")],
+                body,
+            )
+                .into_response();
+        }
+        (status, body).into_response()
+    }
+}

@@ -1,0 +1,516 @@
+//! The rollup (exactly once, set-wise uniques) and erase, on real MariaDB.
+//! Also home of the small fixture the other stats tests share: a mailing of
+//! a few letters with tagged links, and events inserted by hand the way the
+//! tracking server writes them (`INSERT IGNORE`, one `event_id` each).
+
+use crate::common::{days_ago, token_on, TestDb};
+use chrono::{NaiveDate, NaiveDateTime};
+use linktrack::store::erase;
+use linktrack::store::links::{self, LinkKind, NewLink, StoredLink};
+use linktrack::store::stats;
+use sqlx::MySqlPool;
+use std::time::Duration;
+
+pub const MAILING: &str = "m-2026-11";
+
+/// Link positions of the fixture letter and their tags.
+pub const LINKS: [(u32, &str, &[&str]); 3] = [
+    (1, "https://example.com/ruby-web", &["ruby", "web"]),
+    (2, "https://example.com/ruby", &["ruby"]),
+    (3, "https://example.com/erlang", &["erlang"]),
+];
+
+/// One stored letter: its pixel and its click links by position.
+pub struct FixtureLetter {
+    pub email: String,
+    pub pixel: StoredLink,
+    pub clicks: Vec<StoredLink>,
+}
+
+/// Store `n` letters (ids 1..=n, addresses user{i}@example.com) made on `day`.
+pub async fn letters(pool: &MySqlPool, day: NaiveDate, n: u64) -> Vec<FixtureLetter> {
+    let mut rows = Vec::new();
+    for letter_id in 1..=n {
+        let email = format!("user{letter_id}@example.com");
+        let row = |kind, position, url: &str, tags: &[&str]| NewLink {
+            token: token_on(day),
+            kind,
+            mailing_id: MAILING.into(),
+            letter_id,
+            email: email.clone(),
+            position,
+            url: url.into(),
+            meta: (!tags.is_empty()).then(|| serde_json::json!({ "tags": tags })),
+        };
+        rows.push(row(LinkKind::Pixel, 0, "", &[]));
+        for (position, url, tags) in LINKS {
+            rows.push(row(LinkKind::Click, position, url, tags));
+        }
+    }
+    links::insert(pool, &rows).await.unwrap();
+    let ids: Vec<u64> = (1..=n).collect();
+    let stored = links::of_letters(pool, MAILING, &ids).await.unwrap();
+    ids.iter()
+        .map(|&letter_id| {
+            let mine: Vec<&StoredLink> =
+                stored.iter().filter(|l| l.letter_id == letter_id).collect();
+            let pixel = mine.iter().find(|l| l.kind == LinkKind::Pixel).unwrap();
+            let mut clicks: Vec<StoredLink> = mine
+                .iter()
+                .filter(|l| l.kind == LinkKind::Click)
+                .map(|l| (*l).clone())
+                .collect();
+            clicks.sort_by_key(|l| l.position);
+            FixtureLetter {
+                email: pixel.email.clone(),
+                pixel: (*pixel).clone(),
+                clicks,
+            }
+        })
+        .collect()
+}
+
+/// A hit as the tracking server records it. `event_id` is the idempotency
+/// key: the same value twice (a journal replay) must not add a row.
+pub struct Hit<'a> {
+    pub link: &'a StoredLink,
+    pub kind: &'a str,
+    pub at: NaiveDateTime,
+    pub bot: Option<&'a str>,
+    pub event_id: u128,
+}
+
+/// Insert hits like the server does (INSERT IGNORE); returns rows added.
+pub async fn record(pool: &MySqlPool, hits: &[Hit<'_>]) -> u64 {
+    let mut conn = pool.acquire().await.unwrap();
+    let mut added = 0;
+    for hit in hits {
+        added += record_on(&mut conn, hit).await;
+    }
+    added
+}
+
+/// Insert one hit on a given connection (or open transaction).
+pub async fn record_on(conn: &mut sqlx::MySqlConnection, hit: &Hit<'_>) -> u64 {
+    sqlx::query(
+        "INSERT IGNORE INTO events (inserted, event_id, occurred_at, kind, uuid, link_id, \
+         mailing_id, letter_id, email, position, ip, user_agent, bot, bot_reason) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, '192.0.2.0', 'Mozilla/5.0', ?, ?)",
+    )
+    .bind(hit.at.date())
+    .bind(&hit.event_id.to_be_bytes()[..])
+    .bind(hit.at)
+    .bind(hit.kind)
+    .bind(&hit.link.token.as_bytes()[..])
+    .bind(hit.link.id)
+    .bind(&hit.link.mailing_id)
+    .bind(hit.link.letter_id)
+    .bind(&hit.link.email)
+    .bind(hit.link.position)
+    .bind(hit.bot.is_some())
+    .bind(hit.bot)
+    .execute(conn)
+    .await
+    .unwrap()
+    .rows_affected()
+}
+
+pub fn at(day: NaiveDate, hour: u32, minute: u32) -> NaiveDateTime {
+    day.and_hms_opt(hour, minute, 0).unwrap()
+}
+
+/// The fixture's traffic, spread over two days and three hours:
+/// letter 1 opens twice and clicks link 1 twice and link 2 once, letter 2
+/// opens once and clicks link 1 and link 3, letter 3 opens (a bot: an
+/// image-proxy prefetch) and a link scanner clicks its link 2.
+pub fn traffic(letters: &[FixtureLetter], d1: NaiveDate, d2: NaiveDate) -> Vec<Hit<'_>> {
+    let (l1, l2, l3) = (&letters[0], &letters[1], &letters[2]);
+    let hit = |link, kind, at, bot, event_id| Hit {
+        link,
+        kind,
+        at,
+        bot,
+        event_id,
+    };
+    vec![
+        hit(&l1.pixel, "open", at(d1, 9, 0), None, 1),
+        hit(&l1.clicks[0], "click", at(d1, 9, 1), None, 2),
+        hit(&l1.clicks[0], "click", at(d1, 10, 5), None, 3),
+        hit(&l1.clicks[1], "click", at(d1, 10, 6), None, 4),
+        hit(&l2.pixel, "open", at(d1, 10, 30), None, 5),
+        hit(&l2.clicks[0], "click", at(d1, 10, 31), None, 6),
+        hit(&l3.pixel, "open", at(d1, 11, 0), Some("prefetch"), 7),
+        hit(&l3.clicks[1], "click", at(d1, 11, 0), Some("scanner"), 8),
+        hit(&l1.pixel, "open", at(d2, 8, 0), None, 9),
+        hit(&l2.clicks[2], "click", at(d2, 8, 10), None, 10),
+    ]
+}
+
+/// What the naive query over `events` says: (kind, bot) → (total, unique letters).
+async fn naive(pool: &MySqlPool) -> Vec<(String, i8, i64, i64)> {
+    sqlx::query_as(
+        "SELECT CAST(kind AS CHAR), bot, COUNT(*), COUNT(DISTINCT letter_id) FROM events \
+         WHERE mailing_id = ? GROUP BY kind, bot ORDER BY 1, 2",
+    )
+    .bind(MAILING)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+fn as_naive(s: &stats::MailingSummary) -> Vec<(String, i8, i64, i64)> {
+    let mut out = Vec::new();
+    for (kind, split) in [("click", s.clicks), ("open", s.opens)] {
+        for (bot, c) in [(0, split.human), (1, split.bot)] {
+            if c.total > 0 {
+                out.push((kind.to_owned(), bot, c.total as i64, c.unique as i64));
+            }
+        }
+    }
+    out
+}
+
+async fn watermark_total(pool: &MySqlPool) -> u64 {
+    sqlx::query_scalar("SELECT CAST(COALESCE(SUM(last_id), 0) AS UNSIGNED) FROM rollup_state")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn rollup_counts_every_event_exactly_once_across_batches_and_replays() {
+    let (d1, d2) = (days_ago(1), days_ago(0));
+    let db = TestDb::with_days_since(d1).await;
+    let letters = letters(&db.pool, d1, 3).await;
+    let hits = traffic(&letters, d1, d2);
+    assert_eq!(record(&db.pool, &hits[..6]).await, 6);
+
+    // Batches of 2 split letter 1's repeated clicks across transactions, so
+    // the unique counters must come from first-seen rows, not batch DISTINCTs.
+    let first = stats::rollup(&db.pool, 2).await.unwrap();
+    assert_eq!(first.events(), 6);
+    assert_eq!(first.batches.len(), 3);
+    assert_eq!(
+        stats::rollup(&db.pool, 2).await.unwrap().events(),
+        0,
+        "nothing rolls twice"
+    );
+
+    // The journal is replayed (same event ids) and the rest arrives.
+    assert_eq!(
+        record(&db.pool, &hits).await,
+        4,
+        "replayed events add no rows"
+    );
+    assert_eq!(stats::rollup(&db.pool, 1000).await.unwrap().events(), 4);
+
+    let s = stats::summary(&db.pool, MAILING).await.unwrap().unwrap();
+    assert_eq!(
+        as_naive(&s),
+        naive(&db.pool).await,
+        "rollups agree with COUNT(*) over events"
+    );
+    assert_eq!((s.opens.human.total, s.opens.human.unique), (3, 2));
+    assert_eq!((s.clicks.human.total, s.clicks.human.unique), (5, 2));
+    assert_eq!((s.clicks.bot.total, s.clicks.bot.unique), (1, 1));
+    assert_eq!(s.letters_built, 3);
+    assert_eq!(s.bot_reasons["open"]["prefetch"], 1);
+    assert_eq!(s.bot_reasons["click"]["scanner"], 1);
+
+    let link = |p: u32| s.links.iter().find(|l| l.position == p).unwrap();
+    assert_eq!((link(1).human.total, link(1).human.unique), (3, 2));
+    assert_eq!(link(1).url.as_deref(), Some(LINKS[0].1));
+    assert_eq!((link(2).human.total, link(2).bot.total), (1, 1));
+    assert_eq!(link(3).human.unique, 1);
+
+    let hours: Vec<(u32, u64, u64)> = s
+        .hours
+        .iter()
+        .map(|h| (chrono::Timelike::hour(&h.hour), h.opens, h.clicks))
+        .collect();
+    assert_eq!(
+        hours,
+        [(9, 1, 1), (10, 1, 3), (11, 0, 0), (8, 1, 1)],
+        "hour 11 was bots only"
+    );
+    assert_eq!(s.hours[0].hour.date(), d1);
+    assert!(s
+        .hours
+        .iter()
+        .any(|h| h.bot_opens == 1 && h.bot_clicks == 1));
+}
+
+#[tokio::test]
+async fn concurrent_rollups_count_each_event_once() {
+    let (d1, d2) = (days_ago(1), days_ago(0));
+    let db = TestDb::with_days_since(d1).await;
+    let letters = letters(&db.pool, d1, 3).await;
+    record(&db.pool, &traffic(&letters, d1, d2)).await;
+    let (a, b) = tokio::join!(stats::rollup(&db.pool, 1), stats::rollup(&db.pool, 1));
+    assert_eq!(a.unwrap().events() + b.unwrap().events(), 10);
+    let s = stats::summary(&db.pool, MAILING).await.unwrap().unwrap();
+    assert_eq!(as_naive(&s), naive(&db.pool).await);
+    let max_id: u64 = sqlx::query_scalar("SELECT MAX(id) FROM events")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(watermark_total(&db.pool).await >= max_id);
+}
+
+#[tokio::test]
+async fn a_failed_batch_leaves_counts_and_watermark_untouched() {
+    let d1 = days_ago(0);
+    let db = TestDb::with_days_since(d1).await;
+    let letters = letters(&db.pool, d1, 3).await;
+    record(&db.pool, &traffic(&letters, d1, d1)[..3]).await;
+    // Break the last statement of the batch: the whole transaction must roll back.
+    sqlx::query("ALTER TABLE stats_links RENAME TO stats_links_away")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    assert!(stats::rollup(&db.pool, 1000).await.is_err());
+    let rolled: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM stats_totals")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(rolled, 0, "no partial batch");
+    assert_eq!(watermark_total(&db.pool).await, 0);
+    sqlx::query("ALTER TABLE stats_links_away RENAME TO stats_links")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(stats::rollup(&db.pool, 1000).await.unwrap().events(), 3);
+    let s = stats::summary(&db.pool, MAILING).await.unwrap().unwrap();
+    assert_eq!(as_naive(&s), naive(&db.pool).await);
+}
+
+/// Two writers: the first takes an id and commits late, after the second
+/// committed a higher id. Returns the database with both events committed
+/// and the report of a rollup run in between (while the first was open).
+async fn out_of_order_commit(settle: Duration) -> (TestDb, u64, u64) {
+    let d1 = days_ago(0);
+    let db = TestDb::with_days_since(d1).await;
+    let letters = letters(&db.pool, d1, 3).await;
+    let hits = traffic(&letters, d1, d1);
+    let options = stats::RollupOptions {
+        limit: 1000,
+        settle,
+    };
+    let mut slow = db.pool.begin().await.unwrap();
+    record_on(&mut slow, &hits[0]).await;
+    record(&db.pool, &hits[1..2]).await;
+    let during = stats::rollup_with(&db.pool, &options)
+        .await
+        .unwrap()
+        .events();
+    slow.commit().await.unwrap();
+    tokio::time::sleep(settle + Duration::from_millis(50)).await;
+    let after = stats::rollup_with(&db.pool, &options)
+        .await
+        .unwrap()
+        .events();
+    (db, during, after)
+}
+
+#[tokio::test]
+async fn without_a_settle_time_an_out_of_order_commit_is_missed() {
+    // This is the single-writer assumption: documented, and shown here.
+    let (db, during, after) = out_of_order_commit(Duration::ZERO).await;
+    assert_eq!((during, after), (1, 0));
+    let s = stats::summary(&db.pool, MAILING).await.unwrap().unwrap();
+    assert_ne!(as_naive(&s), naive(&db.pool).await);
+}
+
+#[tokio::test]
+async fn a_settle_time_counts_an_out_of_order_commit() {
+    let (db, during, after) = out_of_order_commit(Duration::from_millis(400)).await;
+    assert_eq!(during, 0, "nothing rolls before it has settled");
+    assert_eq!(after, 2);
+    let s = stats::summary(&db.pool, MAILING).await.unwrap().unwrap();
+    assert_eq!(as_naive(&s), naive(&db.pool).await);
+}
+
+#[tokio::test]
+async fn unknown_mailings_have_no_summary() {
+    let db = TestDb::with_days_since(days_ago(0)).await;
+    assert!(stats::summary(&db.pool, "nope").await.unwrap().is_none());
+    stats::save_mailing(&db.pool, "saved", "Hello", "<p>hi</p>")
+        .await
+        .unwrap();
+    let s = stats::summary(&db.pool, "saved").await.unwrap().unwrap();
+    assert_eq!(s.subject.as_deref(), Some("Hello"));
+    assert_eq!(s.letters_built, 0);
+}
+
+#[tokio::test]
+async fn letters_built_is_the_builders_count_once_it_keeps_one() {
+    let d1 = days_ago(0);
+    let db = TestDb::with_days_since(d1).await;
+    letters(&db.pool, d1, 3).await;
+    assert_eq!(
+        stats::letters_built(&db.pool, MAILING).await.unwrap(),
+        3,
+        "index fallback"
+    );
+    // A batch whose transaction rolls back adds nothing.
+    let mut tx = db.pool.begin().await.unwrap();
+    stats::add_letters_built(&mut tx, MAILING, 1000)
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+    assert_eq!(stats::letters_built(&db.pool, MAILING).await.unwrap(), 3);
+    for n in [2, 5] {
+        let mut tx = db.pool.begin().await.unwrap();
+        stats::add_letters_built(&mut tx, MAILING, n).await.unwrap();
+        tx.commit().await.unwrap();
+    }
+    assert_eq!(
+        stats::letters_built(&db.pool, MAILING).await.unwrap(),
+        7,
+        "the kept count wins"
+    );
+}
+
+#[tokio::test]
+async fn erase_leaves_no_row_naming_the_address_and_keeps_the_suppression() {
+    let (d1, d2) = (days_ago(1), days_ago(0));
+    let db = TestDb::with_days_since(d1).await;
+    let letters = letters(&db.pool, d1, 3).await;
+    record(&db.pool, &traffic(&letters, d1, d2)).await;
+    stats::rollup(&db.pool, 1000).await.unwrap();
+    let before = stats::summary(&db.pool, MAILING).await.unwrap().unwrap();
+    let target = letters[0].email.clone();
+    linktrack::store::suppressions::add(&db.pool, std::slice::from_ref(&target), "unsubscribed")
+        .await
+        .unwrap();
+    // An address equal under the accent-insensitive collation but not the same.
+    sqlx::query("UPDATE links SET email = 'usér1@example.com' WHERE letter_id = 3")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+
+    let report = erase::erase(&db.pool, &target).await.unwrap();
+    assert_eq!(report.links, 4, "pixel and three links of letter 1");
+    assert_eq!(report.events, 5, "letter 1's events on both days");
+    assert!(report.suppressed);
+    assert!(report.to_string().contains("entry kept"));
+
+    for table in ["links", "events"] {
+        let n: i64 = sqlx::query_scalar(&format!(
+            "SELECT COUNT(*) FROM {table} WHERE email = ? COLLATE utf8mb4_bin"
+        ))
+        .bind(&target)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        assert_eq!(n, 0, "{table} still names the address");
+    }
+    let other: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM links WHERE email = 'usér1@example.com' COLLATE utf8mb4_bin",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(other, 4, "a different address is not erased");
+    let listed = linktrack::store::suppressions::list(&db.pool, None, 10)
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 1, "the suppression entry stays");
+    // Statistics stay: the counts were anonymous already.
+    let after = stats::summary(&db.pool, MAILING).await.unwrap().unwrap();
+    assert_eq!(after.clicks, before.clicks);
+    // And the redirect still works for the erased letter.
+    let link = links::lookup(&db.pool, &letters[0].clicks[0].token)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((link.email.as_str(), link.url.as_str()), ("", LINKS[0].1));
+}
+
+#[tokio::test]
+async fn the_erase_and_rollup_commands_run_from_the_command_line() {
+    use clap::Parser;
+    let d1 = days_ago(0);
+    let db = TestDb::with_days_since(d1).await;
+    let letters = letters(&db.pool, d1, 2).await;
+    record(&db.pool, &traffic_of_two(&letters, d1)).await;
+    let run = |args: &[&str]| {
+        let mut argv = vec!["linktrack", "--database-url", &db.url];
+        argv.extend_from_slice(args);
+        linktrack::cli::run(linktrack::config::Cli::try_parse_from(argv).unwrap())
+    };
+    run(&["stats", "rollup", "--batch", "1"]).await.unwrap();
+    let s = stats::summary(&db.pool, MAILING).await.unwrap().unwrap();
+    assert_eq!((s.opens.human.total, s.clicks.human.total), (1, 1));
+
+    // The address is normalised (trimmed, lowercased) before matching.
+    run(&["erase", "--email", "  USER1@Example.com "])
+        .await
+        .unwrap();
+    let count = |email: &'static str| {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT (SELECT COUNT(*) FROM links WHERE email = ?) + \
+                    (SELECT COUNT(*) FROM events WHERE email = ?)",
+        )
+        .bind(email)
+        .bind(email)
+        .fetch_one(&db.pool)
+    };
+    assert_eq!(count("user1@example.com").await.unwrap(), 0);
+    assert_eq!(
+        count("user2@example.com").await.unwrap(),
+        4,
+        "others untouched"
+    );
+}
+
+/// One open and one click, both by letter 1.
+fn traffic_of_two(letters: &[FixtureLetter], day: NaiveDate) -> Vec<Hit<'_>> {
+    vec![
+        Hit {
+            link: &letters[0].pixel,
+            kind: "open",
+            at: at(day, 0, 1),
+            bot: None,
+            event_id: 100,
+        },
+        Hit {
+            link: &letters[0].clicks[0],
+            kind: "click",
+            at: at(day, 0, 2),
+            bot: None,
+            event_id: 101,
+        },
+    ]
+}
+
+#[tokio::test]
+async fn rollups_outlive_dropped_partitions_and_their_watermarks_go() {
+    let (d1, d2) = (days_ago(1), days_ago(0));
+    let db = TestDb::with_days_since(d1).await;
+    let letters = letters(&db.pool, d1, 3).await;
+    record(&db.pool, &traffic(&letters, d1, d2)).await;
+    stats::rollup(&db.pool, 1000).await.unwrap();
+    let before = stats::summary(&db.pool, MAILING).await.unwrap().unwrap();
+    let name = linktrack::store::partitions::partition_name(d1);
+    sqlx::query(&format!("ALTER TABLE events DROP PARTITION {name}"))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    // The epoch partition is still first, so drop that too: d2 becomes first.
+    sqlx::query("ALTER TABLE events DROP PARTITION p19700101")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(stats::rollup(&db.pool, 1000).await.unwrap().events(), 0);
+    let days: Vec<NaiveDate> = sqlx::query_scalar("SELECT day FROM rollup_state ORDER BY day")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert!(
+        days.iter().all(|d| *d >= d2),
+        "stale watermarks kept: {days:?}"
+    );
+    let after = stats::summary(&db.pool, MAILING).await.unwrap().unwrap();
+    assert_eq!(after.clicks, before.clicks, "counts survive the raw events");
+}

@@ -1,0 +1,280 @@
+//! The stats router over real HTTP: access rules, the JSON API, the login
+//! cookie, and the dashboard rendered by a real browser (headless Chromium).
+
+use crate::common::{days_ago, TestDb};
+use crate::stats::{letters, record, traffic, LINKS, MAILING};
+use linktrack::server::stats::{router, StatsState};
+use linktrack::store::stats;
+use reqwest::header;
+use reqwest::StatusCode;
+use std::path::{Path, PathBuf};
+
+const TOKEN: &str = "test-token-0123456789";
+const SECRET: &str = "test-secret";
+
+/// Serve the stats router alone on a free port; returns its base URL.
+async fn spawn(state: StatsState) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router(state)).await });
+    format!("http://{addr}")
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+/// A database with the fixture mailing, its traffic rolled up, and its HTML saved.
+async fn rolled_db() -> TestDb {
+    let (d1, d2) = (days_ago(1), days_ago(0));
+    let db = TestDb::with_days_since(d1).await;
+    let letters = letters(&db.pool, d1, 3).await;
+    record(&db.pool, &traffic(&letters, d1, d2)).await;
+    stats::rollup(&db.pool, 1000).await.unwrap();
+    let html = std::fs::read_to_string(fixture_letter()).unwrap();
+    stats::save_mailing(&db.pool, MAILING, "November news", &html)
+        .await
+        .unwrap();
+    db
+}
+
+fn fixture_letter() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/stats_letter.html")
+}
+
+#[tokio::test]
+async fn everything_is_404_without_an_api_token() {
+    let db = rolled_db().await;
+    let base = spawn(StatsState::new(db.pool.clone(), None, Some(SECRET), None).unwrap()).await;
+    for path in [
+        format!("/api/mailings/{MAILING}/stats"),
+        "/mailings".to_owned(),
+        format!("/mailings/{MAILING}"),
+        "/login".to_owned(),
+    ] {
+        let response = client()
+            .get(format!("{base}{path}"))
+            .bearer_auth("")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::NOT_FOUND, "{path}");
+    }
+}
+
+#[tokio::test]
+async fn the_api_needs_the_token_and_answers_json() {
+    let db = rolled_db().await;
+    let base = spawn(StatsState::new(db.pool.clone(), Some(TOKEN), None, None).unwrap()).await;
+    let url = format!("{base}/api/mailings/{MAILING}/stats");
+
+    let anonymous = client().get(&url).send().await.unwrap();
+    assert_eq!(anonymous.status(), StatusCode::UNAUTHORIZED);
+    assert!(anonymous.headers().contains_key(header::WWW_AUTHENTICATE));
+    let wrong = client()
+        .get(&url)
+        .bearer_auth("test-token-012345678X")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+    // Without a secret there is no login form: pages also answer 401.
+    let page = client()
+        .get(format!("{base}/mailings"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), StatusCode::UNAUTHORIZED);
+
+    let response = client().get(&url).bearer_auth(TOKEN).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let body: serde_json::Value = serde_json::from_str(&response.text().await.unwrap()).unwrap();
+    assert_eq!(body["mailing_id"], MAILING);
+    assert_eq!(body["subject"], "November news");
+    assert_eq!(body["letters_built"], 3);
+    assert_eq!(
+        body["opens"]["human"],
+        serde_json::json!({"total": 3, "unique": 2})
+    );
+    assert_eq!(
+        body["clicks"]["human"],
+        serde_json::json!({"total": 5, "unique": 2})
+    );
+    assert_eq!(body["clicks"]["bot"]["total"], 1);
+    assert_eq!(body["bot_reasons"]["click"]["scanner"], 1);
+    assert_eq!(body["links"][0]["url"], LINKS[0].1);
+    assert_eq!(body["links"][0]["human"]["unique"], 2);
+    assert_eq!(body["hours"].as_array().unwrap().len(), 4);
+    assert!(body["live"].is_null());
+
+    let unknown = client()
+        .get(format!("{base}/api/mailings/nope/stats"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
+    let error: serde_json::Value = serde_json::from_str(&unknown.text().await.unwrap()).unwrap();
+    assert!(error["error"].as_str().unwrap().contains("nope"), "{error}");
+}
+
+#[tokio::test]
+async fn the_login_form_sets_a_strict_httponly_session_cookie() {
+    let db = rolled_db().await;
+    let base =
+        spawn(StatsState::new(db.pool.clone(), Some(TOKEN), Some(SECRET), None).unwrap()).await;
+    let page = client()
+        .get(format!("{base}/mailings"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), StatusCode::SEE_OTHER);
+    assert_eq!(page.headers()[header::LOCATION], "/login");
+
+    let login = |token: &'static str| {
+        client()
+            .post(format!("{base}/login"))
+            .form(&[("token", token)])
+            .send()
+    };
+    assert_eq!(
+        login("wrong").await.unwrap().status(),
+        StatusCode::UNAUTHORIZED
+    );
+    let ok = login(TOKEN).await.unwrap();
+    assert_eq!(ok.status(), StatusCode::SEE_OTHER);
+    let cookie = ok.headers()[header::SET_COOKIE]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    assert!(
+        !cookie.contains(TOKEN),
+        "the cookie must not carry the token itself"
+    );
+    let pair = cookie.split(';').next().unwrap().to_owned();
+
+    let index = client()
+        .get(format!("{base}/mailings"))
+        .header(header::COOKIE, &pair)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(index.status(), StatusCode::OK);
+    assert_eq!(index.headers()[header::CACHE_CONTROL], "no-store");
+    assert_eq!(index.headers()[header::REFERRER_POLICY], "no-referrer");
+    let html = index.text().await.unwrap();
+    assert!(html.contains(&format!("/mailings/{MAILING}")), "{html}");
+    assert!(html.contains("November news"));
+    // A tampered cookie is refused.
+    let tampered = format!("{}0", pair);
+    let refused = client()
+        .get(format!("{base}/mailings"))
+        .header(header::COOKIE, tampered)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), StatusCode::SEE_OTHER);
+}
+
+/// Chromium's binary, if installed.
+fn chromium() -> Option<PathBuf> {
+    ["chromium", "chromium-browser", "google-chrome"]
+        .iter()
+        .find_map(|name| {
+            std::env::var_os("PATH").and_then(|paths| {
+                std::env::split_paths(&paths)
+                    .map(|p| p.join(name))
+                    .find(|p| p.is_file())
+            })
+        })
+}
+
+fn run_chromium(binary: &Path, args: &[String]) -> std::process::Output {
+    let profile = tempfile::tempdir().unwrap();
+    let mut command = std::process::Command::new(binary);
+    command.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--hide-scrollbars",
+        "--window-size=1280,1600",
+    ]);
+    command.arg(format!("--user-data-dir={}", profile.path().display()));
+    command.args(args);
+    command.output().unwrap()
+}
+
+/// The dashboard as a browser shows it. Chromium cannot send our bearer
+/// header from the command line, so the test fetches the page with the
+/// token and has Chromium render the saved copy from a file: URL; the page
+/// is self-contained (inline CSS and SVG, click map in `srcdoc`), so that is
+/// exactly what a signed-in browser shows.
+#[tokio::test]
+async fn the_dashboard_renders_in_a_real_browser_with_click_badges() {
+    let Some(browser) = chromium() else {
+        panic!("chromium is not installed: apt-get install -y chromium (.ci/run does this)");
+    };
+    let db = rolled_db().await;
+    let base = spawn(StatsState::new(db.pool.clone(), Some(TOKEN), None, None).unwrap()).await;
+    let html = client()
+        .get(format!("{base}/mailings/{MAILING}"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(html.contains("<svg"), "the chart is inline SVG");
+    assert!(
+        html.contains("<iframe sandbox=\"\""),
+        "the click map is sandboxed"
+    );
+
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("stats-dashboard");
+    std::fs::create_dir_all(&dir).unwrap();
+    let page = dir.join("dashboard.html");
+    std::fs::write(&page, &html).unwrap();
+    let png = dir.join("dashboard.png");
+    let _ = std::fs::remove_file(&png);
+    let url = format!("file://{}", page.display());
+
+    let shot = run_chromium(
+        &browser,
+        &[format!("--screenshot={}", png.display()), url.clone()],
+    );
+    assert!(
+        png.is_file(),
+        "no screenshot: {}",
+        String::from_utf8_lossy(&shot.stderr)
+    );
+    let bytes = std::fs::read(&png).unwrap();
+    assert_eq!(&bytes[1..4], b"PNG");
+    // A blank 1280×1600 page compresses to a few KB; text, chart and the
+    // click map make it far larger.
+    assert!(
+        bytes.len() > 30_000,
+        "suspiciously small screenshot: {} bytes",
+        bytes.len()
+    );
+
+    let dom = run_chromium(&browser, &["--dump-dom".to_owned(), url]);
+    let dom = String::from_utf8_lossy(&dom.stdout);
+    assert!(dom.contains("<polyline"), "chart missing from the DOM");
+    // The badges live in the iframe's srcdoc, escaped once for the attribute.
+    assert!(dom.contains("lt-badge"), "no click badges in the DOM");
+    assert!(dom.contains("3 · 60.0%"), "link 1: 3 of 5 human clicks");
+    assert!(dom.contains("1 · 20.0%"), "links 2 and 3: 1 of 5 each");
+    eprintln!("screenshot: {}", png.display());
+}

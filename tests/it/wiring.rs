@@ -1,0 +1,127 @@
+//! The parts together: build the fixture mailing, click through the real
+//! server, roll the events up, read them back from the stats API that the
+//! same server mounts, and see Redis in `/readyz`.
+
+use crate::common::TestDb;
+use linktrack::events::journal::JournalSettings;
+use linktrack::live::{self, Live};
+use linktrack::server::state::ServerSettings;
+use linktrack::server::stats::StatsState;
+use linktrack::server::Server;
+use linktrack::store::stats::RollupOptions;
+use serde_json::Value;
+use std::time::{Duration, Instant};
+
+#[tokio::test]
+async fn a_click_on_a_built_letter_shows_in_the_stats_api_of_the_same_server() {
+    let db = TestDb::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let built = linktrack::demo::prepare(&db.url, &base, &dir.path().join("demo"))
+        .await
+        .unwrap();
+    let click = built
+        .sample_urls
+        .iter()
+        .find(|(label, _)| label.starts_with("a click"))
+        .unwrap()
+        .1
+        .clone();
+
+    let prefix = format!("lt:test:{}:", db.name);
+    let redis = Live::new("redis://127.0.0.1:6379", &prefix).unwrap();
+    let stats =
+        StatsState::new(db.pool.clone(), Some("s3cret"), None, Some(redis.clone())).unwrap();
+    let server = Server::start(
+        listener,
+        db.pool.clone(),
+        ServerSettings::default(),
+        JournalSettings::new(dir.path().join("journal")),
+    )
+    .await
+    .unwrap()
+    .with_stats(stats);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(server.run(async move {
+        let _ = stopped.await;
+    }));
+
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let answer = http
+        .get(&click)
+        .header("user-agent", "Mozilla/5.0 (Macintosh) Safari/605")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 302);
+    assert!(
+        answer.headers().contains_key("x-request-id"),
+        "the stats routes share the tracking layers"
+    );
+
+    // The event reaches `events`, then the rollup counts it.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut summary = Value::Null;
+    while Instant::now() < deadline {
+        live::roll_and_publish(&db.pool, Some(&redis), &RollupOptions::default())
+            .await
+            .unwrap();
+        let answer = http
+            .get(format!("{base}/api/mailings/weekly-2026-47/stats"))
+            .bearer_auth("s3cret")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 200);
+        assert!(answer.headers().contains_key("x-request-id"));
+        summary = serde_json::from_str(&answer.text().await.unwrap()).unwrap();
+        let clicks = summary["clicks"]["human"]["total"].as_u64().unwrap_or(0)
+            + summary["clicks"]["bot"]["total"].as_u64().unwrap_or(0);
+        if clicks == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let clicks = summary["clicks"]["human"]["total"].as_u64().unwrap_or(0)
+        + summary["clicks"]["bot"]["total"].as_u64().unwrap_or(0);
+    assert_eq!(clicks, 1, "{summary:#}");
+    assert_eq!(
+        summary["letters_built"], 6,
+        "counted by the builder in its batch transaction"
+    );
+    assert_eq!(
+        summary["subject"], "{{ first_name }}, this week: Rust 1.95 and daily partitions",
+        "the builder saved the creative"
+    );
+
+    let unauthorised = http
+        .get(format!("{base}/api/mailings/weekly-2026-47/stats"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unauthorised.status(), 401);
+    let ready: Value = serde_json::from_str(
+        &http
+            .get(format!("{base}/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        (ready["database"].as_str(), ready["redis"].as_str()),
+        (Some("ok"), Some("ok")),
+        "{ready}"
+    );
+
+    let _ = stop.send(());
+    running.await.unwrap().unwrap();
+    redis.clear().await.unwrap();
+}
