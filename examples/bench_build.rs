@@ -20,6 +20,9 @@
 //! Needs the `mysql` client (for LOAD DATA LOCAL) and a server with
 //! `local_infile=ON`. Each run uses fresh `lt_bench_*` databases and drops them.
 
+#[path = "support/mysql_client.rs"]
+mod mysql_client;
+
 use chrono::{DateTime, NaiveTime, Utc};
 use clap::Parser;
 use linktrack::build::{self, BuildOptions, Output};
@@ -166,7 +169,7 @@ async fn bench_builder(args: &Args, dir: &Path) -> anyhow::Result<()> {
     sqlx::query("CREATE TABLE links_copy LIKE links")
         .execute(&pool)
         .await?;
-    let load_seconds = load_data(name, &tsv, "links_copy")?;
+    let load_seconds = mysql_client::load_links_tsv(name, &tsv, "links_copy")?;
     let ceiling = rows as f64 / load_seconds;
     println!(
         "LOAD DATA rows/s     {:>10.0}   (the ceiling, same {rows} rows)",
@@ -208,31 +211,6 @@ async fn dump_links(pool: &MySqlPool, path: &Path) -> anyhow::Result<u64> {
     Ok(rows.len() as u64)
 }
 
-/// `LOAD DATA LOCAL INFILE` through the mysql client; returns seconds taken.
-fn load_data(database: &str, tsv: &Path, table: &str) -> anyhow::Result<f64> {
-    let sql = format!(
-        "LOAD DATA LOCAL INFILE '{}' INTO TABLE {table} \
-         (@uuid, inserted, kind, mailing_id, letter_id, email, position, url) SET uuid = UNHEX(@uuid)",
-        tsv.display()
-    );
-    let started = Instant::now();
-    let status = std::process::Command::new("mysql")
-        .args([
-            "--local-infile=1",
-            "-h",
-            "127.0.0.1",
-            "-u",
-            "root",
-            database,
-            "-e",
-            &sql,
-        ])
-        .status()
-        .map_err(|e| anyhow::anyhow!("running the mysql client for LOAD DATA: {e}"))?;
-    anyhow::ensure!(status.success(), "LOAD DATA into {table} failed: {status}");
-    Ok(started.elapsed().as_secs_f64())
-}
-
 #[derive(Clone, Copy, Debug)]
 enum Layout {
     UuidV7,
@@ -263,7 +241,7 @@ async fn bench_index_growth(
     let tsv = dir.join("prefill.tsv");
     write_prefill(&tsv, layout, prefill)?;
     let (pool, _) = fresh_db(&args.server, &name).await?;
-    let load_seconds = load_data(&name, &tsv, "links")?;
+    let load_seconds = mysql_client::load_links_tsv(&name, &tsv, "links")?;
     std::fs::remove_file(&tsv)?;
 
     // The empty-table rate is measured just before and just after the

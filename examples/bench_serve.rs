@@ -19,6 +19,9 @@
 //!
 //! Tokens are drawn uniformly from a sample spread over all partitions.
 
+#[path = "support/mysql_client.rs"]
+mod mysql_client;
+
 use chrono::{Days, NaiveTime, Utc};
 use clap::Parser;
 use linktrack::events::journal::JournalSettings;
@@ -185,28 +188,8 @@ async fn load_links(args: &Args, url: &str, dir: &Path) -> anyhow::Result<Vec<To
     }
     out.flush()?;
     drop(out);
-    let started = Instant::now();
-    let sql = format!(
-        "LOAD DATA LOCAL INFILE '{}' INTO TABLE links (@uuid, inserted, kind, mailing_id, letter_id, email, position, url) SET uuid = UNHEX(@uuid)",
-        tsv.display()
-    );
-    let status = std::process::Command::new("mysql")
-        .args([
-            "--local-infile=1",
-            "-h",
-            "127.0.0.1",
-            "-u",
-            "root",
-            DATABASE,
-            "-e",
-            &sql,
-        ])
-        .status()?;
-    anyhow::ensure!(status.success(), "LOAD DATA failed: {status}");
-    eprintln!(
-        "loaded {n} rows in {:.0} s",
-        started.elapsed().as_secs_f64()
-    );
+    let seconds = mysql_client::load_links_tsv(DATABASE, &tsv, "links")?;
+    eprintln!("loaded {n} rows in {seconds:.0} s");
     sqlx::query("ANALYZE TABLE links").execute(&pool).await?;
     Ok(sample)
 }

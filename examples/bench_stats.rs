@@ -30,13 +30,16 @@
 //! Needs the `mysql` client and `local_infile=ON`. Uses a fresh
 //! `lt_bench_stats_*` database and drops it unless `--keep`.
 
+#[path = "support/mysql_client.rs"]
+mod mysql_client;
+
 use chrono::{Days, NaiveDate, Utc};
 use clap::Parser;
 use linktrack::store::{self, partitions, stats};
 use rand::Rng;
 use sqlx::MySqlPool;
 use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 #[derive(Parser)]
@@ -250,17 +253,7 @@ fn load(
     sql: &str,
     write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
 ) -> anyhow::Result<()> {
-    let mut child = Command::new("mysql")
-        .args([
-            "--local-infile=1",
-            "-h",
-            "127.0.0.1",
-            "-u",
-            "root",
-            db,
-            "-e",
-            sql,
-        ])
+    let mut child = mysql_client::command(db, sql)
         .stdin(Stdio::piped())
         .spawn()
         .map_err(|e| anyhow::anyhow!("running the mysql client: {e}"))?;

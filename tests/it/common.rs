@@ -49,27 +49,32 @@ impl TestDb {
 
 impl Drop for TestDb {
     fn drop(&mut self) {
-        // Drop runs outside any async context we can await in, so the
-        // cleanup gets its own thread and runtime.
         let server = server_url();
         let name = self.name.clone();
-        let _ = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            rt.block_on(async move {
-                if let Ok(pool) = sqlx::MySqlPool::connect(&server).await {
-                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS `{name}`"))
-                        .execute(&pool)
-                        .await;
-                }
-            });
-        })
-        .join();
+        run_detached(async move {
+            if let Ok(pool) = sqlx::MySqlPool::connect(&server).await {
+                let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS `{name}`"))
+                    .execute(&pool)
+                    .await;
+            }
+        });
     }
+}
+
+/// Run `work` to completion on a thread with its own runtime. For `Drop`
+/// impls: they run outside any async context we could await in, and the
+/// test's runtime may already be shutting down.
+pub fn run_detached(work: impl std::future::Future<Output = ()> + Send + 'static) {
+    let _ = std::thread::spawn(move || {
+        let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            return;
+        };
+        runtime.block_on(work);
+    })
+    .join();
 }
 
 pub fn today() -> NaiveDate {

@@ -31,22 +31,12 @@ impl TestLive {
 
 impl Drop for TestLive {
     fn drop(&mut self) {
-        // The test's runtime may be gone: clean up on a thread of our own.
         let prefix = self.prefix.clone();
-        let _ = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            rt.block_on(async move {
-                if let Ok(live) = Live::new(&redis_url(), &prefix) {
-                    let _ = live.clear().await;
-                }
-            });
-        })
-        .join();
+        crate::common::run_detached(async move {
+            if let Ok(live) = Live::new(&redis_url(), &prefix) {
+                let _ = live.clear().await;
+            }
+        });
     }
 }
 
