@@ -9,6 +9,7 @@ mod links;
 mod load;
 mod partitions;
 mod server;
+mod server_crash;
 mod stats;
 mod stats_http;
 mod stats_live;
