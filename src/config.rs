@@ -32,7 +32,8 @@ pub struct Cli {
 #[derive(Debug, Clone, Args)]
 pub struct GlobalArgs {
     /// MySQL or MariaDB URL; the database in it is the one linktrack uses.
-    #[arg(long, env = "DATABASE_URL", default_value = DEFAULT_DATABASE_URL, global = true)]
+    // The URL may carry a password: never echo the environment's value in --help.
+    #[arg(long, env = "DATABASE_URL", default_value = DEFAULT_DATABASE_URL, global = true, hide_env_values = true)]
     pub database_url: String,
 
     /// Log as JSON lines instead of human-readable text (filter with RUST_LOG).
@@ -98,7 +99,7 @@ pub struct EraseArgs {
 #[derive(Debug, Clone, Args)]
 pub struct LiveArgs {
     /// Redis URL, e.g. redis://127.0.0.1:6379; unset turns the live layer off.
-    #[arg(long, env = "REDIS_URL")]
+    #[arg(long, env = "REDIS_URL", hide_env_values = true)]
     pub redis_url: Option<String>,
 
     /// Prefix of every Redis key linktrack writes.
