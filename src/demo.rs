@@ -2,7 +2,9 @@
 //! machine. The fixtures are compiled in, so the command works from any
 //! directory.
 
+use crate::build::letter::tracked_url;
 use crate::build::{self, BuildOptions, Output, Summary};
+use crate::store::links::LinkKind;
 use crate::store::{self, partitions, suppressions};
 use crate::token::Token;
 use anyhow::Context;
@@ -88,11 +90,11 @@ fn sample_urls(letters: &Path, base_url: &str) -> anyhow::Result<Vec<(String, St
     let email = letter["email"].as_str().unwrap_or_default();
     let base = base_url.trim_end_matches('/');
     let mut urls = Vec::new();
-    for (prefix, label) in [
-        ("/c/", "a click"),
-        ("/o/", "the open pixel"),
-        ("/i/", "a proxied image"),
-        ("/u/", "unsubscribe"),
+    for (prefix, kind, label) in [
+        ("/c/", LinkKind::Click, "a click"),
+        ("/o/", LinkKind::Pixel, "the open pixel"),
+        ("/i/", LinkKind::Image, "a proxied image"),
+        ("/u/", LinkKind::Unsubscribe, "unsubscribe"),
     ] {
         let needle = format!("{base}{prefix}");
         let Some(at) = html.find(&needle) else {
@@ -102,11 +104,10 @@ fn sample_urls(letters: &Path, base_url: &str) -> anyhow::Result<Vec<(String, St
         let Some(hex) = html.get(start..start + 32) else {
             continue;
         };
-        if Token::parse(hex).is_ok() {
-            let suffix = if prefix == "/o/" { ".gif" } else { "" };
+        if let Ok(token) = Token::parse(hex) {
             urls.push((
                 format!("{label} in {email}'s letter"),
-                format!("{needle}{hex}{suffix}"),
+                tracked_url(base, kind, &token),
             ));
         }
     }

@@ -104,15 +104,16 @@ fn connect_options(url: &str) -> Result<MySqlConnectOptions, StoreError> {
         .log_slow_statements(tracing::log::LevelFilter::Warn, Duration::from_secs(1)))
 }
 
+fn pool_options(settings: &PoolSettings) -> MySqlPoolOptions {
+    MySqlPoolOptions::new()
+        .max_connections(settings.max_connections)
+        .acquire_timeout(settings.acquire_timeout)
+}
+
 /// Open a pool on an existing database.
 pub async fn connect(url: &str, settings: &PoolSettings) -> Result<MySqlPool, StoreError> {
     let options = connect_options(url)?;
-    let pool = MySqlPoolOptions::new()
-        .max_connections(settings.max_connections)
-        .acquire_timeout(settings.acquire_timeout)
-        .connect_with(options)
-        .await?;
-    Ok(pool)
+    Ok(pool_options(settings).connect_with(options).await?)
 }
 
 /// Create the database if it is missing, then apply every pending migration.
@@ -185,8 +186,5 @@ pub async fn ping(pool: &MySqlPool) -> Result<(), StoreError> {
 /// database is down.
 pub fn connect_lazy(url: &str, settings: &PoolSettings) -> Result<MySqlPool, StoreError> {
     let options = connect_options(url)?;
-    Ok(MySqlPoolOptions::new()
-        .max_connections(settings.max_connections)
-        .acquire_timeout(settings.acquire_timeout)
-        .connect_lazy_with(options))
+    Ok(pool_options(settings).connect_lazy_with(options))
 }
