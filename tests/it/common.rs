@@ -3,6 +3,7 @@
 //! state, and the database is dropped when the test ends.
 
 use chrono::{Days, NaiveDate, Utc};
+use linktrack::store::links::{LinkKind, NewLink};
 use linktrack::store::{self, partitions};
 use linktrack::token::Token;
 use rand::Rng;
@@ -88,4 +89,28 @@ pub fn days_ago(n: u64) -> NaiveDate {
 /// A token made at noon UTC on `day`.
 pub fn token_on(day: NaiveDate) -> Token {
     Token::at(day.and_hms_opt(12, 0, 0).unwrap().and_utc())
+}
+
+/// Click link `n` of letter `n`: a row with nothing special about it.
+pub fn click_link(token: Token, n: u32) -> NewLink {
+    NewLink {
+        token,
+        kind: LinkKind::Click,
+        mailing_id: "test".into(),
+        letter_id: u64::from(n),
+        email: format!("r{n}@example.com"),
+        position: n,
+        url: format!("https://example.com/{n}"),
+        meta: None,
+    }
+}
+
+/// Run the `linktrack` binary on the test's database and wait for it.
+pub fn linktrack(db: &TestDb, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_linktrack"))
+        .args(args)
+        .env("DATABASE_URL", &db.url)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("running linktrack")
 }

@@ -1,4 +1,4 @@
-use crate::common::TestDb;
+use crate::common::{linktrack, TestDb};
 use linktrack::store::links;
 use linktrack::token::Token;
 
@@ -40,13 +40,18 @@ async fn the_demo_builds_the_fixtures_and_its_sample_urls_resolve() {
 async fn the_demo_command_prints_urls_and_exits_with_no_serve() {
     let db = TestDb::new().await;
     let dir = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_linktrack"))
-        .args(["demo", "--no-serve", "--listen", "127.0.0.1:9", "--dir"])
-        .arg(dir.path())
-        .env("DATABASE_URL", &db.url)
-        .env("RUST_LOG", "warn")
-        .output()
-        .unwrap();
+    let dir_arg = dir.path().to_str().expect("a UTF-8 temporary path");
+    let out = linktrack(
+        &db,
+        &[
+            "demo",
+            "--no-serve",
+            "--listen",
+            "127.0.0.1:9",
+            "--dir",
+            dir_arg,
+        ],
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),

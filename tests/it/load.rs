@@ -3,12 +3,12 @@
 //! It prints redirect throughput and latency (every redirect waits for its
 //! journal append) and how long the backlog takes to reach `events`.
 
-use crate::common::{days_ago, TestDb};
+use crate::common::{click_link, days_ago, TestDb};
 use chrono::Utc;
 use linktrack::events::journal::JournalSettings;
 use linktrack::server::state::ServerSettings;
 use linktrack::server::Server;
-use linktrack::store::links::{self, LinkKind, NewLink};
+use linktrack::store::links::{self, NewLink};
 use linktrack::store::{self, PoolSettings};
 use linktrack::token::Token;
 use std::time::{Duration, Instant};
@@ -26,16 +26,7 @@ async fn measure_redirect_throughput() {
     let rows: Vec<NewLink> = tokens
         .iter()
         .enumerate()
-        .map(|(n, token)| NewLink {
-            token: *token,
-            kind: LinkKind::Click,
-            mailing_id: "load".into(),
-            letter_id: n as u64,
-            email: format!("r{n}@example.com"),
-            position: 1,
-            url: format!("https://example.com/{n}"),
-            meta: None,
-        })
+        .map(|(n, token)| click_link(*token, n as u32))
         .collect();
     links::insert(&db.pool, &rows).await.unwrap();
     let dir = tempfile::tempdir().unwrap();

@@ -1,5 +1,5 @@
-use crate::common::{days_ago, today, token_on, TestDb};
-use linktrack::store::links::{self, LinkKind, NewLink};
+use crate::common::{click_link, days_ago, linktrack, today, token_on, TestDb};
+use linktrack::store::links;
 use linktrack::store::partitions::{self, partition_name, Policy, RunOptions};
 use linktrack::store::{self, StoreError};
 
@@ -17,19 +17,6 @@ fn rotate_policy(keep_days: u32) -> Policy {
         today: today(),
         ahead_days: 1,
         keep_days: Some(keep_days),
-    }
-}
-
-fn link_on(day: chrono::NaiveDate, n: u32) -> NewLink {
-    NewLink {
-        token: token_on(day),
-        kind: LinkKind::Click,
-        mailing_id: "m-1".into(),
-        letter_id: u64::from(n),
-        email: format!("r{n}@example.com"),
-        position: n,
-        url: format!("https://example.com/{n}"),
-        meta: None,
     }
 }
 
@@ -64,7 +51,7 @@ async fn migrate_twice_then_ensure_creates_today_through_ahead_for_both_tables()
 async fn rotate_drops_exactly_the_expired_days_and_is_idempotent() {
     let db = TestDb::with_days_since(days_ago(12)).await;
     for n in 0..=12u64 {
-        links::insert(&db.pool, &[link_on(days_ago(n), n as u32)])
+        links::insert(&db.pool, &[click_link(token_on(days_ago(n)), n as u32)])
             .await
             .unwrap();
     }
@@ -191,7 +178,7 @@ async fn dry_run_reports_the_ddl_and_changes_nothing() {
 async fn an_insert_for_a_day_without_a_partition_fails_clearly() {
     let db = TestDb::with_days_since(today()).await;
     let future = today() + chrono::Days::new(30);
-    let err = links::insert(&db.pool, &[link_on(future, 1)])
+    let err = links::insert(&db.pool, &[click_link(token_on(future), 1)])
         .await
         .unwrap_err();
     match &err {
@@ -213,14 +200,7 @@ async fn an_insert_for_a_day_without_a_partition_fails_clearly() {
 #[tokio::test]
 async fn the_cli_migrates_ensures_and_lists() {
     let db = TestDb::new().await;
-    let run = |args: &[&str]| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_linktrack"))
-            .args(args)
-            .env("DATABASE_URL", &db.url)
-            .env("RUST_LOG", "warn")
-            .output()
-            .expect("running linktrack")
-    };
+    let run = |args: &[&str]| linktrack(&db, args);
     assert!(run(&["migrate"]).status.success());
     let ensure = run(&["partitions", "ensure", "--ahead-days", "2"]);
     assert!(ensure.status.success());

@@ -1,8 +1,8 @@
 //! `kill -9` the real server binary under load: every click it answered with
 //! a 302 must reach `events`, from the journal, once a new server starts.
 
-use crate::common::{days_ago, TestDb};
-use linktrack::store::links::{self, LinkKind, NewLink};
+use crate::common::{click_link, days_ago, TestDb};
+use linktrack::store::links::{self, NewLink};
 use linktrack::token::Token;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -58,18 +58,7 @@ async fn clicks_in_db(db: &TestDb) -> i64 {
 async fn kill_9_under_load_loses_no_answered_click() {
     let db = TestDb::with_days_since(days_ago(1)).await;
     let made = chrono::Utc::now() - chrono::Duration::hours(1);
-    let rows: Vec<NewLink> = (0..50)
-        .map(|n| NewLink {
-            token: Token::at(made),
-            kind: LinkKind::Click,
-            mailing_id: "crash".into(),
-            letter_id: n,
-            email: format!("r{n}@example.com"),
-            position: 1,
-            url: format!("https://example.com/{n}"),
-            meta: None,
-        })
-        .collect();
+    let rows: Vec<NewLink> = (0..50).map(|n| click_link(Token::at(made), n)).collect();
     links::insert(&db.pool, &rows).await.unwrap();
     let tokens: Arc<Vec<Token>> = Arc::new(rows.iter().map(|r| r.token).collect());
 

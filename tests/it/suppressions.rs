@@ -1,14 +1,5 @@
-use crate::common::TestDb;
+use crate::common::{linktrack, TestDb};
 use linktrack::store::{self, suppressions, RowFormat};
-
-fn linktrack(db: &TestDb, args: &[&str]) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_linktrack"))
-        .args(args)
-        .env("DATABASE_URL", &db.url)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("running linktrack")
-}
 
 #[tokio::test]
 async fn the_cli_adds_imports_lists_and_removes_normalised_addresses() {
