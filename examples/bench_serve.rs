@@ -26,7 +26,7 @@ use chrono::{Days, NaiveTime, Utc};
 use clap::Parser;
 use linktrack::events::journal::JournalSettings;
 use linktrack::server::state::ServerSettings;
-use linktrack::server::Server;
+use linktrack::server::{App, AppSettings};
 use linktrack::store::{self, links, partitions, PoolSettings};
 use linktrack::token::Token;
 use rand::seq::IndexedRandom;
@@ -265,13 +265,11 @@ async fn redirect_load(
     };
     let journal = dir.join(format!("journal-{record_events}"));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let server = Server::start(
-        listener,
-        pool.clone(),
-        settings,
-        JournalSettings::new(&journal),
-    )
-    .await?;
+    let settings = AppSettings {
+        server: settings,
+        ..AppSettings::new(pool.clone(), JournalSettings::new(&journal))
+    };
+    let server = App::build(settings, listener).await?;
     let addr = server.local_addr()?;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(server.run(async move {

@@ -273,7 +273,14 @@ async fn rollup(url: &str, args: &RollupArgs) -> anyhow::Result<()> {
         settle: Duration::from_millis(args.settle_ms),
     };
     if let Some(secs) = args.every {
-        live::run_worker(pool, live, options, Duration::from_secs(secs.max(1))).await;
+        let every = Duration::from_secs(secs.max(1));
+        let mut workers = crate::server::workers::Workers::new();
+        workers.spawn("rollup", move |stopping| {
+            live::run_worker(pool, live, options, every, stopping)
+        });
+        crate::server::shutdown_signal().await;
+        // The pass in progress commits or rolls back; a minute is plenty.
+        workers.shutdown(Duration::from_secs(60)).await;
         return Ok(());
     }
     let report = live::roll_and_publish(&pool, live.as_ref(), &options).await?;
@@ -311,7 +318,7 @@ fn valid_addresses<'a>(
 
 async fn serve(url: &str, args: &ServeArgs) -> anyhow::Result<()> {
     use crate::events::journal::JournalSettings;
-    use crate::server::{state::ServerSettings, stats::StatsState, Server};
+    use crate::server::{state::ServerSettings, App, AppSettings};
     let pool_settings = store::PoolSettings {
         max_connections: args.db_connections,
         acquire_timeout: Duration::from_millis(args.db_timeout_ms),
@@ -319,42 +326,35 @@ async fn serve(url: &str, args: &ServeArgs) -> anyhow::Result<()> {
     // Connect lazily: the server starts (pixels, journal, health) even while
     // the database is down, and catches up once it is back.
     let pool = store::connect_lazy(url, &pool_settings)?;
-    let settings = ServerSettings {
-        keep_days: args.keep_days,
-        base_url: args.tracking.base_url.clone(),
-        db_timeout: pool_settings.acquire_timeout,
-        trust_forwarded_for: args.trust_forwarded_for,
-        ..ServerSettings::default()
+    let settings = AppSettings {
+        server: ServerSettings {
+            keep_days: args.keep_days,
+            base_url: args.tracking.base_url.clone(),
+            db_timeout: pool_settings.acquire_timeout,
+            trust_forwarded_for: args.trust_forwarded_for,
+            ..ServerSettings::default()
+        },
+        api_token: args.api_token.clone(),
+        secret: args.secret.clone(),
+        live: live_layer(&args.live)?,
+        rollup_every: (args.rollup_every > 0).then(|| Duration::from_secs(args.rollup_every)),
+        admin_listen: Some(args.admin_listen),
+        ..AppSettings::new(pool, JournalSettings::new(&args.journal))
     };
-    let live = live_layer(&args.live)?;
-    let stats = StatsState::new(
-        pool.clone(),
-        args.api_token.as_deref(),
-        args.secret.as_deref(),
-        live.clone(),
-    )
-    .context("preparing the stats dashboard")?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("listening on {}", args.listen))?;
-    let server = Server::start(
-        listener,
-        pool.clone(),
-        settings,
-        JournalSettings::new(&args.journal),
-    )
-    .await
-    .context("starting the server")?
-    .with_stats(stats);
-    if args.rollup_every > 0 {
-        // Dropped with the runtime at exit; the rollup is transactional, so
-        // stopping it mid-batch loses nothing.
-        let options = store::stats::RollupOptions::default();
-        let every = Duration::from_secs(args.rollup_every);
-        tokio::spawn(live::run_worker(pool, live, options, every));
-    }
-    tracing::info!(listen = %server.local_addr()?, base_url = %args.tracking.base_url, "serving");
-    server.run(crate::server::shutdown_signal()).await?;
+    let app = App::build(settings, listener)
+        .await
+        .context("starting the server")?;
+    tracing::info!(
+        listen = %app.local_addr()?,
+        admin = %args.admin_listen,
+        base_url = %args.tracking.base_url,
+        workers = ?app.worker_names(),
+        "serving"
+    );
+    app.run(crate::server::shutdown_signal()).await?;
     tracing::info!("stopped");
     Ok(())
 }
@@ -388,6 +388,7 @@ async fn demo(url: &str, args: &DemoArgs) -> anyhow::Result<()> {
     );
     let serve_args = ServeArgs {
         listen: args.listen,
+        admin_listen: args.admin_listen,
         tracking: crate::config::TrackingArgs { base_url },
         keep_days: crate::config::DEFAULT_KEEP_DAYS,
         journal: args.dir.join("journal"),

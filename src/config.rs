@@ -8,6 +8,8 @@ use std::path::PathBuf;
 pub const DEFAULT_DATABASE_URL: &str = "mysql://root@127.0.0.1:3306/linktrack";
 pub const DEFAULT_BASE_URL: &str = "http://127.0.0.1:8080";
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+/// Where `/metrics` and `/readyz` answer by default: loopback only.
+pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9464";
 /// How many days of links and events are kept. Shared by `rotate` (what to
 /// drop) and the server (which tokens are expired without a database read).
 pub const DEFAULT_KEEP_DAYS: u32 = 90;
@@ -78,6 +80,10 @@ pub struct DemoArgs {
     /// Address the demo's server listens on.
     #[arg(long, env = "LINKTRACK_LISTEN", default_value = DEFAULT_LISTEN)]
     pub listen: std::net::SocketAddr,
+
+    /// Address of the demo server's `/metrics` and `/readyz`.
+    #[arg(long, env = "LINKTRACK_ADMIN_LISTEN", default_value = DEFAULT_ADMIN_LISTEN)]
+    pub admin_listen: std::net::SocketAddr,
 
     /// Base URL in the built letters (default: http:// + --listen).
     #[arg(long, env = "LINKTRACK_BASE_URL")]
@@ -282,6 +288,11 @@ pub struct ServeArgs {
     /// Address to listen on.
     #[arg(long, env = "LINKTRACK_LISTEN", default_value = DEFAULT_LISTEN)]
     pub listen: std::net::SocketAddr,
+
+    /// Address of the operators' listener: `/metrics` and `/readyz` answer
+    /// there only (the public listener keeps `/healthz`).
+    #[arg(long, env = "LINKTRACK_ADMIN_LISTEN", default_value = DEFAULT_ADMIN_LISTEN)]
+    pub admin_listen: std::net::SocketAddr,
 
     #[command(flatten)]
     pub tracking: TrackingArgs,

@@ -316,18 +316,25 @@ async fn publish(pool: &MySqlPool, live: &Live, batch: &RolledBatch) -> Result<(
     live.apply(&counts, &clicks).await
 }
 
-/// Run [`roll_and_publish`] every `every` until the task is dropped; errors
-/// are logged and retried on the next tick. The server spawns this.
+/// Run [`roll_and_publish`] every `every` until `stopping` says stop;
+/// errors are logged and retried on the next tick. A stop never interrupts
+/// a pass midway: each rollup batch is one transaction, and the pass in
+/// progress finishes first.
 pub async fn run_worker(
     pool: MySqlPool,
     live: Option<Live>,
     options: RollupOptions,
     every: Duration,
+    mut stopping: crate::server::workers::Stopping,
 ) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tick.tick().await;
+        tokio::select! {
+            biased;
+            () = stopping.requested() => return,
+            _ = tick.tick() => {}
+        }
         match roll_and_publish(&pool, live.as_ref(), &options).await {
             Ok(report) if report.events() > 0 => tracing::debug!("{report}"),
             Ok(_) => {}

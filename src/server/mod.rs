@@ -1,6 +1,10 @@
 //! `linktrack serve`: the tracking HTTP server. How to run and watch it:
 //! `docs/serve.md`.
 //!
+//! * [`app`]: [`App`], the one wiring: listeners, event pipeline, workers,
+//!   ordered shutdown;
+//! * [`workers`]: background workers joined at shutdown (rollup; webhook and
+//!   AMQP senders register there);
 //! * [`handlers`]: thin handlers for `/c`, `/o`, `/u`, `/i` and health;
 //! * [`state`]: shared state, token checks and the link cache;
 //! * [`record`]: classify a hit and journal it (see [`crate::events`]);
@@ -8,6 +12,7 @@
 //! * [`error`]: the one error type, rendered as small pages;
 //! * [`metrics`]: Prometheus recorder and request metrics.
 
+pub mod app;
 pub mod error;
 pub mod handlers;
 pub mod image;
@@ -17,17 +22,15 @@ pub mod record;
 pub mod request;
 pub mod state;
 pub mod stats;
+pub mod workers;
 
-use crate::events::journal::{JournalError, JournalSettings};
-use crate::events::EventPipeline;
+pub use app::{App, AppSettings};
+
+use crate::events::journal::JournalError;
 use axum::routing::get;
 use axum::Router;
-use sqlx::MySqlPool;
-use state::{AppState, ServerSettings};
-use std::future::Future;
+use state::AppState;
 use std::net::SocketAddr;
-use tokio::net::TcpListener;
-use tokio::task::AbortHandle;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::{DefaultOnFailure, TraceLayer};
 
@@ -37,18 +40,18 @@ pub enum ServeError {
     Journal(#[from] JournalError),
     #[error("building the image proxy client: {0}")]
     Client(#[from] reqwest::Error),
+    #[error("preparing the stats dashboard: {0}")]
+    Stats(Box<stats::StatsError>),
+    #[error("listening on {0}: {1}")]
+    Bind(SocketAddr, std::io::Error),
     #[error("serving HTTP: {0}")]
     Io(#[from] std::io::Error),
 }
 
-/// All tracking routes, with request ids, tracing and metrics.
-pub fn router(state: AppState) -> Router {
-    app(state, None)
-}
-
-/// The tracking routes plus, when given, the stats API and dashboard, all
-/// under the same request ids, tracing and metrics.
-fn app(state: AppState, stats: Option<stats::StatsState>) -> Router {
+/// The public host: tracking routes, `/healthz`, the stats API and
+/// dashboard, all under the same request ids, tracing and metrics.
+/// Readiness and metrics are on the admin listener only ([`app`]).
+fn public_router(state: AppState, stats: stats::StatsState) -> Router {
     let request_id = axum::http::HeaderName::from_static("x-request-id");
     let tracking = Router::new()
         .route("/c/{token}", get(handlers::click))
@@ -59,15 +62,10 @@ fn app(state: AppState, stats: Option<stats::StatsState>) -> Router {
         )
         .route("/i/{token}", get(handlers::image))
         .route("/healthz", get(handlers::healthz))
-        .route("/readyz", get(handlers::readyz))
-        .route("/metrics", get(handlers::metrics))
         .fallback(handlers::not_found)
         .with_state(state);
-    let routes = match stats {
-        Some(stats) => tracking.merge(stats::router(stats)),
-        None => tracking,
-    };
-    routes
+    tracking
+        .merge(stats::router(stats))
         .layer(axum::middleware::from_fn(metrics::track))
         .layer(
             TraceLayer::new_for_http()
@@ -93,80 +91,6 @@ fn request_span(request: &axum::http::Request<axum::body::Body>) -> tracing::Spa
         .get::<axum::extract::MatchedPath>()
         .map_or("unmatched", |p| p.as_str());
     tracing::info_span!("request", request_id = %id, method = %request.method(), route)
-}
-
-/// A started server: listening, journal recovered, background tasks running.
-pub struct Server {
-    listener: TcpListener,
-    state: AppState,
-    pipeline: EventPipeline,
-    stats: Option<stats::StatsState>,
-}
-
-impl Server {
-    /// Recover the journal, start the event pipeline and build the state.
-    pub async fn start(
-        listener: TcpListener,
-        pool: MySqlPool,
-        settings: ServerSettings,
-        journal: JournalSettings,
-    ) -> Result<Server, ServeError> {
-        let pipeline = EventPipeline::start(pool.clone(), journal).await?;
-        let state = AppState::new(pool, settings, pipeline.recorder(), metrics::prometheus())?;
-        Ok(Server {
-            listener,
-            state,
-            pipeline,
-            stats: None,
-        })
-    }
-
-    /// Also serve the stats API and dashboard; `/readyz` then reports Redis too.
-    pub fn with_stats(mut self, stats: stats::StatsState) -> Server {
-        self.state.live = stats.live.clone();
-        self.stats = Some(stats);
-        self
-    }
-
-    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        self.listener.local_addr()
-    }
-
-    /// Serve until `shutdown` completes, let in-flight requests finish, then
-    /// flush the journal to the database (bounded by the flush deadline).
-    pub async fn run(
-        self,
-        shutdown: impl Future<Output = ()> + Send + 'static,
-    ) -> Result<(), ServeError> {
-        let deadline = self.state.settings.flush_deadline;
-        let app = app(self.state, self.stats).into_make_service_with_connect_info::<SocketAddr>();
-        let served = axum::serve(self.listener, app)
-            .with_graceful_shutdown(shutdown)
-            .await;
-        tracing::info!("stopped accepting requests; flushing events");
-        self.pipeline.shutdown(deadline).await;
-        served.map_err(ServeError::from)
-    }
-
-    /// Serve on a background task that can be killed as a crash would kill
-    /// it: nothing flushed. Returns handles that abort everything. For tests.
-    pub fn spawn_abortable(self) -> Vec<AbortHandle> {
-        let Server {
-            listener,
-            state,
-            pipeline,
-            stats,
-        } = self;
-        let app = app(state, stats).into_make_service_with_connect_info::<SocketAddr>();
-        let mut handles = pipeline.abort_handles();
-        let serving = tokio::spawn(async move {
-            // The pipeline lives as long as the server task.
-            let _pipeline = pipeline;
-            axum::serve(listener, app).await
-        });
-        handles.push(serving.abort_handle());
-        handles
-    }
 }
 
 /// Resolves on SIGTERM or SIGINT (Ctrl-C).

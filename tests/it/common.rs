@@ -114,3 +114,68 @@ pub fn linktrack(db: &TestDb, args: &[&str]) -> std::process::Output {
         .output()
         .expect("running linktrack")
 }
+
+/// A server wired by `App::build` (the one wiring `serve` uses) on free
+/// loopback ports, running on a task, with a journal of its own.
+pub struct RunningApp {
+    pub base: String,
+    /// The admin listener: `/readyz`, `/metrics`.
+    pub admin: String,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Result<(), linktrack::server::ServeError>>,
+    _journal: tempfile::TempDir,
+}
+
+impl RunningApp {
+    /// Build and run the app on `pool`; `configure` adjusts the defaults.
+    pub async fn start(
+        pool: MySqlPool,
+        configure: impl FnOnce(linktrack::server::AppSettings) -> linktrack::server::AppSettings,
+    ) -> RunningApp {
+        use linktrack::events::journal::JournalSettings;
+        use linktrack::server::{App, AppSettings};
+        let journal = tempfile::tempdir().expect("a journal directory");
+        let settings = configure(AppSettings::new(pool, JournalSettings::new(journal.path())));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let app = App::build(settings, listener).await.expect("app builds");
+        let base = format!("http://{}", app.local_addr().unwrap());
+        let admin = format!("http://{}", app.admin_addr().expect("an admin listener"));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(app.run(async move {
+            let _ = stopped.await;
+        }));
+        RunningApp {
+            base,
+            admin,
+            stop,
+            task,
+            _journal: journal,
+        }
+    }
+
+    /// A running app with the stats API and dashboard on.
+    pub async fn with_stats(
+        pool: MySqlPool,
+        api_token: Option<&str>,
+        secret: Option<&str>,
+        live: Option<linktrack::live::Live>,
+    ) -> RunningApp {
+        RunningApp::start(pool, |settings| linktrack::server::AppSettings {
+            api_token: api_token.map(str::to_owned),
+            secret: secret.map(str::to_owned),
+            live,
+            ..settings
+        })
+        .await
+    }
+
+    /// Graceful stop; panics if the app did not run cleanly.
+    pub async fn stop(self) {
+        let _ = self.stop.send(());
+        tokio::time::timeout(std::time::Duration::from_secs(10), self.task)
+            .await
+            .expect("app stops within 10s")
+            .expect("app task")
+            .expect("app ran cleanly");
+    }
+}

@@ -7,7 +7,7 @@ use crate::common::{click_link, days_ago, TestDb};
 use chrono::Utc;
 use linktrack::events::journal::JournalSettings;
 use linktrack::server::state::ServerSettings;
-use linktrack::server::Server;
+use linktrack::server::{App, AppSettings};
 use linktrack::store::links::{self, NewLink};
 use linktrack::store::{self, PoolSettings};
 use linktrack::token::Token;
@@ -34,14 +34,11 @@ async fn measure_redirect_throughput() {
         .await
         .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let server = Server::start(
-        listener,
-        pool,
-        ServerSettings::default(),
-        JournalSettings::new(dir.path()),
-    )
-    .await
-    .unwrap();
+    let settings = AppSettings {
+        server: ServerSettings::default(),
+        ..AppSettings::new(pool, JournalSettings::new(dir.path()))
+    };
+    let server = App::build(settings, listener).await.unwrap();
     let base = format!("http://{}", server.local_addr().unwrap());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let serving = tokio::spawn(server.run(async move {

@@ -7,7 +7,7 @@ use chrono::Utc;
 use linktrack::events::journal::JournalSettings;
 use linktrack::server::image::AddressPolicy;
 use linktrack::server::state::ServerSettings;
-use linktrack::server::{ServeError, Server};
+use linktrack::server::{App, AppSettings, ServeError};
 use linktrack::store::links::{self, LinkKind, NewLink};
 use linktrack::store::{self, PoolSettings};
 use linktrack::token::Token;
@@ -26,6 +26,8 @@ const BROWSER: &str =
 /// A server running on a task, stopped gracefully by [`TestServer::stop`].
 struct TestServer {
     base: String,
+    /// The admin listener: `/readyz` and `/metrics`.
+    admin: String,
     shutdown: oneshot::Sender<()>,
     task: JoinHandle<Result<(), ServeError>>,
 }
@@ -45,11 +47,13 @@ fn test_settings() -> ServerSettings {
     }
 }
 
-async fn started(pool: MySqlPool, journal: &Path, settings: ServerSettings) -> Server {
+async fn started(pool: MySqlPool, journal: &Path, settings: ServerSettings) -> App {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    Server::start(listener, pool, settings, fast_journal(journal))
-        .await
-        .expect("server starts")
+    let settings = AppSettings {
+        server: settings,
+        ..AppSettings::new(pool, fast_journal(journal))
+    };
+    App::build(settings, listener).await.expect("server starts")
 }
 
 impl TestServer {
@@ -60,12 +64,14 @@ impl TestServer {
     async fn start_with(pool: MySqlPool, journal: &Path, settings: ServerSettings) -> TestServer {
         let server = started(pool, journal, settings).await;
         let base = format!("http://{}", server.local_addr().unwrap());
+        let admin = format!("http://{}", server.admin_addr().expect("an admin listener"));
         let (shutdown, stop) = oneshot::channel::<()>();
         let task = tokio::spawn(server.run(async move {
             let _ = stop.await;
         }));
         TestServer {
             base,
+            admin,
             shutdown,
             task,
         }
@@ -73,6 +79,10 @@ impl TestServer {
 
     fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
+    }
+
+    fn admin_url(&self, path: &str) -> String {
+        format!("{}{path}", self.admin)
     }
 
     /// Graceful stop: in-flight requests finish, the journal is flushed.
@@ -572,15 +582,13 @@ async fn while_the_database_is_down_hot_links_redirect_and_events_wait() {
     let server = TestServer::start(pool.clone(), dir.path()).await;
     let http = client();
     let get = |path: String| http.get(server.url(&path)).send();
+    let ready = || http.get(server.admin_url("/readyz")).send();
 
     assert_eq!(
         get(format!("/c/{hot}")).await.unwrap().status(),
         StatusCode::FOUND
     );
-    assert_eq!(
-        get("/readyz".into()).await.unwrap().status(),
-        StatusCode::OK
-    );
+    assert_eq!(ready().await.unwrap().status(), StatusCode::OK);
     // Viewing the confirmation page caches the unsubscribe link.
     let page = get(format!("/u/{unsubscribe}")).await.unwrap();
     assert_eq!(page.status(), StatusCode::OK);
@@ -606,7 +614,7 @@ async fn while_the_database_is_down_hot_links_redirect_and_events_wait() {
         started.elapsed() < Duration::from_secs(2),
         "a miss fails fast"
     );
-    let ready = get("/readyz".into()).await.unwrap();
+    let ready = ready().await.unwrap();
     assert_eq!(ready.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert!(ready.text().await.unwrap().contains("unavailable"));
     let one_click = http
@@ -711,7 +719,7 @@ async fn health_and_metrics_answer() {
     let http = client();
     let health = http.get(server.url("/healthz")).send().await.unwrap();
     assert_eq!(health.status(), StatusCode::OK);
-    let ready = http.get(server.url("/readyz")).send().await.unwrap();
+    let ready = http.get(server.admin_url("/readyz")).send().await.unwrap();
     assert_eq!(ready.status(), StatusCode::OK);
     assert!(ready.text().await.unwrap().contains("\"ok\""));
     let _ = http.get(server.url("/c/zzz")).send().await.unwrap();
@@ -721,7 +729,7 @@ async fn health_and_metrics_answer() {
         .send()
         .await
         .unwrap();
-    let metrics = http.get(server.url("/metrics")).send().await.unwrap();
+    let metrics = http.get(server.admin_url("/metrics")).send().await.unwrap();
     assert_eq!(metrics.status(), StatusCode::OK);
     let text = metrics.text().await.unwrap();
     assert!(text.contains("linktrack_http_requests_total"), "{text}");
@@ -735,6 +743,16 @@ async fn health_and_metrics_answer() {
         text.contains("linktrack_http_request_duration_seconds_bucket"),
         "{text}"
     );
+    for operators_only in ["/readyz", "/metrics"] {
+        let public = http.get(server.url(operators_only)).send().await.unwrap();
+        assert_eq!(
+            public.status(),
+            StatusCode::NOT_FOUND,
+            "{operators_only} answers on the admin listener only"
+        );
+    }
+    let admin_health = http.get(server.admin_url("/healthz")).send().await.unwrap();
+    assert_eq!(admin_health.status(), StatusCode::OK);
     drop(http);
     server.stop().await;
 }
@@ -973,6 +991,7 @@ async fn the_binary_flushes_journaled_events_on_sigterm() {
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_linktrack"))
         .args(["serve", "--listen", &addr.to_string(), "--journal"])
         .arg(dir.path())
+        .env("LINKTRACK_ADMIN_LISTEN", "127.0.0.1:0")
         .env("DATABASE_URL", &db.url)
         .env("RUST_LOG", "warn")
         .spawn()
@@ -988,6 +1007,7 @@ async fn the_binary_flushes_journaled_events_on_sigterm() {
     let second = std::process::Command::new(env!("CARGO_BIN_EXE_linktrack"))
         .args(["serve", "--listen", "127.0.0.1:0", "--journal"])
         .arg(dir.path())
+        .env("LINKTRACK_ADMIN_LISTEN", "127.0.0.1:0")
         .env("DATABASE_URL", &db.url)
         .env("RUST_LOG", "error")
         .output()
@@ -1240,6 +1260,10 @@ fn serve_flags_parse_with_defaults() {
     assert_eq!(args.keep_days, 30);
     assert!(!args.trust_forwarded_for);
     assert!(args.db_timeout_ms > 0);
+    assert!(
+        args.admin_listen.ip().is_loopback(),
+        "metrics and readiness stay off the network by default"
+    );
 }
 
 #[tokio::test]

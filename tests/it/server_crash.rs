@@ -25,6 +25,9 @@ fn serve(
             "0",
             "--listen",
             &addr.to_string(),
+            // Tests run in parallel: any free port.
+            "--admin-listen",
+            "127.0.0.1:0",
             "--journal",
         ])
         .arg(journal)

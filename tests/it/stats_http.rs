@@ -1,9 +1,8 @@
 //! The stats router over real HTTP: access rules, the JSON API, the login
 //! cookie, and the dashboard rendered by a real browser (headless Chromium).
 
-use crate::common::{days_ago, TestDb};
+use crate::common::{days_ago, RunningApp, TestDb};
 use crate::stats::{letters, record, traffic, LINKS, MAILING};
-use linktrack::server::stats::{router, StatsState};
 use linktrack::store::stats;
 use reqwest::header;
 use reqwest::StatusCode;
@@ -12,12 +11,9 @@ use std::path::{Path, PathBuf};
 const TOKEN: &str = "test-token-0123456789";
 const SECRET: &str = "test-secret";
 
-/// Serve the stats router alone on a free port; returns its base URL.
-async fn spawn(state: StatsState) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, router(state)).await });
-    format!("http://{addr}")
+/// Serve the app with these stats settings on a free port.
+async fn spawn(db: &TestDb, api_token: Option<&str>, secret: Option<&str>) -> RunningApp {
+    RunningApp::with_stats(db.pool.clone(), api_token, secret, None).await
 }
 
 fn client() -> reqwest::Client {
@@ -48,7 +44,8 @@ fn fixture_letter() -> PathBuf {
 #[tokio::test]
 async fn everything_is_404_without_an_api_token() {
     let db = rolled_db().await;
-    let base = spawn(StatsState::new(db.pool.clone(), None, Some(SECRET), None).unwrap()).await;
+    let app = spawn(&db, None, Some(SECRET)).await;
+    let base = &app.base;
     for path in [
         format!("/api/mailings/{MAILING}/stats"),
         "/mailings".to_owned(),
@@ -63,12 +60,14 @@ async fn everything_is_404_without_an_api_token() {
             .unwrap();
         assert_eq!(response.status(), StatusCode::NOT_FOUND, "{path}");
     }
+    app.stop().await;
 }
 
 #[tokio::test]
 async fn the_api_needs_the_token_and_answers_json() {
     let db = rolled_db().await;
-    let base = spawn(StatsState::new(db.pool.clone(), Some(TOKEN), None, None).unwrap()).await;
+    let app = spawn(&db, Some(TOKEN), None).await;
+    let base = &app.base;
     let url = format!("{base}/api/mailings/{MAILING}/stats");
 
     let anonymous = client().get(&url).send().await.unwrap();
@@ -119,13 +118,14 @@ async fn the_api_needs_the_token_and_answers_json() {
     assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
     let error: serde_json::Value = serde_json::from_str(&unknown.text().await.unwrap()).unwrap();
     assert!(error["error"].as_str().unwrap().contains("nope"), "{error}");
+    app.stop().await;
 }
 
 #[tokio::test]
 async fn the_login_form_sets_a_strict_httponly_session_cookie() {
     let db = rolled_db().await;
-    let base =
-        spawn(StatsState::new(db.pool.clone(), Some(TOKEN), Some(SECRET), None).unwrap()).await;
+    let app = spawn(&db, Some(TOKEN), Some(SECRET)).await;
+    let base = &app.base;
     let page = client()
         .get(format!("{base}/mailings"))
         .send()
@@ -226,7 +226,8 @@ async fn the_dashboard_renders_in_a_real_browser_with_click_badges() {
         panic!("chromium is not installed: apt-get install -y chromium (.ci/run does this)");
     };
     let db = rolled_db().await;
-    let base = spawn(StatsState::new(db.pool.clone(), Some(TOKEN), None, None).unwrap()).await;
+    let app = spawn(&db, Some(TOKEN), None).await;
+    let base = &app.base;
     let html = client()
         .get(format!("{base}/mailings/{MAILING}"))
         .bearer_auth(TOKEN)

@@ -2,10 +2,9 @@
 //! `LINKTRACK_TEST_REDIS`), each test under its own key prefix, removed at
 //! the end.
 
-use crate::common::{days_ago, TestDb};
+use crate::common::{days_ago, RunningApp, TestDb};
 use crate::stats::{letters, record, traffic, MAILING};
 use linktrack::live::{self, Live, SegmentQuery};
-use linktrack::server::stats::{router, StatsState};
 use linktrack::store::{erase, stats};
 
 fn redis_url() -> String {
@@ -121,10 +120,8 @@ async fn the_rollup_keeps_live_counters_recent_clicks_top_links_and_segments() {
     );
 
     // The same through the HTTP API, with the live section in the stats.
-    let state = StatsState::new(db.pool.clone(), Some("tok"), None, Some(live.clone())).unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, router(state)).await });
+    let app = RunningApp::with_stats(db.pool.clone(), Some("tok"), None, Some(live.clone())).await;
+    let base = app.base.clone();
     let get = |path: String| {
         let url = format!("{base}{path}");
         async move {
@@ -189,10 +186,8 @@ async fn with_redis_down_the_rollup_and_the_api_keep_working() {
     assert_eq!(report.events(), 10);
     assert!(!live.is_up());
 
-    let state = StatsState::new(db.pool.clone(), Some("tok"), None, Some(live)).unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, router(state)).await });
+    let app = RunningApp::with_stats(db.pool.clone(), Some("tok"), None, Some(live)).await;
+    let base = app.base.clone();
     let client = reqwest::Client::new();
     let stats = client
         .get(format!("{base}/api/mailings/{MAILING}/stats"))
@@ -212,6 +207,20 @@ async fn with_redis_down_the_rollup_and_the_api_keep_working() {
         .await
         .unwrap();
     assert_eq!(seg.status(), 503);
+    // The server stays ready without Redis, and says Redis is down.
+    let ready = client
+        .get(format!("{}/readyz", app.admin))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), 200);
+    let ready: serde_json::Value = serde_json::from_str(&ready.text().await.unwrap()).unwrap();
+    assert_eq!(
+        (ready["database"].as_str(), ready["redis"].as_str()),
+        (Some("ok"), Some("unavailable")),
+        "{ready}"
+    );
+    app.stop().await;
 }
 
 #[tokio::test]

@@ -1,14 +1,12 @@
 //! The parts together: build the fixture mailing, click through the real
-//! server, roll the events up, read them back from the stats API that the
-//! same server mounts, and see Redis in `/readyz`.
+//! server, let its rollup worker count the click, read it back from the
+//! stats API that the same server mounts, and see Redis in `/readyz` on the
+//! admin listener.
 
 use crate::common::TestDb;
 use linktrack::events::journal::JournalSettings;
-use linktrack::live::{self, Live};
-use linktrack::server::state::ServerSettings;
-use linktrack::server::stats::StatsState;
-use linktrack::server::Server;
-use linktrack::store::stats::RollupOptions;
+use linktrack::live::Live;
+use linktrack::server::{App, AppSettings};
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
@@ -31,17 +29,19 @@ async fn a_click_on_a_built_letter_shows_in_the_stats_api_of_the_same_server() {
 
     let prefix = format!("lt:test:{}:", db.name);
     let redis = Live::new("redis://127.0.0.1:6379", &prefix).unwrap();
-    let stats =
-        StatsState::new(db.pool.clone(), Some("s3cret"), None, Some(redis.clone())).unwrap();
-    let server = Server::start(
-        listener,
-        db.pool.clone(),
-        ServerSettings::default(),
-        JournalSettings::new(dir.path().join("journal")),
-    )
-    .await
-    .unwrap()
-    .with_stats(stats);
+    let settings = AppSettings {
+        api_token: Some("s3cret".to_owned()),
+        live: Some(redis.clone()),
+        // The app's own rollup worker counts the click.
+        rollup_every: Some(Duration::from_millis(200)),
+        ..AppSettings::new(
+            db.pool.clone(),
+            JournalSettings::new(dir.path().join("journal")),
+        )
+    };
+    let server = App::build(settings, listener).await.unwrap();
+    assert_eq!(server.worker_names(), ["rollup"]);
+    let admin = format!("http://{}", server.admin_addr().unwrap());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(server.run(async move {
         let _ = stopped.await;
@@ -67,9 +67,6 @@ async fn a_click_on_a_built_letter_shows_in_the_stats_api_of_the_same_server() {
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut summary = Value::Null;
     while Instant::now() < deadline {
-        live::roll_and_publish(&db.pool, Some(&redis), &RollupOptions::default())
-            .await
-            .unwrap();
         let answer = http
             .get(format!("{base}/api/mailings/weekly-2026-47/stats"))
             .bearer_auth("s3cret")
@@ -106,7 +103,7 @@ async fn a_click_on_a_built_letter_shows_in_the_stats_api_of_the_same_server() {
     assert_eq!(unauthorised.status(), 401);
     let ready: Value = serde_json::from_str(
         &http
-            .get(format!("{base}/readyz"))
+            .get(format!("{admin}/readyz"))
             .send()
             .await
             .unwrap()

@@ -1,0 +1,252 @@
+//! The one wiring of the server, used by `linktrack serve`, `linktrack demo`,
+//! every test and every benchmark: [`App::build`] recovers the journal,
+//! starts the event pipeline and the background [`Workers`], binds the
+//! admin listener; [`App::run`] serves until told to stop, then shuts down
+//! in order.
+//!
+//! # Shutdown order
+//! 1. Both listeners stop accepting; in-flight requests finish.
+//! 2. The event pipeline flushes: the journal writer seals its last segment,
+//!    the replayer makes a last pass into `events` (bounded by
+//!    `flush_deadline`; what is left stays journaled for the next start).
+//! 3. The background workers are asked to stop and joined (same bound), so
+//!    a worker reading `events` sees every event of this run on its way out.
+
+use super::state::{AppState, ServerSettings};
+use super::stats::{StatsError, StatsState};
+use super::workers::Workers;
+use super::{handlers, metrics, public_router, ServeError};
+use crate::events::journal::JournalSettings;
+use crate::events::EventPipeline;
+use crate::live::Live;
+use crate::store::stats::RollupOptions;
+use axum::routing::get;
+use axum::Router;
+use sqlx::MySqlPool;
+use std::future::Future;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::AbortHandle;
+
+/// Everything [`App::build`] needs besides the public listener.
+#[derive(Clone)]
+pub struct AppSettings {
+    /// The server's pool (connect lazily to start while the database is down).
+    pub pool: MySqlPool,
+    pub server: ServerSettings,
+    pub journal: JournalSettings,
+    /// Bearer token of the stats API and dashboard; `None` turns them off.
+    pub api_token: Option<String>,
+    /// Key of the dashboard login cookie; `None` turns the login form off.
+    pub secret: Option<String>,
+    /// The Redis live layer, when configured.
+    pub live: Option<Live>,
+    /// Run the rollup worker in this process this often; `None`: not here.
+    pub rollup_every: Option<Duration>,
+    pub rollup: RollupOptions,
+    /// Where `/metrics` and `/readyz` answer; `None`: nowhere.
+    pub admin_listen: Option<SocketAddr>,
+}
+
+impl AppSettings {
+    /// Defaults around a pool and a journal directory: stats off, no live
+    /// layer, no rollup worker, the admin listener on a free loopback port.
+    pub fn new(pool: MySqlPool, journal: JournalSettings) -> AppSettings {
+        AppSettings {
+            pool,
+            server: ServerSettings::default(),
+            journal,
+            api_token: None,
+            secret: None,
+            live: None,
+            rollup_every: None,
+            rollup: RollupOptions::default(),
+            admin_listen: Some(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))),
+        }
+    }
+}
+
+/// A built server: listening, journal recovered, workers running.
+pub struct App {
+    public: TcpListener,
+    admin: Option<TcpListener>,
+    state: AppState,
+    stats: StatsState,
+    pipeline: EventPipeline,
+    workers: Workers,
+}
+
+impl App {
+    /// Recover the journal, start the event pipeline and the background
+    /// workers, bind the admin listener.
+    pub async fn build(settings: AppSettings, listener: TcpListener) -> Result<App, ServeError> {
+        let admin = match settings.admin_listen {
+            Some(addr) => Some(
+                TcpListener::bind(addr)
+                    .await
+                    .map_err(|err| ServeError::Bind(addr, err))?,
+            ),
+            None => None,
+        };
+        let pool = settings.pool.clone();
+        let pipeline = EventPipeline::start(pool.clone(), settings.journal.clone()).await?;
+        let mut state = AppState::new(
+            pool.clone(),
+            settings.server.clone(),
+            pipeline.recorder(),
+            metrics::prometheus(),
+        )?;
+        state.live = settings.live.clone();
+        let stats = StatsState::new(
+            pool,
+            settings.api_token.as_deref(),
+            settings.secret.as_deref(),
+            settings.live.clone(),
+        )?;
+        let workers = start_workers(&settings);
+        Ok(App {
+            public: listener,
+            admin,
+            state,
+            stats,
+            pipeline,
+            workers,
+        })
+    }
+
+    /// The public listener's address.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.public.local_addr()
+    }
+
+    /// The admin listener's address, if there is one.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
+    /// Names of the running background workers (for logs and tests).
+    pub fn worker_names(&self) -> Vec<&'static str> {
+        self.workers.names()
+    }
+
+    /// Serve until `shutdown` completes, then stop in the order of the
+    /// module docs.
+    pub async fn run(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ServeError> {
+        let App {
+            public,
+            admin,
+            state,
+            stats,
+            pipeline,
+            workers,
+        } = self;
+        let deadline = state.settings.flush_deadline;
+        // One shutdown signal for both listeners.
+        let (stop, stopped) = watch::channel(false);
+        let admin_task = admin.map(|listener| {
+            let app = admin_router(state.clone());
+            let mut stopped = stopped.clone();
+            tokio::spawn(async move {
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(async move {
+                        let _ = stopped.wait_for(|s| *s).await;
+                    })
+                    .await
+            })
+        });
+        let app = public_router(state, stats).into_make_service_with_connect_info::<SocketAddr>();
+        let mut public_stopped = stopped;
+        let served = axum::serve(public, app)
+            .with_graceful_shutdown(async move {
+                tokio::select! {
+                    () = shutdown => {}
+                    _ = public_stopped.wait_for(|s| *s) => {}
+                }
+            })
+            .await;
+        let _ = stop.send(true);
+        let admin_served = match admin_task {
+            Some(task) => match task.await {
+                Ok(result) => result,
+                Err(err) => Err(std::io::Error::other(err)),
+            },
+            None => Ok(()),
+        };
+        tracing::info!("stopped accepting requests; flushing events");
+        pipeline.shutdown(deadline).await;
+        workers.shutdown(deadline).await;
+        served?;
+        admin_served.map_err(ServeError::from)
+    }
+
+    /// Serve on background tasks that can be killed as a crash would kill
+    /// them: nothing flushed. Returns handles that abort everything. For
+    /// tests of journal durability.
+    #[doc(hidden)]
+    pub fn spawn_abortable(self) -> Vec<AbortHandle> {
+        let App {
+            public,
+            admin,
+            state,
+            stats,
+            pipeline,
+            workers,
+        } = self;
+        let mut handles = pipeline.abort_handles();
+        handles.extend(workers.abort_handles());
+        if let Some(listener) = admin {
+            let app = admin_router(state.clone());
+            handles
+                .push(tokio::spawn(async move { axum::serve(listener, app).await }).abort_handle());
+        }
+        let app = public_router(state, stats).into_make_service_with_connect_info::<SocketAddr>();
+        let serving = tokio::spawn(async move {
+            // The pipeline and the workers live as long as the server task.
+            let _pipeline = pipeline;
+            let _workers = workers;
+            axum::serve(public, app).await
+        });
+        handles.push(serving.abort_handle());
+        handles
+    }
+}
+
+/// Start the background workers this configuration asks for.
+///
+/// **Register new background workers here** (webhook and AMQP senders,
+/// issue 9): `workers.spawn("name", |stopping| your_loop(.., stopping))`.
+/// Each is stopped and joined by [`App::run`] after the event pipeline has
+/// flushed (see the module docs).
+fn start_workers(settings: &AppSettings) -> Workers {
+    let mut workers = Workers::new();
+    if let Some(every) = settings.rollup_every {
+        let pool = settings.pool.clone();
+        let live = settings.live.clone();
+        let options = settings.rollup;
+        workers.spawn("rollup", move |stopping| {
+            crate::live::run_worker(pool, live, options, every, stopping)
+        });
+    }
+    workers
+}
+
+/// The operators' listener: readiness and metrics, off the public host
+/// (`/readyz` reports the database's error text).
+fn admin_router(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(handlers::healthz))
+        .route("/readyz", get(handlers::readyz))
+        .route("/metrics", get(handlers::metrics))
+        .with_state(state)
+}
+
+impl From<StatsError> for ServeError {
+    fn from(err: StatsError) -> Self {
+        ServeError::Stats(Box::new(err))
+    }
+}

@@ -1,0 +1,129 @@
+//! Background workers that live as long as the server (the rollup worker
+//! today; the webhook and AMQP senders of issue 9 next), started by
+//! [`super::App::build`] and stopped, in order, by [`super::App::run`].
+//!
+//! A worker is an async function that takes a [`Stopping`] and returns once
+//! it has been asked to stop (finishing or abandoning its current unit of
+//! work: whatever it does must be safe to interrupt, like a transaction).
+
+use std::future::Future;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::task::{AbortHandle, JoinHandle};
+
+/// The signal a worker watches: stop at the next safe point.
+#[derive(Debug, Clone)]
+pub struct Stopping(watch::Receiver<bool>);
+
+impl Stopping {
+    /// Resolves once stopping was asked for (at once if it already was).
+    pub async fn requested(&mut self) {
+        // An error means the sender is gone: that is a stop too.
+        let _ = self.0.wait_for(|stop| *stop).await;
+    }
+
+    pub fn is_requested(&self) -> bool {
+        *self.0.borrow()
+    }
+}
+
+/// The running workers, each with its name (for the logs).
+pub struct Workers {
+    stop: watch::Sender<bool>,
+    tasks: Vec<(&'static str, JoinHandle<()>)>,
+}
+
+impl Default for Workers {
+    fn default() -> Self {
+        Workers::new()
+    }
+}
+
+impl Workers {
+    pub fn new() -> Workers {
+        Workers {
+            stop: watch::channel(false).0,
+            tasks: Vec::new(),
+        }
+    }
+
+    /// Start `work` on a task of its own, handing it the stop signal.
+    pub fn spawn<F, Fut>(&mut self, name: &'static str, work: F)
+    where
+        F: FnOnce(Stopping) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let stopping = Stopping(self.stop.subscribe());
+        tracing::debug!(worker = name, "worker started");
+        self.tasks.push((name, tokio::spawn(work(stopping))));
+    }
+
+    /// Names of the running workers, in start order.
+    pub fn names(&self) -> Vec<&'static str> {
+        self.tasks.iter().map(|(name, _)| *name).collect()
+    }
+
+    /// Ask every worker to stop and wait for each, all within `deadline`;
+    /// a worker still running then is aborted (and logged).
+    pub async fn shutdown(self, deadline: Duration) {
+        let _ = self.stop.send(true);
+        let until = tokio::time::Instant::now() + deadline;
+        for (name, mut task) in self.tasks {
+            match tokio::time::timeout_at(until, &mut task).await {
+                Ok(Ok(())) => tracing::debug!(worker = name, "worker stopped"),
+                Ok(Err(err)) => tracing::error!(worker = name, %err, "worker failed"),
+                Err(_) => {
+                    tracing::warn!(worker = name, ?deadline, "worker did not stop in time");
+                    task.abort();
+                }
+            }
+        }
+    }
+
+    /// Handles that stop every worker at once, as a crash would.
+    pub(crate) fn abort_handles(&self) -> Vec<AbortHandle> {
+        self.tasks.iter().map(|(_, t)| t.abort_handle()).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    #[tokio::test]
+    async fn shutdown_waits_for_a_worker_to_finish_its_stop() {
+        let finished = Arc::new(AtomicBool::new(false));
+        let mut workers = Workers::new();
+        let seen = finished.clone();
+        workers.spawn("test", move |mut stopping| async move {
+            stopping.requested().await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            seen.store(true, Ordering::SeqCst);
+        });
+        assert_eq!(workers.names(), ["test"]);
+        workers.shutdown(Duration::from_secs(5)).await;
+        assert!(finished.load(Ordering::SeqCst));
+    }
+
+    #[tokio::test]
+    async fn a_worker_that_ignores_the_stop_is_aborted_at_the_deadline() {
+        let held = Arc::new(());
+        let mut workers = Workers::new();
+        let guard = held.clone();
+        workers.spawn("stubborn", move |_| async move {
+            let _guard = guard;
+            std::future::pending::<()>().await;
+        });
+        workers.shutdown(Duration::from_millis(100)).await;
+        // Aborting drops the task's future, and with it the guard.
+        for _ in 0..100 {
+            if Arc::strong_count(&held) == 1 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(Arc::strong_count(&held), 1, "the worker was aborted");
+    }
+}
