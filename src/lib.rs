@@ -40,6 +40,7 @@ pub mod cli;
 pub mod config;
 pub mod demo;
 pub mod events;
+pub mod kind;
 pub mod letter;
 pub mod live;
 pub mod server;

@@ -24,6 +24,7 @@
 //! `links`, so `linktrack erase` (which blanks the address there) also
 //! removes the address from every segment.
 
+use crate::kind::EventKind;
 use crate::store::stats::{self, BatchClick, KindCount, RolledBatch, RollupOptions, RollupReport};
 use crate::store::StoreError;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -84,8 +85,6 @@ pub struct SegmentQuery {
     pub none: Vec<String>,
 }
 
-const KINDS: [&str; 4] = ["opens", "clicks", "images", "unsubscribes"];
-
 impl Live {
     /// A lazy connection: nothing is contacted until the first command, so a
     /// Redis that is down at start-up does not stop the service.
@@ -135,7 +134,7 @@ impl Live {
     ) -> Result<(), LiveError> {
         let mut pipe = redis::pipe();
         for count in counts {
-            let name = format!("{}{}s", if count.bot { "bot_" } else { "" }, count.kind);
+            let name = counter_name(count.kind, count.bot);
             pipe.incr(self.key(&count.mailing_id, &name), count.n)
                 .ignore();
         }
@@ -181,9 +180,9 @@ impl Live {
     /// The live counters, latest clicks and top links of a mailing.
     pub async fn snapshot(&self, mailing_id: &str) -> Result<LiveSnapshot, LiveError> {
         let mut pipe = redis::pipe();
-        let names: Vec<String> = KINDS
-            .iter()
-            .flat_map(|k| [k.to_string(), format!("bot_{k}")])
+        let names: Vec<String> = EventKind::ALL
+            .into_iter()
+            .flat_map(|kind| [counter_name(kind, false), counter_name(kind, true)])
             .collect();
         for name in &names {
             pipe.get(self.key(mailing_id, name));
@@ -252,6 +251,13 @@ impl Live {
         let n: u64 = conn.del(&keys).await?;
         Ok(n)
     }
+}
+
+/// The counter of a kind, human or bot: `opens`, `bot_opens` (key suffix
+/// and stats API field).
+fn counter_name(kind: EventKind, bot: bool) -> String {
+    let prefix = if bot { "bot_" } else { "" };
+    format!("{prefix}{}", kind.plural())
 }
 
 /// The next key of a SCAN; an error ends the scan (logged) rather than

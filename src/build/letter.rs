@@ -3,6 +3,7 @@
 
 use super::mailing::Mailing;
 use super::recipients::Recipient;
+use super::reject::Reject;
 use crate::letter::{rewrite, FoundKind, FoundLink, RewriteOptions, Template};
 use crate::store::links::{LinkKind, NewLink};
 use crate::token::Token;
@@ -161,7 +162,7 @@ struct LetterTokens<'a> {
     stored: Option<&'a StoredTokens>,
     made_at: DateTime<Utc>,
     rows: Vec<NewLink>,
-    mismatch: Option<String>,
+    mismatch: Option<Reject>,
     letter_id: u64,
     mailing_id: &'a str,
     email: &'a str,
@@ -174,10 +175,12 @@ impl LetterTokens<'_> {
             .and_then(|s| s.by_position.get(&(kind, position)))
         {
             if stored_url != url && self.mismatch.is_none() {
-                self.mismatch = Some(format!(
-                    "{kind} link {position} was stored as {stored_url:?} by an earlier run and is now {url:?}; \
-                     build changed content under a new mailing_id"
-                ));
+                self.mismatch = Some(Reject::ChangedContent {
+                    kind,
+                    position,
+                    stored: stored_url.clone(),
+                    now: url.to_owned(),
+                });
             }
             return *token;
         }
@@ -204,7 +207,7 @@ pub fn build_letter(
     stored: Option<&StoredTokens>,
     images: &ImageTokens,
     made_at: DateTime<Utc>,
-) -> Result<Built, String> {
+) -> Result<Built, Reject> {
     let mailing = &ctx.mailing;
     let mut tokens = LetterTokens {
         stored,
@@ -241,10 +244,10 @@ pub fn build_letter(
     let (html, subject) = match (&ctx.html, &ctx.subject) {
         (Some(html), Some(subject)) => (
             html.render(&context)
-                .map_err(|e| format!("personalising the letter: {e}"))?,
+                .map_err(|e| Reject::PersonaliseLetter(e.to_string()))?,
             subject
                 .render(&context)
-                .map_err(|e| format!("personalising the subject: {e}"))?,
+                .map_err(|e| Reject::PersonaliseSubject(e.to_string()))?,
         ),
         _ => (mailing.html.clone(), mailing.subject.clone()),
     };
@@ -267,7 +270,7 @@ pub fn build_letter(
                 tracked_url(&ctx.base_url, LinkKind::Image, &token)
             }
         })
-        .map_err(|e| format!("rewriting links: {e}"))?
+        .map_err(|e| Reject::Rewrite(e.to_string()))?
     } else {
         html
     };

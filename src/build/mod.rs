@@ -17,6 +17,7 @@
 pub mod letter;
 pub mod mailing;
 pub mod recipients;
+pub mod reject;
 
 use crate::store::links::{self, LinkKind};
 use crate::store::partitions::{self, Policy, RunOptions};
@@ -25,6 +26,7 @@ use crate::store::{stats, suppressions, StoreError};
 use letter::{build_letter, Built, ImageTokens, MailingContext, StoredTokens};
 use mailing::Mailing;
 use recipients::{Recipient, Recipients, Rejection};
+use reject::Reject;
 use sqlx::MySqlPool;
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
@@ -32,9 +34,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// The reason written for a suppressed recipient.
-pub const SUPPRESSED: &str = "suppressed: the address is on the suppression list";
 
 /// The sequence letter IDs come from.
 pub const LETTER_SEQUENCE: &str = "letters";
@@ -72,7 +71,7 @@ pub struct Summary {
     pub letters_resumed: u64,
     pub suppressed: u64,
     pub rejected: u64,
-    /// Rejections by reason (the reason's first words).
+    /// Rejections by [`Reject::group`].
     pub rejected_by_reason: BTreeMap<String, u64>,
     pub links_stored: u64,
     pub seconds: f64,
@@ -202,7 +201,7 @@ pub async fn run(pool: &MySqlPool, options: &BuildOptions) -> Result<Summary, Bu
                         &Rejection {
                             line: recipient.line,
                             email: Some(recipient.email.clone()),
-                            reason: format!("duplicate address: first at line {first}"),
+                            reason: Reject::Duplicate { first: *first },
                         },
                     )?,
                     None => {
@@ -337,7 +336,7 @@ async fn stored_tokens(
     Ok(by_letter)
 }
 
-type BuiltEntry = (u64, String, Result<Built, String>);
+type BuiltEntry = (u64, String, Result<Built, Reject>);
 
 /// Build a batch of letters on `workers` threads, in input order.
 async fn build_batch(
@@ -547,7 +546,7 @@ impl RejectsFile {
         summary.rejected += 1;
         *summary
             .rejected_by_reason
-            .entry(reason_kind(&rejection.reason))
+            .entry(rejection.reason.group().to_owned())
             .or_default() += 1;
         tracing::debug!(line = rejection.line, reason = %rejection.reason, "recipient rejected");
         self.append(rejection)
@@ -560,7 +559,7 @@ impl RejectsFile {
         let rejection = Rejection {
             line: recipient.line,
             email: Some(recipient.email.clone()),
-            reason: SUPPRESSED.to_owned(),
+            reason: Reject::Suppressed,
         };
         self.append(&rejection)
     }
@@ -581,11 +580,6 @@ impl RejectsFile {
             source,
         })
     }
-}
-
-/// Group reasons for the summary: the text before the first colon.
-fn reason_kind(reason: &str) -> String {
-    reason.split(':').next().unwrap_or(reason).trim().to_owned()
 }
 
 fn progress_bar(enabled: bool, total: Option<u64>) -> indicatif::ProgressBar {

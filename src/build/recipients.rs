@@ -4,6 +4,7 @@
 //! A bad line never stops the job: it becomes a [`Rejection`] naming its line
 //! and reason, and reading goes on with the next line.
 
+use super::reject::Reject;
 use crate::address;
 use serde_json::{Map, Value};
 use std::io::{BufRead, BufReader, Read};
@@ -27,7 +28,7 @@ pub struct Recipient {
 pub struct Rejection {
     pub line: u64,
     pub email: Option<String>,
-    pub reason: String,
+    pub reason: Reject,
 }
 
 pub type Entry = Result<Recipient, Rejection>;
@@ -124,7 +125,7 @@ fn json_lines<R: BufRead + Send + 'static>(
         let number = index as u64 + 1;
         match line {
             Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
-                Some(Ok(reject(number, None, "not valid UTF-8")))
+                Some(Ok(reject(number, None, Reject::NotUtf8)))
             }
             Err(e) => Some(Err(e)),
             Ok(text) if text.trim().is_empty() => None,
@@ -136,8 +137,8 @@ fn json_lines<R: BufRead + Send + 'static>(
 fn parse_json_line(line: u64, text: &str) -> Entry {
     match serde_json::from_str::<Value>(text) {
         Ok(Value::Object(fields)) => recipient(line, fields),
-        Ok(_) => reject(line, None, "not a JSON object"),
-        Err(e) => reject(line, None, &format!("bad JSON: {e}")),
+        Ok(_) => reject(line, None, Reject::NotJsonObject),
+        Err(e) => reject(line, None, Reject::BadJson(e.to_string())),
     }
 }
 
@@ -155,7 +156,7 @@ fn csv_rows<R: Read + Send + 'static>(reader: R) -> impl Iterator<Item = std::io
             // A broken header makes every row unreadable: one rejection, then stop.
             Err(e) if !header_reported => {
                 header_reported = true;
-                return Some(Ok(reject(1, None, &format!("bad CSV header: {e}"))));
+                return Some(Ok(reject(1, None, Reject::BadCsvHeader(e.to_string()))));
             }
             Err(_) => return None,
         };
@@ -184,21 +185,24 @@ fn csv_error(e: csv::Error) -> std::io::Result<Entry> {
         } => Ok(reject(
             line,
             None,
-            &format!("bad CSV: {len} fields where the header has {expected_len}"),
+            Reject::CsvFieldCount {
+                found: *len,
+                expected: *expected_len,
+            },
         )),
-        _ => Ok(reject(line, None, &format!("bad CSV: {e}"))),
+        _ => Ok(reject(line, None, Reject::BadCsv(e.to_string()))),
     }
 }
 
 fn recipient(line: u64, mut fields: Map<String, Value>) -> Entry {
     let raw = match fields.get("email") {
         Some(Value::String(s)) => s.clone(),
-        Some(_) => return reject(line, None, "field `email` is not a string"),
-        None => return reject(line, None, "no `email` field"),
+        Some(_) => return reject(line, None, Reject::EmailNotString),
+        None => return reject(line, None, Reject::NoEmail),
     };
     let email = address::normalize(&raw);
     if let Err(e) = address::validate(&email) {
-        return reject(line, Some(raw), &format!("invalid address: {e}"));
+        return reject(line, Some(raw), Reject::InvalidAddress(e.to_string()));
     }
     fields.insert("email".to_owned(), Value::String(email.clone()));
     Ok(Recipient {
@@ -208,11 +212,11 @@ fn recipient(line: u64, mut fields: Map<String, Value>) -> Entry {
     })
 }
 
-fn reject(line: u64, email: Option<String>, reason: &str) -> Entry {
+fn reject(line: u64, email: Option<String>, reason: Reject) -> Entry {
     Err(Rejection {
         line,
         email,
-        reason: reason.to_owned(),
+        reason,
     })
 }
 
@@ -245,17 +249,16 @@ mod tests {
             [(1, "ann@example.com"), (7, "山田@example.jp")]
         );
         assert_eq!(ok[1].fields["first_name"], "太郎");
-        let bad: Vec<(u64, &str)> = entries
+        let bad: Vec<(u64, &Reject)> = entries
             .iter()
             .filter_map(|e| e.as_ref().err())
-            .map(|r| (r.line, r.reason.as_str()))
+            .map(|r| (r.line, &r.reason))
             .collect();
-        assert_eq!(bad[0].0, 3);
-        assert!(bad[0].1.starts_with("bad JSON"));
-        assert_eq!(bad[1], (4, "not a JSON object"));
-        assert_eq!(bad[2], (5, "no `email` field"));
-        assert_eq!(bad[3].0, 6);
-        assert!(bad[3].1.contains("invalid address"));
+        assert!(matches!(bad[0], (3, Reject::BadJson(_))), "{bad:?}");
+        assert_eq!(bad[1], (4, &Reject::NotJsonObject));
+        assert_eq!(bad[2], (5, &Reject::NoEmail));
+        assert!(matches!(bad[3], (6, Reject::InvalidAddress(_))), "{bad:?}");
+        assert!(bad[3].1.to_string().contains("invalid address"));
     }
 
     #[test]
@@ -272,8 +275,17 @@ mod tests {
         );
         let bad = entries[1].as_ref().unwrap_err();
         assert_eq!(bad.line, 3);
+        assert_eq!(
+            bad.reason,
+            Reject::CsvFieldCount {
+                found: 4,
+                expected: 3
+            }
+        );
         assert!(
-            bad.reason.contains("4 fields where the header has 3"),
+            bad.reason
+                .to_string()
+                .contains("4 fields where the header has 3"),
             "{}",
             bad.reason
         );

@@ -10,6 +10,7 @@
 //! links of one letter clicked within a couple of seconds (a scanner walking
 //! every link).
 
+use crate::kind::EventKind;
 use chrono::{DateTime, Utc};
 use moka::future::Cache;
 use std::net::IpAddr;
@@ -72,19 +73,10 @@ impl Default for BotRules {
     }
 }
 
-/// What was hit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HitKind {
-    Click,
-    Open,
-    Image,
-    Unsubscribe,
-}
-
 /// The facts a verdict is drawn from.
 #[derive(Debug, Clone)]
 pub struct Hit<'a> {
-    pub kind: HitKind,
+    pub kind: EventKind,
     pub is_head: bool,
     pub user_agent: Option<&'a str>,
     /// The client's network (already truncated), when known.
@@ -125,7 +117,7 @@ impl BotDetector {
         if let Some(reason) = classify_request(&self.rules, hit) {
             return Some(reason);
         }
-        if hit.kind == HitKind::Click {
+        if hit.kind == EventKind::Click {
             if let Some((mailing, letter, position)) = hit.letter {
                 if self.is_burst(mailing, letter, position).await {
                     return Some("burst".to_owned());
@@ -164,7 +156,7 @@ fn classify_request(rules: &BotRules, hit: &Hit<'_>) -> Verdict {
         return Some("no_user_agent".to_owned());
     };
     let lower = agent.to_ascii_lowercase();
-    if matches!(hit.kind, HitKind::Open | HitKind::Image) {
+    if matches!(hit.kind, EventKind::Open | EventKind::Image) {
         if let Some(reason) = image_proxy(&lower, hit.network) {
             return Some(reason.to_owned());
         }
@@ -178,7 +170,7 @@ fn classify_request(rules: &BotRules, hit: &Hit<'_>) -> Verdict {
         reason.truncate(32);
         return Some(reason);
     }
-    if hit.kind == HitKind::Click {
+    if hit.kind == EventKind::Click {
         let since_build = (hit.now - hit.built_at).to_std().unwrap_or_default();
         if since_build < rules.min_click_delay {
             return Some("too_fast".to_owned());
@@ -208,7 +200,7 @@ mod tests {
     const BROWSER: &str =
         "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 Chrome/120 Safari/537.36";
 
-    fn hit(kind: HitKind, agent: &str, seconds_after_build: i64) -> Hit<'_> {
+    fn hit(kind: EventKind, agent: &str, seconds_after_build: i64) -> Hit<'_> {
         let now = Utc::now();
         Hit {
             kind,
@@ -225,18 +217,21 @@ mod tests {
     async fn each_signal_has_its_reason() {
         let d = BotDetector::new(BotRules::default());
         let late = 3_600;
-        assert_eq!(d.classify(&hit(HitKind::Click, BROWSER, late)).await, None);
+        assert_eq!(
+            d.classify(&hit(EventKind::Click, BROWSER, late)).await,
+            None
+        );
         let head = Hit {
             is_head: true,
-            ..hit(HitKind::Click, BROWSER, late)
+            ..hit(EventKind::Click, BROWSER, late)
         };
         assert_eq!(d.classify(&head).await.as_deref(), Some("head"));
-        let slack = hit(HitKind::Click, "Slackbot-LinkExpanding 1.0", late);
+        let slack = hit(EventKind::Click, "Slackbot-LinkExpanding 1.0", late);
         assert_eq!(d.classify(&slack).await.as_deref(), Some("ua:bot"));
-        let curl = hit(HitKind::Click, "curl/8.5.0", late);
+        let curl = hit(EventKind::Click, "curl/8.5.0", late);
         assert_eq!(d.classify(&curl).await.as_deref(), Some("ua:curl"));
         let gmail = hit(
-            HitKind::Open,
+            EventKind::Open,
             "Mozilla/5.0 (via ggpht.com GoogleImageProxy)",
             late,
         );
@@ -244,27 +239,27 @@ mod tests {
             d.classify(&gmail).await.as_deref(),
             Some("gmail_image_proxy")
         );
-        let apple = hit(HitKind::Open, "Mozilla/5.0", late);
+        let apple = hit(EventKind::Open, "Mozilla/5.0", late);
         assert_eq!(d.classify(&apple).await.as_deref(), Some("apple_mpp"));
         let from_apple = Hit {
             network: "17.58.0.0".parse().ok(),
-            ..hit(HitKind::Open, BROWSER, late)
+            ..hit(EventKind::Open, BROWSER, late)
         };
         assert_eq!(d.classify(&from_apple).await.as_deref(), Some("apple_mpp"));
         let apple_click = Hit {
             network: "17.58.0.0".parse().ok(),
-            ..hit(HitKind::Click, BROWSER, late)
+            ..hit(EventKind::Click, BROWSER, late)
         };
         assert_eq!(
             d.classify(&apple_click).await,
             None,
             "only opens are prefetched"
         );
-        let fast = hit(HitKind::Click, BROWSER, 1);
+        let fast = hit(EventKind::Click, BROWSER, 1);
         assert_eq!(d.classify(&fast).await.as_deref(), Some("too_fast"));
         let none = Hit {
             user_agent: None,
-            ..hit(HitKind::Open, BROWSER, late)
+            ..hit(EventKind::Open, BROWSER, late)
         };
         assert_eq!(d.classify(&none).await.as_deref(), Some("no_user_agent"));
     }
@@ -274,7 +269,7 @@ mod tests {
         let d = BotDetector::new(BotRules::default());
         let click = |position| Hit {
             letter: Some(("m", 7, position)),
-            ..hit(HitKind::Click, BROWSER, 3_600)
+            ..hit(EventKind::Click, BROWSER, 3_600)
         };
         assert_eq!(d.classify(&click(1)).await, None);
         assert_eq!(

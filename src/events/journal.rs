@@ -103,7 +103,7 @@ pub struct Recorder {
 impl Recorder {
     /// Append `row`; returns once it has been written to the segment file.
     pub async fn append(&self, row: EventRow) -> Result<(), JournalError> {
-        let mut line = serde_json::to_vec(&row)?;
+        let mut line = super::record::JournalRecord::encode(&row)?;
         line.push(b'\n');
         let (ack, acked) = oneshot::channel();
         let wait = async {
@@ -380,7 +380,7 @@ mod tests {
         EventRow {
             event_id: [n; 16],
             occurred_at: Utc::now(),
-            kind: "click".into(),
+            kind: crate::kind::EventKind::Click,
             token: [n; 16],
             link_id: Some(u64::from(n)),
             mailing_id: None,
@@ -419,7 +419,8 @@ mod tests {
         let active = dir.path().join("00000000000000000000.active");
         let text = std::fs::read_to_string(&active).unwrap();
         assert_eq!(text.lines().count(), 3);
-        let first: EventRow = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+        let first =
+            crate::events::record::JournalRecord::decode(text.lines().next().unwrap()).unwrap();
         assert_eq!(first.event_id, [0; 16]);
 
         stop.send(true).unwrap();

@@ -11,6 +11,7 @@
 
 pub mod bots;
 pub mod journal;
+pub mod record;
 pub mod replay;
 
 use crate::store::events::EventRow;

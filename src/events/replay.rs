@@ -7,6 +7,8 @@
 //! exactly once whatever crashes in between.
 
 use super::journal::{sealed_segments, JournalError, JournalSettings};
+use super::record::{JournalRecord, RecordError};
+use crate::kind::EventKind;
 use crate::store::events::{insert_idempotent, suppress_unsubscribed, EventRow};
 use crate::store::{partitions, StoreError};
 use chrono::Utc;
@@ -21,6 +23,15 @@ pub enum ReplayError {
     Journal(#[from] JournalError),
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A line other than a torn last one could not be read: the segment's
+    /// readable events are inserted, and the segment is kept whole in
+    /// quarantine for an operator.
+    #[error("{}: line {line}: {source}", segment.display())]
+    BadLine {
+        segment: std::path::PathBuf,
+        line: usize,
+        source: RecordError,
+    },
 }
 
 /// MySQL errors about the server's state rather than the data, which go
@@ -82,7 +93,10 @@ pub async fn replay_all(pool: &MySqlPool, dir: &Path) -> Result<(), ReplayError>
     for segment in sealed_segments(dir).await? {
         match replay_segment(pool, &segment).await {
             Ok(()) => {}
-            Err(err) if err.is_rejected_data() => quarantine(&segment, &err).await?,
+            Err(err) if err.is_rejected_data() => quarantine(&segment, &err, "rejected").await?,
+            Err(err @ ReplayError::BadLine { .. }) => {
+                quarantine(&segment, &err, "unreadable").await?;
+            }
             Err(err) => {
                 tracing::warn!(%err, segment = %segment.display(), "replay failed; will retry");
                 metrics::counter!("linktrack_replay_failures_total").increment(1);
@@ -93,14 +107,21 @@ pub async fn replay_all(pool: &MySqlPool, dir: &Path) -> Result<(), ReplayError>
     Ok(())
 }
 
-async fn quarantine(segment: &Path, err: &ReplayError) -> Result<(), ReplayError> {
+/// Set a segment aside as `.failed`, whole, with a log line and a metric
+/// labelled by why (`rejected` by the database, `unreadable` line).
+async fn quarantine(
+    segment: &Path,
+    err: &ReplayError,
+    reason: &'static str,
+) -> Result<(), ReplayError> {
     let failed = segment.with_extension("failed");
     tracing::error!(
         %err,
+        reason,
         segment = %failed.display(),
-        "the database rejected a journal segment; set aside for inspection"
+        "journal segment set aside for inspection"
     );
-    metrics::counter!("linktrack_replay_quarantined_total").increment(1);
+    metrics::counter!("linktrack_replay_quarantined_total", "reason" => reason).increment(1);
     tokio::fs::rename(segment, &failed)
         .await
         .map_err(|source| JournalError::Io {
@@ -117,11 +138,20 @@ async fn replay_segment(pool: &MySqlPool, segment: &Path) -> Result<(), ReplayEr
             path: segment.to_owned(),
             source,
         })?;
-    let rows = parse_segment(&text, segment);
+    let Segment { rows, bad_line } = parse_segment(&text);
     // Suppressions first: they matter more than the statistics, and once
     // the events are visible the suppressions are too.
     apply_unsubscribes(pool, &rows).await?;
     insert_with_partitions(pool, &rows).await?;
+    if let Some((line, source)) = bad_line {
+        // The readable events are in; the file stays whole for inspection
+        // (replaying it again later is a no-op for those events).
+        return Err(ReplayError::BadLine {
+            segment: segment.to_owned(),
+            line,
+            source,
+        });
+    }
     tokio::fs::remove_file(segment)
         .await
         .map_err(|source| JournalError::Io {
@@ -134,19 +164,41 @@ async fn replay_segment(pool: &MySqlPool, segment: &Path) -> Result<(), ReplayEr
     Ok(())
 }
 
-/// The events of a segment. A line that does not parse (the torn tail of a
-/// write interrupted by a crash) is skipped: it was never acknowledged.
-fn parse_segment(text: &str, segment: &Path) -> Vec<EventRow> {
-    text.lines()
-        .filter(|line| !line.trim().is_empty())
-        .filter_map(|line| match serde_json::from_str(line) {
-            Ok(row) => Some(row),
-            Err(err) => {
-                tracing::warn!(%err, segment = %segment.display(), "skipping an unreadable journal line");
-                None
+/// What a segment file holds.
+#[derive(Debug)]
+struct Segment {
+    rows: Vec<EventRow>,
+    /// The first unreadable line (1-based) that is not a torn tail.
+    bad_line: Option<(usize, RecordError)>,
+}
+
+/// The events of a segment. Every line the writer finished ends with a
+/// newline; a last line without one is the torn tail of a write a crash
+/// interrupted, never acknowledged, and the only line that may be skipped.
+fn parse_segment(text: &str) -> Segment {
+    let torn_tail = !text.is_empty() && !text.ends_with('\n');
+    let lines: Vec<&str> = text.lines().collect();
+    let mut segment = Segment {
+        rows: Vec::with_capacity(lines.len()),
+        bad_line: None,
+    };
+    for (index, line) in lines.iter().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        match JournalRecord::decode(line) {
+            Ok(row) => segment.rows.push(row),
+            Err(_) if torn_tail && index + 1 == lines.len() => {
+                tracing::warn!("skipping the torn last line of a journal segment");
             }
-        })
-        .collect()
+            Err(err) => {
+                if segment.bad_line.is_none() {
+                    segment.bad_line = Some((index + 1, err));
+                }
+            }
+        }
+    }
+    segment
 }
 
 /// Suppress the addresses of unsubscribe events. Usually the handler did it
@@ -155,7 +207,7 @@ fn parse_segment(text: &str, segment: &Path) -> Vec<EventRow> {
 async fn apply_unsubscribes(pool: &MySqlPool, rows: &[EventRow]) -> Result<(), StoreError> {
     let emails: Vec<&str> = rows
         .iter()
-        .filter(|row| row.kind == "unsubscribe")
+        .filter(|row| row.kind == EventKind::Unsubscribe)
         .filter_map(|row| row.email.as_deref())
         .collect();
     if emails.is_empty() {
@@ -188,12 +240,11 @@ async fn insert_with_partitions(pool: &MySqlPool, rows: &[EventRow]) -> Result<(
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_torn_tail_line_is_skipped() {
-        let row = EventRow {
+    fn row() -> EventRow {
+        EventRow {
             event_id: [1; 16],
             occurred_at: Utc::now(),
-            kind: "open".into(),
+            kind: EventKind::Open,
             token: [2; 16],
             link_id: None,
             mailing_id: None,
@@ -204,10 +255,43 @@ mod tests {
             user_agent: Some("ua".into()),
             bot: false,
             bot_reason: None,
-        };
-        let line = serde_json::to_string(&row).unwrap();
+        }
+    }
+
+    fn line(row: &EventRow) -> String {
+        String::from_utf8(JournalRecord::encode(row).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_bad_line_with_its_newline_is_not_a_torn_tail() {
+        let good = line(&row());
+        for text in [
+            format!("{good}\n{{\"kind\":\n{good}\n"),
+            format!("{good}\n{good}\n{}\n", &good[..good.len() / 2]),
+        ] {
+            let segment = parse_segment(&text);
+            assert_eq!(segment.rows.len(), 2, "every readable line is kept");
+            assert!(
+                matches!(segment.bad_line, Some((_, RecordError::Unreadable(_)))),
+                "{segment:?}"
+            );
+        }
+        assert_eq!(
+            parse_segment(&format!("{good}\nx\n{good}\n"))
+                .bad_line
+                .unwrap()
+                .0,
+            2
+        );
+    }
+
+    #[test]
+    fn a_torn_tail_line_is_skipped() {
+        let row = row();
+        let line = line(&row);
         let text = format!("{line}\n{line}\n{}", &line[..line.len() / 2]);
-        let rows = parse_segment(&text, Path::new("x"));
-        assert_eq!(rows, vec![row.clone(), row]);
+        let segment = parse_segment(&text);
+        assert_eq!(segment.rows, vec![row.clone(), row]);
+        assert!(segment.bad_line.is_none());
     }
 }

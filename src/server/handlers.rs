@@ -5,7 +5,7 @@ use super::error::ServerError;
 use super::pages;
 use super::request::RequestMeta;
 use super::state::AppState;
-use crate::events::bots::HitKind;
+use crate::kind::EventKind;
 use crate::store::events::suppress_unsubscribed;
 use crate::store::links::LinkKind;
 use axum::extract::rejection::PathRejection;
@@ -55,7 +55,7 @@ pub async fn click(
     }
     let location = redirect_target(&link.url)?;
     state
-        .record(HitKind::Click, token, Some(&link), &meta)
+        .record(EventKind::Click, token, Some(&link), &meta)
         .await;
     let response = (StatusCode::FOUND, [(header::LOCATION, location)]).into_response();
     Ok(no_store(response))
@@ -116,7 +116,7 @@ async fn record_open(state: &AppState, text: &str, meta: &RequestMeta) {
         Err(_) => return,
     };
     state
-        .record(HitKind::Open, token, link.as_deref(), meta)
+        .record(EventKind::Open, token, link.as_deref(), meta)
         .await;
 }
 
@@ -152,7 +152,7 @@ pub async fn unsubscribe(
         Err(err) => return Err(err),
     };
     let journaled = state
-        .record(HitKind::Unsubscribe, token, Some(&link), &meta)
+        .record(EventKind::Unsubscribe, token, Some(&link), &meta)
         .await;
     if let Some(err) = deferred {
         if !journaled {
@@ -175,7 +175,7 @@ pub async fn image(
         return Err(ServerError::NotFound);
     }
     state
-        .record(HitKind::Image, token, Some(&link), &meta)
+        .record(EventKind::Image, token, Some(&link), &meta)
         .await;
     let image = state
         .images

@@ -79,6 +79,13 @@ fn is_public_v6(ip: Ipv6Addr) -> bool {
     global_unicast && !documentation && !tunnel
 }
 
+/// Our resolver's refusal; found again by type in reqwest's error chain.
+#[derive(Debug, thiserror::Error)]
+#[error("{host} resolves to a non-public address")]
+struct NonPublicAddress {
+    host: String,
+}
+
 /// A DNS resolver that answers only with addresses the policy allows, and
 /// refuses a name if *any* of its addresses is not allowed.
 struct CheckedResolver {
@@ -93,7 +100,7 @@ impl Resolve for CheckedResolver {
             let addrs: Vec<SocketAddr> =
                 tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
             if addrs.is_empty() || addrs.iter().any(|a| !policy.allows(a.ip())) {
-                return Err(format!("refused: {host} resolves to a non-public address").into());
+                return Err(Box::new(NonPublicAddress { host }) as _);
             }
             Ok(Box::new(addrs.into_iter()) as Addrs)
         })
@@ -316,16 +323,19 @@ fn next_hop(from: &Url, response: &reqwest::Response) -> Result<Url, ProxyError>
         .map_err(|e| ProxyError::Upstream(format!("bad redirect {location:?}: {e}")))
 }
 
-/// reqwest nests the cause (our resolver's refusal among them); show it all.
+/// reqwest nests the cause (our resolver's refusal among them); show it
+/// all, and classify by the type of the causes, never by their text.
 fn upstream_error(err: &reqwest::Error) -> ProxyError {
     let mut text = err.to_string();
+    let mut refused = false;
     let mut source = std::error::Error::source(err);
     while let Some(cause) = source {
+        refused |= cause.is::<NonPublicAddress>();
         text.push_str(": ");
         text.push_str(&cause.to_string());
         source = cause.source();
     }
-    if text.contains("refused: ") {
+    if refused {
         ProxyError::Refused(text)
     } else {
         ProxyError::Upstream(text)
@@ -360,6 +370,16 @@ pub fn cache_ttl(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `localhost` passes the literal-address check and is refused by the
+    /// resolver; the refusal is recognised by its type in reqwest's chain.
+    #[tokio::test]
+    async fn a_name_that_resolves_to_loopback_is_refused_not_an_upstream_failure() {
+        let proxy = ImageProxy::new(ImageSettings::default()).unwrap();
+        let err = proxy.fetch("http://localhost/a.png").await.unwrap_err();
+        assert!(matches!(err, ProxyError::Refused(_)), "{err:?}");
+        assert!(err.to_string().contains("non-public address"), "{err}");
+    }
 
     #[test]
     fn only_public_addresses_pass_the_strict_policy() {

@@ -3,23 +3,12 @@
 use super::request::RequestMeta;
 use super::state::AppState;
 use crate::events;
-use crate::events::bots::{Hit, HitKind};
+use crate::events::bots::Hit;
+use crate::kind::EventKind;
 use crate::store::events::EventRow;
 use crate::store::links::StoredLink;
 use crate::token::Token;
 use chrono::Utc;
-
-impl HitKind {
-    /// The value of `events.kind`.
-    fn column(self) -> &'static str {
-        match self {
-            HitKind::Click => "click",
-            HitKind::Open => "open",
-            HitKind::Image => "image",
-            HitKind::Unsubscribe => "unsubscribe",
-        }
-    }
-}
 
 impl AppState {
     /// Classify and journal one hit. Returns once the event is in the
@@ -28,7 +17,7 @@ impl AppState {
     /// when the database could not say what the token is.
     pub async fn record(
         &self,
-        kind: HitKind,
+        kind: EventKind,
         token: Token,
         link: Option<&StoredLink>,
         meta: &RequestMeta,
@@ -50,7 +39,7 @@ impl AppState {
         let row = EventRow {
             event_id: *uuid::Uuid::now_v7().as_bytes(),
             occurred_at: now,
-            kind: kind.column().to_owned(),
+            kind,
             token: *token.as_bytes(),
             link_id: link.map(|l| l.id),
             mailing_id: link.map(|l| l.mailing_id.clone()),

@@ -11,6 +11,7 @@
 //! values), which would lose events; this form still fails loudly on those.
 
 use super::{is_no_partition, StoreError};
+use crate::kind::EventKind;
 use chrono::{DateTime, NaiveDate, Utc};
 use sqlx::{MySql, MySqlPool, QueryBuilder};
 
@@ -23,15 +24,15 @@ pub const MAX_ROWS_PER_INSERT: usize = 1_000;
 const _: () = assert!(MAX_ROWS_PER_INSERT * COLUMNS_PER_ROW <= 65_535);
 
 /// One event row as stored. `inserted` is the UTC day of `occurred_at`.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+///
+/// Not the journal's line format: that is
+/// [`crate::events::record::JournalRecord`], versioned apart from this row.
+#[derive(Debug, Clone, PartialEq)]
 pub struct EventRow {
-    #[serde(with = "hex16")]
     pub event_id: [u8; 16],
     pub occurred_at: DateTime<Utc>,
-    /// `click`, `open`, `image` or `unsubscribe`.
-    pub kind: String,
+    pub kind: EventKind,
     /// The token that was hit, as stored in `events.uuid`.
-    #[serde(with = "hex16")]
     pub token: [u8; 16],
     pub link_id: Option<u64>,
     pub mailing_id: Option<String>,
@@ -65,7 +66,7 @@ pub async fn insert_idempotent(pool: &MySqlPool, rows: &[EventRow]) -> Result<u6
             b.push_bind(row.inserted())
                 .push_bind(&row.event_id[..])
                 .push_bind(row.occurred_at.naive_utc())
-                .push_bind(&row.kind)
+                .push_bind(row.kind)
                 .push_bind(&row.token[..])
                 .push_bind(row.link_id)
                 .push_bind(&row.mailing_id)
@@ -112,30 +113,4 @@ pub async fn suppress_unsubscribed(pool: &MySqlPool, emails: &[&str]) -> Result<
         query.build().execute(pool).await?;
     }
     Ok(())
-}
-
-/// 16-byte keys as 32 hex digits, so journal lines stay readable.
-mod hex16 {
-    use serde::{de::Error, Deserialize, Deserializer, Serializer};
-    use std::fmt::Write;
-
-    pub fn serialize<S: Serializer>(bytes: &[u8; 16], s: S) -> Result<S::Ok, S::Error> {
-        let mut text = String::with_capacity(32);
-        for b in bytes {
-            let _ = write!(text, "{b:02x}");
-        }
-        s.serialize_str(&text)
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<[u8; 16], D::Error> {
-        let text = <&str>::deserialize(d)?;
-        let mut out = [0u8; 16];
-        if text.len() != 32 || !text.is_ascii() {
-            return Err(D::Error::custom("expected 32 hex digits"));
-        }
-        for (i, byte) in out.iter_mut().enumerate() {
-            *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).map_err(D::Error::custom)?;
-        }
-        Ok(out)
-    }
 }

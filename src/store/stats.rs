@@ -26,6 +26,7 @@
 
 use super::partitions;
 use super::StoreError;
+use crate::kind::EventKind;
 use chrono::{NaiveDate, NaiveDateTime};
 use sqlx::{Acquire, MySql, MySqlConnection, MySqlPool, QueryBuilder};
 use std::collections::BTreeMap;
@@ -406,24 +407,17 @@ pub async fn summary(
 
 /// Fill the per-kind counts; true when the mailing has any.
 async fn read_totals(pool: &MySqlPool, s: &mut MailingSummary) -> Result<bool, StoreError> {
-    let rows: Vec<(String, i8, u64, u64)> = sqlx::query_as(
-        "SELECT CAST(kind AS CHAR), bot, total, uniq FROM stats_totals WHERE mailing_id = ?",
-    )
-    .bind(&s.mailing_id)
-    .fetch_all(pool)
-    .await?;
+    let rows: Vec<(EventKind, i8, u64, u64)> =
+        sqlx::query_as("SELECT kind, bot, total, uniq FROM stats_totals WHERE mailing_id = ?")
+            .bind(&s.mailing_id)
+            .fetch_all(pool)
+            .await?;
     for (kind, bot, total, unique) in &rows {
-        let split = match kind.as_str() {
-            "open" => &mut s.opens,
-            "click" => &mut s.clicks,
-            "image" => &mut s.images,
-            "unsubscribe" => &mut s.unsubscribes,
-            other => {
-                return Err(StoreError::Corrupt {
-                    table: "stats_totals",
-                    detail: format!("unknown kind {other:?}"),
-                })
-            }
+        let split = match kind {
+            EventKind::Open => &mut s.opens,
+            EventKind::Click => &mut s.clicks,
+            EventKind::Image => &mut s.images,
+            EventKind::Unsubscribe => &mut s.unsubscribes,
         };
         let counts = if *bot != 0 {
             &mut split.bot
@@ -579,8 +573,8 @@ async fn first_letter_urls(
 }
 
 async fn read_hours(pool: &MySqlPool, mailing_id: &str) -> Result<Vec<HourStats>, StoreError> {
-    let rows: Vec<(NaiveDateTime, String, i8, u64)> = sqlx::query_as(
-        "SELECT hour, CAST(kind AS CHAR), bot, n FROM stats_hourly \
+    let rows: Vec<(NaiveDateTime, EventKind, i8, u64)> = sqlx::query_as(
+        "SELECT hour, kind, bot, n FROM stats_hourly \
          WHERE mailing_id = ? AND kind IN ('open', 'click') ORDER BY hour",
     )
     .bind(mailing_id)
@@ -592,11 +586,13 @@ async fn read_hours(pool: &MySqlPool, mailing_id: &str) -> Result<Vec<HourStats>
             hour,
             ..HourStats::default()
         });
-        match (kind.as_str(), bot != 0) {
-            ("open", false) => h.opens += n,
-            ("open", true) => h.bot_opens += n,
-            ("click", false) => h.clicks += n,
-            _ => h.bot_clicks += n,
+        match (kind, bot != 0) {
+            (EventKind::Open, false) => h.opens += n,
+            (EventKind::Open, true) => h.bot_opens += n,
+            (EventKind::Click, false) => h.clicks += n,
+            (EventKind::Click, true) => h.bot_clicks += n,
+            // The query reads opens and clicks only.
+            (EventKind::Image | EventKind::Unsubscribe, _) => {}
         }
     }
     Ok(hours.into_values().collect())
@@ -697,8 +693,7 @@ pub async fn list_mailings(
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KindCount {
     pub mailing_id: String,
-    /// `click`, `open`, `image` or `unsubscribe`.
-    pub kind: String,
+    pub kind: EventKind,
     pub bot: bool,
     pub n: u64,
 }
@@ -709,10 +704,10 @@ pub async fn batch_counts(
     batch: &RolledBatch,
 ) -> Result<Vec<KindCount>, StoreError> {
     let sql = format!(
-        "SELECT mailing_id, CAST(kind AS CHAR), bot <> 0 AS b, COUNT(*) FROM events \
+        "SELECT mailing_id, kind, bot <> 0 AS b, COUNT(*) FROM events \
          WHERE {RANGE} AND mailing_id IS NOT NULL GROUP BY mailing_id, kind, b"
     );
-    let rows: Vec<(String, String, i64, i64)> = bind_range!(sqlx::query_as(&sql), batch)
+    let rows: Vec<(String, EventKind, i64, i64)> = bind_range!(sqlx::query_as(&sql), batch)
         .fetch_all(pool)
         .await?;
     Ok(rows

@@ -1270,23 +1270,16 @@ fn serve_flags_parse_with_defaults() {
 async fn a_segment_the_database_rejects_is_set_aside_and_does_not_block_the_rest() {
     let db = db().await;
     let dir = tempfile::tempdir().unwrap();
-    let line = |kind: &str, id: u8| {
-        format!(
-            "{{\"event_id\":\"{id:02x}{}\",\"occurred_at\":\"{}\",\"kind\":\"{kind}\",\
-             \"token\":\"{}\",\"link_id\":null,\"mailing_id\":null,\"letter_id\":null,\
-             \"email\":null,\"position\":null,\"ip\":null,\"user_agent\":null,\
-             \"bot\":false,\"bot_reason\":null}}\n",
-            "0".repeat(30),
-            Utc::now().to_rfc3339(),
-            token_on(today())
-        )
-    };
-    // An older segment the database refuses (no such ENUM value), then a good one.
-    std::fs::write(
-        dir.path().join("00000000000000000001.jsonl"),
-        line("bogus", 1),
-    )
-    .unwrap();
+    let line = old_format_line;
+    // An older segment the database refuses (a readable line whose user
+    // agent is longer than the column: strict mode rejects it), then a good
+    // one. (A kind the database has no ENUM value for no longer gets that
+    // far: the journal record does not read, see the quarantine test.)
+    let too_long = line("open", 1).replace(
+        "\"user_agent\":null",
+        &format!("\"user_agent\":\"{}\"", "a".repeat(600)),
+    );
+    std::fs::write(dir.path().join("00000000000000000001.jsonl"), too_long).unwrap();
     std::fs::write(
         dir.path().join("00000000000000000002.jsonl"),
         line("open", 2),
@@ -1298,4 +1291,75 @@ async fn a_segment_the_database_rejects_is_set_aside_and_does_not_block_the_rest
     assert_eq!(stored[0].kind, "open");
     assert!(dir.path().join("00000000000000000001.failed").exists());
     server.stop().await;
+}
+
+/// A journal line exactly as the release before versioned records wrote it
+/// (the database row's fields, no `v`).
+fn old_format_line(kind: &str, id: u8) -> String {
+    format!(
+        "{{\"event_id\":\"{id:02x}{}\",\"occurred_at\":\"{}\",\"kind\":\"{kind}\",\
+         \"token\":\"{}\",\"link_id\":null,\"mailing_id\":null,\"letter_id\":null,\
+         \"email\":null,\"position\":null,\"ip\":null,\"user_agent\":null,\
+         \"bot\":false,\"bot_reason\":null}}\n",
+        "0".repeat(30),
+        Utc::now().to_rfc3339(),
+        token_on(today())
+    )
+}
+
+#[tokio::test]
+async fn a_segment_journaled_before_versioned_records_replays_after_the_upgrade() {
+    let db = db().await;
+    let dir = tempfile::tempdir().unwrap();
+    let segment = dir.path().join("00000000000000000001.jsonl");
+    let text: String = [("open", 1), ("click", 2), ("image", 3)]
+        .iter()
+        .map(|(kind, id)| old_format_line(kind, *id))
+        .collect();
+    std::fs::write(&segment, text).unwrap();
+    let server = TestServer::start(server_pool(&db).await, dir.path()).await;
+    let stored = wait_for_events(&db.pool, 3).await;
+    let mut kinds: Vec<&str> = stored.iter().map(|e| e.kind.as_str()).collect();
+    kinds.sort_unstable();
+    assert_eq!(kinds, ["click", "image", "open"], "{stored:?}");
+    server.stop().await;
+    assert!(!segment.exists(), "replayed, then deleted");
+    assert!(!segment.with_extension("failed").exists());
+}
+
+#[tokio::test]
+async fn a_corrupt_middle_line_quarantines_its_segment_and_loses_nothing() {
+    let db = db().await;
+    let dir = tempfile::tempdir().unwrap();
+    let corrupt = dir.path().join("00000000000000000001.jsonl");
+    // A flipped byte in the middle line: it has its newline, so it is not a
+    // torn tail, and must not be skipped.
+    let middle = old_format_line("click", 2).replacen("\"kind\"", "\"kimd\"", 1);
+    let text = format!(
+        "{}{middle}{}",
+        old_format_line("open", 1),
+        old_format_line("open", 3)
+    );
+    std::fs::write(&corrupt, &text).unwrap();
+    // A later segment is not blocked by the quarantined one.
+    std::fs::write(
+        dir.path().join("00000000000000000002.jsonl"),
+        old_format_line("image", 4),
+    )
+    .unwrap();
+    let server = TestServer::start(server_pool(&db).await, dir.path()).await;
+    let stored = wait_for_events(&db.pool, 3).await;
+    server.stop().await;
+    assert_eq!(
+        stored.len(),
+        3,
+        "the readable events of both segments: {stored:?}"
+    );
+    let failed = corrupt.with_extension("failed");
+    assert_eq!(
+        std::fs::read_to_string(&failed).unwrap(),
+        text,
+        "the quarantined segment is kept byte for byte, bad line included"
+    );
+    assert!(segments(dir.path()).is_empty(), "nothing left to replay");
 }

@@ -1,0 +1,110 @@
+//! Why a recipient gets no letter. Each reason is a variant, so the build
+//! summary groups rejections by what went wrong ([`Reject::group`]) rather
+//! than by parsing their text; `rejects.jsonl` carries the full message.
+
+/// One reason a recipient is rejected (or skipped, when suppressed).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Reject {
+    #[error("not valid UTF-8")]
+    NotUtf8,
+    #[error("not a JSON object")]
+    NotJsonObject,
+    #[error("bad JSON: {0}")]
+    BadJson(String),
+    #[error("bad CSV header: {0}")]
+    BadCsvHeader(String),
+    #[error("bad CSV: {found} fields where the header has {expected}")]
+    CsvFieldCount { found: u64, expected: u64 },
+    #[error("bad CSV: {0}")]
+    BadCsv(String),
+    #[error("field `email` is not a string")]
+    EmailNotString,
+    #[error("no `email` field")]
+    NoEmail,
+    #[error("invalid address: {0}")]
+    InvalidAddress(String),
+    #[error("duplicate address: first at line {first}")]
+    Duplicate { first: u64 },
+    #[error("suppressed: the address is on the suppression list")]
+    Suppressed,
+    #[error("personalising the letter: {0}")]
+    PersonaliseLetter(String),
+    #[error("personalising the subject: {0}")]
+    PersonaliseSubject(String),
+    #[error("rewriting links: {0}")]
+    Rewrite(String),
+    #[error(
+        "{kind} link {position} was stored as {stored:?} by an earlier run and is now {now:?}; \
+         build changed content under a new mailing_id"
+    )]
+    ChangedContent {
+        kind: crate::kind::LinkKind,
+        position: u32,
+        stored: String,
+        now: String,
+    },
+}
+
+impl Reject {
+    /// The summary line this reason is counted under.
+    pub fn group(&self) -> &'static str {
+        match self {
+            Reject::NotUtf8 => "not valid UTF-8",
+            Reject::NotJsonObject => "not a JSON object",
+            Reject::BadJson(_) => "bad JSON",
+            Reject::BadCsvHeader(_) => "bad CSV header",
+            Reject::CsvFieldCount { .. } | Reject::BadCsv(_) => "bad CSV",
+            Reject::EmailNotString => "field `email` is not a string",
+            Reject::NoEmail => "no `email` field",
+            Reject::InvalidAddress(_) => "invalid address",
+            Reject::Duplicate { .. } => "duplicate address",
+            Reject::Suppressed => "suppressed",
+            Reject::PersonaliseLetter(_) => "personalising the letter",
+            Reject::PersonaliseSubject(_) => "personalising the subject",
+            Reject::Rewrite(_) => "rewriting links",
+            Reject::ChangedContent { .. } => "changed content under the same mailing_id",
+        }
+    }
+}
+
+/// `rejects.jsonl` keeps its `reason` string: the full message.
+impl serde::Serialize for Reject {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_are_the_start_of_the_message_except_for_changed_content() {
+        let samples = [
+            Reject::BadJson("x".into()),
+            Reject::CsvFieldCount {
+                found: 3,
+                expected: 4,
+            },
+            Reject::InvalidAddress("no @".into()),
+            Reject::Duplicate { first: 2 },
+            Reject::Suppressed,
+            Reject::Rewrite("x".into()),
+        ];
+        for reject in samples {
+            assert!(reject.to_string().starts_with(reject.group()), "{reject}");
+        }
+        // A URL's colon no longer splits the group (it did with text parsing).
+        let changed = Reject::ChangedContent {
+            kind: crate::kind::LinkKind::Click,
+            position: 3,
+            stored: "https://a.example/".into(),
+            now: "https://b.example/".into(),
+        };
+        assert_eq!(changed.group(), "changed content under the same mailing_id");
+        assert_eq!(
+            serde_json::to_value(&changed).unwrap(),
+            serde_json::Value::String(changed.to_string())
+        );
+    }
+}

@@ -1,0 +1,150 @@
+//! The journal's on-disk line: a record type of its own, versioned, that
+//! converts to the database row ([`EventRow`]). The row may change with the
+//! schema; a line journaled by an older release must still replay after an
+//! upgrade, so the line's format changes only by adding a version.
+//!
+//! # Versions
+//! * 0: the lines written before the format had a version (the row's
+//!   fields, no `v`). Read as version 1.
+//! * 1: `{"v":1, "event_id", "occurred_at", "kind", "token", "link_id",
+//!   "mailing_id", "letter_id", "email", "position", "ip", "user_agent",
+//!   "bot", "bot_reason"}`; ids as 32 lowercase hex digits.
+//!
+//! A later version that adds a field gives it a default here (so versions 0
+//! and 1 still read) and says in [`JournalRecord::into_row`] what an old
+//! line means for it.
+
+use crate::kind::EventKind;
+use crate::store::events::EventRow;
+use chrono::{DateTime, Utc};
+
+/// The version this release writes.
+pub const CURRENT_VERSION: u32 = 1;
+
+/// One journal line.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct JournalRecord {
+    /// Absent (0) in lines from before versioning.
+    #[serde(default)]
+    pub v: u32,
+    #[serde(with = "hex::serde")]
+    pub event_id: [u8; 16],
+    pub occurred_at: DateTime<Utc>,
+    pub kind: EventKind,
+    #[serde(with = "hex::serde")]
+    pub token: [u8; 16],
+    pub link_id: Option<u64>,
+    pub mailing_id: Option<String>,
+    pub letter_id: Option<u64>,
+    pub email: Option<String>,
+    pub position: Option<u32>,
+    pub ip: Option<String>,
+    pub user_agent: Option<String>,
+    pub bot: bool,
+    pub bot_reason: Option<String>,
+}
+
+/// A line that is not a journal record this release can read.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("not a journal record: {0}")]
+    Unreadable(#[from] serde_json::Error),
+    #[error("journal record version {0} is newer than this release reads ({CURRENT_VERSION})")]
+    NewerVersion(u32),
+}
+
+impl JournalRecord {
+    /// The line for `row`, in the current version (no trailing newline).
+    pub fn encode(row: &EventRow) -> Result<Vec<u8>, serde_json::Error> {
+        serde_json::to_vec(&JournalRecord::from_row(row))
+    }
+
+    /// Read one line (without its newline).
+    pub fn decode(line: &str) -> Result<EventRow, RecordError> {
+        let record: JournalRecord = serde_json::from_str(line)?;
+        record.into_row()
+    }
+
+    fn from_row(row: &EventRow) -> JournalRecord {
+        JournalRecord {
+            v: CURRENT_VERSION,
+            event_id: row.event_id,
+            occurred_at: row.occurred_at,
+            kind: row.kind,
+            token: row.token,
+            link_id: row.link_id,
+            mailing_id: row.mailing_id.clone(),
+            letter_id: row.letter_id,
+            email: row.email.clone(),
+            position: row.position,
+            ip: row.ip.clone(),
+            user_agent: row.user_agent.clone(),
+            bot: row.bot,
+            bot_reason: row.bot_reason.clone(),
+        }
+    }
+
+    /// The row this record stands for. Versions 0 and 1 have the same fields.
+    pub fn into_row(self) -> Result<EventRow, RecordError> {
+        if self.v > CURRENT_VERSION {
+            return Err(RecordError::NewerVersion(self.v));
+        }
+        Ok(EventRow {
+            event_id: self.event_id,
+            occurred_at: self.occurred_at,
+            kind: self.kind,
+            token: self.token,
+            link_id: self.link_id,
+            mailing_id: self.mailing_id,
+            letter_id: self.letter_id,
+            email: self.email,
+            position: self.position,
+            ip: self.ip,
+            user_agent: self.user_agent,
+            bot: self.bot,
+            bot_reason: self.bot_reason,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A line exactly as the release before versioning wrote it.
+    const VERSION_0_LINE: &str = r#"{"event_id":"0192f5a0c0de7000800000000000abcd","occurred_at":"2026-11-22T10:00:00Z","kind":"click","token":"0192f5a0c0de7000800000000000beef","link_id":42,"mailing_id":"m-1","letter_id":7,"email":"ann@example.com","position":3,"ip":"192.0.2.0/24","user_agent":"Mozilla/5.0","bot":false,"bot_reason":null}"#;
+
+    #[test]
+    fn a_line_from_before_versioning_reads_as_the_same_row() {
+        let row = JournalRecord::decode(VERSION_0_LINE).unwrap();
+        assert_eq!(row.kind, EventKind::Click);
+        assert_eq!(
+            hex::encode(row.event_id),
+            "0192f5a0c0de7000800000000000abcd"
+        );
+        assert_eq!(hex::encode(row.token), "0192f5a0c0de7000800000000000beef");
+        assert_eq!(
+            (row.link_id, row.letter_id, row.position),
+            (Some(42), Some(7), Some(3))
+        );
+        assert_eq!(row.email.as_deref(), Some("ann@example.com"));
+        // Written again, it is the current version with the same fields.
+        let line = String::from_utf8(JournalRecord::encode(&row).unwrap()).unwrap();
+        assert!(line.starts_with(r#"{"v":1,"#), "{line}");
+        assert_eq!(JournalRecord::decode(&line).unwrap(), row);
+    }
+
+    #[test]
+    fn a_newer_version_and_a_foreign_kind_are_errors_not_guesses() {
+        let newer = VERSION_0_LINE.replacen('{', r#"{"v":2,"#, 1);
+        assert!(matches!(
+            JournalRecord::decode(&newer),
+            Err(RecordError::NewerVersion(2))
+        ));
+        let foreign = VERSION_0_LINE.replace(r#""kind":"click""#, r#""kind":"bogus""#);
+        assert!(matches!(
+            JournalRecord::decode(&foreign),
+            Err(RecordError::Unreadable(_))
+        ));
+    }
+}
