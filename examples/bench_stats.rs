@@ -35,7 +35,7 @@ mod mysql_client;
 
 use chrono::{Days, NaiveDate, Utc};
 use clap::Parser;
-use linktrack::store::{self, partitions, stats};
+use linktrack::store::{self, partitions, rollup, stats};
 use rand::Rng;
 use sqlx::MySqlPool;
 use std::io::Write;
@@ -117,7 +117,7 @@ async fn run(args: &Args, db: &str, pool: &MySqlPool, first: NaiveDate) -> anyho
     );
 
     let started = Instant::now();
-    let report = stats::rollup(pool, args.batch).await?;
+    let report = rollup::rollup(pool, args.batch).await?;
     let rollup = started.elapsed().as_secs_f64();
     anyhow::ensure!(report.events() == args.events, "rolled {}", report.events());
     println!(

@@ -8,7 +8,7 @@ use crate::config::{
     PartitionsCommand, RollupArgs, RotateArgs, SegmentArgs, ServeArgs, StatsCommand,
     SuppressionsCommand,
 };
-use crate::live::{self, Live, SegmentQuery};
+use crate::live::{Live, SegmentQuery};
 use crate::store::{self, partitions, suppressions};
 use anyhow::Context;
 use chrono::Utc;
@@ -61,10 +61,7 @@ async fn pool(url: &str) -> anyhow::Result<sqlx::MySqlPool> {
 
 async fn migrate(url: &str, args: &MigrateArgs) -> anyhow::Result<()> {
     let pool = store::migrate(url).await?;
-    let applied: i64 =
-        sqlx::query_scalar("SELECT COUNT(*) FROM _sqlx_migrations WHERE success = 1")
-            .fetch_one(&pool)
-            .await?;
+    let applied = store::applied_migrations(&pool).await?;
     println!("migrate: schema is current ({applied} migrations applied)");
     if let Some(format) = args.row_format {
         for line in store::set_row_format(&pool, format).await? {
@@ -259,7 +256,7 @@ async fn segment(url: &str, args: &SegmentArgs) -> anyhow::Result<()> {
         none: args.not.clone(),
     };
     let letters = live.segment(&args.mailing, &query).await?;
-    for email in store::stats::addresses_of_letters(&pool, &args.mailing, &letters).await? {
+    for email in store::segments::addresses_of_letters(&pool, &args.mailing, &letters).await? {
         println!("{email}");
     }
     Ok(())
@@ -268,7 +265,7 @@ async fn segment(url: &str, args: &SegmentArgs) -> anyhow::Result<()> {
 async fn rollup(url: &str, args: &RollupArgs) -> anyhow::Result<()> {
     let live = live_layer(&args.live)?;
     let pool = pool(url).await?;
-    let options = store::stats::RollupOptions {
+    let options = store::rollup::RollupOptions {
         limit: args.batch,
         settle: Duration::from_millis(args.settle_ms),
     };
@@ -276,14 +273,14 @@ async fn rollup(url: &str, args: &RollupArgs) -> anyhow::Result<()> {
         let every = Duration::from_secs(secs.max(1));
         let mut workers = crate::server::workers::Workers::new();
         workers.spawn("rollup", move |stopping| {
-            live::run_worker(pool, live, options, every, stopping)
+            crate::rollup::run_worker(pool, live, options, every, stopping)
         });
         crate::server::shutdown_signal().await;
         // The pass in progress commits or rolls back; a minute is plenty.
         workers.shutdown(Duration::from_secs(60)).await;
         return Ok(());
     }
-    let report = live::roll_and_publish(&pool, live.as_ref(), &options).await?;
+    let report = crate::rollup::roll_and_publish(&pool, live.as_ref(), &options).await?;
     println!("{report}");
     Ok(())
 }

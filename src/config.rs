@@ -229,11 +229,18 @@ pub enum SuppressionsCommand {
     },
 }
 
+/// `--row-format`: the storage layer names the formats; clap lists them.
+fn row_format_parser() -> impl clap::builder::TypedValueParser<Value = RowFormat> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(RowFormat::NAMES)
+        .try_map(|name| name.parse::<RowFormat>())
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct MigrateArgs {
     /// Row format for the partitioned tables: compressed halves the disk,
     /// dynamic inserts faster (see README). Changing it rebuilds the tables.
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = row_format_parser())]
     pub row_format: Option<RowFormat>,
 }
 

@@ -2,7 +2,7 @@
 //! machine. The fixtures are compiled in, so the command works from any
 //! directory.
 
-use crate::build::letter::tracked_url;
+use crate::build::compose::tracked_url;
 use crate::build::{self, BuildOptions, Output, Summary};
 use crate::store::links::LinkKind;
 use crate::store::{self, partitions, suppressions};

@@ -16,23 +16,36 @@
 //!
 //! # Layout
 //!
-//! * [`token`]: the tracking token: new, parse, date.
-//! * [`config`]: command line and environment settings.
+//! * [`token`] (`src/token.rs`): the tracking token: new, parse, date.
+//! * [`kind`]: [`kind::LinkKind`] and [`kind::EventKind`], the one spelling
+//!   of every kind (database ENUM, journal, API, Redis counter names).
+//! * [`config`]: command line and environment settings (clap stops here).
 //! * [`cli`]: runs each subcommand (the binary in `main.rs` only parses).
 //! * [`demo`]: `linktrack demo`, the whole loop on the compiled-in fixtures.
 //! * [`store`]: every SQL statement: pool, migrations, links, events,
-//!   partitions, suppressions, sequences.
+//!   suppressions, sequences; partition DDL in `src/store/partitions.rs`;
+//!   the rollup's SQL in `src/store/rollup.rs`; stats reads in
+//!   `src/store/stats.rs`; segment lookups in `src/store/segments.rs`.
 //! * [`letter`]: one letter's HTML: personalise (minijinja), rewrite links
-//!   byte-exactly, add the open pixel.
-//! * [`build`]: the batch job: mailing and recipients in, letters out.
+//!   byte-exactly (`src/letter/rewrite.rs`), add the open pixel.
+//! * [`build`]: the batch job: mailing and recipients in, letters out;
+//!   [`build::compose`] composes one letter, [`build::reject`] names why a
+//!   recipient gets none.
 //! * [`address`]: address normalisation and validation.
-//! * [`server`]: `linktrack serve`, the tracking HTTP server.
-//! * [`events`]: the event journal, its replay into `events`, bot verdicts.
-//! * [`store::stats`]: the exactly-once rollup of `events` into small
-//!   per-mailing tables, and the reads behind the stats API.
+//! * [`server`]: `linktrack serve`: [`server::App`] (`src/server/app.rs`) is
+//!   the one wiring (listeners, event pipeline, background workers, ordered
+//!   shutdown); the redirect is `click` in `src/server/handlers.rs`;
+//!   `/metrics` and `/readyz` are on the admin listener.
+//! * [`events`]: the event journal (`src/events/journal.rs`, its versioned
+//!   line in `src/events/record.rs`), its replay into `events`, bot verdicts.
+//! * [`rollup`]: the rollup worker loop (`src/rollup.rs`): roll `events`
+//!   into the statistics tables, then publish to Redis.
 //! * [`live`]: the optional Redis live layer (counters, recent clicks, top
 //!   links, per-tag letter sets for segments).
 //! * [`server::stats`]: the stats API and the dashboard (axum router).
+//! * Planned: webhook and AMQP event senders (issue 9) in `src/outbound/`,
+//!   registered as workers in `src/server/app.rs`; SMTP delivery (issue 8)
+//!   in `src/delivery/`.
 
 pub mod address;
 pub mod build;
@@ -43,6 +56,7 @@ pub mod events;
 pub mod kind;
 pub mod letter;
 pub mod live;
+pub mod rollup;
 pub mod server;
 pub mod store;
 pub mod token;

@@ -25,11 +25,10 @@
 //! removes the address from every segment.
 
 use crate::kind::EventKind;
-use crate::store::stats::{self, BatchClick, KindCount, RolledBatch, RollupOptions, RollupReport};
+use crate::store::rollup::{BatchClick, KindCount};
 use crate::store::StoreError;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::AsyncCommands;
-use sqlx::MySqlPool;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -295,56 +294,4 @@ fn snapshot_from(names: &[String], values: Vec<redis::Value>) -> LiveSnapshot {
         .unwrap_or_default();
     snapshot.top_links = top.into_iter().map(|(p, n)| (p, n as u64)).collect();
     snapshot
-}
-
-/// One pass of the rollup worker: roll every pending event into MySQL, then
-/// publish each committed batch to Redis when a live layer is configured.
-/// A Redis failure is logged and does not fail the pass.
-pub async fn roll_and_publish(
-    pool: &MySqlPool,
-    live: Option<&Live>,
-    options: &RollupOptions,
-) -> Result<RollupReport, StoreError> {
-    let report = stats::rollup_with(pool, options).await?;
-    if let Some(live) = live {
-        for batch in &report.batches {
-            if let Err(err) = publish(pool, live, batch).await {
-                tracing::warn!(%err, last_id = batch.last_id, "live stats not updated for a batch");
-            }
-        }
-    }
-    Ok(report)
-}
-
-async fn publish(pool: &MySqlPool, live: &Live, batch: &RolledBatch) -> Result<(), LiveError> {
-    let counts = stats::batch_counts(pool, batch).await?;
-    let clicks = stats::batch_clicks(pool, batch).await?;
-    live.apply(&counts, &clicks).await
-}
-
-/// Run [`roll_and_publish`] every `every` until `stopping` says stop;
-/// errors are logged and retried on the next tick. A stop never interrupts
-/// a pass midway: each rollup batch is one transaction, and the pass in
-/// progress finishes first.
-pub async fn run_worker(
-    pool: MySqlPool,
-    live: Option<Live>,
-    options: RollupOptions,
-    every: Duration,
-    mut stopping: crate::server::workers::Stopping,
-) {
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            biased;
-            () = stopping.requested() => return,
-            _ = tick.tick() => {}
-        }
-        match roll_and_publish(&pool, live.as_ref(), &options).await {
-            Ok(report) if report.events() > 0 => tracing::debug!("{report}"),
-            Ok(_) => {}
-            Err(err) => tracing::warn!(%err, "stats rollup failed; retrying"),
-        }
-    }
 }

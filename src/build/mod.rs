@@ -14,7 +14,7 @@
 //! accepted recipient once, every link in it resolves, and no row is stored
 //! twice.
 
-pub mod letter;
+pub mod compose;
 pub mod mailing;
 pub mod recipients;
 pub mod reject;
@@ -23,7 +23,7 @@ use crate::store::links::{self, LinkKind};
 use crate::store::partitions::{self, Policy, RunOptions};
 use crate::store::sequences::Sequence;
 use crate::store::{stats, suppressions, StoreError};
-use letter::{build_letter, Built, ImageTokens, MailingContext, StoredTokens};
+use compose::{build_letter, Built, ImageTokens, MailingContext, StoredTokens};
 use mailing::Mailing;
 use recipients::{Recipient, Recipients, Rejection};
 use reject::Reject;
@@ -117,7 +117,7 @@ pub enum BuildError {
     #[error("{path}: {source}")]
     Template {
         path: PathBuf,
-        source: letter::PrepareError,
+        source: compose::PrepareError,
     },
     #[error("{path}: cannot read recipients: {source}")]
     Recipients {
@@ -138,28 +138,13 @@ pub enum BuildError {
 /// A batch ready for the writer: rows to commit, then letters to write.
 struct StoredBatch {
     rows: Vec<links::NewLink>,
-    letters: Vec<letter::Letter>,
+    letters: Vec<compose::Letter>,
 }
 
 /// Run the job.
 pub async fn run(pool: &MySqlPool, options: &BuildOptions) -> Result<Summary, BuildError> {
     let started = Instant::now();
-    let mailing = Mailing::load(&options.mailing)?;
-    let ctx = MailingContext::prepare(mailing, &options.base_url).map_err(|source| {
-        BuildError::Template {
-            path: options.mailing.clone(),
-            source,
-        }
-    })?;
-    let ctx = Arc::new(ctx);
-    let track = ctx.mailing.track;
-    if track {
-        ensure_partitions(pool).await?;
-        // The dashboard's click map shows the creative.
-        let mailing = &ctx.mailing;
-        stats::save_mailing(pool, &mailing.mailing_id, &mailing.subject, &mailing.html).await?;
-    }
-
+    let ctx = prepare_mailing(pool, options).await?;
     let mut reader =
         Recipients::open(&options.recipients).map_err(|source| BuildError::Recipients {
             path: options.recipients.clone(),
@@ -167,24 +152,8 @@ pub async fn run(pool: &MySqlPool, options: &BuildOptions) -> Result<Summary, Bu
         })?;
     let progress = progress_bar(options.progress, reader.total_bytes);
     let bytes_read = Arc::clone(&reader.bytes_read);
-
-    let existing = if track {
-        links::letters_of_mailing(pool, &ctx.mailing.mailing_id).await?
-    } else {
-        HashMap::new()
-    };
-    let images = Arc::new(ImageTokens::with_known(if track {
-        links::images_of_mailing(pool, &ctx.mailing.mailing_id).await?
-    } else {
-        HashMap::new()
-    }));
-
-    let mut rejects = RejectsFile::create(&options.rejects)?;
+    let mut job = Job::start(pool, ctx, options).await?;
     let (batches, writer) = spawn_writer(pool.clone(), options.out.clone());
-    let mut sequence = Sequence::new(LETTER_SEQUENCE, options.id_block);
-    let mut summary = Summary::default();
-    let mut seen: HashMap<String, u64> = HashMap::new();
-
     loop {
         let (entries, recipients_left) =
             read_batch(reader, options.batch_size, &options.recipients).await?;
@@ -192,79 +161,7 @@ pub async fn run(pool: &MySqlPool, options: &BuildOptions) -> Result<Summary, Bu
         if entries.is_empty() {
             break;
         }
-        let mut accepted = Vec::with_capacity(entries.len());
-        for entry in entries {
-            match entry {
-                Ok(recipient) => match seen.get(&recipient.email) {
-                    Some(first) => rejects.write(
-                        &mut summary,
-                        &Rejection {
-                            line: recipient.line,
-                            email: Some(recipient.email.clone()),
-                            reason: Reject::Duplicate { first: *first },
-                        },
-                    )?,
-                    None => {
-                        seen.insert(recipient.email.clone(), recipient.line);
-                        accepted.push(recipient);
-                    }
-                },
-                Err(rejection) => rejects.write(&mut summary, &rejection)?,
-            }
-        }
-
-        let emails: Vec<&str> = accepted.iter().map(|r| r.email.as_str()).collect();
-        let suppressed = suppressions::suppressed_among(pool, &emails).await?;
-        for recipient in accepted.iter().filter(|r| suppressed.contains(&r.email)) {
-            rejects.skip(&mut summary, recipient)?;
-        }
-        accepted.retain(|r| !suppressed.contains(&r.email));
-
-        let mut jobs = Vec::with_capacity(accepted.len());
-        let mut resumed_ids = Vec::new();
-        for recipient in accepted {
-            let letter_id = match existing.get(&recipient.email) {
-                Some(id) => {
-                    resumed_ids.push(*id);
-                    *id
-                }
-                None => sequence.next(pool).await?,
-            };
-            jobs.push((recipient, letter_id));
-        }
-        let stored = stored_tokens(pool, &ctx.mailing.mailing_id, &resumed_ids).await?;
-        summary.letters_resumed += resumed_ids.len() as u64;
-
-        let built = build_batch(
-            Arc::clone(&ctx),
-            jobs,
-            stored,
-            Arc::clone(&images),
-            options.workers,
-        )
-        .await?;
-        let mut batch = StoredBatch {
-            rows: images.take_new_rows(),
-            letters: Vec::with_capacity(built.len()),
-        };
-        for (line, email, result) in built {
-            match result {
-                Ok(Built { letter, new_links }) => {
-                    batch.rows.extend(new_links);
-                    batch.letters.push(letter);
-                }
-                Err(reason) => rejects.write(
-                    &mut summary,
-                    &Rejection {
-                        line,
-                        email: Some(email),
-                        reason,
-                    },
-                )?,
-            }
-        }
-        summary.letters_built += batch.letters.len() as u64;
-        summary.links_stored += batch.rows.len() as u64;
+        let batch = job.build(entries, options.workers).await?;
         if batches.send(batch).await.is_err() {
             break; // the writer failed; its error is returned below
         }
@@ -275,10 +172,188 @@ pub async fn run(pool: &MySqlPool, options: &BuildOptions) -> Result<Summary, Bu
         .await
         .map_err(|e| BuildError::Internal(format!("writer task: {e}")))?;
     written?;
-    rejects.finish()?;
+    job.rejects.finish()?;
     progress.finish_and_clear();
+    let mut summary = job.summary;
     summary.seconds = started.elapsed().as_secs_f64();
     Ok(summary)
+}
+
+/// Load and check the mailing; when it is tracked, make sure today's
+/// partitions exist and save the creative (the dashboard's click map).
+async fn prepare_mailing(
+    pool: &MySqlPool,
+    options: &BuildOptions,
+) -> Result<Arc<MailingContext>, BuildError> {
+    let mailing = Mailing::load(&options.mailing)?;
+    let ctx = MailingContext::prepare(mailing, &options.base_url).map_err(|source| {
+        BuildError::Template {
+            path: options.mailing.clone(),
+            source,
+        }
+    })?;
+    if ctx.mailing.track {
+        ensure_partitions(pool).await?;
+        let mailing = &ctx.mailing;
+        stats::save_mailing(pool, &mailing.mailing_id, &mailing.subject, &mailing.html).await?;
+    }
+    Ok(Arc::new(ctx))
+}
+
+/// A build in progress: what earlier runs stored (to resume), the rejects
+/// file, the id sequence and the running summary.
+struct Job<'a> {
+    pool: &'a MySqlPool,
+    ctx: Arc<MailingContext>,
+    /// Letter ids of addresses an earlier run already built.
+    existing: HashMap<String, u64>,
+    images: Arc<ImageTokens>,
+    rejects: RejectsFile,
+    sequence: Sequence,
+    summary: Summary,
+    /// First line of each address seen, to reject duplicates.
+    seen: HashMap<String, u64>,
+}
+
+impl<'a> Job<'a> {
+    async fn start(
+        pool: &'a MySqlPool,
+        ctx: Arc<MailingContext>,
+        options: &BuildOptions,
+    ) -> Result<Job<'a>, BuildError> {
+        let track = ctx.mailing.track;
+        let mailing_id = &ctx.mailing.mailing_id;
+        let existing = if track {
+            links::letters_of_mailing(pool, mailing_id).await?
+        } else {
+            HashMap::new()
+        };
+        let images = Arc::new(ImageTokens::with_known(if track {
+            links::images_of_mailing(pool, mailing_id).await?
+        } else {
+            HashMap::new()
+        }));
+        Ok(Job {
+            pool,
+            ctx,
+            existing,
+            images,
+            rejects: RejectsFile::create(&options.rejects)?,
+            sequence: Sequence::new(LETTER_SEQUENCE, options.id_block),
+            summary: Summary::default(),
+            seen: HashMap::new(),
+        })
+    }
+
+    /// One batch of input lines to the rows and letters the writer stores.
+    async fn build(
+        &mut self,
+        entries: Vec<recipients::Entry>,
+        workers: usize,
+    ) -> Result<StoredBatch, BuildError> {
+        let accepted = self.screen(entries)?;
+        let accepted = self.drop_suppressed(accepted).await?;
+        let jobs = self.assign_ids(accepted).await?;
+        let resumed_ids: Vec<u64> = jobs
+            .iter()
+            .filter(|(recipient, _)| self.existing.contains_key(&recipient.email))
+            .map(|(_, id)| *id)
+            .collect();
+        let stored = stored_tokens(self.pool, &self.ctx.mailing.mailing_id, &resumed_ids).await?;
+        self.summary.letters_resumed += resumed_ids.len() as u64;
+        let built = build_batch(
+            Arc::clone(&self.ctx),
+            jobs,
+            stored,
+            Arc::clone(&self.images),
+            workers,
+        )
+        .await?;
+        self.collect(built)
+    }
+
+    /// Unreadable lines and repeated addresses become rejections.
+    fn screen(&mut self, entries: Vec<recipients::Entry>) -> Result<Vec<Recipient>, BuildError> {
+        let mut accepted = Vec::with_capacity(entries.len());
+        for entry in entries {
+            match entry {
+                Ok(recipient) => match self.seen.get(&recipient.email) {
+                    Some(first) => self.rejects.write(
+                        &mut self.summary,
+                        &Rejection {
+                            line: recipient.line,
+                            email: Some(recipient.email.clone()),
+                            reason: Reject::Duplicate { first: *first },
+                        },
+                    )?,
+                    None => {
+                        self.seen.insert(recipient.email.clone(), recipient.line);
+                        accepted.push(recipient);
+                    }
+                },
+                Err(rejection) => self.rejects.write(&mut self.summary, &rejection)?,
+            }
+        }
+        Ok(accepted)
+    }
+
+    /// Skip (and note) the addresses on the suppression list.
+    async fn drop_suppressed(
+        &mut self,
+        mut accepted: Vec<Recipient>,
+    ) -> Result<Vec<Recipient>, BuildError> {
+        let emails: Vec<&str> = accepted.iter().map(|r| r.email.as_str()).collect();
+        let suppressed = suppressions::suppressed_among(self.pool, &emails).await?;
+        for recipient in accepted.iter().filter(|r| suppressed.contains(&r.email)) {
+            self.rejects.skip(&mut self.summary, recipient)?;
+        }
+        accepted.retain(|r| !suppressed.contains(&r.email));
+        Ok(accepted)
+    }
+
+    /// A letter id for each recipient: the earlier run's when resuming,
+    /// else the next from the sequence.
+    async fn assign_ids(
+        &mut self,
+        accepted: Vec<Recipient>,
+    ) -> Result<Vec<(Recipient, u64)>, BuildError> {
+        let mut jobs = Vec::with_capacity(accepted.len());
+        for recipient in accepted {
+            let letter_id = match self.existing.get(&recipient.email) {
+                Some(id) => *id,
+                None => self.sequence.next(self.pool).await?,
+            };
+            jobs.push((recipient, letter_id));
+        }
+        Ok(jobs)
+    }
+
+    /// Built letters and their new rows into one batch; failures to rejects.
+    fn collect(&mut self, built: Vec<BuiltEntry>) -> Result<StoredBatch, BuildError> {
+        let mut batch = StoredBatch {
+            rows: self.images.take_new_rows(),
+            letters: Vec::with_capacity(built.len()),
+        };
+        for (line, email, result) in built {
+            match result {
+                Ok(Built { letter, new_links }) => {
+                    batch.rows.extend(new_links);
+                    batch.letters.push(letter);
+                }
+                Err(reason) => self.rejects.write(
+                    &mut self.summary,
+                    &Rejection {
+                        line,
+                        email: Some(email),
+                        reason,
+                    },
+                )?,
+            }
+        }
+        self.summary.letters_built += batch.letters.len() as u64;
+        self.summary.links_stored += batch.rows.len() as u64;
+        Ok(batch)
+    }
 }
 
 /// Today's and tomorrow's partitions, in case the job runs past midnight.
@@ -489,7 +564,7 @@ impl LetterSink {
             .map_or_else(|| PathBuf::from("-"), |(partial, _)| partial.clone())
     }
 
-    fn write(&mut self, letters: &[letter::Letter]) -> Result<(), BuildError> {
+    fn write(&mut self, letters: &[compose::Letter]) -> Result<(), BuildError> {
         let result = (|| {
             for letter in letters {
                 serde_json::to_writer(&mut self.writer, letter)?;

@@ -34,24 +34,12 @@ pub enum ReplayError {
     },
 }
 
-/// MySQL errors about the server's state rather than the data, which go
-/// away by themselves or by an operator's fix: lock wait timeout (1205),
-/// deadlock (1213), missing privileges (1044, 1045, 1142, 1227) and a
-/// read-only server, as during a failover (1290, 1792, 1836).
-const RETRYABLE_MYSQL_ERRORS: [u16; 9] = [1205, 1213, 1044, 1045, 1142, 1227, 1290, 1792, 1836];
-
 impl ReplayError {
     /// True when the database rejected the segment's data itself, so trying
     /// again can never succeed; anything else (unreachable database, a
     /// missing partition, a lock, a file error) is worth retrying.
     fn is_rejected_data(&self) -> bool {
-        let ReplayError::Store(StoreError::Sqlx(err)) = self else {
-            return false;
-        };
-        match crate::store::mysql_error_number(err) {
-            Some(number) => !RETRYABLE_MYSQL_ERRORS.contains(&number),
-            None => false,
-        }
+        matches!(self, ReplayError::Store(err) if err.is_rejected_data())
     }
 }
 

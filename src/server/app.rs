@@ -19,7 +19,7 @@ use super::{handlers, metrics, public_router, ServeError};
 use crate::events::journal::JournalSettings;
 use crate::events::EventPipeline;
 use crate::live::Live;
-use crate::store::stats::RollupOptions;
+use crate::store::rollup::RollupOptions;
 use axum::routing::get;
 use axum::Router;
 use sqlx::MySqlPool;
@@ -229,7 +229,7 @@ fn start_workers(settings: &AppSettings) -> Workers {
         let live = settings.live.clone();
         let options = settings.rollup;
         workers.spawn("rollup", move |stopping| {
-            crate::live::run_worker(pool, live, options, every, stopping)
+            crate::rollup::run_worker(pool, live, options, every, stopping)
         });
     }
     workers

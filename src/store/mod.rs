@@ -5,6 +5,8 @@ pub mod erase;
 pub mod events;
 pub mod links;
 pub mod partitions;
+pub mod rollup;
+pub mod segments;
 pub mod sequences;
 pub mod stats;
 pub mod suppressions;
@@ -21,6 +23,12 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
 /// MySQL's "Table has no partition for value ..." (ER_NO_PARTITION_FOR_GIVEN_VALUE).
 const ER_NO_PARTITION_FOR_GIVEN_VALUE: u16 = 1526;
+
+/// MySQL errors about the server's state rather than the data, which go
+/// away by themselves or by an operator's fix: lock wait timeout (1205),
+/// deadlock (1213), missing privileges (1044, 1045, 1142, 1227) and a
+/// read-only server, as during a failover (1290, 1792, 1836).
+pub const RETRYABLE_MYSQL_ERRORS: [u16; 9] = [1205, 1213, 1044, 1045, 1142, 1227, 1290, 1792, 1836];
 
 /// Errors of the storage layer.
 #[derive(Debug, thiserror::Error)]
@@ -48,6 +56,17 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// True when the server answered with an error about the data itself
+    /// (a value it refuses), so running the same statement again can never
+    /// succeed. Unreachable servers, locks, deadlocks, privileges and a
+    /// read-only server ([`RETRYABLE_MYSQL_ERRORS`]) are not.
+    pub fn is_rejected_data(&self) -> bool {
+        let StoreError::Sqlx(err) = self else {
+            return false;
+        };
+        mysql_error_number(err).is_some_and(|number| !RETRYABLE_MYSQL_ERRORS.contains(&number))
+    }
+
     /// True when the database could not be reached or the connection broke,
     /// as opposed to the statement being wrong.
     pub fn is_unavailable(&self) -> bool {
@@ -132,17 +151,34 @@ pub async fn migrate(url: &str) -> Result<MySqlPool, StoreError> {
 
 /// Which InnoDB row format the partitioned tables use. Compression roughly
 /// halves the disk at roughly a third of the bulk-insert rate (see README).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RowFormat {
     Compressed,
     Dynamic,
 }
 
 impl RowFormat {
+    /// The names `--row-format` takes.
+    pub const NAMES: [&'static str; 2] = ["compressed", "dynamic"];
+
     fn sql(self) -> &'static str {
         match self {
             RowFormat::Compressed => "COMPRESSED",
             RowFormat::Dynamic => "DYNAMIC",
+        }
+    }
+}
+
+impl FromStr for RowFormat {
+    type Err = String;
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        match name {
+            "compressed" => Ok(RowFormat::Compressed),
+            "dynamic" => Ok(RowFormat::Dynamic),
+            other => Err(format!(
+                "unknown row format {other:?} (expected one of {})",
+                RowFormat::NAMES.join(", ")
+            )),
         }
     }
 }
@@ -174,6 +210,14 @@ pub async fn set_row_format(
         changed.push(format!("{table}: row format set to {}", format.sql()));
     }
     Ok(changed)
+}
+
+/// How many migrations have been applied successfully.
+pub async fn applied_migrations(pool: &MySqlPool) -> Result<i64, StoreError> {
+    let applied = sqlx::query_scalar("SELECT COUNT(*) FROM _sqlx_migrations WHERE success = 1")
+        .fetch_one(pool)
+        .await?;
+    Ok(applied)
 }
 
 /// One trivial round trip: is the database there?

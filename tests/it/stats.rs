@@ -7,7 +7,7 @@ use crate::common::{days_ago, token_on, TestDb};
 use chrono::{NaiveDate, NaiveDateTime};
 use linktrack::store::erase;
 use linktrack::store::links::{self, LinkKind, NewLink, StoredLink};
-use linktrack::store::stats;
+use linktrack::store::{rollup, stats};
 use sqlx::MySqlPool;
 use std::time::Duration;
 
@@ -187,11 +187,11 @@ async fn rollup_counts_every_event_exactly_once_across_batches_and_replays() {
 
     // Batches of 2 split letter 1's repeated clicks across transactions, so
     // the unique counters must come from first-seen rows, not batch DISTINCTs.
-    let first = stats::rollup(&db.pool, 2).await.unwrap();
+    let first = rollup::rollup(&db.pool, 2).await.unwrap();
     assert_eq!(first.events(), 6);
     assert_eq!(first.batches.len(), 3);
     assert_eq!(
-        stats::rollup(&db.pool, 2).await.unwrap().events(),
+        rollup::rollup(&db.pool, 2).await.unwrap().events(),
         0,
         "nothing rolls twice"
     );
@@ -202,7 +202,7 @@ async fn rollup_counts_every_event_exactly_once_across_batches_and_replays() {
         4,
         "replayed events add no rows"
     );
-    assert_eq!(stats::rollup(&db.pool, 1000).await.unwrap().events(), 4);
+    assert_eq!(rollup::rollup(&db.pool, 1000).await.unwrap().events(), 4);
 
     let s = stats::summary(&db.pool, MAILING).await.unwrap().unwrap();
     assert_eq!(
@@ -246,7 +246,7 @@ async fn concurrent_rollups_count_each_event_once() {
     let db = TestDb::with_days_since(d1).await;
     let letters = letters(&db.pool, d1, 3).await;
     record(&db.pool, &traffic(&letters, d1, d2)).await;
-    let (a, b) = tokio::join!(stats::rollup(&db.pool, 1), stats::rollup(&db.pool, 1));
+    let (a, b) = tokio::join!(rollup::rollup(&db.pool, 1), rollup::rollup(&db.pool, 1));
     assert_eq!(a.unwrap().events() + b.unwrap().events(), 10);
     let s = stats::summary(&db.pool, MAILING).await.unwrap().unwrap();
     assert_eq!(as_naive(&s), naive(&db.pool).await);
@@ -268,7 +268,7 @@ async fn a_failed_batch_leaves_counts_and_watermark_untouched() {
         .execute(&db.pool)
         .await
         .unwrap();
-    assert!(stats::rollup(&db.pool, 1000).await.is_err());
+    assert!(rollup::rollup(&db.pool, 1000).await.is_err());
     let rolled: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM stats_totals")
         .fetch_one(&db.pool)
         .await
@@ -279,7 +279,7 @@ async fn a_failed_batch_leaves_counts_and_watermark_untouched() {
         .execute(&db.pool)
         .await
         .unwrap();
-    assert_eq!(stats::rollup(&db.pool, 1000).await.unwrap().events(), 3);
+    assert_eq!(rollup::rollup(&db.pool, 1000).await.unwrap().events(), 3);
     let s = stats::summary(&db.pool, MAILING).await.unwrap().unwrap();
     assert_eq!(as_naive(&s), naive(&db.pool).await);
 }
@@ -292,20 +292,20 @@ async fn out_of_order_commit(settle: Duration) -> (TestDb, u64, u64) {
     let db = TestDb::with_days_since(d1).await;
     let letters = letters(&db.pool, d1, 3).await;
     let hits = traffic(&letters, d1, d1);
-    let options = stats::RollupOptions {
+    let options = rollup::RollupOptions {
         limit: 1000,
         settle,
     };
     let mut slow = db.pool.begin().await.unwrap();
     record_on(&mut slow, &hits[0]).await;
     record(&db.pool, &hits[1..2]).await;
-    let during = stats::rollup_with(&db.pool, &options)
+    let during = rollup::rollup_with(&db.pool, &options)
         .await
         .unwrap()
         .events();
     slow.commit().await.unwrap();
     tokio::time::sleep(settle + Duration::from_millis(50)).await;
-    let after = stats::rollup_with(&db.pool, &options)
+    let after = rollup::rollup_with(&db.pool, &options)
         .await
         .unwrap()
         .events();
@@ -377,7 +377,7 @@ async fn erase_leaves_no_row_naming_the_address_and_keeps_the_suppression() {
     let db = TestDb::with_days_since(d1).await;
     let letters = letters(&db.pool, d1, 3).await;
     record(&db.pool, &traffic(&letters, d1, d2)).await;
-    stats::rollup(&db.pool, 1000).await.unwrap();
+    rollup::rollup(&db.pool, 1000).await.unwrap();
     let before = stats::summary(&db.pool, MAILING).await.unwrap().unwrap();
     let target = letters[0].email.clone();
     linktrack::store::suppressions::add(&db.pool, std::slice::from_ref(&target), "unsubscribed")
@@ -490,7 +490,7 @@ async fn rollups_outlive_dropped_partitions_and_their_watermarks_go() {
     let db = TestDb::with_days_since(d1).await;
     let letters = letters(&db.pool, d1, 3).await;
     record(&db.pool, &traffic(&letters, d1, d2)).await;
-    stats::rollup(&db.pool, 1000).await.unwrap();
+    rollup::rollup(&db.pool, 1000).await.unwrap();
     let before = stats::summary(&db.pool, MAILING).await.unwrap().unwrap();
     let name = linktrack::store::partitions::partition_name(d1);
     sqlx::query(&format!("ALTER TABLE events DROP PARTITION {name}"))
@@ -502,7 +502,7 @@ async fn rollups_outlive_dropped_partitions_and_their_watermarks_go() {
         .execute(&db.pool)
         .await
         .unwrap();
-    assert_eq!(stats::rollup(&db.pool, 1000).await.unwrap().events(), 0);
+    assert_eq!(rollup::rollup(&db.pool, 1000).await.unwrap().events(), 0);
     let days: Vec<NaiveDate> = sqlx::query_scalar("SELECT day FROM rollup_state ORDER BY day")
         .fetch_all(&db.pool)
         .await

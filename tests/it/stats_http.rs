@@ -3,7 +3,7 @@
 
 use crate::common::{days_ago, RunningApp, TestDb};
 use crate::stats::{letters, record, traffic, LINKS, MAILING};
-use linktrack::store::stats;
+use linktrack::store::{rollup, stats};
 use reqwest::header;
 use reqwest::StatusCode;
 use std::path::{Path, PathBuf};
@@ -29,7 +29,7 @@ async fn rolled_db() -> TestDb {
     let db = TestDb::with_days_since(d1).await;
     let letters = letters(&db.pool, d1, 3).await;
     record(&db.pool, &traffic(&letters, d1, d2)).await;
-    stats::rollup(&db.pool, 1000).await.unwrap();
+    rollup::rollup(&db.pool, 1000).await.unwrap();
     let html = std::fs::read_to_string(fixture_letter()).unwrap();
     stats::save_mailing(&db.pool, MAILING, "November news", &html)
         .await

@@ -5,7 +5,7 @@
 use crate::common::{days_ago, RunningApp, TestDb};
 use crate::stats::{letters, record, traffic, MAILING};
 use linktrack::live::{self, Live, SegmentQuery};
-use linktrack::store::{erase, stats};
+use linktrack::store::{erase, rollup, segments};
 
 fn redis_url() -> String {
     std::env::var("LINKTRACK_TEST_REDIS").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
@@ -39,8 +39,8 @@ impl Drop for TestLive {
     }
 }
 
-fn options(limit: u32) -> stats::RollupOptions {
-    stats::RollupOptions {
+fn options(limit: u32) -> rollup::RollupOptions {
+    rollup::RollupOptions {
         limit,
         settle: std::time::Duration::ZERO,
     }
@@ -52,7 +52,7 @@ fn tags(list: &[&str]) -> Vec<String> {
 
 async fn segment(live: &Live, db: &TestDb, query: SegmentQuery) -> Vec<String> {
     let letters = live.segment(MAILING, &query).await.unwrap();
-    stats::addresses_of_letters(&db.pool, MAILING, &letters)
+    segments::addresses_of_letters(&db.pool, MAILING, &letters)
         .await
         .unwrap()
 }
@@ -67,11 +67,11 @@ async fn the_rollup_keeps_live_counters_recent_clicks_top_links_and_segments() {
     let hits = traffic(&letters, d1, d2);
     record(&db.pool, &hits[..5]).await;
     // Two passes, so counters and sets accumulate across batches.
-    live::roll_and_publish(&db.pool, Some(&live), &options(2))
+    linktrack::rollup::roll_and_publish(&db.pool, Some(&live), &options(2))
         .await
         .unwrap();
     record(&db.pool, &hits).await;
-    live::roll_and_publish(&db.pool, Some(&live), &options(2))
+    linktrack::rollup::roll_and_publish(&db.pool, Some(&live), &options(2))
         .await
         .unwrap();
     assert!(live.is_up());
@@ -180,7 +180,7 @@ async fn with_redis_down_the_rollup_and_the_api_keep_working() {
     let live = Live::new("redis://127.0.0.1:1", "lt-down:").unwrap();
     let letters = letters(&db.pool, d1, 3).await;
     record(&db.pool, &traffic(&letters, d1, d1)).await;
-    let report = live::roll_and_publish(&db.pool, Some(&live), &options(1000))
+    let report = linktrack::rollup::roll_and_publish(&db.pool, Some(&live), &options(1000))
         .await
         .unwrap();
     assert_eq!(report.events(), 10);
@@ -227,8 +227,8 @@ async fn with_redis_down_the_rollup_and_the_api_keep_working() {
 async fn a_big_batch_keeps_only_the_newest_clicks() {
     let guard = TestLive::new();
     let at = days_ago(0).and_hms_opt(12, 0, 0).unwrap();
-    let clicks: Vec<stats::BatchClick> = (1..=live::RECENT_CLICKS as u64 + 10)
-        .map(|i| stats::BatchClick {
+    let clicks: Vec<rollup::BatchClick> = (1..=live::RECENT_CLICKS as u64 + 10)
+        .map(|i| rollup::BatchClick {
             mailing_id: MAILING.into(),
             letter_id: i,
             position: 1 + (i % 3) as u32,

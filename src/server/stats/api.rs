@@ -111,7 +111,8 @@ pub async fn segment(
         .segment(&id, &query)
         .await
         .map_err(|e| StatsError::LiveUnavailable(e.to_string()))?;
-    let addresses = stats::addresses_of_letters(&state.pool, &id, &letters).await?;
+    let addresses =
+        crate::store::segments::addresses_of_letters(&state.pool, &id, &letters).await?;
     Ok(Json(SegmentResponse {
         mailing_id: id,
         count: addresses.len(),

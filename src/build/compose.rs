@@ -1,4 +1,5 @@
-//! Building one letter: tokens, personalisation, link rewriting, headers.
+//! Composing one letter (`build::compose`; the HTML work itself is in
+//! [`crate::letter`]): tokens, personalisation, link rewriting, headers.
 //! Pure CPU work with no database access, so batches build on every core.
 
 use super::mailing::Mailing;

@@ -1,0 +1,466 @@
+//! The rollup's SQL: events rolled into the small per-mailing statistics
+//! tables, and the reads of a rolled batch the live layer publishes. The
+//! loop that runs it is [`crate::rollup`]; the stats API's reads are in
+//! [`super::stats`].
+//!
+//! # Exactly once
+//!
+//! [`rollup`] reads `events` past a durable watermark (`rollup_state`: per
+//! events partition, the last rolled `events.id`), adds the batch to the small
+//! rollup tables and advances the watermark in ONE transaction. A crash before
+//! COMMIT leaves both as they were, so the batch is simply rolled again; a
+//! replayed journal entry never becomes a second `events` row (UNIQUE
+//! (event_id, inserted)). Every event is therefore counted exactly once.
+//!
+//! The watermark assumes ids become visible in id order: an event committed
+//! later with an id below the watermark would be skipped. That holds with a
+//! single event writer (the tracking server's batch writer). With several
+//! writers, give [`RollupOptions::settle`]: only ids that were already
+//! visible that long ago are rolled (see `rollup_state` in the migration).
+//!
+//! All aggregation is set-wise `INSERT … SELECT … GROUP BY` inside the
+//! database: no event row travels to this process. Unique letters are found
+//! with `INSERT IGNORE` into `stats_first_seen`, whose `rolled_by` column
+//! names the batch that added a row, so the unique counters grow by one
+//! `GROUP BY rolled_by` over exactly the rows that were new.
+//!
+//! The rollup transaction runs at READ COMMITTED so `INSERT … SELECT` takes
+//! no gap locks on `events`: the writer keeps appending while a batch rolls.
+
+use super::partitions;
+use super::StoreError;
+use crate::kind::EventKind;
+use chrono::{NaiveDate, NaiveDateTime};
+use sqlx::{Acquire, MySql, MySqlConnection, MySqlPool, QueryBuilder};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// The events one rollup transaction covered: partition bounds and id range.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RolledBatch {
+    /// First day of the partition (inclusive).
+    pub lower: NaiveDate,
+    /// End of the partition (exclusive).
+    pub upper: NaiveDate,
+    /// Events with `after_id < id <= last_id` were rolled.
+    pub after_id: u64,
+    pub last_id: u64,
+    /// How many events the batch held.
+    pub events: u64,
+}
+
+/// What one [`rollup`] run did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RollupReport {
+    pub batches: Vec<RolledBatch>,
+}
+
+impl RollupReport {
+    pub fn events(&self) -> u64 {
+        self.batches.iter().map(|b| b.events).sum()
+    }
+}
+
+impl std::fmt::Display for RollupReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "stats rollup: {} events in {} batches",
+            self.events(),
+            self.batches.len()
+        )
+    }
+}
+
+/// The predicate naming one batch: partition bounds prune to one partition,
+/// the id range is a primary-key range inside it. Bind with `bind_range!`.
+const RANGE: &str = "inserted >= ? AND inserted < ? AND id > ? AND id <= ?";
+
+/// How [`rollup_with`] runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RollupOptions {
+    /// Events per transaction.
+    pub limit: u32,
+    /// Zero: trust that ids become visible in order (one event writer).
+    /// Otherwise roll only ids that were visible at least this long ago, so
+    /// transactions of concurrent writers shorter than this are never skipped.
+    pub settle: Duration,
+}
+
+impl Default for RollupOptions {
+    /// The defaults of `linktrack stats rollup`: 50,000 events per
+    /// transaction, one event writer.
+    fn default() -> Self {
+        RollupOptions {
+            limit: 50_000,
+            settle: Duration::ZERO,
+        }
+    }
+}
+
+/// Roll every event not yet rolled, in transactions of at most `limit`
+/// events each, partition by partition, trusting a single event writer.
+pub async fn rollup(pool: &MySqlPool, limit: u32) -> Result<RollupReport, StoreError> {
+    let options = RollupOptions {
+        limit,
+        settle: Duration::ZERO,
+    };
+    rollup_with(pool, &options).await
+}
+
+/// Roll every event not yet rolled (or not yet settled), partition by partition.
+pub async fn rollup_with(
+    pool: &MySqlPool,
+    options: &RollupOptions,
+) -> Result<RollupReport, StoreError> {
+    let options = RollupOptions {
+        limit: options.limit.max(1),
+        ..*options
+    };
+    let mut report = RollupReport::default();
+    let parts = partitions::list(pool, "events").await?;
+    // MySQL's smallest DATE: the first partition holds everything before its bound.
+    let mut lower = NaiveDate::from_ymd_opt(1000, 1, 1).unwrap_or_default();
+    for partition in &parts {
+        let range = PartitionRange {
+            lower,
+            upper: partition.upper,
+            day: partition.last_day(),
+        };
+        while let Some(batch) = rollup_batch(pool, &range, &options).await? {
+            report.batches.push(batch);
+        }
+        lower = partition.upper;
+    }
+    // Watermarks of partitions that `rotate` dropped are useless; keep the
+    // table small.
+    if let Some(first) = parts.first() {
+        sqlx::query("DELETE FROM rollup_state WHERE day < ?")
+            .bind(first.last_day())
+            .execute(pool)
+            .await?;
+    }
+    Ok(report)
+}
+
+/// One events partition: days `lower..upper`, watermark kept under `day`.
+struct PartitionRange {
+    lower: NaiveDate,
+    upper: NaiveDate,
+    day: NaiveDate,
+}
+
+/// Roll the next at most `limit` events of one partition. `None` when it is
+/// caught up (or nothing more has settled).
+async fn rollup_batch(
+    pool: &MySqlPool,
+    range: &PartitionRange,
+    options: &RollupOptions,
+) -> Result<Option<RolledBatch>, StoreError> {
+    let mut conn = pool.acquire().await?;
+    sqlx::query("INSERT IGNORE INTO rollup_state (day, last_id) VALUES (?, 0)")
+        .bind(range.day)
+        .execute(&mut *conn)
+        .await?;
+    // Applies to the next transaction only.
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        .execute(&mut *conn)
+        .await?;
+    let mut tx = conn.begin().await?;
+    // The row lock serialises concurrent rollup workers: the second one waits
+    // here and then reads the advanced watermark.
+    let after_id: u64 =
+        sqlx::query_scalar("SELECT last_id FROM rollup_state WHERE day = ? FOR UPDATE")
+            .bind(range.day)
+            .fetch_one(&mut *tx)
+            .await?;
+    let cap = if options.settle.is_zero() {
+        u64::MAX
+    } else {
+        settled_cap(&mut tx, range, options.settle).await?
+    };
+    let (events, last_id): (i64, Option<u64>) = sqlx::query_as(
+        "SELECT COUNT(*), MAX(id) FROM (SELECT id FROM events \
+         WHERE inserted >= ? AND inserted < ? AND id > ? AND id <= ? ORDER BY id LIMIT ?) AS batch",
+    )
+    .bind(range.lower)
+    .bind(range.upper)
+    .bind(after_id)
+    .bind(cap)
+    .bind(options.limit)
+    .fetch_one(&mut *tx)
+    .await?;
+    let Some(last_id) = last_id else {
+        // Commit, not roll back: a settle observation may have been recorded.
+        tx.commit().await?;
+        return Ok(None);
+    };
+    let batch = RolledBatch {
+        lower: range.lower,
+        upper: range.upper,
+        after_id,
+        last_id,
+        events: events as u64,
+    };
+    add_batch(&mut tx, &batch).await?;
+    sqlx::query("UPDATE rollup_state SET last_id = ?, updated_at = NOW(3) WHERE day = ?")
+        .bind(last_id)
+        .bind(range.day)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(Some(batch))
+}
+
+/// The largest id that may be rolled with a settle time, on the locked
+/// `rollup_state` row. When the last observation is at least `settle` old,
+/// its id becomes safe and a new observation (the partition's largest
+/// visible id, now) is recorded.
+async fn settled_cap(
+    conn: &mut MySqlConnection,
+    range: &PartitionRange,
+    settle: Duration,
+) -> Result<u64, StoreError> {
+    let micros = u64::try_from(settle.as_micros()).unwrap_or(u64::MAX);
+    let (safe_id, seen_id, observed, ripe): (u64, u64, i64, i64) = sqlx::query_as(
+        "SELECT safe_id, seen_id, seen_at IS NOT NULL, \
+           COALESCE(seen_at <= NOW(3) - INTERVAL ? MICROSECOND, 1) \
+         FROM rollup_state WHERE day = ?",
+    )
+    .bind(micros)
+    .bind(range.day)
+    .fetch_one(&mut *conn)
+    .await?;
+    if ripe == 0 {
+        return Ok(safe_id);
+    }
+    let safe_id = if observed != 0 { seen_id } else { safe_id };
+    // The last entry of the partition's primary key: one index dive.
+    let visible: Option<u64> = sqlx::query_scalar(
+        "SELECT id FROM events WHERE inserted >= ? AND inserted < ? ORDER BY id DESC LIMIT 1",
+    )
+    .bind(range.lower)
+    .bind(range.upper)
+    .fetch_optional(&mut *conn)
+    .await?;
+    sqlx::query("UPDATE rollup_state SET safe_id = ?, seen_id = ?, seen_at = NOW(3) WHERE day = ?")
+        .bind(safe_id)
+        .bind(visible.unwrap_or(0))
+        .bind(range.day)
+        .execute(&mut *conn)
+        .await?;
+    Ok(safe_id)
+}
+
+/// Bind a batch's range to a query written with [`RANGE`] (a macro because
+/// `Query` and `QueryAs` share no bind trait).
+macro_rules! bind_range {
+    ($query:expr, $batch:expr) => {
+        $query
+            .bind($batch.lower)
+            .bind($batch.upper)
+            .bind($batch.after_id)
+            .bind($batch.last_id)
+    };
+}
+
+/// Add one batch of events to every rollup table.
+async fn add_batch(conn: &mut MySqlConnection, batch: &RolledBatch) -> Result<(), StoreError> {
+    // Derived tables (`AS s`) let ON DUPLICATE KEY UPDATE name the new count
+    // portably: MariaDB lacks MySQL 8's `AS new` row alias, and MySQL 8
+    // deprecates VALUES() there.
+    let by_range = [
+        // Time series (and, summed, nothing else: totals have their own table).
+        "INSERT INTO stats_hourly (mailing_id, hour, kind, bot, n) \
+         SELECT * FROM (SELECT mailing_id, DATE_FORMAT(occurred_at, '%Y-%m-%d %H:00:00') AS h, \
+           kind, bot <> 0 AS b, COUNT(*) AS c FROM events \
+           WHERE {RANGE} AND mailing_id IS NOT NULL GROUP BY mailing_id, h, kind, b) AS s \
+         ON DUPLICATE KEY UPDATE n = n + s.c",
+        "INSERT INTO stats_totals (mailing_id, kind, bot, total) \
+         SELECT * FROM (SELECT mailing_id, kind, bot <> 0 AS b, COUNT(*) AS c FROM events \
+           WHERE {RANGE} AND mailing_id IS NOT NULL GROUP BY mailing_id, kind, b) AS s \
+         ON DUPLICATE KEY UPDATE total = total + s.c",
+        "INSERT INTO stats_links (mailing_id, position, bot, clicks) \
+         SELECT * FROM (SELECT mailing_id, position, bot <> 0 AS b, COUNT(*) AS c FROM events \
+           WHERE {RANGE} AND mailing_id IS NOT NULL AND kind = 'click' AND position > 0 \
+           GROUP BY mailing_id, position, b) AS s \
+         ON DUPLICATE KEY UPDATE clicks = clicks + s.c",
+        "INSERT INTO stats_bot_reasons (mailing_id, kind, reason, n) \
+         SELECT * FROM (SELECT mailing_id, kind, COALESCE(bot_reason, 'unknown') AS r, COUNT(*) AS c \
+           FROM events WHERE {RANGE} AND mailing_id IS NOT NULL AND bot <> 0 \
+           GROUP BY mailing_id, kind, r) AS s \
+         ON DUPLICATE KEY UPDATE n = n + s.c",
+        // Letter 0 holds the mailing's shared image rows: not a letter.
+        "INSERT IGNORE INTO stats_first_seen (mailing_id, kind, position, bot, letter_id, first_at, rolled_by) \
+         SELECT mailing_id, kind, 0, bot <> 0 AS b, letter_id, MIN(occurred_at), {LAST} FROM events \
+         WHERE {RANGE} AND mailing_id IS NOT NULL AND letter_id > 0 \
+         GROUP BY mailing_id, kind, b, letter_id",
+        "INSERT IGNORE INTO stats_first_seen (mailing_id, kind, position, bot, letter_id, first_at, rolled_by) \
+         SELECT mailing_id, 'click', position, bot <> 0 AS b, letter_id, MIN(occurred_at), {LAST} FROM events \
+         WHERE {RANGE} AND mailing_id IS NOT NULL AND letter_id > 0 AND kind = 'click' AND position > 0 \
+         GROUP BY mailing_id, position, b, letter_id",
+    ];
+    for sql in by_range {
+        // The batch id is a number we produced, so it is inlined rather than
+        // bound: that keeps every statement's placeholders the same four.
+        let sql = sql
+            .replace("{RANGE}", RANGE)
+            .replace("{LAST}", &batch.last_id.to_string());
+        bind_range!(sqlx::query(&sql), batch)
+            .execute(&mut *conn)
+            .await?;
+    }
+    let by_new_rows = [
+        "INSERT INTO stats_totals (mailing_id, kind, bot, uniq) \
+         SELECT * FROM (SELECT mailing_id, kind, bot, COUNT(*) AS c FROM stats_first_seen \
+           WHERE rolled_by = ? AND position = 0 GROUP BY mailing_id, kind, bot) AS s \
+         ON DUPLICATE KEY UPDATE uniq = uniq + s.c",
+        "INSERT INTO stats_links (mailing_id, position, bot, uniq) \
+         SELECT * FROM (SELECT mailing_id, position, bot, COUNT(*) AS c FROM stats_first_seen \
+           WHERE rolled_by = ? AND position > 0 GROUP BY mailing_id, position, bot) AS s \
+         ON DUPLICATE KEY UPDATE uniq = uniq + s.c",
+    ];
+    for sql in by_new_rows {
+        sqlx::query(sql)
+            .bind(batch.last_id)
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(())
+}
+
+/// How many events of one kind a rolled batch held for a mailing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KindCount {
+    pub mailing_id: String,
+    pub kind: EventKind,
+    pub bot: bool,
+    pub n: u64,
+}
+
+/// Events of a rolled batch by mailing, kind and bot flag, for the live counters.
+pub async fn batch_counts(
+    pool: &MySqlPool,
+    batch: &RolledBatch,
+) -> Result<Vec<KindCount>, StoreError> {
+    let sql = format!(
+        "SELECT mailing_id, kind, bot <> 0 AS b, COUNT(*) FROM events \
+         WHERE {RANGE} AND mailing_id IS NOT NULL GROUP BY mailing_id, kind, b"
+    );
+    let rows: Vec<(String, EventKind, i64, i64)> = bind_range!(sqlx::query_as(&sql), batch)
+        .fetch_all(pool)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(mailing_id, kind, bot, n)| KindCount {
+            mailing_id,
+            kind,
+            bot: bot != 0,
+            n: n.max(0) as u64,
+        })
+        .collect())
+}
+
+/// One click of a rolled batch, for the live layer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BatchClick {
+    pub mailing_id: String,
+    pub letter_id: u64,
+    pub position: u32,
+    pub bot: bool,
+    pub occurred_at: NaiveDateTime,
+    /// The link row's tags (`meta.tags`), empty when it has none.
+    pub tags: Vec<String>,
+}
+
+/// The clicks of a rolled batch with their link's tags. The link row is
+/// found by the token's own date (its partition) and id, one statement per
+/// link day.
+pub async fn batch_clicks(
+    pool: &MySqlPool,
+    batch: &RolledBatch,
+) -> Result<Vec<BatchClick>, StoreError> {
+    type Row = (String, u64, u32, i8, NaiveDateTime, Option<u64>, Vec<u8>);
+    let sql = format!(
+        "SELECT mailing_id, letter_id, position, bot, occurred_at, link_id, uuid FROM events \
+         WHERE {RANGE} AND kind = 'click' AND mailing_id IS NOT NULL AND letter_id IS NOT NULL \
+         AND position IS NOT NULL ORDER BY id"
+    );
+    let rows: Vec<Row> = bind_range!(sqlx::query_as(&sql), batch)
+        .fetch_all(pool)
+        .await
+        .map_err(StoreError::from)?;
+    let mut by_day: BTreeMap<NaiveDate, Vec<u64>> = BTreeMap::new();
+    for (.., link_id, uuid) in &rows {
+        if let (Some(id), Ok(token)) = (link_id, crate::token::Token::from_bytes(uuid)) {
+            by_day.entry(token.date()).or_default().push(*id);
+        }
+    }
+    let tags = link_tags(pool, &by_day).await?;
+    Ok(rows
+        .into_iter()
+        .map(
+            |(mailing_id, letter_id, position, bot, occurred_at, link_id, _)| BatchClick {
+                mailing_id,
+                letter_id,
+                position,
+                bot: bot != 0,
+                occurred_at,
+                tags: link_id
+                    .and_then(|id| tags.get(&id).cloned())
+                    .unwrap_or_default(),
+            },
+        )
+        .collect())
+}
+
+/// `meta.tags` of the given link rows, by link id.
+async fn link_tags(
+    pool: &MySqlPool,
+    by_day: &BTreeMap<NaiveDate, Vec<u64>>,
+) -> Result<BTreeMap<u64, Vec<String>>, StoreError> {
+    let mut out = BTreeMap::new();
+    for (day, ids) in by_day {
+        for chunk in ids.chunks(1_000) {
+            let mut query = QueryBuilder::<MySql>::new(
+                "SELECT id, CAST(meta AS CHAR) FROM links WHERE inserted = ",
+            );
+            query.push_bind(*day).push(" AND id IN (");
+            let mut list = query.separated(", ");
+            for id in chunk {
+                list.push_bind(*id);
+            }
+            query.push(")");
+            let rows: Vec<(u64, Option<String>)> = query.build_query_as().fetch_all(pool).await?;
+            for (id, meta) in rows {
+                out.insert(id, tags_of(meta.as_deref()));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The `tags` array of a link's meta JSON; anything else is no tags.
+fn tags_of(meta: Option<&str>) -> Vec<String> {
+    #[derive(serde::Deserialize)]
+    struct Meta {
+        #[serde(default)]
+        tags: Vec<String>,
+    }
+    meta.and_then(|m| serde_json::from_str::<Meta>(m).ok())
+        .map(|m| m.tags)
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_come_from_meta_or_are_empty() {
+        assert_eq!(tags_of(Some(r#"{"tags":["ruby","web"]}"#)), ["ruby", "web"]);
+        assert!(tags_of(Some(r#"{"other":1}"#)).is_empty());
+        assert!(tags_of(Some("not json")).is_empty());
+        assert!(tags_of(None).is_empty());
+    }
+}

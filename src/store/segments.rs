@@ -1,0 +1,30 @@
+//! Segments: from the letter ids the live layer selects to addresses.
+
+use super::StoreError;
+use sqlx::{MySql, MySqlPool, QueryBuilder};
+
+/// Addresses of the given letters of a mailing (from their pixel rows),
+/// skipping erased ones.
+pub async fn addresses_of_letters(
+    pool: &MySqlPool,
+    mailing_id: &str,
+    letter_ids: &[u64],
+) -> Result<Vec<String>, StoreError> {
+    let mut found = Vec::new();
+    for chunk in letter_ids.chunks(1_000) {
+        let mut query = QueryBuilder::<MySql>::new(
+            "SELECT email FROM links WHERE kind = 'pixel' AND email <> '' AND mailing_id = ",
+        );
+        query.push_bind(mailing_id).push(" AND letter_id IN (");
+        let mut list = query.separated(", ");
+        for id in chunk {
+            list.push_bind(*id);
+        }
+        query.push(")");
+        let rows: Vec<(String,)> = query.build_query_as().fetch_all(pool).await?;
+        found.extend(rows.into_iter().map(|(e,)| e));
+    }
+    found.sort();
+    found.dedup();
+    Ok(found)
+}
