@@ -1,4 +1,4 @@
-//! The rewriter against real newsletters (`../shared/email-corpus/`) and
+//! The rewriter against real newsletters (`fixtures/email-corpus/`) and
 //! against a synthetic letter with what the corpus lacks.
 //!
 //! Every check here is independent of the rewriter's own scanner: links are
@@ -16,7 +16,7 @@ const PIXEL: &str =
 const TEMPLATE_MARKERS: [&str; 7] = ["{{", "{%", "*|", "<%", "[%", "%%", "${"];
 
 fn corpus_files() -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/email-corpus");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/email-corpus");
     let entries = fs::read_dir(&dir).unwrap_or_else(|error| {
         panic!("the email corpus is missing at {}: {error}", dir.display())
     });
@@ -631,4 +631,67 @@ mod properties {
             prop_assert_eq!(trackable_urls(&output), trackable_urls(&input));
         }
     }
+}
+
+/// The corpus is shipped with its provenance: every letter is listed in
+/// SOURCES.tsv, and every repository it names has its licence text.
+#[test]
+fn every_corpus_letter_has_a_source_and_a_licence() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/email-corpus");
+    let sources = read(&dir.join("SOURCES.tsv"));
+    let mut rows = sources
+        .lines()
+        .skip(1)
+        .map(|line| line.split('\t').collect::<Vec<_>>());
+    let listed: Vec<(String, String)> = rows
+        .by_ref()
+        .map(|fields| (fields[0].to_string(), fields[1].to_string()))
+        .collect();
+    for path in corpus_files() {
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let (_, repo) = listed
+            .iter()
+            .find(|(file, _)| *file == name)
+            .unwrap_or_else(|| panic!("{name} is not listed in SOURCES.tsv"));
+        let licence = dir
+            .join("LICENSES")
+            .join(format!("{}.txt", repo.replace('/', "__")));
+        let text = read(&licence);
+        assert!(
+            text.contains("Permission is hereby granted") || text.contains("Apache License"),
+            "{} does not hold a licence text",
+            licence.display()
+        );
+    }
+}
+
+/// A clone needs nothing beside it: no file of the repository points at a
+/// folder outside it (the corpus used to be read from one).
+#[test]
+fn no_file_refers_to_a_folder_outside_the_repository() {
+    let outside = concat!("..", "/shared");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut stack = vec![root.to_path_buf()];
+    let mut checked = 0;
+    while let Some(dir) = stack.pop() {
+        for entry in fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if path.is_dir() {
+                if !matches!(name.as_str(), "target" | ".git" | "demo-out") {
+                    stack.push(path);
+                }
+                continue;
+            }
+            if let Ok(text) = fs::read_to_string(&path) {
+                checked += 1;
+                assert!(
+                    !text.contains(outside),
+                    "{} refers to {outside}",
+                    path.display()
+                );
+            }
+        }
+    }
+    assert!(checked > 50, "only {checked} files read");
 }

@@ -291,7 +291,7 @@ mod tests {
     #[test]
     fn agrees_with_lol_html_on_the_corpus() {
         use lol_html::{element, HtmlRewriter, Settings};
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/email-corpus");
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/email-corpus");
         let mut compared = 0;
         for entry in std::fs::read_dir(&dir).expect("email corpus missing") {
             let path = entry.unwrap().path();

@@ -360,14 +360,19 @@ async fn futures_collect(seq: &mut Sequence, db: &TestDb) -> Vec<u64> {
     out
 }
 
-/// Every file of the shared email corpus builds with `personalize: false`,
+/// every file of the email corpus builds with `personalize: false`,
 /// and every token in the output resolves to a row holding the URL the
 /// rewriter found at that position.
 #[tokio::test]
 async fn every_corpus_letter_builds_and_every_token_resolves_to_its_original_url() {
-    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/email-corpus");
+    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/email-corpus");
     let files: Vec<PathBuf> = std::fs::read_dir(&corpus)
-        .unwrap_or_else(|e| panic!("{}: {e} (the corpus lives in ../shared)", corpus.display()))
+        .unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (the corpus lives in fixtures/email-corpus)",
+                corpus.display()
+            )
+        })
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "html"))
         .collect();
