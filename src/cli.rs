@@ -44,6 +44,10 @@ fn init_tracing(json: bool) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(log_colour(
+            std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            std::env::var_os("NO_COLOR"),
+        ))
         .with_writer(std::io::stderr);
     // A second initialisation (tests calling `run` twice) is harmless.
     let _ = if json {
@@ -53,10 +57,15 @@ fn init_tracing(json: bool) {
     };
 }
 
+/// Colour codes only on a terminal, and never when `NO_COLOR` is set to
+/// anything (<https://no-color.org>): a log file or a pipe gets plain text.
+fn log_colour(stderr_is_terminal: bool, no_color: Option<std::ffi::OsString>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(|value| value.is_empty())
+}
+
 async fn pool(url: &str) -> anyhow::Result<sqlx::MySqlPool> {
-    store::connect(url, &store::PoolSettings::default())
-        .await
-        .context("connecting to DATABASE_URL (has `linktrack migrate` run?)")
+    // The error names host, port, user and database, and how to fix it.
+    Ok(store::connect(url, &store::PoolSettings::default()).await?)
 }
 
 async fn migrate(url: &str, args: &MigrateArgs) -> anyhow::Result<()> {

@@ -22,8 +22,11 @@
 //! * [`config`]: command line and environment settings (clap stops here).
 //! * [`cli`]: runs each subcommand (the binary in `main.rs` only parses).
 //! * [`demo`]: `linktrack demo`, the whole loop on the compiled-in fixtures.
+//! * [`error_report`]: how the binary prints a fatal error (each cause once).
 //! * [`store`]: every SQL statement: pool, migrations, links, events,
 //!   suppressions, sequences; partition DDL in `src/store/partitions.rs`;
+//!   connection failures said with target and hint in
+//!   `src/store/connect_error.rs`;
 //!   the rollup's SQL in `src/store/rollup.rs`; stats reads in
 //!   `src/store/stats.rs`; segment lookups in `src/store/segments.rs`.
 //! * [`letter`]: one letter's HTML: personalise (minijinja), rewrite links
@@ -52,6 +55,7 @@ pub mod build;
 pub mod cli;
 pub mod config;
 pub mod demo;
+pub mod error_report;
 pub mod events;
 pub mod kind;
 pub mod letter;

@@ -9,7 +9,10 @@ async fn main() -> ExitCode {
     match linktrack::cli::run(cli).await {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("linktrack: error: {err:#}");
+            eprintln!(
+                "linktrack: error: {}",
+                linktrack::error_report::report(&err)
+            );
             ExitCode::FAILURE
         }
     }

@@ -23,14 +23,17 @@ pub struct Mailing {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct MailingFile {
+    // Platforms often send ids as JSON numbers: accepted and kept as their
+    // decimal text, so routes and output do not change.
+    #[serde(deserialize_with = "text_or_integer")]
     mailing_id: String,
     subject: String,
     from: String,
     html: Option<String>,
     html_file: Option<PathBuf>,
-    #[serde(default = "default_pool")]
+    #[serde(default = "default_pool", deserialize_with = "text_or_integer")]
     pool: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "texts_or_integers")]
     tags: Vec<String>,
     #[serde(default = "yes")]
     personalize: bool,
@@ -38,6 +41,37 @@ struct MailingFile {
     proxy_images: bool,
     #[serde(default = "yes")]
     track: bool,
+}
+
+/// A string or an integer JSON number (as its decimal text).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum TextOrInteger {
+    Text(String),
+    Unsigned(u64),
+    Signed(i64),
+}
+
+impl From<TextOrInteger> for String {
+    fn from(value: TextOrInteger) -> String {
+        match value {
+            TextOrInteger::Text(text) => text,
+            TextOrInteger::Unsigned(n) => n.to_string(),
+            TextOrInteger::Signed(n) => n.to_string(),
+        }
+    }
+}
+
+fn text_or_integer<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    TextOrInteger::deserialize(d)
+        .map(String::from)
+        .map_err(|_| serde::de::Error::custom("expected a string or an integer"))
+}
+
+fn texts_or_integers<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    Vec::<TextOrInteger>::deserialize(d)
+        .map(|values| values.into_iter().map(String::from).collect())
+        .map_err(|_| serde::de::Error::custom("expected a list of strings or integers"))
 }
 
 fn default_pool() -> String {
@@ -188,5 +222,32 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(missing.contains("nope.json: cannot read"), "{missing}");
+    }
+
+    #[test]
+    fn numeric_ids_and_tags_are_kept_as_their_decimal_text() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(
+            dir.path(),
+            "n.json",
+            r#"{"mailing_id":4242,"subject":"s","from":"f@x.com","html":"","pool":7,"tags":[12,"spring",-3]}"#,
+        );
+        let m = Mailing::load(&path).unwrap();
+        assert_eq!(m.mailing_id, "4242");
+        assert_eq!(m.pool, "7");
+        assert_eq!(m.tags, ["12", "spring", "-3"]);
+    }
+
+    #[test]
+    fn a_fractional_or_boolean_id_is_refused_with_the_field_named() {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, id) in [("f.json", "42.5"), ("b.json", "true")] {
+            let text = format!(r#"{{"mailing_id":{id},"subject":"s","from":"f","html":""}}"#);
+            let err = Mailing::load(&write(dir.path(), name, &text))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("expected a string or an integer"), "{err}");
+            assert!(err.contains(name), "{err}");
+        }
     }
 }

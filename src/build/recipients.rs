@@ -91,6 +91,10 @@ impl Recipients {
                 read: Arc::clone(&bytes_read),
             },
         );
+        // Spreadsheet programs often start a UTF-8 file with a byte-order mark.
+        if reader.fill_buf()?.starts_with(UTF8_BOM) {
+            reader.consume(UTF8_BOM.len());
+        }
         let first = reader
             .fill_buf()?
             .iter()
@@ -99,7 +103,10 @@ impl Recipients {
         let entries: Box<dyn Iterator<Item = std::io::Result<Entry>> + Send> =
             match Format::detect(path, first) {
                 Format::JsonLines => Box::new(json_lines(reader)),
-                Format::Csv => Box::new(csv_rows(reader)),
+                Format::Csv => {
+                    let delimiter = csv_delimiter(first_line(reader.fill_buf()?))?;
+                    Box::new(csv_rows(reader, delimiter))
+                }
             };
         Ok(Recipients {
             entries,
@@ -142,8 +149,50 @@ fn parse_json_line(line: u64, text: &str) -> Entry {
     }
 }
 
-fn csv_rows<R: Read + Send + 'static>(reader: R) -> impl Iterator<Item = std::io::Result<Entry>> {
+const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
+
+/// The delimiters a recipients CSV may use: comma, semicolon (where the comma
+/// is the decimal mark), tab.
+const CSV_DELIMITERS: [(u8, &str); 3] = [(b',', "comma"), (b';', "semicolon"), (b'\t', "tab")];
+
+fn first_line(buffer: &[u8]) -> &[u8] {
+    let end = buffer
+        .iter()
+        .position(|&b| b == b'\n')
+        .unwrap_or(buffer.len());
+    &buffer[..end]
+}
+
+/// The delimiter under which the header row has an `email` column. A header
+/// without one under any delimiter is refused before any letter is built:
+/// otherwise every line would be rejected, one by one, for "no `email`".
+fn csv_delimiter(header: &[u8]) -> std::io::Result<u8> {
+    let header = String::from_utf8_lossy(header);
+    let header = header.trim_end_matches('\r');
+    for (delimiter, _) in CSV_DELIMITERS {
+        let has_email = header
+            .split(char::from(delimiter))
+            .any(|field| field.trim().trim_matches('"').trim() == "email");
+        if has_email {
+            return Ok(delimiter);
+        }
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        format!(
+            "line 1: the CSV header has no `email` column (read with comma, semicolon and tab \
+             as the delimiter): {header:?}; the first line must name the columns, one of them \
+             `email`"
+        ),
+    ))
+}
+
+fn csv_rows<R: Read + Send + 'static>(
+    reader: R,
+    delimiter: u8,
+) -> impl Iterator<Item = std::io::Result<Entry>> {
     let mut csv = csv::ReaderBuilder::new()
+        .delimiter(delimiter)
         .flexible(false)
         .trim(csv::Trim::Headers)
         .from_reader(reader);
@@ -308,5 +357,57 @@ mod tests {
             Format::JsonLines
         );
         assert_eq!(Format::detect(Path::new("a"), Some(b'e')), Format::Csv);
+    }
+
+    #[test]
+    fn semicolon_and_tab_separated_files_are_read_by_their_header() {
+        for (name, text) in [
+            ("s.csv", "email;first_name;amount\na@example.com;Jo;1,5\n"),
+            (
+                "t.csv",
+                "email\tfirst_name\tamount\na@example.com\tJo\t1,5\n",
+            ),
+            (
+                "q.csv",
+                "\"first_name\";\"email\"\n\"Jo\";\"a@example.com\"\n",
+            ),
+        ] {
+            let entries = read(name, text);
+            let Ok(r) = &entries[0] else {
+                panic!("{name}: {entries:?}")
+            };
+            assert_eq!(r.email, "a@example.com", "{name}");
+            assert_eq!(r.fields["first_name"], "Jo", "{name}");
+        }
+        let entries = read("s.csv", "email;amount\na@example.com;1,5\n");
+        assert!(matches!(&entries[0], Ok(r) if r.fields["amount"] == "1,5"));
+    }
+
+    #[test]
+    fn a_byte_order_mark_does_not_hide_the_email_column() {
+        let entries = read("bom.csv", "\u{feff}email,name\na@example.com,Jo\n");
+        assert!(
+            matches!(&entries[0], Ok(r) if r.email == "a@example.com"),
+            "{entries:?}"
+        );
+        let entries = read("bom.jsonl", "\u{feff}{\"email\":\"a@example.com\"}\n");
+        assert!(
+            matches!(&entries[0], Ok(r) if r.email == "a@example.com"),
+            "{entries:?}"
+        );
+    }
+
+    #[test]
+    fn a_header_without_email_under_any_delimiter_is_refused_up_front() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.csv");
+        std::fs::write(&path, "mail|name\na@example.com|Jo\n").unwrap();
+        let err = Recipients::open(&path).err().expect("refused");
+        let text = err.to_string();
+        assert!(
+            text.contains("line 1") && text.contains("no `email` column"),
+            "{text}"
+        );
+        assert!(text.contains("mail|name"), "{text}");
     }
 }

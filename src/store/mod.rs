@@ -1,6 +1,7 @@
 //! MySQL / MariaDB: the pool, migrations, and every SQL statement the service
 //! runs. Nothing outside this module writes SQL.
 
+pub mod connect_error;
 pub mod erase;
 pub mod events;
 pub mod links;
@@ -14,7 +15,7 @@ pub mod suppressions;
 use chrono::NaiveDate;
 use sqlx::migrate::MigrateDatabase;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
-use sqlx::{ConnectOptions, MySql, MySqlPool};
+use sqlx::{ConnectOptions, Connection, MySql, MySqlPool};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -49,6 +50,13 @@ pub enum StoreError {
     BadUrl(String),
     #[error("{0}")]
     Refused(String),
+    /// The server could not be reached or refused the login: said once, with
+    /// the target (never the password) and a hint ([`connect_error`]).
+    #[error("{message}")]
+    Connect {
+        target: connect_error::ConnectTarget,
+        message: String,
+    },
     #[error("another `partitions` runner held the lock for `{lock}` longer than {waited:?}")]
     LockBusy { lock: String, waited: Duration },
     #[error("unexpected data in `{table}`: {detail}")]
@@ -70,17 +78,18 @@ impl StoreError {
     /// True when the database could not be reached or the connection broke,
     /// as opposed to the statement being wrong.
     pub fn is_unavailable(&self) -> bool {
-        matches!(
-            self,
-            StoreError::Sqlx(
-                sqlx::Error::Io(_)
-                    | sqlx::Error::PoolTimedOut
-                    | sqlx::Error::PoolClosed
-                    | sqlx::Error::Tls(_)
-                    | sqlx::Error::Protocol(_)
-                    | sqlx::Error::WorkerCrashed
+        matches!(self, StoreError::Connect { .. })
+            || matches!(
+                self,
+                StoreError::Sqlx(
+                    sqlx::Error::Io(_)
+                        | sqlx::Error::PoolTimedOut
+                        | sqlx::Error::PoolClosed
+                        | sqlx::Error::Tls(_)
+                        | sqlx::Error::Protocol(_)
+                        | sqlx::Error::WorkerCrashed
+                )
             )
-        )
     }
 }
 
@@ -132,17 +141,40 @@ fn pool_options(settings: &PoolSettings) -> MySqlPoolOptions {
 /// Open a pool on an existing database.
 pub async fn connect(url: &str, settings: &PoolSettings) -> Result<MySqlPool, StoreError> {
     let options = connect_options(url)?;
-    Ok(pool_options(settings).connect_with(options).await?)
+    // One direct attempt first: it fails at once with the real cause
+    // (refused, access denied), where the pool would retry until its
+    // acquire timeout and then report only that.
+    let probe = options
+        .connect()
+        .await
+        .map_err(|err| connect_failed(&options, &err))?;
+    let _ = probe.close().await;
+    pool_options(settings)
+        .connect_with(options.clone())
+        .await
+        .map_err(|err| connect_failed(&options, &err))
+}
+
+/// A connection failure as a [`StoreError::Connect`] naming what was tried.
+fn connect_failed(options: &MySqlConnectOptions, err: &sqlx::Error) -> StoreError {
+    let target = connect_error::ConnectTarget::of(options);
+    let message = connect_error::describe(err, &target);
+    StoreError::Connect { target, message }
 }
 
 /// Create the database if it is missing, then apply every pending migration.
 /// Safe to run any number of times.
 pub async fn migrate(url: &str) -> Result<MySqlPool, StoreError> {
     // Validate first so a bad URL is reported as such, not as a failed CREATE.
-    connect_options(url)?;
-    if !MySql::database_exists(url).await? {
+    let options = connect_options(url)?;
+    let exists = MySql::database_exists(url)
+        .await
+        .map_err(|err| connect_failed(&options, &err))?;
+    if !exists {
         tracing::info!("creating the database named in DATABASE_URL");
-        MySql::create_database(url).await?;
+        MySql::create_database(url)
+            .await
+            .map_err(|err| connect_failed(&options, &err))?;
     }
     let pool = connect(url, &PoolSettings::default()).await?;
     MIGRATOR.run(&pool).await?;

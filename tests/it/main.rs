@@ -5,6 +5,7 @@
 mod build;
 mod common;
 mod demo;
+mod first_hour;
 mod links;
 mod load;
 mod partitions;
