@@ -405,11 +405,34 @@ async fn demo(url: &str, args: &DemoArgs) -> anyhow::Result<()> {
         secret: Some(random_hex()),
         rollup_every: 2,
         live: crate::config::LiveArgs {
-            redis_url: std::env::var("REDIS_URL").ok(),
+            redis_url: demo_redis_url().await,
             redis_prefix: crate::live::DEFAULT_PREFIX.to_owned(),
         },
     };
     serve(url, &serve_args).await
+}
+
+/// The demo shows everything: the live layer is on when `REDIS_URL` is set
+/// or a Redis on the default port answers, and it says which.
+async fn demo_redis_url() -> Option<String> {
+    if let Ok(url) = std::env::var("REDIS_URL") {
+        println!("  live layer (latest clicks, live counters): Redis at REDIS_URL");
+        return Some(url);
+    }
+    let url = crate::config::DEFAULT_DEMO_REDIS_URL;
+    let answers = match crate::live::Live::new(url, crate::live::DEFAULT_PREFIX) {
+        Ok(live) => tokio::time::timeout(std::time::Duration::from_secs(1), live.ping())
+            .await
+            .unwrap_or(false),
+        Err(_) => false,
+    };
+    if answers {
+        println!("  live layer (latest clicks, live counters): Redis at {url}");
+        Some(url.to_owned())
+    } else {
+        println!("  live layer off: no Redis answered at {url} (set REDIS_URL to use one)");
+        None
+    }
 }
 
 /// 128 random bits as hex: the demo's API token and cookie key.

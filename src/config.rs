@@ -101,6 +101,9 @@ pub struct EraseArgs {
     pub email: String,
 }
 
+/// Where `demo` looks for Redis when `REDIS_URL` is not set.
+pub const DEFAULT_DEMO_REDIS_URL: &str = "redis://127.0.0.1:6379";
+
 /// The optional Redis live layer.
 #[derive(Debug, Clone, Args)]
 pub struct LiveArgs {

@@ -27,5 +27,5 @@ pub mod personalize;
 pub mod rewrite;
 mod start_tag;
 
-pub use personalize::{RenderError, Template, TemplateError};
+pub use personalize::{preview, RenderError, Template, TemplateError};
 pub use rewrite::{rewrite, FoundKind, FoundLink, RewriteError, RewriteOptions};

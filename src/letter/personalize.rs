@@ -308,3 +308,86 @@ mod tests {
         assert_eq!(out, "3 VIP");
     }
 }
+
+/// A template shown without a recipient (the dashboard's title and click
+/// map): every field reads as a neutral placeholder `‹name›`, never as
+/// template syntax. Never fails: a template that does not render that way
+/// (a loop over a field, say) has its tags replaced textually.
+pub fn preview(source: &str, html: bool) -> String {
+    let rendered = Template::compile("preview", source, html).and_then(|template| {
+        let context: Map<String, Value> = template
+            .variables()
+            .into_iter()
+            .map(|name| {
+                let placeholder = Value::String(format!("‹{name}›"));
+                (name, placeholder)
+            })
+            .collect();
+        template.render(&context).map_err(|err| TemplateError {
+            name: "preview".into(),
+            line: None,
+            reason: err.to_string(),
+        })
+    });
+    rendered.unwrap_or_else(|_| strip_tags(source))
+}
+
+/// `{{ expr }}` → `‹expr›`; `{% … %}` and `{# … #}` are dropped.
+fn strip_tags(source: &str) -> String {
+    let mut out = String::with_capacity(source.len());
+    let mut rest = source;
+    while let Some(start) = rest.find(['{']) {
+        let (before, from) = rest.split_at(start);
+        out.push_str(before);
+        let close = match from.get(..2) {
+            Some("{{") => "}}",
+            Some("{%") => "%}",
+            Some("{#") => "#}",
+            _ => {
+                out.push('{');
+                rest = &from[1..];
+                continue;
+            }
+        };
+        let Some(end) = from[2..].find(close) else {
+            // An unterminated tag: its text without the braces.
+            out.push_str(from[2..].trim());
+            return out;
+        };
+        if close == "}}" {
+            out.push('‹');
+            out.push_str(from[2..2 + end].trim());
+            out.push('›');
+        }
+        rest = &from[2 + end + 2..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod preview_tests {
+    use super::preview;
+
+    #[test]
+    fn fields_read_as_placeholders_never_as_template_syntax() {
+        assert_eq!(
+            preview("{{ first_name }}, this week…", false),
+            "‹first_name›, this week…"
+        );
+        assert_eq!(
+            preview("<p>Hello {{ first_name }} <{{ email }}></p>", true),
+            "<p>Hello ‹first_name› <‹email›></p>"
+        );
+    }
+
+    #[test]
+    fn a_template_that_cannot_render_without_data_is_stripped_textually() {
+        let out = preview(
+            "{% for i in items %}<li>{{ i.name }}</li>{% endfor %}{{ x",
+            false,
+        );
+        assert!(!out.contains("{%"), "{out}");
+        assert_eq!(out, "<li>‹i.name›</li>x");
+    }
+}

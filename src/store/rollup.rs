@@ -140,6 +140,13 @@ pub async fn rollup_with(
             .execute(pool)
             .await?;
     }
+    // Minutes only serve the first hours' chart: three days are plenty. A
+    // bounded delete per pass keeps each statement short.
+    sqlx::query(
+        "DELETE FROM stats_minutes WHERE minute < UTC_TIMESTAMP() - INTERVAL 3 DAY LIMIT 10000",
+    )
+    .execute(pool)
+    .await?;
     Ok(report)
 }
 
@@ -275,6 +282,15 @@ async fn add_batch(conn: &mut MySqlConnection, batch: &RolledBatch) -> Result<()
          SELECT * FROM (SELECT mailing_id, DATE_FORMAT(occurred_at, '%Y-%m-%d %H:00:00') AS h, \
            kind, bot <> 0 AS b, COUNT(*) AS c FROM events \
            WHERE {RANGE} AND mailing_id IS NOT NULL GROUP BY mailing_id, h, kind, b) AS s \
+         ON DUPLICATE KEY UPDATE n = n + s.c",
+        // Minutes, for the chart of the first hours; only recent events (a
+        // replay of old days would only fill what the pruning deletes).
+        "INSERT INTO stats_minutes (mailing_id, minute, kind, bot, n) \
+         SELECT * FROM (SELECT mailing_id, DATE_FORMAT(occurred_at, '%Y-%m-%d %H:%i:00') AS m, \
+           kind, bot <> 0 AS b, COUNT(*) AS c FROM events \
+           WHERE {RANGE} AND mailing_id IS NOT NULL AND kind IN ('open', 'click') \
+             AND occurred_at >= UTC_TIMESTAMP() - INTERVAL 3 DAY \
+           GROUP BY mailing_id, m, kind, b) AS s \
          ON DUPLICATE KEY UPDATE n = n + s.c",
         "INSERT INTO stats_totals (mailing_id, kind, bot, total) \
          SELECT * FROM (SELECT mailing_id, kind, bot <> 0 AS b, COUNT(*) AS c FROM events \

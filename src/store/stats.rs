@@ -61,6 +61,9 @@ pub struct MailingSummary {
     pub bot_reasons: BTreeMap<String, BTreeMap<String, u64>>,
     pub links: Vec<LinkStats>,
     pub hours: Vec<HourStats>,
+    /// The same per minute, for the last three days only (the chart of the
+    /// first hours after a send).
+    pub minutes: Vec<HourStats>,
 }
 
 /// The summary of one mailing, or `None` when nothing is known about it.
@@ -82,7 +85,8 @@ pub async fn summary(
         return Ok(None);
     }
     s.links = read_links(pool, mailing_id).await?;
-    s.hours = read_hours(pool, mailing_id).await?;
+    s.hours = read_series(pool, mailing_id, Series::Hours).await?;
+    s.minutes = read_series(pool, mailing_id, Series::Minutes).await?;
     s.bot_reasons = read_bot_reasons(pool, mailing_id).await?;
     Ok(Some(s))
 }
@@ -254,14 +258,30 @@ async fn first_letter_urls(
     Ok(rows.into_iter().collect())
 }
 
-async fn read_hours(pool: &MySqlPool, mailing_id: &str) -> Result<Vec<HourStats>, StoreError> {
-    let rows: Vec<(NaiveDateTime, EventKind, i8, u64)> = sqlx::query_as(
-        "SELECT hour, kind, bot, n FROM stats_hourly \
-         WHERE mailing_id = ? AND kind IN ('open', 'click') ORDER BY hour",
-    )
-    .bind(mailing_id)
-    .fetch_all(pool)
-    .await?;
+/// Which time series to read.
+#[derive(Clone, Copy)]
+enum Series {
+    Hours,
+    Minutes,
+}
+
+async fn read_series(
+    pool: &MySqlPool,
+    mailing_id: &str,
+    series: Series,
+) -> Result<Vec<HourStats>, StoreError> {
+    let sql = match series {
+        Series::Hours => {
+            "SELECT hour, kind, bot, n FROM stats_hourly \
+             WHERE mailing_id = ? AND kind IN ('open', 'click') ORDER BY hour"
+        }
+        Series::Minutes => {
+            "SELECT minute, kind, bot, n FROM stats_minutes \
+             WHERE mailing_id = ? AND kind IN ('open', 'click') ORDER BY minute"
+        }
+    };
+    let rows: Vec<(NaiveDateTime, EventKind, i8, u64)> =
+        sqlx::query_as(sql).bind(mailing_id).fetch_all(pool).await?;
     let mut hours: BTreeMap<NaiveDateTime, HourStats> = BTreeMap::new();
     for (hour, kind, bot, n) in rows {
         let h = hours.entry(hour).or_insert_with(|| HourStats {

@@ -37,6 +37,30 @@ async fn rolled_db() -> TestDb {
     db
 }
 
+/// The same mailing minutes after its send: every hit within the last
+/// twenty minutes, the subject a template.
+async fn just_sent_db() -> TestDb {
+    let db = TestDb::with_days_since(days_ago(1)).await;
+    let today = days_ago(0);
+    let letters = letters(&db.pool, today, 3).await;
+    let now = chrono::Utc::now().naive_utc();
+    let hits: Vec<_> = traffic(&letters, today, today)
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut hit)| {
+            hit.at = now - chrono::Duration::minutes(20 - 2 * i as i64);
+            hit
+        })
+        .collect();
+    record(&db.pool, &hits).await;
+    rollup::rollup(&db.pool, 1000).await.unwrap();
+    let html = std::fs::read_to_string(fixture_letter()).unwrap();
+    stats::save_mailing(&db.pool, MAILING, "{{ first_name }}, this week…", &html)
+        .await
+        .unwrap();
+    db
+}
+
 fn fixture_letter() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/stats_letter.html")
 }
@@ -239,8 +263,8 @@ async fn the_dashboard_renders_in_a_real_browser_with_click_badges() {
         .unwrap();
     assert!(html.contains("<svg"), "the chart is inline SVG");
     assert!(
-        html.contains("<iframe sandbox=\"\""),
-        "the click map is sandboxed"
+        html.contains(r#"sandbox="allow-same-origin""#) && !html.contains("allow-scripts"),
+        "the click map is sandboxed: nothing in the letter runs"
     );
 
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("stats-dashboard");
@@ -278,4 +302,72 @@ async fn the_dashboard_renders_in_a_real_browser_with_click_badges() {
     assert!(dom.contains("3 · 60.0%"), "link 1: 3 of 5 human clicks");
     assert!(dom.contains("1 · 20.0%"), "links 2 and 3: 1 of 5 each");
     eprintln!("screenshot: {}", png.display());
+}
+
+/// Right after a send, as a marketer sees it: the chart draws minutes with a
+/// dot per point, no template syntax shows anywhere (title, heading, click
+/// map), badges are graded, and the frame is sized to the letter.
+#[tokio::test]
+async fn the_dashboard_right_after_a_send_shows_minutes_and_no_template_syntax() {
+    let Some(browser) = chromium() else {
+        panic!("chromium is not installed: scripts/test installs it");
+    };
+    let db = just_sent_db().await;
+    let app = spawn(&db, Some(TOKEN), None).await;
+    let html = client()
+        .get(format!("{}/mailings/{MAILING}", app.base))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(html.contains(r#"data-resolution="minute""#), "{html}");
+    assert!(html.contains("<circle"), "no dots on the chart");
+    assert!(
+        html.contains("<title>linktrack: ‹first_name›, this week…</title>"),
+        "{html}"
+    );
+
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("stats-dashboard-just-sent");
+    std::fs::create_dir_all(&dir).unwrap();
+    let page = dir.join("dashboard.html");
+    std::fs::write(&page, &html).unwrap();
+    let png = dir.join("dashboard.png");
+    let _ = std::fs::remove_file(&png);
+    let url = format!("file://{}", page.display());
+    run_chromium(
+        &browser,
+        &[format!("--screenshot={}", png.display()), url.clone()],
+    );
+    assert!(png.is_file(), "no screenshot");
+
+    let dom = run_chromium(&browser, &["--dump-dom".to_owned(), url]);
+    // The click map lives in the frame's srcdoc, its quotes escaped once.
+    let dom = String::from_utf8_lossy(&dom.stdout).replace("&quot;", "\"");
+    assert!(
+        !dom.contains("{{") && !dom.contains("{%"),
+        "template syntax on the page"
+    );
+    assert!(dom.contains("‹first_name›, this week…"), "the heading");
+    assert!(
+        dom.contains("Hello ‹name›"),
+        "the click map renders the letter's fields"
+    );
+    // Link 1 has the most human clicks, link 3 one: different grades.
+    assert!(dom.contains(r#"data-lt-heat="4""#), "the hottest badge");
+    assert!(dom.contains(r#"data-lt-heat="2""#) || dom.contains(r#"data-lt-heat="1""#));
+    // The frame was sized to its letter by the page's onload (the default is
+    // 600px; the fixture letter is shorter).
+    let height = dom
+        .split(r#"id="clickmap""#)
+        .nth(1)
+        .and_then(|rest| rest.split("height: ").nth(1))
+        .and_then(|rest| rest.split("px").next())
+        .and_then(|px| px.trim().parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("the click map frame has no height set: {dom}"));
+    assert!(height > 50.0 && height < 600.0, "frame height {height}px");
+    eprintln!("screenshot: {}", png.display());
+    app.stop().await;
 }

@@ -1,5 +1,9 @@
 //! The dashboard's chart: opens and clicks per hour as inline SVG, drawn on
 //! the server so the page needs no script and no front-end build.
+//!
+//! In the first hours after a send (when people watch most) the hourly
+//! series would be one or two points: the chart then draws minutes. Every
+//! point is drawn as a dot, so a single point shows too.
 
 use crate::store::stats::HourStats;
 use chrono::{Duration, NaiveDateTime};
@@ -12,15 +16,64 @@ const BOTTOM: f64 = 28.0;
 const TOP: f64 = 12.0;
 /// At most this many hours are drawn (the most recent ones): two weeks.
 const MAX_HOURS: usize = 24 * 14;
+/// While all data lies within this many hours, the chart draws minutes.
+pub const MINUTE_VIEW_HOURS: i64 = 6;
+/// Dots are drawn while the series is this short (beyond, they would merge).
+const MAX_DOTS: usize = 120;
 
-/// Hours from the first to the last with data, gaps filled with zeros; at
-/// most the last [`MAX_HOURS`], so one stray far-off timestamp cannot make
-/// the page huge.
-fn contiguous(hours: &[HourStats]) -> Vec<(NaiveDateTime, u64, u64)> {
+/// The resolution of one chart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resolution {
+    Hour,
+    Minute,
+}
+
+impl Resolution {
+    fn step(self) -> Duration {
+        match self {
+            Resolution::Hour => Duration::hours(1),
+            Resolution::Minute => Duration::minutes(1),
+        }
+    }
+
+    fn max_points(self) -> usize {
+        match self {
+            Resolution::Hour => MAX_HOURS,
+            Resolution::Minute => MINUTE_VIEW_HOURS as usize * 60,
+        }
+    }
+
+    fn label(self, at: NaiveDateTime) -> String {
+        match self {
+            Resolution::Hour => at.format("%Y-%m-%d %H:00").to_string(),
+            Resolution::Minute => at.format("%Y-%m-%d %H:%M").to_string(),
+        }
+    }
+}
+
+/// Minutes when every hour with data lies within [`MINUTE_VIEW_HOURS`] (and
+/// minutes were rolled up), hours otherwise.
+pub fn resolution(hours: &[HourStats], minutes: &[HourStats]) -> Resolution {
+    match (hours.first(), hours.last()) {
+        (Some(first), Some(last))
+            if !minutes.is_empty()
+                && last.hour - first.hour < Duration::hours(MINUTE_VIEW_HOURS) =>
+        {
+            Resolution::Minute
+        }
+        _ => Resolution::Hour,
+    }
+}
+
+/// Buckets from the first to the last with data, gaps filled with zeros; at
+/// most the last `max_points` of them, so one stray far-off timestamp cannot
+/// make the page huge.
+fn contiguous_by(hours: &[HourStats], resolution: Resolution) -> Vec<(NaiveDateTime, u64, u64)> {
     let (Some(first), Some(last)) = (hours.first(), hours.last()) else {
         return Vec::new();
     };
-    let window_start = last.hour - Duration::hours(MAX_HOURS as i64 - 1);
+    let step = resolution.step();
+    let window_start = last.hour - step * (resolution.max_points() as i32 - 1);
     let start = first.hour.max(window_start);
     let mut at = start;
     let mut source = hours.iter().filter(move |h| h.hour >= start).peekable();
@@ -32,7 +85,7 @@ fn contiguous(hours: &[HourStats]) -> Vec<(NaiveDateTime, u64, u64)> {
             clicks += h.clicks;
         }
         out.push((at, opens, clicks));
-        at += Duration::hours(1);
+        at += step;
     }
     out
 }
@@ -48,11 +101,29 @@ fn polyline(points: &[(f64, f64)], colour: &str) -> String {
     )
 }
 
-/// The SVG for the human opens and clicks of `hours` (sorted by hour).
-pub fn svg(hours: &[HourStats]) -> String {
-    let series = contiguous(hours);
+fn dots(points: &[(f64, f64)], colour: &str) -> String {
+    let mut out = String::new();
+    if points.len() <= MAX_DOTS {
+        for (x, y) in points {
+            let _ = write!(
+                out,
+                r#"<circle class="dot" cx="{x:.1}" cy="{y:.1}" r="3" fill="{colour}"/>"#
+            );
+        }
+    }
+    out
+}
+
+/// The SVG for the human opens and clicks of `buckets` (sorted by time, one
+/// per hour or per minute as `resolution` says).
+pub fn svg(buckets: &[HourStats], resolution: Resolution) -> String {
+    let series = contiguous_by(buckets, resolution);
+    let per = match resolution {
+        Resolution::Hour => "hour",
+        Resolution::Minute => "minute",
+    };
     let mut out = format!(
-        r#"<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" role="img" aria-label="Opens and clicks per hour">"#
+        r#"<svg xmlns="http://www.w3.org/2000/svg" class="chart" data-resolution="{per}" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" role="img" aria-label="Opens and clicks per {per}">"#
     );
     if series.is_empty() {
         out.push_str(
@@ -68,14 +139,15 @@ pub fn svg(hours: &[HourStats]) -> String {
         .max(1) as f64;
     let plot_w = WIDTH - LEFT - 8.0;
     let plot_h = HEIGHT - TOP - BOTTOM;
-    let step = if series.len() > 1 {
-        plot_w / (series.len() - 1) as f64
+    // One point sits in the middle rather than on the axis.
+    let (step, offset) = if series.len() > 1 {
+        (plot_w / (series.len() - 1) as f64, 0.0)
     } else {
-        0.0
+        (0.0, plot_w / 2.0)
     };
     let point = |i: usize, v: u64| {
         (
-            LEFT + step * i as f64,
+            LEFT + offset + step * i as f64,
             TOP + plot_h * (1.0 - v as f64 / max),
         )
     };
@@ -103,12 +175,8 @@ pub fn svg(hours: &[HourStats]) -> String {
         max as u64,
         LEFT - 4.0
     );
-    let first = series
-        .first()
-        .map(|s| s.0.format("%Y-%m-%d %H:00").to_string());
-    let last = series
-        .last()
-        .map(|s| s.0.format("%Y-%m-%d %H:00").to_string());
+    let first = series.first().map(|s| resolution.label(s.0));
+    let last = series.last().map(|s| resolution.label(s.0));
     let _ = write!(
         out,
         r##"<text x="{LEFT}" y="{}" font-size="11" fill="#444">{}</text><text x="{}" y="{}" font-size="11" text-anchor="end" fill="#444">{} UTC</text>"##,
@@ -120,6 +188,8 @@ pub fn svg(hours: &[HourStats]) -> String {
     );
     out.push_str(&polyline(&opens, "#2b6cb0"));
     out.push_str(&polyline(&clicks, "#dd6b20"));
+    out.push_str(&dots(&opens, "#2b6cb0"));
+    out.push_str(&dots(&clicks, "#dd6b20"));
     out.push_str("</svg>");
     out
 }
@@ -142,7 +212,7 @@ mod tests {
 
     #[test]
     fn gaps_are_filled_with_zero_hours() {
-        let series = contiguous(&[hour(1, 5, 1), hour(4, 2, 2)]);
+        let series = contiguous_by(&[hour(1, 5, 1), hour(4, 2, 2)], Resolution::Hour);
         let counts: Vec<(u64, u64)> = series.iter().map(|s| (s.1, s.2)).collect();
         assert_eq!(counts, [(5, 1), (0, 0), (0, 0), (2, 2)]);
     }
@@ -151,19 +221,53 @@ mod tests {
     fn a_stray_old_hour_does_not_stretch_the_series() {
         let mut old = hour(1, 1, 1);
         old.hour -= Duration::days(3650);
-        let series = contiguous(&[old, hour(4, 2, 2)]);
+        let series = contiguous_by(&[old, hour(4, 2, 2)], Resolution::Hour);
         assert_eq!(series.len(), MAX_HOURS);
         assert_eq!(series.last().map(|s| (s.1, s.2)), Some((2, 2)));
     }
 
     #[test]
     fn the_svg_has_two_series_scaled_to_the_maximum() {
-        let svg = svg(&[hour(1, 10, 3), hour(2, 4, 1)]);
+        let svg = svg(&[hour(1, 10, 3), hour(2, 4, 1)], Resolution::Hour);
         assert_eq!(svg.matches("<polyline").count(), 2);
         assert!(svg.contains(">10</text>"), "{svg}");
         // The maximum sits at the top of the plot area.
         assert!(svg.contains(&format!("{LEFT:.1},{TOP:.1}")), "{svg}");
         assert!(!svg.contains("No opens"));
-        assert!(super::svg(&[]).contains("No opens"));
+        assert!(super::svg(&[], Resolution::Hour).contains("No opens"));
+    }
+
+    fn minute(h: u32, m: u32, opens: u64, clicks: u64) -> HourStats {
+        let mut bucket = hour(h, opens, clicks);
+        bucket.hour += Duration::minutes(i64::from(m));
+        bucket
+    }
+
+    #[test]
+    fn one_hour_of_data_is_drawn_as_dots_per_minute() {
+        let hours = [hour(9, 12, 4)];
+        let minutes = [minute(9, 2, 5, 1), minute(9, 7, 7, 3)];
+        assert_eq!(resolution(&hours, &minutes), Resolution::Minute);
+        let svg = svg(&minutes, Resolution::Minute);
+        assert!(svg.contains(r#"data-resolution="minute""#), "{svg}");
+        // Six minutes from 09:02 to 09:07, two series: twelve dots.
+        assert_eq!(svg.matches("<circle").count(), 12, "{svg}");
+        assert!(
+            svg.contains("2026-11-22 09:02") && svg.contains("09:07 UTC"),
+            "{svg}"
+        );
+    }
+
+    #[test]
+    fn a_single_point_is_visible() {
+        let svg = svg(&[hour(9, 3, 1)], Resolution::Hour);
+        assert_eq!(svg.matches("<circle").count(), 2, "{svg}");
+    }
+
+    #[test]
+    fn data_spread_over_many_hours_is_drawn_per_hour() {
+        let hours = [hour(1, 1, 1), hour(9, 1, 1)];
+        assert_eq!(resolution(&hours, &[minute(1, 0, 1, 1)]), Resolution::Hour);
+        assert_eq!(resolution(&hours[..1], &[]), Resolution::Hour);
     }
 }

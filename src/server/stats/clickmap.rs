@@ -25,15 +25,37 @@ const MARKER: &str = "https://lt-pos.invalid/";
 
 /// The style of one badge, inline so the copy needs no `<style>` element
 /// (inserting one before a doctype would switch the page to quirks mode).
+/// Colour and size come from [`heat`].
 const BADGE_STYLE: &str = "display:inline-block;margin:0 4px 0 0;padding:1px 6px;\
-border-radius:9px;font:bold 12px/16px Arial,sans-serif;color:#fff;\
-background:#c53030;box-shadow:0 0 0 2px #fff;vertical-align:middle;\
-text-decoration:none;white-space:nowrap";
+border-radius:9px;font-family:Arial,sans-serif;font-weight:bold;color:#fff;\
+box-shadow:0 0 0 2px #fff;vertical-align:middle;text-decoration:none;white-space:nowrap";
+
+/// Badge grades, from "no click" to "the most clicked link": background and
+/// font size. A link without clicks is a small grey pill, the hottest a
+/// large deep red one, so the eye finds the hot links first.
+const GRADES: [(&str, u32); 5] = [
+    ("#a0aec0", 10),
+    ("#f6ad55", 11),
+    ("#ed8936", 12),
+    ("#dd6b20", 14),
+    ("#c53030", 16),
+];
+
+/// The grade (index into [`GRADES`]) of a link with `clicks`, against the
+/// most clicked link's `max`: 0 for no click, 1 to 4 by quarter of `max`.
+fn heat(clicks: u64, max: u64) -> usize {
+    if clicks == 0 || max == 0 {
+        return 0;
+    }
+    let quarters = (clicks * 4).div_ceil(max);
+    quarters.clamp(1, 4) as usize
+}
 
 /// The copy of `html` with a badge per link: `clicks` is human clicks by
 /// position.
 pub fn render(html: &str, clicks: &BTreeMap<u32, u64>) -> Result<String, RewriteError> {
     let total: u64 = clicks.values().sum();
+    let max = clicks.values().copied().max().unwrap_or(0);
     let mut urls: BTreeMap<u32, String> = BTreeMap::new();
     let options = RewriteOptions {
         track_links: true,
@@ -66,7 +88,7 @@ pub fn render(html: &str, clicks: &BTreeMap<u32, u64>) -> Result<String, Rewrite
                 el.set_attribute("data-lt-pos", &position.to_string())?;
                 if el.tag_name() == "a" {
                     let n = clicks.get(&position).copied().unwrap_or(0);
-                    el.before(&badge(position, n, total), ContentType::Html);
+                    el.before(&badge(position, n, total, max), ContentType::Html);
                 }
                 Ok(())
             })],
@@ -77,15 +99,18 @@ pub fn render(html: &str, clicks: &BTreeMap<u32, u64>) -> Result<String, Rewrite
     Ok(restore_markers(&badged, &urls))
 }
 
-/// `12 · 34%` in a red pill; the title names the position.
-fn badge(position: u32, clicks: u64, total: u64) -> String {
+/// `12 · 34%` in a pill graded by [`heat`]; the title names the position.
+fn badge(position: u32, clicks: u64, total: u64, max: u64) -> String {
+    let grade = heat(clicks, max);
+    let (background, size) = GRADES[grade];
     let share = if total == 0 {
         0.0
     } else {
         clicks as f64 * 100.0 / total as f64
     };
     format!(
-        r#"<span class="lt-badge" data-lt-pos="{position}" title="link {position}: {clicks} clicks" style="{BADGE_STYLE}">{clicks} · {share:.1}%</span>"#
+        r#"<span class="lt-badge" data-lt-pos="{position}" data-lt-heat="{grade}" title="link {position}: {clicks} clicks" style="{BADGE_STYLE};background:{background};font-size:{size}px;line-height:{line}px">{clicks} · {share:.1}%</span>"#,
+        line = size + 4
     )
 }
 
@@ -154,6 +179,18 @@ mod tests {
         assert!(out.contains("https://example.com/a?x=1&amp;y=2"), "{out}");
         assert!(!out.contains(MARKER), "{out}");
         assert_eq!(out.matches("class=\"lt-badge\"").count(), 2);
+    }
+
+    #[test]
+    fn badges_are_graded_from_no_click_to_the_hottest_link() {
+        assert_eq!(heat(0, 30), 0);
+        assert_eq!(heat(1, 30), 1);
+        assert_eq!(heat(16, 30), 3);
+        assert_eq!(heat(30, 30), 4);
+        let out = render(LETTER, &BTreeMap::from([(2, 30), (4, 0)])).unwrap();
+        assert!(out.contains(r#"data-lt-heat="4""#), "{out}");
+        assert!(out.contains(r#"data-lt-heat="0""#), "{out}");
+        assert!(out.contains("background:#a0aec0"), "{out}");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! no front-end build.
 
 use super::{chart, clickmap, StatsError, StatsState};
+use crate::letter;
 use crate::store::stats::{self, LinkStats};
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderName};
@@ -16,6 +17,10 @@ const CSS: &str = include_str!("templates/base.css");
 /// The dashboard's templates.
 pub fn templates() -> Result<Environment<'static>, minijinja::Error> {
     let mut env = Environment::new();
+    // Subjects are templates: shown with placeholders, never as `{{ … }}`.
+    env.add_filter("preview", |subject: String| {
+        letter::preview(&subject, false)
+    });
     env.add_template("index.html", include_str!("templates/index.html"))?;
     env.add_template("mailing.html", include_str!("templates/mailing.html"))?;
     Ok(env)
@@ -82,7 +87,9 @@ pub async fn mailing(
         })
         .collect();
     let clickmap = match stats::mailing_html(&state.pool, &id).await? {
-        Some(html) => Some(clickmap::render(&html, &clicks)?),
+        // The saved creative is the template: preview it as the builder would
+        // personalise it, so no `{{ … }}` shows and positions still match.
+        Some(html) => Some(clickmap::render(&letter::preview(&html, true), &clicks)?),
         None => None,
     };
     let live = match &state.live {
@@ -100,12 +107,24 @@ pub async fn mailing(
             css => CSS,
             s => &summary,
             links,
-            chart => chart::svg(&summary.hours),
+            chart => chart_for(&summary),
+            chart_per => match chart::resolution(&summary.hours, &summary.minutes) {
+                chart::Resolution::Minute => "minute",
+                chart::Resolution::Hour => "hour",
+            },
             clickmap,
             live_up => state.live.as_ref().map(|l| l.is_up()),
         live,
         })?;
     Ok(page(html))
+}
+
+/// Minutes in the first hours after a send, hours after.
+fn chart_for(summary: &stats::MailingSummary) -> String {
+    match chart::resolution(&summary.hours, &summary.minutes) {
+        chart::Resolution::Minute => chart::svg(&summary.minutes, chart::Resolution::Minute),
+        chart::Resolution::Hour => chart::svg(&summary.hours, chart::Resolution::Hour),
+    }
 }
 
 fn share(part: u64, total: u64) -> String {
