@@ -373,6 +373,12 @@ async fn demo(url: &str, args: &DemoArgs) -> anyhow::Result<()> {
     let outcome = crate::demo::prepare(url, &base_url, &args.dir).await?;
     println!("{}", outcome.summary);
     println!("letters: {}", outcome.letters.display());
+    if let Some(dir) = outcome.letters.parent() {
+        println!(
+            "rejected and suppressed recipients, with line and reason: {}",
+            dir.join("rejects.jsonl").display()
+        );
+    }
     if args.no_serve {
         for (label, link) in &outcome.sample_urls {
             println!("{label}: {link}");

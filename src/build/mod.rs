@@ -98,10 +98,15 @@ impl std::fmt::Display for Summary {
             self.seconds,
             self.letters_per_second()
         )?;
+        let plural =
+            |n: u64, one: &'static str, many: &'static str| if n == 1 { one } else { many };
         write!(
             f,
-            "skipped {} suppressed addresses; rejected {} recipients",
-            self.suppressed, self.rejected
+            "skipped {} suppressed {}; rejected {} {}",
+            self.suppressed,
+            plural(self.suppressed, "address", "addresses"),
+            self.rejected,
+            plural(self.rejected, "recipient", "recipients")
         )?;
         for (reason, count) in &self.rejected_by_reason {
             write!(f, "\n  {count:>8}  {reason}")?;

@@ -325,7 +325,8 @@ async fn run_locked(
         if !options.dry_run {
             for statement in &statements {
                 execute_ddl(conn, statement, options.ddl_attempts).await?;
-                tracing::info!(%statement, "partition DDL applied");
+                // The report says what changed; the statement itself is detail.
+                tracing::debug!(%statement, "partition DDL applied");
             }
         }
         reports.push(TableReport {
