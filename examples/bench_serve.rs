@@ -167,7 +167,7 @@ async fn load_links(args: &Args, url: &str, dir: &Path) -> anyhow::Result<Vec<To
         for i in 0..per_day {
             let at = midnight + chrono::Duration::milliseconds((i * 86_000_000 / per_day) as i64);
             let token = Token::at(at);
-            if n % every == 0 && sample.len() < args.sample {
+            if n.is_multiple_of(every) && sample.len() < args.sample {
                 sample.push(token);
             }
             let hex: String = token

@@ -34,12 +34,7 @@ pub async fn prepare(
     let pool = store::migrate(database_url)
         .await
         .context("migrating DATABASE_URL")?;
-    let policy = partitions::Policy {
-        today: chrono::Utc::now().date_naive(),
-        ahead_days: crate::config::DEFAULT_AHEAD_DAYS,
-        keep_days: None,
-    };
-    partitions::run(&pool, &policy, &partitions::RunOptions::default()).await?;
+    partitions::ensure_ahead(&pool, crate::config::DEFAULT_AHEAD_DAYS).await?;
 
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     for (name, text) in [

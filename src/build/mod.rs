@@ -20,7 +20,7 @@ pub mod recipients;
 pub mod reject;
 
 use crate::store::links::{self, LinkKind};
-use crate::store::partitions::{self, Policy, RunOptions};
+use crate::store::partitions;
 use crate::store::sequences::Sequence;
 use crate::store::{stats, suppressions, StoreError};
 use compose::{build_letter, Built, ImageTokens, MailingContext, StoredTokens};
@@ -363,13 +363,7 @@ impl<'a> Job<'a> {
 
 /// Today's and tomorrow's partitions, in case the job runs past midnight.
 async fn ensure_partitions(pool: &MySqlPool) -> Result<(), StoreError> {
-    let policy = Policy {
-        today: chrono::Utc::now().date_naive(),
-        ahead_days: 1,
-        keep_days: None,
-    };
-    partitions::run(pool, &policy, &RunOptions::default()).await?;
-    Ok(())
+    partitions::ensure_ahead(pool, 1).await.map(drop)
 }
 
 /// Read up to `size` entries on a blocking thread (the file reader is

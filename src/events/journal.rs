@@ -70,8 +70,8 @@ pub enum JournalError {
     #[error("appending to the journal failed: {0}")]
     Append(Arc<JournalError>),
     #[error(
-        "journal {dir} is in use by process {pid}; one server per journal directory \
-         (if that process is not linktrack, delete {dir}/{LOCK_FILE})"
+        "journal {dir} is in use by another server (pid {pid}, as {dir}/{LOCK_FILE} says); \
+         one server per journal directory: give this one its own --journal"
     )]
     Locked { dir: PathBuf, pid: u32 },
     #[error("the journal writer did not acknowledge within {0:?}")]
@@ -162,11 +162,12 @@ async fn segments(dir: &Path, ext: &str) -> Result<Vec<(u64, PathBuf)>, JournalE
     Ok(found)
 }
 
-/// Create the directory if needed, seal segments a previous process left
-/// active, and return the next free sequence number.
-pub async fn recover(dir: &Path) -> Result<u64, JournalError> {
+/// Create the directory if needed, take its lock, seal segments a previous
+/// process left active, and return the next free sequence number with the
+/// lock (the directory is ours until it is dropped).
+pub async fn recover(dir: &Path) -> Result<(u64, JournalLock), JournalError> {
     fs::create_dir_all(dir).await.map_err(io_error(dir))?;
-    claim(dir).await?;
+    let lock = claim(dir).await?;
     for (seq, path) in segments(dir, ACTIVE).await? {
         let sealed = segment_path(dir, seq, SEALED);
         fs::rename(&path, &sealed).await.map_err(io_error(&path))?;
@@ -177,55 +178,57 @@ pub async fn recover(dir: &Path) -> Result<u64, JournalError> {
         .into_iter()
         .map(|(seq, _)| seq)
         .max();
-    Ok(last.map_or(0, |seq| seq + 1))
+    Ok((last.map_or(0, |seq| seq + 1), lock))
 }
+
+/// The journal directory's lock, held while the server runs. An OS file
+/// lock (`flock`): the kernel releases it when the process dies, however it
+/// dies, so there is no stale lock to detect and no pid to probe.
+#[derive(Debug)]
+pub struct JournalLock {
+    _file: std::fs::File,
+}
+
+/// How long a start waits for the lock: a server being restarted may still
+/// be closing (a supervisor's overlap, a test's aborted instance).
+const LOCK_WAIT: Duration = Duration::from_secs(3);
 
 /// Make this process the directory's only user. Two writers would seal and
-/// delete segments under each other's feet, losing events. The lock file
-/// names a pid; a pid that no longer runs (checked in /proc, so on Linux)
-/// left a stale lock, which is taken over. Our own pid is taken over too: a
-/// server restarted in the same process (tests) follows one that crashed.
-async fn claim(dir: &Path) -> Result<(), JournalError> {
-    let lock = dir.join(LOCK_FILE);
-    let ours = format!("{}\n", std::process::id());
-    // Creating the file is atomic, so of two servers starting together only
-    // one gets past this point without reading the other's pid.
-    let created = OpenOptions::new()
+/// delete segments under each other's feet, losing events.
+async fn claim(dir: &Path) -> Result<JournalLock, JournalError> {
+    let path = dir.join(LOCK_FILE);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
         .write(true)
-        .create_new(true)
-        .open(&lock)
-        .await;
-    if let Ok(mut file) = created {
-        return file
-            .write_all(ours.as_bytes())
-            .await
-            .map_err(io_error(&lock));
-    }
-    let owner = fs::read_to_string(&lock).await.unwrap_or_default();
-    if let Ok(pid) = owner.trim().parse::<u32>() {
-        if pid != std::process::id() && process_is_running(pid) {
-            return Err(JournalError::Locked {
-                dir: dir.to_owned(),
-                pid,
-            });
+        .open(&path)
+        .map_err(io_error(&path))?;
+    let waited = Instant::now();
+    loop {
+        match file.try_lock() {
+            Ok(()) => break,
+            Err(std::fs::TryLockError::WouldBlock) if waited.elapsed() < LOCK_WAIT => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let owner = std::fs::read_to_string(&path).unwrap_or_default();
+                return Err(JournalError::Locked {
+                    dir: dir.to_owned(),
+                    pid: owner.trim().parse().unwrap_or(0),
+                });
+            }
+            Err(std::fs::TryLockError::Error(err)) => return Err(io_error(&path)(err)),
         }
     }
-    tracing::warn!(lock = %lock.display(), "taking over a stale journal lock");
-    fs::write(&lock, ours).await.map_err(io_error(&lock))
-}
-
-/// Release the directory at a clean stop.
-pub async fn release(dir: &Path) {
-    let _ = fs::remove_file(dir.join(LOCK_FILE)).await;
-}
-
-fn process_is_running(pid: u32) -> bool {
-    if cfg!(target_os = "linux") {
-        Path::new(&format!("/proc/{pid}")).exists()
-    } else {
-        // Without /proc we cannot tell; trust the operator.
-        false
-    }
+    // The pid is for the operator reading the file; the lock is the flock.
+    let mut writer = &file;
+    file.set_len(0)
+        .and_then(|()| {
+            std::io::Write::write_all(&mut writer, format!("{}\n", std::process::id()).as_bytes())
+        })
+        .map_err(io_error(&path))?;
+    Ok(JournalLock { _file: file })
 }
 
 /// Start the writer task with the segment sequence `next_seq`.
@@ -410,7 +413,7 @@ mod tests {
             seal_after: Duration::from_secs(60),
             ..JournalSettings::new(dir.path())
         };
-        let next = recover(dir.path()).await.unwrap();
+        let (next, _lock) = recover(dir.path()).await.unwrap();
         let (stop, stopped) = watch::channel(false);
         let (recorder, writer) = spawn_writer(settings, next, stopped);
         for n in 0..3 {
@@ -432,22 +435,47 @@ mod tests {
         ));
     }
 
-    #[cfg(target_os = "linux")]
     #[tokio::test]
-    async fn a_directory_used_by_another_live_process_is_refused() {
+    async fn a_directory_in_use_is_refused_until_its_lock_is_dropped() {
         let dir = tempfile::tempdir().unwrap();
-        let lock = dir.path().join(LOCK_FILE);
-        // Our parent (the test runner) is alive and is not us.
-        std::fs::write(&lock, std::os::unix::process::parent_id().to_string()).unwrap();
+        let (_, held) = recover(dir.path()).await.unwrap();
+        let owner = std::fs::read_to_string(dir.path().join(LOCK_FILE)).unwrap();
+        assert_eq!(owner.trim(), std::process::id().to_string());
         let err = recover(dir.path()).await.unwrap_err();
         assert!(matches!(err, JournalError::Locked { .. }), "{err}");
-        // A lock left by a process that is gone is taken over.
-        std::fs::write(&lock, "4194305").unwrap();
+        assert!(err.to_string().contains("--journal"), "{err}");
+        drop(held);
         recover(dir.path()).await.unwrap();
-        let owner = std::fs::read_to_string(&lock).unwrap();
-        assert_eq!(owner.trim(), std::process::id().to_string());
-        release(dir.path()).await;
-        assert!(!lock.exists());
+    }
+
+    /// A process killed with SIGKILL cannot clean up: the kernel releases its
+    /// lock, and the next server starts without any stale-lock heuristics.
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn the_lock_of_a_killed_process_is_free_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let lock = dir.path().join(LOCK_FILE);
+        std::fs::write(&lock, "").unwrap();
+        // util-linux `flock` takes the same flock(2) lock std's File::lock does.
+        // `--close`: the lock stays with `flock` itself, not with its `sleep`.
+        let Ok(mut holder) = std::process::Command::new("flock")
+            .arg("--close")
+            .arg(&lock)
+            .args(["sleep", "60"])
+            .spawn()
+        else {
+            panic!("util-linux `flock` is needed for this test");
+        };
+        let file = std::fs::File::open(&lock).unwrap();
+        while file.try_lock_shared().is_ok() {
+            file.unlock().unwrap();
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let err = recover(dir.path()).await.unwrap_err();
+        assert!(matches!(err, JournalError::Locked { .. }), "{err}");
+        holder.kill().unwrap();
+        holder.wait().unwrap();
+        recover(dir.path()).await.unwrap();
     }
 
     #[tokio::test]
@@ -456,7 +484,7 @@ mod tests {
         std::fs::write(dir.path().join("00000000000000000004.jsonl"), "").unwrap();
         std::fs::write(dir.path().join("00000000000000000007.active"), "").unwrap();
         std::fs::write(dir.path().join("README"), "not a segment").unwrap();
-        assert_eq!(recover(dir.path()).await.unwrap(), 8);
+        assert_eq!(recover(dir.path()).await.unwrap().0, 8);
         assert_eq!(
             files(dir.path()),
             [

@@ -31,20 +31,20 @@ pub struct EventPipeline {
     stop_replayer: watch::Sender<bool>,
     writer: JoinHandle<()>,
     replayer: JoinHandle<()>,
-    dir: PathBuf,
+    /// The journal directory is ours while this is held.
+    _lock: journal::JournalLock,
 }
 
 impl EventPipeline {
     /// Recover the journal directory (segments a previous process left
     /// behind become replayable), then start the writer and the replayer.
     pub async fn start(pool: MySqlPool, settings: JournalSettings) -> Result<Self, JournalError> {
-        let next_segment = journal::recover(&settings.dir).await?;
+        let (next_segment, lock) = journal::recover(&settings.dir).await?;
         let (stop_writer, writer_stopped) = watch::channel(false);
         let (stop_replayer, replayer_stopped) = watch::channel(false);
         let (recorder, writer) =
             journal::spawn_writer(settings.clone(), next_segment, writer_stopped);
         let sealed = writer.sealed.clone();
-        let dir = settings.dir.clone();
         let replayer = tokio::spawn(replay::run(pool, settings, sealed, replayer_stopped));
         Ok(EventPipeline {
             recorder,
@@ -52,7 +52,7 @@ impl EventPipeline {
             stop_replayer,
             writer: writer.task,
             replayer,
-            dir,
+            _lock: lock,
         })
     }
 
@@ -76,7 +76,6 @@ impl EventPipeline {
                 "events not yet in the database stay in the journal for the next start"
             );
         }
-        journal::release(&self.dir).await;
         tracing::debug!("event pipeline stopped");
     }
 

@@ -209,15 +209,9 @@ async fn apply_unsubscribes(pool: &MySqlPool, rows: &[EventRow]) -> Result<(), S
 async fn insert_with_partitions(pool: &MySqlPool, rows: &[EventRow]) -> Result<(), StoreError> {
     match insert_idempotent(pool, rows).await {
         Err(StoreError::NoPartition { date, .. }) => {
-            let today = Utc::now().date_naive();
-            let ahead = (date - today).num_days().clamp(1, 30) as u32;
+            let ahead = (date - Utc::now().date_naive()).num_days().clamp(1, 30) as u32;
             tracing::warn!(%date, "events has no partition for the day; creating it");
-            let policy = partitions::Policy {
-                today,
-                ahead_days: ahead,
-                keep_days: None,
-            };
-            partitions::run(pool, &policy, &partitions::RunOptions::default()).await?;
+            partitions::ensure_ahead(pool, ahead).await?;
             insert_idempotent(pool, rows).await.map(drop)
         }
         other => other.map(drop),

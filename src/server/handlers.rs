@@ -3,7 +3,7 @@
 
 use super::error::ServerError;
 use super::pages;
-use super::request::RequestMeta;
+use super::request::{RequestMeta, Tracked};
 use super::state::AppState;
 use crate::kind::EventKind;
 use crate::store::events::suppress_unsubscribed;
@@ -46,10 +46,8 @@ fn token_text(path: Result<Path<String>, PathRejection>) -> Result<String, Serve
 pub async fn click(
     State(state): State<AppState>,
     meta: RequestMeta,
-    path: Result<Path<String>, PathRejection>,
+    Tracked { token, link }: Tracked,
 ) -> Result<Response, ServerError> {
-    let token = state.check_token(&token_text(path)?)?;
-    let link = state.find_link(token).await?;
     if link.kind != LinkKind::Click {
         return Err(ServerError::NotFound);
     }
@@ -121,12 +119,7 @@ async fn record_open(state: &AppState, text: &str, meta: &RequestMeta) {
 }
 
 /// `GET /u/{token}`: the confirmation page (a GET never unsubscribes).
-pub async fn unsubscribe_page(
-    State(state): State<AppState>,
-    path: Result<Path<String>, PathRejection>,
-) -> Result<Response, ServerError> {
-    let token = state.check_token(&token_text(path)?)?;
-    state.find_link(token).await?;
+pub async fn unsubscribe_page(_known: Tracked) -> Result<Response, ServerError> {
     Ok(no_store(pages::unsubscribe_confirm().into_response()))
 }
 
@@ -140,10 +133,8 @@ pub async fn unsubscribe_page(
 pub async fn unsubscribe(
     State(state): State<AppState>,
     meta: RequestMeta,
-    path: Result<Path<String>, PathRejection>,
+    Tracked { token, link }: Tracked,
 ) -> Result<Response, ServerError> {
-    let token = state.check_token(&token_text(path)?)?;
-    let link = state.find_link(token).await?;
     let emails = [link.email.as_str()];
     let suppress = suppress_unsubscribed(&state.pool, &emails);
     let deferred = match state.bounded(suppress).await {
@@ -167,10 +158,8 @@ pub async fn unsubscribe(
 pub async fn image(
     State(state): State<AppState>,
     meta: RequestMeta,
-    path: Result<Path<String>, PathRejection>,
+    Tracked { token, link }: Tracked,
 ) -> Result<Response, ServerError> {
-    let token = state.check_token(&token_text(path)?)?;
-    let link = state.find_link(token).await?;
     if link.kind != LinkKind::Image {
         return Err(ServerError::NotFound);
     }

@@ -74,6 +74,33 @@ pub fn truncate_ip(ip: IpAddr) -> IpAddr {
     }
 }
 
+/// The prologue every tracked-link handler shares: the path's token is
+/// well-formed, not expired ([`AppState::check_token`]), and names a stored
+/// link ([`AppState::find_link`], through the link cache). Anything else is
+/// the handler's rejection: 404 for a bad or unknown token, 503 while the
+/// database is away.
+pub struct Tracked {
+    pub token: crate::token::Token,
+    pub link: std::sync::Arc<crate::store::links::StoredLink>,
+}
+
+impl FromRequestParts<AppState> for Tracked {
+    type Rejection = super::error::ServerError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let axum::extract::Path(text) =
+            axum::extract::Path::<String>::from_request_parts(parts, state)
+                .await
+                .map_err(|_| super::error::ServerError::NotFound)?;
+        let token = state.check_token(&text)?;
+        let link = state.find_link(token).await?;
+        Ok(Tracked { token, link })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -146,17 +146,13 @@ pub async fn of_letters(
     letter_ids: &[u64],
 ) -> Result<Vec<StoredLink>, StoreError> {
     let mut found = Vec::new();
-    for chunk in letter_ids.chunks(1_000) {
+    for chunk in letter_ids.chunks(super::IN_LIST_CHUNK) {
         let mut query = QueryBuilder::<MySql>::new(
             "SELECT id, uuid, CAST(kind AS CHAR), mailing_id, letter_id, email, position, url \
              FROM links WHERE mailing_id = ",
         );
-        query.push_bind(mailing_id).push(" AND letter_id IN (");
-        let mut list = query.separated(", ");
-        for id in chunk {
-            list.push_bind(*id);
-        }
-        query.push(")");
+        query.push_bind(mailing_id).push(" AND letter_id IN ");
+        super::push_in_list(&mut query, chunk.iter().copied());
         let rows: Vec<LinkRow> = query.build_query_as().fetch_all(pool).await?;
         for row in rows {
             found.push(stored_link(row)?);

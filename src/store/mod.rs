@@ -106,6 +106,26 @@ pub(crate) fn is_no_partition(err: &sqlx::Error) -> bool {
     mysql_error_number(err) == Some(ER_NO_PARTITION_FOR_GIVEN_VALUE)
 }
 
+/// Values per `IN (…)` list: far below the 65,535 placeholders of one
+/// statement, and small enough that each statement stays short.
+pub(crate) const IN_LIST_CHUNK: usize = 1_000;
+
+/// Push `(?, ?, …)` with one bound value per item: the one builder of every
+/// `IN` list (callers chunk their values by [`IN_LIST_CHUNK`]).
+pub(crate) fn push_in_list<'q, T>(
+    query: &mut sqlx::QueryBuilder<'q, MySql>,
+    values: impl IntoIterator<Item = T>,
+) where
+    T: 'q + sqlx::Encode<'q, MySql> + sqlx::Type<MySql> + Send,
+{
+    query.push("(");
+    let mut list = query.separated(", ");
+    for value in values {
+        list.push_bind(value);
+    }
+    query.push(")");
+}
+
 /// Connection settings shared by every command.
 #[derive(Debug, Clone)]
 pub struct PoolSettings {

@@ -263,6 +263,21 @@ impl fmt::Display for TableReport {
 /// partition lock so that concurrent runners take turns: the second one
 /// re-reads the partitions after the first has finished and finds nothing
 /// left to do.
+/// Make sure partitions exist from today through `today + ahead_days`
+/// (UTC), dropping nothing: the one helper the builder, the replay, the demo
+/// and `partitions ensure` use.
+pub async fn ensure_ahead(
+    pool: &MySqlPool,
+    ahead_days: u32,
+) -> Result<Vec<TableReport>, StoreError> {
+    let policy = Policy {
+        today: chrono::Utc::now().date_naive(),
+        ahead_days,
+        keep_days: None,
+    };
+    run(pool, &policy, &RunOptions::default()).await
+}
+
 pub async fn run(
     pool: &MySqlPool,
     policy: &Policy,

@@ -437,16 +437,12 @@ async fn link_tags(
 ) -> Result<BTreeMap<u64, Vec<String>>, StoreError> {
     let mut out = BTreeMap::new();
     for (day, ids) in by_day {
-        for chunk in ids.chunks(1_000) {
+        for chunk in ids.chunks(super::IN_LIST_CHUNK) {
             let mut query = QueryBuilder::<MySql>::new(
                 "SELECT id, CAST(meta AS CHAR) FROM links WHERE inserted = ",
             );
-            query.push_bind(*day).push(" AND id IN (");
-            let mut list = query.separated(", ");
-            for id in chunk {
-                list.push_bind(*id);
-            }
-            query.push(")");
+            query.push_bind(*day).push(" AND id IN ");
+            super::push_in_list(&mut query, chunk.iter().copied());
             let rows: Vec<(u64, Option<String>)> = query.build_query_as().fetch_all(pool).await?;
             for (id, meta) in rows {
                 out.insert(id, tags_of(meta.as_deref()));

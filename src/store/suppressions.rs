@@ -36,12 +36,8 @@ pub async fn add(pool: &MySqlPool, emails: &[String], reason: &str) -> Result<u6
 pub async fn remove(pool: &MySqlPool, emails: &[String]) -> Result<u64, StoreError> {
     let mut removed = 0;
     for chunk in emails.chunks(BATCH) {
-        let mut query = QueryBuilder::<MySql>::new("DELETE FROM suppressions WHERE email IN (");
-        let mut list = query.separated(", ");
-        for email in chunk {
-            list.push_bind(email);
-        }
-        query.push(")");
+        let mut query = QueryBuilder::<MySql>::new("DELETE FROM suppressions WHERE email IN ");
+        super::push_in_list(&mut query, chunk);
         removed += query.build().execute(pool).await?.rows_affected();
     }
     Ok(removed)
@@ -55,13 +51,9 @@ pub async fn suppressed_among(
     let mut found = HashSet::new();
     for chunk in emails.chunks(BATCH) {
         let mut query = QueryBuilder::<MySql>::new(
-            "SELECT CONVERT(email USING utf8mb4) FROM suppressions WHERE email IN (",
+            "SELECT CONVERT(email USING utf8mb4) FROM suppressions WHERE email IN ",
         );
-        let mut list = query.separated(", ");
-        for email in chunk {
-            list.push_bind(*email);
-        }
-        query.push(")");
+        super::push_in_list(&mut query, chunk.iter().copied());
         let rows: Vec<String> = query.build_query_scalar().fetch_all(pool).await?;
         found.extend(rows);
     }

@@ -89,14 +89,11 @@ fn session_value(token: &str, secret: &str) -> Option<String> {
     Some(hex::encode(mac.finalize().into_bytes()))
 }
 
-/// Compares without an early exit, so the time taken does not tell how many
-/// leading bytes matched. (The length is not secret.)
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
-    std::hint::black_box(diff) == 0
+/// Compares without an early exit (the `subtle` crate), so the time taken
+/// does not tell how many leading bytes matched. (The length is not secret.)
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    use subtle::ConstantTimeEq;
+    a.ct_eq(b).into()
 }
 
 fn bearer(headers: &HeaderMap) -> Option<&str> {
