@@ -19,6 +19,7 @@
 //!
 //! Needs the `mysql` client (for LOAD DATA LOCAL) and a server with
 //! `local_infile=ON`. Each run uses fresh `lt_bench_*` databases and drops them.
+#![allow(clippy::unwrap_used)] // tests and benchmarks: a failure should stop them loudly
 
 #[path = "support/mysql_client.rs"]
 mod mysql_client;

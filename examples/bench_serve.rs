@@ -18,6 +18,7 @@
 //!    what journaling every hit costs.
 //!
 //! Tokens are drawn uniformly from a sample spread over all partitions.
+#![allow(clippy::unwrap_used)] // tests and benchmarks: a failure should stop them loudly
 
 #[path = "support/mysql_client.rs"]
 mod mysql_client;

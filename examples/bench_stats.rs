@@ -29,6 +29,7 @@
 //!
 //! Needs the `mysql` client and `local_infile=ON`. Uses a fresh
 //! `lt_bench_stats_*` database and drops it unless `--keep`.
+#![allow(clippy::unwrap_used)] // tests and benchmarks: a failure should stop them loudly
 
 #[path = "support/mysql_client.rs"]
 mod mysql_client;

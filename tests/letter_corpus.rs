@@ -3,6 +3,7 @@
 //!
 //! Every check here is independent of the rewriter's own scanner: links are
 //! counted with lol_html's attribute API and decoded with `html-escape`.
+#![allow(clippy::unwrap_used)] // tests and benchmarks: a failure should stop them loudly
 
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -14,10 +14,10 @@
 //! accepted recipient once, every link in it resolves, and no row is stored
 //! twice.
 
-pub mod compose;
-pub mod mailing;
-pub mod recipients;
-pub mod reject;
+pub(crate) mod compose;
+pub(crate) mod mailing;
+pub(crate) mod recipients;
+pub(crate) mod reject;
 
 use crate::store::links::{self, LinkKind};
 use crate::store::partitions;

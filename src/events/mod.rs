@@ -9,10 +9,10 @@
 //! and a crash loses nothing that was acknowledged. [`bots`] classifies every
 //! event; bots are stored with a reason, never dropped.
 
-pub mod bots;
+pub(crate) mod bots;
 pub mod journal;
-pub mod record;
-pub mod replay;
+pub(crate) mod record;
+pub(crate) mod replay;
 
 use crate::store::events::EventRow;
 use journal::{JournalError, JournalSettings, Recorder};
@@ -81,7 +81,8 @@ impl EventPipeline {
 
     /// Handles that stop the tasks at once, as a crash would: nothing is
     /// flushed or sealed. For tests of journal durability.
-    pub fn abort_handles(&self) -> Vec<tokio::task::AbortHandle> {
+    #[cfg(feature = "test-hooks")]
+    pub(crate) fn abort_handles(&self) -> Vec<tokio::task::AbortHandle> {
         vec![self.writer.abort_handle(), self.replayer.abort_handle()]
     }
 }

@@ -23,7 +23,7 @@
 //! parsed the same way, as HTML of their own, with offsets mapped back.
 
 mod charref;
-pub mod personalize;
+pub(crate) mod personalize;
 pub mod rewrite;
 mod start_tag;
 

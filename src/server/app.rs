@@ -28,7 +28,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio::task::AbortHandle;
+
 
 /// Everything [`App::build`] needs besides the public listener.
 #[derive(Clone)]
@@ -187,8 +187,8 @@ impl App {
     /// Serve on background tasks that can be killed as a crash would kill
     /// them: nothing flushed. Returns handles that abort everything. For
     /// tests of journal durability.
-    #[doc(hidden)]
-    pub fn spawn_abortable(self) -> Vec<AbortHandle> {
+    #[cfg(feature = "test-hooks")]
+    pub fn spawn_abortable(self) -> Vec<tokio::task::AbortHandle> {
         let App {
             public,
             admin,

@@ -13,16 +13,16 @@
 //! * [`metrics`]: Prometheus recorder and request metrics.
 
 pub mod app;
-pub mod error;
-pub mod handlers;
+pub(crate) mod error;
+pub(crate) mod handlers;
 pub mod image;
-pub mod metrics;
-pub mod pages;
-pub mod record;
-pub mod request;
+pub(crate) mod metrics;
+pub(crate) mod pages;
+pub(crate) mod record;
+pub(crate) mod request;
 pub mod state;
 pub mod stats;
-pub mod workers;
+pub(crate) mod workers;
 
 pub use app::{App, AppSettings};
 

@@ -9,7 +9,7 @@
 use std::future::Future;
 use std::time::Duration;
 use tokio::sync::watch;
-use tokio::task::{AbortHandle, JoinHandle};
+use tokio::task::JoinHandle;
 
 /// The signal a worker watches: stop at the next safe point.
 #[derive(Debug, Clone)]
@@ -81,7 +81,8 @@ impl Workers {
     }
 
     /// Handles that stop every worker at once, as a crash would.
-    pub(crate) fn abort_handles(&self) -> Vec<AbortHandle> {
+    #[cfg(feature = "test-hooks")]
+    pub(crate) fn abort_handles(&self) -> Vec<tokio::task::AbortHandle> {
         self.tasks.iter().map(|(_, t)| t.abort_handle()).collect()
     }
 }

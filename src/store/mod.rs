@@ -1,7 +1,7 @@
 //! MySQL / MariaDB: the pool, migrations, and every SQL statement the service
 //! runs. Nothing outside this module writes SQL.
 
-pub mod connect_error;
+pub(crate) mod connect_error;
 pub mod erase;
 pub mod events;
 pub mod links;

@@ -1,6 +1,7 @@
 //! Integration tests against a real MariaDB/MySQL server. One binary (this
 //! file and its modules) keeps link time down; each test uses its own
 //! database, so they run in parallel.
+#![allow(clippy::unwrap_used)] // tests and benchmarks: a failure should stop them loudly
 
 mod build;
 mod common;

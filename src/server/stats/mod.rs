@@ -15,11 +15,11 @@
 //! Handlers stay thin: SQL is in [`crate::store::stats`], Redis in
 //! [`crate::live`].
 
-pub mod api;
+pub(crate) mod api;
 mod auth;
-pub mod chart;
-pub mod clickmap;
-pub mod dashboard;
+pub(crate) mod chart;
+pub(crate) mod clickmap;
+pub(crate) mod dashboard;
 
 use crate::live::Live;
 use crate::store::StoreError;
