@@ -29,7 +29,7 @@ use clap::Parser;
 use linktrack::build::{self, BuildOptions, Output};
 use linktrack::store::{self, partitions};
 use linktrack::token::Token;
-use rand::{Rng, RngCore};
+use rand::{Rng, RngExt};
 use sqlx::{MySql, MySqlPool, QueryBuilder};
 use std::io::Write;
 use std::path::Path;

@@ -37,7 +37,7 @@ mod mysql_client;
 use chrono::{Days, NaiveDate, Utc};
 use clap::Parser;
 use linktrack::store::{self, partitions, rollup, stats};
-use rand::Rng;
+use rand::{Rng, RngExt};
 use sqlx::MySqlPool;
 use std::io::Write;
 use std::process::Stdio;

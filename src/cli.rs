@@ -443,7 +443,7 @@ async fn demo_redis_url() -> Option<String> {
 
 /// 128 random bits as hex: the demo's API token and cookie key.
 fn random_hex() -> String {
-    use rand::RngCore;
+    use rand::Rng;
     let mut bytes = [0u8; 16];
     rand::rng().fill_bytes(&mut bytes);
     hex::encode(bytes)

@@ -19,7 +19,7 @@
 //! read.
 
 use chrono::{DateTime, NaiveDate, Utc};
-use rand::RngCore;
+use rand::Rng;
 use std::fmt;
 use std::str::FromStr;
 use uuid::Uuid;

@@ -6,7 +6,7 @@ use chrono::{Days, NaiveDate, Utc};
 use linktrack::store::links::{LinkKind, NewLink};
 use linktrack::store::{self, partitions};
 use linktrack::token::Token;
-use rand::Rng;
+use rand::RngExt;
 use sqlx::MySqlPool;
 
 /// The server the tests use; override with `LINKTRACK_TEST_MYSQL` (no database part).

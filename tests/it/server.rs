@@ -648,7 +648,7 @@ async fn while_the_database_is_down_hot_links_redirect_and_events_wait() {
 
 #[tokio::test]
 async fn hostile_requests_never_cause_a_server_error() {
-    use rand::{Rng, RngCore};
+    use rand::{Rng, RngExt};
     let db = db().await;
     let dir = tempfile::tempdir().unwrap();
     let good = add_link(&db.pool, LinkKind::Click, "https://example.com/ok", 1).await;
