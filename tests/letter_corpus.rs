@@ -105,24 +105,22 @@ fn census(html: &str, found: &std::cell::RefCell<Vec<(FoundKind, String)>>, oute
         el.get_attribute("data-linktrack")
             .is_some_and(|value| value.trim().eq_ignore_ascii_case("off"))
     };
-    let settings = Settings {
-        element_content_handlers: vec![
-            element!("[href]", |el| {
-                let name = el.tag_name();
-                if name == "a" || name == "area" || name.starts_with("v:") {
-                    record(FoundKind::Click, el.get_attribute("href"), off(el));
-                }
-                Ok(())
-            }),
-            element!("img[src]", |el| {
-                record(FoundKind::Image, el.get_attribute("src"), off(el));
-                Ok(())
-            }),
-        ],
-        document_content_handlers,
-        strict: false,
-        ..Settings::new()
-    };
+    let mut settings = Settings::new()
+        .with_strict(false)
+        .append_element_content_handler(element!("[href]", |el| {
+            let name = el.tag_name();
+            if name == "a" || name == "area" || name.starts_with("v:") {
+                record(FoundKind::Click, el.get_attribute("href"), off(el));
+            }
+            Ok(())
+        }))
+        .append_element_content_handler(element!("img[src]", |el| {
+            record(FoundKind::Image, el.get_attribute("src"), off(el));
+            Ok(())
+        }));
+    for handler in document_content_handlers {
+        settings = settings.append_document_content_handler(handler);
+    }
     let mut parser = HtmlRewriter::new(settings, |_: &[u8]| {});
     parser.write(html.as_bytes()).unwrap();
     parser.end().unwrap();

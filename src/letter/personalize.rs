@@ -118,7 +118,7 @@ impl Template {
         };
         self.environment
             .get_template(&self.name)
-            .and_then(|template| template.render(context))
+            .and_then(|template| template.render(minijinja::value::Serde(context)))
             .map_err(render_error)
     }
 }
@@ -131,14 +131,20 @@ fn environment(html: bool) -> Environment<'static> {
     } else {
         AutoEscape::None
     };
-    environment.set_auto_escape_callback(move |_| escape);
+    environment.set_auto_escape_callback(move |_| escape.clone());
     // Jinja drops a template's final newline by default; a letter is sent as written.
-    environment.set_keep_trailing_newline(true);
+    let syntax = minijinja::syntax::SyntaxConfig::builder()
+        .keep_trailing_newline(true)
+        .build();
+    // The default delimiters always build; keep the default syntax otherwise.
+    if let Ok(syntax) = syntax {
+        environment.set_syntax(syntax);
+    }
     environment.set_formatter(|out, state, value| {
         if value.is_none() {
             return Ok(());
         }
-        if state.auto_escape() == AutoEscape::Html && !value.is_safe() {
+        if *state.auto_escape() == AutoEscape::Html && !value.is_safe() {
             // minijinja's HTML escaping also writes `/` as `&#x2f;`, which
             // turns every URL value (unsubscribe_url above all) into an
             // unreadable entity soup some link scanners mishandle. These five

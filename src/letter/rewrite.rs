@@ -198,14 +198,15 @@ fn run_parser<'h>(
     element_content_handlers: ElementHandlers<'h>,
     document_content_handlers: DocumentHandlers<'h>,
 ) -> Result<(), RewriteError> {
-    let settings = Settings {
-        element_content_handlers,
-        document_content_handlers,
-        // Strict mode refuses markup whose parsing is ambiguous without a tree
-        // builder; we only locate tags, so the tokenizer's best reading will do.
-        strict: false,
-        ..Settings::new()
-    };
+    // Strict mode refuses markup whose parsing is ambiguous without a tree
+    // builder; we only locate tags, so the tokenizer's best reading will do.
+    let mut settings = Settings::new().with_strict(false);
+    for handler in element_content_handlers {
+        settings = settings.append_element_content_handler(handler);
+    }
+    for handler in document_content_handlers {
+        settings = settings.append_document_content_handler(handler);
+    }
     // The rewritten output is built by splicing, so lol_html's own output is
     // thrown away.
     let mut rewriter = HtmlRewriter::new(settings, |_: &[u8]| {});

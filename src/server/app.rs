@@ -29,7 +29,6 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-
 /// Everything [`App::build`] needs besides the public listener.
 #[derive(Clone)]
 pub struct AppSettings {

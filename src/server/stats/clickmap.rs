@@ -72,8 +72,9 @@ pub fn render(html: &str, clicks: &BTreeMap<u32, u64>) -> Result<String, Rewrite
     })?;
     let badged = rewrite_str(
         &marked,
-        RewriteStrSettings {
-            element_content_handlers: vec![element!("a[href], area[href]", |el| {
+        RewriteStrSettings::new().append_element_content_handler(element!(
+            "a[href], area[href]",
+            |el| {
                 let Some(position) = el
                     .get_attribute("href")
                     .as_deref()
@@ -91,9 +92,8 @@ pub fn render(html: &str, clicks: &BTreeMap<u32, u64>) -> Result<String, Rewrite
                     el.before(&badge(position, n, total, max), ContentType::Html);
                 }
                 Ok(())
-            })],
-            ..RewriteStrSettings::new()
-        },
+            }
+        )),
     )
     .map_err(RewriteError::Parser)?;
     Ok(restore_markers(&badged, &urls))

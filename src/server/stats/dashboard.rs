@@ -9,6 +9,7 @@ use crate::store::stats::{self, LinkStats};
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderName};
 use axum::response::Html;
+use minijinja::value::Serde;
 use minijinja::{context, Environment};
 use std::collections::BTreeMap;
 
@@ -52,7 +53,7 @@ pub async fn index(State(state): State<StatsState>) -> Result<Page, StatsError> 
     let html = state
         .templates
         .get_template("index.html")?
-        .render(context! { css => CSS, mailings })?;
+        .render(context! { css => CSS, mailings => Serde(mailings) })?;
     Ok(page(html))
 }
 
@@ -105,8 +106,8 @@ pub async fn mailing(
         .get_template("mailing.html")?
         .render(context! {
             css => CSS,
-            s => &summary,
-            links,
+            s => Serde(&summary),
+            links => Serde(links),
             chart => chart_for(&summary),
             chart_per => match chart::resolution(&summary.hours, &summary.minutes) {
                 chart::Resolution::Minute => "minute",
@@ -114,7 +115,7 @@ pub async fn mailing(
             },
             clickmap,
             live_up => state.live.as_ref().map(|l| l.is_up()),
-        live,
+            live => Serde(live),
         })?;
     Ok(page(html))
 }
