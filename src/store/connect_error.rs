@@ -64,13 +64,9 @@ fn classify(err: &sqlx::Error, target: &ConnectTarget) -> (String, String) {
                 "the connection timed out".into(),
                 "check the host and port in DATABASE_URL and any firewall between".into(),
             ),
-            _ if io.to_string().contains("lookup") || io.to_string().contains("resolve") => (
-                format!("host `{}` not found ({io})", target.host),
-                "check the host name in DATABASE_URL".into(),
-            ),
             _ => (
                 io.to_string(),
-                "check the host and port in DATABASE_URL".into(),
+                "check the host name and port in DATABASE_URL".into(),
             ),
         },
         sqlx::Error::PoolTimedOut => (
