@@ -73,7 +73,12 @@ async fn migrate(url: &str, args: &MigrateArgs) -> anyhow::Result<()> {
     let applied = store::applied_migrations(&pool).await?;
     println!("migrate: schema is current ({applied} migrations applied)");
     if let Some(format) = args.row_format {
-        for line in store::set_row_format(&pool, format).await? {
+        let options = store::RowFormatOptions {
+            format,
+            level: args.page_compression_level,
+            rebuild: args.rebuild,
+        };
+        for line in store::set_row_format(&pool, &options).await? {
             println!("migrate: {line}");
         }
     }

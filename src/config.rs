@@ -241,10 +241,23 @@ fn row_format_parser() -> impl clap::builder::TypedValueParser<Value = RowFormat
 
 #[derive(Debug, Clone, Args)]
 pub struct MigrateArgs {
-    /// Row format for the partitioned tables: compressed halves the disk,
-    /// dynamic inserts faster (see README). Changing it rebuilds the tables.
+    /// Row format of `links` and `events`: page-compressed (least disk, fast
+    /// inserts; needs a filesystem that punches holes, checked), compressed
+    /// (half of dynamic's disk, slowest inserts), dynamic (fastest, largest).
+    /// See README "Storage". Empty tables switch at once; tables with rows
+    /// only with --rebuild.
     #[arg(long, value_parser = row_format_parser())]
     pub row_format: Option<RowFormat>,
+
+    /// zlib level (1-9) of page-compressed tables on MariaDB (default: the
+    /// server's innodb_compression_level).
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=9))]
+    pub page_compression_level: Option<u8>,
+
+    /// Rebuild tables that already hold rows to --row-format (every
+    /// partition is copied; migrate prints an estimate first).
+    #[arg(long, requires = "row_format")]
+    pub rebuild: bool,
 }
 
 #[derive(Debug, Subcommand)]

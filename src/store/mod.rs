@@ -7,6 +7,7 @@ pub mod events;
 pub mod links;
 pub mod partitions;
 pub mod rollup;
+pub mod row_format;
 pub mod segments;
 pub mod sequences;
 pub mod stats;
@@ -17,6 +18,8 @@ use sqlx::migrate::MigrateDatabase;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
 use sqlx::{ConnectOptions, Connection, MySql, MySqlPool};
 use std::str::FromStr;
+
+pub use row_format::{set_row_format, RowFormat, RowFormatOptions};
 use std::time::Duration;
 
 /// The migrations in `migrations/`, embedded at compile time.
@@ -199,69 +202,6 @@ pub async fn migrate(url: &str) -> Result<MySqlPool, StoreError> {
     let pool = connect(url, &PoolSettings::default()).await?;
     MIGRATOR.run(&pool).await?;
     Ok(pool)
-}
-
-/// Which InnoDB row format the partitioned tables use. Compression roughly
-/// halves the disk at roughly a third of the bulk-insert rate (see README).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RowFormat {
-    Compressed,
-    Dynamic,
-}
-
-impl RowFormat {
-    /// The names `--row-format` takes.
-    pub const NAMES: [&'static str; 2] = ["compressed", "dynamic"];
-
-    fn sql(self) -> &'static str {
-        match self {
-            RowFormat::Compressed => "COMPRESSED",
-            RowFormat::Dynamic => "DYNAMIC",
-        }
-    }
-}
-
-impl FromStr for RowFormat {
-    type Err = String;
-    fn from_str(name: &str) -> Result<Self, Self::Err> {
-        match name {
-            "compressed" => Ok(RowFormat::Compressed),
-            "dynamic" => Ok(RowFormat::Dynamic),
-            other => Err(format!(
-                "unknown row format {other:?} (expected one of {})",
-                RowFormat::NAMES.join(", ")
-            )),
-        }
-    }
-}
-
-/// Switch `links` and `events` to `format` where they use another. On a large
-/// table this rebuilds every partition, so it is meant for a fresh install.
-pub async fn set_row_format(
-    pool: &MySqlPool,
-    format: RowFormat,
-) -> Result<Vec<String>, StoreError> {
-    let mut changed = Vec::new();
-    for table in partitions::PARTITIONED_TABLES {
-        let current: Option<String> = sqlx::query_scalar(
-            "SELECT CAST(ROW_FORMAT AS CHAR) FROM information_schema.TABLES \
-             WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?",
-        )
-        .bind(table)
-        .fetch_optional(pool)
-        .await?;
-        if current
-            .as_deref()
-            .is_some_and(|c| c.eq_ignore_ascii_case(format.sql()))
-        {
-            continue;
-        }
-        sqlx::query(&format!("ALTER TABLE {table} ROW_FORMAT={}", format.sql()))
-            .execute(pool)
-            .await?;
-        changed.push(format!("{table}: row format set to {}", format.sql()));
-    }
-    Ok(changed)
 }
 
 /// How many migrations have been applied successfully.

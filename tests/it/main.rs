@@ -10,6 +10,7 @@ mod first_hour;
 mod links;
 mod load;
 mod partitions;
+mod row_format;
 mod server;
 mod server_crash;
 mod stats;

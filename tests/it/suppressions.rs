@@ -1,5 +1,5 @@
 use crate::common::{linktrack, TestDb};
-use linktrack::store::{self, suppressions, RowFormat};
+use linktrack::store::suppressions;
 
 #[tokio::test]
 async fn the_cli_adds_imports_lists_and_removes_normalised_addresses() {
@@ -70,41 +70,4 @@ async fn the_cli_adds_imports_lists_and_removes_normalised_addresses() {
         .await
         .unwrap();
     assert_eq!(found.into_iter().collect::<Vec<_>>(), ["josé@example.es"]);
-}
-
-#[tokio::test]
-async fn the_row_format_can_be_switched_both_ways() {
-    let db = TestDb::new().await;
-    let format = |table: &'static str| {
-        let pool = db.pool.clone();
-        async move {
-            sqlx::query_scalar::<_, String>(
-                "SELECT CAST(ROW_FORMAT AS CHAR) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?",
-            )
-            .bind(table)
-            .fetch_one(&pool)
-            .await
-            .unwrap()
-        }
-    };
-    assert_eq!(format("links").await, "Compressed");
-    let changed = store::set_row_format(&db.pool, RowFormat::Dynamic)
-        .await
-        .unwrap();
-    assert_eq!(changed.len(), 2);
-    assert_eq!(
-        (format("links").await, format("events").await),
-        ("Dynamic".into(), "Dynamic".into())
-    );
-    assert!(
-        store::set_row_format(&db.pool, RowFormat::Dynamic)
-            .await
-            .unwrap()
-            .is_empty(),
-        "no-op when already set"
-    );
-    store::set_row_format(&db.pool, RowFormat::Compressed)
-        .await
-        .unwrap();
-    assert_eq!(format("links").await, "Compressed");
 }
