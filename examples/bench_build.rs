@@ -60,6 +60,11 @@ struct Args {
     /// (comma-separated: dynamic, compressed, page-compressed).
     #[arg(long, value_delimiter = ',', default_value = "compressed")]
     formats: Vec<RowFormat>,
+    /// For page-compressed: the server-wide `innodb_compression_algorithm`
+    /// values to measure (each one set for its run, then restored; lz4
+    /// needs Debian's mariadb-plugin-provider-lz4 loaded).
+    #[arg(long, value_delimiter = ',', default_value = "zlib")]
+    page_algorithms: Vec<String>,
 }
 
 #[tokio::main]
@@ -72,7 +77,32 @@ async fn main() -> anyhow::Result<()> {
     );
     let mut results = Vec::new();
     for format in &args.formats {
-        results.push(bench_builder(&args, dir.path(), *format).await?);
+        if *format != RowFormat::PageCompressed {
+            results.push(bench_builder(&args, dir.path(), *format, None).await?);
+            continue;
+        }
+        for algorithm in &args.page_algorithms {
+            let admin = MySqlPool::connect(&args.server).await?;
+            let previous: String =
+                sqlx::query_scalar("SELECT @@GLOBAL.innodb_compression_algorithm")
+                    .fetch_one(&admin)
+                    .await?;
+            sqlx::query(&format!(
+                "SET GLOBAL innodb_compression_algorithm = '{algorithm}'"
+            ))
+            .execute(&admin)
+            .await
+            .map_err(|e| {
+                anyhow::anyhow!("algorithm {algorithm} (is its provider plugin loaded?): {e}")
+            })?;
+            let result = bench_builder(&args, dir.path(), *format, Some(algorithm)).await;
+            sqlx::query(&format!(
+                "SET GLOBAL innodb_compression_algorithm = '{previous}'"
+            ))
+            .execute(&admin)
+            .await?;
+            results.push(result?);
+        }
     }
     print_format_table(&results);
     if !args.skip_index {
@@ -136,6 +166,7 @@ fn fifty_kb_letter() -> String {
 /// One format's figures from part 1.
 struct FormatResult {
     format: RowFormat,
+    algorithm: Option<String>,
     letters_per_second: f64,
     rows_per_second: f64,
     load_rows_per_second: f64,
@@ -152,8 +183,11 @@ fn print_format_table(results: &[FormatResult]) {
     println!("|---|---|---|---|---|---|---|");
     for r in results {
         println!(
-            "| {} | {:.0} | {:.0} | {:.0} | {:.2} | {:.0} | {} |",
+            "| {}{} | {:.0} | {:.0} | {:.0} | {:.2} | {:.0} | {} |",
             r.format.name(),
+            r.algorithm
+                .as_deref()
+                .map_or(String::new(), |a| format!(" ({a})")),
             r.load_rows_per_second,
             r.rows_per_second,
             r.letters_per_second,
@@ -183,7 +217,12 @@ async fn allocated_bytes(pool: &MySqlPool, database: &str, table: &str) -> anyho
     Ok(bytes.unwrap_or(0))
 }
 
-async fn bench_builder(args: &Args, dir: &Path, format: RowFormat) -> anyhow::Result<FormatResult> {
+async fn bench_builder(
+    args: &Args,
+    dir: &Path,
+    format: RowFormat,
+    algorithm: Option<&str>,
+) -> anyhow::Result<FormatResult> {
     let name = "lt_bench_build";
     let (pool, _) = fresh_db(&args.server, name).await?;
     let options = store::RowFormatOptions::new(format);
@@ -248,6 +287,7 @@ async fn bench_builder(args: &Args, dir: &Path, format: RowFormat) -> anyhow::Re
     println!("allocated bytes/row  {bytes_per_row:>10.0}   ({bytes} bytes for {rows} rows)");
     let result = FormatResult {
         format,
+        algorithm: algorithm.map(str::to_owned),
         letters_per_second: summary.letters_per_second(),
         rows_per_second,
         load_rows_per_second: ceiling,

@@ -226,7 +226,33 @@ pub async fn set_row_format(
         sqlx::query(&ddl).execute(pool).await?;
         said.push(format!("{table}: now {} ({ddl})", format.name()));
     }
+    if format == RowFormat::PageCompressed && server == Server::MariaDb {
+        said.push(algorithm_note(pool).await?);
+    }
     Ok(said)
+}
+
+/// MariaDB compresses pages with the server-wide `innodb_compression_algorithm`:
+/// say which it is and which others are loaded.
+async fn algorithm_note(pool: &MySqlPool) -> Result<String, StoreError> {
+    let algorithm: String = sqlx::query_scalar("SELECT @@GLOBAL.innodb_compression_algorithm")
+        .fetch_one(pool)
+        .await?;
+    let providers: Vec<String> = sqlx::query_scalar(
+        "SELECT SUBSTRING(PLUGIN_NAME, 10) FROM information_schema.PLUGINS \
+         WHERE PLUGIN_NAME LIKE 'provider\\_%' AND PLUGIN_STATUS = 'ACTIVE'",
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(format!(
+        "pages are compressed with the server's innodb_compression_algorithm = {algorithm} \
+         (server-wide; also loaded: {}); see README \"Storage\" for the figures",
+        if providers.is_empty() {
+            "none".to_owned()
+        } else {
+            providers.join(", ")
+        }
+    ))
 }
 
 #[cfg(test)]
