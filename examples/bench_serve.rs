@@ -28,7 +28,7 @@ use clap::Parser;
 use linktrack::events::journal::JournalSettings;
 use linktrack::server::state::ServerSettings;
 use linktrack::server::{App, AppSettings};
-use linktrack::store::{self, links, partitions, PoolSettings};
+use linktrack::store::{self, links, partitions, PoolSettings, RowFormat};
 use linktrack::token::Token;
 use rand::seq::IndexedRandom;
 use std::io::Write;
@@ -61,6 +61,13 @@ struct Args {
     /// Reuse the database of an earlier run (skip the load).
     #[arg(long)]
     reuse: bool,
+    /// Row format of the loaded `links` (compressed, dynamic, page-compressed).
+    #[arg(long, default_value = "compressed")]
+    row_format: RowFormat,
+    /// Also load a second database in this format and measure the redirect
+    /// on it in every round: the ratio of the two formats, in one run.
+    #[arg(long)]
+    compare_format: Option<RowFormat>,
 }
 
 const DATABASE: &str = "lt_bench_serve";
@@ -80,7 +87,27 @@ async fn main() -> anyhow::Result<()> {
     let sample = if args.reuse {
         existing_sample(&url, args.sample).await?
     } else {
-        load_links(&args, &url, dir.path()).await?
+        load_links(&args, DATABASE, dir.path(), args.row_format).await?
+    };
+    let compare = match args.compare_format {
+        Some(format) => {
+            let name = format!("{DATABASE}_compare");
+            let compare_dir = dir.path().join("compare");
+            std::fs::create_dir_all(&compare_dir)?;
+            let sample = if args.reuse {
+                existing_sample(&format!("{}/{name}", args.server), args.sample).await?
+            } else {
+                load_links(&args, &name, &compare_dir, format).await?
+            };
+            let settings = PoolSettings {
+                max_connections: args.pool,
+                acquire_timeout: Duration::from_secs(5),
+            };
+            let pool = store::connect(&format!("{}/{name}", args.server), &settings).await?;
+            let script = write_wrk_script(&compare_dir, &sample)?;
+            Some((format, pool, script, compare_dir))
+        }
+        None => None,
     };
     println!(
         "# linktrack bench_serve: {} rows in {} daily partitions, {} connections, {} s each",
@@ -97,10 +124,15 @@ async fn main() -> anyhow::Result<()> {
     // is the median of its rounds: a burst of load from elsewhere on a shared
     // machine then hits all three alike instead of skewing one.
     let (mut ceilings, mut on, mut off) = (Vec::new(), Vec::new(), Vec::new());
+    let mut compared = Vec::new();
     for round in 1..=args.rounds {
         ceilings.push(ceiling(&pool, &sample, &args).await);
         on.push(redirect_load(&pool, &args, &script, dir.path(), true).await?);
         off.push(redirect_load(&pool, &args, &script, dir.path(), false).await?);
+        if let Some((_, compare_pool, compare_script, compare_dir)) = &compare {
+            compared
+                .push(redirect_load(compare_pool, &args, compare_script, compare_dir, true).await?);
+        }
         eprintln!(
             "round {round}: ceiling {:?}, recorded {:?}, off {:?}",
             ceilings.last(),
@@ -134,17 +166,39 @@ async fn main() -> anyhow::Result<()> {
         "recording on / off, req/s            {:.2}",
         on_rps / off_rps
     );
+    if let Some((format, ..)) = &compare {
+        let (compare_rps, compare_p99) = medians(&compared);
+        println!(
+            "\nredirect on {} tables: {compare_rps:.0} req/s, p99 {:.2} ms",
+            format.name(),
+            compare_p99 * 1e3
+        );
+        println!(
+            "redirect {} / {}, req/s   {:.2}",
+            format.name(),
+            args.row_format.name(),
+            compare_rps / on_rps
+        );
+    }
     Ok(())
 }
 
 /// Create the database with `days` daily partitions and load `rows` links
 /// through LOAD DATA; returns a uniform sample of their tokens.
-async fn load_links(args: &Args, url: &str, dir: &Path) -> anyhow::Result<Vec<Token>> {
+async fn load_links(
+    args: &Args,
+    database: &str,
+    dir: &Path,
+    format: RowFormat,
+) -> anyhow::Result<Vec<Token>> {
     let admin = sqlx::MySqlPool::connect(&args.server).await?;
-    sqlx::query(&format!("DROP DATABASE IF EXISTS {DATABASE}"))
+    sqlx::query(&format!("DROP DATABASE IF EXISTS {database}"))
         .execute(&admin)
         .await?;
-    let pool = store::migrate(url).await?;
+    let pool = store::migrate(&format!("{}/{database}", args.server)).await?;
+    for line in store::set_row_format(&pool, &store::RowFormatOptions::new(format)).await? {
+        println!("{database}: {line}");
+    }
     let today = Utc::now().date_naive();
     let first = today
         .checked_sub_days(Days::new(args.days - 1))
@@ -189,7 +243,7 @@ async fn load_links(args: &Args, url: &str, dir: &Path) -> anyhow::Result<Vec<To
     }
     out.flush()?;
     drop(out);
-    let seconds = mysql_client::load_links_tsv(DATABASE, &tsv, "links")?;
+    let seconds = mysql_client::load_links_tsv(database, &tsv, "links")?;
     eprintln!("loaded {n} rows in {seconds:.0} s");
     sqlx::query("ANALYZE TABLE links").execute(&pool).await?;
     Ok(sample)
