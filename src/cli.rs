@@ -72,15 +72,15 @@ async fn migrate(url: &str, args: &MigrateArgs) -> anyhow::Result<()> {
     let pool = store::migrate(url).await?;
     let applied = store::applied_migrations(&pool).await?;
     println!("migrate: schema is current ({applied} migrations applied)");
-    if let Some(format) = args.row_format {
-        let options = store::RowFormatOptions {
-            format,
-            level: args.page_compression_level,
-            rebuild: args.rebuild,
-        };
-        for line in store::set_row_format(&pool, &options).await? {
-            println!("migrate: {line}");
-        }
+    // Without --row-format, new (empty) tables get the default format and
+    // tables holding rows are left as they are, with a note.
+    let options = store::RowFormatOptions {
+        format: args.row_format.unwrap_or(store::DEFAULT_ROW_FORMAT),
+        level: args.page_compression_level,
+        rebuild: args.rebuild,
+    };
+    for line in store::set_row_format(&pool, &options).await? {
+        println!("migrate: {line}");
     }
     Ok(())
 }

@@ -245,7 +245,7 @@ pub struct MigrateArgs {
     /// inserts; needs a filesystem that punches holes, checked), compressed
     /// (half of dynamic's disk, slowest inserts), dynamic (fastest, largest).
     /// See README "Storage". Empty tables switch at once; tables with rows
-    /// only with --rebuild.
+    /// only with --rebuild. Default: page-compressed for new tables.
     #[arg(long, value_parser = row_format_parser())]
     pub row_format: Option<RowFormat>,
 

@@ -34,6 +34,13 @@ pub async fn prepare(
     let pool = store::migrate(database_url)
         .await
         .context("migrating DATABASE_URL")?;
+    // What `linktrack migrate` gives new tables (page compression when the
+    // server can punch holes).
+    store::set_row_format(
+        &pool,
+        &store::RowFormatOptions::new(store::DEFAULT_ROW_FORMAT),
+    )
+    .await?;
     partitions::ensure_ahead(&pool, crate::config::DEFAULT_AHEAD_DAYS).await?;
 
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;

@@ -19,7 +19,7 @@ use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
 use sqlx::{ConnectOptions, Connection, MySql, MySqlPool};
 use std::str::FromStr;
 
-pub use row_format::{set_row_format, RowFormat, RowFormatOptions};
+pub use row_format::{set_row_format, RowFormat, RowFormatOptions, DEFAULT_ROW_FORMAT};
 use std::time::Duration;
 
 /// The migrations in `migrations/`, embedded at compile time.

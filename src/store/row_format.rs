@@ -18,6 +18,13 @@ use super::{partitions, StoreError};
 use sqlx::MySqlPool;
 use std::str::FromStr;
 
+/// The format `migrate` gives new (empty) tables when `--row-format` is not
+/// given: page compression stored the same link rows in 0.52 of
+/// `compressed`'s allocated bytes, took `LOAD DATA` 2.2 times as fast and the
+/// builder's inserts 1.3 times as fast (README "Storage"). A server that
+/// cannot punch holes gets `compressed` instead.
+pub const DEFAULT_ROW_FORMAT: RowFormat = RowFormat::PageCompressed;
+
 /// The row formats `--row-format` offers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RowFormat {

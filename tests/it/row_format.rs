@@ -188,3 +188,17 @@ async fn a_table_with_rows_is_rebuilt_only_when_asked() {
     .unwrap();
     assert_eq!(row_format, "Compressed");
 }
+
+#[tokio::test]
+async fn migrate_gives_new_tables_the_default_page_compression() {
+    let db = TestDb::new().await;
+    let migrated = linktrack(&db, &["migrate"]);
+    let said = String::from_utf8_lossy(&migrated.stdout);
+    assert!(said.contains("links: now page-compressed"), "{said}");
+    assert!(create_options(&db, "links")
+        .await
+        .contains("`PAGE_COMPRESSED`='1'"));
+    // A second run changes nothing.
+    let again = linktrack(&db, &["migrate"]);
+    assert!(String::from_utf8_lossy(&again.stdout).contains("links: already page-compressed"));
+}
