@@ -32,7 +32,7 @@
 //! * [`letter`]: one letter's HTML: personalise (minijinja), rewrite links
 //!   byte-exactly (`src/letter/rewrite.rs`), add the open pixel.
 //! * [`build`]: the batch job: mailing and recipients in, letters out;
-//!   [`build::compose`] composes one letter, [`build::reject`] names why a
+//!   `build::compose` composes one letter, `build::reject` names why a
 //!   recipient gets none.
 //! * [`address`]: address normalisation and validation.
 //! * [`server`]: `linktrack serve`: [`server::App`] (`src/server/app.rs`) is
@@ -46,14 +46,17 @@
 //! * [`live`]: the optional Redis live layer (counters, recent clicks, top
 //!   links, per-tag letter sets for segments).
 //! * [`server::stats`]: the stats API and the dashboard (axum router).
+//! * [`delivery`]: each letter as a complete RFC 5322 message
+//!   (`src/delivery/message.rs`); SMTP delivery to the pools (issue 8) is
+//!   planned there.
 //! * Planned: webhook and AMQP event senders (issue 9) in `src/outbound/`,
-//!   registered as workers in `src/server/app.rs`; SMTP delivery (issue 8)
-//!   in `src/delivery/`.
+//!   registered as workers in `src/server/app.rs`.
 
 pub mod address;
 pub mod build;
 pub mod cli;
 pub mod config;
+pub mod delivery;
 pub mod demo;
 pub mod error_report;
 pub mod events;

@@ -5,6 +5,7 @@
 use super::mailing::Mailing;
 use super::recipients::Recipient;
 use super::reject::Reject;
+use crate::delivery::message;
 use crate::letter::{rewrite, FoundKind, FoundLink, RewriteOptions, Template};
 use crate::store::links::{LinkKind, NewLink};
 use crate::token::Token;
@@ -23,6 +24,10 @@ pub struct Letter {
     pub subject: String,
     pub headers: BTreeMap<String, String>,
     pub html: String,
+    /// `<letter.mailing@from-domain>`, the same on every run.
+    pub message_id: String,
+    /// The complete RFC 5322 message (CRLF): headers, text and HTML parts.
+    pub message: String,
 }
 
 /// Everything shared by the letters of one mailing, prepared once.
@@ -48,6 +53,15 @@ impl MailingContext {
     /// (say, another engine's `{{#each}}`) is refused here with its line.
     pub fn prepare(mailing: Mailing, base_url: &str) -> Result<MailingContext, PrepareError> {
         let base_url = base_url.trim_end_matches('/').to_owned();
+        if mailing.from.parse::<lettre::message::Mailbox>().is_err() {
+            return Err(PrepareError::Template {
+                field: "from",
+                message: format!(
+                    "{:?} is not an address (`Name <news@example.com>` or `news@example.com`)",
+                    mailing.from
+                ),
+            });
+        }
         let (html, subject) = if mailing.personalize {
             let html = Template::compile("html", &mailing.html, true).map_err(|e| {
                 PrepareError::Template {
@@ -222,9 +236,13 @@ pub fn build_letter(
     let mut headers = BTreeMap::from([("From".to_owned(), mailing.from.clone())]);
     let mut context = recipient.fields.clone();
     let mut pixel_html = None;
+    // The message's Date: the pixel token's time, which a resumed run
+    // reuses, so a re-run writes the same message bytes.
+    let mut sent_at = made_at;
     if mailing.track {
         let unsubscribe = tokens.token(LinkKind::Unsubscribe, 0, "", None);
         let pixel = tokens.token(LinkKind::Pixel, 0, "", None);
+        sent_at = pixel.created_at();
         let unsubscribe_url = tracked_url(&ctx.base_url, LinkKind::Unsubscribe, &unsubscribe);
         headers.insert("List-Unsubscribe".into(), format!("<{unsubscribe_url}>"));
         headers.insert(
@@ -278,6 +296,25 @@ pub fn build_letter(
     if let Some(mismatch) = tokens.mismatch {
         return Err(mismatch);
     }
+    let to_name = recipient
+        .fields
+        .get("name")
+        .and_then(Value::as_str)
+        .filter(|name| !name.trim().is_empty());
+    let built = message::build(&message::MessageParts {
+        letter_id,
+        mailing_id: &mailing.mailing_id,
+        pool: &mailing.pool,
+        from: &mailing.from,
+        to_email: &recipient.email,
+        to_name,
+        reply_to: None,
+        subject: &subject,
+        html: &html,
+        list_headers: &headers,
+        date: sent_at.into(),
+    })
+    .map_err(|e| Reject::Message(e.to_string()))?;
     Ok(Built {
         letter: Letter {
             letter_id,
@@ -287,6 +324,8 @@ pub fn build_letter(
             subject,
             headers,
             html,
+            message_id: built.message_id,
+            message: built.message,
         },
         new_links: tokens.rows,
     })

@@ -71,7 +71,7 @@ pub struct Summary {
     pub letters_resumed: u64,
     pub suppressed: u64,
     pub rejected: u64,
-    /// Rejections by [`Reject::group`].
+    /// Rejections by `Reject::group`.
     pub rejected_by_reason: BTreeMap<String, u64>,
     pub links_stored: u64,
     pub seconds: f64,

@@ -33,6 +33,8 @@ pub enum Reject {
     PersonaliseSubject(String),
     #[error("rewriting links: {0}")]
     Rewrite(String),
+    #[error("assembling the message: {0}")]
+    Message(String),
     #[error(
         "{kind} link {position} was stored as {stored:?} by an earlier run and is now {now:?}; \
          build changed content under a new mailing_id"
@@ -57,6 +59,7 @@ impl Reject {
             Reject::EmailNotString => "field `email` is not a string",
             Reject::NoEmail => "no `email` field",
             Reject::InvalidAddress(_) => "invalid address",
+            Reject::Message(_) => "assembling the message",
             Reject::Duplicate { .. } => "duplicate address",
             Reject::Suppressed => "suppressed",
             Reject::PersonaliseLetter(_) => "personalising the letter",

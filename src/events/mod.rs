@@ -3,10 +3,10 @@
 //!
 //! A handler hands its event to the [`journal`] writer and awaits only the
 //! acknowledgement that the event was appended to an append-only JSON-lines
-//! segment file (the OS page cache, no fsync). The [`replay`] task inserts
+//! segment file (the OS page cache, no fsync). The `replay` task inserts
 //! sealed segments into `events` and deletes a segment only once all of its
 //! events are committed, so a slow or absent database only grows the backlog,
-//! and a crash loses nothing that was acknowledged. [`bots`] classifies every
+//! and a crash loses nothing that was acknowledged. `bots` classifies every
 //! event; bots are stored with a reason, never dropped.
 
 pub(crate) mod bots;

@@ -1,6 +1,6 @@
 //! Building the HTML of one letter: personalise, then rewrite links.
 //!
-//! 1. [`personalize`]: a mailing's creative and subject are compiled once as
+//! 1. `personalize`: a mailing's creative and subject are compiled once as
 //!    minijinja templates ([`Template`]) and rendered per recipient, HTML
 //!    auto-escaped for the body and not for the subject. A recipient missing a
 //!    field the template uses is an error that names the field.

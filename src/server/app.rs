@@ -1,6 +1,6 @@
 //! The one wiring of the server, used by `linktrack serve`, `linktrack demo`,
 //! every test and every benchmark: [`App::build`] recovers the journal,
-//! starts the event pipeline and the background [`Workers`], binds the
+//! starts the event pipeline and the background `Workers`, binds the
 //! admin listener; [`App::run`] serves until told to stop, then shuts down
 //! in order.
 //!

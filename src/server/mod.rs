@@ -3,14 +3,14 @@
 //!
 //! * [`app`]: [`App`], the one wiring: listeners, event pipeline, workers,
 //!   ordered shutdown;
-//! * [`workers`]: background workers joined at shutdown (rollup; webhook and
+//! * `workers`: background workers joined at shutdown (rollup; webhook and
 //!   AMQP senders register there);
-//! * [`handlers`]: thin handlers for `/c`, `/o`, `/u`, `/i` and health;
+//! * `handlers`: thin handlers for `/c`, `/o`, `/u`, `/i` and health;
 //! * [`state`]: shared state, token checks and the link cache;
-//! * [`record`]: classify a hit and journal it (see [`crate::events`]);
+//! * `record`: classify a hit and journal it (see [`crate::events`]);
 //! * [`image`]: the SSRF-safe image proxy;
-//! * [`error`]: the one error type, rendered as small pages;
-//! * [`metrics`]: Prometheus recorder and request metrics.
+//! * `error`: the one error type, rendered as small pages;
+//! * `metrics`: Prometheus recorder and request metrics.
 
 pub mod app;
 pub(crate) mod error;

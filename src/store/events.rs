@@ -26,7 +26,7 @@ const _: () = assert!(MAX_ROWS_PER_INSERT * COLUMNS_PER_ROW <= 65_535);
 /// One event row as stored. `inserted` is the UTC day of `occurred_at`.
 ///
 /// Not the journal's line format: that is
-/// [`crate::events::record::JournalRecord`], versioned apart from this row.
+/// `crate::events::record::JournalRecord`, versioned apart from this row.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EventRow {
     pub event_id: [u8; 16],

@@ -54,7 +54,7 @@ pub enum StoreError {
     #[error("{0}")]
     Refused(String),
     /// The server could not be reached or refused the login: said once, with
-    /// the target (never the password) and a hint ([`connect_error`]).
+    /// the target (never the password) and a hint (`connect_error`).
     #[error("{message}")]
     Connect {
         target: connect_error::ConnectTarget,

@@ -9,6 +9,7 @@ mod demo;
 mod first_hour;
 mod links;
 mod load;
+mod messages;
 mod partitions;
 mod row_format;
 mod server;

@@ -1,0 +1,265 @@
+//! One letter as a complete RFC 5322 message: headers, a text/plain part
+//! made from the personalised, tracked HTML, and the HTML part, in
+//! `multipart/alternative`. Assembled by `lettre`'s message builder (never
+//! hand-written MIME), which picks quoted-printable or base64 per part so no
+//! line exceeds 998 octets, and RFC 2047-encodes non-ASCII headers.
+
+use lettre::message::header::{HeaderName, HeaderValue};
+use lettre::message::{Mailbox, MultiPart, SinglePart};
+use lettre::Message;
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+/// What a message is made of; everything else is derived.
+#[derive(Debug)]
+pub struct MessageParts<'a> {
+    pub letter_id: u64,
+    pub mailing_id: &'a str,
+    pub pool: &'a str,
+    /// `From` as the mailing gives it (`Name <addr>` or `addr`).
+    pub from: &'a str,
+    pub to_email: &'a str,
+    /// The recipient's display name (the recipients file's `name`).
+    pub to_name: Option<&'a str>,
+    pub reply_to: Option<&'a str>,
+    pub subject: &'a str,
+    pub html: &'a str,
+    /// `List-Unsubscribe` and `List-Unsubscribe-Post` (RFC 8058), as built.
+    pub list_headers: &'a BTreeMap<String, String>,
+    pub date: SystemTime,
+}
+
+/// A built message and its id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BuiltMessage {
+    /// `<letter.mailing@domain>`, the same on every re-run of the job, so a
+    /// receiver can drop a duplicate.
+    pub message_id: String,
+    /// The whole message, CRLF line ends.
+    pub message: String,
+}
+
+/// Why a letter cannot become a message; each names the field.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum MessageError {
+    #[error("`from` {0:?} is not an address (`Name <addr@example.com>` or `addr@example.com`)")]
+    From(String),
+    #[error("`reply_to` {0:?} is not an address")]
+    ReplyTo(String),
+    #[error("the recipient address {0:?} cannot be used in a message")]
+    To(String),
+    #[error("the message cannot be assembled: {0}")]
+    Build(String),
+}
+
+/// Letters are wrapped at this width in the text part.
+const TEXT_WIDTH: usize = 78;
+
+/// Build the message of one letter.
+pub fn build(parts: &MessageParts<'_>) -> Result<BuiltMessage, MessageError> {
+    let from: Mailbox = parts
+        .from
+        .parse()
+        .map_err(|_| MessageError::From(parts.from.to_owned()))?;
+    let to_address = parts
+        .to_email
+        .parse()
+        .map_err(|_| MessageError::To(parts.to_email.to_owned()))?;
+    let to = Mailbox::new(parts.to_name.map(str::to_owned), to_address);
+    let domain = from.email.domain().to_owned();
+    let message_id = format!(
+        "<{}.{}@{domain}>",
+        parts.letter_id,
+        id_part(parts.mailing_id)
+    );
+    let mut builder = Message::builder()
+        .from(from)
+        .to(to)
+        .subject(parts.subject)
+        .date(parts.date)
+        .message_id(Some(message_id.clone()));
+    if let Some(reply_to) = parts.reply_to {
+        let reply_to: Mailbox = reply_to
+            .parse()
+            .map_err(|_| MessageError::ReplyTo(reply_to.to_owned()))?;
+        builder = builder.reply_to(reply_to);
+    }
+    let list_id = format!(
+        "<{}.{}.{domain}>",
+        id_part(parts.mailing_id),
+        id_part(parts.pool)
+    );
+    // Gmail's Feedback-ID: campaign:customer:mail type:sender id.
+    let feedback_id = format!(
+        "{}:{}:newsletter:linktrack",
+        id_part(parts.mailing_id),
+        id_part(parts.pool)
+    );
+    for (name, value) in parts
+        .list_headers
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.clone()))
+        .chain([("List-Id", list_id), ("Feedback-ID", feedback_id)])
+    {
+        // `From` is set above; only the list headers are copied.
+        if name.eq_ignore_ascii_case("From") {
+            continue;
+        }
+        let name = HeaderName::new_from_ascii(name.to_owned())
+            .map_err(|_| MessageError::Build(format!("header name {name:?}")))?;
+        builder = builder.raw_header(HeaderValue::new(name, value));
+    }
+    let text = text_part(parts.html);
+    let body = MultiPart::alternative()
+        .boundary(boundary(&message_id, parts.html))
+        .singlepart(SinglePart::plain(text))
+        .singlepart(SinglePart::html(parts.html.to_owned()));
+    let message = builder
+        .multipart(body)
+        .map_err(|e| MessageError::Build(e.to_string()))?;
+    Ok(BuiltMessage {
+        message_id,
+        message: String::from_utf8_lossy(&message.formatted()).into_owned(),
+    })
+}
+
+/// The text/plain part: the HTML as a reader sees it, with its CSS applied
+/// (a hidden preheader stays hidden); links appear as their tracked URLs,
+/// so clicks from the text part are tracked too; the pixel has no text.
+pub fn text_part(html: &str) -> String {
+    // Newsletters lay out with tables: drawn as text they become rows of
+    // box characters and padding, so tables are read as plain blocks.
+    html2text::config::plain()
+        .use_doc_css()
+        .raw_mode(true)
+        .no_table_borders()
+        .string_from_read(html.as_bytes(), TEXT_WIDTH)
+        .unwrap_or_default()
+}
+
+/// The MIME boundary: derived from the message, so a re-run of the job
+/// produces the same bytes. `=_` never occurs in a quoted-printable or
+/// base64 body, so the boundary cannot collide with the content.
+fn boundary(message_id: &str, html: &str) -> String {
+    let digest = Sha256::new()
+        .chain_update(message_id.as_bytes())
+        .chain_update(html.as_bytes())
+        .finalize();
+    format!("=_lt_{}", hex::encode(&digest[..16]))
+}
+
+/// Letters, digits, `.`, `-` and `_` of an id, the rest as `-`: safe inside
+/// a Message-ID, List-Id or Feedback-ID.
+fn id_part(id: &str) -> String {
+    id.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts<'a>(headers: &'a BTreeMap<String, String>, html: &'a str) -> MessageParts<'a> {
+        MessageParts {
+            letter_id: 42,
+            mailing_id: "spring 2026",
+            pool: "bulk",
+            from: "Die Zeitung <news@zeitung.example>",
+            to_email: "jose@example.es",
+            to_name: Some("José Müller"),
+            reply_to: None,
+            subject: "Grüße, José – this week",
+            html,
+            list_headers: headers,
+            date: SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_790_000_000),
+        }
+    }
+
+    const HTML: &str = concat!(
+        "<html><body><div style=\"display:none\">hidden preheader</div>",
+        "<p>Hello José, read <a href=\"https://t.example/c/0123\">the story</a>.</p>",
+        "<img src=\"https://t.example/o/0123.gif\" width=\"1\" height=\"1\" alt=\"\"></body></html>"
+    );
+
+    #[test]
+    fn a_letter_becomes_a_complete_multipart_message() {
+        let headers = BTreeMap::from([
+            (
+                "List-Unsubscribe".to_owned(),
+                "<https://t.example/u/9>".to_owned(),
+            ),
+            (
+                "List-Unsubscribe-Post".to_owned(),
+                "List-Unsubscribe=One-Click".to_owned(),
+            ),
+        ]);
+        let built = build(&parts(&headers, HTML)).unwrap();
+        assert_eq!(built.message_id, "<42.spring-2026@zeitung.example>");
+        let m = &built.message;
+        assert!(
+            m.contains("Message-ID: <42.spring-2026@zeitung.example>\r\n"),
+            "{m}"
+        );
+        assert!(
+            m.contains("List-Unsubscribe: <https://t.example/u/9>\r\n"),
+            "{m}"
+        );
+        assert!(
+            m.contains("List-Unsubscribe-Post: List-Unsubscribe=One-Click\r\n"),
+            "{m}"
+        );
+        assert!(
+            m.contains("List-Id: <spring-2026.bulk.zeitung.example>\r\n"),
+            "{m}"
+        );
+        assert!(
+            m.contains("Feedback-ID: spring-2026:bulk:newsletter:linktrack\r\n"),
+            "{m}"
+        );
+        assert!(m.contains("MIME-Version: 1.0\r\n"), "{m}");
+        assert!(m.contains("Content-Type: multipart/alternative;"), "{m}");
+        assert!(
+            m.contains("Subject: =?utf-8?"),
+            "non-ASCII subject is RFC 2047: {m}"
+        );
+        assert!(m.lines().all(|line| line.len() <= 998));
+        assert!(!m.replace("\r\n", "").contains('\n'), "bare LF in {m}");
+    }
+
+    #[test]
+    fn the_text_part_keeps_tracked_links_and_drops_hidden_text_and_the_pixel() {
+        let text = text_part(HTML);
+        assert!(text.contains("https://t.example/c/0123"), "{text}");
+        assert!(text.contains("Hello José"), "{text}");
+        assert!(!text.contains("hidden preheader"), "{text}");
+        assert!(!text.contains("0123.gif"), "{text}");
+    }
+
+    #[test]
+    fn the_same_letter_gives_the_same_bytes_on_every_run() {
+        let headers = BTreeMap::new();
+        let a = build(&parts(&headers, HTML)).unwrap();
+        let b = build(&parts(&headers, HTML)).unwrap();
+        assert_eq!(a, b);
+        assert!(a.message.contains("boundary=\"=_lt_"), "{}", a.message);
+    }
+
+    #[test]
+    fn a_bad_from_is_refused_naming_the_field() {
+        let headers = BTreeMap::new();
+        let mut p = parts(&headers, HTML);
+        p.from = "not an address";
+        assert_eq!(
+            build(&p).unwrap_err(),
+            MessageError::From("not an address".into())
+        );
+    }
+}
