@@ -251,6 +251,8 @@ async fn bench_builder(
         workers: std::thread::available_parallelism().map_or(2, |n| n.get()),
         id_block: 10_000,
         progress: false,
+        smtp: None,
+        return_path: None,
     };
     let summary = build::run(&pool, &options).await?;
     let rows_per_second = summary.links_stored as f64 / summary.seconds;

@@ -161,6 +161,16 @@ async fn build(url: &str, args: &BuildArgs) -> anyhow::Result<ExitCode> {
         workers,
         id_block: args.id_block.max(1),
         progress: !args.no_progress,
+        smtp: args
+            .smtp
+            .as_ref()
+            .map(|url| crate::delivery::smtp::SmtpSettings {
+                url: url.clone(),
+                connections: args.smtp_connections,
+                retries: args.smtp_retries,
+                backoff: std::time::Duration::from_millis(args.smtp_backoff_ms),
+            }),
+        return_path: args.return_path.clone(),
     };
     let summary = build::run(&pool, &options).await?;
     eprintln!("{summary}");

@@ -200,6 +200,34 @@ pub struct BuildArgs {
 
     #[command(flatten)]
     pub tracking: TrackingArgs,
+
+    /// Deliver every letter to this MTA over SMTP, once its links are stored:
+    /// smtp://host:port, smtp://host:port?tls=required (STARTTLS), smtps://…
+    /// (implicit TLS); user:password@ in the URL for AUTH. A re-run delivers
+    /// nothing twice (see README "Delivery").
+    #[arg(
+        long,
+        env = "LINKTRACK_SMTP_URL",
+        hide_env_values = true,
+        value_name = "URL"
+    )]
+    pub smtp: Option<String>,
+
+    /// SMTP connections used in parallel.
+    #[arg(long, default_value_t = 4)]
+    pub smtp_connections: u32,
+
+    /// Retries of a temporary failure (4xx, refused, timeout) per letter.
+    #[arg(long, default_value_t = 5)]
+    pub smtp_retries: u32,
+
+    /// Wait before the first retry, in milliseconds; it doubles each time.
+    #[arg(long, default_value_t = 1000)]
+    pub smtp_backoff_ms: u64,
+
+    /// Envelope sender (Return-Path) for bounces; default the mailing's From.
+    #[arg(long, value_name = "ADDRESS")]
+    pub return_path: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]

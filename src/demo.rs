@@ -71,6 +71,8 @@ pub async fn prepare(
         workers: 2,
         id_block: 1000,
         progress: false,
+        smtp: None,
+        return_path: None,
     };
     let summary = build::run(&pool, &options).await?;
     let sample_urls = sample_urls(&letters, base_url)?;

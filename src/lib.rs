@@ -47,8 +47,8 @@
 //!   links, per-tag letter sets for segments).
 //! * [`server::stats`]: the stats API and the dashboard (axum router).
 //! * [`delivery`]: each letter as a complete RFC 5322 message
-//!   (`src/delivery/message.rs`); SMTP delivery to the pools (issue 8) is
-//!   planned there.
+//!   (`src/delivery/message.rs`), delivered over SMTP (`src/delivery/smtp.rs`)
+//!   and recorded per letter so a re-run delivers nothing twice.
 //! * Planned: webhook and AMQP event senders (issue 9) in `src/outbound/`,
 //!   registered as workers in `src/server/app.rs`.
 

@@ -28,6 +28,9 @@ pub struct Letter {
     pub message_id: String,
     /// The complete RFC 5322 message (CRLF): headers, text and HTML parts.
     pub message: String,
+    /// The recipient's line in the recipients file (for the rejects file).
+    #[serde(skip)]
+    pub line: u64,
 }
 
 /// Everything shared by the letters of one mailing, prepared once.
@@ -326,6 +329,7 @@ pub fn build_letter(
             html,
             message_id: built.message_id,
             message: built.message,
+            line: recipient.line,
         },
         new_links: tokens.rows,
     })

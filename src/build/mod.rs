@@ -61,6 +61,10 @@ pub struct BuildOptions {
     pub id_block: u64,
     /// Draw a progress bar (only ever on a terminal).
     pub progress: bool,
+    /// Deliver every letter over SMTP (after its rows are stored).
+    pub smtp: Option<crate::delivery::smtp::SmtpSettings>,
+    /// Envelope sender for bounces; default the mailing's From address.
+    pub return_path: Option<String>,
 }
 
 /// What the job did.
@@ -75,6 +79,12 @@ pub struct Summary {
     pub rejected_by_reason: BTreeMap<String, u64>,
     pub links_stored: u64,
     pub seconds: f64,
+    /// Letters the MTA accepted in this run (with `--smtp`).
+    pub delivered: u64,
+    /// Letters the MTA refused for good (5xx) in this run.
+    pub delivery_rejected: u64,
+    /// Letters an earlier run had already delivered or had refused.
+    pub delivery_skipped: u64,
 }
 
 impl Summary {
@@ -108,6 +118,16 @@ impl std::fmt::Display for Summary {
             self.rejected,
             plural(self.rejected, "recipient", "recipients")
         )?;
+        if self.delivered + self.delivery_rejected + self.delivery_skipped > 0 {
+            write!(
+                f,
+                "\ndelivered {} over SMTP ({:.0} messages/s), {} refused by the MTA, {} settled by an earlier run",
+                self.delivered,
+                if self.seconds > 0.0 { self.delivered as f64 / self.seconds } else { 0.0 },
+                self.delivery_rejected,
+                self.delivery_skipped
+            )?;
+        }
         for (reason, count) in &self.rejected_by_reason {
             write!(f, "\n  {count:>8}  {reason}")?;
         }
@@ -136,6 +156,18 @@ pub enum BuildError {
     },
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error(transparent)]
+    Smtp(#[from] crate::delivery::smtp::SmtpError),
+    #[error(
+        "the MTA at {host} kept failing for letter {letter_id} ({email}): {reply}; every letter \
+         not yet delivered is left for a re-run of the same command"
+    )]
+    Delivery {
+        host: String,
+        letter_id: u64,
+        email: String,
+        reply: String,
+    },
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -157,8 +189,17 @@ pub async fn run(pool: &MySqlPool, options: &BuildOptions) -> Result<Summary, Bu
         })?;
     let progress = progress_bar(options.progress, reader.total_bytes);
     let bytes_read = Arc::clone(&reader.bytes_read);
+    let delivery = match &options.smtp {
+        Some(settings) => Some(crate::delivery::Delivery::new(
+            pool.clone(),
+            settings.clone(),
+            &ctx.mailing,
+            options.return_path.as_deref(),
+        )?),
+        None => None,
+    };
     let mut job = Job::start(pool, ctx, options).await?;
-    let (batches, writer) = spawn_writer(pool.clone(), options.out.clone());
+    let (batches, writer) = spawn_writer(pool.clone(), options.out.clone(), delivery);
     loop {
         let (entries, recipients_left) =
             read_batch(reader, options.batch_size, &options.recipients).await?;
@@ -176,7 +217,20 @@ pub async fn run(pool: &MySqlPool, options: &BuildOptions) -> Result<Summary, Bu
     let written = writer
         .await
         .map_err(|e| BuildError::Internal(format!("writer task: {e}")))?;
-    written?;
+    let delivered = written?;
+    for (line, email, reply) in &delivered.rejected {
+        job.rejects.write(
+            &mut job.summary,
+            &recipients::Rejection {
+                line: *line,
+                email: Some(email.clone()),
+                reason: Reject::Delivery(reply.clone()),
+            },
+        )?;
+    }
+    job.summary.delivered = delivered.delivered;
+    job.summary.delivery_rejected = delivered.rejected.len() as u64;
+    job.summary.delivery_skipped = delivered.skipped;
     job.rejects.finish()?;
     progress.finish_and_clear();
     let mut summary = job.summary;
@@ -468,20 +522,30 @@ async fn build_batch(
 fn spawn_writer(
     pool: MySqlPool,
     out: Output,
+    delivery: Option<crate::delivery::Delivery>,
 ) -> (
     tokio::sync::mpsc::Sender<StoredBatch>,
-    tokio::task::JoinHandle<Result<(), BuildError>>,
+    tokio::task::JoinHandle<Result<crate::delivery::Delivered, BuildError>>,
 ) {
     // One batch in flight while the next builds: bounded, so a slow database
     // holds the builders back instead of filling memory.
     let (sender, mut receiver) = tokio::sync::mpsc::channel::<StoredBatch>(1);
     let handle = tokio::spawn(async move {
         let mut sink = LetterSink::open(&out)?;
+        let mut delivered = crate::delivery::Delivered::default();
         while let Some(batch) = receiver.recv().await {
             store_rows(&pool, &batch.rows).await?;
             sink.write(&batch.letters)?;
+            // Delivered only once its rows are committed: a tracked link in
+            // a delivered message always resolves.
+            if let Some(delivery) = &delivery {
+                delivery
+                    .deliver_batch(&batch.letters, &mut delivered)
+                    .await?;
+            }
         }
-        sink.finish()
+        sink.finish()?;
+        Ok(delivered)
     });
     (sender, handle)
 }

@@ -35,6 +35,8 @@ pub enum Reject {
     Rewrite(String),
     #[error("assembling the message: {0}")]
     Message(String),
+    #[error("refused by the MTA: {0}")]
+    Delivery(String),
     #[error(
         "{kind} link {position} was stored as {stored:?} by an earlier run and is now {now:?}; \
          build changed content under a new mailing_id"
@@ -60,6 +62,7 @@ impl Reject {
             Reject::NoEmail => "no `email` field",
             Reject::InvalidAddress(_) => "invalid address",
             Reject::Message(_) => "assembling the message",
+            Reject::Delivery(_) => "refused by the MTA",
             Reject::Duplicate { .. } => "duplicate address",
             Reject::Suppressed => "suppressed",
             Reject::PersonaliseLetter(_) => "personalising the letter",

@@ -1,5 +1,141 @@
 //! Handing letters to the sending pool: each built letter as a complete
-//! RFC 5322 message ([`message`]). SMTP delivery to the pools' MTAs is the
-//! next step of issue 8 and is not built yet.
+//! RFC 5322 message ([`message`]);
+//! [`smtp`] delivers them to an MTA; [`Delivery`] records each outcome so a
+//! re-run delivers nothing twice.
 
 pub mod message;
+pub mod smtp;
+
+use crate::build::compose::Letter;
+use crate::build::mailing::Mailing;
+use crate::build::BuildError;
+use crate::store::deliveries::{self, DeliveryStatus};
+use smtp::{Deliverer, Outcome, SmtpSettings};
+use sqlx::MySqlPool;
+use std::sync::Arc;
+
+/// What delivery did in one run.
+#[derive(Debug, Default)]
+pub struct Delivered {
+    pub delivered: u64,
+    /// Skipped: an earlier run delivered them or had them refused.
+    pub skipped: u64,
+    /// Refused for good: (line, address, the MTA's reply).
+    pub rejected: Vec<(u64, String, String)>,
+}
+
+/// SMTP delivery of one mailing's letters, recorded per letter.
+pub struct Delivery {
+    pool: MySqlPool,
+    deliverer: Deliverer,
+    mailing_id: String,
+    sender: lettre::Address,
+    connections: usize,
+}
+
+impl Delivery {
+    /// The envelope sender is `return_path`, or the mailing's From address.
+    pub fn new(
+        pool: MySqlPool,
+        settings: SmtpSettings,
+        mailing: &Mailing,
+        return_path: Option<&str>,
+    ) -> Result<Delivery, smtp::SmtpError> {
+        let sender = match return_path {
+            Some(address) => address
+                .parse::<lettre::Address>()
+                .map_err(|_| smtp::SmtpError::Sender(address.to_owned()))?,
+            None => mailing
+                .from
+                .parse::<lettre::message::Mailbox>()
+                .map(|mailbox| mailbox.email)
+                .map_err(|_| smtp::SmtpError::Sender(mailing.from.clone()))?,
+        };
+        let connections = settings.connections.max(1) as usize;
+        Ok(Delivery {
+            pool,
+            deliverer: Deliverer::new(settings)?,
+            mailing_id: mailing.mailing_id.clone(),
+            sender,
+            connections,
+        })
+    }
+
+    /// Deliver the letters of one batch that no earlier run settled, up to
+    /// `connections` at a time, recording each outcome as it comes. A letter
+    /// that keeps failing temporarily stops the job (after the ones in
+    /// flight finish); everything undelivered stays for a re-run.
+    pub async fn deliver_batch(
+        &self,
+        letters: &[Letter],
+        delivered: &mut Delivered,
+    ) -> Result<(), BuildError> {
+        let ids: Vec<u64> = letters.iter().map(|l| l.letter_id).collect();
+        let settled = deliveries::settled_among(&self.pool, &self.mailing_id, &ids).await?;
+        delivered.skipped += settled.len() as u64;
+        let permits = Arc::new(tokio::sync::Semaphore::new(self.connections));
+        let mut tasks = tokio::task::JoinSet::new();
+        for letter in letters.iter().filter(|l| !settled.contains(&l.letter_id)) {
+            let permit = Arc::clone(&permits)
+                .acquire_owned()
+                .await
+                .map_err(|e| BuildError::Internal(format!("delivery permits: {e}")))?;
+            let deliverer = self.deliverer.clone();
+            let sender = self.sender.clone();
+            let (id, line, email, message) = (
+                letter.letter_id,
+                letter.line,
+                letter.email.clone(),
+                letter.message.clone(),
+            );
+            tasks.spawn(async move {
+                let outcome = deliverer.deliver(&sender, &email, message.as_bytes()).await;
+                drop(permit);
+                (id, line, email, outcome)
+            });
+        }
+        let mut failure = None;
+        while let Some(joined) = tasks.join_next().await {
+            let (letter_id, line, email, outcome) =
+                joined.map_err(|e| BuildError::Internal(format!("delivery task: {e}")))?;
+            match outcome {
+                Outcome::Delivered(reply) => {
+                    deliveries::record(
+                        &self.pool,
+                        &self.mailing_id,
+                        letter_id,
+                        DeliveryStatus::Delivered,
+                        &reply,
+                    )
+                    .await?;
+                    metrics::counter!("linktrack_smtp_delivered_total").increment(1);
+                    delivered.delivered += 1;
+                }
+                Outcome::Rejected(reply) => {
+                    deliveries::record(
+                        &self.pool,
+                        &self.mailing_id,
+                        letter_id,
+                        DeliveryStatus::Rejected,
+                        &reply,
+                    )
+                    .await?;
+                    metrics::counter!("linktrack_smtp_rejected_total").increment(1);
+                    delivered.rejected.push((line, email, reply));
+                }
+                Outcome::Failed(reply) => {
+                    failure.get_or_insert(BuildError::Delivery {
+                        host: self.deliverer.host().to_owned(),
+                        letter_id,
+                        email,
+                        reply,
+                    });
+                }
+            }
+        }
+        match failure {
+            Some(err) => Err(err),
+            None => Ok(()),
+        }
+    }
+}

@@ -2,6 +2,7 @@
 //! runs. Nothing outside this module writes SQL.
 
 pub(crate) mod connect_error;
+pub mod deliveries;
 pub mod erase;
 pub mod events;
 pub mod links;

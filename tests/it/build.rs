@@ -25,6 +25,8 @@ fn options(dir: &Path, mailing: PathBuf, recipients: PathBuf) -> BuildOptions {
         workers: 2,
         id_block: 4,
         progress: false,
+        smtp: None,
+        return_path: None,
     }
 }
 

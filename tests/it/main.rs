@@ -5,6 +5,7 @@
 
 mod build;
 mod common;
+mod delivery;
 mod demo;
 mod first_hour;
 mod links;

@@ -1,0 +1,238 @@
+//! `linktrack build --smtp`: every letter handed to a real MTA (Postfix's
+//! `smtp-sink`, started by the test on a free port), each exactly once
+//! across re-runs; refusals go to the rejects file; an unreachable MTA
+//! fails the job naming the host.
+
+use crate::common::TestDb;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output};
+use std::time::{Duration, Instant};
+
+/// Postfix's smtp-sink on a free loopback port, dumping each message into
+/// `dir`; killed on drop.
+struct SmtpSink {
+    child: Child,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl SmtpSink {
+    /// `extra`: smtp-sink options, e.g. `-f RCPT` to refuse every recipient.
+    fn start(extra: &[&str]) -> SmtpSink {
+        let dir = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let template = format!("{}/%H%M%S.", dir.path().display());
+        let child = Command::new("smtp-sink")
+            .args(["-u", "root", "-d", &template])
+            .args(extra)
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("100")
+            .spawn()
+            .expect("smtp-sink runs (Debian's postfix; scripts/test installs it)");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "smtp-sink did not listen");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        SmtpSink { child, port, dir }
+    }
+
+    fn url(&self) -> String {
+        format!("smtp://127.0.0.1:{}", self.port)
+    }
+
+    /// The messages received so far.
+    fn messages(&self) -> Vec<String> {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(self.dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        files.sort();
+        files
+            .iter()
+            .map(|f| String::from_utf8_lossy(&std::fs::read(f).unwrap()).into_owned())
+            .collect()
+    }
+}
+
+impl Drop for SmtpSink {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn build(db: &TestDb, dir: &Path, smtp: &str, extra: &[&str]) -> Output {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
+    Command::new(env!("CARGO_BIN_EXE_linktrack"))
+        .args(["build", "--no-progress", "--smtp", smtp, "--mailing"])
+        .arg(fixtures.join("mailing.json"))
+        .arg("--recipients")
+        .arg(fixtures.join("recipients.csv"))
+        .arg("--out")
+        .arg(dir.join("letters.jsonl"))
+        .args(extra)
+        .env("DATABASE_URL", &db.url)
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap()
+}
+
+fn message_id(message: &str) -> Option<String> {
+    message
+        .lines()
+        .find_map(|line| line.strip_prefix("Message-ID: "))
+        .map(|id| id.trim().to_owned())
+}
+
+async fn deliveries(db: &TestDb) -> Vec<(u64, String)> {
+    sqlx::query_as("SELECT letter_id, CAST(status AS CHAR) FROM deliveries ORDER BY letter_id")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn every_letter_reaches_the_mta_once_across_re_runs() {
+    let db = TestDb::new().await;
+    let sink = SmtpSink::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let first = build(&db, dir.path(), &sink.url(), &[]);
+    let stderr = String::from_utf8_lossy(&first.stderr);
+    // 2: the fixtures reject two recipients and suppress one on purpose.
+    assert_eq!(first.status.code(), Some(2), "{stderr}");
+    let letters = std::fs::read_to_string(dir.path().join("letters.jsonl")).unwrap();
+    let built: Vec<serde_json::Value> = letters
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // smtp-sink does not offer SMTPUTF8, so the fixtures' non-ASCII addresses
+    // (zoë.müller@, lucía@) are refused for good; every other letter arrives.
+    let ascii: Vec<&serde_json::Value> = built
+        .iter()
+        .filter(|l| l["email"].as_str().unwrap().is_ascii())
+        .collect();
+    assert!(ascii.len() >= 4 && ascii.len() < built.len(), "{letters}");
+    assert!(
+        stderr.contains(&format!("delivered {} over SMTP", ascii.len())),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("{} refused by the MTA", built.len() - ascii.len())),
+        "{stderr}"
+    );
+
+    let received = sink.messages();
+    assert_eq!(
+        received.len(),
+        ascii.len(),
+        "one message per deliverable letter"
+    );
+    let mut ids: Vec<String> = received.iter().filter_map(|m| message_id(m)).collect();
+    ids.sort();
+    let mut expected: Vec<String> = ascii
+        .iter()
+        .map(|l| l["message_id"].as_str().unwrap().to_owned())
+        .collect();
+    expected.sort();
+    assert_eq!(ids, expected, "each letter's own message arrived");
+    assert!(received.iter().all(|m| m.contains("multipart/alternative")));
+    let settled = deliveries(&db).await;
+    assert_eq!(settled.len(), built.len());
+    assert_eq!(
+        settled.iter().filter(|(_, s)| s == "delivered").count(),
+        ascii.len()
+    );
+
+    // The same command again: nothing is delivered twice.
+    let again = build(&db, dir.path(), &sink.url(), &[]);
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert_eq!(again.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{} settled by an earlier run", built.len())),
+        "{stderr}"
+    );
+    assert_eq!(
+        sink.messages().len(),
+        ascii.len(),
+        "a re-run delivered again"
+    );
+}
+
+#[tokio::test]
+async fn a_refusing_mta_puts_each_letter_in_the_rejects_file_with_its_reply() {
+    let db = TestDb::new().await;
+    let sink = SmtpSink::start(&["-f", "RCPT"]);
+    let dir = tempfile::tempdir().unwrap();
+    let output = build(&db, dir.path(), &sink.url(), &[]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(sink.messages().is_empty());
+    let rejects = std::fs::read_to_string(dir.path().join("letters.jsonl.rejects.jsonl")).unwrap();
+    let refused: Vec<&str> = rejects
+        .lines()
+        .filter(|l| l.contains("refused by the MTA"))
+        .collect();
+    let settled = deliveries(&db).await;
+    assert!(!settled.is_empty());
+    assert_eq!(refused.len(), settled.len(), "{rejects}");
+    assert!(settled.iter().all(|(_, s)| s == "rejected"));
+    // Each line names the address and why: the server's 5xx reply, or (for
+    // an address that needs SMTPUTF8, which smtp-sink lacks) that reason.
+    assert!(
+        refused
+            .iter()
+            .all(|l| l.contains("permanent error (5") || l.contains("SMTPUTF8")),
+        "{rejects}"
+    );
+    assert!(
+        refused.iter().any(|l| l.contains("bob@example.org")),
+        "{rejects}"
+    );
+}
+
+#[tokio::test]
+async fn an_unreachable_mta_fails_the_job_naming_it_and_leaves_everything_re_runnable() {
+    let db = TestDb::new().await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    let output = build(
+        &db,
+        dir.path(),
+        &format!("smtp://127.0.0.1:{port}"),
+        &["--smtp-retries", "1", "--smtp-backoff-ms", "10"],
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("the MTA at 127.0.0.1:{port} kept failing")),
+        "{stderr}"
+    );
+    assert!(stderr.contains("left for a re-run"), "{stderr}");
+    assert!(deliveries(&db).await.is_empty());
+
+    // The MTA is back: the same command delivers every letter.
+    let sink = SmtpSink::start(&[]);
+    let output = build(&db, dir.path(), &sink.url(), &[]);
+    assert_eq!(
+        output.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(!sink.messages().is_empty());
+    let delivered = deliveries(&db)
+        .await
+        .into_iter()
+        .filter(|(_, s)| s == "delivered")
+        .count();
+    assert_eq!(delivered, sink.messages().len());
+}
