@@ -85,6 +85,9 @@ pub struct Summary {
     pub delivery_rejected: u64,
     /// Letters an earlier run had already delivered or had refused.
     pub delivery_skipped: u64,
+    /// Letters sent again because a killed run handed them over without
+    /// recording the reply (letter id, address): they may arrive twice.
+    pub delivery_resent: Vec<(u64, String)>,
 }
 
 impl Summary {
@@ -126,6 +129,12 @@ impl std::fmt::Display for Summary {
                 if self.seconds > 0.0 { self.delivered as f64 / self.seconds } else { 0.0 },
                 self.delivery_rejected,
                 self.delivery_skipped
+            )?;
+        }
+        for (letter_id, email) in &self.delivery_resent {
+            write!(
+                f,
+                "\nsent again, may arrive twice (a killed run handed it over unrecorded): letter {letter_id} to {email}"
             )?;
         }
         for (reason, count) in &self.rejected_by_reason {
@@ -231,6 +240,7 @@ pub async fn run(pool: &MySqlPool, options: &BuildOptions) -> Result<Summary, Bu
     job.summary.delivered = delivered.delivered;
     job.summary.delivery_rejected = delivered.rejected.len() as u64;
     job.summary.delivery_skipped = delivered.skipped;
+    job.summary.delivery_resent = delivered.resent;
     job.rejects.finish()?;
     progress.finish_and_clear();
     let mut summary = job.summary;

@@ -22,6 +22,9 @@ pub struct Delivered {
     pub skipped: u64,
     /// Refused for good: (line, address, the MTA's reply).
     pub rejected: Vec<(u64, String, String)>,
+    /// Sent again because a killed run handed them over without recording
+    /// the reply: (letter id, address). They may have arrived twice.
+    pub resent: Vec<(u64, String)>,
 }
 
 /// SMTP delivery of one mailing's letters, recorded per letter.
@@ -71,8 +74,23 @@ impl Delivery {
         delivered: &mut Delivered,
     ) -> Result<(), BuildError> {
         let ids: Vec<u64> = letters.iter().map(|l| l.letter_id).collect();
-        let settled = deliveries::settled_among(&self.pool, &self.mailing_id, &ids).await?;
+        let recorded = deliveries::recorded_among(&self.pool, &self.mailing_id, &ids).await?;
+        let settled = recorded.settled;
         delivered.skipped += settled.len() as u64;
+        for letter in letters
+            .iter()
+            .filter(|l| recorded.in_doubt.contains(&l.letter_id))
+        {
+            tracing::warn!(
+                letter_id = letter.letter_id,
+                email = %letter.email,
+                "sending again a letter a killed run handed over without recording the reply; \
+                 it may arrive twice (same Message-ID)"
+            );
+            delivered
+                .resent
+                .push((letter.letter_id, letter.email.clone()));
+        }
         let permits = Arc::new(tokio::sync::Semaphore::new(self.connections));
         let mut tasks = tokio::task::JoinSet::new();
         for letter in letters.iter().filter(|l| !settled.contains(&l.letter_id)) {
@@ -80,46 +98,48 @@ impl Delivery {
                 .acquire_owned()
                 .await
                 .map_err(|e| BuildError::Internal(format!("delivery permits: {e}")))?;
+            deliveries::mark_sending(&self.pool, &self.mailing_id, letter.letter_id).await?;
             let deliverer = self.deliverer.clone();
             let sender = self.sender.clone();
+            let pool = self.pool.clone();
+            let mailing_id = self.mailing_id.clone();
             let (id, line, email, message) = (
                 letter.letter_id,
                 letter.line,
                 letter.email.clone(),
                 letter.message.clone(),
             );
+            // Each outcome is recorded by its own task right after the MTA's
+            // reply: a kill can leave at most the messages in flight unrecorded.
             tasks.spawn(async move {
                 let outcome = deliverer.deliver(&sender, &email, message.as_bytes()).await;
+                let recorded = match &outcome {
+                    Outcome::Delivered(reply) => {
+                        deliveries::record(&pool, &mailing_id, id, DeliveryStatus::Delivered, reply)
+                            .await
+                    }
+                    Outcome::Rejected(reply) => {
+                        deliveries::record(&pool, &mailing_id, id, DeliveryStatus::Rejected, reply)
+                            .await
+                    }
+                    // Not taken: nothing to doubt on the next run.
+                    Outcome::Failed(_) => deliveries::forget(&pool, &mailing_id, id).await,
+                };
                 drop(permit);
-                (id, line, email, outcome)
+                (id, line, email, outcome, recorded)
             });
         }
         let mut failure = None;
         while let Some(joined) = tasks.join_next().await {
-            let (letter_id, line, email, outcome) =
+            let (letter_id, line, email, outcome, recorded) =
                 joined.map_err(|e| BuildError::Internal(format!("delivery task: {e}")))?;
+            recorded?;
             match outcome {
-                Outcome::Delivered(reply) => {
-                    deliveries::record(
-                        &self.pool,
-                        &self.mailing_id,
-                        letter_id,
-                        DeliveryStatus::Delivered,
-                        &reply,
-                    )
-                    .await?;
+                Outcome::Delivered(_) => {
                     metrics::counter!("linktrack_smtp_delivered_total").increment(1);
                     delivered.delivered += 1;
                 }
                 Outcome::Rejected(reply) => {
-                    deliveries::record(
-                        &self.pool,
-                        &self.mailing_id,
-                        letter_id,
-                        DeliveryStatus::Rejected,
-                        &reply,
-                    )
-                    .await?;
                     metrics::counter!("linktrack_smtp_rejected_total").increment(1);
                     delivered.rejected.push((line, email, reply));
                 }

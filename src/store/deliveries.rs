@@ -8,29 +8,65 @@ use std::collections::HashSet;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::Type)]
 #[sqlx(type_name = "ENUM", rename_all = "lowercase")]
 pub enum DeliveryStatus {
+    /// Handed to the MTA; its reply not yet recorded.
+    Sending,
     /// Accepted (a 2xx reply to the message).
     Delivered,
     /// Refused for good (5xx): retrying cannot help.
     Rejected,
 }
 
-/// The letters of `mailing_id` among `letter_ids` that are already
-/// delivered or rejected.
-pub async fn settled_among(
+/// What earlier runs recorded for some letters of a mailing.
+#[derive(Debug, Default)]
+pub struct Recorded {
+    /// Delivered or rejected: never sent again.
+    pub settled: HashSet<u64>,
+    /// Handed over by a run that died before recording the reply: they may
+    /// have arrived.
+    pub in_doubt: HashSet<u64>,
+}
+
+/// The recorded state of `letter_ids` of `mailing_id`.
+pub async fn recorded_among(
     pool: &MySqlPool,
     mailing_id: &str,
     letter_ids: &[u64],
-) -> Result<HashSet<u64>, StoreError> {
-    let mut settled = HashSet::new();
+) -> Result<Recorded, StoreError> {
+    let mut recorded = Recorded::default();
     for chunk in letter_ids.chunks(super::IN_LIST_CHUNK) {
-        let mut query =
-            QueryBuilder::<MySql>::new("SELECT letter_id FROM deliveries WHERE mailing_id = ");
+        let mut query = QueryBuilder::<MySql>::new(
+            "SELECT letter_id, CAST(status = 'sending' AS SIGNED) FROM deliveries WHERE mailing_id = ",
+        );
         query.push_bind(mailing_id).push(" AND letter_id IN ");
         super::push_in_list(&mut query, chunk.iter().copied());
-        let ids: Vec<u64> = query.build_query_scalar().fetch_all(pool).await?;
-        settled.extend(ids);
+        let rows: Vec<(u64, i64)> = query.build_query_as().fetch_all(pool).await?;
+        for (letter_id, sending) in rows {
+            if sending != 0 {
+                recorded.in_doubt.insert(letter_id);
+            } else {
+                recorded.settled.insert(letter_id);
+            }
+        }
     }
-    Ok(settled)
+    Ok(recorded)
+}
+
+/// Mark a letter as being handed over, before its SMTP transaction: a crash
+/// before [`record`] leaves it `sending`, which the next run reports.
+pub async fn mark_sending(
+    pool: &MySqlPool,
+    mailing_id: &str,
+    letter_id: u64,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT IGNORE INTO deliveries (mailing_id, letter_id, status, reply, at) \
+         VALUES (?, ?, 'sending', '', UTC_TIMESTAMP())",
+    )
+    .bind(mailing_id)
+    .bind(letter_id)
+    .execute(pool)
+    .await?;
+    Ok(())
 }
 
 /// Record one letter's outcome, right after the MTA's reply, so the window
@@ -44,14 +80,26 @@ pub async fn record(
 ) -> Result<(), StoreError> {
     let reply: String = reply.chars().take(512).collect();
     sqlx::query(
-        // A letter's outcome is written once: a re-run skips settled letters.
-        "INSERT IGNORE INTO deliveries (mailing_id, letter_id, status, reply, at) \
-         VALUES (?, ?, ?, ?, UTC_TIMESTAMP())",
+        "UPDATE deliveries SET status = ?, reply = ?, at = UTC_TIMESTAMP() \
+         WHERE mailing_id = ? AND letter_id = ?",
+    )
+    .bind(status)
+    .bind(reply)
+    .bind(mailing_id)
+    .bind(letter_id)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Drop the `sending` mark of a letter the MTA never took (refused
+/// connection, still failing after every retry): it is simply undelivered.
+pub async fn forget(pool: &MySqlPool, mailing_id: &str, letter_id: u64) -> Result<(), StoreError> {
+    sqlx::query(
+        "DELETE FROM deliveries WHERE mailing_id = ? AND letter_id = ? AND status = 'sending'",
     )
     .bind(mailing_id)
     .bind(letter_id)
-    .bind(status)
-    .bind(reply)
     .execute(pool)
     .await?;
     Ok(())

@@ -236,3 +236,96 @@ async fn an_unreachable_mta_fails_the_job_naming_it_and_leaves_everything_re_run
         .count();
     assert_eq!(delivered, sink.messages().len());
 }
+
+/// The builder killed with SIGKILL in the middle of delivery, then the same
+/// command again: every recipient receives its message, and only the few
+/// the killed run had in flight (handed over, reply unrecorded) can arrive
+/// twice, each named in the re-run's output.
+#[tokio::test]
+async fn a_kill_9_during_delivery_then_a_re_run_delivers_each_letter_once() {
+    let db = TestDb::new().await;
+    let sink = SmtpSink::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let total = 1200;
+    let recipients = dir.path().join("r.csv");
+    let lines: String = std::iter::once("email,first_name\n".to_owned())
+        .chain((0..total).map(|n| format!("reader{n}@example.com,R{n}\n")))
+        .collect();
+    std::fs::write(&recipients, lines).unwrap();
+    let mailing = dir.path().join("m.json");
+    std::fs::write(
+        &mailing,
+        r#"{"mailing_id":"kill9","subject":"Hi {{ first_name }}","from":"News <n@example.com>","html":"<p>Hi {{ first_name }}, <a href=\"https://example.com/a\">read</a></p>"}"#,
+    )
+    .unwrap();
+    let command = || {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_linktrack"));
+        c.args([
+            "build",
+            "--no-progress",
+            "--batch-size",
+            "100",
+            "--smtp-connections",
+            "4",
+        ])
+        .args(["--smtp", &sink.url(), "--mailing"])
+        .arg(&mailing)
+        .arg("--recipients")
+        .arg(&recipients)
+        .arg("--out")
+        .arg(dir.path().join("letters.jsonl"))
+        .env("DATABASE_URL", &db.url)
+        .env("RUST_LOG", "error");
+        c
+    };
+    let mut killed = command()
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while sink.messages().len() < 300 {
+        assert!(Instant::now() < deadline, "delivery did not start");
+        assert!(
+            killed.try_wait().unwrap().is_none(),
+            "finished before the kill"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    killed.kill().unwrap(); // SIGKILL
+    killed.wait().unwrap();
+    let before = sink.messages().len();
+    assert!(before < total, "the kill came too late to test anything");
+
+    let rerun = command().output().unwrap();
+    let stderr = String::from_utf8_lossy(&rerun.stderr);
+    assert!(rerun.status.success(), "{stderr}");
+
+    let mut per_recipient = std::collections::HashMap::<String, usize>::new();
+    for message in sink.messages() {
+        let to = message
+            .lines()
+            .find_map(|l| l.strip_prefix("To: "))
+            .expect("a To header")
+            .trim()
+            .to_owned();
+        *per_recipient.entry(to).or_default() += 1;
+    }
+    assert_eq!(per_recipient.len(), total, "every recipient got its letter");
+    let twice: Vec<&String> = per_recipient
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(to, _)| to)
+        .collect();
+    assert!(per_recipient.values().all(|n| *n <= 2));
+    assert!(
+        twice.len() <= 4,
+        "more duplicates than connections in flight: {twice:?}"
+    );
+    for to in &twice {
+        assert!(
+            stderr.contains(to.as_str()),
+            "{to} arrived twice but is not named: {stderr}"
+        );
+    }
+}
