@@ -252,6 +252,7 @@ async fn bench_builder(
         id_block: 10_000,
         progress: false,
         smtp: None,
+        pools: None,
         return_path: None,
     };
     let summary = build::run(&pool, &options).await?;

@@ -161,15 +161,16 @@ async fn build(url: &str, args: &BuildArgs) -> anyhow::Result<ExitCode> {
         workers,
         id_block: args.id_block.max(1),
         progress: !args.no_progress,
-        smtp: args
-            .smtp
-            .as_ref()
-            .map(|url| crate::delivery::smtp::SmtpSettings {
-                url: url.clone(),
+        // With --pools these settings are the template for each pool's MTAs.
+        smtp: (args.smtp.is_some() || args.pools.is_some()).then(|| {
+            crate::delivery::smtp::SmtpSettings {
+                url: args.smtp.clone().unwrap_or_default(),
                 connections: args.smtp_connections,
                 retries: args.smtp_retries,
                 backoff: std::time::Duration::from_millis(args.smtp_backoff_ms),
-            }),
+            }
+        }),
+        pools: args.pools.clone(),
         return_path: args.return_path.clone(),
     };
     let summary = build::run(&pool, &options).await?;

@@ -213,7 +213,18 @@ pub struct BuildArgs {
     )]
     pub smtp: Option<String>,
 
-    /// SMTP connections used in parallel.
+    /// A pools file (TOML): each pool's SMTP URLs and connections per MTA;
+    /// the mailing's `pool` picks its entry (see README "Delivery"). Checked
+    /// before any letter is built. Takes the place of --smtp.
+    #[arg(
+        long,
+        env = "LINKTRACK_POOLS",
+        value_name = "FILE",
+        conflicts_with = "smtp"
+    )]
+    pub pools: Option<PathBuf>,
+
+    /// SMTP connections used in parallel (per MTA with --pools).
     #[arg(long, default_value_t = 4)]
     pub smtp_connections: u32,
 

@@ -72,6 +72,7 @@ pub async fn prepare(
         id_block: 1000,
         progress: false,
         smtp: None,
+        pools: None,
         return_path: None,
     };
     let summary = build::run(&pool, &options).await?;

@@ -61,8 +61,12 @@ pub struct BuildOptions {
     pub id_block: u64,
     /// Draw a progress bar (only ever on a terminal).
     pub progress: bool,
-    /// Deliver every letter over SMTP (after its rows are stored).
+    /// Deliver every letter over SMTP (after its rows are stored). With
+    /// `pools`, its retries and backoff apply to every MTA and its URL is
+    /// not used.
     pub smtp: Option<crate::delivery::smtp::SmtpSettings>,
+    /// The pools file: the mailing's `pool` picks its MTAs.
+    pub pools: Option<PathBuf>,
     /// Envelope sender for bounces; default the mailing's From address.
     pub return_path: Option<String>,
 }
@@ -167,6 +171,8 @@ pub enum BuildError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Smtp(#[from] crate::delivery::smtp::SmtpError),
+    #[error(transparent)]
+    Pools(#[from] crate::delivery::pools::PoolsError),
     #[error(
         "the MTA at {host} kept failing for letter {letter_id} ({email}): {reply}; every letter \
          not yet delivered is left for a re-run of the same command"
@@ -198,14 +204,14 @@ pub async fn run(pool: &MySqlPool, options: &BuildOptions) -> Result<Summary, Bu
         })?;
     let progress = progress_bar(options.progress, reader.total_bytes);
     let bytes_read = Arc::clone(&reader.bytes_read);
-    let delivery = match &options.smtp {
-        Some(settings) => Some(crate::delivery::Delivery::new(
+    let delivery = match delivery_targets(options, &ctx.mailing.pool)? {
+        targets if targets.is_empty() => None,
+        targets => Some(crate::delivery::Delivery::new(
             pool.clone(),
-            settings.clone(),
+            targets,
             &ctx.mailing,
             options.return_path.as_deref(),
         )?),
-        None => None,
     };
     let mut job = Job::start(pool, ctx, options).await?;
     let (batches, writer) = spawn_writer(pool.clone(), options.out.clone(), delivery);
@@ -246,6 +252,37 @@ pub async fn run(pool: &MySqlPool, options: &BuildOptions) -> Result<Summary, Bu
     let mut summary = job.summary;
     summary.seconds = started.elapsed().as_secs_f64();
     Ok(summary)
+}
+
+/// The MTAs of this mailing: the pools file's entry for its pool, or the
+/// one `--smtp` URL; none without either. Checked before any letter.
+fn delivery_targets(
+    options: &BuildOptions,
+    pool: &str,
+) -> Result<Vec<crate::delivery::smtp::SmtpSettings>, BuildError> {
+    use crate::delivery::{pools, smtp::SmtpSettings};
+    match (&options.pools, &options.smtp) {
+        (Some(file), template) => {
+            let route = pools::route(file, pool)?;
+            let (retries, backoff) = template
+                .as_ref()
+                .map_or((5, std::time::Duration::from_secs(1)), |t| {
+                    (t.retries, t.backoff)
+                });
+            Ok(route
+                .urls
+                .into_iter()
+                .map(|url| SmtpSettings {
+                    url,
+                    connections: route.connections,
+                    retries,
+                    backoff,
+                })
+                .collect())
+        }
+        (None, Some(settings)) => Ok(vec![settings.clone()]),
+        (None, None) => Ok(Vec::new()),
+    }
 }
 
 /// Load and check the mailing; when it is tracked, make sure today's

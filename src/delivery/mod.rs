@@ -4,6 +4,7 @@
 //! re-run delivers nothing twice.
 
 pub mod message;
+pub mod pools;
 pub mod smtp;
 
 use crate::build::compose::Letter;
@@ -30,17 +31,19 @@ pub struct Delivered {
 /// SMTP delivery of one mailing's letters, recorded per letter.
 pub struct Delivery {
     pool: MySqlPool,
-    deliverer: Deliverer,
+    /// One per MTA of the mailing's pool; letters are spread over them.
+    deliverers: Vec<Deliverer>,
     mailing_id: String,
     sender: lettre::Address,
     connections: usize,
 }
 
 impl Delivery {
-    /// The envelope sender is `return_path`, or the mailing's From address.
+    /// One deliverer per MTA in `targets`. The envelope sender is
+    /// `return_path`, or the mailing's From address.
     pub fn new(
         pool: MySqlPool,
-        settings: SmtpSettings,
+        targets: Vec<SmtpSettings>,
         mailing: &Mailing,
         return_path: Option<&str>,
     ) -> Result<Delivery, smtp::SmtpError> {
@@ -54,10 +57,14 @@ impl Delivery {
                 .map(|mailbox| mailbox.email)
                 .map_err(|_| smtp::SmtpError::Sender(mailing.from.clone()))?,
         };
-        let connections = settings.connections.max(1) as usize;
+        let connections = targets.iter().map(|t| t.connections.max(1) as usize).sum();
+        let deliverers = targets
+            .into_iter()
+            .map(Deliverer::new)
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Delivery {
             pool,
-            deliverer: Deliverer::new(settings)?,
+            deliverers,
             mailing_id: mailing.mailing_id.clone(),
             sender,
             connections,
@@ -99,7 +106,14 @@ impl Delivery {
                 .await
                 .map_err(|e| BuildError::Internal(format!("delivery permits: {e}")))?;
             deliveries::mark_sending(&self.pool, &self.mailing_id, letter.letter_id).await?;
-            let deliverer = self.deliverer.clone();
+            // Spread over the pool's MTAs by letter id (stable across runs).
+            let Some(deliverer) = self
+                .deliverers
+                .get((letter.letter_id % self.deliverers.len().max(1) as u64) as usize)
+                .cloned()
+            else {
+                return Err(BuildError::Internal("a delivery without an MTA".into()));
+            };
             let sender = self.sender.clone();
             let pool = self.pool.clone();
             let mailing_id = self.mailing_id.clone();
@@ -126,12 +140,19 @@ impl Delivery {
                     Outcome::Failed(_) => deliveries::forget(&pool, &mailing_id, id).await,
                 };
                 drop(permit);
-                (id, line, email, outcome, recorded)
+                (
+                    id,
+                    line,
+                    email,
+                    outcome,
+                    recorded,
+                    deliverer.host().to_owned(),
+                )
             });
         }
         let mut failure = None;
         while let Some(joined) = tasks.join_next().await {
-            let (letter_id, line, email, outcome, recorded) =
+            let (letter_id, line, email, outcome, recorded, host) =
                 joined.map_err(|e| BuildError::Internal(format!("delivery task: {e}")))?;
             recorded?;
             match outcome {
@@ -145,7 +166,7 @@ impl Delivery {
                 }
                 Outcome::Failed(reply) => {
                     failure.get_or_insert(BuildError::Delivery {
-                        host: self.deliverer.host().to_owned(),
+                        host,
                         letter_id,
                         email,
                         reply,

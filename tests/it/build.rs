@@ -26,6 +26,7 @@ fn options(dir: &Path, mailing: PathBuf, recipients: PathBuf) -> BuildOptions {
         id_block: 4,
         progress: false,
         smtp: None,
+        pools: None,
         return_path: None,
     }
 }

@@ -329,3 +329,58 @@ async fn a_kill_9_during_delivery_then_a_re_run_delivers_each_letter_once() {
         );
     }
 }
+
+fn build_with_pools(db: &TestDb, dir: &Path, pools: &Path) -> Output {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
+    Command::new(env!("CARGO_BIN_EXE_linktrack"))
+        .args(["build", "--no-progress", "--pools"])
+        .arg(pools)
+        .arg("--mailing")
+        .arg(fixtures.join("mailing.json"))
+        .arg("--recipients")
+        .arg(fixtures.join("recipients.csv"))
+        .arg("--out")
+        .arg(dir.join("letters.jsonl"))
+        .env("DATABASE_URL", &db.url)
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap()
+}
+
+/// The fixture mailing's pool is `newsletters`: its two MTAs share the
+/// letters; a pools file without that pool is refused before any letter.
+#[tokio::test]
+async fn a_pools_file_spreads_the_mailing_over_its_pools_mtas() {
+    let db = TestDb::new().await;
+    let (a, b) = (SmtpSink::start(&[]), SmtpSink::start(&[]));
+    let dir = tempfile::tempdir().unwrap();
+    let pools = dir.path().join("pools.toml");
+    std::fs::write(
+        &pools,
+        format!(
+            "[pools.newsletters]\nurls = [\"{}\", \"{}\"]\nconnections = 2\n\n[pools.other]\nurls = [\"smtp://127.0.0.1:1\"]\n",
+            a.url(),
+            b.url()
+        ),
+    )
+    .unwrap();
+    let output = build_with_pools(&db, dir.path(), &pools);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    let (to_a, to_b) = (a.messages().len(), b.messages().len());
+    assert!(to_a > 0 && to_b > 0, "both MTAs get letters: {to_a} and {to_b}");
+    assert!(stderr.contains(&format!("delivered {} over SMTP", to_a + to_b)), "{stderr}");
+
+    let missing = dir.path().join("missing.toml");
+    std::fs::write(&missing, "[pools.other]\nurls = [\"smtp://127.0.0.1:1\"]\n").unwrap();
+    let db = TestDb::new().await;
+    let output = build_with_pools(&db, dir.path(), &missing);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("missing.toml: the mailing's pool \"newsletters\" is not in the file"), "{stderr}");
+    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM links")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, 0, "refused before any letter");
+}

@@ -1,0 +1,145 @@
+//! The pools file (`--pools FILE`, TOML): each sending pool's MTAs. A
+//! mailing's `pool` picks its entry; letters are spread over its URLs.
+//!
+//! ```toml
+//! [pools.newsletters]
+//! urls = ["smtp://mta1.example.com:25", "smtp://mta2.example.com:25"]
+//! connections = 8    # per MTA (default 4)
+//!
+//! [pools.transactional]
+//! urls = ["smtps://user:password@relay.example.com:465"]
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PoolsFile {
+    pools: BTreeMap<String, PoolEntry>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PoolEntry {
+    urls: Vec<String>,
+    connections: Option<u32>,
+}
+
+/// Why a pools file cannot be used; each names the file and the key.
+#[derive(Debug, thiserror::Error)]
+pub enum PoolsError {
+    #[error("{path}: cannot read: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Toml { path: PathBuf, message: String },
+    #[error("{path}: the mailing's pool {pool:?} is not in the file (pools: {known})")]
+    UnknownPool {
+        path: PathBuf,
+        pool: String,
+        known: String,
+    },
+    #[error("{path}: pools.{pool}.urls: {message}")]
+    Url {
+        path: PathBuf,
+        pool: String,
+        message: String,
+    },
+}
+
+/// The SMTP URLs and connections per MTA of one pool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolRoute {
+    pub urls: Vec<String>,
+    pub connections: u32,
+}
+
+/// Read `path` and return the route of `pool`. Every URL of the pool is
+/// checked (scheme and form) before any letter is built.
+pub fn route(path: &Path, pool: &str) -> Result<PoolRoute, PoolsError> {
+    let text = std::fs::read_to_string(path).map_err(|source| PoolsError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    let file: PoolsFile = toml::from_str(&text).map_err(|e| PoolsError::Toml {
+        path: path.to_owned(),
+        // toml's message names the line, column and key.
+        message: e.to_string().trim().to_owned(),
+    })?;
+    let Some(entry) = file.pools.get(pool) else {
+        return Err(PoolsError::UnknownPool {
+            path: path.to_owned(),
+            pool: pool.to_owned(),
+            known: file.pools.keys().cloned().collect::<Vec<_>>().join(", "),
+        });
+    };
+    let url_error = |message: String| PoolsError::Url {
+        path: path.to_owned(),
+        pool: pool.to_owned(),
+        message,
+    };
+    if entry.urls.is_empty() {
+        return Err(url_error("no URL".into()));
+    }
+    for url in &entry.urls {
+        let parsed = reqwest::Url::parse(url).map_err(|e| url_error(format!("{url:?}: {e}")))?;
+        if !matches!(parsed.scheme(), "smtp" | "smtps") {
+            return Err(url_error(format!(
+                "{url:?}: unknown scheme {:?} (smtp:// or smtps://)",
+                parsed.scheme()
+            )));
+        }
+    }
+    Ok(PoolRoute {
+        urls: entry.urls.clone(),
+        connections: entry.connections.unwrap_or(4).max(1),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(text: &str) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pools.toml");
+        std::fs::write(&path, text).unwrap();
+        (dir, path)
+    }
+
+    #[test]
+    fn a_pool_routes_to_its_urls() {
+        let (_dir, path) = file(
+            "[pools.news]\nurls = [\"smtp://a:25\", \"smtp://b:25\"]\nconnections = 8\n\
+             [pools.tx]\nurls = [\"smtps://u:p@relay:465\"]\n",
+        );
+        let route = route(&path, "news").unwrap();
+        assert_eq!(route.urls, ["smtp://a:25", "smtp://b:25"]);
+        assert_eq!(route.connections, 8);
+        assert_eq!(super::route(&path, "tx").unwrap().connections, 4);
+    }
+
+    #[test]
+    fn bad_files_are_refused_naming_file_and_key() {
+        let (_dir, path) = file("[pools.news]\nurls = [\"http://a:25\"]\n");
+        let err = route(&path, "news").unwrap_err().to_string();
+        assert!(
+            err.contains("pools.toml: pools.news.urls") && err.contains("\"http\""),
+            "{err}"
+        );
+
+        let err = route(&path, "other").unwrap_err().to_string();
+        assert!(
+            err.contains("pool \"other\" is not in the file (pools: news)"),
+            "{err}"
+        );
+
+        let (_dir, path) = file("[pools.news]\nurl = [\"smtp://a\"]\n");
+        let err = route(&path, "news").unwrap_err().to_string();
+        assert!(err.contains("pools.toml") && err.contains("url"), "{err}");
+        assert!(err.contains("line 2"), "{err}");
+    }
+}
