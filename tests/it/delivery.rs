@@ -368,8 +368,14 @@ async fn a_pools_file_spreads_the_mailing_over_its_pools_mtas() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     let (to_a, to_b) = (a.messages().len(), b.messages().len());
-    assert!(to_a > 0 && to_b > 0, "both MTAs get letters: {to_a} and {to_b}");
-    assert!(stderr.contains(&format!("delivered {} over SMTP", to_a + to_b)), "{stderr}");
+    assert!(
+        to_a > 0 && to_b > 0,
+        "both MTAs get letters: {to_a} and {to_b}"
+    );
+    assert!(
+        stderr.contains(&format!("delivered {} over SMTP", to_a + to_b)),
+        "{stderr}"
+    );
 
     let missing = dir.path().join("missing.toml");
     std::fs::write(&missing, "[pools.other]\nurls = [\"smtp://127.0.0.1:1\"]\n").unwrap();
@@ -377,7 +383,10 @@ async fn a_pools_file_spreads_the_mailing_over_its_pools_mtas() {
     let output = build_with_pools(&db, dir.path(), &missing);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("missing.toml: the mailing's pool \"newsletters\" is not in the file"), "{stderr}");
+    assert!(
+        stderr.contains("missing.toml: the mailing's pool \"newsletters\" is not in the file"),
+        "{stderr}"
+    );
     let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM links")
         .fetch_one(&db.pool)
         .await
