@@ -634,7 +634,7 @@ async fn install_spider(conn: &mut MySqlConnection) -> Result<Vec<String>, Store
 }
 
 /// The Spider settings linktrack needs, with why.
-const SETTINGS: [(&str, i64, &str); 2] = [
+const SETTINGS: [(&str, i64, &str); 3] = [
     (
         "spider_conn_recycle_mode",
         1,
@@ -644,6 +644,11 @@ const SETTINGS: [(&str, i64, &str); 2] = [
         "spider_direct_dup_insert",
         1,
         "INSERT … ON DUPLICATE KEY UPDATE on the nodes (error 1022 otherwise)",
+    ),
+    (
+        "spider_connect_retry_count",
+        0,
+        "a dead node's rows fail at once (503) instead of after a second per retry",
     ),
 ];
 

@@ -13,10 +13,12 @@
 //! mailings to the address, so erasing it would defeat the request.
 //!
 //! There is no index on `email` (it would slow every insert of the hot
-//! tables), so each partition is scanned once; one statement per partition
-//! keeps each statement's locks short.
+//! tables), so each partition is scanned once; one statement per partition (named by
+//! its day range, which also works through a Spider head) keeps each
+//! statement's locks short.
 
 use super::{partitions, StoreError};
+use chrono::NaiveDate;
 use sqlx::MySqlPool;
 
 /// What [`erase`] changed.
@@ -48,28 +50,29 @@ impl std::fmt::Display for EraseReport {
 /// a different address such as `josé@` for `jose@`).
 pub async fn erase(pool: &MySqlPool, email: &str) -> Result<EraseReport, StoreError> {
     let mut report = EraseReport::default();
-    for partition in partitions::list(pool, "links").await? {
-        let sql = format!(
-            "UPDATE links PARTITION (`{}`) SET email = '' WHERE email = ? COLLATE utf8mb4_bin",
-            partition.name
-        );
-        report.links += sqlx::query(&sql)
-            .bind(email)
-            .execute(pool)
-            .await?
-            .rows_affected();
+    for (lower, upper) in day_ranges(pool, "links").await? {
+        report.links += sqlx::query(
+            "UPDATE links SET email = '' \
+             WHERE inserted >= ? AND inserted < ? AND email = ? COLLATE utf8mb4_bin",
+        )
+        .bind(lower)
+        .bind(upper)
+        .bind(email)
+        .execute(pool)
+        .await?
+        .rows_affected();
     }
-    for partition in partitions::list(pool, "events").await? {
-        let sql = format!(
-            "UPDATE events PARTITION (`{}`) SET email = NULL, ip = NULL, user_agent = NULL \
-             WHERE email = ? COLLATE utf8mb4_bin",
-            partition.name
-        );
-        report.events += sqlx::query(&sql)
-            .bind(email)
-            .execute(pool)
-            .await?
-            .rows_affected();
+    for (lower, upper) in day_ranges(pool, "events").await? {
+        report.events += sqlx::query(
+            "UPDATE events SET email = NULL, ip = NULL, user_agent = NULL \
+             WHERE inserted >= ? AND inserted < ? AND email = ? COLLATE utf8mb4_bin",
+        )
+        .bind(lower)
+        .bind(upper)
+        .bind(email)
+        .execute(pool)
+        .await?
+        .rows_affected();
     }
     let listed: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM suppressions WHERE email = ?")
         .bind(email)
@@ -77,4 +80,21 @@ pub async fn erase(pool: &MySqlPool, email: &str) -> Result<EraseReport, StoreEr
         .await?;
     report.suppressed = listed > 0;
     Ok(report)
+}
+
+/// Each partition of `table` as a day range `[lower, upper)`: a predicate
+/// on `inserted` prunes to exactly that partition, here and on a Spider
+/// head (whose own partitions are the virtual shards, not the days).
+async fn day_ranges(
+    pool: &MySqlPool,
+    table: &'static str,
+) -> Result<Vec<(NaiveDate, NaiveDate)>, StoreError> {
+    // MySQL's smallest DATE: the first partition holds everything before its bound.
+    let mut lower = NaiveDate::from_ymd_opt(1000, 1, 1).unwrap_or_default();
+    let mut ranges = Vec::new();
+    for partition in partitions::list(pool, table).await? {
+        ranges.push((lower, partition.upper));
+        lower = partition.upper;
+    }
+    Ok(ranges)
 }

@@ -210,10 +210,15 @@ impl Cluster {
 
     /// Run the `linktrack` binary against the head with LINKTRACK_SHARDS set.
     pub fn linktrack(&self, args: &[&str]) -> std::process::Output {
+        self.linktrack_with_shards(&self.shards(), args)
+    }
+
+    /// The same with another LINKTRACK_SHARDS.
+    pub fn linktrack_with_shards(&self, shards: &str, args: &[&str]) -> std::process::Output {
         Command::new(env!("CARGO_BIN_EXE_linktrack"))
             .args(args)
             .env("DATABASE_URL", self.head.url())
-            .env("LINKTRACK_SHARDS", self.shards())
+            .env("LINKTRACK_SHARDS", shards)
             .env("RUST_LOG", "warn")
             .output()
             .expect("running linktrack")

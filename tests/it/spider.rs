@@ -93,6 +93,25 @@ async fn a_cluster_migrates_twice_partitions_every_data_table_and_spreads_links(
     assert!(second.contains("already spread over 15"), "{second}");
     assert!(second.contains("spider_conn_recycle_mode = 1"), "{second}");
 
+    // A head whose tables use a node LINKTRACK_SHARDS leaves out says so;
+    // a node that cannot be reached is named.
+    let short = cluster.linktrack_with_shards(&cluster.nodes[0].url(), &["migrate"]);
+    assert!(!short.status.success());
+    let said = stderr(&short);
+    assert!(said.contains("LINKTRACK_SHARDS does not name"), "{said}");
+    assert!(
+        said.contains(&format!("127.0.0.1:{}", cluster.nodes[1].port)),
+        "{said}"
+    );
+    let unreachable = format!(
+        "{},mysql://root@127.0.0.1:1/{}",
+        cluster.shards(),
+        crate::cluster::DATABASE
+    );
+    let out = cluster.linktrack_with_shards(&unreachable, &["migrate"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("127.0.0.1:1/"), "{}", stderr(&out));
+
     let nodes = [cluster.node_pool(0).await, cluster.node_pool(1).await];
     let on_nodes = [
         data_tables(&nodes[0], "links").await,
@@ -207,4 +226,230 @@ async fn a_cluster_migrates_twice_partitions_every_data_table_and_spreads_links(
     for table in data_tables(&nodes[0], "events").await {
         assert!(days_of(&nodes[0], &table).await.contains(&ahead), "{table}");
     }
+}
+
+const BASE: &str = "https://t.example.test";
+
+/// The click tokens of a built letter, in order.
+fn click_tokens(letter: &serde_json::Value) -> Vec<String> {
+    let html = letter["html"].as_str().unwrap();
+    let needle = format!("{BASE}/c/");
+    html.match_indices(&needle)
+        .map(|(at, _)| html[at + needle.len()..at + needle.len() + 32].to_owned())
+        .collect()
+}
+
+/// Poll `probe` until it returns `want` (or fail after 30 s, saying what it saw).
+async fn until<F, Fut>(what: &str, want: i64, mut probe: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<i64>>,
+{
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut seen = None;
+    while std::time::Instant::now() < deadline {
+        seen = probe().await;
+        if seen == Some(want) {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    panic!("{what}: wanted {want}, last saw {seen:?}");
+}
+
+async fn count(pool: &sqlx::MySqlPool, sql: &str) -> Option<i64> {
+    sqlx::query_scalar::<_, Option<i64>>(sql)
+        .fetch_one(pool)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// Events stored on a node, over its data tables.
+async fn node_events(pool: &sqlx::MySqlPool) -> Vec<u64> {
+    let mut ids = Vec::new();
+    for table in data_tables(pool, "events").await {
+        let mut part: Vec<u64> = sqlx::query_scalar(&format!("SELECT id FROM `{table}`"))
+            .fetch_all(pool)
+            .await
+            .unwrap();
+        ids.append(&mut part);
+    }
+    ids
+}
+
+#[tokio::test]
+async fn a_cluster_builds_serves_counts_and_outlives_a_dead_node() {
+    let mut cluster = Cluster::start().await;
+    ok(&cluster, &["migrate"]);
+
+    // Build 300 letters of two links each through the head (the builder
+    // makes today's partitions on every node itself).
+    let dir = tempfile::tempdir().unwrap();
+    let mailing = dir.path().join("mailing.json");
+    std::fs::write(
+        &mailing,
+        serde_json::json!({
+            "mailing_id": "spider", "subject": "s", "from": "f@example.com",
+            "html": "<p>Hi</p><a href=\"https://example.com/a\">a</a> <a href=\"https://example.com/b\">b</a>",
+            "personalize": false, "proxy_images": false
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let recipients = dir.path().join("recipients.csv");
+    let lines: Vec<String> = (0..300).map(|n| format!("r{n}@example.com")).collect();
+    std::fs::write(&recipients, format!("email\n{}\n", lines.join("\n"))).unwrap();
+    let out = dir.path().join("letters.jsonl");
+    ok(
+        &cluster,
+        &[
+            "build",
+            "--mailing",
+            mailing.to_str().unwrap(),
+            "--recipients",
+            recipients.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--base-url",
+            BASE,
+            "--no-progress",
+            "--batch-size",
+            "100",
+        ],
+    );
+    let letters: Vec<serde_json::Value> = std::fs::read_to_string(&out)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(letters.len(), 300);
+
+    // 300 letters x (2 clicks, pixel, unsubscribe): on both nodes, each token once.
+    let nodes = [cluster.node_pool(0).await, cluster.node_pool(1).await];
+    let stored = [link_rows(&nodes[0]).await, link_rows(&nodes[1]).await];
+    let total = stored[0].len() + stored[1].len();
+    assert_eq!(total, 1200);
+    let share = stored[0].len() as f64 / total as f64;
+    assert!((0.425..=0.575).contains(&share), "node0 holds {share:.3}");
+    let node_of: std::collections::HashMap<String, usize> = stored
+        .iter()
+        .enumerate()
+        .flat_map(|(n, rows)| rows.iter().map(move |(uuid, _)| (hex::encode(uuid), n)))
+        .collect();
+    assert_eq!(node_of.len(), 1200, "no token twice");
+
+    let head = store::connect(&cluster.head.url(), &store::PoolSettings::default())
+        .await
+        .unwrap();
+    let app =
+        crate::common::RunningApp::start(head.clone(), |settings| linktrack::server::AppSettings {
+            rollup_every: Some(std::time::Duration::from_millis(200)),
+            ..settings
+        })
+        .await;
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let click = |token: &str| http.get(format!("{}/c/{token}", app.base)).send();
+
+    // Every click of the first 100 letters redirects; the rollup counts them.
+    for letter in &letters[..100] {
+        let token = &click_tokens(letter)[0];
+        let answer = click(token).await.unwrap();
+        assert_eq!(answer.status(), 302);
+        assert_eq!(answer.headers()["location"], "https://example.com/a");
+    }
+    until("events through the head", 100, || {
+        count(&head, "SELECT COUNT(*) FROM events WHERE kind = 'click'")
+    })
+    .await;
+    until("clicks rolled up", 100, || {
+        count(
+            &head,
+            "SELECT CAST(SUM(total) AS SIGNED) FROM stats_totals \
+             WHERE mailing_id = 'spider' AND kind = 'click'",
+        )
+    })
+    .await;
+    let before_outage = node_events(&nodes[0]).await.len();
+
+    // node1 dies: node0's links still redirect, node1's answer 503 at once
+    // (the node refuses the connection; no waiting for a timeout), and
+    // opens of node1's letters are journaled all the same.
+    cluster.nodes[1].kill();
+    let (mut live, mut dead) = (0, 0);
+    for letter in &letters[100..] {
+        let token = &click_tokens(letter)[1];
+        let started = std::time::Instant::now();
+        let answer = click(token).await.unwrap();
+        if node_of[token] == 0 {
+            assert_eq!(answer.status(), 302, "node0's link {token}");
+            live += 1;
+        } else {
+            assert_eq!(answer.status(), 503, "node1's link {token}");
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(1),
+                "a dead node's 503 took {:?}",
+                started.elapsed()
+            );
+            dead += 1;
+            let pixel = letter["html"].as_str().unwrap();
+            let at = pixel.find(&format!("{BASE}/o/")).unwrap() + BASE.len() + 3;
+            let open = http
+                .get(format!("{}/o/{}", app.base, &pixel[at..at + 36]))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(open.status(), 200);
+        }
+    }
+    assert!(live > 50 && dead > 50, "{live} live, {dead} dead");
+    // The writer's batches touch node1's events tables: they fail whole and
+    // stay in the journal, leaving nothing on node0.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    assert_eq!(node_events(&nodes[0]).await.len(), before_outage);
+
+    // node1 is back: the journal lands, every event once, ids unique.
+    cluster.nodes[1].start().await;
+    let want = 100 + live + dead;
+    until("events after the node returned", want, || {
+        count(&head, "SELECT COUNT(*) FROM events")
+    })
+    .await;
+    let mut ids = node_events(&nodes[0]).await;
+    ids.extend(node_events(&cluster.node_pool(1).await).await);
+    assert_eq!(ids.len() as i64, want);
+    assert_eq!(ids.iter().collect::<HashSet<_>>().len() as i64, want);
+    until("clicks rolled up after the outage", 100 + live, || {
+        count(
+            &head,
+            "SELECT CAST(SUM(total) AS SIGNED) FROM stats_totals \
+             WHERE mailing_id = 'spider' AND kind = 'click'",
+        )
+    })
+    .await;
+    // erase through the head: the address is blanked on whichever node holds it.
+    let erased = ok(&cluster, &["erase", "--email", "r7@example.com"]);
+    assert!(erased.contains("links: 4 rows anonymised"), "{erased}");
+    let mut left = 0;
+    for pool in [&nodes[0], &cluster.node_pool(1).await] {
+        for table in data_tables(pool, "links").await {
+            left += count(
+                pool,
+                &format!("SELECT COUNT(*) FROM `{table}` WHERE email = 'r7@example.com'"),
+            )
+            .await
+            .unwrap();
+        }
+    }
+    assert_eq!(left, 0);
+    let token = letters[100..]
+        .iter()
+        .map(|l| click_tokens(l)[1].clone())
+        .find(|t| node_of[t] == 1)
+        .unwrap();
+    assert_eq!(click(&token).await.unwrap().status(), 302);
+    app.stop().await;
 }
