@@ -196,6 +196,13 @@ pub async fn set_row_format(
     pool: &MySqlPool,
     options: &RowFormatOptions,
 ) -> Result<Vec<String>, StoreError> {
+    if super::cluster::is_head(&mut *pool.acquire().await?).await? {
+        return Ok(vec![
+            "links and events are Spider tables here (a cluster's head): their data tables \
+             take the format of each node's templates, set by `migrate` with LINKTRACK_SHARDS"
+                .to_owned(),
+        ]);
+    }
     let server = Server::detect(pool).await?;
     let mut format = options.format;
     let mut said = Vec::new();

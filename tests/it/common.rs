@@ -26,9 +26,12 @@ impl TestDb {
     pub async fn new() -> TestDb {
         let name = format!("lt_test_{:016x}", rand::rng().random::<u64>());
         let url = format!("{}/{name}", server_url());
-        let pool = store::migrate(&url).await.unwrap_or_else(|e| {
-            panic!("migrating {url}: {e} (is MariaDB running on 127.0.0.1:3306?)")
-        });
+        let pool = match test_shards() {
+            Some(nodes) => migrate_cluster(&url, &name, &nodes).await,
+            None => store::migrate(&url).await.unwrap_or_else(|e| {
+                panic!("migrating {url}: {e} (is MariaDB running on 127.0.0.1:3306?)")
+            }),
+        };
         TestDb { name, url, pool }
     }
 
@@ -48,15 +51,65 @@ impl TestDb {
     }
 }
 
+/// Data node servers (no database part, comma-separated) from
+/// `LINKTRACK_TEST_SHARDS`: when set, every test database is a Spider head
+/// on `LINKTRACK_TEST_MYSQL` over databases of the same name on these
+/// nodes, so the whole suite runs against a cluster (README "Testing on a
+/// cluster"). Unset: a single server.
+fn test_shards() -> Option<Vec<String>> {
+    std::env::var("LINKTRACK_TEST_SHARDS")
+        .ok()
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| s.split(',').map(|n| n.trim().to_owned()).collect())
+}
+
+/// Virtual shards of a test head: few (odd), to keep partition DDL short.
+const TEST_VIRTUAL_SHARDS: u32 = 3;
+
+async fn migrate_cluster(url: &str, name: &str, nodes: &[String]) -> MySqlPool {
+    let plan = store::cluster::ClusterMigrate {
+        nodes: nodes
+            .iter()
+            .map(|n| store::cluster::NodeAddress::parse(&format!("{n}/{name}")).unwrap())
+            .collect(),
+        virtual_shards: TEST_VIRTUAL_SHARDS,
+        row_format: store::RowFormatOptions {
+            format: store::DEFAULT_ROW_FORMAT,
+            level: None,
+            rebuild: false,
+        },
+    };
+    store::cluster::migrate(url, &plan)
+        .await
+        .unwrap_or_else(|e| panic!("migrating the cluster head {url}: {e}"));
+    store::connect(url, &store::PoolSettings::default())
+        .await
+        .unwrap()
+}
+
 impl Drop for TestDb {
     fn drop(&mut self) {
-        let server = server_url();
+        let mut servers = vec![server_url()];
+        let nodes = test_shards().unwrap_or_default();
+        let spider_servers: Vec<String> = (0..nodes.len())
+            .map(|n| store::cluster::server_name(&self.name, n))
+            .collect();
+        servers.extend(nodes);
         let name = self.name.clone();
         run_detached(async move {
-            if let Ok(pool) = sqlx::MySqlPool::connect(&server).await {
-                let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS `{name}`"))
-                    .execute(&pool)
-                    .await;
+            if let Ok(pool) = sqlx::MySqlPool::connect(&server_url()).await {
+                for server in spider_servers {
+                    let _ = sqlx::query(&format!("DROP SERVER IF EXISTS `{server}`"))
+                        .execute(&pool)
+                        .await;
+                }
+            }
+            for server in servers {
+                if let Ok(pool) = sqlx::MySqlPool::connect(&server).await {
+                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS `{name}`"))
+                        .execute(&pool)
+                        .await;
+                }
             }
         });
     }

@@ -1,0 +1,227 @@
+//! Benchmark of a Spider cluster: link inserts and token lookups through the
+//! head, against the same work directly on one data node (a plain
+//! single-server database there), in the same run, with several client
+//! connections.
+//!
+//! ```sh
+//! scripts/spider-cluster start /tmp/ltc        # a head and two data nodes, prints the URLs
+//! cargo run --release --example bench_cluster -- \
+//!     --head mysql://root@127.0.0.1:23300 \
+//!     --nodes mysql://root@127.0.0.1:23301,mysql://root@127.0.0.1:23302
+//! scripts/spider-cluster stop /tmp/ltc
+//! ```
+//!
+//! Figures: rows/s of 1,000-row inserts and lookups/s of the redirect's
+//! point select (`links::lookup`), each through the head and directly on
+//! node 1; the ratio is head / direct. Rounds alternate head and direct so a
+//! burst of load elsewhere hits both alike; each figure is the median.
+//! Fresh `lt_bench_cluster_*` databases are made and dropped.
+#![allow(clippy::unwrap_used)] // tests and benchmarks: a failure should stop them loudly
+
+use clap::Parser;
+use linktrack::store::links::{self, LinkKind, NewLink};
+use linktrack::store::{self, cluster, partitions, PoolSettings};
+use linktrack::token::Token;
+use rand::RngExt;
+use sqlx::MySqlPool;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Parser)]
+struct Args {
+    /// The Spider head's server, without a database.
+    #[arg(long)]
+    head: String,
+    /// The data nodes' servers, comma-separated, without a database.
+    #[arg(long)]
+    nodes: String,
+    /// Client connections (and concurrent tasks).
+    #[arg(long, default_value_t = 8)]
+    connections: u32,
+    /// Rows each insert round stores.
+    #[arg(long, default_value_t = 100_000)]
+    rows: u32,
+    /// Lookups each lookup round makes.
+    #[arg(long, default_value_t = 20_000)]
+    lookups: u32,
+    /// Rounds (each: head and direct, inserts then lookups).
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Virtual shards of the cluster database.
+    #[arg(long, default_value_t = cluster::DEFAULT_VIRTUAL_SHARDS)]
+    virtual_shards: u32,
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let suffix = format!("{:08x}", rand::rng().random::<u32>());
+    let name = format!("lt_bench_cluster_{suffix}");
+    let nodes: Vec<String> = args.nodes.split(',').map(|n| n.trim().to_owned()).collect();
+    anyhow::ensure!(!nodes.is_empty(), "--nodes names no server");
+    let head_url = format!("{}/{name}", args.head);
+    let plan = cluster::ClusterMigrate {
+        nodes: nodes
+            .iter()
+            .map(|n| cluster::NodeAddress::parse(&format!("{n}/{name}")))
+            .collect::<Result<_, _>>()
+            .map_err(anyhow::Error::msg)?,
+        virtual_shards: args.virtual_shards,
+        row_format: store::RowFormatOptions {
+            format: store::DEFAULT_ROW_FORMAT,
+            level: None,
+            rebuild: false,
+        },
+    };
+    cluster::migrate(&head_url, &plan).await?;
+    let direct_name = format!("{name}_direct");
+    let direct_url = format!("{}/{direct_name}", nodes[0]);
+    store::migrate(&direct_url).await?;
+    let settings = PoolSettings {
+        max_connections: args.connections,
+        acquire_timeout: Duration::from_secs(30),
+    };
+    let head = store::connect(&head_url, &settings).await?;
+    let direct = store::connect(&direct_url, &settings).await?;
+    for pool in [&head, &direct] {
+        partitions::ensure_ahead(pool, 1).await?;
+    }
+    println!(
+        "# bench_cluster: {} nodes, {} virtual shards, {} connections, {} rows and {} lookups per round",
+        nodes.len(),
+        args.virtual_shards,
+        args.connections,
+        args.rows,
+        args.lookups
+    );
+
+    let (mut head_inserts, mut direct_inserts) = (Vec::new(), Vec::new());
+    let (mut head_lookups, mut direct_lookups) = (Vec::new(), Vec::new());
+    let (mut head_tokens, mut direct_tokens) = (Vec::new(), Vec::new());
+    for round in 1..=args.rounds {
+        let (rate, mut tokens) = inserts(&head, &args).await?;
+        head_inserts.push(rate);
+        head_tokens.append(&mut tokens);
+        let (rate, mut tokens) = inserts(&direct, &args).await?;
+        direct_inserts.push(rate);
+        direct_tokens.append(&mut tokens);
+        head_lookups.push(lookups(&head, &head_tokens, &args).await?);
+        direct_lookups.push(lookups(&direct, &direct_tokens, &args).await?);
+        eprintln!(
+            "round {round}: inserts head {:.0} direct {:.0} rows/s; lookups head {:.0} direct {:.0} /s",
+            head_inserts[round - 1],
+            direct_inserts[round - 1],
+            head_lookups[round - 1],
+            direct_lookups[round - 1]
+        );
+    }
+    let (hi, di) = (median(&mut head_inserts), median(&mut direct_inserts));
+    let (hl, dl) = (median(&mut head_lookups), median(&mut direct_lookups));
+    println!("| what | through the head | directly on node 1 | ratio |");
+    println!("|---|---|---|---|");
+    println!(
+        "| inserts, 1,000-row statements | {hi:.0} rows/s | {di:.0} rows/s | **{:.2}** |",
+        hi / di
+    );
+    println!(
+        "| lookups by token (uuid, inserted) | {hl:.0} /s | {dl:.0} /s | **{:.2}** |",
+        hl / dl
+    );
+
+    head.close().await;
+    direct.close().await;
+    drop_databases(&args, &nodes, &name).await;
+    Ok(())
+}
+
+fn link(n: u32, token: Token) -> NewLink {
+    NewLink {
+        token,
+        kind: LinkKind::Click,
+        mailing_id: "bench".into(),
+        letter_id: u64::from(n),
+        email: format!("r{n}@example.com"),
+        position: n % 20,
+        url: format!("https://example.com/article/{n}?utm_source=newsletter"),
+        meta: None,
+    }
+}
+
+/// `args.rows` rows in 1,000-row inserts from `args.connections` tasks.
+async fn inserts(pool: &MySqlPool, args: &Args) -> anyhow::Result<(f64, Vec<Token>)> {
+    let per_task = args.rows / args.connections.max(1);
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..args.connections)
+        .map(|_| {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                let mut tokens = Vec::with_capacity(per_task as usize);
+                let mut done = 0;
+                while done < per_task {
+                    let batch: Vec<NewLink> = (done..(done + 1_000).min(per_task))
+                        .map(|n| link(n, Token::new()))
+                        .collect();
+                    links::insert(&pool, &batch).await?;
+                    tokens.extend(batch.iter().map(|l| l.token));
+                    done += batch.len() as u32;
+                }
+                Ok::<_, anyhow::Error>(tokens)
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await??);
+    }
+    Ok((all.len() as f64 / started.elapsed().as_secs_f64(), all))
+}
+
+/// `args.lookups` lookups of random stored tokens from `args.connections` tasks.
+async fn lookups(pool: &MySqlPool, tokens: &[Token], args: &Args) -> anyhow::Result<f64> {
+    let tokens = Arc::new(tokens.to_vec());
+    let per_task = args.lookups / args.connections.max(1);
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..args.connections)
+        .map(|_| {
+            let (pool, tokens) = (pool.clone(), Arc::clone(&tokens));
+            tokio::spawn(async move {
+                for _ in 0..per_task {
+                    let token = tokens[rand::rng().random_range(0..tokens.len())];
+                    anyhow::ensure!(links::lookup(&pool, &token).await?.is_some());
+                }
+                Ok::<_, anyhow::Error>(())
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await??;
+    }
+    Ok(f64::from(per_task * args.connections) / started.elapsed().as_secs_f64())
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+async fn drop_databases(args: &Args, nodes: &[String], name: &str) {
+    let direct = format!("{name}_direct");
+    let mut drops = vec![(args.head.clone(), name.to_owned())];
+    drops.extend(nodes.iter().map(|n| (n.clone(), name.to_owned())));
+    drops.push((nodes[0].clone(), direct));
+    for (server, database) in drops {
+        if let Ok(pool) = MySqlPool::connect(&server).await {
+            let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS `{database}`"))
+                .execute(&pool)
+                .await;
+        }
+    }
+    if let Ok(pool) = MySqlPool::connect(&args.head).await {
+        for n in 0..nodes.len() {
+            let server = cluster::server_name(name, n);
+            let _ = sqlx::query(&format!("DROP SERVER IF EXISTS `{server}`"))
+                .execute(&pool)
+                .await;
+        }
+    }
+}
