@@ -5,6 +5,7 @@
 
 mod amqp;
 mod build;
+mod cluster;
 mod common;
 mod delivery;
 mod demo;
@@ -16,6 +17,7 @@ mod partitions;
 mod row_format;
 mod server;
 mod server_crash;
+mod spider;
 mod stats;
 mod stats_http;
 mod stats_live;
