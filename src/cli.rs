@@ -361,6 +361,11 @@ async fn serve(url: &str, args: &ServeArgs) -> anyhow::Result<()> {
         live: live_layer(&args.live)?,
         rollup_every: (args.rollup_every > 0).then(|| Duration::from_secs(args.rollup_every)),
         admin_listen: Some(args.admin_listen),
+        connections: crate::server::listen::ConnectionLimits {
+            header_timeout: Duration::from_secs(args.header_timeout),
+            max_connections: args.max_connections,
+            ..Default::default()
+        },
         ..AppSettings::new(pool, JournalSettings::new(&args.journal))
     };
     let listener = tokio::net::TcpListener::bind(args.listen)
@@ -422,6 +427,8 @@ async fn demo(url: &str, args: &DemoArgs) -> anyhow::Result<()> {
         journal: args.dir.join("journal"),
         db_timeout_ms: 1500,
         db_connections: 16,
+        header_timeout: crate::server::listen::DEFAULT_HEADER_TIMEOUT.as_secs(),
+        max_connections: crate::server::listen::DEFAULT_MAX_CONNECTIONS,
         trust_forwarded_for: false,
         api_token: Some(api_token),
         secret: Some(random_hex()),

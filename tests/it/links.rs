@@ -127,3 +127,60 @@ async fn the_lookup_reads_exactly_one_partition() {
         assert_eq!(found, vec![vec![partition_name(day)]], "plan: {plan:#}");
     }
 }
+
+#[tokio::test]
+async fn a_batch_lookup_reads_one_partition_per_day_it_names() {
+    let db = TestDb::with_days_since(days_ago(12)).await;
+    let mut rows = Vec::new();
+    for n in 0..=12u64 {
+        let day = days_ago(n);
+        rows.extend((0..50).map(|i| {
+            link(
+                token_on(day),
+                &format!("https://example.com/{n}/{i}"),
+                &format!("r{n}.{i}@example.com"),
+            )
+        }));
+    }
+    links::insert(&db.pool, &rows).await.unwrap();
+    sqlx::query("ANALYZE TABLE links")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    // Five tokens of three days, and one token no link has.
+    let days = [days_ago(0), days_ago(4), days_ago(9)];
+    let mut wanted: Vec<Token> = rows
+        .iter()
+        .filter(|r| days.contains(&r.token.date()))
+        .step_by(30)
+        .map(|r| r.token)
+        .collect();
+    assert_eq!(wanted.len(), 5);
+    let unknown = token_on(days_ago(4));
+    wanted.push(unknown);
+
+    let sql = links::lookup_many_sql(&wanted);
+    let plan: String = sqlx::query_scalar(&format!("EXPLAIN FORMAT=JSON {sql}"))
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let plan: Value = serde_json::from_str(&plan).unwrap();
+    let mut found = Vec::new();
+    partitions_in(&plan, &mut found);
+    let mut expected: Vec<String> = days.iter().map(|d| partition_name(*d)).collect();
+    expected.sort();
+    for partitions in &mut found {
+        partitions.sort();
+    }
+    assert_eq!(found, vec![expected], "plan: {plan:#}");
+
+    let links = links::lookup_many(&db.pool, &wanted).await.unwrap();
+    assert_eq!(links.len(), 5);
+    assert!(!links.contains_key(&unknown));
+    for token in &wanted[..5] {
+        let row = rows.iter().find(|r| r.token == *token).unwrap();
+        let stored = &links[token];
+        assert_eq!((&stored.url, &stored.email), (&row.url, &row.email));
+    }
+    assert!(links::lookup_many(&db.pool, &[]).await.unwrap().is_empty());
+}
