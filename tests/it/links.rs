@@ -92,44 +92,8 @@ fn partitions_in(plan: &Value, found: &mut Vec<Vec<String>>) {
     }
 }
 
-#[tokio::test]
-async fn the_lookup_reads_exactly_one_partition() {
-    let db = TestDb::with_days_since(days_ago(12)).await;
-    let mut tokens = Vec::new();
-    for n in 0..=12u64 {
-        let day = days_ago(n);
-        let rows: Vec<NewLink> = (0..50)
-            .map(|i| {
-                link(
-                    token_on(day),
-                    &format!("https://example.com/{n}/{i}"),
-                    "a@example.com",
-                )
-            })
-            .collect();
-        links::insert(&db.pool, &rows).await.unwrap();
-        tokens.push((day, rows[17].token));
-    }
-    sqlx::query("ANALYZE TABLE links")
-        .execute(&db.pool)
-        .await
-        .unwrap();
-    for (day, token) in tokens {
-        let plan: String = sqlx::query_scalar(&format!("EXPLAIN FORMAT=JSON {LOOKUP_SQL}"))
-            .bind(&token.as_bytes()[..])
-            .bind(token.date())
-            .fetch_one(&db.pool)
-            .await
-            .unwrap();
-        let plan: Value = serde_json::from_str(&plan).unwrap();
-        let mut found = Vec::new();
-        partitions_in(&plan, &mut found);
-        assert_eq!(found, vec![vec![partition_name(day)]], "plan: {plan:#}");
-    }
-}
-
-#[tokio::test]
-async fn a_batch_lookup_reads_one_partition_per_day_it_names() {
+/// A database with 50 links on each of the last 13 days, analyzed.
+async fn links_of_thirteen_days() -> (TestDb, Vec<NewLink>) {
     let db = TestDb::with_days_since(days_ago(12)).await;
     let mut rows = Vec::new();
     for n in 0..=12u64 {
@@ -147,6 +111,45 @@ async fn a_batch_lookup_reads_one_partition_per_day_it_names() {
         .execute(&db.pool)
         .await
         .unwrap();
+    (db, rows)
+}
+
+/// The partition lists (sorted) of a plan from `EXPLAIN FORMAT=JSON`.
+fn partitions_of(plan: &str) -> Vec<Vec<String>> {
+    let plan: Value = serde_json::from_str(plan).unwrap();
+    let mut found = Vec::new();
+    partitions_in(&plan, &mut found);
+    for partitions in &mut found {
+        partitions.sort();
+    }
+    found
+}
+
+#[tokio::test]
+async fn the_lookup_reads_exactly_one_partition() {
+    let (db, rows) = links_of_thirteen_days().await;
+    let tokens: Vec<_> = rows
+        .chunks(50)
+        .map(|day| (day[17].token.date(), day[17].token))
+        .collect();
+    for (day, token) in tokens {
+        let plan: String = sqlx::query_scalar(&format!("EXPLAIN FORMAT=JSON {LOOKUP_SQL}"))
+            .bind(&token.as_bytes()[..])
+            .bind(token.date())
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        assert_eq!(
+            partitions_of(&plan),
+            vec![vec![partition_name(day)]],
+            "plan: {plan}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_batch_lookup_reads_one_partition_per_day_it_names() {
+    let (db, rows) = links_of_thirteen_days().await;
     // Five tokens of three days, and one token no link has.
     let days = [days_ago(0), days_ago(4), days_ago(9)];
     let mut wanted: Vec<Token> = rows
@@ -164,15 +167,9 @@ async fn a_batch_lookup_reads_one_partition_per_day_it_names() {
         .fetch_one(&db.pool)
         .await
         .unwrap();
-    let plan: Value = serde_json::from_str(&plan).unwrap();
-    let mut found = Vec::new();
-    partitions_in(&plan, &mut found);
     let mut expected: Vec<String> = days.iter().map(|d| partition_name(*d)).collect();
     expected.sort();
-    for partitions in &mut found {
-        partitions.sort();
-    }
-    assert_eq!(found, vec![expected], "plan: {plan:#}");
+    assert_eq!(partitions_of(&plan), vec![expected], "plan: {plan}");
 
     let links = links::lookup_many(&db.pool, &wanted).await.unwrap();
     assert_eq!(links.len(), 5);

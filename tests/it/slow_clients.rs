@@ -18,9 +18,22 @@ async fn app_with(db: &TestDb, limits: ConnectionLimits) -> RunningApp {
     .await
 }
 
-fn addr(app: &RunningApp) -> String {
-    app.base.trim_start_matches("http://").to_owned()
+/// A raw connection to the app that has sent `bytes`.
+async fn connect_and_send(app: &RunningApp, bytes: &[u8]) -> TcpStream {
+    let mut stream = TcpStream::connect(app.base.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    stream.write_all(bytes).await.unwrap();
+    stream
 }
+
+/// The admin listener's `/metrics` text.
+async fn metrics(app: &RunningApp) -> String {
+    let response = reqwest::get(format!("{}/metrics", app.admin)).await;
+    response.unwrap().text().await.unwrap()
+}
+
+const COMPLETE: &[u8] = b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n";
 
 /// Read until the server closes the connection; returns what it sent, or
 /// `None` if it was still open after `wait`.
@@ -49,18 +62,10 @@ async fn a_slow_header_connection_is_closed_after_the_timeout_while_others_are_s
     // Slowloris: a request line and one header, then nothing.
     let mut slow = Vec::new();
     for _ in 0..20 {
-        let mut stream = TcpStream::connect(addr(&app)).await.unwrap();
-        stream
-            .write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\n")
-            .await
-            .unwrap();
-        slow.push(stream);
+        slow.push(connect_and_send(&app, b"GET /healthz HTTP/1.1\r\nHost: t\r\n").await);
     }
     // An idle keep-alive connection: one complete request, then silence.
-    let mut idle = TcpStream::connect(addr(&app)).await.unwrap();
-    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
-        .await
-        .unwrap();
+    let mut idle = connect_and_send(&app, COMPLETE).await;
     let mut first = [0u8; 17];
     idle.read_exact(&mut first).await.unwrap();
     assert_eq!(&first, b"HTTP/1.1 200 OK\r\n");
@@ -85,18 +90,15 @@ async fn a_slow_header_connection_is_closed_after_the_timeout_while_others_are_s
     let rest = read_until_closed(&mut idle, Duration::from_secs(5)).await;
     assert!(rest.is_some(), "the idle keep-alive connection is closed");
 
-    let metrics = http
-        .get(format!("{}/metrics", app.admin))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(
-        metrics.contains("linktrack_connections_cut_total{reason=\"header_timeout\"}"),
-        "{metrics}"
-    );
+    // Counted once the server side has closed too.
+    let cut = "linktrack_connections_cut_total{reason=\"header_timeout\"}";
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut text = metrics(&app).await;
+    while !text.contains(cut) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        text = metrics(&app).await;
+    }
+    assert!(text.contains(cut), "{text}");
     app.stop().await;
 }
 
@@ -136,11 +138,7 @@ async fn at_the_connection_cap_new_connections_wait_until_one_closes() {
     let app = app_with(&db, limits).await;
     let mut held = Vec::new();
     for _ in 0..2 {
-        let mut stream = TcpStream::connect(addr(&app)).await.unwrap();
-        stream
-            .write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
-            .await
-            .unwrap();
+        let mut stream = connect_and_send(&app, COMPLETE).await;
         let mut status = [0u8; 12];
         stream.read_exact(&mut status).await.unwrap();
         assert_eq!(&status, b"HTTP/1.1 200");
@@ -158,15 +156,10 @@ async fn at_the_connection_cap_new_connections_wait_until_one_closes() {
         .unwrap()
         .unwrap();
     assert_eq!(status, reqwest::StatusCode::OK);
-    let metrics = reqwest::get(format!("{}/metrics", app.admin))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = metrics(&app).await;
     assert!(
-        metrics.contains("linktrack_connection_cap_reached_total"),
-        "{metrics}"
+        text.contains("linktrack_connection_cap_reached_total"),
+        "{text}"
     );
     drop(held);
     app.stop().await;
