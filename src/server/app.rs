@@ -20,6 +20,7 @@ use super::{handlers, metrics, public_router, ServeError};
 use crate::events::journal::JournalSettings;
 use crate::events::EventPipeline;
 use crate::live::Live;
+use crate::outbound::Outbound;
 use crate::store::rollup::RollupOptions;
 use axum::routing::get;
 use axum::Router;
@@ -50,6 +51,8 @@ pub struct AppSettings {
     pub admin_listen: Option<SocketAddr>,
     /// Header timeout, connection cap and header size of both listeners.
     pub connections: ConnectionLimits,
+    /// Webhook and AMQP endpoints events go out to; empty: none.
+    pub outbound: Outbound,
 }
 
 impl AppSettings {
@@ -67,6 +70,7 @@ impl AppSettings {
             rollup: RollupOptions::default(),
             admin_listen: Some(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))),
             connections: ConnectionLimits::default(),
+            outbound: Outbound::default(),
         }
     }
 }
@@ -95,7 +99,12 @@ impl App {
             None => None,
         };
         let pool = settings.pool.clone();
-        let pipeline = EventPipeline::start(pool.clone(), settings.journal.clone()).await?;
+        let pipeline = EventPipeline::start(
+            pool.clone(),
+            settings.journal.clone(),
+            settings.outbound.clone(),
+        )
+        .await?;
         let mut state = AppState::new(
             pool.clone(),
             settings.server.clone(),
@@ -216,8 +225,8 @@ impl App {
 
 /// Start the background workers this configuration asks for.
 ///
-/// **Register new background workers here** (webhook and AMQP senders,
-/// issue 9): `workers.spawn("name", |stopping| your_loop(.., stopping))`.
+/// **Register new background workers here**:
+/// `workers.spawn("name", |stopping| your_loop(.., stopping))`.
 /// Each is stopped and joined by [`App::run`] after the event pipeline has
 /// flushed (see the module docs).
 fn start_workers(settings: &AppSettings) -> Workers {
@@ -230,6 +239,7 @@ fn start_workers(settings: &AppSettings) -> Workers {
             crate::rollup::run_worker(pool, live, options, every, stopping)
         });
     }
+    crate::outbound::start_senders(&settings.pool, &settings.outbound, &mut workers);
     workers
 }
 
