@@ -38,6 +38,18 @@ pub struct GlobalArgs {
     #[arg(long, env = "DATABASE_URL", default_value = DEFAULT_DATABASE_URL, global = true, hide_env_values = true)]
     pub database_url: String,
 
+    /// A Spider cluster's data nodes: comma-separated MySQL URLs (each with
+    /// its database). DATABASE_URL is then the head, the one server every
+    /// command talks to; unset is a single server. See docs/scaling.md.
+    #[arg(
+        long,
+        env = "LINKTRACK_SHARDS",
+        global = true,
+        hide_env_values = true,
+        value_name = "URL,URL,…"
+    )]
+    pub shards: Option<String>,
+
     /// Log as JSON lines instead of human-readable text (filter with RUST_LOG).
     #[arg(long, env = "LINKTRACK_LOG_JSON", global = true)]
     pub log_json: bool,
@@ -406,6 +418,12 @@ pub struct MigrateArgs {
     /// partition is copied; migrate prints an estimate first).
     #[arg(long, requires = "row_format")]
     pub rebuild: bool,
+
+    /// With --shards: how many data tables (`links_NN`, `events_NN`) the
+    /// head's Spider tables spread over the data nodes. Odd (KEY hashing of
+    /// UUIDv7 is skewed with even counts); fixed at the first migrate.
+    #[arg(long, default_value_t = crate::store::cluster::DEFAULT_VIRTUAL_SHARDS)]
+    pub virtual_shards: u32,
 }
 
 #[derive(Debug, Subcommand)]

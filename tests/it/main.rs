@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used)] // tests and benchmarks: a failure should stop them loudly
 
 mod build;
+mod cluster;
 mod common;
 mod delivery;
 mod demo;
@@ -17,6 +18,7 @@ mod row_format;
 mod server;
 mod server_crash;
 mod slow_clients;
+mod spider;
 mod stats;
 mod stats_http;
 mod stats_live;
