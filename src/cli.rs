@@ -440,6 +440,11 @@ async fn serve(url: &str, args: &ServeArgs) -> anyhow::Result<()> {
         live: live_layer(&args.live)?,
         rollup_every: (args.rollup_every > 0).then(|| Duration::from_secs(args.rollup_every)),
         admin_listen: Some(args.admin_listen),
+        connections: crate::server::listen::ConnectionLimits {
+            header_timeout: Duration::from_secs(args.header_timeout),
+            max_connections: args.max_connections,
+            ..Default::default()
+        },
         outbound: Outbound::from_args(&args.outbound)?,
         ..AppSettings::new(pool, JournalSettings::new(&args.journal))
     };
@@ -502,6 +507,8 @@ async fn demo(url: &str, args: &DemoArgs) -> anyhow::Result<()> {
         journal: args.dir.join("journal"),
         db_timeout_ms: 1500,
         db_connections: 16,
+        header_timeout: crate::server::listen::DEFAULT_HEADER_TIMEOUT.as_secs(),
+        max_connections: crate::server::listen::DEFAULT_MAX_CONNECTIONS,
         trust_forwarded_for: false,
         api_token: Some(api_token),
         secret: Some(random_hex()),

@@ -505,6 +505,20 @@ pub struct ServeArgs {
     #[arg(long, env = "LINKTRACK_DB_CONNECTIONS", default_value_t = 16)]
     pub db_connections: u32,
 
+    /// Close a connection that has not sent a request's complete headers
+    /// within SECS seconds; an idle keep-alive connection is closed after
+    /// the same time (it is waiting for the next request's headers).
+    #[arg(long, env = "LINKTRACK_HEADER_TIMEOUT", default_value_t = 10, value_name = "SECS",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub header_timeout: u64,
+
+    /// Most client connections open at once (each listener); beyond it new
+    /// connections wait in the listen backlog, and the server logs that the
+    /// cap was reached. Keep it below the process's file descriptor limit.
+    #[arg(long, env = "LINKTRACK_MAX_CONNECTIONS", default_value_t = crate::server::listen::DEFAULT_MAX_CONNECTIONS,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub max_connections: usize,
+
     /// Record the client network from the last X-Forwarded-For entry. Set it
     /// only behind a reverse proxy or load balancer that appends that header.
     #[arg(long, env = "LINKTRACK_TRUST_FORWARDED_FOR")]
