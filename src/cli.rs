@@ -4,11 +4,12 @@
 use crate::address;
 use crate::build::{self, BuildOptions, Output};
 use crate::config::{
-    BuildArgs, Cli, Command, DemoArgs, EnsureArgs, EraseArgs, LiveArgs, MigrateArgs,
+    BuildArgs, Cli, Command, DemoArgs, EnsureArgs, EraseArgs, LiveArgs, MigrateArgs, OutboundArgs,
     PartitionsCommand, RollupArgs, RotateArgs, SegmentArgs, ServeArgs, StatsCommand,
-    SuppressionsCommand,
+    SuppressionsCommand, WebhooksCommand, WebhooksReplayArgs, WebhooksTestArgs,
 };
 use crate::live::{Live, SegmentQuery};
+use crate::outbound::Outbound;
 use crate::store::{self, partitions, suppressions};
 use anyhow::Context;
 use chrono::Utc;
@@ -35,6 +36,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Erase(args) => erase(url, &args).await?,
         Command::Segment(args) => segment(url, &args).await?,
         Command::Stats(StatsCommand::Rollup(args)) => rollup(url, &args).await?,
+        Command::Webhooks(WebhooksCommand::List(args)) => {
+            webhooks_list(url, &args.outbound).await?
+        }
+        Command::Webhooks(WebhooksCommand::Test(args)) => return webhooks_test(&args).await,
+        Command::Webhooks(WebhooksCommand::Replay(args)) => webhooks_replay(url, &args).await?,
+        Command::Webhooks(WebhooksCommand::NewSecret) => {
+            println!("{}", crate::outbound::signature::Secret::generate());
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -362,6 +371,7 @@ async fn serve(url: &str, args: &ServeArgs) -> anyhow::Result<()> {
         live: live_layer(&args.live)?,
         rollup_every: (args.rollup_every > 0).then(|| Duration::from_secs(args.rollup_every)),
         admin_listen: Some(args.admin_listen),
+        outbound: Outbound::from_args(&args.outbound)?,
         ..AppSettings::new(pool, JournalSettings::new(&args.journal))
     };
     let listener = tokio::net::TcpListener::bind(args.listen)
@@ -431,6 +441,7 @@ async fn demo(url: &str, args: &DemoArgs) -> anyhow::Result<()> {
             redis_url: demo_redis_url().await,
             redis_prefix: crate::live::DEFAULT_PREFIX.to_owned(),
         },
+        outbound: outbound_from_env()?,
     };
     serve(url, &serve_args).await
 }
@@ -456,6 +467,72 @@ async fn demo_redis_url() -> Option<String> {
         println!("  live layer off: no Redis answered at {url} (set REDIS_URL to use one)");
         None
     }
+}
+
+/// The outbound settings of the environment alone (the demo has no flags
+/// for them): LINKTRACK_WEBHOOK_URL and the rest, with their defaults.
+fn outbound_from_env() -> anyhow::Result<OutboundArgs> {
+    use clap::{Args, FromArgMatches};
+    let command = OutboundArgs::augment_args(clap::Command::new("linktrack"));
+    let matches = command.try_get_matches_from(["linktrack"])?;
+    Ok(OutboundArgs::from_arg_matches(&matches)?)
+}
+
+/// `webhooks list`: every endpoint with its backlog.
+async fn webhooks_list(url: &str, args: &OutboundArgs) -> anyhow::Result<()> {
+    let outbound = Outbound::from_args(args)?;
+    let pool = pool(url).await?;
+    let backlog = store::outbox::backlog(&pool).await?;
+    let now = Utc::now().naive_utc();
+    println!("endpoint\ttarget\tfilter\tqueued\tlag_secs\tdead");
+    for line in crate::outbound::list_lines(&outbound, &backlog, now) {
+        println!("{line}");
+    }
+    Ok(())
+}
+
+/// `webhooks test`: one signed `webhook.test` delivery, now; exit status 1
+/// unless the endpoint acknowledged it.
+async fn webhooks_test(args: &WebhooksTestArgs) -> anyhow::Result<ExitCode> {
+    let outbound = Outbound::from_args(&args.outbound)?;
+    let Some(endpoint) = outbound.endpoint(&args.endpoint) else {
+        anyhow::bail!(
+            "--endpoint {:?}: no such endpoint (configured: {})",
+            args.endpoint,
+            crate::outbound::names(&outbound)
+        );
+    };
+    let outcome = crate::outbound::send_test(endpoint).await?;
+    println!("{}: {outcome:?}", endpoint.name);
+    Ok(if outcome == crate::outbound::webhook::Outcome::Delivered {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// `webhooks replay`: dead letters back into the outbox.
+async fn webhooks_replay(url: &str, args: &WebhooksReplayArgs) -> anyhow::Result<()> {
+    let since = parse_since(&args.since)?;
+    let pool = pool(url).await?;
+    let queued = store::outbox::replay_dead(&pool, &args.endpoint, since).await?;
+    println!(
+        "{queued} dead letters of endpoint {:?} since {since} queued again",
+        args.endpoint
+    );
+    Ok(())
+}
+
+/// `--since`: RFC 3339, or a date (its midnight UTC).
+fn parse_since(text: &str) -> anyhow::Result<chrono::NaiveDateTime> {
+    if let Ok(at) = chrono::DateTime::parse_from_rfc3339(text) {
+        return Ok(at.with_timezone(&Utc).naive_utc());
+    }
+    chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d")
+        .map(|day| day.and_time(chrono::NaiveTime::MIN))
+        .with_context(|| {
+            format!("--since {text:?}: not an RFC 3339 time (2026-11-23T10:00:00Z) or a date")
+        })
 }
 
 /// 128 random bits as hex: the demo's API token and cookie key.

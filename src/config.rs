@@ -69,6 +69,115 @@ pub enum Command {
     /// Statistics maintenance.
     #[command(subcommand)]
     Stats(StatsCommand),
+    /// Events out: the webhook and AMQP endpoints, their backlog and dead
+    /// letters (the same settings as `serve`).
+    #[command(subcommand)]
+    Webhooks(WebhooksCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WebhooksCommand {
+    /// Each configured endpoint: target, filters, queued events, the age of
+    /// the oldest (the lag) and dead letters.
+    List(WebhooksListArgs),
+    /// Send a signed `webhook.test` event to an endpoint now and print the answer.
+    Test(WebhooksTestArgs),
+    /// Queue an endpoint's dead letters again (events since --since); a
+    /// running server sends them.
+    Replay(WebhooksReplayArgs),
+    /// Print a fresh random secret (`whsec_` + base64) for an endpoint.
+    NewSecret,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct WebhooksListArgs {
+    #[command(flatten)]
+    pub outbound: OutboundArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct WebhooksTestArgs {
+    /// The endpoint's name (`default` for LINKTRACK_WEBHOOK_URL).
+    #[arg(long, default_value = "default")]
+    pub endpoint: String,
+    #[command(flatten)]
+    pub outbound: OutboundArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct WebhooksReplayArgs {
+    /// The endpoint's name (`default` for LINKTRACK_WEBHOOK_URL, `amqp` for LINKTRACK_AMQP_URL).
+    #[arg(long)]
+    pub endpoint: String,
+    /// Only events that happened at or after this UTC time: RFC 3339
+    /// (2026-11-23T10:00:00Z) or a date (2026-11-23).
+    #[arg(long, value_name = "TIME")]
+    pub since: String,
+}
+
+/// The default AMQP exchange events are published to.
+pub const DEFAULT_AMQP_EXCHANGE: &str = "linktrack.events";
+
+/// Where events go out (see docs/serve.md, "Events out").
+#[derive(Debug, Clone, Args)]
+pub struct OutboundArgs {
+    /// POST every event to this http(s) URL, signed per Standard Webhooks
+    /// (the endpoint named `default`).
+    #[arg(long, env = "LINKTRACK_WEBHOOK_URL")]
+    pub webhook_url: Option<String>,
+
+    /// The signing secret of --webhook-url: `whsec_` + base64 of 24 to 64
+    /// bytes (`linktrack webhooks new-secret` makes one).
+    #[arg(long, env = "LINKTRACK_WEBHOOK_SECRET", hide_env_values = true)]
+    pub webhook_secret: Option<String>,
+
+    /// A TOML file of endpoints, each with its URL, secret and optional
+    /// filters by event type and mailing (docs/serve.md).
+    #[arg(long, env = "LINKTRACK_WEBHOOKS", value_name = "FILE")]
+    pub webhooks: Option<PathBuf>,
+
+    /// Publish every event to RabbitMQ, e.g.
+    /// amqp://guest:guest@127.0.0.1:5672/%2f (the endpoint named `amqp`).
+    #[arg(long, env = "LINKTRACK_AMQP_URL", hide_env_values = true)]
+    pub amqp_url: Option<String>,
+
+    /// The durable topic exchange of --amqp-url (routing key = event type).
+    #[arg(long, env = "LINKTRACK_AMQP_EXCHANGE", default_value = DEFAULT_AMQP_EXCHANGE)]
+    pub amqp_exchange: String,
+
+    /// Longest wait for an endpoint's answer, in milliseconds.
+    #[arg(long, env = "LINKTRACK_WEBHOOK_TIMEOUT_MS", default_value_t = 10_000)]
+    pub webhook_timeout_ms: u64,
+
+    /// Deliveries in flight at once per endpoint (and server).
+    #[arg(long, env = "LINKTRACK_WEBHOOK_CONCURRENCY", default_value_t = 8)]
+    pub webhook_concurrency: usize,
+
+    /// Delay before the first retry, in milliseconds; each further retry
+    /// doubles it (with jitter) up to --outbound-retry-max-secs.
+    #[arg(
+        long,
+        env = "LINKTRACK_OUTBOUND_RETRY_BASE_MS",
+        default_value_t = 5_000
+    )]
+    pub outbound_retry_base_ms: u64,
+
+    /// Longest delay between two attempts, in seconds.
+    #[arg(
+        long,
+        env = "LINKTRACK_OUTBOUND_RETRY_MAX_SECS",
+        default_value_t = 3_600
+    )]
+    pub outbound_retry_max_secs: u64,
+
+    /// Give up on an event this many seconds after it was queued: it moves
+    /// to the dead letters (`linktrack webhooks replay` sends them again).
+    #[arg(
+        long,
+        env = "LINKTRACK_OUTBOUND_GIVE_UP_SECS",
+        default_value_t = 259_200
+    )]
+    pub outbound_give_up_secs: u64,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -410,6 +519,9 @@ pub struct ServeArgs {
 
     #[command(flatten)]
     pub live: LiveArgs,
+
+    #[command(flatten)]
+    pub outbound: OutboundArgs,
 }
 
 /// Where tracked URLs point; used by `build` and `serve`.

@@ -49,8 +49,13 @@
 //! * [`delivery`]: each letter as a complete RFC 5322 message
 //!   (`src/delivery/message.rs`), delivered over SMTP (`src/delivery/smtp.rs`)
 //!   and recorded per letter so a re-run delivers nothing twice.
-//! * Planned: webhook and AMQP event senders (issue 9) in `src/outbound/`,
-//!   registered as workers in `src/server/app.rs`.
+//! * [`outbound`]: events out, at least once: the replay enqueues each
+//!   event for every matching endpoint in `outbox` (`src/store/outbox.rs`);
+//!   a sender per endpoint (`src/outbound/dispatch.rs`, a worker started in
+//!   `src/server/app.rs`) delivers signed Standard Webhooks POSTs
+//!   (`src/outbound/webhook.rs`, `src/outbound/signature.rs`); the payload
+//!   in `src/outbound/payload.rs`, the endpoints and their settings in
+//!   `src/outbound/endpoints.rs`; `linktrack webhooks list|test|replay`.
 
 pub mod address;
 pub mod build;
@@ -63,6 +68,7 @@ pub mod events;
 pub mod kind;
 pub mod letter;
 pub mod live;
+pub mod outbound;
 pub mod rollup;
 pub mod server;
 pub mod store;

@@ -38,14 +38,25 @@ pub struct EventPipeline {
 impl EventPipeline {
     /// Recover the journal directory (segments a previous process left
     /// behind become replayable), then start the writer and the replayer.
-    pub async fn start(pool: MySqlPool, settings: JournalSettings) -> Result<Self, JournalError> {
+    /// `outbound` names the endpoints each replayed event is queued for.
+    pub async fn start(
+        pool: MySqlPool,
+        settings: JournalSettings,
+        outbound: crate::outbound::Outbound,
+    ) -> Result<Self, JournalError> {
         let (next_segment, lock) = journal::recover(&settings.dir).await?;
         let (stop_writer, writer_stopped) = watch::channel(false);
         let (stop_replayer, replayer_stopped) = watch::channel(false);
         let (recorder, writer) =
             journal::spawn_writer(settings.clone(), next_segment, writer_stopped);
         let sealed = writer.sealed.clone();
-        let replayer = tokio::spawn(replay::run(pool, settings, sealed, replayer_stopped));
+        let replayer = tokio::spawn(replay::run(
+            pool,
+            settings,
+            outbound,
+            sealed,
+            replayer_stopped,
+        ));
         Ok(EventPipeline {
             recorder,
             stop_writer,

@@ -9,6 +9,7 @@
 use super::journal::{sealed_segments, JournalError, JournalSettings};
 use super::record::{JournalRecord, RecordError};
 use crate::kind::EventKind;
+use crate::outbound::Outbound;
 use crate::store::events::{insert_idempotent, suppress_unsubscribed, EventRow};
 use crate::store::{partitions, StoreError};
 use chrono::Utc;
@@ -47,11 +48,12 @@ impl ReplayError {
 pub async fn run(
     pool: MySqlPool,
     settings: JournalSettings,
+    outbound: Outbound,
     sealed: Arc<Notify>,
     mut stop: watch::Receiver<bool>,
 ) {
     loop {
-        let failed = replay_all(&pool, &settings.dir).await.is_err();
+        let failed = replay_all(&pool, &settings.dir, &outbound).await.is_err();
         if *stop.borrow() {
             break;
         }
@@ -70,16 +72,20 @@ pub async fn run(
     }
     // The writer has sealed its last segment before we were told to stop
     // (see `EventPipeline::shutdown`), so this pass sees everything journaled.
-    let _ = replay_all(&pool, &settings.dir).await;
+    let _ = replay_all(&pool, &settings.dir, &outbound).await;
 }
 
 /// Replay every sealed segment, oldest first; stop at the first failure so
 /// the order of commits follows the order of the journal. A segment whose
 /// data the database rejects is set aside (renamed `.failed`, for an
 /// operator to inspect) so that it cannot block every later event.
-pub async fn replay_all(pool: &MySqlPool, dir: &Path) -> Result<(), ReplayError> {
+pub async fn replay_all(
+    pool: &MySqlPool,
+    dir: &Path,
+    outbound: &Outbound,
+) -> Result<(), ReplayError> {
     for segment in sealed_segments(dir).await? {
-        match replay_segment(pool, &segment).await {
+        match replay_segment(pool, &segment, outbound).await {
             Ok(()) => {}
             Err(err) if err.is_rejected_data() => quarantine(&segment, &err, "rejected").await?,
             Err(err @ ReplayError::BadLine { .. }) => {
@@ -119,7 +125,11 @@ async fn quarantine(
     Ok(())
 }
 
-async fn replay_segment(pool: &MySqlPool, segment: &Path) -> Result<(), ReplayError> {
+async fn replay_segment(
+    pool: &MySqlPool,
+    segment: &Path,
+    outbound: &Outbound,
+) -> Result<(), ReplayError> {
     let text = tokio::fs::read_to_string(segment)
         .await
         .map_err(|source| JournalError::Io {
@@ -131,6 +141,8 @@ async fn replay_segment(pool: &MySqlPool, segment: &Path) -> Result<(), ReplayEr
     // the events are visible the suppressions are too.
     apply_unsubscribes(pool, &rows).await?;
     insert_with_partitions(pool, &rows).await?;
+    // Events out: queued before the segment goes, so none is lost.
+    crate::outbound::enqueue(pool, outbound, &rows).await?;
     if let Some((line, source)) = bad_line {
         // The readable events are in; the file stays whole for inspection
         // (replaying it again later is a no-op for those events).

@@ -19,6 +19,7 @@ use super::{handlers, metrics, public_router, ServeError};
 use crate::events::journal::JournalSettings;
 use crate::events::EventPipeline;
 use crate::live::Live;
+use crate::outbound::Outbound;
 use crate::store::rollup::RollupOptions;
 use axum::routing::get;
 use axum::Router;
@@ -47,6 +48,8 @@ pub struct AppSettings {
     pub rollup: RollupOptions,
     /// Where `/metrics` and `/readyz` answer; `None`: nowhere.
     pub admin_listen: Option<SocketAddr>,
+    /// Webhook and AMQP endpoints events go out to; empty: none.
+    pub outbound: Outbound,
 }
 
 impl AppSettings {
@@ -63,6 +66,7 @@ impl AppSettings {
             rollup_every: None,
             rollup: RollupOptions::default(),
             admin_listen: Some(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))),
+            outbound: Outbound::default(),
         }
     }
 }
@@ -90,7 +94,12 @@ impl App {
             None => None,
         };
         let pool = settings.pool.clone();
-        let pipeline = EventPipeline::start(pool.clone(), settings.journal.clone()).await?;
+        let pipeline = EventPipeline::start(
+            pool.clone(),
+            settings.journal.clone(),
+            settings.outbound.clone(),
+        )
+        .await?;
         let mut state = AppState::new(
             pool.clone(),
             settings.server.clone(),
@@ -217,8 +226,8 @@ impl App {
 
 /// Start the background workers this configuration asks for.
 ///
-/// **Register new background workers here** (webhook and AMQP senders,
-/// issue 9): `workers.spawn("name", |stopping| your_loop(.., stopping))`.
+/// **Register new background workers here**:
+/// `workers.spawn("name", |stopping| your_loop(.., stopping))`.
 /// Each is stopped and joined by [`App::run`] after the event pipeline has
 /// flushed (see the module docs).
 fn start_workers(settings: &AppSettings) -> Workers {
@@ -231,6 +240,7 @@ fn start_workers(settings: &AppSettings) -> Workers {
             crate::rollup::run_worker(pool, live, options, every, stopping)
         });
     }
+    crate::outbound::start_senders(&settings.pool, &settings.outbound, &mut workers);
     workers
 }
 

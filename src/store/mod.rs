@@ -6,6 +6,7 @@ pub mod deliveries;
 pub mod erase;
 pub mod events;
 pub mod links;
+pub mod outbox;
 pub mod partitions;
 pub mod rollup;
 pub mod row_format;

@@ -453,7 +453,7 @@ async fn link_tags(
 }
 
 /// The `tags` array of a link's meta JSON; anything else is no tags.
-fn tags_of(meta: Option<&str>) -> Vec<String> {
+pub(crate) fn tags_of(meta: Option<&str>) -> Vec<String> {
     #[derive(serde::Deserialize)]
     struct Meta {
         #[serde(default)]

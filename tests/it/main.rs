@@ -19,4 +19,5 @@ mod stats;
 mod stats_http;
 mod stats_live;
 mod suppressions;
+mod webhooks;
 mod wiring;

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-fn free_port() -> std::net::SocketAddr {
+pub fn free_port() -> std::net::SocketAddr {
     let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     probe.local_addr().unwrap()
 }
@@ -17,6 +17,16 @@ fn serve(
     db: &TestDb,
     addr: std::net::SocketAddr,
     journal: &std::path::Path,
+) -> std::process::Child {
+    serve_with_env(db, addr, journal, &[])
+}
+
+/// `linktrack serve` on `addr` with `journal`, plus environment settings.
+pub fn serve_with_env(
+    db: &TestDb,
+    addr: std::net::SocketAddr,
+    journal: &std::path::Path,
+    env: &[(&str, &str)],
 ) -> std::process::Child {
     std::process::Command::new(env!("CARGO_BIN_EXE_linktrack"))
         .args([
@@ -33,11 +43,12 @@ fn serve(
         .arg(journal)
         .env("DATABASE_URL", &db.url)
         .env("RUST_LOG", "error")
+        .envs(env.iter().copied())
         .spawn()
         .unwrap()
 }
 
-async fn wait_until_up(http: &reqwest::Client, addr: std::net::SocketAddr) {
+pub async fn wait_until_up(http: &reqwest::Client, addr: std::net::SocketAddr) {
     let deadline = Instant::now() + Duration::from_secs(15);
     while http
         .get(format!("http://{addr}/healthz"))

@@ -1,0 +1,395 @@
+//! Where events go: the endpoints of `LINKTRACK_WEBHOOK_URL` (named
+//! `default`), `LINKTRACK_AMQP_URL` (named `amqp`) and the endpoints file
+//! (`--webhooks FILE`, TOML), each checked at start: a bad URL, secret or
+//! filter is refused with the setting's (or the file's key's) name.
+//!
+//! ```toml
+//! [[endpoint]]
+//! name = "crm"                        # [a-z0-9_-], unique; labels metrics
+//! url = "https://crm.example.com/hooks/linktrack"
+//! secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+//! types = ["email.clicked", "email.unsubscribed"]   # optional filter
+//! mailings = ["spring-sale"]                         # optional filter
+//! concurrency = 4                     # requests in flight (default 8)
+//! timeout_ms = 5000                   # per request (default 10000)
+//!
+//! [[endpoint]]
+//! name = "pipeline"
+//! url = "amqp://guest:guest@127.0.0.1:5672/%2f"    # AMQP: publish to RabbitMQ
+//! exchange = "linktrack.events"
+//! ```
+
+use super::payload::EVENT_TYPES;
+use super::signature::{Secret, SecretError};
+use crate::config::OutboundArgs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Where one endpoint's events go.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// Standard Webhooks POSTs.
+    Webhook { url: reqwest::Url, secret: Secret },
+    /// AMQP 0-9-1 publishes to a durable topic exchange, routing key = type.
+    Amqp { url: String, exchange: String },
+}
+
+/// One endpoint: a name, a target, a filter and its limits.
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    pub name: String,
+    pub target: Target,
+    /// Event types sent; `None`: all.
+    pub types: Option<Vec<String>>,
+    /// Mailings sent; `None`: all.
+    pub mailings: Option<Vec<String>>,
+    /// Deliveries in flight at once (per server).
+    pub concurrency: usize,
+    /// Longest wait for one delivery's answer.
+    pub timeout: Duration,
+}
+
+impl Endpoint {
+    /// True when this endpoint wants events of `event_type` in `mailing`.
+    pub fn wants(&self, event_type: &str, mailing: Option<&str>) -> bool {
+        let type_ok = self
+            .types
+            .as_ref()
+            .is_none_or(|types| types.iter().any(|t| t == event_type));
+        let mailing_ok = self.mailings.as_ref().is_none_or(|mailings| {
+            mailing.is_some_and(|m| mailings.iter().any(|wanted| wanted == m))
+        });
+        type_ok && mailing_ok
+    }
+}
+
+/// A setting or endpoints-file entry that cannot be used, named.
+#[derive(Debug, thiserror::Error)]
+pub enum EndpointError {
+    #[error("{setting}: {message}")]
+    Setting {
+        setting: &'static str,
+        message: String,
+    },
+    #[error("{}: cannot read: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {message}", path.display())]
+    File { path: PathBuf, message: String },
+}
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EndpointsFile {
+    #[serde(default)]
+    endpoint: Vec<FileEndpoint>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileEndpoint {
+    name: String,
+    url: String,
+    secret: Option<String>,
+    exchange: Option<String>,
+    types: Option<Vec<String>>,
+    mailings: Option<Vec<String>>,
+    concurrency: Option<usize>,
+    timeout_ms: Option<u64>,
+}
+
+/// Every endpoint the settings name, checked.
+pub fn from_args(args: &OutboundArgs) -> Result<Vec<Endpoint>, EndpointError> {
+    let defaults = Limits {
+        concurrency: args.webhook_concurrency.max(1),
+        timeout: Duration::from_millis(args.webhook_timeout_ms.max(1)),
+    };
+    let mut endpoints = Vec::new();
+    match (&args.webhook_url, &args.webhook_secret) {
+        (Some(url), Some(secret)) => endpoints.push(Endpoint {
+            name: "default".into(),
+            target: Target::Webhook {
+                url: http_url(url).map_err(|message| setting("LINKTRACK_WEBHOOK_URL", message))?,
+                secret: Secret::parse(secret)
+                    .map_err(|err| setting("LINKTRACK_WEBHOOK_SECRET", err.to_string()))?,
+            },
+            types: None,
+            mailings: None,
+            concurrency: defaults.concurrency,
+            timeout: defaults.timeout,
+        }),
+        (Some(_), None) => {
+            return Err(setting(
+                "LINKTRACK_WEBHOOK_SECRET",
+                "missing: LINKTRACK_WEBHOOK_URL needs its signing secret (whsec_ + base64)".into(),
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(setting(
+                "LINKTRACK_WEBHOOK_URL",
+                "missing: LINKTRACK_WEBHOOK_SECRET is set without a URL to sign for".into(),
+            ))
+        }
+        (None, None) => {}
+    }
+    if let Some(url) = &args.amqp_url {
+        endpoints.push(Endpoint {
+            name: "amqp".into(),
+            target: Target::Amqp {
+                url: amqp_url(url).map_err(|message| setting("LINKTRACK_AMQP_URL", message))?,
+                exchange: args.amqp_exchange.clone(),
+            },
+            types: None,
+            mailings: None,
+            concurrency: 1,
+            timeout: defaults.timeout,
+        });
+    }
+    if let Some(path) = &args.webhooks {
+        endpoints.extend(read_file(path, &defaults)?);
+    }
+    let mut names: Vec<&str> = endpoints.iter().map(|e| e.name.as_str()).collect();
+    names.sort_unstable();
+    if let Some(pair) = names.windows(2).find(|pair| pair[0] == pair[1]) {
+        return Err(setting(
+            "LINKTRACK_WEBHOOKS",
+            format!(
+                "two endpoints are named {:?}; names must be unique",
+                pair[0]
+            ),
+        ));
+    }
+    Ok(endpoints)
+}
+
+struct Limits {
+    concurrency: usize,
+    timeout: Duration,
+}
+
+fn setting(setting: &'static str, message: String) -> EndpointError {
+    EndpointError::Setting { setting, message }
+}
+
+fn read_file(path: &Path, defaults: &Limits) -> Result<Vec<Endpoint>, EndpointError> {
+    let text = std::fs::read_to_string(path).map_err(|source| EndpointError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    let file: EndpointsFile = toml::from_str(&text).map_err(|e| EndpointError::File {
+        path: path.to_owned(),
+        // toml's message names the line, column and key.
+        message: e.to_string().trim().to_owned(),
+    })?;
+    file.endpoint
+        .into_iter()
+        .enumerate()
+        .map(|(index, entry)| {
+            let name = entry.name.clone();
+            file_endpoint(entry, defaults).map_err(|message| EndpointError::File {
+                path: path.to_owned(),
+                message: format!("endpoint {} ({name:?}): {message}", index + 1),
+            })
+        })
+        .collect()
+}
+
+fn file_endpoint(entry: FileEndpoint, defaults: &Limits) -> Result<Endpoint, String> {
+    check_name(&entry.name)?;
+    let target = if entry.url.starts_with("amqp") {
+        if entry.secret.is_some() {
+            return Err("secret: AMQP endpoints are not signed; remove it".into());
+        }
+        Target::Amqp {
+            url: amqp_url(&entry.url).map_err(|m| format!("url: {m}"))?,
+            exchange: entry
+                .exchange
+                .unwrap_or_else(|| crate::config::DEFAULT_AMQP_EXCHANGE.to_owned()),
+        }
+    } else {
+        if entry.exchange.is_some() {
+            return Err("exchange: only AMQP endpoints have one".into());
+        }
+        let secret = entry
+            .secret
+            .ok_or("secret: missing (whsec_ + base64, Standard Webhooks)")?;
+        Target::Webhook {
+            url: http_url(&entry.url).map_err(|m| format!("url: {m}"))?,
+            secret: Secret::parse(&secret).map_err(|err: SecretError| format!("secret: {err}"))?,
+        }
+    };
+    if let Some(types) = &entry.types {
+        if let Some(bad) = types.iter().find(|t| !EVENT_TYPES.contains(&t.as_str())) {
+            return Err(format!(
+                "types: unknown type {bad:?} (known: {})",
+                EVENT_TYPES.join(", ")
+            ));
+        }
+    }
+    Ok(Endpoint {
+        name: entry.name,
+        target,
+        types: entry.types,
+        mailings: entry.mailings,
+        concurrency: entry.concurrency.unwrap_or(defaults.concurrency).max(1),
+        timeout: entry
+            .timeout_ms
+            .map_or(defaults.timeout, |ms| Duration::from_millis(ms.max(1))),
+    })
+}
+
+/// Names label metrics and rows: short, lowercase, no spaces.
+fn check_name(name: &str) -> Result<(), String> {
+    let valid = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
+    if valid {
+        Ok(())
+    } else {
+        Err(format!(
+            "name: {name:?} must be 1 to 64 of a-z, 0-9, - and _"
+        ))
+    }
+}
+
+fn http_url(text: &str) -> Result<reqwest::Url, String> {
+    let url = reqwest::Url::parse(text.trim()).map_err(|e| format!("{text:?}: {e}"))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!(
+            "{text:?}: scheme {:?} is not http or https",
+            url.scheme()
+        ));
+    }
+    Ok(url)
+}
+
+fn amqp_url(text: &str) -> Result<String, String> {
+    let text = text.trim();
+    let hint = "amqp://user:password@host:port/vhost";
+    let url = reqwest::Url::parse(text).map_err(|e| format!("not an AMQP URL ({hint}): {e}"))?;
+    if !matches!(url.scheme(), "amqp" | "amqps") {
+        return Err(format!(
+            "scheme {:?} is not amqp or amqps ({hint})",
+            url.scheme()
+        ));
+    }
+    Ok(text.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn args(extra: &[&str]) -> OutboundArgs {
+        #[derive(Parser)]
+        struct Wrapper {
+            #[command(flatten)]
+            outbound: OutboundArgs,
+        }
+        let mut argv = vec!["linktrack"];
+        argv.extend_from_slice(extra);
+        Wrapper::try_parse_from(argv).unwrap().outbound
+    }
+
+    const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+    fn message(result: Result<Vec<Endpoint>, EndpointError>) -> String {
+        result.unwrap_err().to_string()
+    }
+
+    #[test]
+    fn the_simple_form_is_the_default_endpoint() {
+        let endpoints = from_args(&args(&[
+            "--webhook-url",
+            "https://example.com/hook",
+            "--webhook-secret",
+            SECRET,
+        ]))
+        .unwrap();
+        assert_eq!(endpoints.len(), 1);
+        assert_eq!(endpoints[0].name, "default");
+        assert!(endpoints[0].wants("email.opened", None));
+    }
+
+    #[test]
+    fn bad_settings_are_refused_with_their_name() {
+        let bad_scheme = message(from_args(&args(&[
+            "--webhook-url",
+            "ftp://example.com/",
+            "--webhook-secret",
+            SECRET,
+        ])));
+        assert!(
+            bad_scheme.starts_with("LINKTRACK_WEBHOOK_URL:"),
+            "{bad_scheme}"
+        );
+        let bad_secret = message(from_args(&args(&[
+            "--webhook-url",
+            "https://example.com/",
+            "--webhook-secret",
+            "whsec_%%%",
+        ])));
+        assert!(
+            bad_secret.starts_with("LINKTRACK_WEBHOOK_SECRET: not valid base64"),
+            "{bad_secret}"
+        );
+        let no_secret = message(from_args(&args(&["--webhook-url", "https://example.com/"])));
+        assert!(
+            no_secret.starts_with("LINKTRACK_WEBHOOK_SECRET: missing"),
+            "{no_secret}"
+        );
+        let bad_amqp = message(from_args(&args(&["--amqp-url", "amqp://host:notaport"])));
+        assert!(bad_amqp.starts_with("LINKTRACK_AMQP_URL:"), "{bad_amqp}");
+    }
+
+    #[test]
+    fn the_file_names_the_entry_and_key_of_each_mistake() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("webhooks.toml");
+        let write = |text: &str| std::fs::write(&path, text).unwrap();
+        let file_arg = path.to_str().unwrap().to_owned();
+        let run = || from_args(&args(&["--webhooks", &file_arg]));
+
+        write(&format!(
+            "[[endpoint]]\nname = \"crm\"\nurl = \"https://crm.example.com/h\"\nsecret = \"{SECRET}\"\n\
+             types = [\"email.clicked\"]\nmailings = [\"spring\"]\nconcurrency = 2\n\
+             [[endpoint]]\nname = \"pipe\"\nurl = \"amqp://guest:guest@127.0.0.1:5672/%2f\"\n"
+        ));
+        let endpoints = run().unwrap();
+        assert_eq!(endpoints.len(), 2);
+        let crm = &endpoints[0];
+        assert_eq!(crm.concurrency, 2);
+        assert!(crm.wants("email.clicked", Some("spring")));
+        assert!(!crm.wants("email.opened", Some("spring")));
+        assert!(!crm.wants("email.clicked", Some("autumn")));
+        assert!(!crm.wants("email.clicked", None));
+        assert!(matches!(endpoints[1].target, Target::Amqp { .. }));
+
+        write("[[endpoint]]\nname = \"crm\"\nurl = \"https://crm.example.com/h\"\n");
+        let missing = message(run());
+        assert!(
+            missing.contains("endpoint 1 (\"crm\"): secret: missing"),
+            "{missing}"
+        );
+
+        write(&format!(
+            "[[endpoint]]\nname = \"crm\"\nurl = \"https://x/\"\nsecret = \"{SECRET}\"\ntypes = [\"email.bounced\"]\n"
+        ));
+        let bad_type = message(run());
+        assert!(
+            bad_type.contains("types: unknown type \"email.bounced\""),
+            "{bad_type}"
+        );
+
+        write("[[endpoint]]\nname = \"Bad Name\"\nurl = \"https://x/\"\n");
+        assert!(message(run()).contains("name: \"Bad Name\""));
+
+        write("[[endpoint]]\nname = \"x\"\nurl = \"https://x/\"\nsecrte = \"typo\"\n");
+        assert!(message(run()).contains("secrte"), "an unknown key is named");
+    }
+}

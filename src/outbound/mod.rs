@@ -1,0 +1,278 @@
+//! Events out: every recorded event reaches the platform as a signed
+//! Standard Webhooks POST ([`webhook`]) and/or an AMQP publish, at least
+//! once, across crashes.
+//!
+//! Deliveries come from what is durable, never from memory: the journal
+//! replay calls [`enqueue`] in the same pass that inserts a segment's events
+//! (before the segment is deleted), which renders each event's payload once
+//! and inserts one `outbox` row per endpoint whose filter matches
+//! (`store::outbox`, idempotent per endpoint and event). A sender per
+//! endpoint ([`dispatch`]) claims due rows, sends them, and deletes them on
+//! acknowledgement, backs off exponentially with jitter on failure, and
+//! moves them to `outbox_dead` after the give-up age or a permanent refusal.
+
+pub(crate) mod dispatch;
+pub mod endpoints;
+pub mod payload;
+pub mod signature;
+pub mod webhook;
+
+use crate::store::events::EventRow;
+use crate::store::{outbox, StoreError};
+use chrono::NaiveDate;
+pub use endpoints::{Endpoint, EndpointError, Target};
+use payload::LinkDetails;
+use sqlx::MySqlPool;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// When to try again and when to give up (shared by every endpoint).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RetryPolicy {
+    /// The first retry's delay; each further one doubles it, with jitter.
+    pub base: Duration,
+    /// The longest delay between two attempts.
+    pub max: Duration,
+    /// An event still undelivered this long after it was queued is given up
+    /// (moved to the dead letters).
+    pub give_up_after: Duration,
+    /// How often an idle sender looks for due rows (it is also woken as soon
+    /// as the replay enqueues).
+    pub poll: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            base: Duration::from_secs(5),
+            max: Duration::from_secs(3_600),
+            give_up_after: Duration::from_secs(3 * 24 * 3_600),
+            poll: Duration::from_secs(1),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The delay before the attempt after `failures` failed ones: base ×
+    /// 2^(failures-1), at most `max`, times a jitter in [0.75, 1.25) so
+    /// that rows that failed together do not come back together.
+    pub fn delay(&self, failures: u32) -> Duration {
+        let doubling = 2u32.saturating_pow(failures.saturating_sub(1).min(30));
+        let delay = self.base.saturating_mul(doubling).min(self.max);
+        delay.mul_f64(0.75 + rand::random::<f64>() * 0.5)
+    }
+}
+
+/// The configured endpoints and the policy, shared by the replay (which
+/// enqueues) and the senders. Cheap to clone; empty means off.
+#[derive(Debug, Clone, Default)]
+pub struct Outbound {
+    endpoints: Arc<[Endpoint]>,
+    pub policy: RetryPolicy,
+    /// Woken after every enqueue, so idle senders start at once.
+    wake: Arc<Notify>,
+}
+
+impl Outbound {
+    pub fn new(endpoints: Vec<Endpoint>, policy: RetryPolicy) -> Outbound {
+        Outbound {
+            endpoints: endpoints.into(),
+            policy,
+            wake: Arc::new(Notify::new()),
+        }
+    }
+
+    /// The endpoints and policy the settings name, checked (a bad URL,
+    /// secret or file entry is an error naming the setting).
+    pub fn from_args(args: &crate::config::OutboundArgs) -> Result<Outbound, EndpointError> {
+        let policy = RetryPolicy {
+            base: Duration::from_millis(args.outbound_retry_base_ms.max(1)),
+            max: Duration::from_secs(args.outbound_retry_max_secs.max(1)),
+            give_up_after: Duration::from_secs(args.outbound_give_up_secs),
+            ..RetryPolicy::default()
+        };
+        Ok(Outbound::new(endpoints::from_args(args)?, policy))
+    }
+
+    pub fn endpoints(&self) -> &[Endpoint] {
+        &self.endpoints
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.endpoints.is_empty()
+    }
+
+    /// The endpoint named `name`.
+    pub fn endpoint(&self, name: &str) -> Option<&Endpoint> {
+        self.endpoints.iter().find(|e| e.name == name)
+    }
+}
+
+/// Queue `rows` (events just inserted by the replay) for every endpoint
+/// whose filter matches. Idempotent: replaying the same rows again queues
+/// nothing twice while the first rows wait.
+pub async fn enqueue(
+    pool: &MySqlPool,
+    outbound: &Outbound,
+    rows: &[EventRow],
+) -> Result<(), StoreError> {
+    if outbound.is_empty() {
+        return Ok(());
+    }
+    let wanted: Vec<(&EventRow, Vec<&Endpoint>)> = rows
+        .iter()
+        .map(|row| {
+            let event_type = payload::event_type(row.kind);
+            let endpoints = outbound
+                .endpoints
+                .iter()
+                .filter(|e| e.wants(event_type, row.mailing_id.as_deref()))
+                .collect();
+            (row, endpoints)
+        })
+        .filter(|(_, endpoints): &(_, Vec<_>)| !endpoints.is_empty())
+        .collect();
+    if wanted.is_empty() {
+        return Ok(());
+    }
+    let links = link_details(pool, wanted.iter().map(|(row, _)| *row)).await?;
+    let mut queued = Vec::new();
+    for (row, endpoints) in wanted {
+        let link = row
+            .link_id
+            .and_then(|id| links.get(&id))
+            .cloned()
+            .unwrap_or_default();
+        let body = payload::render(row, &link);
+        for endpoint in endpoints {
+            queued.push(outbox::NewOutboxRow {
+                endpoint: endpoint.name.clone(),
+                event_id: row.event_id,
+                event_type: payload::event_type(row.kind),
+                letter_id: row.letter_id,
+                occurred_at: row.occurred_at,
+                payload: body.clone(),
+            });
+        }
+    }
+    outbox::enqueue(pool, &queued).await?;
+    outbound.wake.notify_waiters();
+    Ok(())
+}
+
+/// The link rows' URLs and tags, found by the token's date and link id.
+async fn link_details<'a>(
+    pool: &MySqlPool,
+    rows: impl Iterator<Item = &'a EventRow>,
+) -> Result<BTreeMap<u64, LinkDetails>, StoreError> {
+    let mut by_day: BTreeMap<NaiveDate, Vec<u64>> = BTreeMap::new();
+    for row in rows {
+        if let (Some(id), Ok(token)) = (row.link_id, crate::token::Token::from_bytes(&row.token)) {
+            by_day.entry(token.date()).or_default().push(id);
+        }
+    }
+    Ok(outbox::link_urls_and_tags(pool, &by_day)
+        .await?
+        .into_iter()
+        .map(|(id, (url, tags))| {
+            (
+                id,
+                LinkDetails {
+                    url: Some(url),
+                    tags,
+                },
+            )
+        })
+        .collect())
+}
+
+/// Start one sender per endpoint on `workers`.
+pub(crate) fn start_senders(
+    pool: &MySqlPool,
+    outbound: &Outbound,
+    workers: &mut crate::server::workers::Workers,
+) {
+    for endpoint in outbound.endpoints.iter() {
+        let sender = dispatch::Sender::new(pool.clone(), endpoint.clone(), outbound.clone());
+        workers.spawn("outbound", move |stopping| sender.run(stopping));
+    }
+}
+
+/// The configured endpoints' names, for error messages.
+pub fn names(outbound: &Outbound) -> String {
+    let names: Vec<&str> = outbound.endpoints.iter().map(|e| e.name.as_str()).collect();
+    if names.is_empty() {
+        "none".into()
+    } else {
+        names.join(", ")
+    }
+}
+
+/// `webhooks list`: one tab-separated line per endpoint, then one per
+/// endpoint that has rows but is no longer configured.
+pub fn list_lines(
+    outbound: &Outbound,
+    backlog: &BTreeMap<String, outbox::Backlog>,
+    now: chrono::NaiveDateTime,
+) -> Vec<String> {
+    let line = |name: &str, target: String, filter: String| {
+        let b = backlog.get(name).cloned().unwrap_or_default();
+        let lag = b
+            .oldest
+            .map_or(0, |oldest| (now - oldest).num_seconds().max(0));
+        format!(
+            "{name}\t{target}\t{filter}\t{}\t{lag}\t{}",
+            b.queued, b.dead
+        )
+    };
+    let mut lines: Vec<String> = outbound
+        .endpoints
+        .iter()
+        .map(|e| {
+            let target = match &e.target {
+                Target::Webhook { url, .. } => url.to_string(),
+                Target::Amqp { exchange, .. } => format!("amqp exchange {exchange}"),
+            };
+            let filter = [
+                e.types.as_ref().map(|t| format!("types={}", t.join(","))),
+                e.mailings
+                    .as_ref()
+                    .map(|m| format!("mailings={}", m.join(","))),
+            ]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+            .join(" ");
+            line(
+                &e.name,
+                target,
+                if filter.is_empty() {
+                    "all".into()
+                } else {
+                    filter
+                },
+            )
+        })
+        .collect();
+    for name in backlog.keys() {
+        if outbound.endpoint(name).is_none() {
+            lines.push(line(name, "(not configured)".into(), "-".into()));
+        }
+    }
+    lines
+}
+
+/// Send a `webhook.test` event to `endpoint` now.
+pub async fn send_test(endpoint: &Endpoint) -> anyhow::Result<webhook::Outcome> {
+    let body = payload::test_body(&endpoint.name);
+    let id = format!("test_{}", hex::encode(rand::random::<[u8; 8]>()));
+    match &endpoint.target {
+        Target::Webhook { url, secret } => {
+            let sink = webhook::WebhookSink::new(url.clone(), secret.clone(), endpoint.timeout, 1)?;
+            Ok(sink.send(&id, &body).await)
+        }
+        Target::Amqp { .. } => anyhow::bail!("AMQP endpoints are not built in yet"),
+    }
+}

@@ -1,0 +1,118 @@
+//! One Standard Webhooks delivery: a signed POST of the stored body.
+
+use super::signature::Secret;
+use std::time::Duration;
+
+/// What one attempt came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Acknowledged (2xx, or the broker's confirm).
+    Delivered,
+    /// Worth trying again: no answer, a timeout, 408, 429, 5xx, 3xx.
+    Retry(String),
+    /// Refused for good (a 4xx other than 408 and 429): dead-letter it.
+    Permanent(String),
+}
+
+/// Posts to one endpoint.
+#[derive(Debug, Clone)]
+pub struct WebhookSink {
+    client: reqwest::Client,
+    url: reqwest::Url,
+    secret: Secret,
+}
+
+impl WebhookSink {
+    /// A client for `url`: no redirects (a receiver's 3xx is a failure to
+    /// fix, not a place to send signed events), `timeout` per request.
+    pub fn new(
+        url: reqwest::Url,
+        secret: Secret,
+        timeout: Duration,
+        connections: usize,
+    ) -> Result<WebhookSink, reqwest::Error> {
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(timeout)
+            .connect_timeout(timeout)
+            .pool_max_idle_per_host(connections)
+            .user_agent(concat!("linktrack/", env!("CARGO_PKG_VERSION")))
+            .build()?;
+        Ok(WebhookSink {
+            client,
+            url,
+            secret,
+        })
+    }
+
+    pub fn url(&self) -> &reqwest::Url {
+        &self.url
+    }
+
+    /// POST `body` with the Standard Webhooks headers: `id` is the event's
+    /// own id (the same on every retry), the timestamp is this attempt's.
+    pub async fn send(&self, id: &str, body: &str) -> Outcome {
+        let timestamp = chrono::Utc::now().timestamp();
+        let signature = self.secret.sign(id, timestamp, body.as_bytes());
+        let sent = self
+            .client
+            .post(self.url.clone())
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .header("webhook-id", id)
+            .header("webhook-timestamp", timestamp.to_string())
+            .header("webhook-signature", signature)
+            .body(body.to_owned())
+            .send()
+            .await;
+        match sent {
+            Ok(response) => outcome_of(response.status()),
+            Err(err) => Outcome::Retry(error_chain(&err)),
+        }
+    }
+}
+
+/// 2xx delivered; 408, 429, 5xx and anything else retried; other 4xx final.
+pub fn outcome_of(status: reqwest::StatusCode) -> Outcome {
+    if status.is_success() {
+        Outcome::Delivered
+    } else if status.is_client_error() && !matches!(status.as_u16(), 408 | 429) {
+        Outcome::Permanent(format!("HTTP {status}"))
+    } else {
+        Outcome::Retry(format!("HTTP {status}"))
+    }
+}
+
+/// The error and its causes on one line (reqwest's own text hides them).
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reqwest::StatusCode;
+
+    #[test]
+    fn statuses_sort_into_delivered_retry_and_permanent() {
+        assert_eq!(outcome_of(StatusCode::OK), Outcome::Delivered);
+        assert_eq!(outcome_of(StatusCode::NO_CONTENT), Outcome::Delivered);
+        for retry in [408, 429, 500, 503, 302] {
+            let status = StatusCode::from_u16(retry).unwrap();
+            assert!(matches!(outcome_of(status), Outcome::Retry(_)), "{retry}");
+        }
+        for permanent in [400, 401, 404, 410, 413] {
+            let status = StatusCode::from_u16(permanent).unwrap();
+            assert!(
+                matches!(outcome_of(status), Outcome::Permanent(_)),
+                "{permanent}"
+            );
+        }
+    }
+}

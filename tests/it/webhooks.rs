@@ -1,0 +1,538 @@
+//! Events out over real sockets: a real HTTP receiver (axum on port 0) that
+//! verifies every delivery with the reference `standardwebhooks` library,
+//! the real server (in-process, or the binary for `kill -9`), real MariaDB.
+
+use crate::common::{days_ago, linktrack, RunningApp, TestDb};
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::post;
+use axum::Router;
+use chrono::Utc;
+use linktrack::outbound::{Endpoint, Outbound, RetryPolicy, Target};
+use linktrack::store::links::{self, LinkKind, NewLink};
+use linktrack::token::Token;
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+const BROWSER: &str = "Mozilla/5.0 (X11; Linux x86_64; rv:130.0) Gecko/20100101 Firefox/130.0";
+
+/// One delivery as the receiver saw it.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    pub id: String,
+    pub body: serde_json::Value,
+    /// What the receiver answered.
+    pub status: u16,
+}
+
+#[derive(Default)]
+struct ReceiverState {
+    /// Answer this status (200 once `fail_first` requests were refused).
+    status: AtomicU16,
+    fail_first: AtomicUsize,
+    seen: Mutex<Vec<Delivery>>,
+    unverified: Mutex<Vec<String>>,
+}
+
+/// A webhook receiver on a real socket; verifies with `standardwebhooks`.
+pub struct Receiver {
+    pub addr: SocketAddr,
+    state: Arc<ReceiverState>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Receiver {
+    /// Listen on `addr` (port 0: any); refuse the first `fail_first`
+    /// deliveries with `failing`, then answer 200.
+    pub async fn start(addr: SocketAddr, fail_first: usize, failing: u16) -> Receiver {
+        let state = Arc::new(ReceiverState::default());
+        state.fail_first.store(fail_first, Ordering::SeqCst);
+        state.status.store(failing, Ordering::SeqCst);
+        let app = Router::new()
+            .route("/hook", post(receive))
+            .with_state(state.clone());
+        let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        Receiver { addr, state, task }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/hook", self.addr)
+    }
+
+    pub fn deliveries(&self) -> Vec<Delivery> {
+        self.state.seen.lock().unwrap().clone()
+    }
+
+    /// Ids answered with 2xx.
+    pub fn acknowledged(&self) -> BTreeSet<String> {
+        self.deliveries()
+            .into_iter()
+            .filter(|d| d.status == 200)
+            .map(|d| d.id)
+            .collect()
+    }
+
+    pub fn assert_all_verified(&self) {
+        let unverified = self.state.unverified.lock().unwrap();
+        assert!(
+            unverified.is_empty(),
+            "unverified deliveries: {unverified:?}"
+        );
+    }
+
+    /// Wait until `n` distinct events were acknowledged.
+    pub async fn wait_for(&self, n: usize, within: Duration) -> BTreeSet<String> {
+        let deadline = Instant::now() + within;
+        loop {
+            let acknowledged = self.acknowledged();
+            if acknowledged.len() >= n {
+                return acknowledged;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} of {n} events acknowledged within {within:?}: {:?}",
+                acknowledged.len(),
+                self.deliveries()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub fn stop(self) {
+        self.task.abort();
+    }
+}
+
+async fn receive(
+    State(state): State<Arc<ReceiverState>>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> StatusCode {
+    let verifier = standardwebhooks::Webhook::new(SECRET).unwrap();
+    let id = headers
+        .get("webhook-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    if let Err(err) = verifier.verify(&body, &headers) {
+        state
+            .unverified
+            .lock()
+            .unwrap()
+            .push(format!("{id}: {err:?}"));
+        return StatusCode::UNAUTHORIZED;
+    }
+    let refuse = state
+        .fail_first
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok();
+    let status = if refuse {
+        state.status.load(Ordering::SeqCst)
+    } else {
+        200
+    };
+    state.seen.lock().unwrap().push(Delivery {
+        id,
+        body: serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null),
+        status,
+    });
+    StatusCode::from_u16(status).unwrap()
+}
+
+/// The links of one letter: two clicks, the pixel, the unsubscribe link.
+pub struct Letter {
+    pub clicks: [Token; 2],
+    pub pixel: Token,
+    pub unsubscribe: Token,
+}
+
+pub async fn letter(db: &TestDb, letter_id: u64) -> Letter {
+    let made = Utc::now() - chrono::Duration::hours(1);
+    let link = |kind, position: u32, url: &str| NewLink {
+        token: Token::at(made),
+        kind,
+        mailing_id: "spring".into(),
+        letter_id,
+        email: format!("r{letter_id}@example.com"),
+        position,
+        url: url.into(),
+        meta: Some(serde_json::json!({"tags": ["ruby"]})),
+    };
+    let rows = vec![
+        link(LinkKind::Click, 1, "https://example.com/a?x=1&y=2"),
+        link(LinkKind::Click, 2, "https://example.com/b"),
+        link(LinkKind::Pixel, 0, ""),
+        link(LinkKind::Unsubscribe, 0, ""),
+    ];
+    links::insert(&db.pool, &rows).await.unwrap();
+    Letter {
+        clicks: [rows[0].token, rows[1].token],
+        pixel: rows[2].token,
+        unsubscribe: rows[3].token,
+    }
+}
+
+pub fn http() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .user_agent(BROWSER)
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
+/// Click both links, load the pixel, unsubscribe (one-click POST): four
+/// events, each answered by the server.
+pub async fn hit_everything(base: &str, letter: &Letter) {
+    let http = http();
+    for token in letter.clicks {
+        let r = http.get(format!("{base}/c/{token}")).send().await.unwrap();
+        assert_eq!(r.status(), 302);
+    }
+    let r = http
+        .get(format!("{base}/o/{}.gif", letter.pixel))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let r = http
+        .post(format!("{base}/u/{}", letter.unsubscribe))
+        .body("List-Unsubscribe=One-Click")
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+}
+
+pub fn endpoint(name: &str, url: &str) -> Endpoint {
+    Endpoint {
+        name: name.into(),
+        target: Target::Webhook {
+            url: url.parse().unwrap(),
+            secret: linktrack::outbound::signature::Secret::parse(SECRET).unwrap(),
+        },
+        types: None,
+        mailings: None,
+        concurrency: 4,
+        timeout: Duration::from_secs(2),
+    }
+}
+
+pub fn fast_retries() -> RetryPolicy {
+    RetryPolicy {
+        base: Duration::from_millis(100),
+        max: Duration::from_millis(500),
+        poll: Duration::from_millis(100),
+        ..RetryPolicy::default()
+    }
+}
+
+async fn app_with(db: &TestDb, endpoints: Vec<Endpoint>, policy: RetryPolicy) -> RunningApp {
+    RunningApp::start(db.pool.clone(), |settings| {
+        let mut journal = settings.journal.clone();
+        journal.seal_after = Duration::from_millis(50);
+        linktrack::server::AppSettings {
+            journal,
+            outbound: Outbound::new(endpoints, policy),
+            ..settings
+        }
+    })
+    .await
+}
+
+/// A unique endpoint name: tests share one metrics recorder.
+fn unique(prefix: &str) -> String {
+    format!("{prefix}-{:08x}", rand::random::<u32>())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_event_is_signed_and_a_503_gets_the_same_id_until_200() {
+    let db = TestDb::with_days_since(days_ago(1)).await;
+    let letter = letter(&db, 7).await;
+    // The first three deliveries are refused with 503.
+    let receiver = Receiver::start("127.0.0.1:0".parse().unwrap(), 3, 503).await;
+    let app = app_with(
+        &db,
+        vec![endpoint("default", &receiver.url())],
+        fast_retries(),
+    )
+    .await;
+
+    hit_everything(&app.base, &letter).await;
+    let acknowledged = receiver.wait_for(4, Duration::from_secs(30)).await;
+    receiver.assert_all_verified();
+
+    let deliveries = receiver.deliveries();
+    let refused: Vec<&Delivery> = deliveries.iter().filter(|d| d.status == 503).collect();
+    assert_eq!(refused.len(), 3);
+    for delivery in &refused {
+        assert!(
+            acknowledged.contains(&delivery.id),
+            "refused {} was sent again with the same webhook-id until acknowledged",
+            delivery.id
+        );
+    }
+    // The webhook-id is the event's own id, and every type arrived once acknowledged.
+    let mut types = BTreeSet::new();
+    for delivery in deliveries.iter().filter(|d| d.status == 200) {
+        assert_eq!(delivery.body["data"]["event_id"], delivery.id.as_str());
+        types.insert(delivery.body["type"].as_str().unwrap().to_owned());
+        assert_eq!(delivery.body["data"]["mailing_id"], "spring");
+        assert_eq!(delivery.body["data"]["letter_id"], 7);
+        assert_eq!(delivery.body["data"]["email"], "r7@example.com");
+        assert_eq!(delivery.body["data"]["tags"], serde_json::json!(["ruby"]));
+        assert_eq!(delivery.body["data"]["bot"]["verdict"], false);
+    }
+    assert_eq!(
+        types,
+        ["email.clicked", "email.opened", "email.unsubscribed"]
+            .map(String::from)
+            .into()
+    );
+    let click = deliveries
+        .iter()
+        .find(|d| d.body["data"]["position"] == 1)
+        .expect("the first link's click");
+    assert_eq!(click.body["data"]["url"], "https://example.com/a?x=1&y=2");
+    assert_eq!(
+        click.body["data"]["token"],
+        letter.clicks[0].to_string().as_str()
+    );
+    // Acknowledged events leave the outbox.
+    let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM outbox")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(left, 0);
+    app.stop().await;
+    receiver.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_made_while_the_receiver_is_down_survive_a_kill_9_and_arrive() {
+    use crate::server_crash::{free_port, serve_with_env, wait_until_up};
+    let db = TestDb::with_days_since(days_ago(1)).await;
+    let letters = [letter(&db, 1).await, letter(&db, 2).await];
+    let receiver_addr = free_port(); // nothing listens there yet
+    let hook = format!("http://{receiver_addr}/hook");
+    let env = [
+        ("LINKTRACK_WEBHOOK_URL", hook.as_str()),
+        ("LINKTRACK_WEBHOOK_SECRET", SECRET),
+        ("LINKTRACK_WEBHOOK_TIMEOUT_MS", "1000"),
+        ("LINKTRACK_OUTBOUND_RETRY_BASE_MS", "100"),
+        ("LINKTRACK_OUTBOUND_RETRY_MAX_SECS", "1"),
+    ];
+    let journal = tempfile::tempdir().unwrap();
+    let addr = free_port();
+    let mut server = serve_with_env(&db, addr, journal.path(), &env);
+    let http = http();
+    wait_until_up(&http, addr).await;
+    let base = format!("http://{addr}");
+
+    // The first letter's events reach the outbox and fail against the
+    // receiver that is down...
+    hit_everything(&base, &letters[0]).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let failed: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM outbox WHERE attempts > 0")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        if failed > 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no delivery was attempted");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // ...the second letter's are answered, then the server dies at once,
+    // most of them in the journal only.
+    hit_everything(&base, &letters[1]).await;
+    server.kill().unwrap(); // SIGKILL: no flush, no clean stop
+    server.wait().unwrap();
+
+    let receiver = Receiver::start(receiver_addr, 0, 200).await;
+    let mut restarted = serve_with_env(&db, addr, journal.path(), &env);
+    wait_until_up(&http, addr).await;
+    let acknowledged = receiver.wait_for(8, Duration::from_secs(60)).await;
+    receiver.assert_all_verified();
+    let stored: Vec<Vec<u8>> = sqlx::query_scalar("SELECT event_id FROM events")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(stored.len(), 8, "four events per letter");
+    let stored: BTreeSet<String> = stored.iter().map(hex::encode).collect();
+    assert_eq!(acknowledged, stored, "every stored event arrived");
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &restarted.id().to_string()])
+        .status();
+    let _ = restarted.wait();
+    receiver.stop();
+}
+
+/// The value of `metric` labelled with `endpoint` (and `extra`) on `/metrics`.
+async fn metric(admin: &str, metric: &str, endpoint: &str, extra: &str) -> Option<f64> {
+    let text = http()
+        .get(format!("{admin}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let label = format!("endpoint=\"{endpoint}\"");
+    text.lines()
+        .filter(|line| line.starts_with(&format!("{metric}{{")))
+        .find(|line| line.contains(&label) && line.contains(extra))
+        .and_then(|line| line.rsplit(' ').next())
+        .and_then(|value| value.parse().ok())
+}
+
+/// Poll `/metrics` until `metric` satisfies `ok`.
+async fn wait_for_metric(admin: &str, name: &str, endpoint: &str, ok: impl Fn(f64) -> bool) -> f64 {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(value) = metric(admin, name, endpoint, "").await {
+            if ok(value) {
+                return value;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name} for {endpoint}: {:?}",
+            metric(admin, name, endpoint, "").await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn count(db: &TestDb, sql: &str) -> i64 {
+    sqlx::query_scalar(sql).fetch_one(&db.pool).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lag_metric_grows_while_the_receiver_is_down_and_falls_to_zero() {
+    use crate::server_crash::free_port;
+    let db = TestDb::with_days_since(days_ago(1)).await;
+    let letter = letter(&db, 3).await;
+    let receiver_addr = free_port(); // down for now
+    let name = unique("lag");
+    let hook = format!("http://{receiver_addr}/hook");
+    let app = app_with(&db, vec![endpoint(&name, &hook)], fast_retries()).await;
+
+    hit_everything(&app.base, &letter).await;
+    let lag = wait_for_metric(&app.admin, "linktrack_outbound_lag_seconds", &name, |v| {
+        v >= 1.0
+    })
+    .await;
+    assert!(lag >= 1.0);
+    let queued =
+        wait_for_metric(&app.admin, "linktrack_outbound_queued", &name, |v| v == 4.0).await;
+    assert_eq!(queued, 4.0);
+    let retries = metric(
+        &app.admin,
+        "linktrack_outbound_deliveries_total",
+        &name,
+        "outcome=\"retry\"",
+    )
+    .await
+    .unwrap_or(0.0);
+    assert!(retries >= 1.0, "failed attempts are counted: {retries}");
+    // `webhooks list` shows the backlog too (the endpoint is not configured
+    // for the command: it is listed as such).
+    let listed = linktrack(&db, &["webhooks", "list"]);
+    let stdout = String::from_utf8_lossy(&listed.stdout);
+    assert!(listed.status.success(), "{listed:?}");
+    let line = stdout
+        .lines()
+        .find(|line| line.starts_with(&name))
+        .unwrap_or_else(|| panic!("{name} in {stdout}"));
+    assert!(line.contains("\t4\t"), "{line}");
+
+    let receiver = Receiver::start(receiver_addr, 0, 200).await;
+    receiver.wait_for(4, Duration::from_secs(30)).await;
+    receiver.assert_all_verified();
+    wait_for_metric(&app.admin, "linktrack_outbound_lag_seconds", &name, |v| {
+        v == 0.0
+    })
+    .await;
+    wait_for_metric(&app.admin, "linktrack_outbound_queued", &name, |v| v == 0.0).await;
+    app.stop().await;
+    receiver.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_events_become_dead_letters_and_replay_sends_them_again() {
+    let db = TestDb::with_days_since(days_ago(1)).await;
+    let letter = letter(&db, 4).await;
+    // 410 Gone: permanent, so each of the four events is dead-lettered at once.
+    let receiver = Receiver::start("127.0.0.1:0".parse().unwrap(), 4, 410).await;
+    let name = unique("dead");
+    let app = app_with(&db, vec![endpoint(&name, &receiver.url())], fast_retries()).await;
+
+    hit_everything(&app.base, &letter).await;
+    wait_for_metric(&app.admin, "linktrack_outbound_dead_letters", &name, |v| {
+        v == 4.0
+    })
+    .await;
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM outbox").await, 0);
+    let dead = metric(
+        &app.admin,
+        "linktrack_outbound_deliveries_total",
+        &name,
+        "outcome=\"dead\"",
+    )
+    .await;
+    assert_eq!(dead, Some(4.0));
+    let reason: String = sqlx::query_scalar("SELECT MIN(reason) FROM outbox_dead")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(reason.contains("410"), "{reason}");
+    assert!(receiver.acknowledged().is_empty());
+
+    // Events since yesterday: all four go back and are delivered.
+    let since = days_ago(1).to_string();
+    let replayed = linktrack(
+        &db,
+        &["webhooks", "replay", "--endpoint", &name, "--since", &since],
+    );
+    assert!(replayed.status.success(), "{replayed:?}");
+    assert!(
+        String::from_utf8_lossy(&replayed.stdout).starts_with("4 dead letters"),
+        "{replayed:?}"
+    );
+    let acknowledged = receiver.wait_for(4, Duration::from_secs(30)).await;
+    receiver.assert_all_verified();
+    let refused: BTreeSet<String> = receiver
+        .deliveries()
+        .into_iter()
+        .filter(|d| d.status == 410)
+        .map(|d| d.id)
+        .collect();
+    assert_eq!(acknowledged, refused, "the same events, with the same ids");
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM outbox_dead").await, 0);
+    // A bad --since is named.
+    let bad = linktrack(
+        &db,
+        &[
+            "webhooks",
+            "replay",
+            "--endpoint",
+            &name,
+            "--since",
+            "yesterday",
+        ],
+    );
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--since \"yesterday\""));
+    app.stop().await;
+    receiver.stop();
+}
