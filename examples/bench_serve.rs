@@ -1,23 +1,29 @@
-//! Load benchmark of the redirect, against the raw point-select it is built on.
+//! Load benchmark of the tracking server against the database's own ceiling.
 //!
 //! ```sh
-//! apt-get install -y wrk
-//! cargo run --release --example bench_serve                  # 10M links in 30 daily partitions (~10 min)
-//! cargo run --release --example bench_serve -- --rows 1000000 --seconds 10
+//! apt-get install -y wrk sysbench
+//! cargo run --release --example bench_serve                  # 3M links in 30 daily partitions
+//! cargo run --release --example bench_serve -- --rows 1000000 --seconds 8
 //! ```
 //!
-//! In one run, on loopback, at `--connections` (64) concurrent clients:
+//! In one run, on loopback, at `--connections` (64) concurrent clients, the
+//! measurements take turns round after round (each figure is the median of
+//! its rounds, so a burst of load from elsewhere hits all alike):
 //!
-//! 1. **Ceiling**: the redirect's own lookup (`WHERE uuid = ? AND inserted = ?`)
-//!    issued by a plain sqlx client with the server's pool size; queries/s
-//!    and p99.
-//! 2. **Redirect**: `GET /c/{token}` through the whole server (parse, lookup,
-//!    journal append, 302) with wrk; req/s and p99. The link cache is kept
-//!    tiny so almost every request reads the database, as the ceiling does.
-//! 3. **Recording off**: the same with event recording switched off, to show
-//!    what journaling every hit costs.
+//! 1. **Ceiling**: the redirect's own lookup (`WHERE uuid = UNHEX(?) AND
+//!    inserted = ?`, a prepared statement) issued by sysbench, a C client,
+//!    over `--connections` database connections; queries/s and p99.
+//! 2. **Redirect**: `GET /c/{token}` through the whole server (parse,
+//!    lookup, journal append, 302) with wrk; req/s and p99.
+//! 3. **Pixel**: `GET /o/{token}.gif`, which reads nothing on its way.
+//! 4. **Healthz**: `GET /healthz`, the server's own ceiling without a database.
 //!
-//! Tokens are drawn uniformly from a sample spread over all partitions.
+//! Every measurement gets tokens no earlier one used (the sample is cut into
+//! one slice per measurement, each token asked for once), and every server
+//! is a new one, so neither the link cache nor MariaDB's buffer pool is warm
+//! with the measurement's tokens. The server connects as a MariaDB user of
+//! its own, whose statements the server counts (`userstat`): statements per
+//! hit include the event's replay.
 #![allow(clippy::unwrap_used)] // tests and benchmarks: a failure should stop them loudly
 
 #[path = "support/mysql_client.rs"]
@@ -26,178 +32,172 @@ mod mysql_client;
 use chrono::{Days, NaiveTime, Utc};
 use clap::Parser;
 use linktrack::events::journal::JournalSettings;
-use linktrack::server::state::ServerSettings;
 use linktrack::server::{App, AppSettings};
-use linktrack::store::{self, links, partitions, PoolSettings, RowFormat};
+use linktrack::store::{self, partitions, PoolSettings, RowFormat};
 use linktrack::token::Token;
-use rand::seq::IndexedRandom;
+use rand::seq::SliceRandom;
 use std::io::Write;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[derive(Parser)]
 struct Args {
     #[arg(long, default_value = "mysql://root@127.0.0.1:3306")]
     server: String,
     /// Link rows, spread evenly over `--days` daily partitions.
-    #[arg(long, default_value_t = 10_000_000)]
+    #[arg(long, default_value_t = 3_000_000)]
     rows: u64,
     #[arg(long, default_value_t = 30)]
     days: u64,
-    /// Tokens the load picks from.
-    #[arg(long, default_value_t = 100_000)]
-    sample: usize,
+    /// Concurrent clients: wrk connections and sysbench threads alike.
     #[arg(long, default_value_t = 64)]
     connections: usize,
     /// Seconds per measurement.
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 10)]
     seconds: u64,
-    /// Database connections, for the server and the ceiling client alike.
+    /// The server's database connections.
     #[arg(long, default_value_t = 16)]
     pool: u32,
-    /// Rounds of (ceiling, recorded, off); figures are medians.
+    /// Rounds of (ceiling, redirect, pixel, healthz); figures are medians.
     #[arg(long, default_value_t = 3)]
     rounds: usize,
     /// Reuse the database of an earlier run (skip the load).
     #[arg(long)]
     reuse: bool,
     /// Row format of the loaded `links` (compressed, dynamic, page-compressed).
-    #[arg(long, default_value = "compressed")]
+    #[arg(long, default_value = "page-compressed")]
     row_format: RowFormat,
-    /// Also load a second database in this format and measure the redirect
-    /// on it in every round: the ratio of the two formats, in one run.
-    #[arg(long)]
-    compare_format: Option<RowFormat>,
 }
 
 const DATABASE: &str = "lt_bench_serve";
+/// The MariaDB user the server connects as, so its statements are its own.
+const SERVER_USER: &str = "lt_bench_serve";
+/// wrk's threads (the machine has two cores).
+const WRK_THREADS: usize = 2;
+
+/// One measurement: throughput, p99 latency (s), statements per request.
+#[derive(Debug, Clone, Copy)]
+struct Figure {
+    per_second: f64,
+    p99: f64,
+    statements_per_hit: f64,
+}
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    anyhow::ensure!(
-        std::process::Command::new("wrk")
-            .arg("--version")
-            .output()
-            .is_ok(),
-        "wrk is not installed: apt-get install -y wrk"
-    );
+    for (tool, package) in [("wrk", "wrk"), ("sysbench", "sysbench")] {
+        anyhow::ensure!(
+            std::process::Command::new(tool)
+                .arg("--version")
+                .output()
+                .is_ok(),
+            "{tool} is not installed: apt-get install -y {package}"
+        );
+    }
     let dir = tempfile::tempdir()?;
     let url = format!("{}/{DATABASE}", args.server);
-    let sample = if args.reuse {
-        existing_sample(&url, args.sample).await?
+    let mut tokens = if args.reuse {
+        existing_tokens(&url).await?
     } else {
-        load_links(&args, DATABASE, dir.path(), args.row_format).await?
+        load_links(&args, dir.path()).await?
     };
-    let compare = match args.compare_format {
-        Some(format) => {
-            let name = format!("{DATABASE}_compare");
-            let compare_dir = dir.path().join("compare");
-            std::fs::create_dir_all(&compare_dir)?;
-            let sample = if args.reuse {
-                existing_sample(&format!("{}/{name}", args.server), args.sample).await?
-            } else {
-                load_links(&args, &name, &compare_dir, format).await?
-            };
-            let settings = PoolSettings {
-                max_connections: args.pool,
-                acquire_timeout: Duration::from_secs(5),
-            };
-            let pool = store::connect(&format!("{}/{name}", args.server), &settings).await?;
-            let script = write_wrk_script(&compare_dir, &sample)?;
-            Some((format, pool, script, compare_dir))
-        }
-        None => None,
-    };
+    tokens.shuffle(&mut rand::rng());
+    let counter = ServerUser::create(&args.server).await?;
     println!(
-        "# linktrack bench_serve: {} rows in {} daily partitions, {} connections, {} s each",
-        args.rows, args.days, args.connections, args.seconds
+        "# linktrack bench_serve: {} rows in {} daily partitions, {} connections, {} s each, {} rounds",
+        tokens.len(),
+        args.days,
+        args.connections,
+        args.seconds,
+        args.rounds
     );
 
-    let settings = PoolSettings {
-        max_connections: args.pool,
-        acquire_timeout: Duration::from_secs(5),
-    };
-    let pool = store::connect(&url, &settings).await?;
-    let script = write_wrk_script(dir.path(), &sample)?;
-    // The three measurements take turns, round after round, and each figure
-    // is the median of its rounds: a burst of load from elsewhere on a shared
-    // machine then hits all three alike instead of skewing one.
-    let (mut ceilings, mut on, mut off) = (Vec::new(), Vec::new(), Vec::new());
-    let mut compared = Vec::new();
+    let slices: Vec<&[Token]> = tokens
+        .chunks(tokens.len().div_ceil(args.rounds * 3).max(1))
+        .collect();
+    let mut slices = slices.into_iter();
+    let (mut ceilings, mut redirects, mut pixels, mut healths) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for round in 1..=args.rounds {
-        ceilings.push(ceiling(&pool, &sample, &args).await);
-        on.push(redirect_load(&pool, &args, &script, dir.path(), true).await?);
-        off.push(redirect_load(&pool, &args, &script, dir.path(), false).await?);
-        if let Some((_, compare_pool, compare_script, compare_dir)) = &compare {
-            compared
-                .push(redirect_load(compare_pool, &args, compare_script, compare_dir, true).await?);
-        }
+        let (Some(a), Some(b), Some(c)) = (slices.next(), slices.next(), slices.next()) else {
+            anyhow::bail!("too few tokens for {} rounds", args.rounds);
+        };
+        ceilings.push(sysbench(&args, dir.path(), a)?);
+        redirects.push(serve_load(&args, &counter, dir.path(), Load::Redirect(b)).await?);
+        pixels.push(serve_load(&args, &counter, dir.path(), Load::Pixel(c)).await?);
+        healths.push(serve_load(&args, &counter, dir.path(), Load::Healthz).await?);
         eprintln!(
-            "round {round}: ceiling {:?}, recorded {:?}, off {:?}",
+            "round {round}: ceiling {:?}\n  redirect {:?}\n  pixel {:?}\n  healthz {:?}",
             ceilings.last(),
-            on.last(),
-            off.last()
+            redirects.last(),
+            pixels.last(),
+            healths.last()
         );
     }
-    let (ceiling_qps, ceiling_p99) = medians(&ceilings);
-    let (on_rps, on_p99) = medians(&on);
-    let (off_rps, off_p99) = medians(&off);
-    println!("\nmedians of {} rounds", args.rounds);
-    println!("ceiling: point-select by a plain sqlx client   {ceiling_qps:>9.0} queries/s   p99 {:>7.2} ms", ceiling_p99 * 1e3);
-    println!(
-        "redirect, events recorded                     {on_rps:>9.0} req/s       p99 {:>7.2} ms",
-        on_p99 * 1e3
+    report(
+        &median(&ceilings),
+        &median(&redirects),
+        &median(&pixels),
+        &median(&healths),
+        args.rounds,
     );
-    println!(
-        "redirect, recording off                       {off_rps:>9.0} req/s       p99 {:>7.2} ms",
-        off_p99 * 1e3
-    );
-
-    println!(
-        "\nredirect req/s / ceiling queries/s   {:.2}   (aim >= 0.7)",
-        on_rps / ceiling_qps
-    );
-    println!(
-        "redirect p99 / ceiling p99           {:.2}   (aim <= 1.5)",
-        on_p99 / ceiling_p99
-    );
-    println!(
-        "recording on / off, req/s            {:.2}",
-        on_rps / off_rps
-    );
-    if let Some((format, ..)) = &compare {
-        let (compare_rps, compare_p99) = medians(&compared);
-        println!(
-            "\nredirect on {} tables: {compare_rps:.0} req/s, p99 {:.2} ms",
-            format.name(),
-            compare_p99 * 1e3
-        );
-        println!(
-            "redirect {} / {}, req/s   {:.2}",
-            format.name(),
-            args.row_format.name(),
-            compare_rps / on_rps
-        );
-    }
     Ok(())
 }
 
+fn report(ceiling: &Figure, redirect: &Figure, pixel: &Figure, health: &Figure, rounds: usize) {
+    let ms = |s: f64| s * 1e3;
+    println!("\nmedians of {rounds} rounds");
+    println!(
+        "ceiling: the lookup by sysbench        {:>9.0} queries/s  p99 {:>7.2} ms",
+        ceiling.per_second,
+        ms(ceiling.p99)
+    );
+    for (name, f) in [
+        ("redirect GET /c/{token}", redirect),
+        ("pixel GET /o/{token}.gif", pixel),
+        ("GET /healthz", health),
+    ] {
+        println!(
+            "{name:<38} {:>9.0} req/s      p99 {:>7.2} ms   {:.3} statements/hit",
+            f.per_second,
+            ms(f.p99),
+            f.statements_per_hit
+        );
+    }
+    println!(
+        "\nredirect req/s / ceiling queries/s   {:.2}   (aim >= 1.0)",
+        redirect.per_second / ceiling.per_second
+    );
+    println!(
+        "redirect p99 / ceiling p99           {:.2}   (aim <= 1.5)",
+        redirect.p99 / ceiling.p99
+    );
+    println!(
+        "pixel req/s / healthz req/s          {:.2}   (aim >= 0.7)",
+        pixel.per_second / health.per_second
+    );
+    println!(
+        "statements per click                 {:.3}  (aim <= 0.6)",
+        redirect.statements_per_hit
+    );
+    println!(
+        "statements per open                  {:.3}  (aim <= 0.12)",
+        pixel.statements_per_hit
+    );
+}
+
 /// Create the database with `days` daily partitions and load `rows` links
-/// through LOAD DATA; returns a uniform sample of their tokens.
-async fn load_links(
-    args: &Args,
-    database: &str,
-    dir: &Path,
-    format: RowFormat,
-) -> anyhow::Result<Vec<Token>> {
+/// through LOAD DATA; returns every token.
+async fn load_links(args: &Args, dir: &Path) -> anyhow::Result<Vec<Token>> {
     let admin = sqlx::MySqlPool::connect(&args.server).await?;
-    sqlx::query(&format!("DROP DATABASE IF EXISTS {database}"))
+    sqlx::query(&format!("DROP DATABASE IF EXISTS {DATABASE}"))
         .execute(&admin)
         .await?;
-    let pool = store::migrate(&format!("{}/{database}", args.server)).await?;
-    for line in store::set_row_format(&pool, &store::RowFormatOptions::new(format)).await? {
-        println!("{database}: {line}");
+    let pool = store::migrate(&format!("{}/{DATABASE}", args.server)).await?;
+    for line in store::set_row_format(&pool, &store::RowFormatOptions::new(args.row_format)).await?
+    {
+        println!("{DATABASE}: {line}");
     }
     let today = Utc::now().date_naive();
     let first = today
@@ -213,26 +213,21 @@ async fn load_links(
     let tsv = dir.join("links.tsv");
     let mut out = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&tsv)?);
     let per_day = args.rows / args.days;
-    let every = (args.rows / args.sample as u64).max(1);
-    let mut sample = Vec::with_capacity(args.sample);
+    let mut tokens = Vec::with_capacity(args.rows as usize);
     let mut n = 0u64;
     for d in 0..args.days {
         let day = first.checked_add_days(Days::new(d)).unwrap_or(first);
         let midnight = day.and_time(NaiveTime::MIN).and_utc();
         for i in 0..per_day {
             let at = midnight + chrono::Duration::milliseconds((i * 86_000_000 / per_day) as i64);
+            // Built at least an hour ago: clicks on it are not "too fast".
+            let at = at.min(Utc::now() - chrono::Duration::hours(1));
             let token = Token::at(at);
-            if n.is_multiple_of(every) && sample.len() < args.sample {
-                sample.push(token);
-            }
-            let hex: String = token
-                .as_bytes()
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect();
+            tokens.push(token);
             writeln!(
                 out,
-                "{hex}\t{day}\tclick\tm{d}\t{}\treader{}@example.com\t{}\thttps://news.example.com/articles/{}?utm_source=newsletter&utm_medium=email",
+                "{token}\t{}\tclick\tm{d}\t{}\treader{}@example.com\t{}\thttps://news.example.com/articles/{}?utm_source=newsletter&utm_medium=email",
+                token.date(),
                 i / 20,
                 i / 20,
                 i % 20 + 1,
@@ -243,17 +238,16 @@ async fn load_links(
     }
     out.flush()?;
     drop(out);
-    let seconds = mysql_client::load_links_tsv(database, &tsv, "links")?;
+    let seconds = mysql_client::load_links_tsv(DATABASE, &tsv, "links")?;
     eprintln!("loaded {n} rows in {seconds:.0} s");
     sqlx::query("ANALYZE TABLE links").execute(&pool).await?;
-    Ok(sample)
+    Ok(tokens)
 }
 
-/// Tokens of an already loaded database.
-async fn existing_sample(url: &str, size: usize) -> anyhow::Result<Vec<Token>> {
+/// Every token of an already loaded database.
+async fn existing_tokens(url: &str) -> anyhow::Result<Vec<Token>> {
     let pool = store::connect(url, &PoolSettings::default()).await?;
-    let rows: Vec<Vec<u8>> = sqlx::query_scalar("SELECT uuid FROM links ORDER BY RAND() LIMIT ?")
-        .bind(size as u64)
+    let rows: Vec<Vec<u8>> = sqlx::query_scalar("SELECT uuid FROM links")
         .fetch_all(&pool)
         .await?;
     Ok(rows
@@ -262,91 +256,249 @@ async fn existing_sample(url: &str, size: usize) -> anyhow::Result<Vec<Token>> {
         .collect())
 }
 
-/// `connections` tasks doing the redirect's lookup back to back.
-async fn ceiling(pool: &sqlx::MySqlPool, sample: &[Token], args: &Args) -> (f64, f64) {
-    let deadline = Instant::now() + Duration::from_secs(args.seconds);
-    let mut tasks = Vec::new();
-    for _ in 0..args.connections {
-        let pool = pool.clone();
-        let sample = sample.to_vec();
-        tasks.push(tokio::spawn(async move {
-            let mut latencies = Vec::new();
-            while Instant::now() < deadline {
-                let Some(token) = sample.choose(&mut rand::rng()).copied() else {
-                    break;
-                };
-                let started = Instant::now();
-                if links::lookup(&pool, &token).await.is_ok() {
-                    latencies.push(started.elapsed().as_secs_f64());
-                }
-            }
-            latencies
-        }));
-    }
-    let mut all = Vec::new();
-    for task in tasks {
-        all.extend(task.await.unwrap_or_default());
-    }
-    all.sort_by(f64::total_cmp);
-    let p99 = all.get(all.len() * 99 / 100).copied().unwrap_or(f64::NAN);
-    (all.len() as f64 / args.seconds as f64, p99)
+/// The server's own MariaDB user, its statements counted by the server.
+struct ServerUser {
+    admin: sqlx::MySqlPool,
+    url: String,
 }
 
-fn write_wrk_script(dir: &Path, sample: &[Token]) -> anyhow::Result<std::path::PathBuf> {
-    let path = dir.join("redirect.lua");
-    let mut out = std::io::BufWriter::new(std::fs::File::create(&path)?);
-    writeln!(out, "paths = {{")?;
-    for token in sample {
-        writeln!(out, "\"/c/{token}\",")?;
+impl ServerUser {
+    async fn create(server: &str) -> anyhow::Result<ServerUser> {
+        let admin = sqlx::MySqlPool::connect(server).await?;
+        for sql in [
+            "SET GLOBAL userstat = 1".to_owned(),
+            format!("CREATE USER IF NOT EXISTS '{SERVER_USER}'@'%'"),
+            format!("GRANT ALL ON `{DATABASE}`.* TO '{SERVER_USER}'@'%'"),
+        ] {
+            sqlx::query(&sql).execute(&admin).await?;
+        }
+        let host = server
+            .strip_prefix("mysql://")
+            .and_then(|rest| rest.split_once('@').map(|(_, host)| host))
+            .unwrap_or("127.0.0.1:3306");
+        let url = format!("mysql://{SERVER_USER}@{host}/{DATABASE}");
+        Ok(ServerUser { admin, url })
     }
-    writeln!(out, "}}\nmath.randomseed(os.time())\nrequest = function() return wrk.format(\"GET\", paths[math.random(#paths)]) end")?;
+
+    /// Every statement the server's user has run so far.
+    async fn statements(&self) -> anyhow::Result<f64> {
+        let total: Option<i64> = sqlx::query_scalar(
+            "SELECT CAST(SELECT_COMMANDS + UPDATE_COMMANDS + OTHER_COMMANDS AS SIGNED) \
+             FROM information_schema.USER_STATISTICS WHERE USER = ?",
+        )
+        .bind(SERVER_USER)
+        .fetch_optional(&self.admin)
+        .await?;
+        Ok(total.unwrap_or(0) as f64)
+    }
+}
+
+/// The ceiling: sysbench's C client runs the redirect's lookup as a
+/// prepared statement over `tokens` (each thread its share, each token once).
+fn sysbench(args: &Args, dir: &Path, tokens: &[Token]) -> anyhow::Result<Figure> {
+    let share_dir = dir.join("sysbench-tokens");
+    let _ = std::fs::remove_dir_all(&share_dir);
+    std::fs::create_dir_all(&share_dir)?;
+    let mut shares: Vec<_> = (0..args.connections)
+        .map(|t| {
+            std::fs::File::create(share_dir.join(format!("{t}.txt"))).map(std::io::BufWriter::new)
+        })
+        .collect::<Result<_, _>>()?;
+    for (n, token) in tokens.iter().enumerate() {
+        writeln!(shares[n % args.connections], "{token} {}", token.date())?;
+    }
+    for share in &mut shares {
+        share.flush()?;
+    }
+    let script = dir.join("lookup.lua");
+    std::fs::write(&script, SYSBENCH_SCRIPT)?;
+    let output = std::process::Command::new("sysbench")
+        .args([
+            "--db-driver=mysql",
+            "--mysql-host=127.0.0.1",
+            "--mysql-port=3306",
+            "--mysql-user=root",
+            &format!("--mysql-db={DATABASE}"),
+            &format!("--threads={}", args.connections),
+            &format!("--time={}", args.seconds),
+            "--percentile=99",
+        ])
+        .arg(&script)
+        .arg("run")
+        .env("LT_TOKENS_DIR", &share_dir)
+        .output()?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    anyhow::ensure!(
+        output.status.success(),
+        "sysbench failed:\n{text}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let queries_line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("queries:"))
+        .ok_or_else(|| anyhow::anyhow!("no queries line in sysbench output:\n{text}"))?;
+    let requests = queries_line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse::<f64>().ok())
+        .ok_or_else(|| anyhow::anyhow!("unreadable: {queries_line}"))?;
+    let per_second = queries_line
+        .split('(')
+        .nth(1)
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .ok_or_else(|| anyhow::anyhow!("unreadable: {queries_line}"))?;
+    let p99_ms = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("99th percentile:"))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .ok_or_else(|| anyhow::anyhow!("no 99th percentile in sysbench output:\n{text}"))?;
+    if requests > tokens.len() as f64 {
+        eprintln!("note: sysbench asked for more lookups than its slice has tokens");
+    }
+    Ok(Figure {
+        per_second,
+        p99: p99_ms / 1e3,
+        statements_per_hit: 1.0,
+    })
+}
+
+/// sysbench's script: thread `tid` walks its own token file once.
+const SYSBENCH_SCRIPT: &str = r#"
+function thread_init()
+  drv = sysbench.sql.driver()
+  con = drv:connect()
+  tokens = {}
+  for line in io.lines(os.getenv("LT_TOKENS_DIR") .. "/" .. sysbench.tid .. ".txt") do
+    local hex, day = line:match("(%x+) (%S+)")
+    tokens[#tokens + 1] = { hex, day }
+  end
+  next_token = 1
+  stmt = con:prepare("SELECT id, CAST(kind AS CHAR), mailing_id, letter_id, email, position, url " ..
+                     "FROM links WHERE uuid = UNHEX(?) AND inserted = ?")
+  uuid = stmt:bind_create(sysbench.sql.type.VARCHAR, 32)
+  day = stmt:bind_create(sysbench.sql.type.VARCHAR, 10)
+  stmt:bind_param(uuid, day)
+end
+
+function event()
+  local token = tokens[next_token]
+  next_token = next_token % #tokens + 1
+  uuid:set(token[1])
+  day:set(token[2])
+  stmt:execute()
+end
+
+function thread_done()
+  stmt:close()
+  con:disconnect()
+end
+"#;
+
+/// What a server measurement asks for.
+enum Load<'a> {
+    Redirect(&'a [Token]),
+    Pixel(&'a [Token]),
+    Healthz,
+}
+
+/// A wrk script walking `tokens` once: thread `t` of `WRK_THREADS` takes
+/// every `WRK_THREADS`-th token from the `t`-th on.
+fn write_wrk_script(
+    path: &Path,
+    tokens: &[Token],
+    prefix: &str,
+    suffix: &str,
+) -> anyhow::Result<()> {
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+    writeln!(out, "tokens = {{")?;
+    for token in tokens {
+        writeln!(out, "\"{token}\",")?;
+    }
+    writeln!(
+        out,
+        r#"}}
+local threads = 0
+function setup(thread) thread:set("n", threads); threads = threads + 1 end
+function request()
+  n = n + {WRK_THREADS}
+  return wrk.format("GET", "{prefix}" .. tokens[n % #tokens + 1] .. "{suffix}")
+end"#
+    )?;
     out.flush()?;
-    Ok(path)
+    Ok(())
 }
 
-/// Start a server with recording on or off, load it with wrk; (req/s, p99 s).
-async fn redirect_load(
-    pool: &sqlx::MySqlPool,
+/// Start a new server, load it with wrk, stop it (its events replayed);
+/// the figure counts the server user's statements over all of that.
+async fn serve_load(
     args: &Args,
-    script: &Path,
+    counter: &ServerUser,
     dir: &Path,
-    record_events: bool,
-) -> anyhow::Result<(f64, f64)> {
-    let settings = ServerSettings {
-        // Almost every request reads the database, like the ceiling.
-        link_cache_entries: 16,
-        record_events,
-        ..ServerSettings::default()
+    load: Load<'_>,
+) -> anyhow::Result<Figure> {
+    let (script, path, tokens) = match load {
+        Load::Redirect(tokens) => {
+            let script = dir.join("redirect.lua");
+            write_wrk_script(&script, tokens, "/c/", "")?;
+            (Some(script), "/", tokens.len())
+        }
+        Load::Pixel(tokens) => {
+            let script = dir.join("pixel.lua");
+            write_wrk_script(&script, tokens, "/o/", ".gif")?;
+            (Some(script), "/", tokens.len())
+        }
+        Load::Healthz => (None, "/healthz", usize::MAX),
     };
-    let journal = dir.join(format!("journal-{record_events}"));
+    let settings = PoolSettings {
+        max_connections: args.pool,
+        acquire_timeout: Duration::from_secs(5),
+    };
+    let pool = store::connect(&counter.url, &settings).await?;
+    let journal = dir.join("journal");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let settings = AppSettings {
-        server: settings,
-        ..AppSettings::new(pool.clone(), JournalSettings::new(&journal))
-    };
-    let server = App::build(settings, listener).await?;
+    let server = App::build(
+        AppSettings::new(pool.clone(), JournalSettings::new(&journal)),
+        listener,
+    )
+    .await?;
     let addr = server.local_addr()?;
+    let before = counter.statements().await?;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(server.run(async move {
         let _ = stopped.await;
     }));
-    let output = tokio::process::Command::new("wrk")
-        .args([
-            "-t2",
-            &format!("-c{}", args.connections),
-            &format!("-d{}s", args.seconds),
-            "--latency",
-            "-s",
-        ])
-        .arg(script)
-        .arg(format!("http://{addr}"))
-        .output()
-        .await?;
+    let mut wrk = tokio::process::Command::new("wrk");
+    wrk.args([
+        &format!("-t{WRK_THREADS}"),
+        &format!("-c{}", args.connections),
+        &format!("-d{}s", args.seconds),
+        "--latency",
+    ]);
+    if let Some(script) = &script {
+        wrk.arg("-s").arg(script);
+    }
+    let output = wrk.arg(format!("http://{addr}{path}")).output().await?;
     let _ = stop.send(());
     let _ = running.await;
+    let statements = counter.statements().await? - before;
+    pool.close().await;
     let text = String::from_utf8_lossy(&output.stdout);
     anyhow::ensure!(!text.contains("Non-2xx or 3xx"), "wrk saw errors:\n{text}");
-    let rps = text
+    let (per_second, p99, requests) = wrk_figures(&text)?;
+    if requests > tokens as f64 {
+        eprintln!("note: wrk asked for more than its slice's tokens: some were asked twice");
+    }
+    Ok(Figure {
+        per_second,
+        p99,
+        statements_per_hit: statements / requests.max(1.0),
+    })
+}
+
+/// Requests/s, p99 (s) and requests of wrk's output.
+fn wrk_figures(text: &str) -> anyhow::Result<(f64, f64, f64)> {
+    let per_second = text
         .lines()
         .find_map(|l| l.strip_prefix("Requests/sec:"))
         .and_then(|v| v.trim().parse::<f64>().ok())
@@ -356,19 +508,27 @@ async fn redirect_load(
         .find_map(|l| l.trim().strip_prefix("99%"))
         .and_then(|v| seconds(v.trim()))
         .ok_or_else(|| anyhow::anyhow!("no 99% latency in wrk output:\n{text}"))?;
-    Ok((rps, p99))
+    let requests = text
+        .lines()
+        .find(|l| l.contains(" requests in "))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .ok_or_else(|| anyhow::anyhow!("no request count in wrk output:\n{text}"))?;
+    Ok((per_second, p99, requests))
 }
 
-/// Median throughput and median p99 over rounds.
-fn medians(rounds: &[(f64, f64)]) -> (f64, f64) {
-    let median = |mut values: Vec<f64>| {
+/// The median of each field over rounds.
+fn median(rounds: &[Figure]) -> Figure {
+    let median = |field: fn(&Figure) -> f64| {
+        let mut values: Vec<f64> = rounds.iter().map(field).collect();
         values.sort_by(f64::total_cmp);
         values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
     };
-    (
-        median(rounds.iter().map(|r| r.0).collect()),
-        median(rounds.iter().map(|r| r.1).collect()),
-    )
+    Figure {
+        per_second: median(|f| f.per_second),
+        p99: median(|f| f.p99),
+        statements_per_hit: median(|f| f.statements_per_hit),
+    }
 }
 
 /// wrk's durations: `812.00us`, `3.45ms`, `1.02s`.

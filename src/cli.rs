@@ -25,7 +25,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     init_tracing(cli.global.log_json);
     let url = cli.global.database_url.as_str();
     match cli.command {
-        Command::Migrate(args) => migrate(url, &args).await?,
+        Command::Migrate(args) => match cli.global.shards.as_deref() {
+            Some(shards) => migrate_cluster(url, shards, &args).await?,
+            None => migrate(url, &args).await?,
+        },
         Command::Partitions(PartitionsCommand::Ensure(args)) => ensure(url, &args).await?,
         Command::Partitions(PartitionsCommand::Rotate(args)) => rotate(url, &args).await?,
         Command::Partitions(PartitionsCommand::List) => list(url).await?,
@@ -83,14 +86,32 @@ async fn migrate(url: &str, args: &MigrateArgs) -> anyhow::Result<()> {
     println!("migrate: schema is current ({applied} migrations applied)");
     // Without --row-format, new (empty) tables get the default format and
     // tables holding rows are left as they are, with a note.
-    let options = store::RowFormatOptions {
+    for line in store::set_row_format(&pool, &row_format_options(args)).await? {
+        println!("migrate: {line}");
+    }
+    Ok(())
+}
+
+/// The row format `migrate` asks for (see [`migrate`]).
+fn row_format_options(args: &MigrateArgs) -> store::RowFormatOptions {
+    store::RowFormatOptions {
         format: args.row_format.unwrap_or(store::DEFAULT_ROW_FORMAT),
         level: args.page_compression_level,
         rebuild: args.rebuild,
+    }
+}
+
+/// `migrate` with LINKTRACK_SHARDS: the head and its data nodes.
+async fn migrate_cluster(url: &str, shards: &str, args: &MigrateArgs) -> anyhow::Result<()> {
+    let plan = store::cluster::ClusterMigrate {
+        nodes: store::cluster::parse_shards(shards)?,
+        virtual_shards: args.virtual_shards,
+        row_format: row_format_options(args),
     };
-    for line in store::set_row_format(&pool, &options).await? {
+    for line in store::cluster::migrate(url, &plan).await? {
         println!("migrate: {line}");
     }
+    println!("migrate: the cluster's schema is current");
     Ok(())
 }
 
@@ -125,14 +146,33 @@ async fn apply(
     options: &partitions::RunOptions,
 ) -> anyhow::Result<()> {
     let pool = pool(url).await?;
-    for report in partitions::run(&pool, policy, options).await? {
-        println!("{report}");
+    match partitions::run(&pool, policy, options).await {
+        Ok(reports) => {
+            for report in reports {
+                println!("{report}");
+            }
+            Ok(())
+        }
+        // On a cluster: say what the reachable nodes did, then fail naming the others.
+        Err(store::StoreError::NodesFailed { done, failed }) => {
+            for report in done {
+                println!("{report}");
+            }
+            Err(store::StoreError::NodesFailed {
+                done: Vec::new(),
+                failed,
+            }
+            .into())
+        }
+        Err(err) => Err(err.into()),
     }
-    Ok(())
 }
 
 async fn list(url: &str) -> anyhow::Result<()> {
     let pool = pool(url).await?;
+    if is_head(&pool).await? {
+        return list_cluster(&pool).await;
+    }
     for table in partitions::PARTITIONED_TABLES {
         for p in partitions::list(&pool, table).await? {
             println!(
@@ -144,6 +184,36 @@ async fn list(url: &str) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+async fn is_head(pool: &sqlx::MySqlPool) -> anyhow::Result<bool> {
+    let mut conn = pool.acquire().await?;
+    Ok(store::cluster::is_head(&mut conn).await?)
+}
+
+/// `partitions list` on a Spider head: node, data table, partition, day, rows.
+async fn list_cluster(pool: &sqlx::MySqlPool) -> anyhow::Result<()> {
+    let (tables, failed) = store::cluster::list_all(pool).await?;
+    for table in tables {
+        for p in table.days {
+            println!(
+                "{}\t{}\t{}\t{}\t~{} rows",
+                table.server,
+                table.data_table,
+                p.name,
+                p.last_day(),
+                p.approx_rows
+            );
+        }
+    }
+    if failed.is_empty() {
+        return Ok(());
+    }
+    Err(store::StoreError::NodesFailed {
+        done: Vec::new(),
+        failed,
+    }
+    .into())
 }
 
 async fn build(url: &str, args: &BuildArgs) -> anyhow::Result<ExitCode> {
@@ -371,6 +441,11 @@ async fn serve(url: &str, args: &ServeArgs) -> anyhow::Result<()> {
         live: live_layer(&args.live)?,
         rollup_every: (args.rollup_every > 0).then(|| Duration::from_secs(args.rollup_every)),
         admin_listen: Some(args.admin_listen),
+        connections: crate::server::listen::ConnectionLimits {
+            header_timeout: Duration::from_secs(args.header_timeout),
+            max_connections: args.max_connections,
+            ..Default::default()
+        },
         outbound: Outbound::from_args(&args.outbound)?,
         ..AppSettings::new(pool, JournalSettings::new(&args.journal))
     };
@@ -433,6 +508,8 @@ async fn demo(url: &str, args: &DemoArgs) -> anyhow::Result<()> {
         journal: args.dir.join("journal"),
         db_timeout_ms: 1500,
         db_connections: 16,
+        header_timeout: crate::server::listen::DEFAULT_HEADER_TIMEOUT.as_secs(),
+        max_connections: crate::server::listen::DEFAULT_MAX_CONNECTIONS,
         trust_forwarded_for: false,
         api_token: Some(api_token),
         secret: Some(random_hex()),

@@ -38,6 +38,18 @@ pub struct GlobalArgs {
     #[arg(long, env = "DATABASE_URL", default_value = DEFAULT_DATABASE_URL, global = true, hide_env_values = true)]
     pub database_url: String,
 
+    /// A Spider cluster's data nodes: comma-separated MySQL URLs (each with
+    /// its database). DATABASE_URL is then the head, the one server every
+    /// command talks to; unset is a single server. See docs/scaling.md.
+    #[arg(
+        long,
+        env = "LINKTRACK_SHARDS",
+        global = true,
+        hide_env_values = true,
+        value_name = "URL,URL,…"
+    )]
+    pub shards: Option<String>,
+
     /// Log as JSON lines instead of human-readable text (filter with RUST_LOG).
     #[arg(long, env = "LINKTRACK_LOG_JSON", global = true)]
     pub log_json: bool,
@@ -412,6 +424,12 @@ pub struct MigrateArgs {
     /// partition is copied; migrate prints an estimate first).
     #[arg(long, requires = "row_format")]
     pub rebuild: bool,
+
+    /// With --shards: how many data tables (`links_NN`, `events_NN`) the
+    /// head's Spider tables spread over the data nodes. Odd (KEY hashing of
+    /// UUIDv7 is skewed with even counts); fixed at the first migrate.
+    #[arg(long, default_value_t = crate::store::cluster::DEFAULT_VIRTUAL_SHARDS)]
+    pub virtual_shards: u32,
 }
 
 #[derive(Debug, Subcommand)]
@@ -492,6 +510,20 @@ pub struct ServeArgs {
     /// Database connections.
     #[arg(long, env = "LINKTRACK_DB_CONNECTIONS", default_value_t = 16)]
     pub db_connections: u32,
+
+    /// Close a connection that has not sent a request's complete headers
+    /// within SECS seconds; an idle keep-alive connection is closed after
+    /// the same time (it is waiting for the next request's headers).
+    #[arg(long, env = "LINKTRACK_HEADER_TIMEOUT", default_value_t = 10, value_name = "SECS",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub header_timeout: u64,
+
+    /// Most client connections open at once (each listener); beyond it new
+    /// connections wait in the listen backlog, and the server logs that the
+    /// cap was reached. Keep it below the process's file descriptor limit.
+    #[arg(long, env = "LINKTRACK_MAX_CONNECTIONS", default_value_t = crate::server::listen::DEFAULT_MAX_CONNECTIONS,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub max_connections: usize,
 
     /// Record the client network from the last X-Forwarded-For entry. Set it
     /// only behind a reverse proxy or load balancer that appends that header.

@@ -27,6 +27,8 @@
 //!   suppressions, sequences; partition DDL in `src/store/partitions.rs`;
 //!   connection failures said with target and hint in
 //!   `src/store/connect_error.rs`;
+//!   a MariaDB Spider cluster (`LINKTRACK_SHARDS`: migrate, topology,
+//!   per-node partitions) in `src/store/cluster.rs`;
 //!   the rollup's SQL in `src/store/rollup.rs`; stats reads in
 //!   `src/store/stats.rs`; segment lookups in `src/store/segments.rs`.
 //! * [`letter`]: one letter's HTML: personalise (minijinja), rewrite links

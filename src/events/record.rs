@@ -9,6 +9,12 @@
 //! * 1: `{"v":1, "event_id", "occurred_at", "kind", "token", "link_id",
 //!   "mailing_id", "letter_id", "email", "position", "ip", "user_agent",
 //!   "bot", "bot_reason"}`; ids as 32 lowercase hex digits.
+//! * 2: the same fields. What changed is the meaning of a null `link_id`:
+//!   the event was journaled with its token only (an open answers without
+//!   reading the database), and the replay looks the link up and fills in
+//!   the link's fields, dropping the event if the token names no link. In
+//!   versions 0 and 1 a null `link_id` meant the link was unknown for good,
+//!   and such a line is stored as it is.
 //!
 //! A later version that adds a field gives it a default here (so versions 0
 //! and 1 still read) and says in [`JournalRecord::into_row`] what an old
@@ -19,7 +25,7 @@ use crate::store::events::EventRow;
 use chrono::{DateTime, Utc};
 
 /// The version this release writes.
-pub const CURRENT_VERSION: u32 = 1;
+pub const CURRENT_VERSION: u32 = 2;
 
 /// One journal line.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -44,6 +50,14 @@ pub struct JournalRecord {
     pub bot_reason: Option<String>,
 }
 
+/// A journaled event on its way into the database.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Replayable {
+    pub row: EventRow,
+    /// The link's fields are to be looked up by the token at replay.
+    pub resolve_link: bool,
+}
+
 /// A line that is not a journal record this release can read.
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
@@ -60,9 +74,20 @@ impl JournalRecord {
     }
 
     /// Read one line (without its newline).
+    #[cfg(test)]
     pub fn decode(line: &str) -> Result<EventRow, RecordError> {
+        Self::decode_replayable(line).map(|event| event.row)
+    }
+
+    /// Read one line (without its newline), saying whether the replay must
+    /// look up its link (see the module docs, version 2).
+    pub fn decode_replayable(line: &str) -> Result<Replayable, RecordError> {
         let record: JournalRecord = serde_json::from_str(line)?;
-        record.into_row()
+        let resolve_link = record.v >= 2 && record.link_id.is_none();
+        Ok(Replayable {
+            row: record.into_row()?,
+            resolve_link,
+        })
     }
 
     fn from_row(row: &EventRow) -> JournalRecord {
@@ -84,7 +109,7 @@ impl JournalRecord {
         }
     }
 
-    /// The row this record stands for. Versions 0 and 1 have the same fields.
+    /// The row this record stands for. Versions 0, 1 and 2 have the same fields.
     pub fn into_row(self) -> Result<EventRow, RecordError> {
         if self.v > CURRENT_VERSION {
             return Err(RecordError::NewerVersion(self.v));
@@ -130,16 +155,31 @@ mod tests {
         assert_eq!(row.email.as_deref(), Some("ann@example.com"));
         // Written again, it is the current version with the same fields.
         let line = String::from_utf8(JournalRecord::encode(&row).unwrap()).unwrap();
-        assert!(line.starts_with(r#"{"v":1,"#), "{line}");
+        assert!(line.starts_with(r#"{"v":2,"#), "{line}");
         assert_eq!(JournalRecord::decode(&line).unwrap(), row);
     }
 
     #[test]
+    fn only_current_lines_without_a_link_are_resolved_at_replay() {
+        let unlinked = VERSION_0_LINE.replace(r#""link_id":42"#, r#""link_id":null"#);
+        for (line, resolve) in [
+            (VERSION_0_LINE.to_owned(), false),
+            (unlinked.clone(), false),
+            (unlinked.replacen('{', r#"{"v":1,"#, 1), false),
+            (unlinked.replacen('{', r#"{"v":2,"#, 1), true),
+            (VERSION_0_LINE.replacen('{', r#"{"v":2,"#, 1), false),
+        ] {
+            let event = JournalRecord::decode_replayable(&line).unwrap();
+            assert_eq!(event.resolve_link, resolve, "{line}");
+        }
+    }
+
+    #[test]
     fn a_newer_version_and_a_foreign_kind_are_errors_not_guesses() {
-        let newer = VERSION_0_LINE.replacen('{', r#"{"v":2,"#, 1);
+        let newer = VERSION_0_LINE.replacen('{', r#"{"v":3,"#, 1);
         assert!(matches!(
             JournalRecord::decode(&newer),
-            Err(RecordError::NewerVersion(2))
+            Err(RecordError::NewerVersion(3))
         ));
         let foreign = VERSION_0_LINE.replace(r#""kind":"click""#, r#""kind":"bogus""#);
         assert!(matches!(

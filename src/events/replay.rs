@@ -7,11 +7,13 @@
 //! exactly once whatever crashes in between.
 
 use super::journal::{sealed_segments, JournalError, JournalSettings};
-use super::record::{JournalRecord, RecordError};
+use super::record::{JournalRecord, RecordError, Replayable};
 use crate::kind::EventKind;
 use crate::outbound::Outbound;
 use crate::store::events::{insert_idempotent, suppress_unsubscribed, EventRow};
+use crate::store::links::{self, StoredLink};
 use crate::store::{partitions, StoreError};
+use crate::token::Token;
 use chrono::Utc;
 use sqlx::MySqlPool;
 use std::path::Path;
@@ -136,7 +138,9 @@ async fn replay_segment(
             path: segment.to_owned(),
             source,
         })?;
-    let Segment { rows, bad_line } = parse_segment(&text);
+    let Segment { events, bad_line } = parse_segment(&text);
+    let journaled = events.len();
+    let rows = resolve_links(pool, events).await?;
     // Suppressions first: they matter more than the statistics, and once
     // the events are visible the suppressions are too.
     apply_unsubscribes(pool, &rows).await?;
@@ -159,7 +163,7 @@ async fn replay_segment(
             source,
         })?;
     metrics::counter!("linktrack_events_written_total").increment(rows.len() as u64);
-    metrics::gauge!("linktrack_journal_backlog_events").decrement(rows.len() as f64);
+    metrics::gauge!("linktrack_journal_backlog_events").decrement(journaled as f64);
     tracing::debug!(events = rows.len(), segment = %segment.display(), "replayed");
     Ok(())
 }
@@ -167,7 +171,7 @@ async fn replay_segment(
 /// What a segment file holds.
 #[derive(Debug)]
 struct Segment {
-    rows: Vec<EventRow>,
+    events: Vec<Replayable>,
     /// The first unreadable line (1-based) that is not a torn tail.
     bad_line: Option<(usize, RecordError)>,
 }
@@ -179,15 +183,15 @@ fn parse_segment(text: &str) -> Segment {
     let torn_tail = !text.is_empty() && !text.ends_with('\n');
     let lines: Vec<&str> = text.lines().collect();
     let mut segment = Segment {
-        rows: Vec::with_capacity(lines.len()),
+        events: Vec::with_capacity(lines.len()),
         bad_line: None,
     };
     for (index, line) in lines.iter().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
-        match JournalRecord::decode(line) {
-            Ok(row) => segment.rows.push(row),
+        match JournalRecord::decode_replayable(line) {
+            Ok(event) => segment.events.push(event),
             Err(_) if torn_tail && index + 1 == lines.len() => {
                 tracing::warn!("skipping the torn last line of a journal segment");
             }
@@ -199,6 +203,63 @@ fn parse_segment(text: &str) -> Segment {
         }
     }
     segment
+}
+
+/// The rows of a segment's events, with the link's fields filled in where
+/// the event was journaled with its token only (opens: see
+/// `record`'s version 2). The links are read in one statement per
+/// [`crate::store::IN_LIST_CHUNK`] tokens, one partition per day. An event
+/// whose token names no link is dropped and counted: a forged or mistyped
+/// pixel URL is no open.
+async fn resolve_links(
+    pool: &MySqlPool,
+    events: Vec<Replayable>,
+) -> Result<Vec<EventRow>, StoreError> {
+    let mut tokens: Vec<Token> = events
+        .iter()
+        .filter(|event| event.resolve_link)
+        .filter_map(|event| Token::from_bytes(&event.row.token).ok())
+        .collect();
+    if tokens.is_empty() {
+        return Ok(events.into_iter().map(|event| event.row).collect());
+    }
+    tokens.sort_unstable();
+    tokens.dedup();
+    let found = links::lookup_many(pool, &tokens).await?;
+    let mut rows = Vec::with_capacity(events.len());
+    let mut unknown = 0u64;
+    for Replayable {
+        mut row,
+        resolve_link,
+    } in events
+    {
+        if resolve_link {
+            let link = Token::from_bytes(&row.token)
+                .ok()
+                .and_then(|token| found.get(&token));
+            let Some(link) = link else {
+                unknown += 1;
+                continue;
+            };
+            fill_link(&mut row, link);
+        }
+        rows.push(row);
+    }
+    if unknown > 0 {
+        tracing::debug!(unknown, "dropped events whose token names no link");
+        metrics::counter!("linktrack_replay_unknown_tokens_total").increment(unknown);
+    }
+    Ok(rows)
+}
+
+/// The event's copy of its link's fields (`events` is denormalised so the
+/// statistics never join `links`).
+fn fill_link(row: &mut EventRow, link: &StoredLink) {
+    row.link_id = Some(link.id);
+    row.mailing_id = Some(link.mailing_id.clone());
+    row.letter_id = Some(link.letter_id);
+    row.email = Some(link.email.clone());
+    row.position = Some(link.position);
 }
 
 /// Suppress the addresses of unsubscribe events. Usually the handler did it
@@ -264,7 +325,7 @@ mod tests {
             format!("{good}\n{good}\n{}\n", &good[..good.len() / 2]),
         ] {
             let segment = parse_segment(&text);
-            assert_eq!(segment.rows.len(), 2, "every readable line is kept");
+            assert_eq!(segment.events.len(), 2, "every readable line is kept");
             assert!(
                 matches!(segment.bad_line, Some((_, RecordError::Unreadable(_)))),
                 "{segment:?}"
@@ -285,7 +346,8 @@ mod tests {
         let line = line(&row);
         let text = format!("{line}\n{line}\n{}", &line[..line.len() / 2]);
         let segment = parse_segment(&text);
-        assert_eq!(segment.rows, vec![row.clone(), row]);
+        let rows: Vec<EventRow> = segment.events.into_iter().map(|e| e.row).collect();
+        assert_eq!(rows, vec![row.clone(), row]);
         assert!(segment.bad_line.is_none());
     }
 }

@@ -12,6 +12,7 @@
 //! 3. The background workers are asked to stop and joined (same bound), so
 //!    a worker reading `events` sees every event of this run on its way out.
 
+use super::listen::{self, ConnectionLimits};
 use super::state::{AppState, ServerSettings};
 use super::stats::{StatsError, StatsState};
 use super::workers::Workers;
@@ -48,6 +49,8 @@ pub struct AppSettings {
     pub rollup: RollupOptions,
     /// Where `/metrics` and `/readyz` answer; `None`: nowhere.
     pub admin_listen: Option<SocketAddr>,
+    /// Header timeout, connection cap and header size of both listeners.
+    pub connections: ConnectionLimits,
     /// Webhook and AMQP endpoints events go out to; empty: none.
     pub outbound: Outbound,
 }
@@ -66,6 +69,7 @@ impl AppSettings {
             rollup_every: None,
             rollup: RollupOptions::default(),
             admin_listen: Some(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))),
+            connections: ConnectionLimits::default(),
             outbound: Outbound::default(),
         }
     }
@@ -79,6 +83,7 @@ pub struct App {
     stats: StatsState,
     pipeline: EventPipeline,
     workers: Workers,
+    limits: ConnectionLimits,
 }
 
 impl App {
@@ -121,6 +126,7 @@ impl App {
             stats,
             pipeline,
             workers,
+            limits: settings.connections,
         })
     }
 
@@ -152,6 +158,7 @@ impl App {
             stats,
             pipeline,
             workers,
+            limits,
         } = self;
         let deadline = state.settings.flush_deadline;
         // One shutdown signal for both listeners.
@@ -159,36 +166,27 @@ impl App {
         let admin_task = admin.map(|listener| {
             let app = admin_router(state.clone());
             let mut stopped = stopped.clone();
-            tokio::spawn(async move {
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(async move {
-                        let _ = stopped.wait_for(|s| *s).await;
-                    })
-                    .await
-            })
+            tokio::spawn(listen::serve(listener, app, limits, async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            }))
         });
-        let app = public_router(state, stats).into_make_service_with_connect_info::<SocketAddr>();
+        let app = public_router(state, stats);
         let mut public_stopped = stopped;
-        let served = axum::serve(public, app)
-            .with_graceful_shutdown(async move {
-                tokio::select! {
-                    () = shutdown => {}
-                    _ = public_stopped.wait_for(|s| *s) => {}
-                }
-            })
-            .await;
+        listen::serve(public, app, limits, async move {
+            tokio::select! {
+                () = shutdown => {}
+                _ = public_stopped.wait_for(|s| *s) => {}
+            }
+        })
+        .await;
         let _ = stop.send(true);
         let admin_served = match admin_task {
-            Some(task) => match task.await {
-                Ok(result) => result,
-                Err(err) => Err(std::io::Error::other(err)),
-            },
+            Some(task) => task.await.map_err(std::io::Error::other),
             None => Ok(()),
         };
         tracing::info!("stopped accepting requests; flushing events");
         pipeline.shutdown(deadline).await;
         workers.shutdown(deadline).await;
-        served?;
         admin_served.map_err(ServeError::from)
     }
 
@@ -204,20 +202,21 @@ impl App {
             stats,
             pipeline,
             workers,
+            limits,
         } = self;
         let mut handles = pipeline.abort_handles();
         handles.extend(workers.abort_handles());
         if let Some(listener) = admin {
             let app = admin_router(state.clone());
-            handles
-                .push(tokio::spawn(async move { axum::serve(listener, app).await }).abort_handle());
+            let serving = listen::serve(listener, app, limits, std::future::pending());
+            handles.push(tokio::spawn(serving).abort_handle());
         }
-        let app = public_router(state, stats).into_make_service_with_connect_info::<SocketAddr>();
+        let app = public_router(state, stats);
         let serving = tokio::spawn(async move {
             // The pipeline and the workers live as long as the server task.
             let _pipeline = pipeline;
             let _workers = workers;
-            axum::serve(public, app).await
+            listen::serve(public, app, limits, std::future::pending()).await
         });
         handles.push(serving.abort_handle());
         handles

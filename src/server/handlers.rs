@@ -87,35 +87,25 @@ fn header_safe_url(url: &str) -> String {
     out
 }
 
-/// `GET /o/{token}.gif`: always the pixel, whatever the token; an open is
-/// recorded for known tokens (and, while the database is away, for any
-/// well-formed token, to be matched up later).
+/// `GET /o/{token}.gif`: always the pixel, whatever the token. Opens are the
+/// most frequent hit, so an open reads nothing: a well-formed, current
+/// token is journaled as it is, and the replay looks its link up (in
+/// batches) and drops the open if the token names none.
 pub async fn pixel(
     State(state): State<AppState>,
     meta: RequestMeta,
     path: Result<Path<String>, PathRejection>,
 ) -> Response {
     if let Ok(file) = token_text(path) {
-        if let Some(text) = file.strip_suffix(".gif") {
-            record_open(&state, text, &meta).await;
+        if let Some(token) = file
+            .strip_suffix(".gif")
+            .and_then(|text| state.check_token(text).ok())
+        {
+            state.record(EventKind::Open, token, None, &meta).await;
         }
     }
     let response = ([(header::CONTENT_TYPE, "image/gif")], PIXEL_GIF.as_slice()).into_response();
     no_store(response)
-}
-
-async fn record_open(state: &AppState, text: &str, meta: &RequestMeta) {
-    let Ok(token) = state.check_token(text) else {
-        return;
-    };
-    let link = match state.find_link(token).await {
-        Ok(link) => Some(link),
-        Err(ServerError::Unavailable(_)) => None,
-        Err(_) => return,
-    };
-    state
-        .record(EventKind::Open, token, link.as_deref(), meta)
-        .await;
 }
 
 /// `GET /u/{token}`: the confirmation page (a GET never unsubscribes).

@@ -3,10 +3,13 @@
 //!
 //! * [`app`]: [`App`], the one wiring: listeners, event pipeline, workers,
 //!   ordered shutdown;
+//! * [`listen`]: accepting and serving connections (header timeout,
+//!   connection cap, 431 for oversized headers);
 //! * `workers`: background workers joined at shutdown (rollup; webhook and
 //!   AMQP senders register there);
 //! * `handlers`: thin handlers for `/c`, `/o`, `/u`, `/i` and health;
 //! * [`state`]: shared state, token checks and the link cache;
+//! * `lookups`: cache misses of concurrent requests share one statement;
 //! * `record`: classify a hit and journal it (see [`crate::events`]);
 //! * [`image`]: the SSRF-safe image proxy;
 //! * `error`: the one error type, rendered as small pages;
@@ -16,6 +19,8 @@ pub mod app;
 pub(crate) mod error;
 pub(crate) mod handlers;
 pub mod image;
+pub mod listen;
+pub(crate) mod lookups;
 pub(crate) mod metrics;
 pub(crate) mod pages;
 pub(crate) mod record;

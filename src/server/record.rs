@@ -14,7 +14,8 @@ impl AppState {
     /// Classify and journal one hit. Returns once the event is in the
     /// journal (`true`) or could not be journaled (`false`, logged); the
     /// database insert happens later, in the background. `link` is `None`
-    /// when the database could not say what the token is.
+    /// for an event journaled with its token only: the replay looks the
+    /// link up (journal record version 2).
     pub async fn record(
         &self,
         kind: EventKind,

@@ -2,9 +2,10 @@
 
 use super::error::ServerError;
 use super::image::{ImageProxy, ImageSettings};
+use super::lookups::{LinkLookups, LookupSettings};
 use crate::events::bots::{BotDetector, BotRules};
 use crate::events::journal::Recorder;
-use crate::store::links::{self, StoredLink};
+use crate::store::links::StoredLink;
 use crate::store::StoreError;
 use crate::token::Token;
 use chrono::Utc;
@@ -38,6 +39,9 @@ pub struct ServerSettings {
     /// Take the client address from the last `X-Forwarded-For` entry (set
     /// this only behind a proxy that appends it); otherwise the peer address.
     pub trust_forwarded_for: bool,
+    /// Link lookups running at once; cache misses that arrive while all of
+    /// them are busy share the next statement ([`LinkLookups`]).
+    pub lookups_in_flight: usize,
 }
 
 impl Default for ServerSettings {
@@ -53,6 +57,7 @@ impl Default for ServerSettings {
             db_timeout: Duration::from_secs(2),
             record_events: true,
             trust_forwarded_for: false,
+            lookups_in_flight: LookupSettings::default().in_flight,
         }
     }
 }
@@ -63,6 +68,8 @@ pub struct AppState {
     pub pool: MySqlPool,
     pub settings: Arc<ServerSettings>,
     pub links: Cache<Token, Arc<StoredLink>>,
+    /// Where cache misses are read, together with concurrent ones.
+    pub(crate) lookups: LinkLookups,
     pub recorder: Recorder,
     pub bots: Arc<BotDetector>,
     pub images: Arc<ImageProxy>,
@@ -82,9 +89,18 @@ impl AppState {
             .max_capacity(settings.link_cache_entries)
             .time_to_live(settings.link_cache_ttl)
             .build();
+        let lookups = LinkLookups::start(
+            pool.clone(),
+            LookupSettings {
+                in_flight: settings.lookups_in_flight,
+                db_timeout: settings.db_timeout,
+                ..LookupSettings::default()
+            },
+        );
         Ok(AppState {
             pool,
             links,
+            lookups,
             recorder,
             bots: Arc::new(BotDetector::new(settings.bots.clone())),
             images: Arc::new(ImageProxy::new(settings.images.clone())?),
@@ -117,13 +133,7 @@ impl AppState {
         &self,
         call: impl std::future::Future<Output = Result<T, StoreError>>,
     ) -> Result<T, ServerError> {
-        let limit = self.settings.db_timeout;
-        match tokio::time::timeout(limit, call).await {
-            Ok(result) => result.map_err(ServerError::from),
-            Err(_) => Err(ServerError::Unavailable(format!(
-                "no answer within {limit:?}"
-            ))),
-        }
+        within(self.settings.db_timeout, call).await
     }
 
     /// The link behind a token: from the cache, else one single-partition read.
@@ -141,11 +151,27 @@ impl AppState {
             .map_err(ServerError::from_shared)
     }
 
+    /// A cache miss's read, shared with the misses of concurrent requests
+    /// ([`LinkLookups`]).
     async fn lookup(&self, token: Token) -> Result<Arc<StoredLink>, ServerError> {
         metrics::counter!("linktrack_link_lookups_total").increment(1);
-        self.bounded(links::lookup(&self.pool, &token))
+        self.lookups
+            .lookup(token)
             .await?
-            .map(Arc::new)
             .ok_or(ServerError::NotFound)
+    }
+}
+
+/// Run one database call within `limit`; running out of time is the same
+/// as the database being unavailable.
+pub(crate) async fn within<T>(
+    limit: Duration,
+    call: impl std::future::Future<Output = Result<T, StoreError>>,
+) -> Result<T, ServerError> {
+    match tokio::time::timeout(limit, call).await {
+        Ok(result) => result.map_err(ServerError::from),
+        Err(_) => Err(ServerError::Unavailable(format!(
+            "no answer within {limit:?}"
+        ))),
     }
 }

@@ -83,6 +83,80 @@ pub async fn lookup(pool: &MySqlPool, token: &Token) -> Result<Option<StoredLink
     .transpose()
 }
 
+/// Fetch the links many tokens name: one statement per [`IN_LIST_CHUNK`]
+/// tokens, whose `WHERE` is one `inserted = day AND uuid IN (…)` per day,
+/// so it reads one partition per day named (`tests/` checks the plan of
+/// [`lookup_many_sql`]). Tokens naming no link are simply absent.
+///
+/// The statement goes over the text protocol with its values written into
+/// it: a prepared statement per list shape would cost a prepare round trip
+/// for most batches (the shapes are many), and the values are hex digits and
+/// dates we format ourselves, so nothing can be injected.
+///
+/// [`IN_LIST_CHUNK`]: super::IN_LIST_CHUNK
+pub async fn lookup_many(
+    pool: &MySqlPool,
+    tokens: &[Token],
+) -> Result<HashMap<Token, StoredLink>, StoreError> {
+    let mut found = HashMap::with_capacity(tokens.len());
+    for chunk in tokens.chunks(super::IN_LIST_CHUNK) {
+        let sql = lookup_many_sql(chunk);
+        let rows: Vec<sqlx::mysql::MySqlRow> = sqlx::raw_sql(&sql).fetch_all(pool).await?;
+        for row in rows {
+            let link = stored_link(link_row(&row)?)?;
+            found.insert(link.token, link);
+        }
+    }
+    Ok(found)
+}
+
+/// The statement of [`lookup_many`] for one chunk of tokens.
+pub fn lookup_many_sql(tokens: &[Token]) -> String {
+    use std::fmt::Write;
+    let mut by_day: std::collections::BTreeMap<NaiveDate, Vec<&Token>> = Default::default();
+    for token in tokens {
+        by_day.entry(token.date()).or_default().push(token);
+    }
+    let mut sql = String::with_capacity(160 + tokens.len() * 40 + by_day.len() * 40);
+    sql.push_str(
+        "SELECT id, uuid, CAST(kind AS CHAR), mailing_id, letter_id, email, position, url \
+         FROM links WHERE ",
+    );
+    for (n, (day, tokens)) in by_day.iter().enumerate() {
+        if n > 0 {
+            sql.push_str(" OR ");
+        }
+        // Writing to a String cannot fail.
+        let _ = write!(sql, "(inserted = '{day}' AND uuid IN (");
+        for (i, token) in tokens.iter().enumerate() {
+            if i > 0 {
+                sql.push_str(", ");
+            }
+            let _ = write!(sql, "X'{token}'");
+        }
+        sql.push_str("))");
+    }
+    if by_day.is_empty() {
+        sql.push_str("FALSE");
+    }
+    sql
+}
+
+/// The columns of a [`LinkRow`] from a row of the text protocol.
+fn link_row(row: &sqlx::mysql::MySqlRow) -> Result<LinkRow, sqlx::Error> {
+    use sqlx::Row;
+    Ok((
+        row.try_get(0)?,
+        row.try_get(1)?,
+        row.try_get(2)?,
+        row.try_get(3)?,
+        row.try_get(4)?,
+        row.try_get(5)?,
+        row.try_get(6)?,
+        row.try_get(7)?,
+    ))
+}
+
 /// Insert `rows` on a connection from the pool; see [`insert_on`].
 pub async fn insert(pool: &MySqlPool, rows: &[NewLink]) -> Result<u64, StoreError> {
     let mut conn = pool.acquire().await?;

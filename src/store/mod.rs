@@ -1,6 +1,7 @@
 //! MySQL / MariaDB: the pool, migrations, and every SQL statement the service
 //! runs. Nothing outside this module writes SQL.
 
+pub mod cluster;
 pub(crate) mod connect_error;
 pub mod deliveries;
 pub mod erase;
@@ -66,6 +67,20 @@ pub enum StoreError {
     LockBusy { lock: String, waited: Duration },
     #[error("unexpected data in `{table}`: {detail}")]
     Corrupt { table: &'static str, detail: String },
+    /// A Spider cluster's data node failed (`store::cluster`).
+    #[error("data node {node}: {source}")]
+    Node {
+        node: String,
+        #[source]
+        source: Box<StoreError>,
+    },
+    /// Some data nodes failed while the others were done (`partitions` on a
+    /// cluster); `done` says what happened on the others.
+    #[error("{}", failed.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
+    NodesFailed {
+        done: Vec<partitions::TableReport>,
+        failed: Vec<cluster::NodeFailure>,
+    },
 }
 
 impl StoreError {
@@ -77,13 +92,17 @@ impl StoreError {
         let StoreError::Sqlx(err) = self else {
             return false;
         };
-        mysql_error_number(err).is_some_and(|number| !RETRYABLE_MYSQL_ERRORS.contains(&number))
+        mysql_error_number(err).is_some_and(|number| {
+            !RETRYABLE_MYSQL_ERRORS.contains(&number)
+                && !cluster::SPIDER_REMOTE_ERRORS.contains(&number)
+        })
     }
 
     /// True when the database could not be reached or the connection broke,
     /// as opposed to the statement being wrong.
     pub fn is_unavailable(&self) -> bool {
         matches!(self, StoreError::Connect { .. })
+            || self.is_data_node_down()
             || matches!(
                 self,
                 StoreError::Sqlx(
@@ -95,6 +114,18 @@ impl StoreError {
                         | sqlx::Error::WorkerCrashed
                 )
             )
+    }
+}
+
+impl StoreError {
+    /// True when a Spider head could not reach the data node holding the
+    /// rows (`cluster::SPIDER_REMOTE_ERRORS`): the other nodes' rows still
+    /// work, and these come back with the node.
+    pub fn is_data_node_down(&self) -> bool {
+        let StoreError::Sqlx(err) = self else {
+            return false;
+        };
+        mysql_error_number(err).is_some_and(|n| cluster::SPIDER_REMOTE_ERRORS.contains(&n))
     }
 }
 
@@ -190,6 +221,13 @@ fn connect_failed(options: &MySqlConnectOptions, err: &sqlx::Error) -> StoreErro
 /// Create the database if it is missing, then apply every pending migration.
 /// Safe to run any number of times.
 pub async fn migrate(url: &str) -> Result<MySqlPool, StoreError> {
+    let pool = create_database_and_connect(url).await?;
+    MIGRATOR.run(&pool).await?;
+    Ok(pool)
+}
+
+/// Create the database named in `url` if it is missing, and connect.
+pub(crate) async fn create_database_and_connect(url: &str) -> Result<MySqlPool, StoreError> {
     // Validate first so a bad URL is reported as such, not as a failed CREATE.
     let options = connect_options(url)?;
     let exists = MySql::database_exists(url)
@@ -201,9 +239,7 @@ pub async fn migrate(url: &str) -> Result<MySqlPool, StoreError> {
             .await
             .map_err(|err| connect_failed(&options, &err))?;
     }
-    let pool = connect(url, &PoolSettings::default()).await?;
-    MIGRATOR.run(&pool).await?;
-    Ok(pool)
+    connect(url, &PoolSettings::default()).await
 }
 
 /// How many migrations have been applied successfully.

@@ -6,7 +6,7 @@
 //! `ALTER TABLE` per table and kind of change, under a `GET_LOCK` so only one
 //! runner alters the tables at a time.
 
-use super::StoreError;
+use super::{cluster, StoreError};
 use chrono::{Days, NaiveDate};
 use sqlx::mysql::MySqlConnection;
 use sqlx::{Connection, MySqlPool};
@@ -45,7 +45,8 @@ pub fn partition_name(day: NaiveDate) -> String {
 /// What a run would change in one table, and why.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TablePlan {
-    pub table: &'static str,
+    /// `links`, `events`, or on a cluster's data node `links_03`, ….
+    pub table: String,
     /// Partitions to drop: every day they hold is older than the cutoff.
     pub drop: Vec<Partition>,
     /// Days to add a partition for, ascending.
@@ -115,7 +116,7 @@ impl Policy {
 /// Guarantees, whatever the input: today and future days are never dropped,
 /// the newest partition is never dropped (MySQL refuses to drop them all),
 /// and a day already covered by an existing partition is never added.
-pub fn plan(table: &'static str, existing: &[Partition], policy: &Policy) -> TablePlan {
+pub fn plan(table: &str, existing: &[Partition], policy: &Policy) -> TablePlan {
     let mut drop = Vec::new();
     if let Some(cutoff) = policy.cutoff() {
         let cutoff = cutoff.min(policy.today);
@@ -139,18 +140,36 @@ pub fn plan(table: &'static str, existing: &[Partition], policy: &Policy) -> Tab
             add.push(day);
         }
     }
-    TablePlan { table, drop, add }
+    TablePlan {
+        table: table.to_owned(),
+        drop,
+        add,
+    }
 }
 
 /// The partitions of `table` in the current database, ascending.
+/// On a Spider head: the days of the table's first data table (every data
+/// table has the same days).
 pub async fn list(pool: &MySqlPool, table: &'static str) -> Result<Vec<Partition>, StoreError> {
     let mut conn = pool.acquire().await?;
+    if cluster::is_head(&mut conn).await? {
+        return cluster::list_days(&mut conn, table).await;
+    }
     list_on(&mut conn, table).await
 }
 
-async fn list_on(
+/// `links` or `events`: what a (data) table holds, for error messages.
+fn kind_of(table: &str) -> &'static str {
+    if table.starts_with("events") {
+        "events"
+    } else {
+        "links"
+    }
+}
+
+pub(crate) async fn list_on(
     conn: &mut MySqlConnection,
-    table: &'static str,
+    table: &str,
 ) -> Result<Vec<Partition>, StoreError> {
     let rows: Vec<(String, String, u64)> = sqlx::query_as(
         "SELECT CAST(PARTITION_NAME AS CHAR), CAST(PARTITION_DESCRIPTION AS CHAR), \
@@ -164,8 +183,8 @@ async fn list_on(
     .await?;
     if rows.is_empty() {
         return Err(StoreError::Corrupt {
-            table,
-            detail: "the table is missing or not partitioned: run `linktrack migrate`".into(),
+            table: kind_of(table),
+            detail: format!("`{table}` is missing or not partitioned: run `linktrack migrate`"),
         });
     }
     rows.into_iter()
@@ -173,8 +192,8 @@ async fn list_on(
             // RANGE COLUMNS describes the bound as a quoted literal: '2026-11-23'.
             let bound = description.trim().trim_matches('\'');
             let upper = NaiveDate::parse_from_str(bound, "%Y-%m-%d").map_err(|_| StoreError::Corrupt {
-                table,
-                detail: format!("partition {name} has bound {description}, expected a date (is there a MAXVALUE partition?)"),
+                table: kind_of(table),
+                detail: format!("`{table}` partition {name} has bound {description}, expected a date (is there a MAXVALUE partition?)"),
             })?;
             Ok(Partition { name, upper, approx_rows })
         })
@@ -215,6 +234,8 @@ impl Default for RunOptions {
 /// What a run did (or, with `dry_run`, would do) to one table.
 #[derive(Debug, Clone)]
 pub struct TableReport {
+    /// The data node (its Spider server name) on a cluster.
+    pub node: Option<String>,
     pub plan: TablePlan,
     pub statements: Vec<String>,
     pub applied: bool,
@@ -222,7 +243,10 @@ pub struct TableReport {
 
 impl fmt::Display for TableReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let table = self.plan.table;
+        let table = match &self.node {
+            Some(node) => format!("{node} {}", self.plan.table),
+            None => self.plan.table.clone(),
+        };
         if self.plan.is_empty() {
             return write!(f, "{table}: nothing to do: every day in the window has a partition and none has expired");
         }
@@ -259,10 +283,6 @@ impl fmt::Display for TableReport {
     }
 }
 
-/// Plan and apply `policy` to every partitioned table, holding the
-/// partition lock so that concurrent runners take turns: the second one
-/// re-reads the partitions after the first has finished and finds nothing
-/// left to do.
 /// Make sure partitions exist from today through `today + ahead_days`
 /// (UTC), dropping nothing: the one helper the builder, the replay, the demo
 /// and `partitions ensure` use.
@@ -278,22 +298,44 @@ pub async fn ensure_ahead(
     run(pool, &policy, &RunOptions::default()).await
 }
 
+/// Plan and apply `policy` to every partitioned table, holding the
+/// partition lock so that concurrent runners take turns: the second one
+/// re-reads the partitions after the first has finished and finds nothing
+/// left to do. On a Spider head: every data table of every data node, each
+/// node under its own lock ([`cluster`]).
 pub async fn run(
     pool: &MySqlPool,
     policy: &Policy,
     options: &RunOptions,
 ) -> Result<Vec<TableReport>, StoreError> {
     let mut conn = pool.acquire().await?.detach();
-    let lock = lock_name(&mut conn).await?;
-    acquire_lock(&mut conn, &lock, options.lock_wait).await?;
-    let result = run_locked(&mut conn, policy, options).await;
+    let result = if cluster::is_head(&mut conn).await? {
+        cluster::run_partitions(&mut conn, policy, options).await
+    } else {
+        let tables = PARTITIONED_TABLES.map(str::to_owned);
+        run_on(&mut conn, &tables, policy, options).await
+    };
+    let _ = conn.close().await;
+    result
+}
+
+/// Apply `policy` to `tables` of the server `conn` is on, under that
+/// server's partition lock.
+pub(crate) async fn run_on(
+    conn: &mut MySqlConnection,
+    tables: &[String],
+    policy: &Policy,
+    options: &RunOptions,
+) -> Result<Vec<TableReport>, StoreError> {
+    let lock = lock_name(conn).await?;
+    acquire_lock(conn, &lock, options.lock_wait).await?;
+    let result = run_locked(conn, tables, policy, options).await;
     // Closing the connection would release the lock too; release it
     // explicitly so the next runner does not wait for the close.
     let released = sqlx::query("SELECT RELEASE_LOCK(?)")
         .bind(&lock)
-        .execute(&mut conn)
+        .execute(&mut *conn)
         .await;
-    let _ = conn.close().await;
     let reports = result?;
     released?;
     Ok(reports)
@@ -301,12 +343,13 @@ pub async fn run(
 
 async fn run_locked(
     conn: &mut MySqlConnection,
+    tables: &[String],
     policy: &Policy,
     options: &RunOptions,
 ) -> Result<Vec<TableReport>, StoreError> {
     // Plan every table before touching any, so a refused plan changes nothing.
     let mut plans = Vec::new();
-    for table in PARTITIONED_TABLES {
+    for table in tables {
         let existing = list_on(conn, table).await?;
         let plan = plan(table, &existing, policy);
         if plan.drop.len() > options.max_drop && !options.force {
@@ -345,6 +388,7 @@ async fn run_locked(
             }
         }
         reports.push(TableReport {
+            node: None,
             plan,
             statements,
             applied: !options.dry_run,

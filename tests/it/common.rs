@@ -179,3 +179,92 @@ impl RunningApp {
             .expect("app ran cleanly");
     }
 }
+
+/// A MySQL user of its own for the server under test, whose statements
+/// MariaDB counts itself (`userstat`, `information_schema.USER_STATISTICS`):
+/// statement counts measured by the database, not by the code under test.
+pub struct CountedUser {
+    pub user: String,
+    /// The test database's URL, as this user.
+    pub url: String,
+    admin: MySqlPool,
+}
+
+/// Statements one user ran, by MariaDB's classes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Statements {
+    pub selects: i64,
+    pub updates: i64,
+    pub others: i64,
+}
+
+impl Statements {
+    pub fn total(&self) -> i64 {
+        self.selects + self.updates + self.others
+    }
+
+    /// What ran between `earlier` and `self`.
+    pub fn since(&self, earlier: Statements) -> Statements {
+        Statements {
+            selects: self.selects - earlier.selects,
+            updates: self.updates - earlier.updates,
+            others: self.others - earlier.others,
+        }
+    }
+}
+
+impl CountedUser {
+    pub async fn new(db: &TestDb) -> CountedUser {
+        let admin = MySqlPool::connect(&server_url()).await.unwrap();
+        sqlx::query("SET GLOBAL userstat = 1")
+            .execute(&admin)
+            .await
+            .expect("MariaDB's userstat (the statement counts these tests assert)");
+        let user = format!("lt_u_{:012x}", rand::rng().random::<u64>() >> 16);
+        sqlx::query(&format!("CREATE USER '{user}'@'%'"))
+            .execute(&admin)
+            .await
+            .unwrap();
+        sqlx::query(&format!("GRANT ALL ON `{}`.* TO '{user}'@'%'", db.name))
+            .execute(&admin)
+            .await
+            .unwrap();
+        let rest = server_url()
+            .strip_prefix("mysql://")
+            .and_then(|r| r.split_once('@').map(|(_, host)| host.to_owned()))
+            .unwrap_or_else(|| "127.0.0.1:3306".to_owned());
+        let url = format!("mysql://{user}@{rest}/{}", db.name);
+        CountedUser { user, url, admin }
+    }
+
+    /// The user's statements so far.
+    pub async fn statements(&self) -> Statements {
+        let row: Option<(i64, i64, i64)> = sqlx::query_as(
+            "SELECT SELECT_COMMANDS, UPDATE_COMMANDS, OTHER_COMMANDS \
+             FROM information_schema.USER_STATISTICS WHERE USER = ?",
+        )
+        .bind(&self.user)
+        .fetch_optional(&self.admin)
+        .await
+        .unwrap();
+        let (selects, updates, others) = row.unwrap_or_default();
+        Statements {
+            selects,
+            updates,
+            others,
+        }
+    }
+}
+
+impl Drop for CountedUser {
+    fn drop(&mut self) {
+        let user = self.user.clone();
+        run_detached(async move {
+            if let Ok(admin) = MySqlPool::connect(&server_url()).await {
+                let _ = sqlx::query(&format!("DROP USER IF EXISTS '{user}'@'%'"))
+                    .execute(&admin)
+                    .await;
+            }
+        });
+    }
+}

@@ -92,28 +92,46 @@ fn partitions_in(plan: &Value, found: &mut Vec<Vec<String>>) {
     }
 }
 
-#[tokio::test]
-async fn the_lookup_reads_exactly_one_partition() {
+/// A database with 50 links on each of the last 13 days, analyzed.
+async fn links_of_thirteen_days() -> (TestDb, Vec<NewLink>) {
     let db = TestDb::with_days_since(days_ago(12)).await;
-    let mut tokens = Vec::new();
+    let mut rows = Vec::new();
     for n in 0..=12u64 {
         let day = days_ago(n);
-        let rows: Vec<NewLink> = (0..50)
-            .map(|i| {
-                link(
-                    token_on(day),
-                    &format!("https://example.com/{n}/{i}"),
-                    "a@example.com",
-                )
-            })
-            .collect();
-        links::insert(&db.pool, &rows).await.unwrap();
-        tokens.push((day, rows[17].token));
+        rows.extend((0..50).map(|i| {
+            link(
+                token_on(day),
+                &format!("https://example.com/{n}/{i}"),
+                &format!("r{n}.{i}@example.com"),
+            )
+        }));
     }
+    links::insert(&db.pool, &rows).await.unwrap();
     sqlx::query("ANALYZE TABLE links")
         .execute(&db.pool)
         .await
         .unwrap();
+    (db, rows)
+}
+
+/// The partition lists (sorted) of a plan from `EXPLAIN FORMAT=JSON`.
+fn partitions_of(plan: &str) -> Vec<Vec<String>> {
+    let plan: Value = serde_json::from_str(plan).unwrap();
+    let mut found = Vec::new();
+    partitions_in(&plan, &mut found);
+    for partitions in &mut found {
+        partitions.sort();
+    }
+    found
+}
+
+#[tokio::test]
+async fn the_lookup_reads_exactly_one_partition() {
+    let (db, rows) = links_of_thirteen_days().await;
+    let tokens: Vec<_> = rows
+        .chunks(50)
+        .map(|day| (day[17].token.date(), day[17].token))
+        .collect();
     for (day, token) in tokens {
         let plan: String = sqlx::query_scalar(&format!("EXPLAIN FORMAT=JSON {LOOKUP_SQL}"))
             .bind(&token.as_bytes()[..])
@@ -121,9 +139,45 @@ async fn the_lookup_reads_exactly_one_partition() {
             .fetch_one(&db.pool)
             .await
             .unwrap();
-        let plan: Value = serde_json::from_str(&plan).unwrap();
-        let mut found = Vec::new();
-        partitions_in(&plan, &mut found);
-        assert_eq!(found, vec![vec![partition_name(day)]], "plan: {plan:#}");
+        assert_eq!(
+            partitions_of(&plan),
+            vec![vec![partition_name(day)]],
+            "plan: {plan}"
+        );
     }
+}
+
+#[tokio::test]
+async fn a_batch_lookup_reads_one_partition_per_day_it_names() {
+    let (db, rows) = links_of_thirteen_days().await;
+    // Five tokens of three days, and one token no link has.
+    let days = [days_ago(0), days_ago(4), days_ago(9)];
+    let mut wanted: Vec<Token> = rows
+        .iter()
+        .filter(|r| days.contains(&r.token.date()))
+        .step_by(30)
+        .map(|r| r.token)
+        .collect();
+    assert_eq!(wanted.len(), 5);
+    let unknown = token_on(days_ago(4));
+    wanted.push(unknown);
+
+    let sql = links::lookup_many_sql(&wanted);
+    let plan: String = sqlx::query_scalar(&format!("EXPLAIN FORMAT=JSON {sql}"))
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let mut expected: Vec<String> = days.iter().map(|d| partition_name(*d)).collect();
+    expected.sort();
+    assert_eq!(partitions_of(&plan), vec![expected], "plan: {plan}");
+
+    let links = links::lookup_many(&db.pool, &wanted).await.unwrap();
+    assert_eq!(links.len(), 5);
+    assert!(!links.contains_key(&unknown));
+    for token in &wanted[..5] {
+        let row = rows.iter().find(|r| r.token == *token).unwrap();
+        let stored = &links[token];
+        assert_eq!((&stored.url, &stored.email), (&row.url, &row.email));
+    }
+    assert!(links::lookup_many(&db.pool, &[]).await.unwrap().is_empty());
 }

@@ -3,11 +3,14 @@
 //! database, so they run in parallel.
 #![allow(clippy::unwrap_used)] // tests and benchmarks: a failure should stop them loudly
 
+mod amqp;
 mod build;
+mod cluster;
 mod common;
 mod delivery;
 mod demo;
 mod first_hour;
+mod hot_path;
 mod links;
 mod load;
 mod messages;
@@ -15,6 +18,8 @@ mod partitions;
 mod row_format;
 mod server;
 mod server_crash;
+mod slow_clients;
+mod spider;
 mod stats;
 mod stats_http;
 mod stats_live;

@@ -521,7 +521,7 @@ fn abort_all(handles: Vec<AbortHandle>) {
 async fn acknowledged_events_survive_a_crash_and_are_replayed_exactly_once() {
     let db = db().await;
     let dir = tempfile::tempdir().unwrap();
-    let token = token_on(today());
+    let token = add_link(&db.pool, LinkKind::Pixel, "", 0).await;
     // First instance: its database is gone, so events can only be journaled.
     let crashed = started(closed_pool(&db).await, dir.path(), test_settings()).await;
     let base = format!("http://{}", crashed.local_addr().unwrap());

@@ -1,0 +1,146 @@
+//! Shared lookups: link cache misses of concurrent requests go to the
+//! database together.
+//!
+//! One task takes the misses from a channel. While a slot is free (at most
+//! `in_flight` statements run at once), it takes whatever has queued up as
+//! one batch and runs it on a task of its own; a batch of one is the
+//! single-partition point select ([`links::lookup`]), a larger one
+//! [`links::lookup_many`] (one `inserted = day AND uuid IN (…)` per day, in
+//! one statement). At low load every miss is its own batch and waits for
+//! nothing; under load, the misses that arrive while every slot is busy
+//! share the next statement, so the database sees fewer, larger queries.
+
+use super::error::ServerError;
+use super::state::within;
+use crate::store::links::{self, StoredLink};
+use crate::store::StoreError;
+use crate::token::Token;
+use sqlx::MySqlPool;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+
+/// What a waiting request is told.
+type Answer = Result<Option<Arc<StoredLink>>, Arc<ServerError>>;
+
+struct Waiting {
+    token: Token,
+    reply: oneshot::Sender<Answer>,
+}
+
+/// How lookups are shared.
+#[derive(Debug, Clone, Copy)]
+pub struct LookupSettings {
+    /// Statements running at once; fewer makes larger batches.
+    pub in_flight: usize,
+    /// Most tokens in one statement.
+    pub max_batch: usize,
+    /// The longest a statement may take (as [`super::state::ServerSettings::db_timeout`]).
+    pub db_timeout: Duration,
+}
+
+impl Default for LookupSettings {
+    fn default() -> Self {
+        LookupSettings {
+            in_flight: 8,
+            max_batch: 256,
+            db_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+/// The handle requests look links up with. Cheap to clone; the task stops
+/// when the last handle is dropped.
+#[derive(Clone)]
+pub struct LinkLookups {
+    tx: mpsc::Sender<Waiting>,
+}
+
+impl LinkLookups {
+    /// Start the batching task on the current runtime.
+    pub fn start(pool: MySqlPool, settings: LookupSettings) -> LinkLookups {
+        let (tx, rx) = mpsc::channel(settings.max_batch.max(1) * 16);
+        tokio::spawn(batch_misses(pool, rx, settings));
+        LinkLookups { tx }
+    }
+
+    /// The link `token` names; `Ok(None)` if it names none.
+    pub async fn lookup(&self, token: Token) -> Result<Option<Arc<StoredLink>>, ServerError> {
+        let (reply, answer) = oneshot::channel();
+        let stopped = || ServerError::Unavailable("link lookups have stopped".to_owned());
+        self.tx
+            .send(Waiting { token, reply })
+            .await
+            .map_err(|_| stopped())?;
+        answer
+            .await
+            .map_err(|_| stopped())?
+            .map_err(ServerError::from_shared)
+    }
+}
+
+/// Form batches from what has queued while the slots were busy.
+async fn batch_misses(pool: MySqlPool, mut rx: mpsc::Receiver<Waiting>, settings: LookupSettings) {
+    let slots = Arc::new(Semaphore::new(settings.in_flight.max(1)));
+    loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            break;
+        };
+        let Some(first) = rx.recv().await else {
+            break;
+        };
+        let mut batch = vec![first];
+        while batch.len() < settings.max_batch {
+            match rx.try_recv() {
+                Ok(next) => batch.push(next),
+                Err(_) => break,
+            }
+        }
+        tokio::spawn(answer_batch(pool.clone(), batch, slot, settings.db_timeout));
+    }
+}
+
+/// Run one batch's statement and hand every request its link.
+async fn answer_batch(
+    pool: MySqlPool,
+    batch: Vec<Waiting>,
+    _slot: OwnedSemaphorePermit,
+    db_timeout: Duration,
+) {
+    metrics::histogram!("linktrack_link_lookup_batch_size").record(batch.len() as f64);
+    metrics::counter!("linktrack_link_lookup_statements_total").increment(1);
+    if let [only] = batch.as_slice() {
+        let token = only.token;
+        let found = bounded(db_timeout, links::lookup(&pool, &token))
+            .await
+            .map(|link| link.map(Arc::new));
+        for waiting in batch {
+            let _ = waiting.reply.send(found.clone());
+        }
+        return;
+    }
+    let tokens: Vec<Token> = batch.iter().map(|w| w.token).collect();
+    match bounded(db_timeout, links::lookup_many(&pool, &tokens)).await {
+        Ok(found) => {
+            let found: HashMap<Token, Arc<StoredLink>> =
+                found.into_iter().map(|(t, l)| (t, Arc::new(l))).collect();
+            for waiting in batch {
+                let _ = waiting.reply.send(Ok(found.get(&waiting.token).cloned()));
+            }
+        }
+        Err(err) => {
+            for waiting in batch {
+                let _ = waiting.reply.send(Err(err.clone()));
+            }
+        }
+    }
+}
+
+/// A statement within `limit` (see [`within`]), its error shared by the batch.
+async fn bounded<T>(
+    limit: Duration,
+    call: impl std::future::Future<Output = Result<T, StoreError>>,
+) -> Result<T, Arc<ServerError>> {
+    within(limit, call).await.map_err(Arc::new)
+}

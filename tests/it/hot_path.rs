@@ -1,0 +1,203 @@
+//! The request path at the database's limit, counted by the database
+//! itself (per-user statement counts, `CountedUser`): an open reads
+//! nothing, and its event still carries its link's fields after the replay;
+//! concurrent clicks share their lookups.
+
+use crate::common::{days_ago, today, token_on, CountedUser, RunningApp, Statements, TestDb};
+use chrono::{NaiveDate, Utc};
+use linktrack::events::journal::JournalSettings;
+use linktrack::server::AppSettings;
+use linktrack::store::links::{self, LinkKind, NewLink};
+use linktrack::store::{self, PoolSettings};
+use linktrack::token::Token;
+use std::time::Duration;
+
+/// A token made an hour ago (clicks on it are not "too fast") on `day`, or
+/// at noon on an earlier day.
+fn settled_token(day: NaiveDate) -> Token {
+    if day == today() {
+        Token::at(Utc::now() - chrono::Duration::hours(1))
+    } else {
+        token_on(day)
+    }
+}
+
+fn link(token: Token, kind: LinkKind, n: u32) -> NewLink {
+    NewLink {
+        token,
+        kind,
+        mailing_id: format!("m-{}", n % 3),
+        letter_id: u64::from(n),
+        email: format!("reader{n}@example.com"),
+        position: if kind == LinkKind::Pixel {
+            0
+        } else {
+            n % 7 + 1
+        },
+        url: format!("https://example.com/article/{n}"),
+        meta: None,
+    }
+}
+
+/// The server under test on a pool of the counted user. The journal is
+/// sealed only on stop, so every statement before the stop is the request
+/// path's.
+async fn counted_app(user: &CountedUser) -> RunningApp {
+    let settings = PoolSettings {
+        max_connections: 16,
+        acquire_timeout: Duration::from_secs(5),
+    };
+    let pool = store::connect(&user.url, &settings).await.unwrap();
+    RunningApp::start(pool, |settings| AppSettings {
+        journal: JournalSettings {
+            seal_after: Duration::from_secs(3_600),
+            ..settings.journal
+        },
+        ..settings
+    })
+    .await
+}
+
+/// Events as stored: (kind, token, mailing, letter, email).
+async fn stored_events(
+    db: &TestDb,
+) -> Vec<(String, String, Option<String>, Option<u64>, Option<String>)> {
+    sqlx::query_as(
+        "SELECT CAST(kind AS CHAR), LOWER(HEX(uuid)), mailing_id, letter_id, email FROM events",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opens_read_nothing_on_the_request_path_and_their_events_carry_the_link() {
+    let db = TestDb::with_days_since(days_ago(3)).await;
+    let rows: Vec<NewLink> = (0..500u32)
+        .map(|n| {
+            link(
+                settled_token(days_ago(u64::from(n % 4))),
+                LinkKind::Pixel,
+                n,
+            )
+        })
+        .collect();
+    links::insert(&db.pool, &rows).await.unwrap();
+    let user = CountedUser::new(&db).await;
+    let app = counted_app(&user).await;
+    let before = user.statements().await;
+
+    let http = reqwest::Client::new();
+    let unknown = settled_token(today());
+    let mut paths: Vec<String> = rows.iter().map(|r| format!("/o/{}.gif", r.token)).collect();
+    paths.push(format!("/o/{unknown}.gif"));
+    let mut requests = tokio::task::JoinSet::new();
+    for chunk in paths.chunks(64) {
+        for path in chunk {
+            let (http, url) = (http.clone(), format!("{}{path}", app.base));
+            requests.spawn(async move { http.get(url).send().await.unwrap().status() });
+        }
+        while let Some(status) = requests.join_next().await {
+            assert_eq!(status.unwrap(), reqwest::StatusCode::OK);
+        }
+    }
+    let answered = user.statements().await;
+    assert_eq!(
+        answered.since(before),
+        Statements {
+            selects: 0,
+            updates: 0,
+            others: 0
+        },
+        "501 opens answered without a statement"
+    );
+
+    app.stop().await;
+    let replayed = user.statements().await.since(answered);
+    assert!(
+        replayed.selects >= 1,
+        "the replay read the links: {replayed:?}"
+    );
+    assert!(
+        (replayed.total() as f64) / 500.0 <= 0.12,
+        "statements per open: {replayed:?}"
+    );
+    let mut stored = stored_events(&db).await;
+    stored.sort();
+    let mut expected: Vec<_> = rows
+        .iter()
+        .map(|r| {
+            (
+                "open".to_owned(),
+                r.token.to_string(),
+                Some(r.mailing_id.clone()),
+                Some(r.letter_id),
+                Some(r.email.clone()),
+            )
+        })
+        .collect();
+    expected.sort();
+    assert_eq!(
+        stored, expected,
+        "each open once, with its link's fields; the unknown token's dropped"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_clicks_on_distinct_tokens_share_their_lookups() {
+    let db = TestDb::with_days_since(days_ago(2)).await;
+    let rows: Vec<NewLink> = (0..640u32)
+        .map(|n| {
+            link(
+                settled_token(days_ago(u64::from(n % 3))),
+                LinkKind::Click,
+                n,
+            )
+        })
+        .collect();
+    links::insert(&db.pool, &rows).await.unwrap();
+    let user = CountedUser::new(&db).await;
+    let app = counted_app(&user).await;
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .user_agent("Mozilla/5.0 (X11; Linux x86_64) Firefox/140.0")
+        .build()
+        .unwrap();
+    let before = user.statements().await;
+
+    // Ten rounds of 64 concurrent clicks, each on a token not seen before.
+    for round in rows.chunks(64) {
+        let mut clicks = tokio::task::JoinSet::new();
+        for row in round {
+            let (http, url) = (http.clone(), format!("{}/c/{}", app.base, row.token));
+            let expected = row.url.clone();
+            clicks.spawn(async move {
+                let response = http.get(url).send().await.unwrap();
+                assert_eq!(response.status(), reqwest::StatusCode::FOUND);
+                let location = response.headers()[reqwest::header::LOCATION]
+                    .to_str()
+                    .unwrap();
+                assert_eq!(location, expected);
+            });
+        }
+        while let Some(done) = clicks.join_next().await {
+            done.unwrap();
+        }
+    }
+    let clicked = user.statements().await.since(before);
+    assert!(clicked.selects >= 1, "the control: lookups are counted");
+    let per_click = clicked.total() as f64 / 640.0;
+    assert!(
+        per_click <= 0.5,
+        "{per_click:.2} statements per click: {clicked:?}"
+    );
+
+    app.stop().await;
+    let all = user.statements().await.since(before);
+    let per_click = all.total() as f64 / 640.0;
+    assert!(
+        per_click <= 0.6,
+        "{per_click:.2} statements per click, events included: {all:?}"
+    );
+    assert_eq!(stored_events(&db).await.len(), 640);
+}
