@@ -9,6 +9,7 @@
 //! Not ordered: events of different letters, and a letter's new event that
 //! arrives while an older one waits for its retry (it is not held back).
 
+use super::amqp::AmqpSink;
 use super::webhook::{Outcome, WebhookSink};
 use super::{Endpoint, Outbound, Target};
 use crate::server::workers::Stopping;
@@ -32,6 +33,7 @@ const METRICS_EVERY: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone)]
 enum Sink {
     Webhook(WebhookSink),
+    Amqp(Arc<AmqpSink>),
     /// Not connectable (a client that could not be built): every attempt fails.
     Broken(String),
 }
@@ -40,6 +42,10 @@ impl Sink {
     async fn send(&self, row: &Claimed) -> Outcome {
         match self {
             Sink::Webhook(sink) => sink.send(&hex::encode(&row.event_id), &row.payload).await,
+            Sink::Amqp(sink) => {
+                let id = hex::encode(&row.event_id);
+                sink.send(&row.event_type, &id, &row.payload).await
+            }
             Sink::Broken(why) => Outcome::Retry(why.clone()),
         }
     }
@@ -66,7 +72,11 @@ impl Sender {
                 Ok(sink) => Sink::Webhook(sink),
                 Err(err) => Sink::Broken(format!("HTTP client: {err}")),
             },
-            Target::Amqp { .. } => Sink::Broken("AMQP is not built in yet".into()),
+            Target::Amqp { url, exchange } => Sink::Amqp(Arc::new(AmqpSink::new(
+                url.clone(),
+                exchange.clone(),
+                endpoint.timeout,
+            ))),
         };
         Sender {
             pool,

@@ -1,6 +1,6 @@
 //! Events out: every recorded event reaches the platform as a signed
-//! Standard Webhooks POST ([`webhook`]) and/or an AMQP publish, at least
-//! once, across crashes.
+//! Standard Webhooks POST ([`webhook`]) and/or an AMQP publish ([`amqp`]),
+//! at least once, across crashes.
 //!
 //! Deliveries come from what is durable, never from memory: the journal
 //! replay calls [`enqueue`] in the same pass that inserts a segment's events
@@ -11,6 +11,7 @@
 //! acknowledgement, backs off exponentially with jitter on failure, and
 //! moves them to `outbox_dead` after the give-up age or a permanent refusal.
 
+pub mod amqp;
 pub(crate) mod dispatch;
 pub mod endpoints;
 pub mod payload;
@@ -273,6 +274,9 @@ pub async fn send_test(endpoint: &Endpoint) -> anyhow::Result<webhook::Outcome> 
             let sink = webhook::WebhookSink::new(url.clone(), secret.clone(), endpoint.timeout, 1)?;
             Ok(sink.send(&id, &body).await)
         }
-        Target::Amqp { .. } => anyhow::bail!("AMQP endpoints are not built in yet"),
+        Target::Amqp { url, exchange } => {
+            let sink = amqp::AmqpSink::new(url.clone(), exchange.clone(), endpoint.timeout);
+            Ok(sink.send("webhook.test", &id, &body).await)
+        }
     }
 }

@@ -536,3 +536,42 @@ async fn refused_events_become_dead_letters_and_replay_sends_them_again() {
     app.stop().await;
     receiver.stop();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhooks_test_sends_one_signed_event_and_reports_the_answer() {
+    let db = TestDb::new().await;
+    let receiver = Receiver::start("127.0.0.1:0".parse().unwrap(), 0, 200).await;
+    let url = receiver.url();
+    let run = |secret: &str| {
+        linktrack(
+            &db,
+            &[
+                "webhooks",
+                "test",
+                "--webhook-url",
+                &url,
+                "--webhook-secret",
+                secret,
+            ],
+        )
+    };
+    let tested = tokio::task::block_in_place(|| run(SECRET));
+    assert!(tested.status.success(), "{tested:?}");
+    assert!(String::from_utf8_lossy(&tested.stdout).contains("default: Delivered"));
+    receiver.assert_all_verified();
+    let deliveries = receiver.deliveries();
+    assert_eq!(deliveries.len(), 1);
+    assert_eq!(deliveries[0].body["type"], "webhook.test");
+    // A secret the receiver does not know: refused (401), exit status 1.
+    let other = linktrack::outbound::signature::Secret::generate();
+    let refused = tokio::task::block_in_place(|| run(&other));
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stdout).contains("401"),
+        "{refused:?}"
+    );
+    // A secret that is not base64 is refused before anything is sent.
+    let bad = tokio::task::block_in_place(|| run("whsec_***"));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("LINKTRACK_WEBHOOK_SECRET"));
+    receiver.stop();
+}

@@ -1,0 +1,181 @@
+//! Events out to a real RabbitMQ (127.0.0.1:5672, guest/guest; started by
+//! scripts/prepare.d/50-rabbitmq.sh): a queue bound to the exchange gets
+//! every event, routed by type, and the outbox empties only on confirms.
+
+use crate::common::{days_ago, linktrack, RunningApp, TestDb};
+use crate::webhooks::{fast_retries, hit_everything, letter};
+use lapin::options::{
+    BasicGetOptions, ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions,
+    QueueDeclareOptions,
+};
+use lapin::types::FieldTable;
+use lapin::{Connection, ConnectionProperties, ExchangeKind};
+use linktrack::outbound::{Endpoint, Outbound, Target};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+const BROKER: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+
+fn amqp_endpoint(exchange: &str) -> Endpoint {
+    Endpoint {
+        name: format!("amqp-{exchange}"),
+        target: Target::Amqp {
+            url: BROKER.into(),
+            exchange: exchange.into(),
+        },
+        types: None,
+        mailings: None,
+        concurrency: 1,
+        timeout: Duration::from_secs(5),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_bound_to_the_exchange_gets_every_event_by_type() {
+    let db = TestDb::with_days_since(days_ago(1)).await;
+    let letter = letter(&db, 5).await;
+    let exchange = format!("linktrack.test.{:08x}", rand::random::<u32>());
+    let connection = Connection::connect(BROKER, ConnectionProperties::default())
+        .await
+        .expect("RabbitMQ on 127.0.0.1:5672 (scripts/prepare.d/50-rabbitmq.sh starts it)");
+    let channel = connection.create_channel().await.unwrap();
+    channel
+        .exchange_declare(
+            exchange.as_str().into(),
+            ExchangeKind::Topic,
+            ExchangeDeclareOptions {
+                durable: true,
+                ..ExchangeDeclareOptions::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    let queue = channel
+        .queue_declare(
+            "".into(),
+            QueueDeclareOptions {
+                exclusive: true,
+                ..QueueDeclareOptions::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    // Everything but image loads (there are none here anyway) and opens.
+    for key in ["email.clicked", "email.unsubscribed"] {
+        channel
+            .queue_bind(
+                queue.name().as_str().into(),
+                exchange.as_str().into(),
+                key.into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+    }
+
+    let endpoint = amqp_endpoint(&exchange);
+    let name = endpoint.name.clone();
+    // Opens go to this exchange too, but no queue takes them: they must
+    // stay queued (returned as unroutable), not vanish.
+    let app = RunningApp::start(db.pool.clone(), |settings| {
+        let mut journal = settings.journal.clone();
+        journal.seal_after = Duration::from_millis(50);
+        linktrack::server::AppSettings {
+            journal,
+            outbound: Outbound::new(vec![endpoint], fast_retries()),
+            ..settings
+        }
+    })
+    .await;
+    hit_everything(&app.base, &letter).await;
+
+    let mut got: BTreeMap<String, serde_json::Value> = BTreeMap::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while got.len() < 3 {
+        assert!(Instant::now() < deadline, "only {got:?} arrived");
+        let message = channel
+            .basic_get(
+                queue.name().as_str().into(),
+                BasicGetOptions { no_ack: true },
+            )
+            .await
+            .unwrap();
+        let Some(message) = message else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let delivery = &message.delivery;
+        let body: serde_json::Value = serde_json::from_slice(&delivery.data).unwrap();
+        assert_eq!(
+            body["type"],
+            delivery.routing_key.as_str(),
+            "routing key = type"
+        );
+        let id = delivery
+            .properties
+            .message_id()
+            .as_ref()
+            .map(|id| id.to_string())
+            .unwrap();
+        assert_eq!(
+            body["data"]["event_id"],
+            id.as_str(),
+            "message_id = event id"
+        );
+        assert_eq!(*delivery.properties.delivery_mode(), Some(2), "persistent");
+        got.insert(id, body);
+    }
+    let types: Vec<&str> = got.values().map(|b| b["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        types.iter().filter(|t| **t == "email.clicked").count(),
+        2,
+        "{types:?}"
+    );
+    assert!(types.contains(&"email.unsubscribed"));
+    // The open was returned unroutable and waits in the outbox, retried.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let waiting: Vec<(String, u32, Option<String>)> = sqlx::query_as(
+            "SELECT event_type, attempts, last_error FROM outbox WHERE endpoint = ?",
+        )
+        .bind(&name)
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+        if waiting.len() == 1 && waiting[0].1 > 0 {
+            assert_eq!(waiting[0].0, "email.opened");
+            assert!(
+                waiting[0].2.as_deref().unwrap_or("").contains("no queue"),
+                "{waiting:?}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "{waiting:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    app.stop().await;
+    // `webhooks test` publishes too (and says the test event found no queue).
+    let tested = linktrack(
+        &db,
+        &[
+            "webhooks",
+            "test",
+            "--endpoint",
+            "amqp",
+            "--amqp-url",
+            BROKER,
+            "--amqp-exchange",
+            &exchange,
+        ],
+    );
+    let said = String::from_utf8_lossy(&tested.stdout);
+    assert!(said.contains("no queue"), "{tested:?}");
+    channel
+        .exchange_delete(exchange.as_str().into(), ExchangeDeleteOptions::default())
+        .await
+        .unwrap();
+    let _ = connection.close(0, "done".into()).await;
+}
