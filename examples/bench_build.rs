@@ -17,6 +17,12 @@
 //!    empty table, for UUIDv7 tokens (time-ordered leading bits) and for fully
 //!    random 128-bit tokens (the layout seed 001 started from).
 //!
+//! 3. **Delivery** (`--smtp-sink`): the same build delivering every letter
+//!    over SMTP (`--smtp-connections`, default 4) to Postfix's `smtp-sink`
+//!    on a free loopback port, against the same build writing files only;
+//!    the two are run in alternating rounds (`--smtp-rounds`) on fresh
+//!    databases and the best of each is compared.
+//!
 //! Needs the `mysql` client (for LOAD DATA LOCAL) and a server with
 //! `local_infile=ON`. Each run uses fresh `lt_bench_*` databases and drops them.
 #![allow(clippy::unwrap_used)] // tests and benchmarks: a failure should stop them loudly
@@ -27,6 +33,7 @@ mod mysql_client;
 use chrono::{DateTime, NaiveTime, Utc};
 use clap::Parser;
 use linktrack::build::{self, BuildOptions, Output};
+use linktrack::delivery::smtp::SmtpSettings;
 use linktrack::store::{self, partitions, RowFormat};
 use linktrack::token::Token;
 use rand::{Rng, RngExt};
@@ -65,6 +72,16 @@ struct Args {
     /// needs Debian's mariadb-plugin-provider-lz4 loaded).
     #[arg(long, value_delimiter = ',', default_value = "zlib")]
     page_algorithms: Vec<String>,
+    /// Measure SMTP delivery to Postfix's `smtp-sink` (part 3) instead of
+    /// parts 1 and 2.
+    #[arg(long)]
+    smtp_sink: bool,
+    /// Connections to the sink in part 3.
+    #[arg(long, default_value_t = 4)]
+    smtp_connections: u32,
+    /// Alternating rounds (files only, then SMTP) in part 3.
+    #[arg(long, default_value_t = 2)]
+    smtp_rounds: usize,
 }
 
 #[tokio::main]
@@ -75,6 +92,9 @@ async fn main() -> anyhow::Result<()> {
         "# linktrack bench_build ({} cores)",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
+    if args.smtp_sink {
+        return bench_delivery(&args, dir.path()).await;
+    }
     let mut results = Vec::new();
     for format in &args.formats {
         if *format != RowFormat::PageCompressed {
@@ -230,32 +250,7 @@ async fn bench_builder(
         println!("{line}");
     }
     let html = fifty_kb_letter();
-    let mailing = serde_json::json!({"mailing_id": "bench", "subject": "Hi {{ first_name }}", "from": "b@example.com", "html": html});
-    std::fs::write(dir.join("mailing.json"), mailing.to_string())?;
-    let mut recipients =
-        std::io::BufWriter::new(std::fs::File::create(dir.join("recipients.jsonl"))?);
-    for n in 0..args.letters {
-        writeln!(
-            recipients,
-            "{{\"email\":\"reader{n}@example.com\",\"first_name\":\"Reader {n}\"}}"
-        )?;
-    }
-    recipients.flush()?;
-    let options = BuildOptions {
-        mailing: dir.join("mailing.json"),
-        recipients: dir.join("recipients.jsonl"),
-        out: Output::File(dir.join("letters.jsonl")),
-        rejects: dir.join("rejects.jsonl"),
-        base_url: "https://t.example.com".into(),
-        batch_size: 1000,
-        workers: std::thread::available_parallelism().map_or(2, |n| n.get()),
-        id_block: 10_000,
-        progress: false,
-        smtp: None,
-        pools: None,
-        return_path: None,
-    };
-    let summary = build::run(&pool, &options).await?;
+    let summary = run_builder(args, dir, &pool, &html, None).await?;
     let rows_per_second = summary.links_stored as f64 / summary.seconds;
     println!(
         "\n## 1. builder ({}): {} letters of {} KB with 20 links",
@@ -299,6 +294,141 @@ async fn bench_builder(
     pool.close().await;
     drop_db(&args.server, name).await?;
     Ok(result)
+}
+
+/// Build `--letters` letters of `html` into `pool`, delivering them over
+/// SMTP when `smtp` is given.
+async fn run_builder(
+    args: &Args,
+    dir: &Path,
+    pool: &MySqlPool,
+    html: &str,
+    smtp: Option<SmtpSettings>,
+) -> anyhow::Result<build::Summary> {
+    let mailing = serde_json::json!({"mailing_id": "bench", "subject": "Hi {{ first_name }}", "from": "b@example.com", "html": html});
+    std::fs::write(dir.join("mailing.json"), mailing.to_string())?;
+    let mut recipients =
+        std::io::BufWriter::new(std::fs::File::create(dir.join("recipients.jsonl"))?);
+    for n in 0..args.letters {
+        writeln!(
+            recipients,
+            "{{\"email\":\"reader{n}@example.com\",\"first_name\":\"Reader {n}\"}}"
+        )?;
+    }
+    recipients.flush()?;
+    let options = BuildOptions {
+        mailing: dir.join("mailing.json"),
+        recipients: dir.join("recipients.jsonl"),
+        out: Output::File(dir.join("letters.jsonl")),
+        rejects: dir.join("rejects.jsonl"),
+        base_url: "https://t.example.com".into(),
+        batch_size: 1000,
+        workers: std::thread::available_parallelism().map_or(2, |n| n.get()),
+        id_block: 10_000,
+        progress: false,
+        smtp,
+        pools: None,
+        return_path: None,
+    };
+    Ok(build::run(pool, &options).await?)
+}
+
+/// Part 3: letters/s delivering over SMTP to `smtp-sink` against the same
+/// build writing files only, in alternating rounds on fresh databases.
+async fn bench_delivery(args: &Args, dir: &Path) -> anyhow::Result<()> {
+    let sink = SmtpSink::start()?;
+    let html = fifty_kb_letter();
+    let name = "lt_bench_delivery";
+    let (mut files_only, mut delivering) = (0f64, 0f64);
+    for round in 1..=args.smtp_rounds {
+        for smtp in [false, true] {
+            let (pool, _) = fresh_db(&args.server, name).await?;
+            let settings = smtp.then(|| SmtpSettings {
+                url: sink.url(),
+                connections: args.smtp_connections,
+                messages_per_connection: None,
+                retries: 5,
+                backoff: std::time::Duration::from_millis(200),
+            });
+            let summary = run_builder(args, dir, &pool, &html, settings).await?;
+            let rate = summary.letters_per_second();
+            if smtp {
+                anyhow::ensure!(
+                    summary.delivered == summary.letters_built,
+                    "the sink took {} of {} letters",
+                    summary.delivered,
+                    summary.letters_built
+                );
+                delivering = delivering.max(rate);
+            } else {
+                files_only = files_only.max(rate);
+            }
+            println!(
+                "round {round}: {:<12} {rate:>8.0} letters/s",
+                if smtp { "SMTP + files" } else { "files only" }
+            );
+            pool.close().await;
+            drop_db(&args.server, name).await?;
+        }
+    }
+    println!(
+        "\n## 3. delivery: {} letters of {} KB, {} SMTP connections to smtp-sink",
+        args.letters,
+        html.len() / 1024,
+        args.smtp_connections
+    );
+    println!(
+        "files only letters/s {files_only:>10.0}   (the baseline, best of {} rounds)",
+        args.smtp_rounds
+    );
+    println!("SMTP messages/s      {delivering:>10.0}");
+    println!(
+        "ratio SMTP/files     {:>10.2}   (aim >= 0.8)",
+        delivering / files_only
+    );
+    Ok(())
+}
+
+/// Postfix's `smtp-sink` on a free loopback port, discarding what it
+/// receives; killed on drop.
+struct SmtpSink {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl SmtpSink {
+    fn start() -> anyhow::Result<SmtpSink> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let child = std::process::Command::new("smtp-sink")
+            .args(["-u", "root"])
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("256")
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| anyhow::anyhow!("smtp-sink (Debian's postfix package): {e}"))?;
+        let deadline = Instant::now() + std::time::Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "smtp-sink did not listen on {port}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        Ok(SmtpSink { child, port })
+    }
+
+    fn url(&self) -> String {
+        format!("smtp://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for SmtpSink {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// Write the `links` rows as TSV for LOAD DATA; returns the row count.

@@ -245,6 +245,7 @@ async fn build(url: &str, args: &BuildArgs) -> anyhow::Result<ExitCode> {
             crate::delivery::smtp::SmtpSettings {
                 url: args.smtp.clone().unwrap_or_default(),
                 connections: args.smtp_connections,
+                messages_per_connection: args.smtp_messages_per_connection,
                 retries: args.smtp_retries,
                 backoff: std::time::Duration::from_millis(args.smtp_backoff_ms),
             }

@@ -349,6 +349,12 @@ pub struct BuildArgs {
     #[arg(long, default_value_t = 4)]
     pub smtp_connections: u32,
 
+    /// Messages sent over one SMTP connection before it is closed (QUIT)
+    /// and a new one opened, for relays that cap messages per session
+    /// (a pool's `messages_per_connection` takes precedence). Default: no limit.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub smtp_messages_per_connection: Option<u32>,
+
     /// Retries of a temporary failure (4xx, refused, timeout) per letter.
     #[arg(long, default_value_t = 5)]
     pub smtp_retries: u32,

@@ -89,6 +89,8 @@ pub struct Summary {
     pub delivery_rejected: u64,
     /// Letters an earlier run had already delivered or had refused.
     pub delivery_skipped: u64,
+    /// Temporary failures (4xx, refused connection, timeout) retried.
+    pub delivery_retried: u64,
     /// Letters sent again because a killed run handed them over without
     /// recording the reply (letter id, address): they may arrive twice.
     pub delivery_resent: Vec<(u64, String)>,
@@ -128,11 +130,13 @@ impl std::fmt::Display for Summary {
         if self.delivered + self.delivery_rejected + self.delivery_skipped > 0 {
             write!(
                 f,
-                "\ndelivered {} over SMTP ({:.0} messages/s), {} refused by the MTA, {} settled by an earlier run",
+                "\ndelivered {} over SMTP ({:.0} messages/s), {} refused by the MTA, {} settled by an earlier run, {} temporary {} retried",
                 self.delivered,
                 if self.seconds > 0.0 { self.delivered as f64 / self.seconds } else { 0.0 },
                 self.delivery_rejected,
-                self.delivery_skipped
+                self.delivery_skipped,
+                self.delivery_retried,
+                plural(self.delivery_retried, "failure", "failures")
             )?;
         }
         for (letter_id, email) in &self.delivery_resent {
@@ -214,6 +218,10 @@ pub async fn run(pool: &MySqlPool, options: &BuildOptions) -> Result<Summary, Bu
         )?),
     };
     let mut job = Job::start(pool, ctx, options).await?;
+    let delivery_counters = delivery.as_ref().map(|d| d.counters());
+    let ticker = delivery_counters
+        .clone()
+        .map(|counters| spawn_delivery_progress(progress.clone(), counters));
     let (batches, writer) = spawn_writer(pool.clone(), options.out.clone(), delivery);
     loop {
         let (entries, recipients_left) =
@@ -246,8 +254,13 @@ pub async fn run(pool: &MySqlPool, options: &BuildOptions) -> Result<Summary, Bu
     job.summary.delivered = delivered.delivered;
     job.summary.delivery_rejected = delivered.rejected.len() as u64;
     job.summary.delivery_skipped = delivered.skipped;
+    job.summary.delivery_retried =
+        delivery_counters.map_or(0, |counters| counters.retried.load(Ordering::Relaxed));
     job.summary.delivery_resent = delivered.resent;
     job.rejects.finish()?;
+    if let Some(ticker) = ticker {
+        ticker.abort();
+    }
     progress.finish_and_clear();
     let mut summary = job.summary;
     summary.seconds = started.elapsed().as_secs_f64();
@@ -264,10 +277,10 @@ fn delivery_targets(
     match (&options.pools, &options.smtp) {
         (Some(file), template) => {
             let route = pools::route(file, pool)?;
-            let (retries, backoff) = template
+            let (retries, backoff, messages_per_connection) = template
                 .as_ref()
-                .map_or((5, std::time::Duration::from_secs(1)), |t| {
-                    (t.retries, t.backoff)
+                .map_or((5, std::time::Duration::from_secs(1), None), |t| {
+                    (t.retries, t.backoff, t.messages_per_connection)
                 });
             Ok(route
                 .urls
@@ -275,6 +288,9 @@ fn delivery_targets(
                 .map(|url| SmtpSettings {
                     url,
                     connections: route.connections,
+                    messages_per_connection: route
+                        .messages_per_connection
+                        .or(messages_per_connection),
                     retries,
                     backoff,
                 })
@@ -564,8 +580,9 @@ async fn build_batch(
     .map_err(|e| BuildError::Internal(format!("builder thread: {e}")))?
 }
 
-/// The writer: commit a batch's rows, then append its letters. Returns the
-/// sender for batches and the task's handle.
+/// The writer: commit a batch's rows, then append its letters, then hand
+/// them to the delivery task (when delivering). Returns the sender for
+/// batches and the task's handle.
 fn spawn_writer(
     pool: MySqlPool,
     out: Output,
@@ -579,19 +596,50 @@ fn spawn_writer(
     let (sender, mut receiver) = tokio::sync::mpsc::channel::<StoredBatch>(1);
     let handle = tokio::spawn(async move {
         let mut sink = LetterSink::open(&out)?;
-        let mut delivered = crate::delivery::Delivered::default();
+        let (to_deliver, delivering) = match delivery {
+            Some(delivery) => {
+                let (to_deliver, deliver) = spawn_delivery(delivery);
+                (Some(to_deliver), Some(deliver))
+            }
+            None => (None, None),
+        };
         while let Some(batch) = receiver.recv().await {
             store_rows(&pool, &batch.rows).await?;
             sink.write(&batch.letters)?;
             // Delivered only once its rows are committed: a tracked link in
-            // a delivered message always resolves.
-            if let Some(delivery) = &delivery {
-                delivery
-                    .deliver_batch(&batch.letters, &mut delivered)
-                    .await?;
+            // a delivered message always resolves. The next batch is stored
+            // while this one is delivered.
+            if let Some(to_deliver) = &to_deliver {
+                if to_deliver.send(batch.letters).await.is_err() {
+                    break; // delivery failed; its error is returned below
+                }
             }
         }
         sink.finish()?;
+        drop(to_deliver);
+        match delivering {
+            Some(handle) => handle
+                .await
+                .map_err(|e| BuildError::Internal(format!("delivery task: {e}")))?,
+            None => Ok(crate::delivery::Delivered::default()),
+        }
+    });
+    (sender, handle)
+}
+
+/// The delivery task: delivers each stored batch's letters in turn.
+fn spawn_delivery(
+    delivery: crate::delivery::Delivery,
+) -> (
+    tokio::sync::mpsc::Sender<Vec<compose::Letter>>,
+    tokio::task::JoinHandle<Result<crate::delivery::Delivered, BuildError>>,
+) {
+    let (sender, mut receiver) = tokio::sync::mpsc::channel::<Vec<compose::Letter>>(1);
+    let handle = tokio::spawn(async move {
+        let mut delivered = crate::delivery::Delivered::default();
+        while let Some(letters) = receiver.recv().await {
+            delivery.deliver_batch(&letters, &mut delivered).await?;
+        }
         Ok(delivered)
     });
     (sender, handle)
@@ -767,6 +815,23 @@ impl RejectsFile {
     }
 }
 
+/// Show the delivery counts and rate beside the bar while letters go out.
+fn spawn_delivery_progress(
+    bar: indicatif::ProgressBar,
+    counters: Arc<crate::delivery::DeliveryCounters>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let started = Instant::now();
+        let mut tick = tokio::time::interval(Duration::from_millis(500));
+        loop {
+            tick.tick().await;
+            let delivered = counters.delivered.load(Ordering::Relaxed) as f64;
+            let rate = delivered / started.elapsed().as_secs_f64().max(0.001);
+            bar.set_message(format!("· {} · {rate:.0} messages/s", counters.line()));
+        }
+    })
+}
+
 fn progress_bar(enabled: bool, total: Option<u64>) -> indicatif::ProgressBar {
     if !enabled {
         return indicatif::ProgressBar::hidden();
@@ -775,7 +840,7 @@ fn progress_bar(enabled: bool, total: Option<u64>) -> indicatif::ProgressBar {
     let bar =
         indicatif::ProgressBar::with_draw_target(total, indicatif::ProgressDrawTarget::stderr());
     if let Ok(style) = indicatif::ProgressStyle::with_template(
-        "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} recipients read ({eta} left)",
+        "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} recipients read ({eta} left) {msg}",
     ) {
         bar.set_style(style);
     }

@@ -13,6 +13,7 @@ use crate::build::BuildError;
 use crate::store::deliveries::{self, DeliveryStatus};
 use smtp::{Deliverer, Outcome, SmtpSettings};
 use sqlx::MySqlPool;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// What delivery did in one run.
@@ -28,6 +29,28 @@ pub struct Delivered {
     pub resent: Vec<(u64, String)>,
 }
 
+/// Running counts of this run's delivery, for the progress bar.
+#[derive(Debug, Default)]
+pub struct DeliveryCounters {
+    pub delivered: AtomicU64,
+    /// Temporary failures retried (4xx, refused connections, timeouts).
+    pub retried: AtomicU64,
+    /// Refused for good by the MTA.
+    pub rejected: AtomicU64,
+}
+
+impl DeliveryCounters {
+    /// "delivered 120 · retried 3 · refused 1", for the progress bar.
+    pub fn line(&self) -> String {
+        format!(
+            "delivered {} · retried {} · refused {}",
+            self.delivered.load(Ordering::Relaxed),
+            self.retried.load(Ordering::Relaxed),
+            self.rejected.load(Ordering::Relaxed)
+        )
+    }
+}
+
 /// SMTP delivery of one mailing's letters, recorded per letter.
 pub struct Delivery {
     pool: MySqlPool,
@@ -36,6 +59,7 @@ pub struct Delivery {
     mailing_id: String,
     sender: lettre::Address,
     connections: usize,
+    counters: Arc<DeliveryCounters>,
 }
 
 impl Delivery {
@@ -58,9 +82,10 @@ impl Delivery {
                 .map_err(|_| smtp::SmtpError::Sender(mailing.from.clone()))?,
         };
         let connections = targets.iter().map(|t| t.connections.max(1) as usize).sum();
+        let counters = Arc::new(DeliveryCounters::default());
         let deliverers = targets
             .into_iter()
-            .map(Deliverer::new)
+            .map(|target| Deliverer::new(target, Arc::clone(&counters)))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Delivery {
             pool,
@@ -68,7 +93,13 @@ impl Delivery {
             mailing_id: mailing.mailing_id.clone(),
             sender,
             connections,
+            counters,
         })
+    }
+
+    /// This run's counts so far, shared with whoever draws progress.
+    pub fn counters(&self) -> Arc<DeliveryCounters> {
+        Arc::clone(&self.counters)
     }
 
     /// Deliver the letters of one batch that no earlier run settled, up to
@@ -158,10 +189,12 @@ impl Delivery {
             match outcome {
                 Outcome::Delivered(_) => {
                     metrics::counter!("linktrack_smtp_delivered_total").increment(1);
+                    self.counters.delivered.fetch_add(1, Ordering::Relaxed);
                     delivered.delivered += 1;
                 }
                 Outcome::Rejected(reply) => {
                     metrics::counter!("linktrack_smtp_rejected_total").increment(1);
+                    self.counters.rejected.fetch_add(1, Ordering::Relaxed);
                     delivered.rejected.push((line, email, reply));
                 }
                 Outcome::Failed(reply) => {

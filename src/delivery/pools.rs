@@ -5,6 +5,7 @@
 //! [pools.newsletters]
 //! urls = ["smtp://mta1.example.com:25", "smtp://mta2.example.com:25"]
 //! connections = 8    # per MTA (default 4)
+//! messages_per_connection = 100   # then QUIT and reconnect (default: no limit)
 //!
 //! [pools.transactional]
 //! urls = ["smtps://user:password@relay.example.com:465"]
@@ -24,6 +25,7 @@ struct PoolsFile {
 struct PoolEntry {
     urls: Vec<String>,
     connections: Option<u32>,
+    messages_per_connection: Option<u32>,
 }
 
 /// Why a pools file cannot be used; each names the file and the key.
@@ -42,6 +44,12 @@ pub enum PoolsError {
         pool: String,
         known: String,
     },
+    #[error("{path}: {key}: {message}")]
+    Key {
+        path: PathBuf,
+        key: String,
+        message: String,
+    },
     #[error("{path}: pools.{pool}.urls: {message}")]
     Url {
         path: PathBuf,
@@ -55,6 +63,8 @@ pub enum PoolsError {
 pub struct PoolRoute {
     pub urls: Vec<String>,
     pub connections: u32,
+    /// `None`: the file does not say (the command line's setting applies).
+    pub messages_per_connection: Option<u32>,
 }
 
 /// Read `path` and return the route of `pool`. Every URL of the pool is
@@ -93,9 +103,17 @@ pub fn route(path: &Path, pool: &str) -> Result<PoolRoute, PoolsError> {
             )));
         }
     }
+    if entry.messages_per_connection == Some(0) {
+        return Err(PoolsError::Key {
+            path: path.to_owned(),
+            key: format!("pools.{pool}.messages_per_connection"),
+            message: "must be at least 1 (leave it out for no limit)".into(),
+        });
+    }
     Ok(PoolRoute {
         urls: entry.urls.clone(),
         connections: entry.connections.unwrap_or(4).max(1),
+        messages_per_connection: entry.messages_per_connection,
     })
 }
 
@@ -119,7 +137,14 @@ mod tests {
         let route = route(&path, "news").unwrap();
         assert_eq!(route.urls, ["smtp://a:25", "smtp://b:25"]);
         assert_eq!(route.connections, 8);
+        assert_eq!(route.messages_per_connection, None);
         assert_eq!(super::route(&path, "tx").unwrap().connections, 4);
+        let (_dir, path) =
+            file("[pools.news]\nurls = [\"smtp://a:25\"]\nmessages_per_connection = 50\n");
+        assert_eq!(
+            super::route(&path, "news").unwrap().messages_per_connection,
+            Some(50)
+        );
     }
 
     #[test]
@@ -141,5 +166,13 @@ mod tests {
         let err = route(&path, "news").unwrap_err().to_string();
         assert!(err.contains("pools.toml") && err.contains("url"), "{err}");
         assert!(err.contains("line 2"), "{err}");
+
+        let (_dir, path) =
+            file("[pools.news]\nurls = [\"smtp://a\"]\nmessages_per_connection = 0\n");
+        let err = route(&path, "news").unwrap_err().to_string();
+        assert!(
+            err.contains("pools.toml: pools.news.messages_per_connection: must be at least 1"),
+            "{err}"
+        );
     }
 }

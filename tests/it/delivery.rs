@@ -393,3 +393,65 @@ async fn a_pools_file_spreads_the_mailing_over_its_pools_mtas() {
         .unwrap();
     assert_eq!(rows, 0, "refused before any letter");
 }
+
+/// A TCP relay in front of `target` that counts the connections it accepts:
+/// what an MTA would see as SMTP sessions.
+fn counting_relay(target: u16) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let sessions = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = std::sync::Arc::clone(&sessions);
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            counted.fetch_add(1, Ordering::SeqCst);
+            let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", target)) else {
+                continue;
+            };
+            let (mut client_in, mut server_out) =
+                (client.try_clone().unwrap(), server.try_clone().unwrap());
+            std::thread::spawn(move || std::io::copy(&mut client_in, &mut server_out));
+            let (mut server_in, mut client_out) = (server, client);
+            std::thread::spawn(move || std::io::copy(&mut server_in, &mut client_out));
+        }
+    });
+    (port, sessions)
+}
+
+/// `--smtp-messages-per-connection N`: a connection carries at most N
+/// messages, then says QUIT and a new one is opened; without it, one
+/// connection carries them all.
+#[tokio::test]
+async fn messages_per_connection_caps_each_smtp_session() {
+    use std::sync::atomic::Ordering;
+    let sink = SmtpSink::start(&[]);
+    let mut sessions_by_limit = Vec::new();
+    for limit in [None, Some("2")] {
+        let db = TestDb::new().await;
+        let (port, sessions) = counting_relay(sink.port);
+        let dir = tempfile::tempdir().unwrap();
+        let mut extra = vec!["--smtp-connections", "1"];
+        if let Some(limit) = limit {
+            extra.extend(["--smtp-messages-per-connection", limit]);
+        }
+        let output = build(&db, dir.path(), &format!("smtp://127.0.0.1:{port}"), &extra);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        let delivered = deliveries(&db)
+            .await
+            .into_iter()
+            .filter(|(_, s)| s == "delivered")
+            .count();
+        assert!(delivered >= 4, "{stderr}");
+        sessions_by_limit.push((delivered, sessions.load(Ordering::SeqCst)));
+    }
+    let (_, unlimited) = sessions_by_limit[0];
+    let (delivered, capped) = sessions_by_limit[1];
+    assert_eq!(unlimited, 1, "one connection carries every message");
+    // Refused letters (SMTPUTF8) are refused before a message is sent, so
+    // at least one session per two delivered messages.
+    assert!(
+        capped >= delivered.div_ceil(2),
+        "{capped} sessions for {delivered} messages at 2 per session"
+    );
+}
