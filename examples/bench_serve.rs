@@ -17,6 +17,10 @@
 //!    lookup, journal append, 302) with wrk; req/s and p99.
 //! 3. **Pixel**: `GET /o/{token}.gif`, which reads nothing on its way.
 //! 4. **Healthz**: `GET /healthz`, the server's own ceiling without a database.
+//! 5. With `--webhooks`: the redirect again with a webhook endpoint on (a
+//!    receiver in this process answering 204): every click is queued in the
+//!    outbox by the replay and POSTed, signed, while the load runs. The
+//!    ratio to (2) is what events out cost the redirect (aim >= 0.95).
 //!
 //! Every measurement gets tokens no earlier one used (the sample is cut into
 //! one slice per measurement, each token asked for once), and every server
@@ -32,6 +36,8 @@ mod mysql_client;
 use chrono::{Days, NaiveTime, Utc};
 use clap::Parser;
 use linktrack::events::journal::JournalSettings;
+use linktrack::outbound::signature::Secret;
+use linktrack::outbound::{Endpoint, Outbound, RetryPolicy, Target};
 use linktrack::server::{App, AppSettings};
 use linktrack::store::{self, partitions, PoolSettings, RowFormat};
 use linktrack::token::Token;
@@ -67,6 +73,9 @@ struct Args {
     /// Row format of the loaded `links` (compressed, dynamic, page-compressed).
     #[arg(long, default_value = "page-compressed")]
     row_format: RowFormat,
+    /// Also measure the redirect with a webhook endpoint on, every round.
+    #[arg(long)]
+    webhooks: bool,
 }
 
 const DATABASE: &str = "lt_bench_serve";
@@ -113,9 +122,16 @@ async fn main() -> anyhow::Result<()> {
         args.rounds
     );
 
+    let per_round = if args.webhooks { 4 } else { 3 };
     let slices: Vec<&[Token]> = tokens
-        .chunks(tokens.len().div_ceil(args.rounds * 3).max(1))
+        .chunks(tokens.len().div_ceil(args.rounds * per_round).max(1))
         .collect();
+    let hooks = if args.webhooks {
+        Outbound::new(vec![receiver().await?], RetryPolicy::default())
+    } else {
+        Outbound::default()
+    };
+    let mut hooked = Vec::new();
     let mut slices = slices.into_iter();
     let (mut ceilings, mut redirects, mut pixels, mut healths) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -123,10 +139,18 @@ async fn main() -> anyhow::Result<()> {
         let (Some(a), Some(b), Some(c)) = (slices.next(), slices.next(), slices.next()) else {
             anyhow::bail!("too few tokens for {} rounds", args.rounds);
         };
+        let off = Outbound::default();
         ceilings.push(sysbench(&args, dir.path(), a)?);
-        redirects.push(serve_load(&args, &counter, dir.path(), Load::Redirect(b)).await?);
-        pixels.push(serve_load(&args, &counter, dir.path(), Load::Pixel(c)).await?);
-        healths.push(serve_load(&args, &counter, dir.path(), Load::Healthz).await?);
+        redirects.push(serve_load(&args, &counter, dir.path(), Load::Redirect(b), &off).await?);
+        pixels.push(serve_load(&args, &counter, dir.path(), Load::Pixel(c), &off).await?);
+        healths.push(serve_load(&args, &counter, dir.path(), Load::Healthz, &off).await?);
+        if args.webhooks {
+            let Some(d) = slices.next() else {
+                anyhow::bail!("too few tokens for {} rounds", args.rounds);
+            };
+            hooked.push(serve_load(&args, &counter, dir.path(), Load::Redirect(d), &hooks).await?);
+            eprintln!("  redirect with webhooks {:?}", hooked.last());
+        }
         eprintln!(
             "round {round}: ceiling {:?}\n  redirect {:?}\n  pixel {:?}\n  healthz {:?}",
             ceilings.last(),
@@ -142,7 +166,47 @@ async fn main() -> anyhow::Result<()> {
         &median(&healths),
         args.rounds,
     );
+    if args.webhooks {
+        let on = median(&hooked);
+        let redirect = median(&redirects);
+        let pool = store::connect(&url, &PoolSettings::default()).await?;
+        let backlog = store::outbox::backlog_of(&pool, "bench").await?;
+        println!(
+            "redirect with webhooks on             {:>9.0} req/s      p99 {:>7.2} ms   {:.3} statements/hit",
+            on.per_second,
+            on.p99 * 1e3,
+            on.statements_per_hit
+        );
+        println!(
+            "redirect webhooks on / off, req/s    {:.2}   (aim >= 0.95); {} events still queued at the end",
+            on.per_second / redirect.per_second,
+            backlog.queued
+        );
+    }
     Ok(())
+}
+
+/// A webhook receiver in this process that acknowledges everything: the
+/// endpoint `bench`.
+async fn receiver() -> anyhow::Result<Endpoint> {
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(|| async { axum::http::StatusCode::NO_CONTENT }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok(Endpoint {
+        name: "bench".into(),
+        target: Target::Webhook {
+            url: format!("http://{addr}/hook").parse()?,
+            secret: Secret::parse("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")?,
+        },
+        types: None,
+        mailings: None,
+        concurrency: 8,
+        timeout: Duration::from_secs(10),
+    })
 }
 
 fn report(ceiling: &Figure, redirect: &Figure, pixel: &Figure, health: &Figure, rounds: usize) {
@@ -436,6 +500,7 @@ async fn serve_load(
     counter: &ServerUser,
     dir: &Path,
     load: Load<'_>,
+    outbound: &Outbound,
 ) -> anyhow::Result<Figure> {
     let (script, path, tokens) = match load {
         Load::Redirect(tokens) => {
@@ -457,11 +522,11 @@ async fn serve_load(
     let pool = store::connect(&counter.url, &settings).await?;
     let journal = dir.join("journal");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let server = App::build(
-        AppSettings::new(pool.clone(), JournalSettings::new(&journal)),
-        listener,
-    )
-    .await?;
+    let settings = AppSettings {
+        outbound: outbound.clone(),
+        ..AppSettings::new(pool.clone(), JournalSettings::new(&journal))
+    };
+    let server = App::build(settings, listener).await?;
     let addr = server.local_addr()?;
     let before = counter.statements().await?;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
