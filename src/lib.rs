@@ -39,7 +39,9 @@
 //! * [`address`]: address normalisation and validation.
 //! * [`server`]: `linktrack serve`: [`server::App`] (`src/server/app.rs`) is
 //!   the one wiring (listeners, event pipeline, background workers, ordered
-//!   shutdown); the redirect is `click` in `src/server/handlers.rs`;
+//!   shutdown); connections are served with limits by `src/server/listen.rs`;
+//!   the redirect is `click` in `src/server/handlers.rs`, its cache misses
+//!   shared by `src/server/lookups.rs`;
 //!   `/metrics` and `/readyz` are on the admin listener.
 //! * [`events`]: the event journal (`src/events/journal.rs`, its versioned
 //!   line in `src/events/record.rs`), its replay into `events`, bot verdicts.

@@ -33,8 +33,8 @@ pub struct ServerSettings {
     /// included) before answering 503: a stalled database must not hang
     /// visitors.
     pub db_timeout: Duration,
-    /// Journal and store events. Off only to measure what recording costs
-    /// (`examples/bench_serve.rs`); not exposed on the command line.
+    /// Journal and store events. Off only to measure what recording costs;
+    /// not exposed on the command line.
     pub record_events: bool,
     /// Take the client address from the last `X-Forwarded-For` entry (set
     /// this only behind a proxy that appends it); otherwise the peer address.
