@@ -136,7 +136,6 @@ impl Delivery {
                 .acquire_owned()
                 .await
                 .map_err(|e| BuildError::Internal(format!("delivery permits: {e}")))?;
-            deliveries::mark_sending(&self.pool, &self.mailing_id, letter.letter_id).await?;
             // Spread over the pool's MTAs by letter id (stable across runs).
             let Some(deliverer) = self
                 .deliverers
@@ -156,7 +155,13 @@ impl Delivery {
             );
             // Each outcome is recorded by its own task right after the MTA's
             // reply: a kill can leave at most the messages in flight unrecorded.
+            // Marked `sending` by the same task, just before its SMTP
+            // transaction, so the marks of parallel letters overlap too.
             tasks.spawn(async move {
+                if let Err(err) = deliveries::mark_sending(&pool, &mailing_id, id).await {
+                    drop(permit);
+                    return (id, line, email, None, Err(err), deliverer.host().to_owned());
+                }
                 let outcome = deliverer.deliver(&sender, &email, message.as_bytes()).await;
                 let recorded = match &outcome {
                     Outcome::Delivered(reply) => {
@@ -175,7 +180,7 @@ impl Delivery {
                     id,
                     line,
                     email,
-                    outcome,
+                    Some(outcome),
                     recorded,
                     deliverer.host().to_owned(),
                 )
@@ -186,6 +191,8 @@ impl Delivery {
             let (letter_id, line, email, outcome, recorded, host) =
                 joined.map_err(|e| BuildError::Internal(format!("delivery task: {e}")))?;
             recorded?;
+            // None: its `sending` mark failed, so `recorded` returned above.
+            let Some(outcome) = outcome else { continue };
             match outcome {
                 Outcome::Delivered(_) => {
                     metrics::counter!("linktrack_smtp_delivered_total").increment(1);
