@@ -51,6 +51,41 @@ impl DeliveryCounters {
     }
 }
 
+/// Mark one letter `sending`, hand it to the MTA, and record the outcome
+/// right after the reply: a kill can leave at most the messages in flight
+/// unrecorded. Written by the letter's own task, so the marks of parallel
+/// letters overlap. A letter that was not taken is forgotten (nothing to
+/// doubt on the next run).
+async fn hand_over(
+    deliverer: &Deliverer,
+    pool: &MySqlPool,
+    mailing_id: &str,
+    letter_id: u64,
+    sender: &lettre::Address,
+    email: &str,
+    message: &str,
+) -> Result<Outcome, crate::store::StoreError> {
+    deliveries::mark_sending(pool, mailing_id, letter_id).await?;
+    let outcome = deliverer.deliver(sender, email, message.as_bytes()).await;
+    match &outcome {
+        Outcome::Delivered(reply) => {
+            deliveries::record(
+                pool,
+                mailing_id,
+                letter_id,
+                DeliveryStatus::Delivered,
+                reply,
+            )
+            .await?
+        }
+        Outcome::Rejected(reply) => {
+            deliveries::record(pool, mailing_id, letter_id, DeliveryStatus::Rejected, reply).await?
+        }
+        Outcome::Failed(_) => deliveries::forget(pool, mailing_id, letter_id).await?,
+    }
+    Ok(outcome)
+}
+
 /// SMTP delivery of one mailing's letters, recorded per letter.
 pub struct Delivery {
     pool: MySqlPool,
@@ -153,46 +188,27 @@ impl Delivery {
                 letter.email.clone(),
                 letter.message.clone(),
             );
-            // Each outcome is recorded by its own task right after the MTA's
-            // reply: a kill can leave at most the messages in flight unrecorded.
-            // Marked `sending` by the same task, just before its SMTP
-            // transaction, so the marks of parallel letters overlap too.
             tasks.spawn(async move {
-                if let Err(err) = deliveries::mark_sending(&pool, &mailing_id, id).await {
-                    drop(permit);
-                    return (id, line, email, None, Err(err), deliverer.host().to_owned());
-                }
-                let outcome = deliverer.deliver(&sender, &email, message.as_bytes()).await;
-                let recorded = match &outcome {
-                    Outcome::Delivered(reply) => {
-                        deliveries::record(&pool, &mailing_id, id, DeliveryStatus::Delivered, reply)
-                            .await
-                    }
-                    Outcome::Rejected(reply) => {
-                        deliveries::record(&pool, &mailing_id, id, DeliveryStatus::Rejected, reply)
-                            .await
-                    }
-                    // Not taken: nothing to doubt on the next run.
-                    Outcome::Failed(_) => deliveries::forget(&pool, &mailing_id, id).await,
-                };
-                drop(permit);
-                (
+                let host = deliverer.host().to_owned();
+                let handed_over = hand_over(
+                    &deliverer,
+                    &pool,
+                    &mailing_id,
                     id,
-                    line,
-                    email,
-                    Some(outcome),
-                    recorded,
-                    deliverer.host().to_owned(),
+                    &sender,
+                    &email,
+                    &message,
                 )
+                .await;
+                drop(permit);
+                (id, line, email, handed_over, host)
             });
         }
         let mut failure = None;
         while let Some(joined) = tasks.join_next().await {
-            let (letter_id, line, email, outcome, recorded, host) =
+            let (letter_id, line, email, handed_over, host) =
                 joined.map_err(|e| BuildError::Internal(format!("delivery task: {e}")))?;
-            recorded?;
-            // None: its `sending` mark failed, so `recorded` returned above.
-            let Some(outcome) = outcome else { continue };
+            let outcome = handed_over?;
             match outcome {
                 Outcome::Delivered(_) => {
                     metrics::counter!("linktrack_smtp_delivered_total").increment(1);
