@@ -45,41 +45,53 @@ impl std::fmt::Display for EraseReport {
     }
 }
 
+/// Apply `set` to every row of `table` naming `email`, one statement per
+/// partition's day range (which also works through a Spider head); returns
+/// the rows changed.
+async fn anonymise_by_day(
+    pool: &MySqlPool,
+    table: &'static str,
+    set: &'static str,
+    email: &str,
+) -> Result<u64, StoreError> {
+    let statement = format!(
+        "UPDATE {table} SET {set} \
+         WHERE inserted >= ? AND inserted < ? AND email = ? COLLATE utf8mb4_bin"
+    );
+    let mut changed = 0;
+    for (lower, upper) in day_ranges(pool, table).await? {
+        changed += sqlx::query(&statement)
+            .bind(lower)
+            .bind(upper)
+            .bind(email)
+            .execute(pool)
+            .await?
+            .rows_affected();
+    }
+    Ok(changed)
+}
+
 /// Anonymise every `links` and `events` row naming `email` (compared byte
 /// for byte: the text columns' accent-insensitive collation would also match
 /// a different address such as `josé@` for `jose@`).
 pub async fn erase(pool: &MySqlPool, email: &str) -> Result<EraseReport, StoreError> {
-    let mut report = EraseReport::default();
-    for (lower, upper) in day_ranges(pool, "links").await? {
-        report.links += sqlx::query(
-            "UPDATE links SET email = '' \
-             WHERE inserted >= ? AND inserted < ? AND email = ? COLLATE utf8mb4_bin",
-        )
-        .bind(lower)
-        .bind(upper)
-        .bind(email)
-        .execute(pool)
-        .await?
-        .rows_affected();
-    }
-    for (lower, upper) in day_ranges(pool, "events").await? {
-        report.events += sqlx::query(
-            "UPDATE events SET email = NULL, ip = NULL, user_agent = NULL \
-             WHERE inserted >= ? AND inserted < ? AND email = ? COLLATE utf8mb4_bin",
-        )
-        .bind(lower)
-        .bind(upper)
-        .bind(email)
-        .execute(pool)
-        .await?
-        .rows_affected();
-    }
+    let links = anonymise_by_day(pool, "links", "email = ''", email).await?;
+    let events = anonymise_by_day(
+        pool,
+        "events",
+        "email = NULL, ip = NULL, user_agent = NULL",
+        email,
+    )
+    .await?;
     let listed: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM suppressions WHERE email = ?")
         .bind(email)
         .fetch_one(pool)
         .await?;
-    report.suppressed = listed > 0;
-    Ok(report)
+    Ok(EraseReport {
+        links,
+        events,
+        suppressed: listed > 0,
+    })
 }
 
 /// Each partition of `table` as a day range `[lower, upper)`: a predicate
