@@ -205,6 +205,7 @@ async fn receiver() -> anyhow::Result<Endpoint> {
         types: None,
         mailings: None,
         concurrency: 8,
+        batch: 1,
         timeout: Duration::from_secs(10),
     })
 }

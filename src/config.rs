@@ -165,6 +165,11 @@ pub struct OutboundArgs {
     #[arg(long, env = "LINKTRACK_WEBHOOK_CONCURRENCY", default_value_t = 8)]
     pub webhook_concurrency: usize,
 
+    /// Events per webhook request: 1 sends each event on its own; N from 2
+    /// to 1000 sends up to N in one `"type": "batch"` body (docs/serve.md).
+    #[arg(long, env = "LINKTRACK_WEBHOOK_BATCH", default_value_t = 1)]
+    pub webhook_batch: usize,
+
     /// Delay before the first retry, in milliseconds; each further retry
     /// doubles it (with jitter) up to --outbound-retry-max-secs.
     #[arg(

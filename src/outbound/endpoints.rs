@@ -12,6 +12,7 @@
 //! mailings = ["spring-sale"]                         # optional filter
 //! concurrency = 4                     # requests in flight (default 8)
 //! timeout_ms = 5000                   # per request (default 10000)
+//! batch = 100                         # events per request (default 1: one each)
 //!
 //! [[endpoint]]
 //! name = "pipeline"
@@ -47,7 +48,14 @@ pub struct Endpoint {
     pub concurrency: usize,
     /// Longest wait for one delivery's answer.
     pub timeout: Duration,
+    /// Events per request: 1 sends each on its own; more sends up to this
+    /// many in one `"type": "batch"` body (webhooks only).
+    pub batch: usize,
 }
+
+/// The most events one batch may carry (a batch's row count is kept in 16
+/// bits of `outbox.batch`, and a body of 1000 events is about half a MB).
+pub const MAX_BATCH: usize = 1_000;
 
 impl Endpoint {
     /// True when this endpoint wants events of `event_type` in `mailing`.
@@ -98,6 +106,7 @@ struct FileEndpoint {
     mailings: Option<Vec<String>>,
     concurrency: Option<usize>,
     timeout_ms: Option<u64>,
+    batch: Option<usize>,
 }
 
 /// Every endpoint the settings name, checked.
@@ -105,6 +114,8 @@ pub fn from_args(args: &OutboundArgs) -> Result<Vec<Endpoint>, EndpointError> {
     let defaults = Limits {
         concurrency: args.webhook_concurrency.max(1),
         timeout: Duration::from_millis(args.webhook_timeout_ms.max(1)),
+        batch: checked_batch(args.webhook_batch)
+            .map_err(|message| setting("LINKTRACK_WEBHOOK_BATCH", message))?,
     };
     let mut endpoints = Vec::new();
     match (&args.webhook_url, &args.webhook_secret) {
@@ -119,6 +130,7 @@ pub fn from_args(args: &OutboundArgs) -> Result<Vec<Endpoint>, EndpointError> {
             mailings: None,
             concurrency: defaults.concurrency,
             timeout: defaults.timeout,
+            batch: defaults.batch,
         }),
         (Some(_), None) => {
             return Err(setting(
@@ -145,6 +157,7 @@ pub fn from_args(args: &OutboundArgs) -> Result<Vec<Endpoint>, EndpointError> {
             mailings: None,
             concurrency: 1,
             timeout: defaults.timeout,
+            batch: 1,
         });
     }
     if let Some(path) = &args.webhooks {
@@ -167,6 +180,18 @@ pub fn from_args(args: &OutboundArgs) -> Result<Vec<Endpoint>, EndpointError> {
 struct Limits {
     concurrency: usize,
     timeout: Duration,
+    batch: usize,
+}
+
+/// 1 (off) to [`MAX_BATCH`] events per request.
+fn checked_batch(batch: usize) -> Result<usize, String> {
+    if (1..=MAX_BATCH).contains(&batch) {
+        Ok(batch)
+    } else {
+        Err(format!(
+            "{batch} events per request: must be 1 (one event per request) to {MAX_BATCH}"
+        ))
+    }
 }
 
 fn setting(setting: &'static str, message: String) -> EndpointError {
@@ -198,9 +223,13 @@ fn read_file(path: &Path, defaults: &Limits) -> Result<Vec<Endpoint>, EndpointEr
 
 fn file_endpoint(entry: FileEndpoint, defaults: &Limits) -> Result<Endpoint, String> {
     check_name(&entry.name)?;
-    let target = if entry.url.starts_with("amqp") {
+    let amqp = entry.url.starts_with("amqp");
+    let target = if amqp {
         if entry.secret.is_some() {
             return Err("secret: AMQP endpoints are not signed; remove it".into());
+        }
+        if entry.batch.is_some_and(|batch| batch != 1) {
+            return Err("batch: AMQP endpoints publish one message per event".into());
         }
         Target::Amqp {
             url: amqp_url(&entry.url).map_err(|m| format!("url: {m}"))?,
@@ -237,6 +266,11 @@ fn file_endpoint(entry: FileEndpoint, defaults: &Limits) -> Result<Endpoint, Str
         timeout: entry
             .timeout_ms
             .map_or(defaults.timeout, |ms| Duration::from_millis(ms.max(1))),
+        batch: match entry.batch {
+            _ if amqp => 1,
+            Some(batch) => checked_batch(batch).map_err(|m| format!("batch: {m}"))?,
+            None => defaults.batch,
+        },
     })
 }
 
@@ -338,6 +372,11 @@ mod tests {
             no_secret.starts_with("LINKTRACK_WEBHOOK_SECRET: missing"),
             "{no_secret}"
         );
+        let bad_batch = message(from_args(&args(&["--webhook-batch", "1001"])));
+        assert!(
+            bad_batch.starts_with("LINKTRACK_WEBHOOK_BATCH: 1001 events per request"),
+            "{bad_batch}"
+        );
         let bad_amqp = message(from_args(&args(&["--amqp-url", "amqp://host:notaport"])));
         assert!(bad_amqp.starts_with("LINKTRACK_AMQP_URL:"), "{bad_amqp}");
     }
@@ -352,18 +391,31 @@ mod tests {
 
         write(&format!(
             "[[endpoint]]\nname = \"crm\"\nurl = \"https://crm.example.com/h\"\nsecret = \"{SECRET}\"\n\
-             types = [\"email.clicked\"]\nmailings = [\"spring\"]\nconcurrency = 2\n\
+             types = [\"email.clicked\"]\nmailings = [\"spring\"]\nconcurrency = 2\nbatch = 50\n\
              [[endpoint]]\nname = \"pipe\"\nurl = \"amqp://guest:guest@127.0.0.1:5672/%2f\"\n"
         ));
         let endpoints = run().unwrap();
         assert_eq!(endpoints.len(), 2);
         let crm = &endpoints[0];
         assert_eq!(crm.concurrency, 2);
+        assert_eq!(crm.batch, 50);
         assert!(crm.wants("email.clicked", Some("spring")));
         assert!(!crm.wants("email.opened", Some("spring")));
         assert!(!crm.wants("email.clicked", Some("autumn")));
         assert!(!crm.wants("email.clicked", None));
         assert!(matches!(endpoints[1].target, Target::Amqp { .. }));
+        assert_eq!(endpoints[1].batch, 1);
+
+        write(&format!(
+            "[[endpoint]]\nname = \"crm\"\nurl = \"https://x/\"\nsecret = \"{SECRET}\"\nbatch = 0\n"
+        ));
+        let zero = message(run());
+        assert!(
+            zero.contains("endpoint 1 (\"crm\"): batch: 0 events"),
+            "{zero}"
+        );
+        write("[[endpoint]]\nname = \"p\"\nurl = \"amqp://127.0.0.1\"\nbatch = 10\n");
+        assert!(message(run()).contains("batch: AMQP endpoints publish one message per event"));
 
         write("[[endpoint]]\nname = \"crm\"\nurl = \"https://crm.example.com/h\"\n");
         let missing = message(run());

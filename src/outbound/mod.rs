@@ -20,7 +20,6 @@ pub mod webhook;
 
 use crate::store::events::EventRow;
 use crate::store::{outbox, StoreError};
-use chrono::NaiveDate;
 pub use endpoints::{Endpoint, EndpointError, Target};
 use payload::LinkDetails;
 use sqlx::MySqlPool;
@@ -163,33 +162,24 @@ pub async fn enqueue(
     Ok(())
 }
 
-/// The link rows' URLs and tags, found by the token's date and link id.
+/// The link rows' URLs and tags, by link id.
 async fn link_details<'a>(
     pool: &MySqlPool,
     rows: impl Iterator<Item = &'a EventRow>,
 ) -> Result<BTreeMap<u64, LinkDetails>, StoreError> {
-    let mut by_day: BTreeMap<NaiveDate, Vec<u64>> = BTreeMap::new();
-    for row in rows {
-        if let (Some(id), Ok(token)) = (row.link_id, crate::token::Token::from_bytes(&row.token)) {
-            by_day.entry(token.date()).or_default().push(id);
-        }
-    }
-    Ok(outbox::link_urls_and_tags(pool, &by_day)
+    let links = rows.filter_map(|row| row.link_id.map(|id| (id, &row.token[..])));
+    Ok(crate::store::links::urls_and_tags(pool, links)
         .await?
         .into_iter()
         .map(|(id, (url, tags))| {
-            (
-                id,
-                LinkDetails {
-                    url: Some(url),
-                    tags,
-                },
-            )
+            let url = Some(url);
+            (id, LinkDetails { url, tags })
         })
         .collect())
 }
 
-/// Start one sender per endpoint on `workers`.
+/// Start one sender per endpoint on `workers`, at low priority: a sender
+/// falls behind under load rather than slow the request path.
 pub(crate) fn start_senders(
     pool: &MySqlPool,
     outbound: &Outbound,
@@ -197,7 +187,7 @@ pub(crate) fn start_senders(
 ) {
     for endpoint in outbound.endpoints.iter() {
         let sender = dispatch::Sender::new(pool.clone(), endpoint.clone(), outbound.clone());
-        workers.spawn("outbound", move |stopping| sender.run(stopping));
+        workers.spawn_low_priority("outbound", move |stopping| sender.run(stopping));
     }
 }
 

@@ -108,6 +108,44 @@ pub fn test_body(endpoint: &str) -> String {
     .to_string()
 }
 
+/// The type of a body that carries several events.
+pub const BATCH_TYPE: &str = "batch";
+
+/// A batch's body: `{"type": "batch", "timestamp": <its newest event's
+/// time>, "data": [<each event's own body>, ...]}`. The stored bodies are
+/// spliced in byte for byte, so the same events make the same bytes.
+pub fn batch_body<'a>(bodies: impl IntoIterator<Item = &'a str>, newest: DateTime<Utc>) -> String {
+    let mut out = format!(
+        r#"{{"type":"{BATCH_TYPE}","timestamp":"{}","data":["#,
+        rfc3339(newest)
+    );
+    for (n, body) in bodies.into_iter().enumerate() {
+        if n > 0 {
+            out.push(',');
+        }
+        out.push_str(body);
+    }
+    out.push_str("]}");
+    out
+}
+
+/// The `webhook-id` of a batch: `batch_` and 32 hex digits of SHA-256 over
+/// the ids of the events it carries (16 bytes each, in order). The same
+/// events make the same id, so a retry of a batch has its id.
+pub fn batch_id<'a>(event_ids: impl IntoIterator<Item = &'a [u8]>) -> String {
+    format!("batch_{}", hex::encode(&batch_digest(event_ids)[..16]))
+}
+
+/// SHA-256 over the event ids, in order.
+pub fn batch_digest<'a>(event_ids: impl IntoIterator<Item = &'a [u8]>) -> [u8; 32] {
+    use sha2::Digest;
+    let mut hash = sha2::Sha256::new();
+    for id in event_ids {
+        hash.update(id);
+    }
+    hash.finalize().into()
+}
+
 fn rfc3339(at: DateTime<Utc>) -> String {
     at.to_rfc3339_opts(SecondsFormat::Millis, true)
 }
@@ -184,5 +222,37 @@ mod tests {
             body["data"]["bot"],
             serde_json::json!({"verdict": false, "reasons": []})
         );
+    }
+
+    #[test]
+    fn a_batch_splices_the_bodies_and_is_named_by_its_events() {
+        let first = render(&click(), &LinkDetails::default());
+        let second = render(
+            &EventRow {
+                event_id: [0xcd; 16],
+                ..click()
+            },
+            &LinkDetails::default(),
+        );
+        let newest = "2026-11-23T10:00:01.500Z".parse().unwrap();
+        let body = batch_body([first.as_str(), second.as_str()], newest);
+        let parsed: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(parsed["type"], "batch");
+        assert_eq!(parsed["timestamp"], "2026-11-23T10:00:01.500Z");
+        assert_eq!(
+            parsed["data"][0],
+            serde_json::from_str::<serde_json::Value>(&first).unwrap()
+        );
+        assert_eq!(parsed["data"][1]["data"]["event_id"], "cd".repeat(16));
+        let ids = [[0xab; 16], [0xcd; 16]];
+        let id = batch_id(ids.iter().map(|i| &i[..]));
+        assert_eq!(id.len(), "batch_".len() + 32);
+        assert_eq!(id, batch_id(ids.iter().map(|i| &i[..])), "stable");
+        assert_ne!(
+            id,
+            batch_id(ids.iter().rev().map(|i| &i[..])),
+            "order counts"
+        );
+        assert_ne!(id, batch_id(ids[..1].iter().map(|i| &i[..])));
     }
 }

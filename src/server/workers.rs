@@ -5,6 +5,11 @@
 //! A worker is an async function that takes a [`Stopping`] and returns once
 //! it has been asked to stop (finishing or abandoning its current unit of
 //! work: whatever it does must be safe to interrupt, like a transaction).
+//!
+//! Workers that may fall behind under load and catch up later (the event
+//! senders) run on a runtime of their own, one thread at the lowest CPU
+//! priority ([`Workers::spawn_low_priority`]): when the machine is busy,
+//! the request path's threads get the CPU first.
 
 use std::future::Future;
 use std::time::Duration;
@@ -31,6 +36,8 @@ impl Stopping {
 pub struct Workers {
     stop: watch::Sender<bool>,
     tasks: Vec<(&'static str, JoinHandle<()>)>,
+    /// Started by the first low-priority worker; dropped after the workers.
+    low_priority: Option<LowPriority>,
 }
 
 impl Default for Workers {
@@ -44,6 +51,7 @@ impl Workers {
         Workers {
             stop: watch::channel(false).0,
             tasks: Vec::new(),
+            low_priority: None,
         }
     }
 
@@ -56,6 +64,31 @@ impl Workers {
         let stopping = Stopping(self.stop.subscribe());
         tracing::debug!(worker = name, "worker started");
         self.tasks.push((name, tokio::spawn(work(stopping))));
+    }
+
+    /// Start `work` on the low-priority runtime (a thread at nice 19; see
+    /// the module docs). When that runtime cannot be made, on a task of its
+    /// own like [`Workers::spawn`].
+    pub fn spawn_low_priority<F, Fut>(&mut self, name: &'static str, work: F)
+    where
+        F: FnOnce(Stopping) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        if self.low_priority.is_none() {
+            match LowPriority::start() {
+                Ok(runtime) => self.low_priority = Some(runtime),
+                Err(err) => {
+                    tracing::warn!(%err, "no low-priority runtime; workers run with the rest")
+                }
+            }
+        }
+        let Some(runtime) = &self.low_priority else {
+            return self.spawn(name, work);
+        };
+        let stopping = Stopping(self.stop.subscribe());
+        tracing::debug!(worker = name, "worker started at low priority");
+        self.tasks
+            .push((name, runtime.handle.spawn(work(stopping))));
     }
 
     /// Names of the running workers, in start order.
@@ -84,6 +117,43 @@ impl Workers {
     #[cfg(feature = "test-hooks")]
     pub(crate) fn abort_handles(&self) -> Vec<tokio::task::AbortHandle> {
         self.tasks.iter().map(|(_, t)| t.abort_handle()).collect()
+    }
+}
+
+/// A current-thread runtime on a thread of its own at nice 19. It runs until
+/// dropped (then the thread ends, and with it whatever still runs there).
+struct LowPriority {
+    handle: tokio::runtime::Handle,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+/// The nice value of the low-priority thread: the lowest priority there is.
+const LOW_PRIORITY_NICE: i32 = 19;
+
+impl LowPriority {
+    fn start() -> std::io::Result<LowPriority> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let handle = runtime.handle().clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        std::thread::Builder::new()
+            .name("low-priority".into())
+            .spawn(move || {
+                // The calling thread only: setpriority on a thread id.
+                let me = rustix::thread::gettid();
+                if let Err(err) = rustix::process::setpriority_process(Some(me), LOW_PRIORITY_NICE)
+                {
+                    tracing::warn!(%err, "could not lower the workers' thread priority");
+                }
+                runtime.block_on(async move {
+                    let _ = stopped.await;
+                });
+            })?;
+        Ok(LowPriority {
+            handle,
+            _stop: stop,
+        })
     }
 }
 
@@ -126,5 +196,22 @@ mod tests {
             tokio::task::yield_now().await;
         }
         assert_eq!(Arc::strong_count(&held), 1, "the worker was aborted");
+    }
+
+    #[tokio::test]
+    async fn a_low_priority_worker_runs_niced_on_its_own_thread_and_stops() {
+        let mut workers = Workers::new();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let caller = std::thread::current().id();
+        workers.spawn_low_priority("low", move |mut stopping| async move {
+            let nice = rustix::process::getpriority_process(None).ok();
+            let _ = tx.send((std::thread::current().id(), nice));
+            stopping.requested().await;
+        });
+        let (thread, nice) = rx.await.unwrap();
+        assert_ne!(thread, caller);
+        // getpriority(PRIO_PROCESS, 0) reads the calling thread on Linux.
+        assert_eq!(nice, Some(LOW_PRIORITY_NICE));
+        workers.shutdown(Duration::from_secs(5)).await;
     }
 }

@@ -310,6 +310,50 @@ fn chunks(rows: &[NewLink]) -> Vec<&[NewLink]> {
     out
 }
 
+/// The URL and tags (`meta.tags`) of link rows, by link id. Each link is
+/// named by its id and its token (whose date is the row's partition), so
+/// every statement reads one partition; used by the rollup (tags of clicks)
+/// and by events out (the payload's `url` and `tags`).
+pub async fn urls_and_tags<'a>(
+    pool: &MySqlPool,
+    links: impl IntoIterator<Item = (u64, &'a [u8])>,
+) -> Result<std::collections::BTreeMap<u64, (String, Vec<String>)>, StoreError> {
+    let mut by_day: std::collections::BTreeMap<NaiveDate, Vec<u64>> = Default::default();
+    for (id, token) in links {
+        if let Ok(token) = Token::from_bytes(token) {
+            by_day.entry(token.date()).or_default().push(id);
+        }
+    }
+    let mut out = std::collections::BTreeMap::new();
+    for (day, ids) in &by_day {
+        for chunk in ids.chunks(super::IN_LIST_CHUNK) {
+            let mut query = QueryBuilder::<MySql>::new(
+                "SELECT id, url, CAST(meta AS CHAR) FROM links WHERE inserted = ",
+            );
+            query.push_bind(*day).push(" AND id IN ");
+            super::push_in_list(&mut query, chunk.iter().copied());
+            let rows: Vec<(u64, String, Option<String>)> =
+                query.build_query_as().fetch_all(pool).await?;
+            for (id, url, meta) in rows {
+                out.insert(id, (url, tags_of(meta.as_deref())));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The `tags` array of a link's meta JSON; anything else is no tags.
+pub(crate) fn tags_of(meta: Option<&str>) -> Vec<String> {
+    #[derive(serde::Deserialize)]
+    struct Meta {
+        #[serde(default)]
+        tags: Vec<String>,
+    }
+    meta.and_then(|m| serde_json::from_str::<Meta>(m).ok())
+        .map(|m| m.tags)
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -341,5 +385,13 @@ mod tests {
         assert_eq!(parts.len(), 5, "each 3 MB row gets its own statement");
         assert_eq!(parts.iter().map(|c| c.len()).sum::<usize>(), 5);
         assert!(chunks(&[]).is_empty());
+    }
+
+    #[test]
+    fn tags_come_from_meta_or_are_empty() {
+        assert_eq!(tags_of(Some(r#"{"tags":["ruby","web"]}"#)), ["ruby", "web"]);
+        assert!(tags_of(Some(r#"{"other":1}"#)).is_empty());
+        assert!(tags_of(Some("not json")).is_empty());
+        assert!(tags_of(None).is_empty());
     }
 }

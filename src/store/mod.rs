@@ -211,6 +211,18 @@ pub async fn connect(url: &str, settings: &PoolSettings) -> Result<MySqlPool, St
         .map_err(|err| connect_failed(&options, &err))
 }
 
+/// A small pool of its own for a background worker, to the same database
+/// with the same options as `pool`, connecting on first use: whatever the
+/// worker does, it never holds one of the request path's connections.
+/// Create it on the runtime the worker runs on (its connections belong there).
+pub fn side_pool(pool: &MySqlPool, connections: u32) -> MySqlPool {
+    let settings = PoolSettings {
+        max_connections: connections.max(1),
+        ..PoolSettings::default()
+    };
+    pool_options(&settings).connect_lazy_with((*pool.connect_options()).clone())
+}
+
 /// A connection failure as a [`StoreError::Connect`] naming what was tried.
 fn connect_failed(options: &MySqlConnectOptions, err: &sqlx::Error) -> StoreError {
     let target = connect_error::ConnectTarget::of(options);

@@ -5,7 +5,7 @@
 //! what is due.
 
 use super::StoreError;
-use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
+use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::{MySql, MySqlPool, QueryBuilder};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -28,10 +28,14 @@ pub struct Claimed {
     pub event_id: Vec<u8>,
     pub event_type: String,
     pub letter_id: Option<u64>,
+    pub occurred_at: NaiveDateTime,
     pub payload: String,
     pub attempts: u32,
     /// Since the row was first enqueued (for the give-up age).
     pub age_ms: i64,
+    /// The failed batch this row is retried in (see the migration
+    /// `20261125090001_outbox_batch.sql`), if any.
+    pub batch: Option<u64>,
 }
 
 /// Enqueue rows; a row already queued for its endpoint is left as it is.
@@ -58,7 +62,8 @@ pub async fn enqueue(pool: &MySqlPool, rows: &[NewOutboxRow]) -> Result<(), Stor
 
 /// Claim up to `limit` due rows of `endpoint`, oldest due first, for
 /// `lease`: until then no other sender takes them; after it (a crash, a
-/// hang) they are due again. Returns them in the order they were queued.
+/// hang) they are due again. Two statements whatever the limit. Returns
+/// them in the order they were queued.
 pub async fn claim(
     pool: &MySqlPool,
     endpoint: &str,
@@ -78,9 +83,9 @@ pub async fn claim(
     .execute(pool)
     .await?;
     let rows = sqlx::query_as::<_, Claimed>(
-        "SELECT id, event_id, event_type, letter_id, payload, attempts, \
-         CAST(TIMESTAMPDIFF(MICROSECOND, enqueued_at, NOW(3)) DIV 1000 AS SIGNED) AS age_ms \
-         FROM outbox WHERE claim = ? AND endpoint = ? ORDER BY id",
+        "SELECT id, event_id, event_type, letter_id, occurred_at, payload, attempts, \
+         CAST(TIMESTAMPDIFF(MICROSECOND, enqueued_at, NOW(3)) DIV 1000 AS SIGNED) AS age_ms, \
+         batch FROM outbox WHERE claim = ? AND endpoint = ? ORDER BY id",
     )
     .bind(claim)
     .bind(endpoint)
@@ -89,7 +94,7 @@ pub async fn claim(
     Ok(rows)
 }
 
-/// Delete acknowledged rows.
+/// Delete acknowledged rows (one statement per [`super::IN_LIST_CHUNK`]).
 pub async fn delivered(pool: &MySqlPool, ids: &[u64]) -> Result<(), StoreError> {
     for chunk in ids.chunks(super::IN_LIST_CHUNK) {
         let mut query = QueryBuilder::<MySql>::new("DELETE FROM outbox WHERE id IN ");
@@ -99,48 +104,81 @@ pub async fn delivered(pool: &MySqlPool, ids: &[u64]) -> Result<(), StoreError> 
     Ok(())
 }
 
-/// Try `id` again after `delay`, counting a failed attempt when `attempted`
-/// (rows released unsent, behind a failed one of the same letter, keep
-/// their count).
+/// When and how rows that were not delivered this time come back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryLater {
+    /// Due again after this long.
+    pub delay: Duration,
+    /// Count a failed attempt (rows released unsent, behind a failed one of
+    /// the same letter, keep their count).
+    pub attempted: bool,
+    pub error: String,
+    /// Keep the rows together as this batch (a failed batch), or not.
+    pub batch: Option<u64>,
+}
+
+/// Try `ids` again later, as `retry` says (one statement per chunk).
 pub async fn retry_later(
     pool: &MySqlPool,
-    id: u64,
-    delay: Duration,
-    attempted: bool,
-    error: &str,
+    ids: &[u64],
+    retry: &RetryLater,
 ) -> Result<(), StoreError> {
-    sqlx::query(
-        "UPDATE outbox SET attempts = attempts + ?, claim = NULL, \
-         next_attempt_at = NOW(3) + INTERVAL ? MICROSECOND, last_error = ? WHERE id = ?",
-    )
-    .bind(u32::from(attempted))
-    .bind(micros(delay))
-    .bind(truncated(error))
-    .bind(id)
-    .execute(pool)
-    .await?;
+    for chunk in ids.chunks(super::IN_LIST_CHUNK) {
+        let mut query = QueryBuilder::<MySql>::new("UPDATE outbox SET attempts = attempts + ");
+        query
+            .push_bind(u32::from(retry.attempted))
+            .push(", claim = NULL, next_attempt_at = NOW(3) + INTERVAL ")
+            .push_bind(micros(retry.delay))
+            .push(" MICROSECOND, last_error = ")
+            .push_bind(truncated(&retry.error))
+            .push(", batch = ")
+            .push_bind(retry.batch)
+            .push(" WHERE id IN ");
+        super::push_in_list(&mut query, chunk.iter().copied());
+        query.build().execute(pool).await?;
+    }
     Ok(())
 }
 
-/// Move `id` to the dead letters with `reason`, in one transaction.
-pub async fn give_up(pool: &MySqlPool, id: u64, reason: &str) -> Result<(), StoreError> {
+/// Put claimed rows back unsent, first in line (due before any other row),
+/// keeping their attempts and batch: the part of a failed batch whose other
+/// rows a claim's limit left behind, so that the next claim takes the whole
+/// batch again.
+pub async fn release_first(pool: &MySqlPool, ids: &[u64]) -> Result<(), StoreError> {
+    for chunk in ids.chunks(super::IN_LIST_CHUNK) {
+        let mut query = QueryBuilder::<MySql>::new(
+            "UPDATE outbox SET claim = NULL, next_attempt_at = TIMESTAMP('2000-01-01') \
+             WHERE id IN ",
+        );
+        super::push_in_list(&mut query, chunk.iter().copied());
+        query.build().execute(pool).await?;
+    }
+    Ok(())
+}
+
+/// Move `ids` to the dead letters with `reason`, in one transaction.
+pub async fn give_up(pool: &MySqlPool, ids: &[u64], reason: &str) -> Result<(), StoreError> {
     let mut tx = pool.begin().await?;
-    sqlx::query(
-        "INSERT INTO outbox_dead (endpoint, event_id, event_type, letter_id, occurred_at, \
-         payload, attempts, enqueued_at, reason) \
-         SELECT endpoint, event_id, event_type, letter_id, occurred_at, payload, attempts + 1, \
-         enqueued_at, ? FROM outbox WHERE id = ? \
-         ON DUPLICATE KEY UPDATE attempts = VALUES(attempts), dead_at = NOW(3), \
-         reason = VALUES(reason)",
-    )
-    .bind(truncated(reason))
-    .bind(id)
-    .execute(&mut *tx)
-    .await?;
-    sqlx::query("DELETE FROM outbox WHERE id = ?")
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
+    for chunk in ids.chunks(super::IN_LIST_CHUNK) {
+        let mut query = QueryBuilder::<MySql>::new(
+            "INSERT INTO outbox_dead (endpoint, event_id, event_type, letter_id, occurred_at, \
+             payload, attempts, enqueued_at, reason) \
+             SELECT endpoint, event_id, event_type, letter_id, occurred_at, payload, \
+             attempts + 1, enqueued_at, ",
+        );
+        query
+            .push_bind(truncated(reason))
+            .push(" FROM outbox WHERE id IN ");
+        super::push_in_list(&mut query, chunk.iter().copied());
+        query.push(
+            " ON DUPLICATE KEY UPDATE attempts = VALUES(attempts), dead_at = NOW(3), \
+             reason = VALUES(reason)",
+        );
+        query.build().execute(&mut *tx).await?;
+        let mut query = QueryBuilder::<MySql>::new("DELETE FROM outbox WHERE id IN ");
+        super::push_in_list(&mut query, chunk.iter().copied());
+        query.build().execute(&mut *tx).await?;
+    }
     tx.commit().await?;
     Ok(())
 }
@@ -212,46 +250,42 @@ pub async fn backlog(pool: &MySqlPool) -> Result<BTreeMap<String, Backlog>, Stor
     Ok(out)
 }
 
-/// One endpoint's backlog (an index range read each).
+/// One endpoint's backlog: the counts and the oldest event.
 pub async fn backlog_of(pool: &MySqlPool, endpoint: &str) -> Result<Backlog, StoreError> {
-    let (queued, oldest): (i64, Option<NaiveDateTime>) =
-        sqlx::query_as("SELECT COUNT(*), MIN(occurred_at) FROM outbox WHERE endpoint = ?")
-            .bind(endpoint)
-            .fetch_one(pool)
-            .await?;
+    let (queued, dead) = counts_of(pool, endpoint).await?;
+    Ok(Backlog {
+        queued,
+        oldest: oldest_of(pool, endpoint).await?,
+        dead,
+    })
+}
+
+/// Rows queued and dead for `endpoint`: the costly part of a backlog (each
+/// count reads its whole index range), for callers to run sparingly.
+pub async fn counts_of(pool: &MySqlPool, endpoint: &str) -> Result<(u64, u64), StoreError> {
+    let queued: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM outbox WHERE endpoint = ?")
+        .bind(endpoint)
+        .fetch_one(pool)
+        .await?;
     let dead: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM outbox_dead WHERE endpoint = ?")
         .bind(endpoint)
         .fetch_one(pool)
         .await?;
-    Ok(Backlog {
-        queued: queued.max(0) as u64,
-        oldest,
-        dead: dead.max(0) as u64,
-    })
+    Ok((queued.max(0) as u64, dead.max(0) as u64))
 }
 
-/// The URL and tags (`meta.tags`) of link rows, by link id; `by_day` names
-/// each id's partition day (the token's date).
-pub async fn link_urls_and_tags(
+/// When the oldest undelivered event of `endpoint` happened: one dive into
+/// the index `oldest (endpoint, occurred_at)`, cheap whatever the backlog.
+pub async fn oldest_of(
     pool: &MySqlPool,
-    by_day: &BTreeMap<NaiveDate, Vec<u64>>,
-) -> Result<BTreeMap<u64, (String, Vec<String>)>, StoreError> {
-    let mut out = BTreeMap::new();
-    for (day, ids) in by_day {
-        for chunk in ids.chunks(super::IN_LIST_CHUNK) {
-            let mut query = QueryBuilder::<MySql>::new(
-                "SELECT id, url, CAST(meta AS CHAR) FROM links WHERE inserted = ",
-            );
-            query.push_bind(*day).push(" AND id IN ");
-            super::push_in_list(&mut query, chunk.iter().copied());
-            let rows: Vec<(u64, String, Option<String>)> =
-                query.build_query_as().fetch_all(pool).await?;
-            for (id, url, meta) in rows {
-                out.insert(id, (url, super::rollup::tags_of(meta.as_deref())));
-            }
-        }
-    }
-    Ok(out)
+    endpoint: &str,
+) -> Result<Option<NaiveDateTime>, StoreError> {
+    let oldest: Option<NaiveDateTime> =
+        sqlx::query_scalar("SELECT MIN(occurred_at) FROM outbox WHERE endpoint = ?")
+            .bind(endpoint)
+            .fetch_one(pool)
+            .await?;
+    Ok(oldest)
 }
 
 fn micros(duration: Duration) -> u64 {

@@ -31,8 +31,7 @@ use super::partitions;
 use super::StoreError;
 use crate::kind::EventKind;
 use chrono::{NaiveDate, NaiveDateTime};
-use sqlx::{Acquire, MySql, MySqlConnection, MySqlPool, QueryBuilder};
-use std::collections::BTreeMap;
+use sqlx::{Acquire, MySqlConnection, MySqlPool};
 use std::time::Duration;
 
 /// The events one rollup transaction covered: partition bounds and id range.
@@ -406,13 +405,10 @@ pub async fn batch_clicks(
         .fetch_all(pool)
         .await
         .map_err(StoreError::from)?;
-    let mut by_day: BTreeMap<NaiveDate, Vec<u64>> = BTreeMap::new();
-    for (.., link_id, uuid) in &rows {
-        if let (Some(id), Ok(token)) = (link_id, crate::token::Token::from_bytes(uuid)) {
-            by_day.entry(token.date()).or_default().push(*id);
-        }
-    }
-    let tags = link_tags(pool, &by_day).await?;
+    let links = rows
+        .iter()
+        .filter_map(|(.., link_id, uuid)| link_id.map(|id| (id, uuid.as_slice())));
+    let mut tags = super::links::urls_and_tags(pool, links).await?;
     Ok(rows
         .into_iter()
         .map(
@@ -423,56 +419,10 @@ pub async fn batch_clicks(
                 bot: bot != 0,
                 occurred_at,
                 tags: link_id
-                    .and_then(|id| tags.get(&id).cloned())
+                    .and_then(|id| tags.remove(&id))
+                    .map(|(_url, tags)| tags)
                     .unwrap_or_default(),
             },
         )
         .collect())
-}
-
-/// `meta.tags` of the given link rows, by link id.
-async fn link_tags(
-    pool: &MySqlPool,
-    by_day: &BTreeMap<NaiveDate, Vec<u64>>,
-) -> Result<BTreeMap<u64, Vec<String>>, StoreError> {
-    let mut out = BTreeMap::new();
-    for (day, ids) in by_day {
-        for chunk in ids.chunks(super::IN_LIST_CHUNK) {
-            let mut query = QueryBuilder::<MySql>::new(
-                "SELECT id, CAST(meta AS CHAR) FROM links WHERE inserted = ",
-            );
-            query.push_bind(*day).push(" AND id IN ");
-            super::push_in_list(&mut query, chunk.iter().copied());
-            let rows: Vec<(u64, Option<String>)> = query.build_query_as().fetch_all(pool).await?;
-            for (id, meta) in rows {
-                out.insert(id, tags_of(meta.as_deref()));
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// The `tags` array of a link's meta JSON; anything else is no tags.
-pub(crate) fn tags_of(meta: Option<&str>) -> Vec<String> {
-    #[derive(serde::Deserialize)]
-    struct Meta {
-        #[serde(default)]
-        tags: Vec<String>,
-    }
-    meta.and_then(|m| serde_json::from_str::<Meta>(m).ok())
-        .map(|m| m.tags)
-        .unwrap_or_default()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tags_come_from_meta_or_are_empty() {
-        assert_eq!(tags_of(Some(r#"{"tags":["ruby","web"]}"#)), ["ruby", "web"]);
-        assert!(tags_of(Some(r#"{"other":1}"#)).is_empty());
-        assert!(tags_of(Some("not json")).is_empty());
-        assert!(tags_of(None).is_empty());
-    }
 }
