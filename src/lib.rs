@@ -59,7 +59,10 @@
 //!   `src/server/app.rs`) delivers signed Standard Webhooks POSTs
 //!   (`src/outbound/webhook.rs`, `src/outbound/signature.rs`); the payload
 //!   in `src/outbound/payload.rs`, the endpoints and their settings in
-//!   `src/outbound/endpoints.rs`; `linktrack webhooks list|test|replay`.
+//!   `src/outbound/endpoints.rs`; senders run at low priority with a pool
+//!   of their own (`Workers::spawn_low_priority` in
+//!   `src/server/workers.rs`); `src/outbound/registry.rs` warns when the
+//!   servers' endpoints differ; `linktrack webhooks list|test|replay`.
 
 pub mod address;
 pub mod build;

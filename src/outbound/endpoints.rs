@@ -58,6 +58,36 @@ pub struct Endpoint {
 pub const MAX_BATCH: usize = 1_000;
 
 impl Endpoint {
+    /// Where events go, as `webhooks list` prints it (never the secret).
+    pub fn target_text(&self) -> String {
+        match &self.target {
+            Target::Webhook { url, .. } => url.to_string(),
+            Target::Amqp { exchange, .. } => format!("amqp exchange {exchange}"),
+        }
+    }
+
+    /// The filter, as `webhooks list` prints it: `all`, or
+    /// `types=… mailings=…`.
+    pub fn filter_text(&self) -> String {
+        let filter = [
+            self.types
+                .as_ref()
+                .map(|t| format!("types={}", t.join(","))),
+            self.mailings
+                .as_ref()
+                .map(|m| format!("mailings={}", m.join(","))),
+        ]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join(" ");
+        if filter.is_empty() {
+            "all".into()
+        } else {
+            filter
+        }
+    }
+
     /// True when this endpoint wants events of `event_type` in `mailing`.
     pub fn wants(&self, event_type: &str, mailing: Option<&str>) -> bool {
         let type_ok = self

@@ -15,6 +15,7 @@ pub mod amqp;
 pub(crate) mod dispatch;
 pub mod endpoints;
 pub mod payload;
+pub(crate) mod registry;
 pub mod signature;
 pub mod webhook;
 
@@ -183,8 +184,11 @@ async fn link_details<'a>(
 pub(crate) fn start_senders(
     pool: &MySqlPool,
     outbound: &Outbound,
+    server: String,
     workers: &mut crate::server::workers::Workers,
 ) {
+    let registry = registry::Registry::new(pool.clone(), outbound.clone(), server);
+    workers.spawn_low_priority("outbound-registry", move |stopping| registry.run(stopping));
     for endpoint in outbound.endpoints.iter() {
         let sender = dispatch::Sender::new(pool.clone(), endpoint.clone(), outbound.clone());
         workers.spawn_low_priority("outbound", move |stopping| sender.run(stopping));
@@ -221,31 +225,7 @@ pub fn list_lines(
     let mut lines: Vec<String> = outbound
         .endpoints
         .iter()
-        .map(|e| {
-            let target = match &e.target {
-                Target::Webhook { url, .. } => url.to_string(),
-                Target::Amqp { exchange, .. } => format!("amqp exchange {exchange}"),
-            };
-            let filter = [
-                e.types.as_ref().map(|t| format!("types={}", t.join(","))),
-                e.mailings
-                    .as_ref()
-                    .map(|m| format!("mailings={}", m.join(","))),
-            ]
-            .into_iter()
-            .flatten()
-            .collect::<Vec<_>>()
-            .join(" ");
-            line(
-                &e.name,
-                target,
-                if filter.is_empty() {
-                    "all".into()
-                } else {
-                    filter
-                },
-            )
-        })
+        .map(|e| line(&e.name, e.target_text(), e.filter_text()))
         .collect();
     for name in backlog.keys() {
         if outbound.endpoint(name).is_none() {

@@ -239,7 +239,8 @@ fn start_workers(settings: &AppSettings) -> Workers {
             crate::rollup::run_worker(pool, live, options, every, stopping)
         });
     }
-    crate::outbound::start_senders(&settings.pool, &settings.outbound, &mut workers);
+    let server = crate::outbound::registry::server_id(&settings.journal.dir);
+    crate::outbound::start_senders(&settings.pool, &settings.outbound, server, &mut workers);
     workers
 }
 

@@ -64,6 +64,12 @@ pub async fn enqueue(pool: &MySqlPool, rows: &[NewOutboxRow]) -> Result<(), Stor
 /// `lease`: until then no other sender takes them; after it (a crash, a
 /// hang) they are due again. Two statements whatever the limit. Returns
 /// them in the order they were queued.
+///
+/// The `due` index is forced: with a backlog, MariaDB otherwise picks
+/// `oldest` and sorts every due row of the endpoint for each claim (34 ms
+/// per claim of 64 at 97,000 queued, measured with `ANALYZE UPDATE`; the
+/// sender then managed 350 events/s). Index hints in a single-table UPDATE
+/// are valid on MySQL 8 too.
 pub async fn claim(
     pool: &MySqlPool,
     endpoint: &str,
@@ -72,7 +78,8 @@ pub async fn claim(
 ) -> Result<Vec<Claimed>, StoreError> {
     let claim: u64 = rand::random::<u64>() >> 1;
     sqlx::query(
-        "UPDATE outbox SET claim = ?, next_attempt_at = NOW(3) + INTERVAL ? MICROSECOND \
+        "UPDATE outbox FORCE INDEX (due) \
+         SET claim = ?, next_attempt_at = NOW(3) + INTERVAL ? MICROSECOND \
          WHERE endpoint = ? AND next_attempt_at <= NOW(3) \
          ORDER BY next_attempt_at, id LIMIT ?",
     )
@@ -295,4 +302,68 @@ fn micros(duration: Duration) -> u64 {
 /// At most 255 characters (the column), cut on a character boundary.
 fn truncated(text: &str) -> String {
     text.chars().take(255).collect()
+}
+
+/// One server's endpoint as registered in `outbound_endpoints`.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct Registered {
+    pub server: String,
+    pub name: String,
+    pub fingerprint: String,
+    pub description: String,
+}
+
+/// Replace `server`'s registered endpoints with `endpoints` (`server` of
+/// each is ignored), in one transaction.
+pub async fn register_endpoints(
+    pool: &MySqlPool,
+    server: &str,
+    endpoints: &[Registered],
+) -> Result<(), StoreError> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("DELETE FROM outbound_endpoints WHERE server = ?")
+        .bind(server)
+        .execute(&mut *tx)
+        .await?;
+    if !endpoints.is_empty() {
+        let mut query = QueryBuilder::<MySql>::new(
+            "INSERT INTO outbound_endpoints (server, name, fingerprint, description) ",
+        );
+        query.push_values(endpoints, |mut b, endpoint| {
+            b.push_bind(server)
+                .push_bind(&endpoint.name)
+                .push_bind(&endpoint.fingerprint)
+                .push_bind(&endpoint.description);
+        });
+        query.build().execute(&mut *tx).await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Mark `server`'s registration as current.
+pub async fn refresh_registration(pool: &MySqlPool, server: &str) -> Result<(), StoreError> {
+    sqlx::query("UPDATE outbound_endpoints SET seen_at = NOW(3) WHERE server = ?")
+        .bind(server)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// The endpoints other servers registered or refreshed within `recent`.
+pub async fn endpoints_of_other_servers(
+    pool: &MySqlPool,
+    server: &str,
+    recent: Duration,
+) -> Result<Vec<Registered>, StoreError> {
+    let rows = sqlx::query_as::<_, Registered>(
+        "SELECT server, name, fingerprint, description FROM outbound_endpoints \
+         WHERE server <> ? AND seen_at >= NOW(3) - INTERVAL ? MICROSECOND \
+         ORDER BY name, server",
+    )
+    .bind(server)
+    .bind(micros(recent))
+    .fetch_all(pool)
+    .await?;
+    Ok(rows)
 }

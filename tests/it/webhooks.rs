@@ -591,3 +591,61 @@ async fn webhooks_test_sends_one_signed_event_and_reports_the_answer() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("LINKTRACK_WEBHOOK_SECRET"));
     receiver.stop();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_lacking_an_endpoint_another_server_has_says_so() {
+    let db = TestDb::new().await;
+    let name = unique("crm");
+    // Nothing listens on port 9: no event is made, nothing is sent.
+    let first = app_with(
+        &db,
+        vec![endpoint(&name, "http://127.0.0.1:9/hook")],
+        fast_retries(),
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let description: Option<String> =
+            sqlx::query_scalar("SELECT description FROM outbound_endpoints WHERE name = ?")
+                .bind(&name)
+                .fetch_optional(&db.pool)
+                .await
+                .unwrap();
+        if let Some(description) = description {
+            assert_eq!(description, "http://127.0.0.1:9/hook all");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the first server registered nothing"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A second server of the same database without the endpoint counts one
+    // difference (and logs it); only this test makes servers that differ.
+    let second = app_with(&db, vec![], fast_retries()).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = http()
+            .get(format!("{}/metrics", second.admin))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let differing = text
+            .lines()
+            .filter(|l| l.starts_with("linktrack_outbound_endpoint_differences{"))
+            .any(|l| l.ends_with(" 1"));
+        if differing {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no difference counted:\n{text}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let servers: i64 = count(&db, "SELECT COUNT(DISTINCT server) FROM outbound_endpoints").await;
+    assert_eq!(servers, 1, "the second server has nothing to register");
+    second.stop().await;
+    first.stop().await;
+}
