@@ -187,6 +187,9 @@ pub(crate) fn start_senders(
     server: String,
     workers: &mut crate::server::workers::Workers,
 ) {
+    if outbound.is_empty() {
+        return;
+    }
     let registry = registry::Registry::new(pool.clone(), outbound.clone(), server);
     workers.spawn_low_priority("outbound-registry", move |stopping| registry.run(stopping));
     for endpoint in outbound.endpoints.iter() {

@@ -4,6 +4,8 @@
 //! refreshes the registration hourly), and warns, once at start, about each
 //! endpoint another server (seen within a day) has that it lacks or has
 //! differently (target or filter; never the secret, which is not stored).
+//! A server with no endpoint at all runs no outbound worker and checks
+//! nothing: its request path makes no statement it does not need.
 //! The number of such differences is the gauge
 //! `linktrack_outbound_endpoint_differences{server}`.
 

@@ -615,9 +615,16 @@ async fn a_server_lacking_an_endpoint_another_server_has_says_so() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    // A second server of the same database without the endpoint counts one
-    // difference (and logs it); only this test makes servers that differ.
-    let second = app_with(&db, vec![], fast_retries()).await;
+    // A second server of the same database with another endpoint but not
+    // this one counts one difference (and logs it); only this test makes
+    // servers that differ.
+    let other = unique("pipe");
+    let second = app_with(
+        &db,
+        vec![endpoint(&other, "http://127.0.0.1:9/other")],
+        fast_retries(),
+    )
+    .await;
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let text = http()
@@ -639,7 +646,7 @@ async fn a_server_lacking_an_endpoint_another_server_has_says_so() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let servers: i64 = count(&db, "SELECT COUNT(DISTINCT server) FROM outbound_endpoints").await;
-    assert_eq!(servers, 1, "the second server has nothing to register");
+    assert_eq!(servers, 2, "each server registered its own endpoints");
     second.stop().await;
     first.stop().await;
 }
