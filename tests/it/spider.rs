@@ -546,7 +546,10 @@ async fn a_cluster_grows_by_a_node_and_moves_tables_while_links_are_written() {
         })
     };
     until("the writer's first batch", 1, || {
-        count(&head, "SELECT COUNT(*) > 0 FROM links WHERE letter_id = 10000")
+        count(
+            &head,
+            "SELECT COUNT(*) > 0 FROM links WHERE letter_id = 10000",
+        )
     })
     .await;
     let moved = run(&three, &["shards", "rebalance"]);
