@@ -85,6 +85,42 @@ pub enum Command {
     /// letters (the same settings as `serve`).
     #[command(subcommand)]
     Webhooks(WebhooksCommand),
+    /// A Spider cluster's data tables: move them to another data node (how
+    /// a cluster grows; docs/scaling.md "Adding a data node").
+    #[command(subcommand)]
+    Shards(ShardsCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ShardsCommand {
+    /// Move data tables (`links_07`, `events_07`, …) to another data node:
+    /// copy, check count and checksum, repoint the head, keep the old copy
+    /// renamed `moved_…`. Writes to the head's table wait while a table is
+    /// copied; lookups go on.
+    Move(ShardsMoveArgs),
+    /// Move data tables until every node of LINKTRACK_SHARDS holds an even
+    /// share (after adding a node to LINKTRACK_SHARDS and running migrate);
+    /// tables on nodes left out of LINKTRACK_SHARDS move away.
+    Rebalance(ShardsRebalanceArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ShardsMoveArgs {
+    /// The data tables to move, e.g. links_07 events_07.
+    #[arg(required = true, value_name = "DATA_TABLE")]
+    pub tables: Vec<String>,
+
+    /// The node to move them to: its Spider server name (`partitions list`
+    /// shows them) or its URL as in LINKTRACK_SHARDS.
+    #[arg(long, value_name = "SERVER|URL")]
+    pub to: String,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ShardsRebalanceArgs {
+    /// Print the moves and make none.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 #[derive(Debug, Subcommand)]
