@@ -5,8 +5,9 @@ use crate::address;
 use crate::build::{self, BuildOptions, Output};
 use crate::config::{
     BuildArgs, Cli, Command, DemoArgs, EnsureArgs, EraseArgs, LiveArgs, MigrateArgs, OutboundArgs,
-    PartitionsCommand, RollupArgs, RotateArgs, SegmentArgs, ServeArgs, StatsCommand,
-    SuppressionsCommand, WebhooksCommand, WebhooksReplayArgs, WebhooksTestArgs,
+    PartitionsCommand, RollupArgs, RotateArgs, SegmentArgs, ServeArgs, ShardsCommand,
+    ShardsMoveArgs, ShardsRebalanceArgs, StatsCommand, SuppressionsCommand, WebhooksCommand,
+    WebhooksReplayArgs, WebhooksTestArgs,
 };
 use crate::live::{Live, SegmentQuery};
 use crate::outbound::Outbound;
@@ -44,6 +45,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Webhooks(WebhooksCommand::Test(args)) => return webhooks_test(&args).await,
         Command::Webhooks(WebhooksCommand::Replay(args)) => webhooks_replay(url, &args).await?,
+        Command::Shards(ShardsCommand::Move(args)) => shards_move(url, &args).await?,
+        Command::Shards(ShardsCommand::Rebalance(args)) => {
+            shards_rebalance(url, cli.global.shards.as_deref(), &args).await?
+        }
         Command::Webhooks(WebhooksCommand::NewSecret) => {
             println!("{}", crate::outbound::signature::Secret::generate());
         }
@@ -214,6 +219,76 @@ async fn list_cluster(pool: &sqlx::MySqlPool) -> anyhow::Result<()> {
         failed,
     }
     .into())
+}
+
+/// `shards move`: each table in turn; the first failure stops (the tables
+/// moved before it stay moved, the failed one stays where it was).
+async fn shards_move(url: &str, args: &ShardsMoveArgs) -> anyhow::Result<()> {
+    let pool = head_pool(url).await?;
+    let mut conn = pool.acquire().await?;
+    let (server, node) = store::shard_move::resolve_node(&mut conn, &args.to).await?;
+    drop(conn);
+    for table in &args.tables {
+        let outcome = store::shard_move::move_table(&pool, table, &server, &node)
+            .await
+            .with_context(|| format!("moving {table} to {server}"))?;
+        println!("shards: {outcome}");
+    }
+    Ok(())
+}
+
+/// `shards rebalance`: plan from the head's placements and LINKTRACK_SHARDS,
+/// then move table by table.
+async fn shards_rebalance(
+    url: &str,
+    shards: Option<&str>,
+    args: &ShardsRebalanceArgs,
+) -> anyhow::Result<()> {
+    let shards = shards.context(
+        "shards rebalance spreads the data tables over the nodes of LINKTRACK_SHARDS \
+         (--shards): set it",
+    )?;
+    let pool = head_pool(url).await?;
+    let mut conn = pool.acquire().await?;
+    let mut servers = Vec::new();
+    for node in store::cluster::parse_shards(shards)? {
+        servers.push(store::shard_move::resolve_node(&mut conn, &node.url()).await?);
+    }
+    let placements = store::cluster::placements(&mut conn).await?;
+    drop(conn);
+    let names: Vec<String> = servers.iter().map(|(name, _)| name.clone()).collect();
+    let plan = store::shard_move::rebalance_plan(&placements, &names);
+    if plan.is_empty() {
+        println!("shards: balanced, nothing to move");
+    }
+    for (table, to) in plan {
+        if args.dry_run {
+            println!("shards: would move {table} to {to}");
+            continue;
+        }
+        let node = servers
+            .iter()
+            .find(|(name, _)| *name == to)
+            .map(|(_, node)| node.clone())
+            .context("a planned server vanished")?;
+        let outcome = store::shard_move::move_table(&pool, &table, &to, &node)
+            .await
+            .with_context(|| format!("moving {table} to {to}"))?;
+        println!("shards: {outcome}");
+    }
+    Ok(())
+}
+
+/// A pool on a Spider head, or a clear refusal on a single server.
+async fn head_pool(url: &str) -> anyhow::Result<sqlx::MySqlPool> {
+    let pool = pool(url).await?;
+    if !is_head(&pool).await? {
+        anyhow::bail!(
+            "DATABASE_URL is not a Spider head (its `links` is a plain table): `shards` \
+             acts on a cluster (docs/scaling.md)"
+        );
+    }
+    Ok(pool)
 }
 
 async fn build(url: &str, args: &BuildArgs) -> anyhow::Result<ExitCode> {

@@ -85,6 +85,42 @@ pub enum Command {
     /// letters (the same settings as `serve`).
     #[command(subcommand)]
     Webhooks(WebhooksCommand),
+    /// A Spider cluster's data tables: move them to another data node (how
+    /// a cluster grows; docs/scaling.md "Adding a data node").
+    #[command(subcommand)]
+    Shards(ShardsCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ShardsCommand {
+    /// Move data tables (`links_07`, `events_07`, …) to another data node:
+    /// copy, check count and checksum, repoint the head, keep the old copy
+    /// renamed `moved_…`. Writes to the head's table wait while a table is
+    /// copied; lookups go on.
+    Move(ShardsMoveArgs),
+    /// Move data tables until every node of LINKTRACK_SHARDS holds an even
+    /// share (after adding a node to LINKTRACK_SHARDS and running migrate);
+    /// tables on nodes left out of LINKTRACK_SHARDS move away.
+    Rebalance(ShardsRebalanceArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ShardsMoveArgs {
+    /// The data tables to move, e.g. links_07 events_07.
+    #[arg(required = true, value_name = "DATA_TABLE")]
+    pub tables: Vec<String>,
+
+    /// The node to move them to: its Spider server name (`partitions list`
+    /// shows them) or its URL as in LINKTRACK_SHARDS.
+    #[arg(long, value_name = "SERVER|URL")]
+    pub to: String,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ShardsRebalanceArgs {
+    /// Print the moves and make none.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -628,4 +664,32 @@ mod tests {
         }
         assert!(Cli::try_parse_from(["linktrack", "segment", "--mailing", "m1"]).is_err());
     }
+}
+
+/// A TOML settings file (the pools file, the webhook endpoints file) that
+/// could not be read or parsed; the message names the file, and toml's own
+/// message names the line, column and key.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsFileError {
+    #[error("{}: cannot read: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {message}", path.display())]
+    Parse { path: PathBuf, message: String },
+}
+
+/// Read and parse one TOML settings file into `T`.
+pub fn read_toml_file<T: serde::de::DeserializeOwned>(
+    path: &std::path::Path,
+) -> Result<T, SettingsFileError> {
+    let text = std::fs::read_to_string(path).map_err(|source| SettingsFileError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    toml::from_str(&text).map_err(|e| SettingsFileError::Parse {
+        path: path.to_owned(),
+        message: e.to_string().trim().to_owned(),
+    })
 }

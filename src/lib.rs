@@ -28,14 +28,16 @@
 //!   connection failures said with target and hint in
 //!   `src/store/connect_error.rs`;
 //!   a MariaDB Spider cluster (`LINKTRACK_SHARDS`: migrate, topology,
-//!   per-node partitions) in `src/store/cluster.rs`;
+//!   per-node partitions) in `src/store/cluster.rs`; moving a data table
+//!   to another node (`shards move|rebalance`) in `src/store/shard_move.rs`;
 //!   the rollup's SQL in `src/store/rollup.rs`; stats reads in
 //!   `src/store/stats.rs`; segment lookups in `src/store/segments.rs`.
 //! * [`letter`]: one letter's HTML: personalise (minijinja), rewrite links
 //!   byte-exactly (`src/letter/rewrite.rs`), add the open pixel.
 //! * [`build`]: the batch job: mailing and recipients in, letters out;
 //!   `build::compose` composes one letter, `build::reject` names why a
-//!   recipient gets none.
+//!   recipient gets none, `src/build/output.rs` writes the letters and the
+//!   rejects file, `src/build/progress.rs` draws the progress bar.
 //! * [`address`]: address normalisation and validation.
 //! * [`server`]: `linktrack serve`: [`server::App`] (`src/server/app.rs`) is
 //!   the one wiring (listeners, event pipeline, background workers, ordered

@@ -31,13 +31,8 @@ struct PoolEntry {
 /// Why a pools file cannot be used; each names the file and the key.
 #[derive(Debug, thiserror::Error)]
 pub enum PoolsError {
-    #[error("{path}: cannot read: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{path}: {message}")]
-    Toml { path: PathBuf, message: String },
+    #[error(transparent)]
+    File(#[from] crate::config::SettingsFileError),
     #[error("{path}: the mailing's pool {pool:?} is not in the file (pools: {known})")]
     UnknownPool {
         path: PathBuf,
@@ -70,15 +65,7 @@ pub struct PoolRoute {
 /// Read `path` and return the route of `pool`. Every URL of the pool is
 /// checked (scheme and form) before any letter is built.
 pub fn route(path: &Path, pool: &str) -> Result<PoolRoute, PoolsError> {
-    let text = std::fs::read_to_string(path).map_err(|source| PoolsError::Read {
-        path: path.to_owned(),
-        source,
-    })?;
-    let file: PoolsFile = toml::from_str(&text).map_err(|e| PoolsError::Toml {
-        path: path.to_owned(),
-        // toml's message names the line, column and key.
-        message: e.to_string().trim().to_owned(),
-    })?;
+    let file: PoolsFile = crate::config::read_toml_file(path)?;
     let Some(entry) = file.pools.get(pool) else {
         return Err(PoolsError::UnknownPool {
             path: path.to_owned(),

@@ -71,11 +71,8 @@ pub enum EndpointError {
         setting: &'static str,
         message: String,
     },
-    #[error("{}: cannot read: {source}", path.display())]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Unreadable(#[from] crate::config::SettingsFileError),
     #[error("{}: {message}", path.display())]
     File { path: PathBuf, message: String },
 }
@@ -174,15 +171,7 @@ fn setting(setting: &'static str, message: String) -> EndpointError {
 }
 
 fn read_file(path: &Path, defaults: &Limits) -> Result<Vec<Endpoint>, EndpointError> {
-    let text = std::fs::read_to_string(path).map_err(|source| EndpointError::Read {
-        path: path.to_owned(),
-        source,
-    })?;
-    let file: EndpointsFile = toml::from_str(&text).map_err(|e| EndpointError::File {
-        path: path.to_owned(),
-        // toml's message names the line, column and key.
-        message: e.to_string().trim().to_owned(),
-    })?;
+    let file: EndpointsFile = crate::config::read_toml_file(path)?;
     file.endpoint
         .into_iter()
         .enumerate()

@@ -114,7 +114,7 @@ impl NodeAddress {
     }
 
     /// The same server and database (credentials may differ).
-    fn same_place(&self, other: &NodeAddress) -> bool {
+    pub(crate) fn same_place(&self, other: &NodeAddress) -> bool {
         self.host == other.host && self.port == other.port && self.database == other.database
     }
 
@@ -279,7 +279,9 @@ pub async fn placements(conn: &mut MySqlConnection) -> Result<Vec<Placement>, St
 }
 
 /// The head's Spider servers: name and address.
-async fn servers(conn: &mut MySqlConnection) -> Result<Vec<(String, NodeAddress)>, StoreError> {
+pub(crate) async fn servers(
+    conn: &mut MySqlConnection,
+) -> Result<Vec<(String, NodeAddress)>, StoreError> {
     type Row = (String, String, String, String, String, i64);
     let rows: Vec<Row> = sqlx::query_as(
         "SELECT CAST(Server_name AS CHAR), CAST(Host AS CHAR), CAST(Db AS CHAR), \

@@ -13,6 +13,7 @@ pub mod rollup;
 pub mod row_format;
 pub mod segments;
 pub mod sequences;
+pub mod shard_move;
 pub mod stats;
 pub mod suppressions;
 

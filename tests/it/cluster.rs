@@ -15,7 +15,7 @@ pub const DATABASE: &str = "linktrack";
 
 /// One `mariadbd` of the cluster.
 pub struct Instance {
-    pub name: &'static str,
+    pub name: String,
     pub port: u16,
     dir: PathBuf,
     child: Option<Child>,
@@ -28,8 +28,8 @@ impl Instance {
     }
 
     /// Install a data directory (blocking: run on a thread).
-    fn install(name: &'static str, root: &Path) -> Instance {
-        let dir = root.join(name);
+    fn install(name: String, root: &Path) -> Instance {
+        let dir = root.join(&name);
         std::fs::create_dir_all(dir.join("tmp")).unwrap();
         let out = Command::new("mariadb-install-db")
             .arg("--no-defaults")
@@ -161,7 +161,7 @@ fn free_port() -> u16 {
         .unwrap()
 }
 
-/// A head and two data nodes.
+/// A head and its data nodes.
 pub struct Cluster {
     pub head: Instance,
     pub nodes: Vec<Instance>,
@@ -169,29 +169,41 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// Install and start the three servers (a few seconds).
+    /// Install and start a head and two data nodes (a few seconds).
     pub async fn start() -> Cluster {
+        Cluster::with_nodes(2).await
+    }
+
+    /// Install and start a head and `nodes` data nodes, in parallel.
+    pub async fn with_nodes(nodes: usize) -> Cluster {
         let dir = tempfile::Builder::new()
             .prefix("lt-spider-")
             .tempdir()
             .unwrap();
         let root = dir.path().to_owned();
-        let installs: Vec<_> = ["head", "node0", "node1"]
-            .into_iter()
+        let names =
+            std::iter::once("head".to_owned()).chain((0..nodes).map(|n| format!("node{n}")));
+        let installs: Vec<_> = names
             .map(|name| {
                 let root = root.clone();
                 std::thread::spawn(move || Instance::install(name, &root))
             })
             .collect();
-        let mut instances: Vec<Instance> = installs
+        let starts: Vec<_> = installs
             .into_iter()
-            .map(|t| t.join().expect("install thread"))
+            .map(|t| {
+                let mut instance = t.join().expect("install thread");
+                tokio::spawn(async move {
+                    instance.start().await;
+                    instance
+                })
+            })
             .collect();
-        let mut node1 = instances.pop().expect("node1");
-        let mut node0 = instances.pop().expect("node0");
-        let mut head = instances.pop().expect("head");
-        tokio::join!(head.start(), node0.start(), node1.start());
-        instances = vec![node0, node1];
+        let mut instances = Vec::new();
+        for start in starts {
+            instances.push(start.await.expect("start task"));
+        }
+        let head = instances.remove(0);
         Cluster {
             head,
             nodes: instances,
@@ -201,7 +213,12 @@ impl Cluster {
 
     /// `LINKTRACK_SHARDS` for the data nodes.
     pub fn shards(&self) -> String {
-        self.nodes
+        self.shards_of(self.nodes.len())
+    }
+
+    /// `LINKTRACK_SHARDS` naming the first `n` data nodes only.
+    pub fn shards_of(&self, n: usize) -> String {
+        self.nodes[..n]
             .iter()
             .map(Instance::url)
             .collect::<Vec<_>>()

@@ -453,3 +453,199 @@ async fn a_cluster_builds_serves_counts_and_outlives_a_dead_node() {
     assert_eq!(click(&token).await.unwrap().status(), 302);
     app.stop().await;
 }
+
+/// Every link row on a node, in its data tables (`links_NN`; the old copies
+/// a move keeps are named `moved_links_NN` and are not counted).
+async fn tokens_on(pool: &sqlx::MySqlPool) -> Vec<Vec<u8>> {
+    link_rows(pool)
+        .await
+        .into_iter()
+        .map(|(uuid, _)| uuid)
+        .collect()
+}
+
+// Multi-threaded: the writer task inserts while the test waits on the
+// `linktrack shards rebalance` process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_grows_by_a_node_and_moves_tables_while_links_are_written() {
+    let cluster = Cluster::with_nodes(3).await;
+    let two = cluster.shards_of(2);
+    let run = |shards: &str, args: &[&str]| {
+        let out = cluster.linktrack_with_shards(shards, args);
+        assert!(
+            out.status.success(),
+            "linktrack {args:?} failed: {}{}",
+            stdout(&out),
+            stderr(&out)
+        );
+        stdout(&out)
+    };
+    run(&two, &["migrate"]);
+    let head = store::connect(&cluster.head.url(), &store::PoolSettings::default())
+        .await
+        .unwrap();
+    // Days from four days ago through +2, so rotate has a day to drop.
+    let back = partitions::Policy {
+        today: days_ago(4),
+        ahead_days: 6,
+        keep_days: None,
+    };
+    partitions::run(&head, &back, &partitions::RunOptions::default())
+        .await
+        .unwrap();
+    let mut written: Vec<_> = (0..3000u32)
+        .map(|n| click_link(token_on(today()), n))
+        .collect();
+    links::insert(&head, &written).await.unwrap();
+    let old: Vec<_> = (0..60u32)
+        .map(|n| click_link(token_on(days_ago(4)), 5000 + n))
+        .collect();
+    links::insert(&head, &old).await.unwrap();
+
+    // Refusals name what is wrong and change nothing.
+    let third = cluster.nodes[2].url();
+    let unknown = cluster.linktrack_with_shards(
+        &two,
+        &["shards", "move", "links_99", "--to", "lt_linktrack_0"],
+    );
+    assert!(
+        stderr(&unknown).contains("links_99"),
+        "{}",
+        stderr(&unknown)
+    );
+    let unmigrated =
+        cluster.linktrack_with_shards(&two, &["shards", "move", "links_00", "--to", &third]);
+    assert!(!unmigrated.status.success());
+    assert!(
+        stderr(&unmigrated).contains("run `linktrack migrate` first"),
+        "{}",
+        stderr(&unmigrated)
+    );
+
+    // The third node joins: migrate makes its server and database, then
+    // rebalance moves tables to it while a writer keeps inserting links.
+    let three = cluster.shards();
+    run(&three, &["migrate"]);
+    let planned = run(&three, &["shards", "rebalance", "--dry-run"]);
+    assert_eq!(planned.lines().count(), 10, "{planned}");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (head, stop) = (head.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut rows = Vec::new();
+            let mut n = 10_000u32;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let batch: Vec<_> = (n..n + 20)
+                    .map(|n| click_link(token_on(today()), n))
+                    .collect();
+                links::insert(&head, &batch).await.unwrap();
+                rows.extend(batch);
+                n += 20;
+            }
+            rows
+        })
+    };
+    until("the writer's first batch", 1, || {
+        count(
+            &head,
+            "SELECT COUNT(*) > 0 FROM links WHERE letter_id = 10000",
+        )
+    })
+    .await;
+    let moved = run(&three, &["shards", "rebalance"]);
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    written.extend(writer.await.unwrap());
+    assert_eq!(
+        moved.matches("rows copied and checked").count(),
+        10,
+        "{moved}"
+    );
+    assert!(written.len() > 3040, "the writer wrote during the moves");
+    assert!(run(&three, &["shards", "rebalance"]).contains("nothing to move"));
+    assert!(run(&three, &["migrate"]).contains("already spread over 15"));
+
+    // Five data tables of each kind per node; every token once, on the node
+    // the head sends its lookup to, and found there through the head.
+    let nodes = [
+        cluster.node_pool(0).await,
+        cluster.node_pool(1).await,
+        cluster.node_pool(2).await,
+    ];
+    for pool in &nodes {
+        assert_eq!(data_tables(pool, "links").await.len(), 5);
+        assert_eq!(data_tables(pool, "events").await.len(), 5);
+    }
+    let stored: Vec<Vec<Vec<u8>>> = [
+        tokens_on(&nodes[0]).await,
+        tokens_on(&nodes[1]).await,
+        tokens_on(&nodes[2]).await,
+    ]
+    .into();
+    let all: Vec<&Vec<u8>> = stored.iter().flatten().collect();
+    let want = written.len() + old.len();
+    assert_eq!(all.len(), want, "no row lost or doubled");
+    assert_eq!(all.iter().collect::<HashSet<_>>().len(), want);
+    for (n, rows) in stored.iter().enumerate() {
+        let share = rows.len() as f64 / want as f64;
+        assert!((0.2..=0.47).contains(&share), "node{n} holds {share:.3}");
+    }
+    let tokens: Vec<_> = written.iter().chain(&old).map(|r| r.token).collect();
+    let found = links::lookup_many(&head, &tokens).await.unwrap();
+    assert_eq!(found.len(), want);
+    for row in written.iter().chain(&old) {
+        assert_eq!(found[&row.token].url, row.url);
+    }
+
+    // partitions ensure and rotate reach the moved tables on the new node.
+    run(
+        &three,
+        &[
+            "partitions",
+            "rotate",
+            "--keep-days",
+            "2",
+            "--ahead-days",
+            "4",
+        ],
+    );
+    let dropped = partitions::partition_name(days_ago(4));
+    let ahead = partitions::partition_name(today() + chrono::Days::new(4));
+    for kind in ["links", "events"] {
+        for table in data_tables(&nodes[2], kind).await {
+            let days = days_of(&nodes[2], &table).await;
+            assert!(
+                days.contains(&ahead) && !days.contains(&dropped),
+                "{table}: {days:?}"
+            );
+        }
+    }
+    let left: usize = [
+        tokens_on(&nodes[0]).await.len(),
+        tokens_on(&nodes[1]).await.len(),
+        tokens_on(&nodes[2]).await.len(),
+    ]
+    .iter()
+    .sum();
+    assert_eq!(
+        left,
+        written.len(),
+        "the old day's rows went from every node"
+    );
+
+    // The old copies are kept, renamed, on the nodes the tables left.
+    let kept: i64 = count(
+        &nodes[0],
+        "SELECT COUNT(*) FROM information_schema.TABLES \
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME LIKE 'moved\\_%'",
+    )
+    .await
+    .unwrap()
+        + count(
+            &nodes[1],
+            "SELECT COUNT(*) FROM information_schema.TABLES \
+             WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME LIKE 'moved\\_%'",
+        )
+        .await
+        .unwrap();
+    assert_eq!(kept, 10);
+}
