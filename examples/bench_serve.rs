@@ -59,7 +59,7 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
-#[derive(Parser)]
+#[derive(Parser, Clone)]
 struct Args {
     #[arg(long, default_value = "mysql://root@127.0.0.1:3306")]
     server: String,
@@ -93,6 +93,14 @@ struct Args {
     /// Also measure the redirect with a webhook endpoint on, every round.
     #[arg(long)]
     webhooks: bool,
+    /// The server's link lookups in flight at once (cache misses that
+    /// arrive while all are busy share the next statement).
+    #[arg(long, default_value_t = linktrack::server::state::ServerSettings::default().lookups_in_flight)]
+    in_flight: usize,
+    /// Also measure the redirect with this many lookups in flight, every
+    /// round, against `--in-flight`.
+    #[arg(long)]
+    compare_in_flight: Option<usize>,
     /// Instead of the rounds: one redirect load of this many seconds,
     /// counted by callgrind (run under `valgrind --tool=callgrind`).
     #[arg(long, value_name = "SECONDS")]
@@ -153,7 +161,7 @@ async fn main() -> anyhow::Result<()> {
         return callgrind_redirects(&args, &counter, dir.path(), &tokens, seconds).await;
     }
 
-    let per_round = if args.webhooks { 4 } else { 3 };
+    let per_round = 3 + usize::from(args.webhooks) + usize::from(args.compare_in_flight.is_some());
     let slices: Vec<&[Token]> = tokens
         .chunks(tokens.len().div_ceil(args.rounds * per_round).max(1))
         .collect();
@@ -163,6 +171,7 @@ async fn main() -> anyhow::Result<()> {
         Outbound::default()
     };
     let mut hooked = Vec::new();
+    let mut compared = Vec::new();
     let mut slices = slices.into_iter();
     let (mut ceilings, mut redirects, mut pixels, mut healths) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -182,6 +191,20 @@ async fn main() -> anyhow::Result<()> {
             hooked.push(serve_load(&args, &counter, dir.path(), Load::Redirect(d), &hooks).await?);
             eprintln!("  redirect with webhooks {:?}", hooked.last());
         }
+        if let Some(in_flight) = args.compare_in_flight {
+            let Some(e) = slices.next() else {
+                anyhow::bail!("too few tokens for {} rounds", args.rounds);
+            };
+            let other = Args {
+                in_flight,
+                ..args.clone()
+            };
+            compared.push(serve_load(&other, &counter, dir.path(), Load::Redirect(e), &off).await?);
+            eprintln!(
+                "  redirect with {in_flight} lookups in flight {:?}",
+                compared.last()
+            );
+        }
         eprintln!(
             "round {round}: ceiling {:?}\n  redirect {:?}\n  pixel {:?}\n  healthz {:?}",
             ceilings.last(),
@@ -197,6 +220,9 @@ async fn main() -> anyhow::Result<()> {
         &median(&healths),
         args.rounds,
     );
+    if let Some(in_flight) = args.compare_in_flight {
+        report_in_flight(&args, in_flight, &median(&redirects), &median(&compared));
+    }
     if args.webhooks {
         let on = median(&hooked);
         let redirect = median(&redirects);
@@ -238,6 +264,22 @@ async fn receiver() -> anyhow::Result<Endpoint> {
         concurrency: 8,
         timeout: Duration::from_secs(10),
     })
+}
+
+/// The redirect with `--compare-in-flight` lookups in flight against `--in-flight`.
+fn report_in_flight(args: &Args, in_flight: usize, base: &Figure, other: &Figure) {
+    println!(
+        "redirect, {in_flight} lookups in flight        {:>9.0} req/s      p99 {:>7.2} ms   {:.3} statements/hit",
+        other.per_second,
+        other.p99 * 1e3,
+        other.statements_per_hit
+    );
+    println!(
+        "{in_flight} / {} lookups in flight, req/s     {:.2}   p99 {:.2}",
+        args.in_flight,
+        other.per_second / base.per_second,
+        other.p99 / base.p99
+    );
 }
 
 fn report(ceiling: &Figure, redirect: &Figure, pixel: &Figure, health: &Figure, rounds: usize) {
@@ -594,10 +636,11 @@ impl BenchServer {
         let pool = store::connect(&counter.url, &settings).await?;
         let journal = dir.join("journal");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let settings = AppSettings {
+        let mut settings = AppSettings {
             outbound: outbound.clone(),
             ..AppSettings::new(pool.clone(), JournalSettings::new(&journal))
         };
+        settings.server.lookups_in_flight = args.in_flight;
         let server = App::build(settings, listener).await?;
         let addr = server.local_addr()?;
         let admin = server.admin_addr();
