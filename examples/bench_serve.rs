@@ -63,6 +63,11 @@ use std::time::Duration;
 struct Args {
     #[arg(long, default_value = "mysql://root@127.0.0.1:3306")]
     server: String,
+    /// The benchmark's database, dropped and loaded anew without
+    /// `--reuse`; the server connects as a MariaDB user of the same name,
+    /// so its statements are its own. Give concurrent runs their own.
+    #[arg(long, default_value = "lt_bench_serve")]
+    database: String,
     /// Link rows, spread evenly over `--days` daily partitions.
     #[arg(long, default_value_t = 3_000_000)]
     rows: u64,
@@ -107,9 +112,6 @@ struct Args {
     callgrind: Option<u64>,
 }
 
-const DATABASE: &str = "lt_bench_serve";
-/// The MariaDB user the server connects as, so its statements are its own.
-const SERVER_USER: &str = "lt_bench_serve";
 /// wrk's threads (the machine has two cores).
 const WRK_THREADS: usize = 2;
 
@@ -140,14 +142,14 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     let dir = tempfile::tempdir()?;
-    let url = format!("{}/{DATABASE}", args.server);
+    let url = format!("{}/{}", args.server, args.database);
     let mut tokens = if args.reuse {
         existing_tokens(&url, args.sample).await?
     } else {
         load_links(&args, dir.path()).await?
     };
     tokens.shuffle(&mut rand::rng());
-    let counter = ServerUser::create(&args.server).await?;
+    let counter = ServerUser::create(&args.server, &args.database).await?;
     println!(
         "# linktrack bench_serve: {} rows in {} daily partitions, {} connections, {} s each, {} rounds",
         tokens.len(),
@@ -328,13 +330,14 @@ fn report(ceiling: &Figure, redirect: &Figure, pixel: &Figure, health: &Figure, 
 /// through LOAD DATA; returns every token.
 async fn load_links(args: &Args, dir: &Path) -> anyhow::Result<Vec<Token>> {
     let admin = sqlx::MySqlPool::connect(&args.server).await?;
-    sqlx::query(&format!("DROP DATABASE IF EXISTS {DATABASE}"))
+    let database = &args.database;
+    sqlx::query(&format!("DROP DATABASE IF EXISTS {database}"))
         .execute(&admin)
         .await?;
-    let pool = store::migrate(&format!("{}/{DATABASE}", args.server)).await?;
+    let pool = store::migrate(&format!("{}/{database}", args.server)).await?;
     for line in store::set_row_format(&pool, &store::RowFormatOptions::new(args.row_format)).await?
     {
-        println!("{DATABASE}: {line}");
+        println!("{database}: {line}");
     }
     let today = Utc::now().date_naive();
     let first = today
@@ -375,7 +378,7 @@ async fn load_links(args: &Args, dir: &Path) -> anyhow::Result<Vec<Token>> {
     }
     out.flush()?;
     drop(out);
-    let seconds = mysql_client::load_links_tsv(DATABASE, &tsv, "links")?;
+    let seconds = mysql_client::load_links_tsv(database, &tsv, "links")?;
     eprintln!("loaded {n} rows in {seconds:.0} s");
     sqlx::query("ANALYZE TABLE links").execute(&pool).await?;
     Ok(tokens)
@@ -399,15 +402,17 @@ async fn existing_tokens(url: &str, sample: Option<u64>) -> anyhow::Result<Vec<T
 struct ServerUser {
     admin: sqlx::MySqlPool,
     url: String,
+    /// Named as the database.
+    name: String,
 }
 
 impl ServerUser {
-    async fn create(server: &str) -> anyhow::Result<ServerUser> {
+    async fn create(server: &str, database: &str) -> anyhow::Result<ServerUser> {
         let admin = sqlx::MySqlPool::connect(server).await?;
         for sql in [
             "SET GLOBAL userstat = 1".to_owned(),
-            format!("CREATE USER IF NOT EXISTS '{SERVER_USER}'@'%'"),
-            format!("GRANT ALL ON `{DATABASE}`.* TO '{SERVER_USER}'@'%'"),
+            format!("CREATE USER IF NOT EXISTS '{database}'@'%'"),
+            format!("GRANT ALL ON `{database}`.* TO '{database}'@'%'"),
         ] {
             sqlx::query(&sql).execute(&admin).await?;
         }
@@ -415,8 +420,12 @@ impl ServerUser {
             .strip_prefix("mysql://")
             .and_then(|rest| rest.split_once('@').map(|(_, host)| host))
             .unwrap_or("127.0.0.1:3306");
-        let url = format!("mysql://{SERVER_USER}@{host}/{DATABASE}");
-        Ok(ServerUser { admin, url })
+        let url = format!("mysql://{database}@{host}/{database}");
+        Ok(ServerUser {
+            admin,
+            url,
+            name: database.to_owned(),
+        })
     }
 
     /// Every statement the server's user has run so far.
@@ -425,7 +434,7 @@ impl ServerUser {
             "SELECT CAST(SELECT_COMMANDS + UPDATE_COMMANDS + OTHER_COMMANDS AS SIGNED) \
              FROM information_schema.USER_STATISTICS WHERE USER = ?",
         )
-        .bind(SERVER_USER)
+        .bind(&self.name)
         .fetch_optional(&self.admin)
         .await?;
         Ok(total.unwrap_or(0) as f64)
@@ -457,7 +466,7 @@ fn sysbench(args: &Args, dir: &Path, tokens: &[Token]) -> anyhow::Result<Figure>
             "--mysql-host=127.0.0.1",
             "--mysql-port=3306",
             "--mysql-user=root",
-            &format!("--mysql-db={DATABASE}"),
+            &format!("--mysql-db={}", args.database),
             &format!("--threads={}", args.connections),
             &format!("--time={}", args.seconds),
             "--percentile=99",
