@@ -36,7 +36,8 @@
 //!   byte-exactly (`src/letter/rewrite.rs`), add the open pixel.
 //! * [`build`]: the batch job: mailing and recipients in, letters out;
 //!   `build::compose` composes one letter, `build::reject` names why a
-//!   recipient gets none.
+//!   recipient gets none, `src/build/output.rs` writes the letters and the
+//!   rejects file, `src/build/progress.rs` draws the progress bar.
 //! * [`address`]: address normalisation and validation.
 //! * [`server`]: `linktrack serve`: [`server::App`] (`src/server/app.rs`) is
 //!   the one wiring (listeners, event pipeline, background workers, ordered

@@ -19,8 +19,14 @@
 
 pub(crate) mod compose;
 pub(crate) mod mailing;
+mod output;
+mod progress;
 pub(crate) mod recipients;
 pub(crate) mod reject;
+
+pub use output::partial_path;
+use output::{LetterSink, RejectsFile};
+use progress::{progress_bar, spawn_delivery_progress};
 
 use crate::store::links::{self, LinkKind};
 use crate::store::partitions;
@@ -32,11 +38,10 @@ use recipients::{Recipient, Recipients, Rejection};
 use reject::Reject;
 use sqlx::MySqlPool;
 use std::collections::{BTreeMap, HashMap};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// The sequence letter IDs come from.
 pub const LETTER_SEQUENCE: &str = "letters";
@@ -699,164 +704,4 @@ async fn count_new_letters(
         stats::add_letters_built(conn, mailing_id, letters).await?;
     }
     Ok(())
-}
-
-/// The output: standard output, or `FILE.partial` renamed to `FILE` at the end.
-struct LetterSink {
-    writer: Box<dyn Write + Send>,
-    rename: Option<(PathBuf, PathBuf)>,
-}
-
-impl LetterSink {
-    fn open(out: &Output) -> Result<LetterSink, BuildError> {
-        match out {
-            Output::Stdout => Ok(LetterSink {
-                writer: Box::new(std::io::BufWriter::new(std::io::stdout())),
-                rename: None,
-            }),
-            Output::File(path) => {
-                let partial = partial_path(path);
-                let file =
-                    std::fs::File::create(&partial).map_err(|source| BuildError::Output {
-                        path: partial.clone(),
-                        source,
-                    })?;
-                Ok(LetterSink {
-                    writer: Box::new(std::io::BufWriter::with_capacity(1 << 20, file)),
-                    rename: Some((partial, path.clone())),
-                })
-            }
-        }
-    }
-
-    fn path(&self) -> PathBuf {
-        self.rename
-            .as_ref()
-            .map_or_else(|| PathBuf::from("-"), |(partial, _)| partial.clone())
-    }
-
-    fn write(&mut self, letters: &[compose::Letter]) -> Result<(), BuildError> {
-        let result = (|| {
-            for letter in letters {
-                serde_json::to_writer(&mut self.writer, letter)?;
-                self.writer.write_all(b"\n")?;
-            }
-            self.writer.flush()
-        })();
-        result.map_err(|source| BuildError::Output {
-            path: self.path(),
-            source,
-        })
-    }
-
-    fn finish(mut self) -> Result<(), BuildError> {
-        self.writer.flush().map_err(|source| BuildError::Output {
-            path: self.path(),
-            source,
-        })?;
-        drop(self.writer);
-        if let Some((partial, path)) = self.rename.take() {
-            std::fs::rename(&partial, &path)
-                .map_err(|source| BuildError::Output { path, source })?;
-        }
-        Ok(())
-    }
-}
-
-/// `letters.jsonl` -> `letters.jsonl.partial`
-pub fn partial_path(path: &Path) -> PathBuf {
-    let mut name = path.as_os_str().to_owned();
-    name.push(".partial");
-    PathBuf::from(name)
-}
-
-/// Rejected recipients, one JSON line each, counted into the summary.
-struct RejectsFile {
-    path: PathBuf,
-    writer: std::io::BufWriter<std::fs::File>,
-}
-
-impl RejectsFile {
-    fn create(path: &Path) -> Result<RejectsFile, BuildError> {
-        let file = std::fs::File::create(path).map_err(|source| BuildError::Output {
-            path: path.to_owned(),
-            source,
-        })?;
-        Ok(RejectsFile {
-            path: path.to_owned(),
-            writer: std::io::BufWriter::new(file),
-        })
-    }
-
-    fn write(&mut self, summary: &mut Summary, rejection: &Rejection) -> Result<(), BuildError> {
-        summary.rejected += 1;
-        *summary
-            .rejected_by_reason
-            .entry(rejection.reason.group().to_owned())
-            .or_default() += 1;
-        tracing::debug!(line = rejection.line, reason = %rejection.reason, "recipient rejected");
-        self.append(rejection)
-    }
-
-    /// A suppressed recipient: listed in the file too, so it says what
-    /// happened to every line, but counted apart from the rejected.
-    fn skip(&mut self, summary: &mut Summary, recipient: &Recipient) -> Result<(), BuildError> {
-        summary.suppressed += 1;
-        let rejection = Rejection {
-            line: recipient.line,
-            email: Some(recipient.email.clone()),
-            reason: Reject::Suppressed,
-        };
-        self.append(&rejection)
-    }
-
-    fn append(&mut self, rejection: &Rejection) -> Result<(), BuildError> {
-        let result = serde_json::to_writer(&mut self.writer, rejection)
-            .map_err(std::io::Error::from)
-            .and_then(|()| self.writer.write_all(b"\n"));
-        result.map_err(|source| BuildError::Output {
-            path: self.path.clone(),
-            source,
-        })
-    }
-
-    fn finish(mut self) -> Result<(), BuildError> {
-        self.writer.flush().map_err(|source| BuildError::Output {
-            path: self.path.clone(),
-            source,
-        })
-    }
-}
-
-/// Show the delivery counts and rate beside the bar while letters go out.
-fn spawn_delivery_progress(
-    bar: indicatif::ProgressBar,
-    counters: Arc<crate::delivery::DeliveryCounters>,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let started = Instant::now();
-        let mut tick = tokio::time::interval(Duration::from_millis(500));
-        loop {
-            tick.tick().await;
-            let delivered = counters.delivered.load(Ordering::Relaxed) as f64;
-            let rate = delivered / started.elapsed().as_secs_f64().max(0.001);
-            bar.set_message(format!("· {} · {rate:.0} messages/s", counters.line()));
-        }
-    })
-}
-
-fn progress_bar(enabled: bool, total: Option<u64>) -> indicatif::ProgressBar {
-    if !enabled {
-        return indicatif::ProgressBar::hidden();
-    }
-    // indicatif draws nothing when stderr is not a terminal.
-    let bar =
-        indicatif::ProgressBar::with_draw_target(total, indicatif::ProgressDrawTarget::stderr());
-    if let Ok(style) = indicatif::ProgressStyle::with_template(
-        "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} recipients read ({eta} left) {msg}",
-    ) {
-        bar.set_style(style);
-    }
-    bar.enable_steady_tick(Duration::from_millis(200));
-    bar
 }
