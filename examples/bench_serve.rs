@@ -22,6 +22,19 @@
 //!    outbox by the replay and POSTed, signed, while the load runs. The
 //!    ratio to (2) is what events out cost the redirect (aim >= 0.95).
 //!
+//! With `--callgrind SECONDS` the rounds are replaced by one redirect load
+//! while this process runs under `valgrind --tool=callgrind`: the counters
+//! are zeroed just before the load and dumped just after it, and the
+//! server's own request counter (its `/metrics`) says how many redirects
+//! that window served, so the figure is instructions per redirect, which
+//! stay the same however busy the machine is:
+//!
+//! ```sh
+//! cargo build --release --example bench_serve
+//! valgrind --tool=callgrind target/release/examples/bench_serve --rows 200000 --days 2 --connections 16 --callgrind 20
+//! callgrind_annotate --inclusive=yes callgrind.out.PID.1 | head -60
+//! ```
+//!
 //! Every measurement gets tokens no earlier one used (the sample is cut into
 //! one slice per measurement, each token asked for once), and every server
 //! is a new one, so neither the link cache nor MariaDB's buffer pool is warm
@@ -70,12 +83,20 @@ struct Args {
     /// Reuse the database of an earlier run (skip the load).
     #[arg(long)]
     reuse: bool,
+    /// With `--reuse`: only this many of its tokens, drawn at random (a
+    /// callgrind run needs few, and reads them 50 times slower).
+    #[arg(long)]
+    sample: Option<u64>,
     /// Row format of the loaded `links` (compressed, dynamic, page-compressed).
     #[arg(long, default_value = "page-compressed")]
     row_format: RowFormat,
     /// Also measure the redirect with a webhook endpoint on, every round.
     #[arg(long)]
     webhooks: bool,
+    /// Instead of the rounds: one redirect load of this many seconds,
+    /// counted by callgrind (run under `valgrind --tool=callgrind`).
+    #[arg(long, value_name = "SECONDS")]
+    callgrind: Option<u64>,
 }
 
 const DATABASE: &str = "lt_bench_serve";
@@ -95,6 +116,12 @@ struct Figure {
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    // What `linktrack serve` logs, so the requests' tracing spans cost
+    // here what they cost there.
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("info,sqlx=warn"))
+        .with_writer(std::io::stderr)
+        .init();
     for (tool, package) in [("wrk", "wrk"), ("sysbench", "sysbench")] {
         anyhow::ensure!(
             std::process::Command::new(tool)
@@ -107,7 +134,7 @@ async fn main() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let url = format!("{}/{DATABASE}", args.server);
     let mut tokens = if args.reuse {
-        existing_tokens(&url).await?
+        existing_tokens(&url, args.sample).await?
     } else {
         load_links(&args, dir.path()).await?
     };
@@ -121,6 +148,10 @@ async fn main() -> anyhow::Result<()> {
         args.seconds,
         args.rounds
     );
+
+    if let Some(seconds) = args.callgrind {
+        return callgrind_redirects(&args, &counter, dir.path(), &tokens, seconds).await;
+    }
 
     let per_round = if args.webhooks { 4 } else { 3 };
     let slices: Vec<&[Token]> = tokens
@@ -308,12 +339,14 @@ async fn load_links(args: &Args, dir: &Path) -> anyhow::Result<Vec<Token>> {
     Ok(tokens)
 }
 
-/// Every token of an already loaded database.
-async fn existing_tokens(url: &str) -> anyhow::Result<Vec<Token>> {
+/// The tokens of an already loaded database: all, or a random `sample`.
+async fn existing_tokens(url: &str, sample: Option<u64>) -> anyhow::Result<Vec<Token>> {
     let pool = store::connect(url, &PoolSettings::default()).await?;
-    let rows: Vec<Vec<u8>> = sqlx::query_scalar("SELECT uuid FROM links")
-        .fetch_all(&pool)
-        .await?;
+    let sql = match sample {
+        Some(n) => format!("SELECT uuid FROM links ORDER BY RAND() LIMIT {n}"),
+        None => "SELECT uuid FROM links".to_owned(),
+    };
+    let rows: Vec<Vec<u8>> = sqlx::query_scalar(&sql).fetch_all(&pool).await?;
     Ok(rows
         .iter()
         .filter_map(|b| Token::from_bytes(b).ok())
@@ -466,6 +499,10 @@ enum Load<'a> {
     Healthz,
 }
 
+/// The user agent of every request: a reader's browser, so each hit goes
+/// through all of the bot checks (wrk sends none, which is a bot at once).
+const BROWSER: &str = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36";
+
 /// A wrk script walking `tokens` once: thread `t` of `WRK_THREADS` takes
 /// every `WRK_THREADS`-th token from the `t`-th on.
 fn write_wrk_script(
@@ -484,6 +521,7 @@ fn write_wrk_script(
         r#"}}
 local threads = 0
 function setup(thread) thread:set("n", threads); threads = threads + 1 end
+wrk.headers["User-Agent"] = "{BROWSER}"
 function request()
   n = n + {WRK_THREADS}
   return wrk.format("GET", "{prefix}" .. tokens[n % #tokens + 1] .. "{suffix}")
@@ -515,39 +553,11 @@ async fn serve_load(
         }
         Load::Healthz => (None, "/healthz", usize::MAX),
     };
-    let settings = PoolSettings {
-        max_connections: args.pool,
-        acquire_timeout: Duration::from_secs(5),
-    };
-    let pool = store::connect(&counter.url, &settings).await?;
-    let journal = dir.join("journal");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let settings = AppSettings {
-        outbound: outbound.clone(),
-        ..AppSettings::new(pool.clone(), JournalSettings::new(&journal))
-    };
-    let server = App::build(settings, listener).await?;
-    let addr = server.local_addr()?;
+    let server = BenchServer::start(args, counter, dir, outbound).await?;
     let before = counter.statements().await?;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(server.run(async move {
-        let _ = stopped.await;
-    }));
-    let mut wrk = tokio::process::Command::new("wrk");
-    wrk.args([
-        &format!("-t{WRK_THREADS}"),
-        &format!("-c{}", args.connections),
-        &format!("-d{}s", args.seconds),
-        "--latency",
-    ]);
-    if let Some(script) = &script {
-        wrk.arg("-s").arg(script);
-    }
-    let output = wrk.arg(format!("http://{addr}{path}")).output().await?;
-    let _ = stop.send(());
-    let _ = running.await;
+    let output = wrk(args, args.seconds, script.as_deref(), server.addr, path).await?;
+    server.stop().await;
     let statements = counter.statements().await? - before;
-    pool.close().await;
     let text = String::from_utf8_lossy(&output.stdout);
     anyhow::ensure!(!text.contains("Non-2xx or 3xx"), "wrk saw errors:\n{text}");
     let (per_second, p99, requests) = wrk_figures(&text)?;
@@ -559,6 +569,163 @@ async fn serve_load(
         p99,
         statements_per_hit: statements / requests.max(1.0),
     })
+}
+
+/// A new server on the server user's own pool, running on a task.
+struct BenchServer {
+    addr: std::net::SocketAddr,
+    admin: Option<std::net::SocketAddr>,
+    pool: sqlx::MySqlPool,
+    stop: tokio::sync::oneshot::Sender<()>,
+    running: tokio::task::JoinHandle<Result<(), linktrack::server::ServeError>>,
+}
+
+impl BenchServer {
+    async fn start(
+        args: &Args,
+        counter: &ServerUser,
+        dir: &Path,
+        outbound: &Outbound,
+    ) -> anyhow::Result<BenchServer> {
+        let settings = PoolSettings {
+            max_connections: args.pool,
+            acquire_timeout: Duration::from_secs(5),
+        };
+        let pool = store::connect(&counter.url, &settings).await?;
+        let journal = dir.join("journal");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let settings = AppSettings {
+            outbound: outbound.clone(),
+            ..AppSettings::new(pool.clone(), JournalSettings::new(&journal))
+        };
+        let server = App::build(settings, listener).await?;
+        let addr = server.local_addr()?;
+        let admin = server.admin_addr();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let running = tokio::spawn(server.run(async move {
+            let _ = stopped.await;
+        }));
+        Ok(BenchServer {
+            addr,
+            admin,
+            pool,
+            stop,
+            running,
+        })
+    }
+
+    /// Stop serving and wait until the journal is replayed.
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.running.await;
+        self.pool.close().await;
+    }
+}
+
+/// Run wrk for `seconds` against `path` on `addr` (or `script`'s paths).
+async fn wrk(
+    args: &Args,
+    seconds: u64,
+    script: Option<&Path>,
+    addr: std::net::SocketAddr,
+    path: &str,
+) -> anyhow::Result<std::process::Output> {
+    let mut wrk = tokio::process::Command::new("wrk");
+    wrk.args([
+        &format!("-t{WRK_THREADS}"),
+        &format!("-c{}", args.connections),
+        &format!("-d{seconds}s"),
+        "--timeout",
+        "30s",
+        "--latency",
+    ]);
+    if let Some(script) = script {
+        wrk.arg("-s").arg(script);
+    }
+    Ok(wrk.arg(format!("http://{addr}{path}")).output().await?)
+}
+
+/// Instructions per redirect (see the module docs): zero callgrind's
+/// counters, load the redirect for `seconds`, dump them, and divide their
+/// total by the redirects the server counted in between.
+async fn callgrind_redirects(
+    args: &Args,
+    counter: &ServerUser,
+    dir: &Path,
+    tokens: &[Token],
+    seconds: u64,
+) -> anyhow::Result<()> {
+    let script = dir.join("callgrind.lua");
+    write_wrk_script(&script, tokens, "/c/", "")?;
+    let server = BenchServer::start(args, counter, dir, &Outbound::default()).await?;
+    let admin = server
+        .admin
+        .ok_or_else(|| anyhow::anyhow!("the server has no admin listener"))?;
+    let before = redirects_served(admin).await?;
+    callgrind_control("-z")?;
+    let output = wrk(args, seconds, Some(&script), server.addr, "/").await?;
+    let dumped = callgrind_control("-d")?;
+    let after = redirects_served(admin).await?;
+    server.stop().await;
+    let instructions = dumped_instructions()?;
+    let redirects = after - before;
+    eprintln!("{}", String::from_utf8_lossy(&output.stdout));
+    println!(
+        "callgrind: {instructions} instructions over {redirects} redirects ({} connections): \
+         {:.0} instructions per redirect\n{dumped}",
+        args.connections,
+        instructions as f64 / redirects.max(1) as f64
+    );
+    Ok(())
+}
+
+/// Run `callgrind_control OPTION` on this process.
+fn callgrind_control(option: &str) -> anyhow::Result<String> {
+    let output = std::process::Command::new("callgrind_control")
+        .arg(option)
+        .arg(std::process::id().to_string())
+        .output()?;
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    anyhow::ensure!(
+        output.status.success() && !text.contains("Error"),
+        "callgrind_control {option} failed (is this process running under \
+         valgrind --tool=callgrind?):\n{text}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(text.trim().to_owned())
+}
+
+/// The instruction total of this process's newest callgrind dump.
+fn dumped_instructions() -> anyhow::Result<u64> {
+    let prefix = format!("callgrind.out.{}.", std::process::id());
+    let newest = std::fs::read_dir(".")?
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok())
+        .ok_or_else(|| anyhow::anyhow!("no {prefix}* in the working directory"))?;
+    let text = std::fs::read_to_string(newest.path())?;
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix("summary:")
+                .or_else(|| l.strip_prefix("totals:"))
+        })
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("no summary line in {}", newest.path().display()))
+}
+
+/// Redirect requests the server has answered so far, by its `/metrics`.
+async fn redirects_served(admin: std::net::SocketAddr) -> anyhow::Result<u64> {
+    let text = reqwest::get(format!("http://{admin}/metrics"))
+        .await?
+        .text()
+        .await?;
+    Ok(text
+        .lines()
+        .filter(|l| {
+            l.starts_with("linktrack_http_requests_total{") && l.contains(r#"route="/c/{token}""#)
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64)
 }
 
 /// Requests/s, p99 (s) and requests of wrk's output.
