@@ -21,6 +21,8 @@
 //!    receiver in this process answering 204): every click is queued in the
 //!    outbox by the replay and POSTed, signed, while the load runs. The
 //!    ratio to (2) is what events out cost the redirect (aim >= 0.95).
+//! 6. With `--compare-in-flight M`: the redirect again on a server whose
+//!    shared lookups run M statements at once instead of `--in-flight`'s.
 //!
 //! With `--callgrind SECONDS` the rounds are replaced by one redirect load
 //! while this process runs under `valgrind --tool=callgrind`: the counters
