@@ -26,6 +26,21 @@
 //!    redirect (aim >= 0.95); also events sent per second during the load,
 //!    the queue when the load ends, and how long the sender takes to drain
 //!    it (the server keeps running until the receiver has every event).
+//! 6. With `--compare-in-flight M`: the redirect again on a server whose
+//!    shared lookups run M statements at once instead of `--in-flight`'s.
+//!
+//! With `--callgrind SECONDS` the rounds are replaced by one redirect load
+//! while this process runs under `valgrind --tool=callgrind`: the counters
+//! are zeroed just before the load and dumped just after it, and the
+//! server's own request counter (its `/metrics`) says how many redirects
+//! that window served, so the figure is instructions per redirect, which
+//! stay the same however busy the machine is:
+//!
+//! ```sh
+//! cargo build --release --example bench_serve
+//! valgrind --tool=callgrind target/release/examples/bench_serve --rows 200000 --days 2 --connections 16 --callgrind 20
+//! callgrind_annotate --inclusive=yes callgrind.out.PID.1 | head -60
+//! ```
 //!
 //! Every measurement gets tokens no earlier one used (the sample is cut into
 //! one slice per measurement, each token asked for once), and every server
@@ -54,10 +69,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-#[derive(Parser)]
+#[derive(Parser, Clone)]
 struct Args {
     #[arg(long, default_value = "mysql://root@127.0.0.1:3306")]
     server: String,
+    /// The benchmark's database, dropped and loaded anew without
+    /// `--reuse`; the server connects as a MariaDB user of the same name,
+    /// so its statements are its own. Give concurrent runs their own.
+    #[arg(long, default_value = "lt_bench_serve")]
+    database: String,
     /// Link rows, spread evenly over `--days` daily partitions.
     #[arg(long, default_value_t = 3_000_000)]
     rows: u64,
@@ -78,6 +98,10 @@ struct Args {
     /// Reuse the database of an earlier run (skip the load).
     #[arg(long)]
     reuse: bool,
+    /// With `--reuse`: only this many of its tokens, drawn at random (a
+    /// callgrind run needs few, and reads them 50 times slower).
+    #[arg(long)]
+    sample: Option<u64>,
     /// Row format of the loaded `links` (compressed, dynamic, page-compressed).
     #[arg(long, default_value = "page-compressed")]
     row_format: RowFormat,
@@ -88,11 +112,20 @@ struct Args {
     /// webhooks on (1: one request per event; N: type batch).
     #[arg(long, value_delimiter = ',', default_value = "1,100")]
     webhook_batches: Vec<usize>,
+    /// The server's link lookups in flight at once (cache misses that
+    /// arrive while all are busy share the next statement).
+    #[arg(long, default_value_t = linktrack::server::state::ServerSettings::default().lookups_in_flight)]
+    in_flight: usize,
+    /// Also measure the redirect with this many lookups in flight, every
+    /// round, against `--in-flight`.
+    #[arg(long)]
+    compare_in_flight: Option<usize>,
+    /// Instead of the rounds: one redirect load of this many seconds,
+    /// counted by callgrind (run under `valgrind --tool=callgrind`).
+    #[arg(long, value_name = "SECONDS")]
+    callgrind: Option<u64>,
 }
 
-const DATABASE: &str = "lt_bench_serve";
-/// The MariaDB user the server connects as, so its statements are its own.
-const SERVER_USER: &str = "lt_bench_serve";
 /// wrk's threads (the machine has two cores).
 const WRK_THREADS: usize = 2;
 
@@ -110,6 +143,12 @@ async fn main() -> anyhow::Result<()> {
         return receiver_process().await;
     }
     let args = Args::parse();
+    // What `linktrack serve` logs, so the requests' tracing spans cost
+    // here what they cost there.
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("info,sqlx=warn"))
+        .with_writer(std::io::stderr)
+        .init();
     for (tool, package) in [("wrk", "wrk"), ("sysbench", "sysbench")] {
         anyhow::ensure!(
             std::process::Command::new(tool)
@@ -120,14 +159,14 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     let dir = tempfile::tempdir()?;
-    let url = format!("{}/{DATABASE}", args.server);
+    let url = format!("{}/{}", args.server, args.database);
     let mut tokens = if args.reuse {
-        existing_tokens(&url).await?
+        existing_tokens(&url, args.sample).await?
     } else {
         load_links(&args, dir.path()).await?
     };
     tokens.shuffle(&mut rand::rng());
-    let counter = ServerUser::create(&args.server).await?;
+    let counter = ServerUser::create(&args.server, &args.database).await?;
     println!(
         "# linktrack bench_serve: {} rows in {} daily partitions, {} connections, {} s each, {} rounds",
         tokens.len(),
@@ -137,12 +176,16 @@ async fn main() -> anyhow::Result<()> {
         args.rounds
     );
 
+    if let Some(seconds) = args.callgrind {
+        return callgrind_redirects(&args, &counter, dir.path(), &tokens, seconds).await;
+    }
+
     let hooked_per_round = if args.webhooks {
         args.webhook_batches.len()
     } else {
         0
     };
-    let per_round = 3 + hooked_per_round;
+    let per_round = 3 + hooked_per_round + usize::from(args.compare_in_flight.is_some());
     let slices: Vec<&[Token]> = tokens
         .chunks(tokens.len().div_ceil(args.rounds * per_round).max(1))
         .collect();
@@ -152,6 +195,7 @@ async fn main() -> anyhow::Result<()> {
         None
     };
     let mut hooked: Vec<Vec<(Figure, Drain)>> = vec![Vec::new(); hooked_per_round];
+    let mut compared = Vec::new();
     let mut slices = slices.into_iter();
     let (mut ceilings, mut redirects, mut pixels, mut healths) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -159,22 +203,11 @@ async fn main() -> anyhow::Result<()> {
         let (Some(a), Some(b), Some(c)) = (slices.next(), slices.next(), slices.next()) else {
             anyhow::bail!("too few tokens for {} rounds", args.rounds);
         };
+        let off = Outbound::default();
         ceilings.push(sysbench(&args, dir.path(), a)?);
-        redirects.push(
-            serve_load(&args, &counter, dir.path(), Load::Redirect(b), None)
-                .await?
-                .0,
-        );
-        pixels.push(
-            serve_load(&args, &counter, dir.path(), Load::Pixel(c), None)
-                .await?
-                .0,
-        );
-        healths.push(
-            serve_load(&args, &counter, dir.path(), Load::Healthz, None)
-                .await?
-                .0,
-        );
+        redirects.push(serve_load(&args, &counter, dir.path(), Load::Redirect(b), &off).await?);
+        pixels.push(serve_load(&args, &counter, dir.path(), Load::Pixel(c), &off).await?);
+        healths.push(serve_load(&args, &counter, dir.path(), Load::Healthz, &off).await?);
         if let Some(receiver) = &receiver {
             for (batch, figures) in args.webhook_batches.iter().zip(&mut hooked) {
                 let Some(d) = slices.next() else {
@@ -187,6 +220,20 @@ async fn main() -> anyhow::Result<()> {
                     figures.last()
                 );
             }
+        }
+        if let Some(in_flight) = args.compare_in_flight {
+            let Some(e) = slices.next() else {
+                anyhow::bail!("too few tokens for {} rounds", args.rounds);
+            };
+            let other = Args {
+                in_flight,
+                ..args.clone()
+            };
+            compared.push(serve_load(&other, &counter, dir.path(), Load::Redirect(e), &off).await?);
+            eprintln!(
+                "  redirect with {in_flight} lookups in flight {:?}",
+                compared.last()
+            );
         }
         eprintln!(
             "round {round}: ceiling {:?}\n  redirect {:?}\n  pixel {:?}\n  healthz {:?}",
@@ -203,10 +250,29 @@ async fn main() -> anyhow::Result<()> {
         &median(&healths),
         args.rounds,
     );
+    if let Some(in_flight) = args.compare_in_flight {
+        report_in_flight(&args, in_flight, &median(&redirects), &median(&compared));
+    }
     for (batch, figures) in args.webhook_batches.iter().zip(&hooked) {
         report_webhooks(*batch, figures, &median(&redirects), args.seconds);
     }
     Ok(())
+}
+
+/// The redirect with `--compare-in-flight` lookups in flight against `--in-flight`.
+fn report_in_flight(args: &Args, in_flight: usize, base: &Figure, other: &Figure) {
+    println!(
+        "redirect, {in_flight} lookups in flight        {:>9.0} req/s      p99 {:>7.2} ms   {:.3} statements/hit",
+        other.per_second,
+        other.p99 * 1e3,
+        other.statements_per_hit
+    );
+    println!(
+        "{in_flight} / {} lookups in flight, req/s     {:.2}   p99 {:.2}",
+        args.in_flight,
+        other.per_second / base.per_second,
+        other.p99 / base.p99
+    );
 }
 
 fn report(ceiling: &Figure, redirect: &Figure, pixel: &Figure, health: &Figure, rounds: usize) {
@@ -255,13 +321,14 @@ fn report(ceiling: &Figure, redirect: &Figure, pixel: &Figure, health: &Figure, 
 /// through LOAD DATA; returns every token.
 async fn load_links(args: &Args, dir: &Path) -> anyhow::Result<Vec<Token>> {
     let admin = sqlx::MySqlPool::connect(&args.server).await?;
-    sqlx::query(&format!("DROP DATABASE IF EXISTS {DATABASE}"))
+    let database = &args.database;
+    sqlx::query(&format!("DROP DATABASE IF EXISTS {database}"))
         .execute(&admin)
         .await?;
-    let pool = store::migrate(&format!("{}/{DATABASE}", args.server)).await?;
+    let pool = store::migrate(&format!("{}/{database}", args.server)).await?;
     for line in store::set_row_format(&pool, &store::RowFormatOptions::new(args.row_format)).await?
     {
-        println!("{DATABASE}: {line}");
+        println!("{database}: {line}");
     }
     let today = Utc::now().date_naive();
     let first = today
@@ -302,18 +369,20 @@ async fn load_links(args: &Args, dir: &Path) -> anyhow::Result<Vec<Token>> {
     }
     out.flush()?;
     drop(out);
-    let seconds = mysql_client::load_links_tsv(DATABASE, &tsv, "links")?;
+    let seconds = mysql_client::load_links_tsv(database, &tsv, "links")?;
     eprintln!("loaded {n} rows in {seconds:.0} s");
     sqlx::query("ANALYZE TABLE links").execute(&pool).await?;
     Ok(tokens)
 }
 
-/// Every token of an already loaded database.
-async fn existing_tokens(url: &str) -> anyhow::Result<Vec<Token>> {
+/// The tokens of an already loaded database: all, or a random `sample`.
+async fn existing_tokens(url: &str, sample: Option<u64>) -> anyhow::Result<Vec<Token>> {
     let pool = store::connect(url, &PoolSettings::default()).await?;
-    let rows: Vec<Vec<u8>> = sqlx::query_scalar("SELECT uuid FROM links")
-        .fetch_all(&pool)
-        .await?;
+    let sql = match sample {
+        Some(n) => format!("SELECT uuid FROM links ORDER BY RAND() LIMIT {n}"),
+        None => "SELECT uuid FROM links".to_owned(),
+    };
+    let rows: Vec<Vec<u8>> = sqlx::query_scalar(&sql).fetch_all(&pool).await?;
     Ok(rows
         .iter()
         .filter_map(|b| Token::from_bytes(b).ok())
@@ -324,15 +393,17 @@ async fn existing_tokens(url: &str) -> anyhow::Result<Vec<Token>> {
 struct ServerUser {
     admin: sqlx::MySqlPool,
     url: String,
+    /// Named as the database.
+    name: String,
 }
 
 impl ServerUser {
-    async fn create(server: &str) -> anyhow::Result<ServerUser> {
+    async fn create(server: &str, database: &str) -> anyhow::Result<ServerUser> {
         let admin = sqlx::MySqlPool::connect(server).await?;
         for sql in [
             "SET GLOBAL userstat = 1".to_owned(),
-            format!("CREATE USER IF NOT EXISTS '{SERVER_USER}'@'%'"),
-            format!("GRANT ALL ON `{DATABASE}`.* TO '{SERVER_USER}'@'%'"),
+            format!("CREATE USER IF NOT EXISTS '{database}'@'%'"),
+            format!("GRANT ALL ON `{database}`.* TO '{database}'@'%'"),
         ] {
             sqlx::query(&sql).execute(&admin).await?;
         }
@@ -340,8 +411,12 @@ impl ServerUser {
             .strip_prefix("mysql://")
             .and_then(|rest| rest.split_once('@').map(|(_, host)| host))
             .unwrap_or("127.0.0.1:3306");
-        let url = format!("mysql://{SERVER_USER}@{host}/{DATABASE}");
-        Ok(ServerUser { admin, url })
+        let url = format!("mysql://{database}@{host}/{database}");
+        Ok(ServerUser {
+            admin,
+            url,
+            name: database.to_owned(),
+        })
     }
 
     /// Every statement the server's user has run so far.
@@ -350,7 +425,7 @@ impl ServerUser {
             "SELECT CAST(SELECT_COMMANDS + UPDATE_COMMANDS + OTHER_COMMANDS AS SIGNED) \
              FROM information_schema.USER_STATISTICS WHERE USER = ?",
         )
-        .bind(SERVER_USER)
+        .bind(&self.name)
         .fetch_optional(&self.admin)
         .await?;
         Ok(total.unwrap_or(0) as f64)
@@ -382,7 +457,7 @@ fn sysbench(args: &Args, dir: &Path, tokens: &[Token]) -> anyhow::Result<Figure>
             "--mysql-host=127.0.0.1",
             "--mysql-port=3306",
             "--mysql-user=root",
-            &format!("--mysql-db={DATABASE}"),
+            &format!("--mysql-db={}", args.database),
             &format!("--threads={}", args.connections),
             &format!("--time={}", args.seconds),
             "--percentile=99",
@@ -466,6 +541,10 @@ enum Load<'a> {
     Healthz,
 }
 
+/// The user agent of every request: a reader's browser, so each hit goes
+/// through all of the bot checks (wrk sends none, which is a bot at once).
+const BROWSER: &str = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36";
+
 /// A wrk script walking `tokens` once: thread `t` of `WRK_THREADS` takes
 /// every `WRK_THREADS`-th token from the `t`-th on.
 fn write_wrk_script(
@@ -484,6 +563,7 @@ fn write_wrk_script(
         r#"}}
 local threads = 0
 function setup(thread) thread:set("n", threads); threads = threads + 1 end
+wrk.headers["User-Agent"] = "{BROWSER}"
 function request()
   n = n + {WRK_THREADS}
   return wrk.format("GET", "{prefix}" .. tokens[n % #tokens + 1] .. "{suffix}")
@@ -500,7 +580,21 @@ async fn serve_load(
     counter: &ServerUser,
     dir: &Path,
     load: Load<'_>,
-    hooks: Option<(&Receiver, &Outbound)>,
+    outbound: &Outbound,
+) -> anyhow::Result<Figure> {
+    let measured = serve_load_with(args, counter, dir, load, outbound, None).await?;
+    Ok(measured.0)
+}
+
+/// [`serve_load`], and with a receiver: how the sender drained (the server
+/// runs until the receiver has every event of the load, or [`DRAIN_LIMIT`]).
+async fn serve_load_with(
+    args: &Args,
+    counter: &ServerUser,
+    dir: &Path,
+    load: Load<'_>,
+    outbound: &Outbound,
+    receiver: Option<&Receiver>,
 ) -> anyhow::Result<(Figure, Option<Drain>)> {
     let (script, path, tokens) = match load {
         Load::Redirect(tokens) => {
@@ -515,52 +609,22 @@ async fn serve_load(
         }
         Load::Healthz => (None, "/healthz", usize::MAX),
     };
-    let settings = PoolSettings {
-        max_connections: args.pool,
-        acquire_timeout: Duration::from_secs(5),
-    };
-    let pool = store::connect(&counter.url, &settings).await?;
-    let journal = dir.join("journal");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let settings = AppSettings {
-        outbound: hooks
-            .map(|(_, outbound)| outbound.clone())
-            .unwrap_or_default(),
-        ..AppSettings::new(pool.clone(), JournalSettings::new(&journal))
-    };
-    let server = App::build(settings, listener).await?;
-    let addr = server.local_addr()?;
+    let server = BenchServer::start(args, counter, dir, outbound).await?;
     let before = counter.statements().await?;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(server.run(async move {
-        let _ = stopped.await;
-    }));
-    let mut wrk = tokio::process::Command::new("wrk");
-    wrk.args([
-        &format!("-t{WRK_THREADS}"),
-        &format!("-c{}", args.connections),
-        &format!("-d{}s", args.seconds),
-        "--latency",
-    ]);
-    if let Some(script) = &script {
-        wrk.arg("-s").arg(script);
-    }
-    let delivered_before = match hooks {
-        Some((receiver, _)) => receiver.delivered().await?,
+    let delivered_before = match receiver {
+        Some(receiver) => receiver.delivered().await?,
         None => 0,
     };
-    let output = wrk.arg(format!("http://{addr}{path}")).output().await?;
+    let output = wrk(args, args.seconds, script.as_deref(), server.addr, path).await?;
     let text = String::from_utf8_lossy(&output.stdout);
     anyhow::ensure!(!text.contains("Non-2xx or 3xx"), "wrk saw errors:\n{text}");
     let (per_second, p99, requests) = wrk_figures(&text)?;
-    let drain = match hooks {
-        Some((receiver, _)) => Some(receiver.drain(delivered_before, requests as u64).await?),
+    let drain = match receiver {
+        Some(receiver) => Some(receiver.drain(delivered_before, requests as u64).await?),
         None => None,
     };
-    let _ = stop.send(());
-    let _ = running.await;
+    server.stop().await;
     let statements = counter.statements().await? - before;
-    pool.close().await;
     if requests > tokens as f64 {
         eprintln!("note: wrk asked for more than its slice's tokens: some were asked twice");
     }
@@ -570,6 +634,164 @@ async fn serve_load(
         statements_per_hit: statements / requests.max(1.0),
     };
     Ok((figure, drain))
+}
+
+/// A new server on the server user's own pool, running on a task.
+struct BenchServer {
+    addr: std::net::SocketAddr,
+    admin: Option<std::net::SocketAddr>,
+    pool: sqlx::MySqlPool,
+    stop: tokio::sync::oneshot::Sender<()>,
+    running: tokio::task::JoinHandle<Result<(), linktrack::server::ServeError>>,
+}
+
+impl BenchServer {
+    async fn start(
+        args: &Args,
+        counter: &ServerUser,
+        dir: &Path,
+        outbound: &Outbound,
+    ) -> anyhow::Result<BenchServer> {
+        let settings = PoolSettings {
+            max_connections: args.pool,
+            acquire_timeout: Duration::from_secs(5),
+        };
+        let pool = store::connect(&counter.url, &settings).await?;
+        let journal = dir.join("journal");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let mut settings = AppSettings {
+            outbound: outbound.clone(),
+            ..AppSettings::new(pool.clone(), JournalSettings::new(&journal))
+        };
+        settings.server.lookups_in_flight = args.in_flight;
+        let server = App::build(settings, listener).await?;
+        let addr = server.local_addr()?;
+        let admin = server.admin_addr();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let running = tokio::spawn(server.run(async move {
+            let _ = stopped.await;
+        }));
+        Ok(BenchServer {
+            addr,
+            admin,
+            pool,
+            stop,
+            running,
+        })
+    }
+
+    /// Stop serving and wait until the journal is replayed.
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.running.await;
+        self.pool.close().await;
+    }
+}
+
+/// Run wrk for `seconds` against `path` on `addr` (or `script`'s paths).
+async fn wrk(
+    args: &Args,
+    seconds: u64,
+    script: Option<&Path>,
+    addr: std::net::SocketAddr,
+    path: &str,
+) -> anyhow::Result<std::process::Output> {
+    let mut wrk = tokio::process::Command::new("wrk");
+    wrk.args([
+        &format!("-t{WRK_THREADS}"),
+        &format!("-c{}", args.connections),
+        &format!("-d{seconds}s"),
+        "--timeout",
+        "30s",
+        "--latency",
+    ]);
+    if let Some(script) = script {
+        wrk.arg("-s").arg(script);
+    }
+    Ok(wrk.arg(format!("http://{addr}{path}")).output().await?)
+}
+
+/// Instructions per redirect (see the module docs): zero callgrind's
+/// counters, load the redirect for `seconds`, dump them, and divide their
+/// total by the redirects the server counted in between.
+async fn callgrind_redirects(
+    args: &Args,
+    counter: &ServerUser,
+    dir: &Path,
+    tokens: &[Token],
+    seconds: u64,
+) -> anyhow::Result<()> {
+    let script = dir.join("callgrind.lua");
+    write_wrk_script(&script, tokens, "/c/", "")?;
+    let server = BenchServer::start(args, counter, dir, &Outbound::default()).await?;
+    let admin = server
+        .admin
+        .ok_or_else(|| anyhow::anyhow!("the server has no admin listener"))?;
+    let before = redirects_served(admin).await?;
+    callgrind_control("-z")?;
+    let output = wrk(args, seconds, Some(&script), server.addr, "/").await?;
+    let dumped = callgrind_control("-d")?;
+    let after = redirects_served(admin).await?;
+    server.stop().await;
+    let instructions = dumped_instructions()?;
+    let redirects = after - before;
+    eprintln!("{}", String::from_utf8_lossy(&output.stdout));
+    println!(
+        "callgrind: {instructions} instructions over {redirects} redirects ({} connections): \
+         {:.0} instructions per redirect\n{dumped}",
+        args.connections,
+        instructions as f64 / redirects.max(1) as f64
+    );
+    Ok(())
+}
+
+/// Run `callgrind_control OPTION` on this process.
+fn callgrind_control(option: &str) -> anyhow::Result<String> {
+    let output = std::process::Command::new("callgrind_control")
+        .arg(option)
+        .arg(std::process::id().to_string())
+        .output()?;
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    anyhow::ensure!(
+        output.status.success() && !text.contains("Error"),
+        "callgrind_control {option} failed (is this process running under \
+         valgrind --tool=callgrind?):\n{text}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(text.trim().to_owned())
+}
+
+/// The instruction total of this process's newest callgrind dump.
+fn dumped_instructions() -> anyhow::Result<u64> {
+    let prefix = format!("callgrind.out.{}.", std::process::id());
+    let newest = std::fs::read_dir(".")?
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok())
+        .ok_or_else(|| anyhow::anyhow!("no {prefix}* in the working directory"))?;
+    let text = std::fs::read_to_string(newest.path())?;
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix("summary:")
+                .or_else(|| l.strip_prefix("totals:"))
+        })
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("no summary line in {}", newest.path().display()))
+}
+
+/// Redirect requests the server has answered so far, by its `/metrics`.
+async fn redirects_served(admin: std::net::SocketAddr) -> anyhow::Result<u64> {
+    let text = reqwest::get(format!("http://{admin}/metrics"))
+        .await?
+        .text()
+        .await?;
+    Ok(text
+        .lines()
+        .filter(|l| {
+            l.starts_with("linktrack_http_requests_total{") && l.contains(r#"route="/c/{token}""#)
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64)
 }
 
 /// Requests/s, p99 (s) and requests of wrk's output.
@@ -643,7 +865,7 @@ struct Drain {
 const DRAIN_LIMIT: Duration = Duration::from_secs(180);
 
 /// The redirect with an endpoint of `batch` events per request on: a clean
-/// outbox, then [`serve_load`] with the receiver.
+/// outbox, then [`serve_load_with`] the receiver.
 async fn webhooks_load(
     args: &Args,
     counter: &ServerUser,
@@ -652,12 +874,13 @@ async fn webhooks_load(
     receiver: &Receiver,
     batch: usize,
 ) -> anyhow::Result<(Figure, Drain)> {
-    let admin = sqlx::MySqlPool::connect(&format!("{}/{DATABASE}", args.server)).await?;
+    let admin = sqlx::MySqlPool::connect(&format!("{}/{}", args.server, args.database)).await?;
     sqlx::query("DELETE FROM outbox").execute(&admin).await?;
     admin.close().await;
     let outbound = Outbound::new(vec![receiver.endpoint(batch)?], RetryPolicy::default());
     let load = Load::Redirect(tokens);
-    let (figure, drain) = serve_load(args, counter, dir, load, Some((receiver, &outbound))).await?;
+    let (figure, drain) =
+        serve_load_with(args, counter, dir, load, &outbound, Some(receiver)).await?;
     let drain = drain.ok_or_else(|| anyhow::anyhow!("no drain figures"))?;
     Ok((figure, drain))
 }

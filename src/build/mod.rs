@@ -10,9 +10,12 @@
 //! `FILE` only when the job is complete, so a killed run leaves no truncated
 //! output behind. Running the same command again rebuilds every letter: a
 //! letter whose rows were committed before the kill reuses its letter ID and
-//! tokens (found through its pixel row), so the final output holds every
+//! tokens (found through any of its rows), so the final output holds every
 //! accepted recipient once, every link in it resolves, and no row is stored
-//! twice.
+//! twice. On a Spider cluster a failed commit can keep part of a batch (the
+//! nodes commit one by one): a letter with some rows kept gets only its
+//! missing rows, and a resumed run recounts the mailing's letters from the
+//! rows at the end (`tests/it/spider.rs` makes such a commit happen).
 
 pub(crate) mod compose;
 pub(crate) mod mailing;
@@ -246,6 +249,9 @@ pub async fn run(pool: &MySqlPool, options: &BuildOptions) -> Result<Summary, Bu
         .await
         .map_err(|e| BuildError::Internal(format!("writer task: {e}")))?;
     let delivered = written?;
+    if job.resumed {
+        stats::recount_letters_built(pool, &job.ctx.mailing.mailing_id).await?;
+    }
     for (line, email, reply) in &delivered.rejected {
         job.rejects.write(
             &mut job.summary,
@@ -334,6 +340,10 @@ struct Job<'a> {
     ctx: Arc<MailingContext>,
     /// Letter ids of addresses an earlier run already built.
     existing: HashMap<String, u64>,
+    /// An earlier run stored rows or counted letters of this mailing: the
+    /// count is made again from the rows at the end (see
+    /// [`stats::recount_letters_built`]).
+    resumed: bool,
     images: Arc<ImageTokens>,
     rejects: RejectsFile,
     sequence: Sequence,
@@ -360,10 +370,13 @@ impl<'a> Job<'a> {
         } else {
             HashMap::new()
         }));
+        let resumed = track
+            && (!existing.is_empty() || stats::letters_counted(pool, mailing_id).await?.is_some());
         Ok(Job {
             pool,
             ctx,
             existing,
+            resumed,
             images,
             rejects: RejectsFile::create(&options.rejects)?,
             sequence: Sequence::new(LETTER_SEQUENCE, options.id_block),

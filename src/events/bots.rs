@@ -11,10 +11,10 @@
 //! every link).
 
 use crate::kind::EventKind;
+use aho_corasick::AhoCorasick;
 use chrono::{DateTime, Utc};
-use moka::future::Cache;
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// Thresholds and lists, with defaults that suit mainstream mailbox providers.
@@ -91,35 +91,31 @@ pub struct Hit<'a> {
 /// The verdict: `None` for a human, else the reason code (at most 32 bytes).
 pub type Verdict = Option<String>;
 
-/// Recent clicks of one letter: link position and when.
-type RecentClicks = Arc<Mutex<Vec<(u32, Instant)>>>;
-
 /// Classifies hits; remembers recent clicks per letter for burst detection.
 pub struct BotDetector {
     rules: BotRules,
-    /// Keyed by (mailing, letter).
-    recent_clicks: Cache<(String, u64), RecentClicks>,
+    /// The user agent markers, found in one pass over a user agent whatever
+    /// its case (no lowercase copy per hit).
+    markers: Option<AhoCorasick>,
+    recent_clicks: RecentClicks,
 }
 
 impl BotDetector {
     pub fn new(rules: BotRules) -> Self {
-        let recent_clicks = Cache::builder()
-            .max_capacity(rules.burst_letters)
-            .time_to_idle(rules.burst_window * 2)
-            .build();
         BotDetector {
+            markers: case_insensitive(&rules.user_agent_markers),
+            recent_clicks: RecentClicks::new(rules.burst_letters),
             rules,
-            recent_clicks,
         }
     }
 
     pub async fn classify(&self, hit: &Hit<'_>) -> Verdict {
-        if let Some(reason) = classify_request(&self.rules, hit) {
+        if let Some(reason) = classify_request(&self.rules, self.markers.as_ref(), hit) {
             return Some(reason);
         }
         if hit.kind == EventKind::Click {
             if let Some((mailing, letter, position)) = hit.letter {
-                if self.is_burst(mailing, letter, position).await {
+                if self.is_burst(mailing, letter, position) {
                     return Some("burst".to_owned());
                 }
             }
@@ -129,42 +125,108 @@ impl BotDetector {
 
     /// Record this click and say whether the letter now has clicks on
     /// `burst_links` different links within `burst_window`.
-    async fn is_burst(&self, mailing: &str, letter: u64, position: u32) -> bool {
-        let clicks = self
-            .recent_clicks
-            .get_with((mailing.to_owned(), letter), async { Arc::default() })
-            .await;
-        let now = Instant::now();
-        let Ok(mut clicks) = clicks.lock() else {
-            return false;
-        };
-        clicks.retain(|(_, at)| now.duration_since(*at) <= self.rules.burst_window);
-        clicks.push((position, now));
-        let mut positions: Vec<u32> = clicks.iter().map(|(p, _)| *p).collect();
-        positions.sort_unstable();
-        positions.dedup();
-        positions.len() >= self.rules.burst_links
+    fn is_burst(&self, mailing: &str, letter: u64, position: u32) -> bool {
+        let window = self.rules.burst_window;
+        self.recent_clicks
+            .with_letter(mailing, letter, |clicks| {
+                let now = Instant::now();
+                clicks.retain(|(_, at)| now.duration_since(*at) <= window);
+                clicks.push((position, now));
+                let mut positions: Vec<u32> = clicks.iter().map(|(p, _)| *p).collect();
+                positions.sort_unstable();
+                positions.dedup();
+                positions.len() >= self.rules.burst_links
+            })
+            .unwrap_or(false)
     }
 }
 
+/// Recent clicks (link position, when) of the letters clicked lately, in a
+/// fixed table of slots, one letter per slot, chosen by the letter's hash.
+/// A letter clicked into a slot another letter holds takes it over: the
+/// other's few seconds of history are forgotten, which can only miss a
+/// burst, never invent one. Against a cache with eviction (moka, before)
+/// this costs no allocation, no key copy and no housekeeping per click,
+/// and its memory is fixed by `burst_letters`.
+struct RecentClicks {
+    slots: Box<[Mutex<Slot>]>,
+    hasher: std::hash::RandomState,
+}
+
+#[derive(Default)]
+struct Slot {
+    /// The hash of (mailing, letter) of the letter holding the slot.
+    letter: u64,
+    clicks: Vec<(u32, Instant)>,
+}
+
+impl RecentClicks {
+    fn new(letters: u64) -> RecentClicks {
+        let slots = usize::try_from(letters)
+            .unwrap_or(usize::MAX)
+            .clamp(1, 1 << 22);
+        RecentClicks {
+            slots: (0..slots).map(|_| Mutex::default()).collect(),
+            hasher: std::hash::RandomState::new(),
+        }
+    }
+
+    /// Run `f` on the letter's recent clicks (empty if the slot held
+    /// another letter); `None` only if the slot's lock is poisoned.
+    fn with_letter<T>(
+        &self,
+        mailing: &str,
+        letter: u64,
+        f: impl FnOnce(&mut Vec<(u32, Instant)>) -> T,
+    ) -> Option<T> {
+        use std::hash::BuildHasher;
+        let key = self.hasher.hash_one((mailing, letter));
+        // The slot count is not a power of two: the remainder takes every bit.
+        let slot = (key % self.slots.len() as u64) as usize;
+        let mut slot = self.slots.get(slot)?.lock().ok()?;
+        if slot.letter != key {
+            slot.letter = key;
+            slot.clicks.clear();
+        }
+        Some(f(&mut slot.clicks))
+    }
+}
+
+/// An automaton finding any of `patterns`, ASCII case ignored. Building
+/// fails only past size limits far beyond a list of user agent markers;
+/// then they go unchecked, said once in the log.
+fn case_insensitive<P: AsRef<[u8]>>(patterns: &[P]) -> Option<AhoCorasick> {
+    AhoCorasick::builder()
+        .ascii_case_insensitive(true)
+        .build(patterns)
+        .inspect_err(
+            |err| tracing::error!(%err, "bot markers not usable; user agents go unchecked"),
+        )
+        .ok()
+}
+
+/// The first of `markers`, in the list's order, that `agent` contains.
+fn first_marker(markers: Option<&AhoCorasick>, agent: &str) -> Option<usize> {
+    markers?
+        .find_overlapping_iter(agent)
+        .map(|found| found.pattern().as_usize())
+        .min()
+}
+
 /// The signals visible in one request alone.
-fn classify_request(rules: &BotRules, hit: &Hit<'_>) -> Verdict {
+fn classify_request(rules: &BotRules, markers: Option<&AhoCorasick>, hit: &Hit<'_>) -> Verdict {
     if hit.is_head {
         return Some("head".to_owned());
     }
     let Some(agent) = hit.user_agent.filter(|a| !a.trim().is_empty()) else {
         return Some("no_user_agent".to_owned());
     };
-    let lower = agent.to_ascii_lowercase();
     if matches!(hit.kind, EventKind::Open | EventKind::Image) {
-        if let Some(reason) = image_proxy(&lower, hit.network) {
+        if let Some(reason) = image_proxy(agent, hit.network) {
             return Some(reason.to_owned());
         }
     }
-    if let Some(marker) = rules
-        .user_agent_markers
-        .iter()
-        .find(|m| lower.contains(m.as_str()))
+    if let Some(marker) = first_marker(markers, agent).and_then(|n| rules.user_agent_markers.get(n))
     {
         let mut reason = format!("ua:{marker}");
         reason.truncate(32);
@@ -180,14 +242,16 @@ fn classify_request(rules: &BotRules, hit: &Hit<'_>) -> Verdict {
 }
 
 /// Mail providers' image proxies fetch pixels whether or not anyone reads.
-fn image_proxy(lower_agent: &str, network: Option<IpAddr>) -> Option<&'static str> {
-    if lower_agent.contains("googleimageproxy") {
+fn image_proxy(agent: &str, network: Option<IpAddr>) -> Option<&'static str> {
+    static GOOGLE: std::sync::LazyLock<Option<AhoCorasick>> =
+        std::sync::LazyLock::new(|| case_insensitive(&["googleimageproxy"]));
+    if first_marker(GOOGLE.as_ref(), agent).is_some() {
         return Some("gmail_image_proxy");
     }
     // Apple Mail Privacy Protection prefetches with a bare "Mozilla/5.0",
     // from Apple's own 17.0.0.0/8.
     let from_apple = matches!(network, Some(IpAddr::V4(v4)) if v4.octets()[0] == 17);
-    if lower_agent.trim() == "mozilla/5.0" || from_apple {
+    if agent.trim().eq_ignore_ascii_case("mozilla/5.0") || from_apple {
         return Some("apple_mpp");
     }
     None
@@ -228,6 +292,12 @@ mod tests {
         assert_eq!(d.classify(&head).await.as_deref(), Some("head"));
         let slack = hit(EventKind::Click, "Slackbot-LinkExpanding 1.0", late);
         assert_eq!(d.classify(&slack).await.as_deref(), Some("ua:bot"));
+        let shouting = hit(
+            EventKind::Click,
+            "Mozilla/5.0 (compatible; BINGBOT/2.0)",
+            late,
+        );
+        assert_eq!(d.classify(&shouting).await.as_deref(), Some("ua:bot"));
         let curl = hit(EventKind::Click, "curl/8.5.0", late);
         assert_eq!(d.classify(&curl).await.as_deref(), Some("ua:curl"));
         let gmail = hit(
@@ -284,5 +354,24 @@ mod tests {
             ..click(4)
         };
         assert_eq!(d.classify(&other_letter).await, None);
+    }
+
+    /// With one slot every letter takes it from the last: history is lost,
+    /// but clicks of two letters never add up to one letter's burst.
+    #[tokio::test]
+    async fn letters_sharing_a_slot_never_make_a_burst_together() {
+        let d = BotDetector::new(BotRules {
+            burst_letters: 1,
+            ..BotRules::default()
+        });
+        let click = |letter, position| Hit {
+            letter: Some(("m", letter, position)),
+            ..hit(EventKind::Click, BROWSER, 3_600)
+        };
+        for (letter, position) in [(7, 1), (8, 2), (7, 3), (8, 4), (7, 5)] {
+            assert_eq!(d.classify(&click(letter, position)).await, None);
+        }
+        assert_eq!(d.classify(&click(7, 6)).await, None);
+        assert_eq!(d.classify(&click(7, 7)).await.as_deref(), Some("burst"));
     }
 }

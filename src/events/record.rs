@@ -23,13 +23,16 @@
 use crate::kind::EventKind;
 use crate::store::events::EventRow;
 use chrono::{DateTime, Utc};
+use std::borrow::Cow;
 
 /// The version this release writes.
 pub const CURRENT_VERSION: u32 = 2;
 
-/// One journal line.
+/// One journal line. The text fields borrow from the row when a line is
+/// written (encoding an event copies nothing) and own their text when a
+/// line is read.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct JournalRecord {
+pub struct JournalRecord<'a> {
     /// Absent (0) in lines from before versioning.
     #[serde(default)]
     pub v: u32,
@@ -40,14 +43,14 @@ pub struct JournalRecord {
     #[serde(with = "hex::serde")]
     pub token: [u8; 16],
     pub link_id: Option<u64>,
-    pub mailing_id: Option<String>,
+    pub mailing_id: Option<Cow<'a, str>>,
     pub letter_id: Option<u64>,
-    pub email: Option<String>,
+    pub email: Option<Cow<'a, str>>,
     pub position: Option<u32>,
-    pub ip: Option<String>,
-    pub user_agent: Option<String>,
+    pub ip: Option<Cow<'a, str>>,
+    pub user_agent: Option<Cow<'a, str>>,
     pub bot: bool,
-    pub bot_reason: Option<String>,
+    pub bot_reason: Option<Cow<'a, str>>,
 }
 
 /// A journaled event on its way into the database.
@@ -67,7 +70,7 @@ pub enum RecordError {
     NewerVersion(u32),
 }
 
-impl JournalRecord {
+impl JournalRecord<'_> {
     /// The line for `row`, in the current version (no trailing newline).
     pub fn encode(row: &EventRow) -> Result<Vec<u8>, serde_json::Error> {
         serde_json::to_vec(&JournalRecord::from_row(row))
@@ -82,7 +85,7 @@ impl JournalRecord {
     /// Read one line (without its newline), saying whether the replay must
     /// look up its link (see the module docs, version 2).
     pub fn decode_replayable(line: &str) -> Result<Replayable, RecordError> {
-        let record: JournalRecord = serde_json::from_str(line)?;
+        let record: JournalRecord<'static> = serde_json::from_str(line)?;
         let resolve_link = record.v >= 2 && record.link_id.is_none();
         Ok(Replayable {
             row: record.into_row()?,
@@ -90,7 +93,10 @@ impl JournalRecord {
         })
     }
 
-    fn from_row(row: &EventRow) -> JournalRecord {
+    fn from_row(row: &EventRow) -> JournalRecord<'_> {
+        fn text(field: &Option<String>) -> Option<Cow<'_, str>> {
+            field.as_deref().map(Cow::Borrowed)
+        }
         JournalRecord {
             v: CURRENT_VERSION,
             event_id: row.event_id,
@@ -98,14 +104,14 @@ impl JournalRecord {
             kind: row.kind,
             token: row.token,
             link_id: row.link_id,
-            mailing_id: row.mailing_id.clone(),
+            mailing_id: text(&row.mailing_id),
             letter_id: row.letter_id,
-            email: row.email.clone(),
+            email: text(&row.email),
             position: row.position,
-            ip: row.ip.clone(),
-            user_agent: row.user_agent.clone(),
+            ip: text(&row.ip),
+            user_agent: text(&row.user_agent),
             bot: row.bot,
-            bot_reason: row.bot_reason.clone(),
+            bot_reason: text(&row.bot_reason),
         }
     }
 
@@ -114,20 +120,21 @@ impl JournalRecord {
         if self.v > CURRENT_VERSION {
             return Err(RecordError::NewerVersion(self.v));
         }
+        let text = |field: Option<Cow<'_, str>>| field.map(Cow::into_owned);
         Ok(EventRow {
             event_id: self.event_id,
             occurred_at: self.occurred_at,
             kind: self.kind,
             token: self.token,
             link_id: self.link_id,
-            mailing_id: self.mailing_id,
+            mailing_id: text(self.mailing_id),
             letter_id: self.letter_id,
-            email: self.email,
+            email: text(self.email),
             position: self.position,
-            ip: self.ip,
-            user_agent: self.user_agent,
+            ip: text(self.ip),
+            user_agent: text(self.user_agent),
             bot: self.bot,
-            bot_reason: self.bot_reason,
+            bot_reason: text(self.bot_reason),
         })
     }
 }

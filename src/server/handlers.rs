@@ -53,7 +53,7 @@ pub async fn click(
     }
     let location = redirect_target(&link.url)?;
     state
-        .record(EventKind::Click, token, Some(&link), &meta)
+        .record(EventKind::Click, token, Some(&link), meta)
         .await;
     let response = (StatusCode::FOUND, [(header::LOCATION, location)]).into_response();
     Ok(no_store(response))
@@ -101,7 +101,7 @@ pub async fn pixel(
             .strip_suffix(".gif")
             .and_then(|text| state.check_token(text).ok())
         {
-            state.record(EventKind::Open, token, None, &meta).await;
+            state.record(EventKind::Open, token, None, meta).await;
         }
     }
     let response = ([(header::CONTENT_TYPE, "image/gif")], PIXEL_GIF.as_slice()).into_response();
@@ -133,7 +133,7 @@ pub async fn unsubscribe(
         Err(err) => return Err(err),
     };
     let journaled = state
-        .record(EventKind::Unsubscribe, token, Some(&link), &meta)
+        .record(EventKind::Unsubscribe, token, Some(&link), meta)
         .await;
     if let Some(err) = deferred {
         if !journaled {
@@ -154,7 +154,7 @@ pub async fn image(
         return Err(ServerError::NotFound);
     }
     state
-        .record(EventKind::Image, token, Some(&link), &meta)
+        .record(EventKind::Image, token, Some(&link), meta)
         .await;
     let image = state
         .images

@@ -4,8 +4,10 @@
 use axum::extract::{MatchedPath, Request};
 use axum::middleware::Next;
 use axum::response::Response;
+use metrics::{Counter, Histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use std::sync::OnceLock;
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, OnceLock, RwLock};
 use std::time::Instant;
 
 const LATENCY: &str = "linktrack_http_request_duration_seconds";
@@ -50,20 +52,78 @@ fn method_label(method: &axum::http::Method) -> &'static str {
     }
 }
 
+/// One route's request metrics, registered once: the latency histogram and
+/// a counter per (method, status) seen so far.
+struct RouteMetrics {
+    route: String,
+    latency: Histogram,
+    requests: RwLock<Vec<(&'static str, u16, Counter)>>,
+}
+
+impl RouteMetrics {
+    fn new(route: &str) -> RouteMetrics {
+        RouteMetrics {
+            route: route.to_owned(),
+            latency: metrics::histogram!(LATENCY, "route" => route.to_owned()),
+            requests: RwLock::new(Vec::new()),
+        }
+    }
+
+    /// The counter of `method` and `status`, registered on first use. A
+    /// route answers with a handful of statuses, so a scan is enough.
+    fn requests(&self, method: &'static str, status: u16) -> Counter {
+        let find = |seen: &[(&'static str, u16, Counter)]| {
+            seen.iter()
+                .find(|(m, s, _)| *m == method && *s == status)
+                .map(|(_, _, counter)| counter.clone())
+        };
+        if let Some(counter) = self.requests.read().ok().and_then(|seen| find(&seen)) {
+            return counter;
+        }
+        let counter = metrics::counter!("linktrack_http_requests_total",
+            "route" => self.route.clone(), "method" => method, "status" => status.to_string());
+        if let Ok(mut seen) = self.requests.write() {
+            if find(&seen).is_none() {
+                seen.push((method, status, counter.clone()));
+            }
+        }
+        counter
+    }
+}
+
+/// Every route's metrics, by route pattern. Registering a labelled metric
+/// builds, hashes and looks up its label set; doing that once per route
+/// instead of twice per request is the point (the route label was also a
+/// fresh String per request).
+fn route_metrics(route: &str) -> Arc<RouteMetrics> {
+    static ROUTES: LazyLock<RwLock<HashMap<String, Arc<RouteMetrics>>>> =
+        LazyLock::new(Default::default);
+    if let Some(found) = ROUTES.read().ok().and_then(|r| r.get(route).cloned()) {
+        return found;
+    }
+    let made = Arc::new(RouteMetrics::new(route));
+    match ROUTES.write() {
+        Ok(mut routes) => routes.entry(route.to_owned()).or_insert(made).clone(),
+        Err(_) => made,
+    }
+}
+
 /// Count and time every request. The route label is the matched pattern
 /// (`/c/{token}`), never the raw path, so label cardinality stays bounded.
+/// Handles are registered once per route ([`route_metrics`]), after the
+/// recorder is installed ([`prometheus`] runs when a server is built).
 pub async fn track(request: Request, next: Next) -> Response {
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or("unmatched", |p| p.as_str())
-        .to_owned();
+    let route = route_metrics(
+        request
+            .extensions()
+            .get::<MatchedPath>()
+            .map_or("unmatched", |p| p.as_str()),
+    );
     let method = method_label(request.method());
     let started = Instant::now();
     let response = next.run(request).await;
-    let status = response.status().as_u16().to_string();
-    metrics::counter!("linktrack_http_requests_total", "route" => route.clone(), "method" => method, "status" => status)
-        .increment(1);
-    metrics::histogram!(LATENCY, "route" => route).record(started.elapsed().as_secs_f64());
+    let status = response.status().as_u16();
+    route.requests(method, status).increment(1);
+    route.latency.record(started.elapsed().as_secs_f64());
     response
 }

@@ -15,13 +15,14 @@ impl AppState {
     /// journal (`true`) or could not be journaled (`false`, logged); the
     /// database insert happens later, in the background. `link` is `None`
     /// for an event journaled with its token only: the replay looks the
-    /// link up (journal record version 2).
+    /// link up (journal record version 2). `meta` is taken, so its user
+    /// agent moves into the event instead of being copied.
     pub async fn record(
         &self,
         kind: EventKind,
         token: Token,
         link: Option<&StoredLink>,
-        meta: &RequestMeta,
+        meta: RequestMeta,
     ) -> bool {
         if !self.settings.record_events {
             return true;
@@ -48,7 +49,7 @@ impl AppState {
             email: link.map(|l| l.email.clone()),
             position: link.map(|l| l.position),
             ip: meta.network.map(|net| net.to_string()),
-            user_agent: meta.user_agent.clone(),
+            user_agent: meta.user_agent,
             bot: verdict.is_some(),
             bot_reason: verdict,
         };

@@ -38,8 +38,7 @@ impl FromRequestParts<AppState> for RequestMeta {
         let user_agent = parts
             .headers
             .get(header::USER_AGENT)
-            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
-            .map(|ua| truncate_chars(&ua, MAX_USER_AGENT_CHARS));
+            .map(|v| truncate_chars(&String::from_utf8_lossy(v.as_bytes()), MAX_USER_AGENT_CHARS));
         Ok(RequestMeta {
             network: forwarded.or(peer).map(truncate_ip),
             user_agent,
@@ -56,8 +55,14 @@ fn forwarded_for(headers: &HeaderMap) -> Option<IpAddr> {
     last_entry.trim().parse().ok()
 }
 
+/// The first `max` characters of `text`, copied once (the header's bytes
+/// are borrowed until here).
 fn truncate_chars(text: &str, max: usize) -> String {
-    text.chars().take(max).collect()
+    let end = text
+        .char_indices()
+        .nth(max)
+        .map_or(text.len(), |(at, _)| at);
+    text[..end].to_owned()
 }
 
 /// Zero the host part: keep a /24 of IPv4 and a /48 of IPv6.
@@ -129,5 +134,6 @@ mod tests {
     fn user_agents_are_cut_on_character_boundaries() {
         let long = "é".repeat(600);
         assert_eq!(truncate_chars(&long, 512).chars().count(), 512);
+        assert_eq!(truncate_chars("Mozilla/5.0", 512), "Mozilla/5.0");
     }
 }

@@ -197,15 +197,20 @@ pub async fn insert_on(conn: &mut MySqlConnection, rows: &[NewLink]) -> Result<u
     Ok(inserted)
 }
 
-/// The letters of a mailing already stored, by address: each tracked letter
-/// has exactly one pixel row, so those rows list the letters. Used to resume
-/// an interrupted build without storing anything twice.
+/// The letters of a mailing already stored, by address: every letter with
+/// any row stored, not only those with their pixel row. On one server a
+/// batch commits whole, but a Spider cluster commits node by node: a failed
+/// commit can keep some of a letter's rows (on one node) and lose the rest,
+/// pixel included. Resuming such a letter under its id stores only its
+/// missing rows; a new id would leave the kept ones behind, orphaned. Used
+/// to resume an interrupted build without storing anything twice.
 pub async fn letters_of_mailing(
     pool: &MySqlPool,
     mailing_id: &str,
 ) -> Result<HashMap<String, u64>, StoreError> {
     let rows: Vec<(String, u64)> = sqlx::query_as(
-        "SELECT email, letter_id FROM links WHERE mailing_id = ? AND kind = 'pixel'",
+        "SELECT email, MIN(letter_id) FROM links WHERE mailing_id = ? AND letter_id > 0 \
+         GROUP BY email",
     )
     .bind(mailing_id)
     .fetch_all(pool)

@@ -124,15 +124,23 @@ async fn read_totals(pool: &MySqlPool, s: &mut MailingSummary) -> Result<bool, S
 /// the `mailing_letter` index, but every entry of the mailing in it (about
 /// 0.5 ms per 100 letters here); `examples/bench_stats.rs` measures both.
 pub async fn letters_built(pool: &MySqlPool, mailing_id: &str) -> Result<u64, StoreError> {
-    let kept: Option<u64> =
-        sqlx::query_scalar("SELECT letters FROM stats_letters WHERE mailing_id = ?")
-            .bind(mailing_id)
-            .fetch_optional(pool)
-            .await?;
-    match kept {
+    match letters_counted(pool, mailing_id).await? {
         Some(n) => Ok(n),
         None => count_letters(pool, mailing_id).await,
     }
+}
+
+/// The builder's own count of a mailing's letters, if it keeps one.
+pub async fn letters_counted(
+    pool: &MySqlPool,
+    mailing_id: &str,
+) -> Result<Option<u64>, StoreError> {
+    Ok(
+        sqlx::query_scalar("SELECT letters FROM stats_letters WHERE mailing_id = ?")
+            .bind(mailing_id)
+            .fetch_optional(pool)
+            .await?,
+    )
 }
 
 /// Count the mailing's letters from the `mailing_letter` index.
@@ -144,6 +152,24 @@ pub async fn count_letters(pool: &MySqlPool, mailing_id: &str) -> Result<u64, St
     .fetch_one(pool)
     .await?;
     Ok(n as u64)
+}
+
+/// Set a mailing's letters count from its stored rows ([`count_letters`]).
+/// For a resumed build: on a Spider cluster the earlier run's failed commit
+/// may have kept the count on the head and lost letters' rows on a node,
+/// or kept rows and lost the count (nodes commit one by one, no XA).
+pub async fn recount_letters_built(pool: &MySqlPool, mailing_id: &str) -> Result<u64, StoreError> {
+    let letters = count_letters(pool, mailing_id).await?;
+    sqlx::query(
+        "INSERT INTO stats_letters (mailing_id, letters) VALUES (?, ?) \
+         ON DUPLICATE KEY UPDATE letters = ?",
+    )
+    .bind(mailing_id)
+    .bind(letters)
+    .bind(letters)
+    .execute(pool)
+    .await?;
+    Ok(letters)
 }
 
 /// Add `letters` newly stored letters to a mailing's count. The builder

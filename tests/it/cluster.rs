@@ -232,13 +232,20 @@ impl Cluster {
 
     /// The same with another LINKTRACK_SHARDS.
     pub fn linktrack_with_shards(&self, shards: &str, args: &[&str]) -> std::process::Output {
-        Command::new(env!("CARGO_BIN_EXE_linktrack"))
+        self.command(shards, args)
+            .output()
+            .expect("running linktrack")
+    }
+
+    /// The `linktrack` command against the head, to run later (or elsewhere).
+    pub fn command(&self, shards: &str, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_linktrack"));
+        command
             .args(args)
             .env("DATABASE_URL", self.head.url())
             .env("LINKTRACK_SHARDS", shards)
-            .env("RUST_LOG", "warn")
-            .output()
-            .expect("running linktrack")
+            .env("RUST_LOG", "warn");
+        command
     }
 
     /// A connection pool on data node `n`'s database.

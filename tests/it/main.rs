@@ -11,6 +11,7 @@ mod delivery;
 mod demo;
 mod first_hour;
 mod hot_path;
+mod image_proxy;
 mod links;
 mod load;
 mod messages;

@@ -5,7 +5,6 @@
 use crate::common::{days_ago, today, token_on, TestDb};
 use chrono::Utc;
 use linktrack::events::journal::JournalSettings;
-use linktrack::server::image::AddressPolicy;
 use linktrack::server::state::ServerSettings;
 use linktrack::server::{App, AppSettings, ServeError};
 use linktrack::store::links::{self, LinkKind, NewLink};
@@ -14,7 +13,7 @@ use linktrack::token::Token;
 use reqwest::{header, Client, Method, StatusCode};
 use sqlx::MySqlPool;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
@@ -24,7 +23,7 @@ const BROWSER: &str =
     "Mozilla/5.0 (Macintosh; Intel Mac OS X 14_0) AppleWebKit/605.1.15 Version/17.0 Safari/605.1.15";
 
 /// A server running on a task, stopped gracefully by [`TestServer::stop`].
-struct TestServer {
+pub(crate) struct TestServer {
     base: String,
     /// The admin listener: `/readyz` and `/metrics`.
     admin: String,
@@ -40,7 +39,7 @@ fn fast_journal(dir: &Path) -> JournalSettings {
     }
 }
 
-fn test_settings() -> ServerSettings {
+pub(crate) fn test_settings() -> ServerSettings {
     ServerSettings {
         flush_deadline: Duration::from_secs(2),
         ..ServerSettings::default()
@@ -57,11 +56,15 @@ async fn started(pool: MySqlPool, journal: &Path, settings: ServerSettings) -> A
 }
 
 impl TestServer {
-    async fn start(pool: MySqlPool, journal: &Path) -> TestServer {
+    pub(crate) async fn start(pool: MySqlPool, journal: &Path) -> TestServer {
         Self::start_with(pool, journal, test_settings()).await
     }
 
-    async fn start_with(pool: MySqlPool, journal: &Path, settings: ServerSettings) -> TestServer {
+    pub(crate) async fn start_with(
+        pool: MySqlPool,
+        journal: &Path,
+        settings: ServerSettings,
+    ) -> TestServer {
         let server = started(pool, journal, settings).await;
         let base = format!("http://{}", server.local_addr().unwrap());
         let admin = format!("http://{}", server.admin_addr().expect("an admin listener"));
@@ -77,16 +80,16 @@ impl TestServer {
         }
     }
 
-    fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
 
-    fn admin_url(&self, path: &str) -> String {
+    pub(crate) fn admin_url(&self, path: &str) -> String {
         format!("{}{path}", self.admin)
     }
 
     /// Graceful stop: in-flight requests finish, the journal is flushed.
-    async fn stop(self) {
+    pub(crate) async fn stop(self) {
         let _ = self.shutdown.send(());
         tokio::time::timeout(Duration::from_secs(10), self.task)
             .await
@@ -96,7 +99,7 @@ impl TestServer {
     }
 }
 
-fn client() -> Client {
+pub(crate) fn client() -> Client {
     Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .timeout(Duration::from_secs(10))
@@ -106,7 +109,7 @@ fn client() -> Client {
 }
 
 /// A pool of the server's own, so a test can close it without closing the test's.
-async fn server_pool(db: &TestDb) -> MySqlPool {
+pub(crate) async fn server_pool(db: &TestDb) -> MySqlPool {
     let settings = PoolSettings {
         max_connections: 4,
         acquire_timeout: Duration::from_millis(1500),
@@ -126,7 +129,7 @@ fn settled_token() -> Token {
     Token::at(Utc::now() - chrono::Duration::hours(1))
 }
 
-async fn add_link(pool: &MySqlPool, kind: LinkKind, url: &str, position: u32) -> Token {
+pub(crate) async fn add_link(pool: &MySqlPool, kind: LinkKind, url: &str, position: u32) -> Token {
     let token = settled_token();
     let row = NewLink {
         token,
@@ -144,13 +147,13 @@ async fn add_link(pool: &MySqlPool, kind: LinkKind, url: &str, position: u32) ->
 
 /// A database with partitions for yesterday through tomorrow (a token from
 /// an hour ago may be dated yesterday just after midnight).
-async fn db() -> TestDb {
+pub(crate) async fn db() -> TestDb {
     TestDb::with_days_since(days_ago(1)).await
 }
 
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
-struct StoredEvent {
-    kind: String,
+pub(crate) struct StoredEvent {
+    pub(crate) kind: String,
     token: String,
     link_id: Option<u64>,
     bot: bool,
@@ -159,7 +162,7 @@ struct StoredEvent {
     user_agent: Option<String>,
 }
 
-async fn events(pool: &MySqlPool) -> Vec<StoredEvent> {
+pub(crate) async fn events(pool: &MySqlPool) -> Vec<StoredEvent> {
     sqlx::query_as(
         "SELECT CAST(kind AS CHAR) AS kind, LOWER(HEX(uuid)) AS token, link_id, bot, bot_reason, \
          ip, user_agent FROM events ORDER BY occurred_at, id",
@@ -170,7 +173,7 @@ async fn events(pool: &MySqlPool) -> Vec<StoredEvent> {
 }
 
 /// Poll until at least `n` events are stored (10 s at most).
-async fn wait_for_events(pool: &MySqlPool, n: usize) -> Vec<StoredEvent> {
+pub(crate) async fn wait_for_events(pool: &MySqlPool, n: usize) -> Vec<StoredEvent> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let found = events(pool).await;
@@ -181,7 +184,7 @@ async fn wait_for_events(pool: &MySqlPool, n: usize) -> Vec<StoredEvent> {
     }
 }
 
-fn header(response: &reqwest::Response, name: header::HeaderName) -> &str {
+pub(crate) fn header(response: &reqwest::Response, name: header::HeaderName) -> &str {
     response
         .headers()
         .get(name)
@@ -753,228 +756,6 @@ async fn health_and_metrics_answer() {
     }
     let admin_health = http.get(server.admin_url("/healthz")).send().await.unwrap();
     assert_eq!(admin_health.status(), StatusCode::OK);
-    drop(http);
-    server.stop().await;
-}
-
-/// A local image server counting the requests that reach it.
-struct Upstream {
-    base: String,
-    hits: Arc<AtomicUsize>,
-}
-
-async fn upstream() -> Upstream {
-    use axum::http::header as h;
-    use axum::response::IntoResponse;
-    use axum::routing::get;
-    let hits = Arc::new(AtomicUsize::new(0));
-    let counter = hits.clone();
-    let app = axum::Router::new()
-        .route(
-            "/img.png",
-            get(|| async {
-                (
-                    [
-                        (h::CONTENT_TYPE, "image/png"),
-                        (h::CACHE_CONTROL, "max-age=60"),
-                    ],
-                    "PNGDATA",
-                )
-            }),
-        )
-        .route(
-            "/fresh.png",
-            get(|| async {
-                (
-                    [
-                        (h::CONTENT_TYPE, "image/png"),
-                        (h::CACHE_CONTROL, "no-store"),
-                    ],
-                    "FRESH",
-                )
-            }),
-        )
-        .route(
-            "/slow.png",
-            get(|| async {
-                tokio::time::sleep(Duration::from_millis(300)).await;
-                ([(h::CONTENT_TYPE, "image/png")], "SLOW")
-            }),
-        )
-        .route(
-            "/page",
-            get(|| async { ([(h::CONTENT_TYPE, "text/html")], "<html>") }),
-        )
-        .route(
-            "/big.png",
-            get(|| async { ([(h::CONTENT_TYPE, "image/png")], vec![0u8; 6 << 20]) }),
-        )
-        .route(
-            "/moved",
-            get(|| async {
-                (axum::http::StatusCode::FOUND, [(h::LOCATION, "/img.png")]).into_response()
-            }),
-        )
-        .route(
-            "/loop",
-            get(|| async {
-                (axum::http::StatusCode::FOUND, [(h::LOCATION, "/loop")]).into_response()
-            }),
-        )
-        .layer(axum::middleware::from_fn(
-            move |request: axum::extract::Request, next: axum::middleware::Next| {
-                let counter = counter.clone();
-                async move {
-                    counter.fetch_add(1, Ordering::SeqCst);
-                    next.run(request).await
-                }
-            },
-        ));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    Upstream { base, hits }
-}
-
-#[tokio::test]
-async fn the_image_proxy_refuses_non_public_targets() {
-    let db = db().await;
-    let dir = tempfile::tempdir().unwrap();
-    let up = upstream().await;
-    let port = up.base.rsplit(':').next().unwrap().to_owned();
-    let targets = [
-        format!("http://127.0.0.1:{port}/img.png"),
-        format!("http://[::1]:{port}/img.png"),
-        format!("http://localhost:{port}/img.png"),
-        "http://10.0.0.1/img.png".to_owned(),
-        "http://169.254.169.254/latest/meta-data/".to_owned(),
-        "http://[::ffff:127.0.0.1]/img.png".to_owned(),
-        "ftp://example.com/img.png".to_owned(),
-        "file:///etc/passwd".to_owned(),
-    ];
-    let mut tokens = Vec::new();
-    for (n, target) in targets.iter().enumerate() {
-        tokens.push(add_link(&db.pool, LinkKind::Image, target, n as u32).await);
-    }
-    // Default settings: the strict address policy.
-    let server = TestServer::start(server_pool(&db).await, dir.path()).await;
-    let http = client();
-    for (token, target) in tokens.iter().zip(&targets) {
-        let started = Instant::now();
-        let response = http
-            .get(server.url(&format!("/i/{token}")))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), StatusCode::BAD_GATEWAY, "{target}");
-        assert!(
-            started.elapsed() < Duration::from_secs(3),
-            "{target} was slow"
-        );
-    }
-    assert_eq!(up.hits.load(Ordering::SeqCst), 0, "no request left");
-    drop(http);
-    server.stop().await;
-}
-
-#[tokio::test]
-async fn the_image_proxy_serves_checks_and_caches_images() {
-    let db = db().await;
-    let dir = tempfile::tempdir().unwrap();
-    let up = upstream().await;
-    let image = add_link(
-        &db.pool,
-        LinkKind::Image,
-        &format!("{}/img.png", up.base),
-        1,
-    )
-    .await;
-    let fresh = add_link(
-        &db.pool,
-        LinkKind::Image,
-        &format!("{}/fresh.png", up.base),
-        2,
-    )
-    .await;
-    let page = add_link(&db.pool, LinkKind::Image, &format!("{}/page", up.base), 3).await;
-    let big = add_link(
-        &db.pool,
-        LinkKind::Image,
-        &format!("{}/big.png", up.base),
-        4,
-    )
-    .await;
-    let moved = add_link(&db.pool, LinkKind::Image, &format!("{}/moved", up.base), 5).await;
-    let looping = add_link(&db.pool, LinkKind::Image, &format!("{}/loop", up.base), 6).await;
-    let click = add_link(
-        &db.pool,
-        LinkKind::Click,
-        &format!("{}/img.png", up.base),
-        7,
-    )
-    .await;
-    let slow = add_link(
-        &db.pool,
-        LinkKind::Image,
-        &format!("{}/slow.png", up.base),
-        8,
-    )
-    .await;
-    let mut settings = test_settings();
-    settings.images.policy = AddressPolicy::AllowLoopback;
-    let server = TestServer::start_with(server_pool(&db).await, dir.path(), settings).await;
-    let http = client();
-    let get = |token: Token| http.get(server.url(&format!("/i/{token}"))).send();
-    let hits = || up.hits.load(Ordering::SeqCst);
-
-    for _ in 0..2 {
-        let response = get(image).await.unwrap();
-        assert_eq!(response.status(), StatusCode::OK);
-        assert_eq!(header(&response, header::CONTENT_TYPE), "image/png");
-        assert_eq!(header(&response, header::X_CONTENT_TYPE_OPTIONS), "nosniff");
-        assert_eq!(response.text().await.unwrap(), "PNGDATA");
-    }
-    assert_eq!(hits(), 1, "the second load came from the cache");
-
-    for _ in 0..2 {
-        assert_eq!(get(fresh).await.unwrap().status(), StatusCode::OK);
-    }
-    assert_eq!(hits(), 3, "no-store is not cached");
-
-    let response = get(moved).await.unwrap();
-    assert_eq!(
-        response.status(),
-        StatusCode::OK,
-        "one redirect is followed"
-    );
-    assert_eq!(response.text().await.unwrap(), "PNGDATA");
-
-    for (token, what) in [(page, "html"), (big, "6 MB"), (looping, "redirect loop")] {
-        let response = get(token).await.unwrap();
-        assert_eq!(response.status(), StatusCode::BAD_GATEWAY, "{what}");
-    }
-    assert_eq!(get(click).await.unwrap().status(), StatusCode::NOT_FOUND);
-
-    // Ten readers open the letter at once: one upstream fetch serves them
-    // all (without coalescing, each concurrent miss would fetch).
-    let before = hits();
-    let url = server.url(&format!("/i/{slow}"));
-    let readers: Vec<_> = (0..10)
-        .map(|_| {
-            let (http, url) = (http.clone(), url.clone());
-            tokio::spawn(async move { http.get(url).send().await.unwrap().text().await.unwrap() })
-        })
-        .collect();
-    for reader in readers {
-        assert_eq!(reader.await.unwrap(), "SLOW");
-    }
-    assert_eq!(hits() - before, 1, "concurrent misses share one fetch");
-
-    // Every load is recorded, served or not: 2 + 2 + 1 + 3 + 10 (the click
-    // token on /i/ is not an image link and records nothing).
-    let loads = wait_for_events(&db.pool, 18).await;
-    assert_eq!(loads.len(), 18, "{loads:?}");
-    assert!(loads.iter().all(|e| e.kind == "image"), "{loads:?}");
     drop(http);
     server.stop().await;
 }
