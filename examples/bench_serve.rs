@@ -21,6 +21,8 @@
 //!    receiver in this process answering 204): every click is queued in the
 //!    outbox by the replay and POSTed, signed, while the load runs. The
 //!    ratio to (2) is what events out cost the redirect (aim >= 0.95).
+//! 6. With `--compare-in-flight M`: the redirect again on a server whose
+//!    shared lookups run M statements at once instead of `--in-flight`'s.
 //!
 //! With `--callgrind SECONDS` the rounds are replaced by one redirect load
 //! while this process runs under `valgrind --tool=callgrind`: the counters
@@ -59,10 +61,15 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
-#[derive(Parser)]
+#[derive(Parser, Clone)]
 struct Args {
     #[arg(long, default_value = "mysql://root@127.0.0.1:3306")]
     server: String,
+    /// The benchmark's database, dropped and loaded anew without
+    /// `--reuse`; the server connects as a MariaDB user of the same name,
+    /// so its statements are its own. Give concurrent runs their own.
+    #[arg(long, default_value = "lt_bench_serve")]
+    database: String,
     /// Link rows, spread evenly over `--days` daily partitions.
     #[arg(long, default_value_t = 3_000_000)]
     rows: u64,
@@ -93,15 +100,20 @@ struct Args {
     /// Also measure the redirect with a webhook endpoint on, every round.
     #[arg(long)]
     webhooks: bool,
+    /// The server's link lookups in flight at once (cache misses that
+    /// arrive while all are busy share the next statement).
+    #[arg(long, default_value_t = linktrack::server::state::ServerSettings::default().lookups_in_flight)]
+    in_flight: usize,
+    /// Also measure the redirect with this many lookups in flight, every
+    /// round, against `--in-flight`.
+    #[arg(long)]
+    compare_in_flight: Option<usize>,
     /// Instead of the rounds: one redirect load of this many seconds,
     /// counted by callgrind (run under `valgrind --tool=callgrind`).
     #[arg(long, value_name = "SECONDS")]
     callgrind: Option<u64>,
 }
 
-const DATABASE: &str = "lt_bench_serve";
-/// The MariaDB user the server connects as, so its statements are its own.
-const SERVER_USER: &str = "lt_bench_serve";
 /// wrk's threads (the machine has two cores).
 const WRK_THREADS: usize = 2;
 
@@ -132,14 +144,14 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     let dir = tempfile::tempdir()?;
-    let url = format!("{}/{DATABASE}", args.server);
+    let url = format!("{}/{}", args.server, args.database);
     let mut tokens = if args.reuse {
         existing_tokens(&url, args.sample).await?
     } else {
         load_links(&args, dir.path()).await?
     };
     tokens.shuffle(&mut rand::rng());
-    let counter = ServerUser::create(&args.server).await?;
+    let counter = ServerUser::create(&args.server, &args.database).await?;
     println!(
         "# linktrack bench_serve: {} rows in {} daily partitions, {} connections, {} s each, {} rounds",
         tokens.len(),
@@ -153,7 +165,7 @@ async fn main() -> anyhow::Result<()> {
         return callgrind_redirects(&args, &counter, dir.path(), &tokens, seconds).await;
     }
 
-    let per_round = if args.webhooks { 4 } else { 3 };
+    let per_round = 3 + usize::from(args.webhooks) + usize::from(args.compare_in_flight.is_some());
     let slices: Vec<&[Token]> = tokens
         .chunks(tokens.len().div_ceil(args.rounds * per_round).max(1))
         .collect();
@@ -163,6 +175,7 @@ async fn main() -> anyhow::Result<()> {
         Outbound::default()
     };
     let mut hooked = Vec::new();
+    let mut compared = Vec::new();
     let mut slices = slices.into_iter();
     let (mut ceilings, mut redirects, mut pixels, mut healths) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -182,6 +195,20 @@ async fn main() -> anyhow::Result<()> {
             hooked.push(serve_load(&args, &counter, dir.path(), Load::Redirect(d), &hooks).await?);
             eprintln!("  redirect with webhooks {:?}", hooked.last());
         }
+        if let Some(in_flight) = args.compare_in_flight {
+            let Some(e) = slices.next() else {
+                anyhow::bail!("too few tokens for {} rounds", args.rounds);
+            };
+            let other = Args {
+                in_flight,
+                ..args.clone()
+            };
+            compared.push(serve_load(&other, &counter, dir.path(), Load::Redirect(e), &off).await?);
+            eprintln!(
+                "  redirect with {in_flight} lookups in flight {:?}",
+                compared.last()
+            );
+        }
         eprintln!(
             "round {round}: ceiling {:?}\n  redirect {:?}\n  pixel {:?}\n  healthz {:?}",
             ceilings.last(),
@@ -197,6 +224,9 @@ async fn main() -> anyhow::Result<()> {
         &median(&healths),
         args.rounds,
     );
+    if let Some(in_flight) = args.compare_in_flight {
+        report_in_flight(&args, in_flight, &median(&redirects), &median(&compared));
+    }
     if args.webhooks {
         let on = median(&hooked);
         let redirect = median(&redirects);
@@ -238,6 +268,22 @@ async fn receiver() -> anyhow::Result<Endpoint> {
         concurrency: 8,
         timeout: Duration::from_secs(10),
     })
+}
+
+/// The redirect with `--compare-in-flight` lookups in flight against `--in-flight`.
+fn report_in_flight(args: &Args, in_flight: usize, base: &Figure, other: &Figure) {
+    println!(
+        "redirect, {in_flight} lookups in flight        {:>9.0} req/s      p99 {:>7.2} ms   {:.3} statements/hit",
+        other.per_second,
+        other.p99 * 1e3,
+        other.statements_per_hit
+    );
+    println!(
+        "{in_flight} / {} lookups in flight, req/s     {:.2}   p99 {:.2}",
+        args.in_flight,
+        other.per_second / base.per_second,
+        other.p99 / base.p99
+    );
 }
 
 fn report(ceiling: &Figure, redirect: &Figure, pixel: &Figure, health: &Figure, rounds: usize) {
@@ -286,13 +332,14 @@ fn report(ceiling: &Figure, redirect: &Figure, pixel: &Figure, health: &Figure, 
 /// through LOAD DATA; returns every token.
 async fn load_links(args: &Args, dir: &Path) -> anyhow::Result<Vec<Token>> {
     let admin = sqlx::MySqlPool::connect(&args.server).await?;
-    sqlx::query(&format!("DROP DATABASE IF EXISTS {DATABASE}"))
+    let database = &args.database;
+    sqlx::query(&format!("DROP DATABASE IF EXISTS {database}"))
         .execute(&admin)
         .await?;
-    let pool = store::migrate(&format!("{}/{DATABASE}", args.server)).await?;
+    let pool = store::migrate(&format!("{}/{database}", args.server)).await?;
     for line in store::set_row_format(&pool, &store::RowFormatOptions::new(args.row_format)).await?
     {
-        println!("{DATABASE}: {line}");
+        println!("{database}: {line}");
     }
     let today = Utc::now().date_naive();
     let first = today
@@ -333,7 +380,7 @@ async fn load_links(args: &Args, dir: &Path) -> anyhow::Result<Vec<Token>> {
     }
     out.flush()?;
     drop(out);
-    let seconds = mysql_client::load_links_tsv(DATABASE, &tsv, "links")?;
+    let seconds = mysql_client::load_links_tsv(database, &tsv, "links")?;
     eprintln!("loaded {n} rows in {seconds:.0} s");
     sqlx::query("ANALYZE TABLE links").execute(&pool).await?;
     Ok(tokens)
@@ -357,15 +404,17 @@ async fn existing_tokens(url: &str, sample: Option<u64>) -> anyhow::Result<Vec<T
 struct ServerUser {
     admin: sqlx::MySqlPool,
     url: String,
+    /// Named as the database.
+    name: String,
 }
 
 impl ServerUser {
-    async fn create(server: &str) -> anyhow::Result<ServerUser> {
+    async fn create(server: &str, database: &str) -> anyhow::Result<ServerUser> {
         let admin = sqlx::MySqlPool::connect(server).await?;
         for sql in [
             "SET GLOBAL userstat = 1".to_owned(),
-            format!("CREATE USER IF NOT EXISTS '{SERVER_USER}'@'%'"),
-            format!("GRANT ALL ON `{DATABASE}`.* TO '{SERVER_USER}'@'%'"),
+            format!("CREATE USER IF NOT EXISTS '{database}'@'%'"),
+            format!("GRANT ALL ON `{database}`.* TO '{database}'@'%'"),
         ] {
             sqlx::query(&sql).execute(&admin).await?;
         }
@@ -373,8 +422,12 @@ impl ServerUser {
             .strip_prefix("mysql://")
             .and_then(|rest| rest.split_once('@').map(|(_, host)| host))
             .unwrap_or("127.0.0.1:3306");
-        let url = format!("mysql://{SERVER_USER}@{host}/{DATABASE}");
-        Ok(ServerUser { admin, url })
+        let url = format!("mysql://{database}@{host}/{database}");
+        Ok(ServerUser {
+            admin,
+            url,
+            name: database.to_owned(),
+        })
     }
 
     /// Every statement the server's user has run so far.
@@ -383,7 +436,7 @@ impl ServerUser {
             "SELECT CAST(SELECT_COMMANDS + UPDATE_COMMANDS + OTHER_COMMANDS AS SIGNED) \
              FROM information_schema.USER_STATISTICS WHERE USER = ?",
         )
-        .bind(SERVER_USER)
+        .bind(&self.name)
         .fetch_optional(&self.admin)
         .await?;
         Ok(total.unwrap_or(0) as f64)
@@ -415,7 +468,7 @@ fn sysbench(args: &Args, dir: &Path, tokens: &[Token]) -> anyhow::Result<Figure>
             "--mysql-host=127.0.0.1",
             "--mysql-port=3306",
             "--mysql-user=root",
-            &format!("--mysql-db={DATABASE}"),
+            &format!("--mysql-db={}", args.database),
             &format!("--threads={}", args.connections),
             &format!("--time={}", args.seconds),
             "--percentile=99",
@@ -594,10 +647,11 @@ impl BenchServer {
         let pool = store::connect(&counter.url, &settings).await?;
         let journal = dir.join("journal");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let settings = AppSettings {
+        let mut settings = AppSettings {
             outbound: outbound.clone(),
             ..AppSettings::new(pool.clone(), JournalSettings::new(&journal))
         };
+        settings.server.lookups_in_flight = args.in_flight;
         let server = App::build(settings, listener).await?;
         let addr = server.local_addr()?;
         let admin = server.admin_addr();

@@ -298,7 +298,13 @@ impl WriterState {
                 Err(_) => break,
             }
         }
-        let bytes: Vec<u8> = batch.iter().flat_map(|p| p.line.iter().copied()).collect();
+        // One copy per line (a byte-by-byte `flat_map` here was two thirds
+        // of the writer's instructions).
+        let bytes = batch
+            .iter()
+            .map(|p| p.line.as_slice())
+            .collect::<Vec<_>>()
+            .concat();
         let result = self.append(&bytes, batch.len()).await.map_err(Arc::new);
         if let Err(err) = &result {
             tracing::error!(%err, events = batch.len(), "journal append failed");

@@ -4,7 +4,7 @@
 //! concurrent clicks share their lookups.
 
 use crate::common::{days_ago, today, token_on, CountedUser, RunningApp, Statements, TestDb};
-use chrono::{NaiveDate, Utc};
+use chrono::{NaiveDate, Timelike, Utc};
 use linktrack::events::journal::JournalSettings;
 use linktrack::server::AppSettings;
 use linktrack::store::links::{self, LinkKind, NewLink};
@@ -200,4 +200,100 @@ async fn concurrent_clicks_on_distinct_tokens_share_their_lookups() {
         "{per_click:.2} statements per click, events included: {all:?}"
     );
     assert_eq!(stored_events(&db).await.len(), 640);
+}
+
+/// The replay's insert writes its values into the statement: every field
+/// comes back as it went in, whatever its characters, NULLs included; a
+/// second insert of the same events adds nothing; a day without a
+/// partition is an error naming the table, not a lost row.
+#[tokio::test]
+async fn replayed_events_are_stored_exactly_and_once() {
+    use linktrack::kind::EventKind;
+    use linktrack::store::events::{insert_idempotent, EventRow};
+    let db = TestDb::with_days_since(days_ago(1)).await;
+    let now = Utc::now();
+    let full = EventRow {
+        event_id: *Token::at(now).as_bytes(),
+        occurred_at: now,
+        kind: EventKind::Click,
+        token: *settled_token(today()).as_bytes(),
+        link_id: Some(u64::MAX),
+        mailing_id: Some("m'; DROP TABLE events; -- \\ \"x\"".to_owned()),
+        letter_id: Some(7),
+        email: Some("zoë+ünïcode@exämple.com".to_owned()),
+        position: Some(u32::MAX),
+        ip: Some("2001:db8:abcd::".to_owned()),
+        user_agent: Some("Mozilla/5.0 \u{1F600} \0 \\' end".to_owned()),
+        bot: true,
+        bot_reason: Some("ua:curl".to_owned()),
+    };
+    let bare = EventRow {
+        event_id: *Token::at(now - chrono::Duration::days(1)).as_bytes(),
+        occurred_at: now - chrono::Duration::days(1),
+        kind: EventKind::Open,
+        link_id: None,
+        mailing_id: None,
+        letter_id: None,
+        email: None,
+        position: None,
+        ip: None,
+        user_agent: None,
+        bot: false,
+        bot_reason: None,
+        ..full.clone()
+    };
+    let rows = [full.clone(), bare.clone()];
+    insert_idempotent(&db.pool, &rows).await.unwrap();
+    insert_idempotent(&db.pool, &rows).await.unwrap();
+
+    type Stored = (
+        Vec<u8>,
+        String,
+        Option<u64>,
+        Option<String>,
+        Option<u64>,
+        Option<String>,
+        Option<u32>,
+        Option<String>,
+        Option<String>,
+        bool,
+        Option<String>,
+        chrono::NaiveDateTime,
+    );
+    let stored: Vec<Stored> = sqlx::query_as(
+        "SELECT event_id, CAST(kind AS CHAR), link_id, mailing_id, letter_id, email, position, \
+         ip, user_agent, bot, bot_reason, occurred_at FROM events ORDER BY occurred_at DESC",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let expect = |row: &EventRow| -> Stored {
+        (
+            row.event_id.to_vec(),
+            row.kind.as_str().to_owned(),
+            row.link_id,
+            row.mailing_id.clone(),
+            row.letter_id,
+            row.email.clone(),
+            row.position,
+            row.ip.clone(),
+            row.user_agent.clone(),
+            row.bot,
+            row.bot_reason.clone(),
+            // DATETIME(3): milliseconds are kept.
+            row.occurred_at
+                .naive_utc()
+                .with_nanosecond(row.occurred_at.timestamp_subsec_millis() * 1_000_000)
+                .unwrap(),
+        )
+    };
+    assert_eq!(stored, vec![expect(&full), expect(&bare)]);
+
+    let far = EventRow {
+        event_id: [9; 16],
+        occurred_at: now + chrono::Duration::days(400),
+        ..bare
+    };
+    let err = insert_idempotent(&db.pool, &[far]).await.unwrap_err();
+    assert!(err.to_string().contains("events"), "{err}");
 }
