@@ -636,7 +636,7 @@ async fn install_spider(conn: &mut MySqlConnection) -> Result<Vec<String>, Store
 }
 
 /// The Spider settings linktrack needs, with why.
-const SETTINGS: [(&str, i64, &str); 3] = [
+const SETTINGS: [(&str, i64, &str); 4] = [
     (
         "spider_conn_recycle_mode",
         1,
@@ -651,6 +651,12 @@ const SETTINGS: [(&str, i64, &str); 3] = [
         "spider_connect_retry_count",
         0,
         "a dead node's rows fail at once (503) instead of after a second per retry",
+    ),
+    (
+        "spider_selupd_lock_mode",
+        0,
+        "INSERT … SELECT from `events` (the rollup, READ COMMITTED) reads the nodes without \
+         LOCK IN SHARE MODE, as on one server (1 makes it wait on any open event insert)",
     ),
 ];
 
