@@ -36,11 +36,11 @@ pub struct JournalRecord<'a> {
     /// Absent (0) in lines from before versioning.
     #[serde(default)]
     pub v: u32,
-    #[serde(with = "hex::serde")]
+    #[serde(with = "hex_id")]
     pub event_id: [u8; 16],
     pub occurred_at: DateTime<Utc>,
     pub kind: EventKind,
-    #[serde(with = "hex::serde")]
+    #[serde(with = "hex_id")]
     pub token: [u8; 16],
     pub link_id: Option<u64>,
     pub mailing_id: Option<Cow<'a, str>>,
@@ -51,6 +51,21 @@ pub struct JournalRecord<'a> {
     pub user_agent: Option<Cow<'a, str>>,
     pub bot: bool,
     pub bot_reason: Option<Cow<'a, str>>,
+}
+
+/// The ids as 32 lowercase hex digits, as `hex::serde` writes and reads
+/// them, but written from a buffer on the stack: `hex::serde` made a String
+/// per id, two per event on the request path.
+mod hex_id {
+    pub use hex::serde::deserialize;
+
+    pub fn serialize<S: serde::Serializer>(id: &[u8; 16], to: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::Error;
+        let mut digits = [0u8; 32];
+        // Neither can fail: the buffer is twice the id, and hex digits are ASCII.
+        hex::encode_to_slice(id, &mut digits).map_err(S::Error::custom)?;
+        to.serialize_str(std::str::from_utf8(&digits).map_err(S::Error::custom)?)
+    }
 }
 
 /// A journaled event on its way into the database.
@@ -163,6 +178,11 @@ mod tests {
         // Written again, it is the current version with the same fields.
         let line = String::from_utf8(JournalRecord::encode(&row).unwrap()).unwrap();
         assert!(line.starts_with(r#"{"v":2,"#), "{line}");
+        assert!(
+            line.contains(r#""event_id":"0192f5a0c0de7000800000000000abcd","#)
+                && line.contains(r#""token":"0192f5a0c0de7000800000000000beef","#),
+            "{line}"
+        );
         assert_eq!(JournalRecord::decode(&line).unwrap(), row);
     }
 
