@@ -709,8 +709,9 @@ async fn define_servers(
         if !missing.is_empty() {
             return Err(StoreError::Refused(format!(
                 "the head's Spider tables use data nodes that LINKTRACK_SHARDS does not name: {}. \
-                 Add them to LINKTRACK_SHARDS (every node, in any order), or move their tables \
-                 first (docs/scaling.md, \"Adding a data node\")",
+                 Add them to LINKTRACK_SHARDS (every node, in any order); to retire a node, \
+                 move its tables away first: `linktrack shards rebalance` with LINKTRACK_SHARDS \
+                 naming the nodes to keep (docs/scaling.md, \"Adding a data node\")",
                 missing.join("; ")
             )));
         }
