@@ -650,3 +650,67 @@ async fn a_server_lacking_an_endpoint_another_server_has_says_so() {
     second.stop().await;
     first.stop().await;
 }
+
+/// The event ids a batch delivery carries, in order.
+fn batch_events(delivery: &Delivery) -> Vec<String> {
+    assert_eq!(delivery.body["type"], "batch", "{:?}", delivery.body);
+    delivery.body["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|event| event["data"]["event_id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_are_signed_and_a_503_gets_the_same_batch_and_id_until_200() {
+    let db = TestDb::with_days_since(days_ago(1)).await;
+    let letter = letter(&db, 8).await;
+    // The first delivery is refused with 503.
+    let receiver = Receiver::start("127.0.0.1:0".parse().unwrap(), 1, 503).await;
+    let batched = Endpoint {
+        batch: 10,
+        ..endpoint(&unique("batch"), &receiver.url())
+    };
+    let app = app_with(&db, vec![batched], fast_retries()).await;
+    hit_everything(&app.base, &letter).await;
+
+    // Every event arrives in an acknowledged batch (the journal may seal
+    // them into several segments, hence several batches).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let acknowledged: BTreeSet<String> = loop {
+        let events: BTreeSet<String> = receiver
+            .deliveries()
+            .iter()
+            .filter(|d| d.status == 200)
+            .flat_map(batch_events)
+            .collect();
+        if events.len() >= 4 {
+            break events;
+        }
+        assert!(Instant::now() < deadline, "{:?}", receiver.deliveries());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    receiver.assert_all_verified();
+    let stored: Vec<Vec<u8>> = sqlx::query_scalar("SELECT event_id FROM events")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    let stored: BTreeSet<String> = stored.iter().map(hex::encode).collect();
+    assert_eq!(acknowledged, stored);
+    // The refused batch came again whole, under the same webhook-id.
+    let deliveries = receiver.deliveries();
+    let refused = deliveries.iter().find(|d| d.status == 503).unwrap();
+    assert!(
+        refused.id.starts_with("batch_") && refused.id.len() == 38,
+        "{}",
+        refused.id
+    );
+    let retried = deliveries
+        .iter()
+        .find(|d| d.status == 200 && d.id == refused.id)
+        .expect("the refused batch's id acknowledged");
+    assert_eq!(batch_events(retried), batch_events(refused));
+    app.stop().await;
+    receiver.stop();
+}
