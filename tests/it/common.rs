@@ -290,6 +290,22 @@ impl CountedUser {
         CountedUser { user, url, admin }
     }
 
+    /// The user's statements once the server has settled: the count has not
+    /// moved for 200 ms (a server's start-up statements, run by tasks it
+    /// spawns, must not be counted as the requests' that follow).
+    pub async fn settled_statements(&self) -> Statements {
+        let mut last = self.statements().await;
+        for _ in 0..50 {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            let now = self.statements().await;
+            if now == last {
+                return now;
+            }
+            last = now;
+        }
+        last
+    }
+
     /// The user's statements so far.
     pub async fn statements(&self) -> Statements {
         let row: Option<(i64, i64, i64)> = sqlx::query_as(

@@ -85,7 +85,7 @@ async fn opens_read_nothing_on_the_request_path_and_their_events_carry_the_link(
     links::insert(&db.pool, &rows).await.unwrap();
     let user = CountedUser::new(&db).await;
     let app = counted_app(&user).await;
-    let before = user.statements().await;
+    let before = user.settled_statements().await;
 
     let http = reqwest::Client::new();
     let unknown = settled_token(today());
@@ -163,7 +163,7 @@ async fn concurrent_clicks_on_distinct_tokens_share_their_lookups() {
         .user_agent("Mozilla/5.0 (X11; Linux x86_64) Firefox/140.0")
         .build()
         .unwrap();
-    let before = user.statements().await;
+    let before = user.settled_statements().await;
 
     // Ten rounds of 64 concurrent clicks, each on a token not seen before.
     for round in rows.chunks(64) {
