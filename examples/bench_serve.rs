@@ -120,6 +120,12 @@ struct Args {
     /// round, against `--in-flight`.
     #[arg(long)]
     compare_in_flight: Option<usize>,
+    /// Set MariaDB's `innodb_buffer_pool_size` to this many MB for the run
+    /// (restored at its end) and read all of `links` into it first, as a
+    /// server sized for its hot days would hold them. Without it the
+    /// lookups of both the ceiling and the redirect read pages from disk.
+    #[arg(long, value_name = "MB")]
+    buffer_pool_mb: Option<u64>,
     /// Instead of the rounds: one redirect load of this many seconds,
     /// counted by callgrind (run under `valgrind --tool=callgrind`).
     #[arg(long, value_name = "SECONDS")]
@@ -129,12 +135,18 @@ struct Args {
 /// wrk's threads (the machine has two cores).
 const WRK_THREADS: usize = 2;
 
-/// One measurement: throughput, p99 latency (s), statements per request.
-#[derive(Debug, Clone, Copy)]
+/// One measurement: throughput, p99 latency (s), statements per request,
+/// CPU seconds per request inside MariaDB (the server user's statements,
+/// replay included) and in this process (the server: requests and replay),
+/// and how long after the load its events were all in the database.
+#[derive(Debug, Clone, Copy, Default)]
 struct Figure {
     per_second: f64,
     p99: f64,
     statements_per_hit: f64,
+    database_cpu_per_hit: f64,
+    server_cpu_per_hit: f64,
+    replayed_after: f64,
 }
 
 #[tokio::main(flavor = "multi_thread")]
@@ -180,6 +192,10 @@ async fn main() -> anyhow::Result<()> {
         return callgrind_redirects(&args, &counter, dir.path(), &tokens, seconds).await;
     }
 
+    let buffer_pool_before = match args.buffer_pool_mb {
+        Some(mb) => Some(warm_buffer_pool(&counter.admin, &args.database, mb).await?),
+        None => None,
+    };
     let hooked_per_round = if args.webhooks {
         args.webhook_batches.len()
     } else {
@@ -204,7 +220,7 @@ async fn main() -> anyhow::Result<()> {
             anyhow::bail!("too few tokens for {} rounds", args.rounds);
         };
         let off = Outbound::default();
-        ceilings.push(sysbench(&args, dir.path(), a)?);
+        ceilings.push(sysbench(&args, &counter, dir.path(), a).await?);
         redirects.push(serve_load(&args, &counter, dir.path(), Load::Redirect(b), &off).await?);
         pixels.push(serve_load(&args, &counter, dir.path(), Load::Pixel(c), &off).await?);
         healths.push(serve_load(&args, &counter, dir.path(), Load::Healthz, &off).await?);
@@ -256,7 +272,49 @@ async fn main() -> anyhow::Result<()> {
     for (batch, figures) in args.webhook_batches.iter().zip(&hooked) {
         report_webhooks(*batch, figures, &median(&redirects), args.seconds);
     }
+    if let Some(bytes) = buffer_pool_before {
+        sqlx::query(&format!("SET GLOBAL innodb_buffer_pool_size = {bytes}"))
+            .execute(&counter.admin)
+            .await?;
+    }
     Ok(())
+}
+
+/// Resize the buffer pool to `mb` and read `links` (rows and token index)
+/// into it; returns the size to restore.
+async fn warm_buffer_pool(admin: &sqlx::MySqlPool, database: &str, mb: u64) -> anyhow::Result<u64> {
+    let before: u64 = sqlx::query_scalar("SELECT CAST(@@innodb_buffer_pool_size AS UNSIGNED)")
+        .fetch_one(admin)
+        .await?;
+    sqlx::query(&format!(
+        "SET GLOBAL innodb_buffer_pool_size = {}",
+        mb << 20
+    ))
+    .execute(admin)
+    .await?;
+    // The resize runs in the background; wait until it reports done.
+    for _ in 0..600 {
+        let status: Option<(String, String)> =
+            sqlx::query_as("SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_resize_status'")
+                .fetch_optional(admin)
+                .await?;
+        let done = status.is_none_or(|(_, text)| text.is_empty() || text.contains("Completed"));
+        if done {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for sql in [
+        format!("SELECT SUM(LENGTH(url)) FROM `{database}`.links"),
+        format!("SELECT COUNT(*) FROM `{database}`.links FORCE INDEX (uuid)"),
+    ] {
+        sqlx::query(&sql).execute(admin).await?;
+    }
+    eprintln!(
+        "buffer pool {mb} MB, links read into it (was {} MB)",
+        before >> 20
+    );
+    Ok(before)
 }
 
 /// The redirect with `--compare-in-flight` lookups in flight against `--in-flight`.
@@ -314,6 +372,40 @@ fn report(ceiling: &Figure, redirect: &Figure, pixel: &Figure, health: &Figure, 
     println!(
         "statements per open                  {:.3}  (aim <= 0.12)",
         pixel.statements_per_hit
+    );
+    report_cpu(ceiling, redirect, pixel, health);
+}
+
+/// Where each hit's CPU went, and the two capacity ratios that hold when
+/// the database and the server have machines of their own (here they share
+/// two cores with each other and with the load generators, so the req/s
+/// ratios above also measure who got the CPU).
+fn report_cpu(ceiling: &Figure, redirect: &Figure, pixel: &Figure, health: &Figure) {
+    let us = |s: f64| s * 1e6;
+    println!("\nCPU per hit (µs)                       database   server   events replayed after the load");
+    println!(
+        "ceiling: the lookup by sysbench        {:>8.1}        -",
+        us(ceiling.database_cpu_per_hit)
+    );
+    for (name, f) in [
+        ("redirect (lookup, journal, replay)", redirect),
+        ("pixel (journal, replay)", pixel),
+        ("healthz", health),
+    ] {
+        println!(
+            "{name:<38} {:>8.1} {:>8.1}   {:.1} s",
+            us(f.database_cpu_per_hit),
+            us(f.server_cpu_per_hit),
+            f.replayed_after
+        );
+    }
+    println!(
+        "\nredirects / ceiling lookups per database CPU second   {:.2}   (aim >= 1.0 where the database is the limit)",
+        ceiling.database_cpu_per_hit / redirect.database_cpu_per_hit
+    );
+    println!(
+        "pixels / healthz per server CPU second                {:.2}   (aim >= 0.7 where the server is the limit)",
+        health.server_cpu_per_hit / pixel.server_cpu_per_hit
     );
 }
 
@@ -419,6 +511,19 @@ impl ServerUser {
         })
     }
 
+    /// CPU seconds MariaDB has spent on the user's statements so far
+    /// (`USER_STATISTICS.CPU_TIME`): other users of the database server,
+    /// such as a test suite running beside the benchmark, are not counted.
+    async fn cpu(&self) -> anyhow::Result<f64> {
+        let seconds: Option<f64> = sqlx::query_scalar(
+            "SELECT CAST(CPU_TIME AS DOUBLE) FROM information_schema.USER_STATISTICS WHERE USER = ?",
+        )
+        .bind(&self.name)
+        .fetch_optional(&self.admin)
+        .await?;
+        Ok(seconds.unwrap_or(0.0))
+    }
+
     /// Every statement the server's user has run so far.
     async fn statements(&self) -> anyhow::Result<f64> {
         let total: Option<i64> = sqlx::query_scalar(
@@ -434,7 +539,12 @@ impl ServerUser {
 
 /// The ceiling: sysbench's C client runs the redirect's lookup as a
 /// prepared statement over `tokens` (each thread its share, each token once).
-fn sysbench(args: &Args, dir: &Path, tokens: &[Token]) -> anyhow::Result<Figure> {
+async fn sysbench(
+    args: &Args,
+    counter: &ServerUser,
+    dir: &Path,
+    tokens: &[Token],
+) -> anyhow::Result<Figure> {
     let share_dir = dir.join("sysbench-tokens");
     let _ = std::fs::remove_dir_all(&share_dir);
     std::fs::create_dir_all(&share_dir)?;
@@ -451,12 +561,14 @@ fn sysbench(args: &Args, dir: &Path, tokens: &[Token]) -> anyhow::Result<Figure>
     }
     let script = dir.join("lookup.lua");
     std::fs::write(&script, SYSBENCH_SCRIPT)?;
-    let output = std::process::Command::new("sysbench")
+    let cpu_before = counter.cpu().await?;
+    let output = tokio::process::Command::new("sysbench")
         .args([
             "--db-driver=mysql",
             "--mysql-host=127.0.0.1",
             "--mysql-port=3306",
-            "--mysql-user=root",
+            // As the server's user, so USER_STATISTICS counts its CPU alike.
+            &format!("--mysql-user={}", args.database),
             &format!("--mysql-db={}", args.database),
             &format!("--threads={}", args.connections),
             &format!("--time={}", args.seconds),
@@ -465,7 +577,9 @@ fn sysbench(args: &Args, dir: &Path, tokens: &[Token]) -> anyhow::Result<Figure>
         .arg(&script)
         .arg("run")
         .env("LT_TOKENS_DIR", &share_dir)
-        .output()?;
+        .output()
+        .await?;
+    let database_cpu = counter.cpu().await? - cpu_before;
     let text = String::from_utf8_lossy(&output.stdout);
     anyhow::ensure!(
         output.status.success(),
@@ -499,6 +613,8 @@ fn sysbench(args: &Args, dir: &Path, tokens: &[Token]) -> anyhow::Result<Figure>
         per_second,
         p99: p99_ms / 1e3,
         statements_per_hit: 1.0,
+        database_cpu_per_hit: database_cpu / requests.max(1.0),
+        ..Figure::default()
     })
 }
 
@@ -615,10 +731,14 @@ async fn serve_load_with(
         Some(receiver) => receiver.delivered().await?,
         None => 0,
     };
+    let (database_cpu, server_cpu) = (counter.cpu().await?, process_cpu()?);
     let output = wrk(args, args.seconds, script.as_deref(), server.addr, path).await?;
     let text = String::from_utf8_lossy(&output.stdout);
     anyhow::ensure!(!text.contains("Non-2xx or 3xx"), "wrk saw errors:\n{text}");
     let (per_second, p99, requests) = wrk_figures(&text)?;
+    let replayed_after = wait_replayed(&server.journal).await?;
+    let database_cpu = counter.cpu().await? - database_cpu;
+    let server_cpu = process_cpu()? - server_cpu;
     let drain = match receiver {
         Some(receiver) => Some(receiver.drain(delivered_before, requests as u64).await?),
         None => None,
@@ -628,17 +748,71 @@ async fn serve_load_with(
     if requests > tokens as f64 {
         eprintln!("note: wrk asked for more than its slice's tokens: some were asked twice");
     }
+    let hits = requests.max(1.0);
     let figure = Figure {
         per_second,
         p99,
-        statements_per_hit: statements / requests.max(1.0),
+        statements_per_hit: statements / hits,
+        database_cpu_per_hit: database_cpu / hits,
+        server_cpu_per_hit: server_cpu / hits,
+        replayed_after,
     };
     Ok((figure, drain))
+}
+
+/// The longest wait for a load's events to be replayed into the database.
+const REPLAY_LIMIT: Duration = Duration::from_secs(600);
+
+/// Wait until the journal directory holds no segment (every event of the
+/// load is in the database); returns the seconds that took. Measuring up
+/// to here charges the replay to the load that caused it, and the next
+/// measurement starts without a backlog.
+async fn wait_replayed(journal: &Path) -> anyhow::Result<f64> {
+    let start = std::time::Instant::now();
+    loop {
+        let mut pending = false;
+        for entry in std::fs::read_dir(journal)? {
+            let path = entry?.path();
+            let ext = path.extension().and_then(|e| e.to_str());
+            pending |= matches!(ext, Some("active" | "jsonl"));
+        }
+        if !pending {
+            return Ok(start.elapsed().as_secs_f64());
+        }
+        if start.elapsed() > REPLAY_LIMIT {
+            eprintln!("note: the journal was not replayed within {REPLAY_LIMIT:?}");
+            return Ok(start.elapsed().as_secs_f64());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// CPU seconds (user and system) this process has used so far: the server
+/// runs in it, and the harness idles while wrk runs. `/proc/self/stat`
+/// counts in USER_HZ ticks, 100 a second on Linux.
+fn process_cpu() -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat")?;
+    // Fields after the command name (which is in parentheses and may hold
+    // spaces): state is field 3, utime 14 and stime 15.
+    let after_name = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest)
+        .ok_or_else(|| anyhow::anyhow!("unreadable /proc/self/stat"))?;
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let ticks = |n: usize| -> anyhow::Result<f64> {
+        Ok(fields
+            .get(n - 3)
+            .ok_or_else(|| anyhow::anyhow!("short /proc/self/stat"))?
+            .parse::<f64>()?)
+    };
+    Ok((ticks(14)? + ticks(15)?) / 100.0)
 }
 
 /// A new server on the server user's own pool, running on a task.
 struct BenchServer {
     addr: std::net::SocketAddr,
+    /// Its own journal directory, so no measurement replays another's events.
+    journal: std::path::PathBuf,
     admin: Option<std::net::SocketAddr>,
     pool: sqlx::MySqlPool,
     stop: tokio::sync::oneshot::Sender<()>,
@@ -657,7 +831,11 @@ impl BenchServer {
             acquire_timeout: Duration::from_secs(5),
         };
         let pool = store::connect(&counter.url, &settings).await?;
-        let journal = dir.join("journal");
+        static SERVERS: AtomicU64 = AtomicU64::new(0);
+        let journal = dir.join(format!(
+            "journal-{}",
+            SERVERS.fetch_add(1, Ordering::Relaxed)
+        ));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let mut settings = AppSettings {
             outbound: outbound.clone(),
@@ -673,6 +851,7 @@ impl BenchServer {
         }));
         Ok(BenchServer {
             addr,
+            journal,
             admin,
             pool,
             stop,
@@ -826,6 +1005,9 @@ fn median(rounds: &[Figure]) -> Figure {
         per_second: median(|f| f.per_second),
         p99: median(|f| f.p99),
         statements_per_hit: median(|f| f.statements_per_hit),
+        database_cpu_per_hit: median(|f| f.database_cpu_per_hit),
+        server_cpu_per_hit: median(|f| f.server_cpu_per_hit),
+        replayed_after: median(|f| f.replayed_after),
     }
 }
 

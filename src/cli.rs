@@ -509,6 +509,7 @@ async fn serve(url: &str, args: &ServeArgs) -> anyhow::Result<()> {
             base_url: args.tracking.base_url.clone(),
             db_timeout: pool_settings.acquire_timeout,
             trust_forwarded_for: args.trust_forwarded_for,
+            lookups_in_flight: args.lookups_in_flight as usize,
             ..ServerSettings::default()
         },
         api_token: args.api_token.clone(),
@@ -583,6 +584,7 @@ async fn demo(url: &str, args: &DemoArgs) -> anyhow::Result<()> {
         journal: args.dir.join("journal"),
         db_timeout_ms: 1500,
         db_connections: 16,
+        lookups_in_flight: crate::server::lookups::LookupSettings::default().in_flight as u32,
         header_timeout: crate::server::listen::DEFAULT_HEADER_TIMEOUT.as_secs(),
         max_connections: crate::server::listen::DEFAULT_MAX_CONNECTIONS,
         trust_forwarded_for: false,

@@ -105,13 +105,13 @@ impl App {
             settings.outbound.clone(),
         )
         .await?;
-        let mut state = AppState::new(
+        let state = AppState::new(
             pool.clone(),
             settings.server.clone(),
             pipeline.recorder(),
             metrics::prometheus(),
+            settings.live.clone(),
         )?;
-        state.live = settings.live.clone();
         let stats = StatsState::new(
             pool,
             settings.api_token.as_deref(),

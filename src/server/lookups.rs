@@ -5,8 +5,8 @@
 //! `in_flight` statements run at once), it takes whatever has queued up as
 //! one batch and runs it on a task of its own; a batch of one is the
 //! single-partition point select ([`links::lookup`]), a larger one
-//! [`links::lookup_many`] (one `inserted = day AND uuid IN (…)` per day, in
-//! one statement). At low load every miss is its own batch and waits for
+//! [`links::lookup_many`] (one prepared `(uuid, inserted) IN ((?, ?), …)`,
+//! one partition per day named). At low load every miss is its own batch and waits for
 //! nothing; under load, the misses that arrive while every slot is busy
 //! share the next statement, so the database sees fewer, larger queries.
 
@@ -43,7 +43,7 @@ pub struct LookupSettings {
 impl Default for LookupSettings {
     fn default() -> Self {
         LookupSettings {
-            in_flight: 8,
+            in_flight: 2,
             max_batch: 256,
             db_timeout: Duration::from_secs(2),
         }

@@ -62,9 +62,22 @@ impl Default for ServerSettings {
     }
 }
 
-/// Shared state; cheap to clone.
+/// Shared state: one pointer, so the clones axum makes per request (its
+/// middleware and the handler each take one) cost one atomic increment,
+/// not one per field (cloning the fields was 5% of an open's CPU).
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// What [`AppState`] points to.
+pub struct Shared {
     pub pool: MySqlPool,
     pub settings: Arc<ServerSettings>,
     pub links: Cache<Token, Arc<StoredLink>>,
@@ -84,6 +97,7 @@ impl AppState {
         settings: ServerSettings,
         recorder: Recorder,
         metrics: PrometheusHandle,
+        live: Option<crate::live::Live>,
     ) -> Result<Self, reqwest::Error> {
         let links = Cache::builder()
             .max_capacity(settings.link_cache_entries)
@@ -97,7 +111,7 @@ impl AppState {
                 ..LookupSettings::default()
             },
         );
-        Ok(AppState {
+        Ok(AppState(Arc::new(Shared {
             pool,
             links,
             lookups,
@@ -106,8 +120,8 @@ impl AppState {
             images: Arc::new(ImageProxy::new(settings.images.clone())?),
             metrics,
             settings: Arc::new(settings),
-            live: None,
-        })
+            live,
+        })))
     }
 
     /// Check a token without touching the database: malformed or too far in

@@ -162,7 +162,17 @@ async fn a_batch_lookup_reads_one_partition_per_day_it_names() {
     let unknown = token_on(days_ago(4));
     wanted.push(unknown);
 
-    let sql = links::lookup_many_sql(&wanted);
+    // The statement lookup_many prepares, its slots padded as it pads them;
+    // the values written in as literals, because the plan quotes them and
+    // JSON cannot hold a bound token's raw bytes.
+    let slots = links::lookup_many_slots(wanted.len());
+    assert_eq!(slots, 8);
+    let mut sql = links::lookup_many_sql(slots).to_owned();
+    for token in wanted.iter().chain(std::iter::repeat(&unknown)).take(slots) {
+        let values = format!("(X'{token}', '{}')", token.date());
+        sql = sql.replacen("(?, ?)", &values, 1);
+    }
+    assert!(!sql.contains('?'), "{sql}");
     let plan: String = sqlx::query_scalar(&format!("EXPLAIN FORMAT=JSON {sql}"))
         .fetch_one(&db.pool)
         .await
@@ -180,4 +190,24 @@ async fn a_batch_lookup_reads_one_partition_per_day_it_names() {
         assert_eq!((&stored.url, &stored.email), (&row.url, &row.email));
     }
     assert!(links::lookup_many(&db.pool, &[]).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_batch_lookup_of_several_statements_finds_every_link_once() {
+    let (db, rows) = links_of_thirteen_days().await;
+    // 650 tokens and 3 unknown ones: statements of 256, 256 and 141 padded
+    // to 256 (the padding repeats the last token, here an unknown one).
+    let mut wanted: Vec<Token> = rows.iter().map(|r| r.token).collect();
+    let unknown: Vec<Token> = (0..3).map(|d| token_on(days_ago(d))).collect();
+    wanted.extend(&unknown);
+    assert!(wanted.len() > 2 * links::MOST_SLOTS);
+
+    let found = links::lookup_many(&db.pool, &wanted).await.unwrap();
+
+    assert_eq!(found.len(), rows.len());
+    for row in &rows {
+        let stored = &found[&row.token];
+        assert_eq!((&stored.url, &stored.email), (&row.url, &row.email));
+    }
+    assert!(unknown.iter().all(|t| !found.contains_key(t)));
 }
