@@ -1,22 +1,28 @@
 //! The append-only event journal: a directory of JSON-lines segment files.
 //!
-//! * The writer appends to `{seq:020}.active`. Events arrive over a bounded
-//!   channel; everything queued is written as one batch with one `write`, and
-//!   then every event of the batch is acknowledged. No fsync: the page cache
-//!   survives a process crash, which is the failure we guard against.
+//! * A handler appends its event's line to `{seq:020}.active` itself, with
+//!   one `write` under a mutex, and is answered once the line is in the
+//!   file. No fsync: the page cache survives a process crash, which is the
+//!   failure we guard against. A write to the page cache takes a few
+//!   microseconds; handing each event to a writer task instead (a channel,
+//!   the blocking pool for the file, an acknowledgement back) cost more
+//!   than the write in wake-ups between threads (`bench_serve`: server CPU
+//!   per open).
 //! * After [`JournalSettings::seal_after`] (or when the segment is full) the
-//!   writer renames it to `{seq:020}.jsonl` ("sealed") and wakes the replayer.
+//!   segment is renamed to `{seq:020}.jsonl` ("sealed") and the replayer is
+//!   woken: by the sealer task, or by the append that filled it.
 //! * The replayer deletes a sealed segment only after all of its events are
 //!   committed, so the set of files on disk *is* the replay position.
 //! * At startup, [`recover`] seals any `.active` segment a crashed process left.
 
 use crate::store::events::EventRow;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::Duration;
-use tokio::fs::{self, File, OpenOptions};
-use tokio::io::AsyncWriteExt;
-use tokio::sync::{mpsc, oneshot, watch, Notify};
+use tokio::fs;
+use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -29,17 +35,11 @@ const SEALED: &str = "jsonl";
 #[derive(Debug, Clone)]
 pub struct JournalSettings {
     pub dir: PathBuf,
-    /// Events that may wait for the writer before handlers wait too.
-    pub channel_capacity: usize,
-    /// Most events written in one batch.
-    pub max_batch: usize,
     /// Seal a non-empty segment this long after its first event, so the
     /// replayer sees events soon.
     pub seal_after: Duration,
     /// Seal a segment once it holds this many events.
     pub max_segment_events: usize,
-    /// How long a handler waits for the append acknowledgement.
-    pub ack_timeout: Duration,
     /// Wait between replay attempts while the database fails.
     pub retry_after: Duration,
 }
@@ -48,11 +48,8 @@ impl JournalSettings {
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         JournalSettings {
             dir: dir.into(),
-            channel_capacity: 8_192,
-            max_batch: 1_024,
             seal_after: Duration::from_millis(250),
             max_segment_events: 20_000,
-            ack_timeout: Duration::from_secs(2),
             retry_after: Duration::from_secs(1),
         }
     }
@@ -65,17 +62,13 @@ pub enum JournalError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("the journal writer has stopped")]
+    #[error("the journal has stopped")]
     Stopped,
-    #[error("appending to the journal failed: {0}")]
-    Append(Arc<JournalError>),
     #[error(
         "journal {dir} is in use by another server (pid {pid}, as {dir}/{LOCK_FILE} says); \
          one server per journal directory: give this one its own --journal"
     )]
     Locked { dir: PathBuf, pid: u32 },
-    #[error("the journal writer did not acknowledge within {0:?}")]
-    Timeout(Duration),
     #[error("encoding an event: {0}")]
     Encode(#[from] serde_json::Error),
 }
@@ -87,17 +80,10 @@ fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> JournalError + '_ {
     }
 }
 
-/// One event waiting to be written, and who to tell when it is.
-struct Pending {
-    line: Vec<u8>,
-    ack: oneshot::Sender<Result<(), Arc<JournalError>>>,
-}
-
 /// The handlers' side of the journal. Cheap to clone.
 #[derive(Clone)]
 pub struct Recorder {
-    tx: mpsc::Sender<Pending>,
-    ack_timeout: Duration,
+    segment: Arc<Mutex<SegmentState>>,
 }
 
 impl Recorder {
@@ -105,25 +91,18 @@ impl Recorder {
     pub async fn append(&self, row: EventRow) -> Result<(), JournalError> {
         let mut line = super::record::JournalRecord::encode(&row)?;
         line.push(b'\n');
-        let (ack, acked) = oneshot::channel();
-        let wait = async {
-            self.tx
-                .send(Pending { line, ack })
-                .await
-                .map_err(|_| JournalError::Stopped)?;
-            match acked.await {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(err)) => Err(JournalError::Append(err)),
-                Err(_) => Err(JournalError::Stopped),
-            }
-        };
-        tokio::time::timeout(self.ack_timeout, wait)
-            .await
-            .map_err(|_| JournalError::Timeout(self.ack_timeout))?
+        self.append_line(&line)
+    }
+
+    fn append_line(&self, line: &[u8]) -> Result<(), JournalError> {
+        // A panic while the lock was held (none is known) stops the journal
+        // rather than writing after a half-done append.
+        let mut segment = self.segment.lock().map_err(|_| JournalError::Stopped)?;
+        segment.append(line)
     }
 }
 
-/// The running writer.
+/// The running sealer task.
 pub struct Writer {
     pub task: JoinHandle<()>,
     /// Notified whenever a segment is sealed.
@@ -231,105 +210,81 @@ async fn claim(dir: &Path) -> Result<JournalLock, JournalError> {
     Ok(JournalLock { _file: file })
 }
 
-/// Start the writer task with the segment sequence `next_seq`.
+/// Open the journal for appends at segment `next_seq`, and start the task
+/// that seals segments when they are due (and the last one on `stop`).
 pub fn spawn_writer(
     settings: JournalSettings,
     next_seq: u64,
     stop: watch::Receiver<bool>,
 ) -> (Recorder, Writer) {
-    let (tx, rx) = mpsc::channel(settings.channel_capacity.max(1));
     let sealed = Arc::new(Notify::new());
-    let recorder = Recorder {
-        tx,
-        ack_timeout: settings.ack_timeout,
-    };
-    let state = WriterState {
+    let tick = settings.seal_after / 2 + Duration::from_millis(1);
+    let segment = Arc::new(Mutex::new(SegmentState {
         settings,
         seq: next_seq,
         open: None,
         sealed: sealed.clone(),
-    };
-    let task = tokio::spawn(state.run(rx, stop));
-    (recorder, Writer { task, sealed })
+        stopped: false,
+    }));
+    let task = tokio::spawn(seal_when_due(segment.clone(), tick, stop));
+    (Recorder { segment }, Writer { task, sealed })
+}
+
+/// Seal the active segment once it is [`JournalSettings::seal_after`] old;
+/// on `stop`, refuse further appends and seal what there is.
+async fn seal_when_due(
+    segment: Arc<Mutex<SegmentState>>,
+    tick: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut ticks = tokio::time::interval(tick);
+    loop {
+        tokio::select! {
+            _ = ticks.tick() => {
+                if let Ok(mut segment) = segment.lock() {
+                    segment.seal_if_due();
+                }
+            }
+            _ = stop.changed() => break,
+        }
+    }
+    if let Ok(mut segment) = segment.lock() {
+        segment.stopped = true;
+        segment.seal();
+    }
 }
 
 /// The segment being appended to.
 struct OpenSegment {
-    file: File,
+    file: std::fs::File,
     events: usize,
     opened: Instant,
 }
 
-struct WriterState {
+/// The journal's file state, behind the [`Recorder`]'s mutex.
+struct SegmentState {
     settings: JournalSettings,
     seq: u64,
     open: Option<OpenSegment>,
     sealed: Arc<Notify>,
+    /// Set when the server stops: later appends fail with `Stopped`.
+    stopped: bool,
 }
 
-impl WriterState {
-    async fn run(mut self, mut rx: mpsc::Receiver<Pending>, mut stop: watch::Receiver<bool>) {
-        let mut tick =
-            tokio::time::interval(self.settings.seal_after / 2 + Duration::from_millis(1));
-        loop {
-            tokio::select! {
-                received = rx.recv() => match received {
-                    Some(first) => self.write_batch(first, &mut rx).await,
-                    None => break,
-                },
-                _ = tick.tick() => self.seal_if_due().await,
-                _ = stop.changed() => break,
-            }
+impl SegmentState {
+    /// Write one event's line; seal the segment when it is full.
+    fn append(&mut self, line: &[u8]) -> Result<(), JournalError> {
+        if self.stopped {
+            return Err(JournalError::Stopped);
         }
-        // Stopping: take what is already queued, then seal.
-        rx.close();
-        while let Some(first) = rx.recv().await {
-            self.write_batch(first, &mut rx).await;
-        }
-        self.seal().await;
-    }
-
-    /// Write `first` and whatever else is queued as one batch, then ack each.
-    async fn write_batch(&mut self, first: Pending, rx: &mut mpsc::Receiver<Pending>) {
-        let mut batch = vec![first];
-        while batch.len() < self.settings.max_batch {
-            match rx.try_recv() {
-                Ok(next) => batch.push(next),
-                Err(_) => break,
-            }
-        }
-        // One copy per line (a byte-by-byte `flat_map` here was two thirds
-        // of the writer's instructions).
-        let bytes = batch
-            .iter()
-            .map(|p| p.line.as_slice())
-            .collect::<Vec<_>>()
-            .concat();
-        let result = self.append(&bytes, batch.len()).await.map_err(Arc::new);
-        if let Err(err) = &result {
-            tracing::error!(%err, events = batch.len(), "journal append failed");
-        }
-        for pending in batch {
-            let _ = pending.ack.send(result.clone());
-        }
-        let full = self
-            .open
-            .as_ref()
-            .is_some_and(|s| s.events >= self.settings.max_segment_events);
-        if full {
-            self.seal().await;
-        }
-    }
-
-    async fn append(&mut self, bytes: &[u8], events: usize) -> Result<(), JournalError> {
         let path = segment_path(&self.settings.dir, self.seq, ACTIVE);
         if self.open.is_none() {
-            let mut options = OpenOptions::new();
+            let mut options = std::fs::OpenOptions::new();
             options.create(true).append(true);
             // Events name addresses: only the service's user may read them.
             #[cfg(unix)]
-            options.mode(0o600);
-            let file = options.open(&path).await.map_err(io_error(&path))?;
+            std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+            let file = options.open(&path).map_err(io_error(&path))?;
             self.open = Some(OpenSegment {
                 file,
                 events: 0,
@@ -339,39 +294,40 @@ impl WriterState {
         let Some(segment) = self.open.as_mut() else {
             return Err(JournalError::Stopped);
         };
-        segment
-            .file
-            .write_all(bytes)
-            .await
-            .map_err(io_error(&path))?;
-        // tokio's File completes writes in the background; flush waits until
-        // the bytes are in the OS, which is what the acknowledgement promises.
-        segment.file.flush().await.map_err(io_error(&path))?;
-        segment.events += events;
-        metrics::gauge!("linktrack_journal_backlog_events").increment(events as f64);
+        // One write of the whole line (an O_APPEND write of a few hundred
+        // bytes is not split), so a crash leaves at most a torn last line,
+        // which the replay skips.
+        if let Err(err) = segment.file.write_all(line) {
+            tracing::error!(%err, path = %path.display(), "journal append failed");
+            return Err(io_error(&path)(err));
+        }
+        segment.events += 1;
+        metrics::gauge!("linktrack_journal_backlog_events").increment(1.0);
+        if segment.events >= self.settings.max_segment_events {
+            self.seal();
+        }
         Ok(())
     }
 
-    async fn seal_if_due(&mut self) {
+    fn seal_if_due(&mut self) {
         let due = self
             .open
             .as_ref()
             .is_some_and(|s| s.opened.elapsed() >= self.settings.seal_after);
         if due {
-            self.seal().await;
+            self.seal();
         }
     }
 
     /// Close the active segment and hand it to the replayer.
-    async fn seal(&mut self) {
-        let Some(mut segment) = self.open.take() else {
+    fn seal(&mut self) {
+        let Some(segment) = self.open.take() else {
             return;
         };
-        let _ = segment.file.flush().await;
         drop(segment);
         let from = segment_path(&self.settings.dir, self.seq, ACTIVE);
         let to = segment_path(&self.settings.dir, self.seq, SEALED);
-        if let Err(err) = fs::rename(&from, &to).await {
+        if let Err(err) = std::fs::rename(&from, &to) {
             // Left active, it is sealed by `recover` at the next start.
             tracing::error!(%err, path = %from.display(), "sealing a journal segment failed");
         }
