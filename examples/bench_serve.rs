@@ -29,6 +29,26 @@
 //! 6. With `--compare-in-flight M`: the redirect again on a server whose
 //!    shared lookups run M statements at once instead of `--in-flight`'s.
 //!
+//! Each server measurement lasts until its events are replayed into the
+//! database (its own journal directory, emptied), so the replay is charged
+//! to the load that caused it and the next measurement starts without a
+//! backlog; the report says how long that took after the load. Besides
+//! req/s and p99 it gives CPU per hit, measured from outside the server:
+//! inside MariaDB, the CPU its user's statements took
+//! (`USER_STATISTICS.CPU_TIME`; sysbench connects as the same user, so the
+//! ceiling is counted alike and other users of the database server are
+//! not), and in this process, which is the server (the harness idles while
+//! wrk runs). On two shared cores the req/s ratios also measure who got the
+//! CPU (wrk, the server and MariaDB compete for it); the CPU ratios are what
+//! holds when the database and the server each have machines of their own:
+//! redirects against point selects per database CPU second, and opens
+//! against `/healthz` per server CPU second.
+//!
+//! `--buffer-pool-mb MB` resizes MariaDB's buffer pool for the run (and
+//! back after it) and reads `links` into it first: without it, 3M links are
+//! 1 GB against the default 128 MB pool, and both the ceiling and the
+//! redirect read most pages from disk (or the OS cache).
+//!
 //! With `--callgrind SECONDS` the rounds are replaced by one redirect load
 //! while this process runs under `valgrind --tool=callgrind`: the counters
 //! are zeroed just before the load and dumped just after it, and the

@@ -13,7 +13,6 @@ mod first_hour;
 mod hot_path;
 mod image_proxy;
 mod links;
-mod load;
 mod messages;
 mod partitions;
 mod row_format;
