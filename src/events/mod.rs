@@ -1,9 +1,9 @@
 //! Recording hits (clicks, opens, image loads, unsubscribes) without making
 //! the visitor wait for the database.
 //!
-//! A handler hands its event to the [`journal`] writer and awaits only the
-//! acknowledgement that the event was appended to an append-only JSON-lines
-//! segment file (the OS page cache, no fsync). The `replay` task inserts
+//! A handler appends its event to the [`journal`], an append-only
+//! JSON-lines segment file, and answers once the line is written (the OS
+//! page cache, no fsync). The `replay` task inserts
 //! sealed segments into `events` and deletes a segment only once all of its
 //! events are committed, so a slow or absent database only grows the backlog,
 //! and a crash loses nothing that was acknowledged. `bots` classifies every
@@ -22,7 +22,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-/// The running journal writer and replayer, and the handle handlers record with.
+/// The running journal sealer and replayer, and the handle handlers record with.
 pub struct EventPipeline {
     recorder: Recorder,
     /// Two stop signals, because the order matters: the writer must seal its
@@ -78,7 +78,7 @@ impl EventPipeline {
     pub async fn shutdown(self, deadline: Duration) {
         let _ = self.stop_writer.send(true);
         if let Err(err) = self.writer.await {
-            tracing::error!(%err, "journal writer failed while stopping");
+            tracing::error!(%err, "journal sealer failed while stopping");
         }
         let _ = self.stop_replayer.send(true);
         if tokio::time::timeout(deadline, self.replayer).await.is_err() {

@@ -6,7 +6,7 @@
 //!
 //! # Shutdown order
 //! 1. Both listeners stop accepting; in-flight requests finish.
-//! 2. The event pipeline flushes: the journal writer seals its last segment,
+//! 2. The event pipeline flushes: the journal seals its last segment,
 //!    the replayer makes a last pass into `events` (bounded by
 //!    `flush_deadline`; what is left stays journaled for the next start).
 //! 3. The background workers are asked to stop and joined (same bound), so
