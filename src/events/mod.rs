@@ -39,10 +39,13 @@ impl EventPipeline {
     /// Recover the journal directory (segments a previous process left
     /// behind become replayable), then start the writer and the replayer.
     /// `outbound` names the endpoints each replayed event is queued for.
+    /// The replayer runs on `replay_on` when given (the server's
+    /// low-priority runtime), else on the current runtime.
     pub async fn start(
         pool: MySqlPool,
         settings: JournalSettings,
         outbound: crate::outbound::Outbound,
+        replay_on: Option<tokio::runtime::Handle>,
     ) -> Result<Self, JournalError> {
         let (next_segment, lock) = journal::recover(&settings.dir).await?;
         let (stop_writer, writer_stopped) = watch::channel(false);
@@ -50,13 +53,11 @@ impl EventPipeline {
         let (recorder, writer) =
             journal::spawn_writer(settings.clone(), next_segment, writer_stopped);
         let sealed = writer.sealed.clone();
-        let replayer = tokio::spawn(replay::run(
-            pool,
-            settings,
-            outbound,
-            sealed,
-            replayer_stopped,
-        ));
+        let replay = replay::run(pool, settings, outbound, sealed, replayer_stopped);
+        let replayer = match replay_on {
+            Some(runtime) => runtime.spawn(replay),
+            None => tokio::spawn(replay),
+        };
         Ok(EventPipeline {
             recorder,
             stop_writer,

@@ -99,10 +99,15 @@ impl App {
             None => None,
         };
         let pool = settings.pool.clone();
+        let mut workers = Workers::new();
+        // The replay runs with the senders at low priority: during a burst
+        // the requests get the CPU, and the journal holds the events until
+        // the replay catches up.
         let pipeline = EventPipeline::start(
             pool.clone(),
             settings.journal.clone(),
             settings.outbound.clone(),
+            workers.low_priority_runtime(),
         )
         .await?;
         let state = AppState::new(
@@ -118,7 +123,7 @@ impl App {
             settings.secret.as_deref(),
             settings.live.clone(),
         )?;
-        let workers = start_workers(&settings);
+        start_workers(&settings, &mut workers);
         Ok(App {
             public: listener,
             admin,
@@ -229,8 +234,7 @@ impl App {
 /// `workers.spawn("name", |stopping| your_loop(.., stopping))`.
 /// Each is stopped and joined by [`App::run`] after the event pipeline has
 /// flushed (see the module docs).
-fn start_workers(settings: &AppSettings) -> Workers {
-    let mut workers = Workers::new();
+fn start_workers(settings: &AppSettings, workers: &mut Workers) {
     if let Some(every) = settings.rollup_every {
         let pool = settings.pool.clone();
         let live = settings.live.clone();
@@ -240,8 +244,7 @@ fn start_workers(settings: &AppSettings) -> Workers {
         });
     }
     let server = crate::outbound::registry::server_id(&settings.journal.dir);
-    crate::outbound::start_senders(&settings.pool, &settings.outbound, server, &mut workers);
-    workers
+    crate::outbound::start_senders(&settings.pool, &settings.outbound, server, workers);
 }
 
 /// The operators' listener: readiness and metrics, off the public host

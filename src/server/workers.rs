@@ -7,7 +7,8 @@
 //! work: whatever it does must be safe to interrupt, like a transaction).
 //!
 //! Workers that may fall behind under load and catch up later (the event
-//! senders) run on a runtime of their own, one thread at the lowest CPU
+//! senders, and the journal's replay, which is not a worker but uses the
+//! same runtime) run on a runtime of their own, one thread at the lowest CPU
 //! priority ([`Workers::spawn_low_priority`]): when the machine is busy,
 //! the request path's threads get the CPU first.
 
@@ -74,6 +75,18 @@ impl Workers {
         F: FnOnce(Stopping) -> Fut,
         Fut: Future<Output = ()> + Send + 'static,
     {
+        let Some(runtime) = self.low_priority_runtime() else {
+            return self.spawn(name, work);
+        };
+        let stopping = Stopping(self.stop.subscribe());
+        tracing::debug!(worker = name, "worker started at low priority");
+        self.tasks.push((name, runtime.spawn(work(stopping))));
+    }
+
+    /// The low-priority runtime (started on first use), for work that is
+    /// not a worker: the event replay. `None` when it cannot be made.
+    /// It lives until these workers are dropped.
+    pub fn low_priority_runtime(&mut self) -> Option<tokio::runtime::Handle> {
         if self.low_priority.is_none() {
             match LowPriority::start() {
                 Ok(runtime) => self.low_priority = Some(runtime),
@@ -82,13 +95,7 @@ impl Workers {
                 }
             }
         }
-        let Some(runtime) = &self.low_priority else {
-            return self.spawn(name, work);
-        };
-        let stopping = Stopping(self.stop.subscribe());
-        tracing::debug!(worker = name, "worker started at low priority");
-        self.tasks
-            .push((name, runtime.handle.spawn(work(stopping))));
+        self.low_priority.as_ref().map(|r| r.handle.clone())
     }
 
     /// Names of the running workers, in start order.
