@@ -257,6 +257,7 @@ async fn seal_when_due(
 /// The segment being appended to.
 struct OpenSegment {
     file: std::fs::File,
+    path: PathBuf,
     events: usize,
     opened: Instant,
 }
@@ -277,8 +278,8 @@ impl SegmentState {
         if self.stopped {
             return Err(JournalError::Stopped);
         }
-        let path = segment_path(&self.settings.dir, self.seq, ACTIVE);
         if self.open.is_none() {
+            let path = segment_path(&self.settings.dir, self.seq, ACTIVE);
             let mut options = std::fs::OpenOptions::new();
             options.create(true).append(true);
             // Events name addresses: only the service's user may read them.
@@ -287,6 +288,7 @@ impl SegmentState {
             let file = options.open(&path).map_err(io_error(&path))?;
             self.open = Some(OpenSegment {
                 file,
+                path,
                 events: 0,
                 opened: Instant::now(),
             });
@@ -296,11 +298,11 @@ impl SegmentState {
         };
         // One write of the whole line (an O_APPEND write of a few hundred
         // bytes is not split), so a crash leaves at most a torn last line,
-        // which the replay skips.
-        if let Err(err) = segment.file.write_all(line) {
-            tracing::error!(%err, path = %path.display(), "journal append failed");
-            return Err(io_error(&path)(err));
-        }
+        // which the replay skips. The caller logs a failure (`events::record`).
+        segment
+            .file
+            .write_all(line)
+            .map_err(io_error(&segment.path))?;
         segment.events += 1;
         metrics::gauge!("linktrack_journal_backlog_events").increment(1.0);
         if segment.events >= self.settings.max_segment_events {
@@ -321,15 +323,14 @@ impl SegmentState {
 
     /// Close the active segment and hand it to the replayer.
     fn seal(&mut self) {
-        let Some(segment) = self.open.take() else {
+        let Some(OpenSegment { file, path, .. }) = self.open.take() else {
             return;
         };
-        drop(segment);
-        let from = segment_path(&self.settings.dir, self.seq, ACTIVE);
+        drop(file);
         let to = segment_path(&self.settings.dir, self.seq, SEALED);
-        if let Err(err) = std::fs::rename(&from, &to) {
+        if let Err(err) = std::fs::rename(&path, &to) {
             // Left active, it is sealed by `recover` at the next start.
-            tracing::error!(%err, path = %from.display(), "sealing a journal segment failed");
+            tracing::error!(%err, path = %path.display(), "sealing a journal segment failed");
         }
         self.seq += 1;
         self.sealed.notify_one();
