@@ -790,13 +790,7 @@ const REPLAY_LIMIT: Duration = Duration::from_secs(600);
 async fn wait_replayed(journal: &Path) -> anyhow::Result<f64> {
     let start = std::time::Instant::now();
     loop {
-        let mut pending = false;
-        for entry in std::fs::read_dir(journal)? {
-            let path = entry?.path();
-            let ext = path.extension().and_then(|e| e.to_str());
-            pending |= matches!(ext, Some("active" | "jsonl"));
-        }
-        if !pending {
+        if linktrack::events::journal::unreplayed_segments(journal)?.is_empty() {
             return Ok(start.elapsed().as_secs_f64());
         }
         if start.elapsed() > REPLAY_LIMIT {

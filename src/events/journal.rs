@@ -129,6 +129,21 @@ pub async fn sealed_segments(dir: &Path) -> Result<Vec<PathBuf>, JournalError> {
     Ok(found.into_iter().map(|(_, path)| path).collect())
 }
 
+/// The segments not yet replayed, active and sealed, oldest first: none
+/// means every journaled event is in the database. Blocking, for tools and
+/// tests that watch a server's journal from outside.
+pub fn unreplayed_segments(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if let Some(seq) = segment_seq(&path, ACTIVE).or_else(|| segment_seq(&path, SEALED)) {
+            found.push((seq, path));
+        }
+    }
+    found.sort_by_key(|(seq, _)| *seq);
+    Ok(found.into_iter().map(|(_, path)| path).collect())
+}
+
 async fn segments(dir: &Path, ext: &str) -> Result<Vec<(u64, PathBuf)>, JournalError> {
     let mut entries = fs::read_dir(dir).await.map_err(io_error(dir))?;
     let mut found = Vec::new();

@@ -484,14 +484,7 @@ async fn events_wait_for_a_missing_partition_to_be_created() {
 
 /// The journal segments (`.active` and `.jsonl`) of a directory.
 fn segments(dir: &Path) -> Vec<PathBuf> {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .filter(|path| {
-            let ext = path.extension().and_then(|e| e.to_str());
-            matches!(ext, Some("active" | "jsonl"))
-        })
-        .collect()
+    linktrack::events::journal::unreplayed_segments(dir).unwrap()
 }
 
 /// Every segment of a journal directory, concatenated.
