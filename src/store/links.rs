@@ -158,11 +158,15 @@ pub const MOST_SLOTS: usize = SLOTS[SLOTS.len() - 1];
 /// The slots of the statement `tokens` tokens are looked up with: the
 /// smallest of [`SLOTS`] that holds them (at most [`MOST_SLOTS`]).
 pub fn lookup_many_slots(tokens: usize) -> usize {
+    SLOTS[slot_index(tokens)]
+}
+
+/// The index in [`SLOTS`] of the smallest slot count that holds `tokens`.
+fn slot_index(tokens: usize) -> usize {
     SLOTS
         .iter()
-        .copied()
-        .find(|&slots| slots >= tokens)
-        .unwrap_or(MOST_SLOTS)
+        .position(|&slots| slots >= tokens)
+        .unwrap_or(SLOTS.len() - 1)
 }
 
 /// The statement of [`lookup_many`] with `slots` (one of [`SLOTS`]) token
@@ -181,11 +185,7 @@ pub fn lookup_many_sql(slots: usize) -> &'static str {
             })
             .collect()
     });
-    let index = SLOTS
-        .iter()
-        .position(|&n| n >= slots)
-        .unwrap_or(SLOTS.len() - 1);
-    &statements[index]
+    &statements[slot_index(slots)]
 }
 
 /// Insert `rows` on a connection from the pool; see [`insert_on`].
