@@ -584,7 +584,7 @@ async fn demo(url: &str, args: &DemoArgs) -> anyhow::Result<()> {
         journal: args.dir.join("journal"),
         db_timeout_ms: 1500,
         db_connections: 16,
-        lookups_in_flight: crate::server::lookups::LookupSettings::default().in_flight as u32,
+        lookups_in_flight: crate::server::lookups::DEFAULT_IN_FLIGHT as u32,
         header_timeout: crate::server::listen::DEFAULT_HEADER_TIMEOUT.as_secs(),
         max_connections: crate::server::listen::DEFAULT_MAX_CONNECTIONS,
         trust_forwarded_for: false,

@@ -557,7 +557,8 @@ pub struct ServeArgs {
     /// fewer makes larger batches, which cost the database less per click
     /// (`bench_serve` measured 2 against 8: less database CPU per click and
     /// a lower p99, with a warm buffer pool and with a cold one).
-    #[arg(long, env = "LINKTRACK_LOOKUPS_IN_FLIGHT", default_value_t = 2, value_name = "N",
+    #[arg(long, env = "LINKTRACK_LOOKUPS_IN_FLIGHT", value_name = "N",
+          default_value_t = crate::server::lookups::DEFAULT_IN_FLIGHT as u32,
           value_parser = clap::value_parser!(u32).range(1..=256))]
     pub lookups_in_flight: u32,
 
