@@ -16,7 +16,10 @@
 //! 2. **Redirect**: `GET /c/{token}` through the whole server (parse,
 //!    lookup, journal append, 302) with wrk; req/s and p99.
 //! 3. **Pixel**: `GET /o/{token}.gif`, which reads nothing on its way.
-//! 4. **Healthz**: `GET /healthz`, the server's own ceiling without a database.
+//! 4. **Healthz**: `GET /healthz`, the server's own ceiling without a
+//!    database, asked for as the pixel is (the same wrk script, user agent
+//!    and path length: `/healthz?{token}`), so the two differ only in the
+//!    server's work.
 //! 5. With `--webhooks`: the redirect again with a webhook endpoint on, once
 //!    per `--webhook-batches` value (events per request; 1 = one each): every
 //!    click is queued in the outbox by the replay and POSTed, signed, to a
@@ -49,17 +52,19 @@
 //! 1 GB against the default 128 MB pool, and both the ceiling and the
 //! redirect read most pages from disk (or the OS cache).
 //!
-//! With `--callgrind SECONDS` the rounds are replaced by one redirect load
-//! while this process runs under `valgrind --tool=callgrind`: the counters
-//! are zeroed just before the load and dumped just after it, and the
-//! server's own request counter (its `/metrics`) says how many redirects
-//! that window served, so the figure is instructions per redirect, which
-//! stay the same however busy the machine is:
+//! With `--callgrind SECONDS` the rounds are replaced by one load of
+//! `--callgrind-route` (redirect, pixel or healthz) while this process runs
+//! under `valgrind --tool=callgrind`: the counters are zeroed just before
+//! the load, dumped just after it and again once its events are replayed,
+//! and the server's own request counter (its `/metrics`) says how many hits
+//! that window served, so the figures are instructions per hit, in the load
+//! and in its replay, which stay the same however busy the machine is:
 //!
 //! ```sh
 //! cargo build --release --example bench_serve
 //! valgrind --tool=callgrind target/release/examples/bench_serve --rows 200000 --days 2 --connections 16 --callgrind 20
-//! callgrind_annotate --inclusive=yes callgrind.out.PID.1 | head -60
+//! valgrind --tool=callgrind target/release/examples/bench_serve --reuse --sample 100000 --connections 16 --callgrind 20 --callgrind-route pixel
+//! callgrind_annotate --inclusive=yes callgrind.out.PID.1 | head -60   # .1: the load, .2: its replay
 //! ```
 //!
 //! Every measurement gets tokens no earlier one used (the sample is cut into
@@ -88,6 +93,11 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+/// The binary's allocator (src/main.rs), so the server here allocates as
+/// `linktrack serve` does.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Parser, Clone)]
 struct Args {
@@ -150,6 +160,37 @@ struct Args {
     /// counted by callgrind (run under `valgrind --tool=callgrind`).
     #[arg(long, value_name = "SECONDS")]
     callgrind: Option<u64>,
+    /// With `--callgrind`: the route loaded and counted.
+    #[arg(long, value_enum, default_value = "redirect")]
+    callgrind_route: CallgrindRoute,
+}
+
+/// The routes `--callgrind` can count.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum CallgrindRoute {
+    Redirect,
+    Pixel,
+    Healthz,
+}
+
+impl CallgrindRoute {
+    /// Before and after the token in the wrk script's paths (as the rounds ask).
+    fn wrk_path(self) -> (&'static str, &'static str) {
+        match self {
+            CallgrindRoute::Redirect => ("/c/", ""),
+            CallgrindRoute::Pixel => ("/o/", ".gif"),
+            CallgrindRoute::Healthz => ("/healthz?", ""),
+        }
+    }
+
+    /// The route's label in the server's request metrics.
+    fn matched_path(self) -> &'static str {
+        match self {
+            CallgrindRoute::Redirect => "/c/{token}",
+            CallgrindRoute::Pixel => "/o/{file}",
+            CallgrindRoute::Healthz => "/healthz",
+        }
+    }
 }
 
 /// wrk's threads (the machine has two cores).
@@ -166,6 +207,9 @@ struct Figure {
     statements_per_hit: f64,
     database_cpu_per_hit: f64,
     server_cpu_per_hit: f64,
+    /// The part of `server_cpu_per_hit` spent while wrk ran: the request
+    /// path, and whatever of the replay got the CPU meanwhile.
+    server_cpu_in_load_per_hit: f64,
     replayed_after: f64,
 }
 
@@ -209,7 +253,7 @@ async fn main() -> anyhow::Result<()> {
     );
 
     if let Some(seconds) = args.callgrind {
-        return callgrind_redirects(&args, &counter, dir.path(), &tokens, seconds).await;
+        return callgrind_hits(&args, &counter, dir.path(), &tokens, seconds).await;
     }
 
     let buffer_pool_before = match args.buffer_pool_mb {
@@ -243,7 +287,7 @@ async fn main() -> anyhow::Result<()> {
         ceilings.push(sysbench(&args, &counter, dir.path(), a).await?);
         redirects.push(serve_load(&args, &counter, dir.path(), Load::Redirect(b), &off).await?);
         pixels.push(serve_load(&args, &counter, dir.path(), Load::Pixel(c), &off).await?);
-        healths.push(serve_load(&args, &counter, dir.path(), Load::Healthz, &off).await?);
+        healths.push(serve_load(&args, &counter, dir.path(), Load::Healthz(c), &off).await?);
         if let Some(receiver) = &receiver {
             for (batch, figures) in args.webhook_batches.iter().zip(&mut hooked) {
                 let Some(d) = slices.next() else {
@@ -402,7 +446,9 @@ fn report(ceiling: &Figure, redirect: &Figure, pixel: &Figure, health: &Figure, 
 /// ratios above also measure who got the CPU).
 fn report_cpu(ceiling: &Figure, redirect: &Figure, pixel: &Figure, health: &Figure) {
     let us = |s: f64| s * 1e6;
-    println!("\nCPU per hit (µs)                       database   server   events replayed after the load");
+    println!(
+        "\nCPU per hit (µs)                       database   server   (in the load, after it)   events replayed after the load"
+    );
     println!(
         "ceiling: the lookup by sysbench        {:>8.1}        -",
         us(ceiling.database_cpu_per_hit)
@@ -413,9 +459,11 @@ fn report_cpu(ceiling: &Figure, redirect: &Figure, pixel: &Figure, health: &Figu
         ("healthz", health),
     ] {
         println!(
-            "{name:<38} {:>8.1} {:>8.1}   {:.1} s",
+            "{name:<38} {:>8.1} {:>8.1}   ({:>5.1}, {:>5.1})             {:.1} s",
             us(f.database_cpu_per_hit),
             us(f.server_cpu_per_hit),
+            us(f.server_cpu_in_load_per_hit),
+            us(f.server_cpu_per_hit - f.server_cpu_in_load_per_hit),
             f.replayed_after
         );
     }
@@ -674,7 +722,13 @@ end
 enum Load<'a> {
     Redirect(&'a [Token]),
     Pixel(&'a [Token]),
-    Healthz,
+    /// `GET /healthz?{token}`: the pixel's requests (the same wrk script,
+    /// user agent and path length), answered without the pixel's work, so
+    /// the server's ceiling is measured with the load generator costing
+    /// what it costs for the pixel. (Without a script wrk sends one fixed
+    /// request, far cheaper for it than a Lua function per request, and on
+    /// two shared cores the CPU it saves went to the server.)
+    Healthz(&'a [Token]),
 }
 
 /// The user agent of every request: a reader's browser, so each hit goes
@@ -743,7 +797,11 @@ async fn serve_load_with(
             write_wrk_script(&script, tokens, "/o/", ".gif")?;
             (Some(script), "/", tokens.len())
         }
-        Load::Healthz => (None, "/healthz", usize::MAX),
+        Load::Healthz(tokens) => {
+            let script = dir.join("healthz.lua");
+            write_wrk_script(&script, tokens, "/healthz?", "")?;
+            (Some(script), "/", usize::MAX)
+        }
     };
     let server = BenchServer::start(args, counter, dir, outbound).await?;
     let before = counter.statements().await?;
@@ -756,6 +814,7 @@ async fn serve_load_with(
     let text = String::from_utf8_lossy(&output.stdout);
     anyhow::ensure!(!text.contains("Non-2xx or 3xx"), "wrk saw errors:\n{text}");
     let (per_second, p99, requests) = wrk_figures(&text)?;
+    let server_cpu_in_load = process_cpu()? - server_cpu;
     let replayed_after = wait_replayed(&server.journal).await?;
     let database_cpu = counter.cpu().await? - database_cpu;
     let server_cpu = process_cpu()? - server_cpu;
@@ -775,6 +834,7 @@ async fn serve_load_with(
         statements_per_hit: statements / hits,
         database_cpu_per_hit: database_cpu / hits,
         server_cpu_per_hit: server_cpu / hits,
+        server_cpu_in_load_per_hit: server_cpu_in_load / hits,
         replayed_after,
     };
     Ok((figure, drain))
@@ -904,36 +964,45 @@ async fn wrk(
     Ok(wrk.arg(format!("http://{addr}{path}")).output().await?)
 }
 
-/// Instructions per redirect (see the module docs): zero callgrind's
-/// counters, load the redirect for `seconds`, dump them, and divide their
-/// total by the redirects the server counted in between.
-async fn callgrind_redirects(
+/// Instructions per hit of `--callgrind-route` (see the module docs): zero
+/// callgrind's counters, load the route for `seconds`, dump them, wait for
+/// the load's events to be replayed, dump again, and divide each dump's
+/// total by the hits the server counted.
+async fn callgrind_hits(
     args: &Args,
     counter: &ServerUser,
     dir: &Path,
     tokens: &[Token],
     seconds: u64,
 ) -> anyhow::Result<()> {
+    let route = args.callgrind_route;
     let script = dir.join("callgrind.lua");
-    write_wrk_script(&script, tokens, "/c/", "")?;
+    let (prefix, suffix) = route.wrk_path();
+    write_wrk_script(&script, tokens, prefix, suffix)?;
     let server = BenchServer::start(args, counter, dir, &Outbound::default()).await?;
     let admin = server
         .admin
         .ok_or_else(|| anyhow::anyhow!("the server has no admin listener"))?;
-    let before = redirects_served(admin).await?;
+    let before = hits_served(admin, route).await?;
     callgrind_control("-z")?;
     let output = wrk(args, seconds, Some(&script), server.addr, "/").await?;
     let dumped = callgrind_control("-d")?;
-    let after = redirects_served(admin).await?;
+    let in_load = dumped_instructions()?;
+    let hits = hits_served(admin, route).await? - before;
+    wait_replayed(&server.journal).await?;
+    callgrind_control("-d")?;
+    let in_replay = dumped_instructions()?;
     server.stop().await;
-    let instructions = dumped_instructions()?;
-    let redirects = after - before;
     eprintln!("{}", String::from_utf8_lossy(&output.stdout));
+    let per_hit = |instructions: u64| instructions as f64 / hits.max(1) as f64;
     println!(
-        "callgrind: {instructions} instructions over {redirects} redirects ({} connections): \
-         {:.0} instructions per redirect\n{dumped}",
+        "callgrind: {} hits of {} ({} connections): {:.0} instructions per hit \
+         in the load ({in_load} in all), {:.0} more in its replay ({in_replay})\n{dumped}",
+        hits,
+        route.matched_path(),
         args.connections,
-        instructions as f64 / redirects.max(1) as f64
+        per_hit(in_load),
+        per_hit(in_replay),
     );
     Ok(())
 }
@@ -972,17 +1041,16 @@ fn dumped_instructions() -> anyhow::Result<u64> {
         .ok_or_else(|| anyhow::anyhow!("no summary line in {}", newest.path().display()))
 }
 
-/// Redirect requests the server has answered so far, by its `/metrics`.
-async fn redirects_served(admin: std::net::SocketAddr) -> anyhow::Result<u64> {
+/// Requests of `route` the server has answered so far, by its `/metrics`.
+async fn hits_served(admin: std::net::SocketAddr, route: CallgrindRoute) -> anyhow::Result<u64> {
     let text = reqwest::get(format!("http://{admin}/metrics"))
         .await?
         .text()
         .await?;
+    let label = format!(r#"route="{}""#, route.matched_path());
     Ok(text
         .lines()
-        .filter(|l| {
-            l.starts_with("linktrack_http_requests_total{") && l.contains(r#"route="/c/{token}""#)
-        })
+        .filter(|l| l.starts_with("linktrack_http_requests_total{") && l.contains(&label))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum::<f64>() as u64)
 }
@@ -1021,6 +1089,7 @@ fn median(rounds: &[Figure]) -> Figure {
         statements_per_hit: median(|f| f.statements_per_hit),
         database_cpu_per_hit: median(|f| f.database_cpu_per_hit),
         server_cpu_per_hit: median(|f| f.server_cpu_per_hit),
+        server_cpu_in_load_per_hit: median(|f| f.server_cpu_in_load_per_hit),
         replayed_after: median(|f| f.replayed_after),
     }
 }

@@ -3,6 +3,12 @@
 use clap::Parser;
 use std::process::ExitCode;
 
+/// mimalloc instead of glibc's malloc: a request allocates and frees dozens
+/// of small buffers, and glibc's malloc and free were about 11% of the
+/// server's CPU per request (perf, `bench_serve`).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = linktrack::config::Cli::parse();
