@@ -17,6 +17,8 @@
 //! # Layout
 //!
 //! * [`token`] (`src/token.rs`): the tracking token: new, parse, date.
+//! * `timestamp` (`src/timestamp.rs`): an event's UTC time as fixed-width
+//!   digits, for the journal line and the replay's insert.
 //! * [`kind`]: [`kind::LinkKind`] and [`kind::EventKind`], the one spelling
 //!   of every kind (database ENUM, journal, API, Redis counter names).
 //! * [`config`]: command line and environment settings (clap stops here).
@@ -81,4 +83,5 @@ pub mod outbound;
 pub mod rollup;
 pub mod server;
 pub mod store;
+pub(crate) mod timestamp;
 pub mod token;

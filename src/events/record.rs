@@ -38,6 +38,7 @@ pub struct JournalRecord<'a> {
     pub v: u32,
     #[serde(with = "hex_id")]
     pub event_id: [u8; 16],
+    #[serde(with = "rfc3339")]
     pub occurred_at: DateTime<Utc>,
     pub kind: EventKind,
     #[serde(with = "hex_id")]
@@ -65,6 +66,35 @@ mod hex_id {
         // Neither can fail: the buffer is twice the id, and hex digits are ASCII.
         hex::encode_to_slice(id, &mut digits).map_err(S::Error::custom)?;
         to.serialize_str(std::str::from_utf8(&digits).map_err(S::Error::custom)?)
+    }
+}
+
+/// The time as RFC 3339 with nanoseconds (`2026-11-22T10:00:00.000000000Z`),
+/// written from a buffer on the stack (`crate::timestamp`); read by chrono,
+/// which also reads the shorter forms older lines have.
+mod rfc3339 {
+    use chrono::{DateTime, Utc};
+    use serde::Deserialize;
+
+    pub fn serialize<S: serde::Serializer>(at: &DateTime<Utc>, to: S) -> Result<S::Ok, S::Error> {
+        let Some(digits) = crate::timestamp::digits(at) else {
+            let text = at.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true);
+            return to.serialize_str(&text);
+        };
+        let mut text = [b'Z'; 30];
+        text[..29].copy_from_slice(&digits);
+        match crate::timestamp::as_str(&text) {
+            Some(text) => to.serialize_str(text),
+            None => Err(serde::ser::Error::custom(
+                "a timestamp's digits are not text",
+            )),
+        }
+    }
+
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(
+        from: D,
+    ) -> Result<DateTime<Utc>, D::Error> {
+        DateTime::<Utc>::deserialize(from)
     }
 }
 
@@ -181,6 +211,26 @@ mod tests {
         assert!(
             line.contains(r#""event_id":"0192f5a0c0de7000800000000000abcd","#)
                 && line.contains(r#""token":"0192f5a0c0de7000800000000000beef","#),
+            "{line}"
+        );
+        assert_eq!(JournalRecord::decode(&line).unwrap(), row);
+    }
+
+    #[test]
+    fn the_time_is_written_to_the_nanosecond_and_read_back_exactly() {
+        let mut row = JournalRecord::decode(VERSION_0_LINE).unwrap();
+        row.occurred_at += chrono::Duration::nanoseconds(123_456_789);
+        let line = String::from_utf8(JournalRecord::encode(&row).unwrap()).unwrap();
+        assert!(
+            line.contains(r#""occurred_at":"2026-11-22T10:00:00.123456789Z""#),
+            "{line}"
+        );
+        assert_eq!(JournalRecord::decode(&line).unwrap(), row);
+        // A year fixed widths cannot hold is written by chrono, and read back.
+        row.occurred_at = chrono::DateTime::from_timestamp(253_402_300_800, 5).unwrap();
+        let line = String::from_utf8(JournalRecord::encode(&row).unwrap()).unwrap();
+        assert!(
+            line.contains(r#""occurred_at":"+10000-01-01T00:00:00.000000005Z""#),
             "{line}"
         );
         assert_eq!(JournalRecord::decode(&line).unwrap(), row);

@@ -58,6 +58,11 @@ fn forwarded_for(headers: &HeaderMap) -> Option<IpAddr> {
 /// The first `max` characters of `text`, copied once (the header's bytes
 /// are borrowed until here).
 fn truncate_chars(text: &str, max: usize) -> String {
+    // No more bytes than `max` means no more characters: the usual user
+    // agent is copied without counting its characters one by one.
+    if text.len() <= max {
+        return text.to_owned();
+    }
     let end = text
         .char_indices()
         .nth(max)
@@ -135,5 +140,7 @@ mod tests {
         let long = "é".repeat(600);
         assert_eq!(truncate_chars(&long, 512).chars().count(), 512);
         assert_eq!(truncate_chars("Mozilla/5.0", 512), "Mozilla/5.0");
+        assert_eq!(truncate_chars("Mozilla/5.0", 7), "Mozilla");
+        assert_eq!(truncate_chars("ééé", 4), "ééé", "6 bytes but 3 characters");
     }
 }
