@@ -240,6 +240,7 @@ pub fn spawn_writer(
         open: None,
         sealed: sealed.clone(),
         stopped: false,
+        backlog: metrics::gauge!("linktrack_journal_backlog_events"),
     }));
     let task = tokio::spawn(seal_when_due(segment.clone(), tick, stop));
     (Recorder { segment }, Writer { task, sealed })
@@ -285,6 +286,10 @@ struct SegmentState {
     sealed: Arc<Notify>,
     /// Set when the server stops: later appends fail with `Stopped`.
     stopped: bool,
+    /// `linktrack_journal_backlog_events`, registered once: the `gauge!`
+    /// macro looks the metric up in the recorder's registry on every call,
+    /// and this is every event's.
+    backlog: metrics::Gauge,
 }
 
 impl SegmentState {
@@ -319,7 +324,7 @@ impl SegmentState {
             .write_all(line)
             .map_err(io_error(&segment.path))?;
         segment.events += 1;
-        metrics::gauge!("linktrack_journal_backlog_events").increment(1.0);
+        self.backlog.increment(1.0);
         if segment.events >= self.settings.max_segment_events {
             self.seal();
         }

@@ -99,6 +99,9 @@ impl App {
             None => None,
         };
         let pool = settings.pool.clone();
+        // Installed before anything registers a metric: a handle taken with
+        // no recorder installed (the journal keeps its gauge's) stays mute.
+        let prometheus = metrics::prometheus();
         let mut workers = Workers::new();
         // The replay runs with the senders at low priority: during a burst
         // the requests get the CPU, and the journal holds the events until
@@ -114,7 +117,7 @@ impl App {
             pool.clone(),
             settings.server.clone(),
             pipeline.recorder(),
-            metrics::prometheus(),
+            prometheus,
             settings.live.clone(),
         )?;
         let stats = StatsState::new(

@@ -707,6 +707,44 @@ async fn hostile_requests_never_cause_a_server_error() {
     server.stop().await;
 }
 
+/// The journal's backlog gauge goes up with each journaled open and back
+/// to zero once they are replayed. (The journal keeps the gauge's handle:
+/// taken before the metrics recorder was installed, it counted nothing,
+/// and the replay's decrements took the gauge below zero.)
+#[tokio::test]
+async fn the_journal_backlog_gauge_returns_to_zero_after_the_replay() {
+    let db = db().await;
+    let dir = tempfile::tempdir().unwrap();
+    let known = add_link(&db.pool, LinkKind::Pixel, "", 0).await;
+    let server = TestServer::start(server_pool(&db).await, dir.path()).await;
+    let http = client();
+    for _ in 0..3 {
+        let path = format!("/o/{known}.gif");
+        let response = http.get(server.url(&path)).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+    wait_for_events(&db.pool, 3).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !segments(dir.path()).is_empty() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let text = http
+        .get(server.admin_url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let backlog = text
+        .lines()
+        .find_map(|line| line.strip_prefix("linktrack_journal_backlog_events "))
+        .and_then(|value| value.trim().parse::<f64>().ok());
+    assert_eq!(backlog, Some(0.0), "{text}");
+    drop(http);
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn health_and_metrics_answer() {
     let db = db().await;
