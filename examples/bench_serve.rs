@@ -395,6 +395,13 @@ fn report_in_flight(args: &Args, in_flight: usize, base: &Figure, other: &Figure
         other.per_second / base.per_second,
         other.p99 / base.p99
     );
+    println!(
+        "  CPU per redirect (µs): database {:.1} against {:.1}, server {:.1} against {:.1}",
+        other.database_cpu_per_hit * 1e6,
+        base.database_cpu_per_hit * 1e6,
+        other.server_cpu_per_hit * 1e6,
+        base.server_cpu_per_hit * 1e6
+    );
 }
 
 fn report(ceiling: &Figure, redirect: &Figure, pixel: &Figure, health: &Figure, rounds: usize) {
