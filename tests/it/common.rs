@@ -337,3 +337,10 @@ impl Drop for CountedUser {
         });
     }
 }
+
+/// The Prometheus text of an admin listener's `/metrics` (`admin`: its
+/// base URL, `http://host:port`).
+pub async fn metrics_text(admin: &str) -> String {
+    let response = reqwest::get(format!("{admin}/metrics")).await.unwrap();
+    response.text().await.unwrap()
+}

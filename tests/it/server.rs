@@ -728,14 +728,7 @@ async fn the_journal_backlog_gauge_returns_to_zero_after_the_replay() {
     while !segments(dir.path()).is_empty() && std::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let text = http
-        .get(server.admin_url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = crate::common::metrics_text(&server.admin_url("")).await;
     let backlog = text
         .lines()
         .find_map(|line| line.strip_prefix("linktrack_journal_backlog_events "))

@@ -29,8 +29,7 @@ async fn connect_and_send(app: &RunningApp, bytes: &[u8]) -> TcpStream {
 
 /// The admin listener's `/metrics` text.
 async fn metrics(app: &RunningApp) -> String {
-    let response = reqwest::get(format!("{}/metrics", app.admin)).await;
-    response.unwrap().text().await.unwrap()
+    crate::common::metrics_text(&app.admin).await
 }
 
 const COMPLETE: &[u8] = b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n";

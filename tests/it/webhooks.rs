@@ -377,14 +377,7 @@ async fn events_made_while_the_receiver_is_down_survive_a_kill_9_and_arrive() {
 
 /// The value of `metric` labelled with `endpoint` (and `extra`) on `/metrics`.
 async fn metric(admin: &str, metric: &str, endpoint: &str, extra: &str) -> Option<f64> {
-    let text = http()
-        .get(format!("{admin}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = crate::common::metrics_text(admin).await;
     let label = format!("endpoint=\"{endpoint}\"");
     text.lines()
         .filter(|line| line.starts_with(&format!("{metric}{{")))
@@ -627,14 +620,7 @@ async fn a_server_lacking_an_endpoint_another_server_has_says_so() {
     .await;
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let text = http()
-            .get(format!("{}/metrics", second.admin))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let text = crate::common::metrics_text(&second.admin).await;
         let differing = text
             .lines()
             .filter(|l| l.starts_with("linktrack_outbound_endpoint_differences{"))
