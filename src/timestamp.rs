@@ -3,17 +3,44 @@
 //! datetime literal). `core::fmt` (through chrono's `Display` or `write!`)
 //! took about 2,500 instructions per timestamp, a tenth of what an open
 //! costs the server (callgrind, `bench_serve --callgrind-route pixel`).
+//! Both forms come from one fixed-width layout, and chrono writes what that
+//! layout cannot hold.
 
-use chrono::{DateTime, Datelike, Timelike, Utc};
+use chrono::{DateTime, Datelike, SecondsFormat, Timelike, Utc};
 
-/// `YYYY-MM-DDTHH:MM:SS.nnnnnnnnn`: a date and time with nanoseconds, in
-/// the form both callers start from.
-pub type Digits = [u8; 29];
+/// `at` in RFC 3339 with nanoseconds (`2026-11-22T10:00:00.123456789Z`),
+/// handed to `use_text`.
+pub fn with_rfc3339<R>(at: &DateTime<Utc>, use_text: impl FnOnce(&str) -> R) -> R {
+    if let Some(digits) = digits(at) {
+        let mut text = [b'Z'; 30];
+        text[..29].copy_from_slice(&digits);
+        if let Ok(text) = std::str::from_utf8(&text) {
+            return use_text(text);
+        }
+    }
+    use_text(&at.to_rfc3339_opts(SecondsFormat::Nanos, true))
+}
+
+/// `at` as a SQL datetime literal's text with microseconds (`2026-11-22
+/// 10:00:00.123456`, the date first and a space before the time), handed
+/// to `use_text`.
+pub fn with_sql_datetime<R>(at: &DateTime<Utc>, use_text: impl FnOnce(&str) -> R) -> R {
+    if let Some(mut digits) = digits(at) {
+        digits[10] = b' ';
+        if let Ok(text) = std::str::from_utf8(&digits[..26]) {
+            return use_text(text);
+        }
+    }
+    use_text(&at.format("%Y-%m-%d %H:%M:%S%.6f").to_string())
+}
+
+/// `YYYY-MM-DDTHH:MM:SS.nnnnnnnnn`: a date and time with nanoseconds, the
+/// layout both forms start from.
+type Digits = [u8; 29];
 
 /// `at` as [`Digits`], or `None` where fixed widths cannot hold it: years
-/// outside 0..=9999 and leap seconds (chrono's nanosecond >= 10^9), which
-/// the callers write with chrono instead.
-pub fn digits(at: &DateTime<Utc>) -> Option<Digits> {
+/// outside 0..=9999 and leap seconds (chrono's nanosecond >= 10^9).
+fn digits(at: &DateTime<Utc>) -> Option<Digits> {
     let year = u32::try_from(at.year()).ok().filter(|year| *year <= 9999)?;
     let nanos = at.nanosecond();
     if nanos >= 1_000_000_000 {
@@ -39,24 +66,28 @@ fn put(to: &mut [u8], mut value: u32) {
     }
 }
 
-/// As text (every byte of [`Digits`] is an ASCII digit or separator).
-pub fn as_str(digits: &[u8]) -> Option<&str> {
-    std::str::from_utf8(digits).ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use chrono::TimeZone;
     use proptest::prelude::*;
 
+    fn text(digits: &[u8]) -> &str {
+        std::str::from_utf8(digits).unwrap()
+    }
+
     #[test]
     fn digits_match_chrono_for_every_part() {
         let at = Utc.with_ymd_and_hms(2026, 1, 2, 3, 4, 5).unwrap()
             + chrono::Duration::nanoseconds(6_007);
+        assert_eq!(text(&digits(&at).unwrap()), "2026-01-02T03:04:05.000006007");
         assert_eq!(
-            as_str(&digits(&at).unwrap()),
-            Some("2026-01-02T03:04:05.000006007")
+            with_rfc3339(&at, str::to_owned),
+            "2026-01-02T03:04:05.000006007Z"
+        );
+        assert_eq!(
+            with_sql_datetime(&at, str::to_owned),
+            "2026-01-02 03:04:05.000006"
         );
     }
 
@@ -64,6 +95,14 @@ mod tests {
     fn years_past_four_digits_and_leap_seconds_are_left_to_chrono() {
         let far = Utc.with_ymd_and_hms(10_000, 1, 1, 0, 0, 0).unwrap();
         assert_eq!(digits(&far), None);
+        assert_eq!(
+            with_rfc3339(&far, str::to_owned),
+            "+10000-01-01T00:00:00.000000000Z"
+        );
+        assert_eq!(
+            with_sql_datetime(&far, str::to_owned),
+            "+10000-01-01 00:00:00.000000"
+        );
         let leap = chrono::NaiveDate::from_ymd_opt(2016, 12, 31)
             .and_then(|d| d.and_hms_nano_opt(23, 59, 59, 1_500_000_000))
             .unwrap()
@@ -77,7 +116,7 @@ mod tests {
             let at = DateTime::from_timestamp(seconds, nanos).unwrap();
             let expected = at.format("%Y-%m-%dT%H:%M:%S%.9f").to_string();
             let written = digits(&at).unwrap();
-            prop_assert_eq!(as_str(&written), Some(expected.as_str()));
+            prop_assert_eq!(text(&written), expected.as_str());
         }
     }
 }

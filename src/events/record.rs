@@ -91,18 +91,7 @@ mod rfc3339 {
     use serde::Deserialize;
 
     pub fn serialize<S: serde::Serializer>(at: &DateTime<Utc>, to: S) -> Result<S::Ok, S::Error> {
-        let Some(digits) = crate::timestamp::digits(at) else {
-            let text = at.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true);
-            return to.serialize_str(&text);
-        };
-        let mut text = [b'Z'; 30];
-        text[..29].copy_from_slice(&digits);
-        match crate::timestamp::as_str(&text) {
-            Some(text) => to.serialize_str(text),
-            None => Err(serde::ser::Error::custom(
-                "a timestamp's digits are not text",
-            )),
-        }
+        crate::timestamp::with_rfc3339(at, |text| to.serialize_str(text))
     }
 
     pub fn deserialize<'de, D: serde::Deserializer<'de>>(

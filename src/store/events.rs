@@ -96,30 +96,17 @@ pub fn insert_sql(rows: &[EventRow]) -> String {
         if n > 0 {
             sql.push_str(", ");
         }
-        // `YYYY-MM-DDTHH:MM:SS.ffffff`, written without `core::fmt` (see
-        // `crate::timestamp`), chrono only for what fixed widths cannot hold.
-        let digits = crate::timestamp::digits(&row.occurred_at);
-        let formatted;
-        let time = match digits
-            .as_ref()
-            .and_then(|d| crate::timestamp::as_str(&d[..26]))
-        {
-            Some(text) => text,
-            None => {
-                formatted = row.occurred_at.format("%Y-%m-%dT%H:%M:%S%.6f").to_string();
-                &formatted
-            }
-        };
-        let (day, clock) = time.split_at(10);
-        sql.push_str("('");
-        sql.push_str(day);
-        sql.push_str("', ");
-        push_bytes(&mut sql, &row.event_id);
-        sql.push_str(", '");
-        sql.push_str(day);
-        sql.push(' ');
-        sql.push_str(clock.trim_start_matches('T'));
-        sql.push_str("', '");
+        // Written without `core::fmt` (see `crate::timestamp`).
+        crate::timestamp::with_sql_datetime(&row.occurred_at, |time| {
+            let day = time.split_once(' ').map_or(time, |(day, _)| day);
+            sql.push_str("('");
+            sql.push_str(day);
+            sql.push_str("', ");
+            push_bytes(&mut sql, &row.event_id);
+            sql.push_str(", '");
+            sql.push_str(time);
+            sql.push_str("', '");
+        });
         sql.push_str(row.kind.as_str());
         sql.push_str("', ");
         push_bytes(&mut sql, &row.token);
