@@ -88,7 +88,8 @@ pub struct Recorder {
 
 impl Recorder {
     /// Append `row`; returns once it has been written to the segment file.
-    pub async fn append(&self, row: EventRow) -> Result<(), JournalError> {
+    /// Not async: one `write` under a std mutex, held for no await.
+    pub fn append(&self, row: EventRow) -> Result<(), JournalError> {
         let mut line = super::record::JournalRecord::encode(&row)?;
         line.push(b'\n');
         self.append_line(&line)
@@ -400,7 +401,7 @@ mod tests {
         let (stop, stopped) = watch::channel(false);
         let (recorder, writer) = spawn_writer(settings, next, stopped);
         for n in 0..3 {
-            recorder.append(event(n)).await.unwrap();
+            recorder.append(event(n)).unwrap();
         }
         let active = dir.path().join("00000000000000000000.active");
         let text = std::fs::read_to_string(&active).unwrap();
@@ -413,7 +414,7 @@ mod tests {
         writer.task.await.unwrap();
         assert_eq!(files(dir.path()), ["00000000000000000000.jsonl", "lock"]);
         assert!(matches!(
-            recorder.append(event(9)).await,
+            recorder.append(event(9)),
             Err(JournalError::Stopped)
         ));
     }

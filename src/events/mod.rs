@@ -106,8 +106,8 @@ pub fn default_journal_dir() -> PathBuf {
 
 /// Append one event; returns once it is in the journal file, with `true`,
 /// or `false` if it could not be journaled.
-pub async fn record(recorder: &Recorder, row: EventRow) -> bool {
-    match recorder.append(row).await {
+pub fn record(recorder: &Recorder, row: EventRow) -> bool {
+    match recorder.append(row) {
         Ok(()) => true,
         Err(err) => {
             // Callers still answer the visitor: losing one statistic is

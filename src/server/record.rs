@@ -53,6 +53,6 @@ impl AppState {
             bot: verdict.is_some(),
             bot_reason: verdict,
         };
-        events::record(&self.recorder, row).await
+        events::record(&self.recorder, row)
     }
 }
