@@ -89,7 +89,7 @@ use linktrack::token::Token;
 use rand::seq::SliceRandom;
 use std::io::Write;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -156,40 +156,52 @@ struct Args {
     /// lookups of both the ceiling and the redirect read pages from disk.
     #[arg(long, value_name = "MB")]
     buffer_pool_mb: Option<u64>,
-    /// Instead of the rounds: one redirect load of this many seconds,
-    /// counted by callgrind (run under `valgrind --tool=callgrind`).
+    /// Instead of the rounds: one load of `--callgrind-route` of this many
+    /// seconds, counted by callgrind (run under `valgrind --tool=callgrind`).
     #[arg(long, value_name = "SECONDS")]
     callgrind: Option<u64>,
     /// With `--callgrind`: the route loaded and counted.
     #[arg(long, value_enum, default_value = "redirect")]
-    callgrind_route: CallgrindRoute,
+    callgrind_route: Route,
 }
 
-/// The routes `--callgrind` can count.
-#[derive(Clone, Copy, clap::ValueEnum)]
-enum CallgrindRoute {
+/// The server routes a measurement loads (the rounds' and `--callgrind`'s).
+#[derive(Clone, Copy, PartialEq, clap::ValueEnum)]
+enum Route {
     Redirect,
     Pixel,
+    /// `GET /healthz?{token}`: the pixel's requests (the same wrk script,
+    /// user agent and path length), answered without the pixel's work, so
+    /// the server's ceiling is measured with the load generator costing
+    /// what it costs for the pixel. (Without a script wrk sends one fixed
+    /// request, far cheaper for it than a Lua function per request, and on
+    /// two shared cores the CPU it saves went to the server.)
     Healthz,
 }
 
-impl CallgrindRoute {
-    /// Before and after the token in the wrk script's paths (as the rounds ask).
+impl Route {
+    /// Before and after the token in the wrk script's paths.
     fn wrk_path(self) -> (&'static str, &'static str) {
         match self {
-            CallgrindRoute::Redirect => ("/c/", ""),
-            CallgrindRoute::Pixel => ("/o/", ".gif"),
-            CallgrindRoute::Healthz => ("/healthz?", ""),
+            Route::Redirect => ("/c/", ""),
+            Route::Pixel => ("/o/", ".gif"),
+            Route::Healthz => ("/healthz?", ""),
         }
     }
 
     /// The route's label in the server's request metrics.
     fn matched_path(self) -> &'static str {
         match self {
-            CallgrindRoute::Redirect => "/c/{token}",
-            CallgrindRoute::Pixel => "/o/{file}",
-            CallgrindRoute::Healthz => "/healthz",
+            Route::Redirect => "/c/{token}",
+            Route::Pixel => "/o/{file}",
+            Route::Healthz => "/healthz",
         }
+    }
+
+    /// Whether each request names a link to look up: only then must every
+    /// token be fresh (`/healthz` ignores its token).
+    fn reads_links(self) -> bool {
+        self != Route::Healthz
     }
 }
 
@@ -285,9 +297,9 @@ async fn main() -> anyhow::Result<()> {
         };
         let off = Outbound::default();
         ceilings.push(sysbench(&args, &counter, dir.path(), a).await?);
-        redirects.push(serve_load(&args, &counter, dir.path(), Load::Redirect(b), &off).await?);
-        pixels.push(serve_load(&args, &counter, dir.path(), Load::Pixel(c), &off).await?);
-        healths.push(serve_load(&args, &counter, dir.path(), Load::Healthz(c), &off).await?);
+        redirects.push(serve_load(&args, &counter, dir.path(), Route::Redirect, b, &off).await?);
+        pixels.push(serve_load(&args, &counter, dir.path(), Route::Pixel, c, &off).await?);
+        healths.push(serve_load(&args, &counter, dir.path(), Route::Healthz, c, &off).await?);
         if let Some(receiver) = &receiver {
             for (batch, figures) in args.webhook_batches.iter().zip(&mut hooked) {
                 let Some(d) = slices.next() else {
@@ -309,7 +321,8 @@ async fn main() -> anyhow::Result<()> {
                 in_flight,
                 ..args.clone()
             };
-            compared.push(serve_load(&other, &counter, dir.path(), Load::Redirect(e), &off).await?);
+            compared
+                .push(serve_load(&other, &counter, dir.path(), Route::Redirect, e, &off).await?);
             eprintln!(
                 "  redirect with {in_flight} lookups in flight {:?}",
                 compared.last()
@@ -725,32 +738,17 @@ function thread_done()
 end
 "#;
 
-/// What a server measurement asks for.
-enum Load<'a> {
-    Redirect(&'a [Token]),
-    Pixel(&'a [Token]),
-    /// `GET /healthz?{token}`: the pixel's requests (the same wrk script,
-    /// user agent and path length), answered without the pixel's work, so
-    /// the server's ceiling is measured with the load generator costing
-    /// what it costs for the pixel. (Without a script wrk sends one fixed
-    /// request, far cheaper for it than a Lua function per request, and on
-    /// two shared cores the CPU it saves went to the server.)
-    Healthz(&'a [Token]),
-}
-
 /// The user agent of every request: a reader's browser, so each hit goes
 /// through all of the bot checks (wrk sends none, which is a bot at once).
 const BROWSER: &str = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36";
 
-/// A wrk script walking `tokens` once: thread `t` of `WRK_THREADS` takes
-/// every `WRK_THREADS`-th token from the `t`-th on.
-fn write_wrk_script(
-    path: &Path,
-    tokens: &[Token],
-    prefix: &str,
-    suffix: &str,
-) -> anyhow::Result<()> {
-    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+/// A wrk script (in `dir`, returned) asking for `route` with `tokens`,
+/// each once: thread `t` of `WRK_THREADS` takes every `WRK_THREADS`-th
+/// token from the `t`-th on.
+fn write_wrk_script(dir: &Path, route: Route, tokens: &[Token]) -> anyhow::Result<PathBuf> {
+    let (prefix, suffix) = route.wrk_path();
+    let path = dir.join("load.lua");
+    let mut out = std::io::BufWriter::new(std::fs::File::create(&path)?);
     writeln!(out, "tokens = {{")?;
     for token in tokens {
         writeln!(out, "\"{token}\",")?;
@@ -767,7 +765,7 @@ function request()
 end"#
     )?;
     out.flush()?;
-    Ok(())
+    Ok(path)
 }
 
 /// Start a new server, load it with wrk, stop it (its events replayed);
@@ -776,10 +774,11 @@ async fn serve_load(
     args: &Args,
     counter: &ServerUser,
     dir: &Path,
-    load: Load<'_>,
+    route: Route,
+    tokens: &[Token],
     outbound: &Outbound,
 ) -> anyhow::Result<Figure> {
-    let measured = serve_load_with(args, counter, dir, load, outbound, None).await?;
+    let measured = serve_load_with(args, counter, dir, route, tokens, outbound, None).await?;
     Ok(measured.0)
 }
 
@@ -789,27 +788,12 @@ async fn serve_load_with(
     args: &Args,
     counter: &ServerUser,
     dir: &Path,
-    load: Load<'_>,
+    route: Route,
+    tokens: &[Token],
     outbound: &Outbound,
     receiver: Option<&Receiver>,
 ) -> anyhow::Result<(Figure, Option<Drain>)> {
-    let (script, path, tokens) = match load {
-        Load::Redirect(tokens) => {
-            let script = dir.join("redirect.lua");
-            write_wrk_script(&script, tokens, "/c/", "")?;
-            (Some(script), "/", tokens.len())
-        }
-        Load::Pixel(tokens) => {
-            let script = dir.join("pixel.lua");
-            write_wrk_script(&script, tokens, "/o/", ".gif")?;
-            (Some(script), "/", tokens.len())
-        }
-        Load::Healthz(tokens) => {
-            let script = dir.join("healthz.lua");
-            write_wrk_script(&script, tokens, "/healthz?", "")?;
-            (Some(script), "/", usize::MAX)
-        }
-    };
+    let script = write_wrk_script(dir, route, tokens)?;
     let server = BenchServer::start(args, counter, dir, outbound).await?;
     let before = counter.statements().await?;
     let delivered_before = match receiver {
@@ -817,7 +801,7 @@ async fn serve_load_with(
         None => 0,
     };
     let (database_cpu, server_cpu) = (counter.cpu().await?, process_cpu()?);
-    let output = wrk(args, args.seconds, script.as_deref(), server.addr, path).await?;
+    let output = wrk(args, args.seconds, &script, server.addr).await?;
     let text = String::from_utf8_lossy(&output.stdout);
     anyhow::ensure!(!text.contains("Non-2xx or 3xx"), "wrk saw errors:\n{text}");
     let (per_second, p99, requests) = wrk_figures(&text)?;
@@ -831,7 +815,7 @@ async fn serve_load_with(
     };
     server.stop().await;
     let statements = counter.statements().await? - before;
-    if requests > tokens as f64 {
+    if route.reads_links() && requests > tokens.len() as f64 {
         eprintln!("note: wrk asked for more than its slice's tokens: some were asked twice");
     }
     let hits = requests.max(1.0);
@@ -948,13 +932,12 @@ impl BenchServer {
     }
 }
 
-/// Run wrk for `seconds` against `path` on `addr` (or `script`'s paths).
+/// Run wrk for `seconds` on `addr`, asking for `script`'s paths.
 async fn wrk(
     args: &Args,
     seconds: u64,
-    script: Option<&Path>,
+    script: &Path,
     addr: std::net::SocketAddr,
-    path: &str,
 ) -> anyhow::Result<std::process::Output> {
     let mut wrk = tokio::process::Command::new("wrk");
     wrk.args([
@@ -965,10 +948,8 @@ async fn wrk(
         "30s",
         "--latency",
     ]);
-    if let Some(script) = script {
-        wrk.arg("-s").arg(script);
-    }
-    Ok(wrk.arg(format!("http://{addr}{path}")).output().await?)
+    wrk.arg("-s").arg(script);
+    Ok(wrk.arg(format!("http://{addr}/")).output().await?)
 }
 
 /// Instructions per hit of `--callgrind-route` (see the module docs): zero
@@ -983,16 +964,14 @@ async fn callgrind_hits(
     seconds: u64,
 ) -> anyhow::Result<()> {
     let route = args.callgrind_route;
-    let script = dir.join("callgrind.lua");
-    let (prefix, suffix) = route.wrk_path();
-    write_wrk_script(&script, tokens, prefix, suffix)?;
+    let script = write_wrk_script(dir, route, tokens)?;
     let server = BenchServer::start(args, counter, dir, &Outbound::default()).await?;
     let admin = server
         .admin
         .ok_or_else(|| anyhow::anyhow!("the server has no admin listener"))?;
     let before = hits_served(admin, route).await?;
     callgrind_control("-z")?;
-    let output = wrk(args, seconds, Some(&script), server.addr, "/").await?;
+    let output = wrk(args, seconds, &script, server.addr).await?;
     let dumped = callgrind_control("-d")?;
     let in_load = dumped_instructions()?;
     let hits = hits_served(admin, route).await? - before;
@@ -1049,7 +1028,7 @@ fn dumped_instructions() -> anyhow::Result<u64> {
 }
 
 /// Requests of `route` the server has answered so far, by its `/metrics`.
-async fn hits_served(admin: std::net::SocketAddr, route: CallgrindRoute) -> anyhow::Result<u64> {
+async fn hits_served(admin: std::net::SocketAddr, route: Route) -> anyhow::Result<u64> {
     let text = reqwest::get(format!("http://{admin}/metrics"))
         .await?
         .text()
@@ -1150,9 +1129,16 @@ async fn webhooks_load(
     sqlx::query("DELETE FROM outbox").execute(&admin).await?;
     admin.close().await;
     let outbound = Outbound::new(vec![receiver.endpoint(batch)?], RetryPolicy::default());
-    let load = Load::Redirect(tokens);
-    let (figure, drain) =
-        serve_load_with(args, counter, dir, load, &outbound, Some(receiver)).await?;
+    let (figure, drain) = serve_load_with(
+        args,
+        counter,
+        dir,
+        Route::Redirect,
+        tokens,
+        &outbound,
+        Some(receiver),
+    )
+    .await?;
     let drain = drain.ok_or_else(|| anyhow::anyhow!("no drain figures"))?;
     Ok((figure, drain))
 }
