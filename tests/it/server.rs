@@ -487,6 +487,14 @@ fn segments(dir: &Path) -> Vec<PathBuf> {
     linktrack::events::journal::unreplayed_segments(dir).unwrap()
 }
 
+/// Wait (up to 10 s) until the server has replayed every segment of `dir`.
+async fn wait_replayed(dir: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !segments(dir).is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Every segment of a journal directory, concatenated.
 fn journal_text(dir: &Path) -> String {
     let mut text = String::new();
@@ -558,10 +566,7 @@ async fn acknowledged_events_survive_a_crash_and_are_replayed_exactly_once() {
     // adds nothing.
     copy_segments(backup.path(), dir.path());
     let server = TestServer::start(server_pool(&db).await, dir.path()).await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !segments(dir.path()).is_empty() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_replayed(dir.path()).await;
     assert!(segments(dir.path()).is_empty(), "replayed");
     assert_eq!(events(&db.pool).await.len(), 5, "each event exactly once");
     server.stop().await;
@@ -724,10 +729,7 @@ async fn the_journal_backlog_gauge_returns_to_zero_after_the_replay() {
         assert_eq!(response.status(), StatusCode::OK);
     }
     wait_for_events(&db.pool, 3).await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !segments(dir.path()).is_empty() && std::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_replayed(dir.path()).await;
     let text = crate::common::metrics_text(&server.admin_url("")).await;
     let backlog = text
         .lines()
