@@ -47,6 +47,15 @@
 //! redirects against point selects per database CPU second, and opens
 //! against `/healthz` per server CPU second.
 //!
+//! It also counts every process a hit keeps busy on this machine: the load
+//! generator (wrk or sysbench, a child this process waits for), the server
+//! and the whole `mariadbd` process (found by its pid file; with its
+//! background threads, such as page compression and flushing, and with any
+//! other client's work, so run it on a quiet database). Where all of them
+//! share the cores, as here, the req/s ratios can be no better than the
+//! ratios of that CPU per hit, which the report prints with a bound: the
+//! redirect's ratio were its HTTP work as cheap as `/healthz`'s.
+//!
 //! `--buffer-pool-mb MB` resizes MariaDB's buffer pool for the run (and
 //! back after it) and reads `links` into it first: without it, 3M links are
 //! 1 GB against the default 128 MB pool, and both the ceiling and the
@@ -222,7 +231,20 @@ struct Figure {
     /// The part of `server_cpu_per_hit` spent while wrk ran: the request
     /// path, and whatever of the replay got the CPU meanwhile.
     server_cpu_in_load_per_hit: f64,
+    /// The load generator's CPU (wrk, or sysbench for the ceiling).
+    generator_cpu_per_hit: f64,
+    /// The whole `mariadbd` process: its background threads too (page
+    /// compression, flushing, purge), which `database_cpu_per_hit` leaves out.
+    mariadbd_cpu_per_hit: f64,
     replayed_after: f64,
+}
+
+impl Figure {
+    /// CPU of every process a hit kept busy on this machine: the load
+    /// generator, the server (none for the ceiling) and all of MariaDB.
+    fn machine_cpu_per_hit(&self) -> f64 {
+        self.generator_cpu_per_hit + self.server_cpu_per_hit + self.mariadbd_cpu_per_hit
+    }
 }
 
 #[tokio::main(flavor = "multi_thread")]
@@ -272,6 +294,24 @@ async fn main() -> anyhow::Result<()> {
         Some(mb) => Some(warm_buffer_pool(&counter.admin, &args.database, mb).await?),
         None => None,
     };
+    let outcome = rounds(&args, &counter, dir.path(), &tokens).await;
+    // Restored however the rounds ended: a failed run must not leave the
+    // database server with the benchmark's pool size.
+    if let Some(bytes) = buffer_pool_before {
+        sqlx::query(&format!("SET GLOBAL innodb_buffer_pool_size = {bytes}"))
+            .execute(&counter.admin)
+            .await?;
+    }
+    outcome
+}
+
+/// The rounds of measurements (see the module docs), then their report.
+async fn rounds(
+    args: &Args,
+    counter: &ServerUser,
+    dir: &Path,
+    tokens: &[Token],
+) -> anyhow::Result<()> {
     let hooked_per_round = if args.webhooks {
         args.webhook_batches.len()
     } else {
@@ -296,17 +336,16 @@ async fn main() -> anyhow::Result<()> {
             anyhow::bail!("too few tokens for {} rounds", args.rounds);
         };
         let off = Outbound::default();
-        ceilings.push(sysbench(&args, &counter, dir.path(), a).await?);
-        redirects.push(serve_load(&args, &counter, dir.path(), Route::Redirect, b, &off).await?);
-        pixels.push(serve_load(&args, &counter, dir.path(), Route::Pixel, c, &off).await?);
-        healths.push(serve_load(&args, &counter, dir.path(), Route::Healthz, c, &off).await?);
+        ceilings.push(sysbench(args, counter, dir, a).await?);
+        redirects.push(serve_load(args, counter, dir, Route::Redirect, b, &off).await?);
+        pixels.push(serve_load(args, counter, dir, Route::Pixel, c, &off).await?);
+        healths.push(serve_load(args, counter, dir, Route::Healthz, c, &off).await?);
         if let Some(receiver) = &receiver {
             for (batch, figures) in args.webhook_batches.iter().zip(&mut hooked) {
                 let Some(d) = slices.next() else {
                     anyhow::bail!("too few tokens for {} rounds", args.rounds);
                 };
-                figures
-                    .push(webhooks_load(&args, &counter, dir.path(), d, receiver, *batch).await?);
+                figures.push(webhooks_load(args, counter, dir, d, receiver, *batch).await?);
                 eprintln!(
                     "  redirect with webhooks, batch {batch}: {:?}",
                     figures.last()
@@ -321,8 +360,7 @@ async fn main() -> anyhow::Result<()> {
                 in_flight,
                 ..args.clone()
             };
-            compared
-                .push(serve_load(&other, &counter, dir.path(), Route::Redirect, e, &off).await?);
+            compared.push(serve_load(&other, counter, dir, Route::Redirect, e, &off).await?);
             eprintln!(
                 "  redirect with {in_flight} lookups in flight {:?}",
                 compared.last()
@@ -344,15 +382,10 @@ async fn main() -> anyhow::Result<()> {
         args.rounds,
     );
     if let Some(in_flight) = args.compare_in_flight {
-        report_in_flight(&args, in_flight, &median(&redirects), &median(&compared));
+        report_in_flight(args, in_flight, &median(&redirects), &median(&compared));
     }
     for (batch, figures) in args.webhook_batches.iter().zip(&hooked) {
         report_webhooks(*batch, figures, &median(&redirects), args.seconds);
-    }
-    if let Some(bytes) = buffer_pool_before {
-        sqlx::query(&format!("SET GLOBAL innodb_buffer_pool_size = {bytes}"))
-            .execute(&counter.admin)
-            .await?;
     }
     Ok(())
 }
@@ -495,6 +528,45 @@ fn report_cpu(ceiling: &Figure, redirect: &Figure, pixel: &Figure, health: &Figu
         "pixels / healthz per server CPU second                {:.2}   (aim >= 0.7 where the server is the limit)",
         health.server_cpu_per_hit / pixel.server_cpu_per_hit
     );
+    report_machine_cpu(ceiling, redirect, pixel, health);
+}
+
+/// The CPU every process on this machine spent per hit, and the req/s
+/// ratios that CPU allows where all of them share the machine's cores
+/// (as wrk, the server and MariaDB do here): a ratio of the CPU each hit
+/// costs the whole machine. The last line bounds the redirect's ratio
+/// from above: a redirect that cost the generator and the server no more
+/// than `/healthz` does, and MariaDB what it costs now.
+fn report_machine_cpu(ceiling: &Figure, redirect: &Figure, pixel: &Figure, health: &Figure) {
+    let us = |s: f64| s * 1e6;
+    println!(
+        "\nCPU per hit on this machine (µs)       generator   server   mariadbd (all threads)   in all"
+    );
+    for (name, f) in [
+        ("ceiling (sysbench)", ceiling),
+        ("redirect (wrk)", redirect),
+        ("pixel (wrk)", pixel),
+        ("healthz (wrk)", health),
+    ] {
+        println!(
+            "{name:<38} {:>9.1} {:>8.1} {:>12.1}             {:>8.1}",
+            us(f.generator_cpu_per_hit),
+            us(f.server_cpu_per_hit),
+            us(f.mariadbd_cpu_per_hit),
+            us(f.machine_cpu_per_hit())
+        );
+    }
+    println!(
+        "\nwhere the machine's CPU is the limit: redirect / ceiling {:.2}, pixel / healthz {:.2}",
+        ceiling.machine_cpu_per_hit() / redirect.machine_cpu_per_hit(),
+        health.machine_cpu_per_hit() / pixel.machine_cpu_per_hit()
+    );
+    let leanest_redirect =
+        health.generator_cpu_per_hit + health.server_cpu_per_hit + redirect.mariadbd_cpu_per_hit;
+    println!(
+        "  and were a redirect's HTTP work as cheap as /healthz's: redirect / ceiling {:.2}",
+        ceiling.machine_cpu_per_hit() / leanest_redirect
+    );
 }
 
 /// Create the database with `days` daily partitions and load `rows` links
@@ -575,6 +647,9 @@ struct ServerUser {
     url: String,
     /// Named as the database.
     name: String,
+    /// `/proc/{pid}/stat` of the `mariadbd` process, when it runs on this
+    /// machine (its pid file is readable here).
+    mariadbd_stat: Option<PathBuf>,
 }
 
 impl ServerUser {
@@ -592,11 +667,25 @@ impl ServerUser {
             .and_then(|rest| rest.split_once('@').map(|(_, host)| host))
             .unwrap_or("127.0.0.1:3306");
         let url = format!("mysql://{database}@{host}/{database}");
+        let mariadbd_stat = mariadbd_stat(&admin).await;
+        if mariadbd_stat.is_none() {
+            eprintln!("note: MariaDB's process is not on this machine: its CPU is not counted");
+        }
         Ok(ServerUser {
             admin,
             url,
             name: database.to_owned(),
+            mariadbd_stat,
         })
+    }
+
+    /// CPU seconds the whole `mariadbd` process has used so far (0 when it
+    /// is not on this machine).
+    fn mariadbd_cpu(&self) -> anyhow::Result<f64> {
+        match &self.mariadbd_stat {
+            Some(stat) => Ok(ProcessCpu::read(stat)?.own),
+            None => Ok(0.0),
+        }
     }
 
     /// CPU seconds MariaDB has spent on the user's statements so far
@@ -650,6 +739,7 @@ async fn sysbench(
     let script = dir.join("lookup.lua");
     std::fs::write(&script, SYSBENCH_SCRIPT)?;
     let cpu_before = counter.cpu().await?;
+    let (mariadbd_before, reaped_before) = (counter.mariadbd_cpu()?, ProcessCpu::this()?.children);
     let output = tokio::process::Command::new("sysbench")
         .args([
             "--db-driver=mysql",
@@ -668,6 +758,8 @@ async fn sysbench(
         .output()
         .await?;
     let database_cpu = counter.cpu().await? - cpu_before;
+    let mariadbd_cpu = counter.mariadbd_cpu()? - mariadbd_before;
+    let sysbench_cpu = ProcessCpu::this()?.children - reaped_before;
     let text = String::from_utf8_lossy(&output.stdout);
     anyhow::ensure!(
         output.status.success(),
@@ -702,6 +794,8 @@ async fn sysbench(
         p99: p99_ms / 1e3,
         statements_per_hit: 1.0,
         database_cpu_per_hit: database_cpu / requests.max(1.0),
+        generator_cpu_per_hit: sysbench_cpu / requests.max(1.0),
+        mariadbd_cpu_per_hit: mariadbd_cpu / requests.max(1.0),
         ..Figure::default()
     })
 }
@@ -800,15 +894,21 @@ async fn serve_load_with(
         Some(receiver) => receiver.delivered().await?,
         None => 0,
     };
-    let (database_cpu, server_cpu) = (counter.cpu().await?, process_cpu()?);
+    let (database_cpu, mariadbd_cpu) = (counter.cpu().await?, counter.mariadbd_cpu()?);
+    let before_load = ProcessCpu::this()?;
     let output = wrk(args, args.seconds, &script, server.addr).await?;
+    let after_load = ProcessCpu::this()?;
     let text = String::from_utf8_lossy(&output.stdout);
     anyhow::ensure!(!text.contains("Non-2xx or 3xx"), "wrk saw errors:\n{text}");
     let (per_second, p99, requests) = wrk_figures(&text)?;
-    let server_cpu_in_load = process_cpu()? - server_cpu;
     let replayed_after = wait_replayed(&server.journal).await?;
     let database_cpu = counter.cpu().await? - database_cpu;
-    let server_cpu = process_cpu()? - server_cpu;
+    let mariadbd_cpu = counter.mariadbd_cpu()? - mariadbd_cpu;
+    let server_cpu = ProcessCpu::this()?.own - before_load.own;
+    let server_cpu_in_load = after_load.own - before_load.own;
+    // wrk is the only child reaped while it ran (the webhook receiver is
+    // reaped when the run ends).
+    let wrk_cpu = after_load.children - before_load.children;
     let drain = match receiver {
         Some(receiver) => Some(receiver.drain(delivered_before, requests as u64).await?),
         None => None,
@@ -826,6 +926,8 @@ async fn serve_load_with(
         database_cpu_per_hit: database_cpu / hits,
         server_cpu_per_hit: server_cpu / hits,
         server_cpu_in_load_per_hit: server_cpu_in_load / hits,
+        generator_cpu_per_hit: wrk_cpu / hits,
+        mariadbd_cpu_per_hit: mariadbd_cpu / hits,
         replayed_after,
     };
     Ok((figure, drain))
@@ -852,25 +954,60 @@ async fn wait_replayed(journal: &Path) -> anyhow::Result<f64> {
     }
 }
 
-/// CPU seconds (user and system) this process has used so far: the server
-/// runs in it, and the harness idles while wrk runs. `/proc/self/stat`
-/// counts in USER_HZ ticks, 100 a second on Linux.
-fn process_cpu() -> anyhow::Result<f64> {
-    let stat = std::fs::read_to_string("/proc/self/stat")?;
-    // Fields after the command name (which is in parentheses and may hold
-    // spaces): state is field 3, utime 14 and stime 15.
-    let after_name = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest)
-        .ok_or_else(|| anyhow::anyhow!("unreadable /proc/self/stat"))?;
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    let ticks = |n: usize| -> anyhow::Result<f64> {
-        Ok(fields
-            .get(n - 3)
-            .ok_or_else(|| anyhow::anyhow!("short /proc/self/stat"))?
-            .parse::<f64>()?)
-    };
-    Ok((ticks(14)? + ticks(15)?) / 100.0)
+/// CPU seconds (user and system) of a process from its `/proc/{pid}/stat`:
+/// its own, and that of its children it has waited for (wrk and sysbench,
+/// for this process). Linux counts both in USER_HZ ticks, 100 a second.
+#[derive(Debug, Clone, Copy)]
+struct ProcessCpu {
+    own: f64,
+    children: f64,
+}
+
+impl ProcessCpu {
+    /// This process: the server runs in it, and the harness idles while
+    /// wrk runs.
+    fn this() -> anyhow::Result<ProcessCpu> {
+        ProcessCpu::read(Path::new("/proc/self/stat"))
+    }
+
+    fn read(stat: &Path) -> anyhow::Result<ProcessCpu> {
+        let text = std::fs::read_to_string(stat)?;
+        // Fields after the command name (which is in parentheses and may
+        // hold spaces): state is field 3; utime, stime, cutime and cstime
+        // are 14 to 17.
+        let after_name = text
+            .rsplit_once(')')
+            .map(|(_, rest)| rest)
+            .ok_or_else(|| anyhow::anyhow!("unreadable {}", stat.display()))?;
+        let fields: Vec<&str> = after_name.split_whitespace().collect();
+        let ticks = |n: usize| -> anyhow::Result<f64> {
+            Ok(fields
+                .get(n - 3)
+                .ok_or_else(|| anyhow::anyhow!("short {}", stat.display()))?
+                .parse::<f64>()?
+                / 100.0)
+        };
+        Ok(ProcessCpu {
+            own: ticks(14)? + ticks(15)?,
+            children: ticks(16)? + ticks(17)?,
+        })
+    }
+}
+
+/// `/proc/{pid}/stat` of the MariaDB server, found by its pid file; none
+/// when that file is not on this machine (a remote database).
+async fn mariadbd_stat(admin: &sqlx::MySqlPool) -> Option<PathBuf> {
+    let pid_file: String = sqlx::query_scalar("SELECT @@pid_file")
+        .fetch_one(admin)
+        .await
+        .ok()?;
+    let pid: u32 = std::fs::read_to_string(pid_file)
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    let stat = PathBuf::from(format!("/proc/{pid}/stat"));
+    stat.exists().then_some(stat)
 }
 
 /// A new server on the server user's own pool, running on a task.
@@ -1076,6 +1213,8 @@ fn median(rounds: &[Figure]) -> Figure {
         database_cpu_per_hit: median(|f| f.database_cpu_per_hit),
         server_cpu_per_hit: median(|f| f.server_cpu_per_hit),
         server_cpu_in_load_per_hit: median(|f| f.server_cpu_in_load_per_hit),
+        generator_cpu_per_hit: median(|f| f.generator_cpu_per_hit),
+        mariadbd_cpu_per_hit: median(|f| f.mariadbd_cpu_per_hit),
         replayed_after: median(|f| f.replayed_after),
     }
 }
