@@ -109,7 +109,7 @@ impl BotDetector {
         }
     }
 
-    pub async fn classify(&self, hit: &Hit<'_>) -> Verdict {
+    pub fn classify(&self, hit: &Hit<'_>) -> Verdict {
         if let Some(reason) = classify_request(&self.rules, self.markers.as_ref(), hit) {
             return Some(reason);
         }
@@ -277,89 +277,79 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn each_signal_has_its_reason() {
+    #[test]
+    fn each_signal_has_its_reason() {
         let d = BotDetector::new(BotRules::default());
         let late = 3_600;
-        assert_eq!(
-            d.classify(&hit(EventKind::Click, BROWSER, late)).await,
-            None
-        );
+        assert_eq!(d.classify(&hit(EventKind::Click, BROWSER, late)), None);
         let head = Hit {
             is_head: true,
             ..hit(EventKind::Click, BROWSER, late)
         };
-        assert_eq!(d.classify(&head).await.as_deref(), Some("head"));
+        assert_eq!(d.classify(&head).as_deref(), Some("head"));
         let slack = hit(EventKind::Click, "Slackbot-LinkExpanding 1.0", late);
-        assert_eq!(d.classify(&slack).await.as_deref(), Some("ua:bot"));
+        assert_eq!(d.classify(&slack).as_deref(), Some("ua:bot"));
         let shouting = hit(
             EventKind::Click,
             "Mozilla/5.0 (compatible; BINGBOT/2.0)",
             late,
         );
-        assert_eq!(d.classify(&shouting).await.as_deref(), Some("ua:bot"));
+        assert_eq!(d.classify(&shouting).as_deref(), Some("ua:bot"));
         let curl = hit(EventKind::Click, "curl/8.5.0", late);
-        assert_eq!(d.classify(&curl).await.as_deref(), Some("ua:curl"));
+        assert_eq!(d.classify(&curl).as_deref(), Some("ua:curl"));
         let gmail = hit(
             EventKind::Open,
             "Mozilla/5.0 (via ggpht.com GoogleImageProxy)",
             late,
         );
-        assert_eq!(
-            d.classify(&gmail).await.as_deref(),
-            Some("gmail_image_proxy")
-        );
+        assert_eq!(d.classify(&gmail).as_deref(), Some("gmail_image_proxy"));
         let apple = hit(EventKind::Open, "Mozilla/5.0", late);
-        assert_eq!(d.classify(&apple).await.as_deref(), Some("apple_mpp"));
+        assert_eq!(d.classify(&apple).as_deref(), Some("apple_mpp"));
         let from_apple = Hit {
             network: "17.58.0.0".parse().ok(),
             ..hit(EventKind::Open, BROWSER, late)
         };
-        assert_eq!(d.classify(&from_apple).await.as_deref(), Some("apple_mpp"));
+        assert_eq!(d.classify(&from_apple).as_deref(), Some("apple_mpp"));
         let apple_click = Hit {
             network: "17.58.0.0".parse().ok(),
             ..hit(EventKind::Click, BROWSER, late)
         };
-        assert_eq!(
-            d.classify(&apple_click).await,
-            None,
-            "only opens are prefetched"
-        );
+        assert_eq!(d.classify(&apple_click), None, "only opens are prefetched");
         let fast = hit(EventKind::Click, BROWSER, 1);
-        assert_eq!(d.classify(&fast).await.as_deref(), Some("too_fast"));
+        assert_eq!(d.classify(&fast).as_deref(), Some("too_fast"));
         let none = Hit {
             user_agent: None,
             ..hit(EventKind::Open, BROWSER, late)
         };
-        assert_eq!(d.classify(&none).await.as_deref(), Some("no_user_agent"));
+        assert_eq!(d.classify(&none).as_deref(), Some("no_user_agent"));
     }
 
-    #[tokio::test]
-    async fn different_links_of_one_letter_in_a_burst_are_bots() {
+    #[test]
+    fn different_links_of_one_letter_in_a_burst_are_bots() {
         let d = BotDetector::new(BotRules::default());
         let click = |position| Hit {
             letter: Some(("m", 7, position)),
             ..hit(EventKind::Click, BROWSER, 3_600)
         };
-        assert_eq!(d.classify(&click(1)).await, None);
+        assert_eq!(d.classify(&click(1)), None);
         assert_eq!(
-            d.classify(&click(1)).await,
+            d.classify(&click(1)),
             None,
             "the same link twice is no burst"
         );
-        assert_eq!(d.classify(&click(2)).await, None);
-        assert_eq!(d.classify(&click(3)).await.as_deref(), Some("burst"));
+        assert_eq!(d.classify(&click(2)), None);
+        assert_eq!(d.classify(&click(3)).as_deref(), Some("burst"));
         let other_letter = Hit {
             letter: Some(("m", 8, 4)),
             ..click(4)
         };
-        assert_eq!(d.classify(&other_letter).await, None);
+        assert_eq!(d.classify(&other_letter), None);
     }
 
     /// With one slot every letter takes it from the last: history is lost,
     /// but clicks of two letters never add up to one letter's burst.
-    #[tokio::test]
-    async fn letters_sharing_a_slot_never_make_a_burst_together() {
+    #[test]
+    fn letters_sharing_a_slot_never_make_a_burst_together() {
         let d = BotDetector::new(BotRules {
             burst_letters: 1,
             ..BotRules::default()
@@ -369,9 +359,9 @@ mod tests {
             ..hit(EventKind::Click, BROWSER, 3_600)
         };
         for (letter, position) in [(7, 1), (8, 2), (7, 3), (8, 4), (7, 5)] {
-            assert_eq!(d.classify(&click(letter, position)).await, None);
+            assert_eq!(d.classify(&click(letter, position)), None);
         }
-        assert_eq!(d.classify(&click(7, 6)).await, None);
-        assert_eq!(d.classify(&click(7, 7)).await.as_deref(), Some("burst"));
+        assert_eq!(d.classify(&click(7, 6)), None);
+        assert_eq!(d.classify(&click(7, 7)).as_deref(), Some("burst"));
     }
 }

@@ -52,9 +52,7 @@ pub async fn click(
         return Err(ServerError::NotFound);
     }
     let location = redirect_target(&link.url)?;
-    state
-        .record(EventKind::Click, token, Some(&link), meta)
-        .await;
+    state.record(EventKind::Click, token, Some(&link), meta);
     let response = (StatusCode::FOUND, [(header::LOCATION, location)]).into_response();
     Ok(no_store(response))
 }
@@ -101,7 +99,7 @@ pub async fn pixel(
             .strip_suffix(".gif")
             .and_then(|text| state.check_token(text).ok())
         {
-            state.record(EventKind::Open, token, None, meta).await;
+            state.record(EventKind::Open, token, None, meta);
         }
     }
     let response = ([(header::CONTENT_TYPE, "image/gif")], PIXEL_GIF.as_slice()).into_response();
@@ -132,9 +130,7 @@ pub async fn unsubscribe(
         Err(ServerError::Unavailable(err)) => Some(err),
         Err(err) => return Err(err),
     };
-    let journaled = state
-        .record(EventKind::Unsubscribe, token, Some(&link), meta)
-        .await;
+    let journaled = state.record(EventKind::Unsubscribe, token, Some(&link), meta);
     if let Some(err) = deferred {
         if !journaled {
             return Err(ServerError::Unavailable(err));
@@ -153,9 +149,7 @@ pub async fn image(
     if link.kind != LinkKind::Image {
         return Err(ServerError::NotFound);
     }
-    state
-        .record(EventKind::Image, token, Some(&link), meta)
-        .await;
+    state.record(EventKind::Image, token, Some(&link), meta);
     let image = state
         .images
         .get(&link.url)

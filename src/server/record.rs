@@ -11,13 +11,14 @@ use crate::token::Token;
 use chrono::Utc;
 
 impl AppState {
-    /// Classify and journal one hit. Returns once the event is in the
+    /// Classify and journal one hit (not async: the journal's write is
+    /// one system call under a std mutex). Returns once the event is in the
     /// journal (`true`) or could not be journaled (`false`, logged); the
     /// database insert happens later, in the background. `link` is `None`
     /// for an event journaled with its token only: the replay looks the
     /// link up (journal record version 2). `meta` is taken, so its user
     /// agent moves into the event instead of being copied.
-    pub async fn record(
+    pub fn record(
         &self,
         kind: EventKind,
         token: Token,
@@ -37,7 +38,7 @@ impl AppState {
             now,
             letter: link.map(|l| (l.mailing_id.as_str(), l.letter_id, l.position)),
         };
-        let verdict = self.bots.classify(&hit).await;
+        let verdict = self.bots.classify(&hit);
         let row = EventRow {
             event_id: *uuid::Uuid::now_v7().as_bytes(),
             occurred_at: now,
