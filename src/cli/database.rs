@@ -1,0 +1,218 @@
+//! The storage commands: `migrate`, `partitions`, `shards`.
+
+use super::pool;
+use crate::config::{EnsureArgs, MigrateArgs, RotateArgs, ShardsMoveArgs, ShardsRebalanceArgs};
+use crate::store::{self, partitions};
+use anyhow::Context;
+use chrono::Utc;
+use std::time::Duration;
+
+pub(super) async fn migrate(url: &str, args: &MigrateArgs) -> anyhow::Result<()> {
+    let pool = store::migrate(url).await?;
+    let applied = store::applied_migrations(&pool).await?;
+    println!("migrate: schema is current ({applied} migrations applied)");
+    // Without --row-format, new (empty) tables get the default format and
+    // tables holding rows are left as they are, with a note.
+    for line in store::set_row_format(&pool, &row_format_options(args)).await? {
+        println!("migrate: {line}");
+    }
+    Ok(())
+}
+
+/// The row format `migrate` asks for (see [`migrate`]).
+fn row_format_options(args: &MigrateArgs) -> store::RowFormatOptions {
+    store::RowFormatOptions {
+        format: args.row_format.unwrap_or(store::DEFAULT_ROW_FORMAT),
+        level: args.page_compression_level,
+        rebuild: args.rebuild,
+    }
+}
+
+/// `migrate` with LINKTRACK_SHARDS: the head and its data nodes.
+pub(super) async fn migrate_cluster(
+    url: &str,
+    shards: &str,
+    args: &MigrateArgs,
+) -> anyhow::Result<()> {
+    let plan = store::cluster::ClusterMigrate {
+        nodes: store::cluster::parse_shards(shards)?,
+        virtual_shards: args.virtual_shards,
+        row_format: row_format_options(args),
+    };
+    for line in store::cluster::migrate(url, &plan).await? {
+        println!("migrate: {line}");
+    }
+    println!("migrate: the cluster's schema is current");
+    Ok(())
+}
+
+pub(super) async fn ensure(url: &str, args: &EnsureArgs) -> anyhow::Result<()> {
+    let policy = partitions::Policy {
+        today: Utc::now().date_naive(),
+        ahead_days: args.ahead_days,
+        keep_days: None,
+    };
+    apply(url, &policy, &partitions::RunOptions::default()).await
+}
+
+pub(super) async fn rotate(url: &str, args: &RotateArgs) -> anyhow::Result<()> {
+    let policy = partitions::Policy {
+        today: Utc::now().date_naive(),
+        ahead_days: args.ahead_days,
+        keep_days: Some(args.keep_days),
+    };
+    let options = partitions::RunOptions {
+        max_drop: args.max_drop,
+        force: args.force,
+        dry_run: args.dry_run,
+        lock_wait: Duration::from_secs(args.lock_wait_secs),
+        ..partitions::RunOptions::default()
+    };
+    apply(url, &policy, &options).await
+}
+
+async fn apply(
+    url: &str,
+    policy: &partitions::Policy,
+    options: &partitions::RunOptions,
+) -> anyhow::Result<()> {
+    let pool = pool(url).await?;
+    match partitions::run(&pool, policy, options).await {
+        Ok(reports) => {
+            for report in reports {
+                println!("{report}");
+            }
+            Ok(())
+        }
+        // On a cluster: say what the reachable nodes did, then fail naming the others.
+        Err(store::StoreError::NodesFailed { done, failed }) => {
+            for report in done {
+                println!("{report}");
+            }
+            Err(store::StoreError::NodesFailed {
+                done: Vec::new(),
+                failed,
+            }
+            .into())
+        }
+        Err(err) => Err(err.into()),
+    }
+}
+
+pub(super) async fn list(url: &str) -> anyhow::Result<()> {
+    let pool = pool(url).await?;
+    if is_head(&pool).await? {
+        return list_cluster(&pool).await;
+    }
+    for table in partitions::PARTITIONED_TABLES {
+        for p in partitions::list(&pool, table).await? {
+            println!(
+                "{table}\t{}\t{}\t~{} rows",
+                p.name,
+                p.last_day(),
+                p.approx_rows
+            );
+        }
+    }
+    Ok(())
+}
+
+async fn is_head(pool: &sqlx::MySqlPool) -> anyhow::Result<bool> {
+    let mut conn = pool.acquire().await?;
+    Ok(store::cluster::is_head(&mut conn).await?)
+}
+
+/// `partitions list` on a Spider head: node, data table, partition, day, rows.
+async fn list_cluster(pool: &sqlx::MySqlPool) -> anyhow::Result<()> {
+    let (tables, failed) = store::cluster::list_all(pool).await?;
+    for table in tables {
+        for p in table.days {
+            println!(
+                "{}\t{}\t{}\t{}\t~{} rows",
+                table.server,
+                table.data_table,
+                p.name,
+                p.last_day(),
+                p.approx_rows
+            );
+        }
+    }
+    if failed.is_empty() {
+        return Ok(());
+    }
+    Err(store::StoreError::NodesFailed {
+        done: Vec::new(),
+        failed,
+    }
+    .into())
+}
+
+/// `shards move`: each table in turn; the first failure stops (the tables
+/// moved before it stay moved, the failed one stays where it was).
+pub(super) async fn shards_move(url: &str, args: &ShardsMoveArgs) -> anyhow::Result<()> {
+    let pool = head_pool(url).await?;
+    let mut conn = pool.acquire().await?;
+    let (server, node) = store::shard_move::resolve_node(&mut conn, &args.to).await?;
+    drop(conn);
+    for table in &args.tables {
+        let outcome = store::shard_move::move_table(&pool, table, &server, &node)
+            .await
+            .with_context(|| format!("moving {table} to {server}"))?;
+        println!("shards: {outcome}");
+    }
+    Ok(())
+}
+
+/// `shards rebalance`: plan from the head's placements and LINKTRACK_SHARDS,
+/// then move table by table.
+pub(super) async fn shards_rebalance(
+    url: &str,
+    shards: Option<&str>,
+    args: &ShardsRebalanceArgs,
+) -> anyhow::Result<()> {
+    let shards = shards.context(
+        "shards rebalance spreads the data tables over the nodes of LINKTRACK_SHARDS \
+         (--shards): set it",
+    )?;
+    let pool = head_pool(url).await?;
+    let mut conn = pool.acquire().await?;
+    let mut servers = Vec::new();
+    for node in store::cluster::parse_shards(shards)? {
+        servers.push(store::shard_move::resolve_node(&mut conn, &node.url()).await?);
+    }
+    let placements = store::cluster::placements(&mut conn).await?;
+    drop(conn);
+    let names: Vec<String> = servers.iter().map(|(name, _)| name.clone()).collect();
+    let plan = store::shard_move::rebalance_plan(&placements, &names);
+    if plan.is_empty() {
+        println!("shards: balanced, nothing to move");
+    }
+    for (table, to) in plan {
+        if args.dry_run {
+            println!("shards: would move {table} to {to}");
+            continue;
+        }
+        let node = servers
+            .iter()
+            .find(|(name, _)| *name == to)
+            .map(|(_, node)| node.clone())
+            .context("a planned server vanished")?;
+        let outcome = store::shard_move::move_table(&pool, &table, &to, &node)
+            .await
+            .with_context(|| format!("moving {table} to {to}"))?;
+        println!("shards: {outcome}");
+    }
+    Ok(())
+}
+
+/// A pool on a Spider head, or a clear refusal on a single server.
+async fn head_pool(url: &str) -> anyhow::Result<sqlx::MySqlPool> {
+    let pool = pool(url).await?;
+    if !is_head(&pool).await? {
+        anyhow::bail!(
+            "DATABASE_URL is not a Spider head (its `links` is a plain table): `shards` \
+             acts on a cluster (docs/scaling.md)"
+        );
+    }
+    Ok(pool)
+}

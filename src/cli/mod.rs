@@ -1,0 +1,108 @@
+//! Runs the parsed command line. Each subcommand is a small function that
+//! calls the library and prints what it did, one line per action.
+//!
+//! # Layout
+//!
+//! * this file: [`run`], which sends each subcommand to its function, and
+//!   what several of them share (logging, the database pool, the live layer);
+//! * `database`: `migrate`, `partitions`, `shards`;
+//! * `mailing`: `build`, `suppressions`, `erase`, `segment`, `stats rollup`;
+//! * `serve`: `serve` and `demo`;
+//! * `webhooks`: `webhooks list`, `test`, `replay`.
+
+mod database;
+mod mailing;
+mod serve;
+mod webhooks;
+
+use crate::config::{
+    Cli, Command, LiveArgs, PartitionsCommand, ShardsCommand, StatsCommand, WebhooksCommand,
+};
+use crate::live::Live;
+use crate::store;
+use anyhow::Context;
+use std::process::ExitCode;
+
+/// Exit status of a build that rejected some recipients.
+pub const EXIT_REJECTED: u8 = 2;
+
+/// Set up logging and run one command.
+pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    init_tracing(cli.global.log_json);
+    let url = cli.global.database_url.as_str();
+    match cli.command {
+        Command::Migrate(args) => match cli.global.shards.as_deref() {
+            Some(shards) => database::migrate_cluster(url, shards, &args).await?,
+            None => database::migrate(url, &args).await?,
+        },
+        Command::Partitions(PartitionsCommand::Ensure(args)) => {
+            database::ensure(url, &args).await?
+        }
+        Command::Partitions(PartitionsCommand::Rotate(args)) => {
+            database::rotate(url, &args).await?
+        }
+        Command::Partitions(PartitionsCommand::List) => database::list(url).await?,
+        Command::Build(args) => return mailing::build(url, &args).await,
+        Command::Suppressions(command) => mailing::suppressions(url, command).await?,
+        Command::Serve(args) => serve::serve(url, &args).await?,
+        Command::Demo(args) => serve::demo(url, &args).await?,
+        Command::Erase(args) => mailing::erase(url, &args).await?,
+        Command::Segment(args) => mailing::segment(url, &args).await?,
+        Command::Stats(StatsCommand::Rollup(args)) => mailing::rollup(url, &args).await?,
+        Command::Webhooks(WebhooksCommand::List(args)) => {
+            webhooks::webhooks_list(url, &args.outbound).await?
+        }
+        Command::Webhooks(WebhooksCommand::Test(args)) => {
+            return webhooks::webhooks_test(&args).await
+        }
+        Command::Webhooks(WebhooksCommand::Replay(args)) => {
+            webhooks::webhooks_replay(url, &args).await?
+        }
+        Command::Shards(ShardsCommand::Move(args)) => database::shards_move(url, &args).await?,
+        Command::Shards(ShardsCommand::Rebalance(args)) => {
+            database::shards_rebalance(url, cli.global.shards.as_deref(), &args).await?
+        }
+        Command::Webhooks(WebhooksCommand::NewSecret) => {
+            println!("{}", crate::outbound::signature::Secret::generate());
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn init_tracing(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(log_colour(
+            std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            std::env::var_os("NO_COLOR"),
+        ))
+        .with_writer(std::io::stderr);
+    // A second initialisation (tests calling `run` twice) is harmless.
+    let _ = if json {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+}
+
+/// Colour codes only on a terminal, and never when `NO_COLOR` is set to
+/// anything (<https://no-color.org>): a log file or a pipe gets plain text.
+fn log_colour(stderr_is_terminal: bool, no_color: Option<std::ffi::OsString>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(|value| value.is_empty())
+}
+
+async fn pool(url: &str) -> anyhow::Result<sqlx::MySqlPool> {
+    // The error names host, port, user and database, and how to fix it.
+    Ok(store::connect(url, &store::PoolSettings::default()).await?)
+}
+
+/// The live layer the flags ask for, if any.
+fn live_layer(args: &LiveArgs) -> anyhow::Result<Option<Live>> {
+    args.redis_url
+        .as_deref()
+        .filter(|u| !u.is_empty())
+        .map(|url| Live::new(url, &args.redis_prefix).context("REDIS_URL"))
+        .transpose()
+}

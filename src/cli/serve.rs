@@ -1,0 +1,155 @@
+//! `serve`, and `demo`, which prepares a mailing and serves it.
+
+use super::live_layer;
+use crate::config::{DemoArgs, OutboundArgs, ServeArgs};
+use crate::outbound::Outbound;
+use crate::store;
+use anyhow::Context;
+use std::time::Duration;
+
+pub(super) async fn serve(url: &str, args: &ServeArgs) -> anyhow::Result<()> {
+    use crate::events::journal::JournalSettings;
+    use crate::server::{state::ServerSettings, App, AppSettings};
+    let pool_settings = store::PoolSettings {
+        max_connections: args.db_connections,
+        acquire_timeout: Duration::from_millis(args.db_timeout_ms),
+    };
+    // Connect lazily: the server starts (pixels, journal, health) even while
+    // the database is down, and catches up once it is back.
+    let pool = store::connect_lazy(url, &pool_settings)?;
+    let settings = AppSettings {
+        server: ServerSettings {
+            keep_days: args.keep_days,
+            base_url: args.tracking.base_url.clone(),
+            db_timeout: pool_settings.acquire_timeout,
+            trust_forwarded_for: args.trust_forwarded_for,
+            lookups_in_flight: args.lookups_in_flight as usize,
+            ..ServerSettings::default()
+        },
+        api_token: args.api_token.clone(),
+        secret: args.secret.clone(),
+        live: live_layer(&args.live)?,
+        rollup_every: (args.rollup_every > 0).then(|| Duration::from_secs(args.rollup_every)),
+        admin_listen: Some(args.admin_listen),
+        connections: crate::server::listen::ConnectionLimits {
+            header_timeout: Duration::from_secs(args.header_timeout),
+            max_connections: args.max_connections,
+            ..Default::default()
+        },
+        outbound: Outbound::from_args(&args.outbound)?,
+        ..AppSettings::new(pool, JournalSettings::new(&args.journal))
+    };
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("listening on {}", args.listen))?;
+    let app = App::build(settings, listener)
+        .await
+        .context("starting the server")?;
+    tracing::info!(
+        listen = %app.local_addr()?,
+        admin = %args.admin_listen,
+        base_url = %args.tracking.base_url,
+        workers = ?app.worker_names(),
+        "serving"
+    );
+    app.run(crate::server::shutdown_signal()).await?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+pub(super) async fn demo(url: &str, args: &DemoArgs) -> anyhow::Result<()> {
+    let base_url = args
+        .base_url
+        .clone()
+        .unwrap_or_else(|| format!("http://{}", args.listen));
+    let outcome = crate::demo::prepare(url, &base_url, &args.dir).await?;
+    println!("{}", outcome.summary);
+    println!("letters: {}", outcome.letters.display());
+    if let Some(dir) = outcome.letters.parent() {
+        println!(
+            "rejected and suppressed recipients, with line and reason: {}",
+            dir.join("rejects.jsonl").display()
+        );
+    }
+    if args.no_serve {
+        for (label, link) in &outcome.sample_urls {
+            println!("{label}: {link}");
+        }
+        return Ok(());
+    }
+    println!(
+        "serving on http://{} (Ctrl-C to stop); open these:",
+        args.listen
+    );
+    for (label, link) in &outcome.sample_urls {
+        println!("  {label}: {link}");
+    }
+    // The dashboard needs a token; the demo makes one unless one is set.
+    let api_token = std::env::var("LINKTRACK_API_TOKEN").unwrap_or_else(|_| random_hex());
+    println!(
+        "  the dashboard: http://{}/login (token {api_token}), then /mailings",
+        args.listen
+    );
+    let serve_args = ServeArgs {
+        listen: args.listen,
+        admin_listen: args.admin_listen,
+        tracking: crate::config::TrackingArgs { base_url },
+        keep_days: crate::config::DEFAULT_KEEP_DAYS,
+        journal: args.dir.join("journal"),
+        db_timeout_ms: 1500,
+        db_connections: 16,
+        lookups_in_flight: crate::server::lookups::DEFAULT_IN_FLIGHT as u32,
+        header_timeout: crate::server::listen::DEFAULT_HEADER_TIMEOUT.as_secs(),
+        max_connections: crate::server::listen::DEFAULT_MAX_CONNECTIONS,
+        trust_forwarded_for: false,
+        api_token: Some(api_token),
+        secret: Some(random_hex()),
+        rollup_every: 2,
+        live: crate::config::LiveArgs {
+            redis_url: demo_redis_url().await,
+            redis_prefix: crate::live::DEFAULT_PREFIX.to_owned(),
+        },
+        outbound: outbound_from_env()?,
+    };
+    serve(url, &serve_args).await
+}
+
+/// The demo shows everything: the live layer is on when `REDIS_URL` is set
+/// or a Redis on the default port answers, and it says which.
+async fn demo_redis_url() -> Option<String> {
+    if let Ok(url) = std::env::var("REDIS_URL") {
+        println!("  live layer (latest clicks, live counters): Redis at REDIS_URL");
+        return Some(url);
+    }
+    let url = crate::config::DEFAULT_DEMO_REDIS_URL;
+    let answers = match crate::live::Live::new(url, crate::live::DEFAULT_PREFIX) {
+        Ok(live) => tokio::time::timeout(std::time::Duration::from_secs(1), live.ping())
+            .await
+            .unwrap_or(false),
+        Err(_) => false,
+    };
+    if answers {
+        println!("  live layer (latest clicks, live counters): Redis at {url}");
+        Some(url.to_owned())
+    } else {
+        println!("  live layer off: no Redis answered at {url} (set REDIS_URL to use one)");
+        None
+    }
+}
+
+/// The outbound settings of the environment alone (the demo has no flags
+/// for them): LINKTRACK_WEBHOOK_URL and the rest, with their defaults.
+fn outbound_from_env() -> anyhow::Result<OutboundArgs> {
+    use clap::{Args, FromArgMatches};
+    let command = OutboundArgs::augment_args(clap::Command::new("linktrack"));
+    let matches = command.try_get_matches_from(["linktrack"])?;
+    Ok(OutboundArgs::from_arg_matches(&matches)?)
+}
+
+/// 128 random bits as hex: the demo's API token and cookie key.
+fn random_hex() -> String {
+    use rand::Rng;
+    let mut bytes = [0u8; 16];
+    rand::rng().fill_bytes(&mut bytes);
+    hex::encode(bytes)
+}
