@@ -30,7 +30,7 @@
 //!   connection failures said with target and hint in
 //!   `src/store/connect_error.rs`;
 //!   a MariaDB Spider cluster (`LINKTRACK_SHARDS`: migrate, topology,
-//!   per-node partitions) in `src/store/cluster.rs`; moving a data table
+//!   per-node partitions) in `src/store/cluster/`; moving a data table
 //!   to another node (`shards move|rebalance`) in `src/store/shard_move.rs`;
 //!   the rollup's SQL in `src/store/rollup.rs`; stats reads in
 //!   `src/store/stats.rs`; segment lookups in `src/store/segments.rs`.

@@ -1,0 +1,351 @@
+//! A MariaDB Spider cluster: `links` and `events` sharded over data nodes.
+//!
+//! `DATABASE_URL` is the head, `LINKTRACK_SHARDS` the data nodes. On the head
+//! `links` and `events` are Spider tables `PARTITION BY KEY` on the token
+//! (`uuid`) and on `event_id`, with an odd number of partitions ("virtual
+//! shards"; KEY hashing of UUIDv7 values is skewed with even counts), each
+//! pointing at a data table of its own (`links_00`, `events_00`, …) on one
+//! node: several head partitions on the same data table return wrong results.
+//! Every other table (stats, suppressions, sequences, …) is a plain InnoDB
+//! table on the head. Each data table is today's single-server table (daily
+//! RANGE partitions), made with `CREATE TABLE … LIKE` from the template the
+//! ordinary migrations create in each node's database.
+//!
+//! Ids: `AUTO_INCREMENT` counters are per data table, so the head gives each
+//! new row its id from a MariaDB SEQUENCE (`links_ids`, `events_ids`, as the
+//! id column's DEFAULT): ids stay unique across the data tables and increase
+//! in insertion order, so the rollup's per-day watermark on `events.id` and
+//! every id-keyed statement work unchanged.
+//!
+//! The head knows the topology: its partition comments name a Spider server
+//! and a data table, and `mysql.servers` holds each server's address. The
+//! partition commands read it there ([`placements`]), so the builder, the
+//! journal replay and `partitions ensure` need nothing but the head's URL.
+//!
+//! # Layout
+//!
+//! * this file: the topology (which node and data table hold each head
+//!   partition) and the partition commands run on every node;
+//! * `node`: a data node's address (`LINKTRACK_SHARDS` entries);
+//! * `migrate`: `migrate --shards`, which creates or checks the cluster.
+
+mod migrate;
+mod node;
+
+pub use migrate::{migrate, ClusterMigrate};
+pub use node::{parse_shards, NodeAddress};
+
+use super::partitions::{self, Partition, Policy, RunOptions, TableReport};
+use super::StoreError;
+use sqlx::mysql::MySqlConnection;
+use sqlx::{Connection, MySqlPool};
+use std::fmt;
+
+/// Virtual shards made by the first `migrate --shards` unless told otherwise.
+pub const DEFAULT_VIRTUAL_SHARDS: u32 = 15;
+
+/// The sharded tables and the key the head partitions each by.
+pub const SHARDED_TABLES: [(&str, &str); 2] = [("links", "uuid"), ("events", "event_id")];
+
+/// Errors a Spider head answers with when a data node is down: the remote
+/// server has gone away (12701), cannot connect to the foreign data source
+/// (1429), and the client-side lost-connection errors it passes on (2006,
+/// 2013). The statement works again once the node is back.
+pub const SPIDER_REMOTE_ERRORS: [u16; 4] = [12701, 1429, 2006, 2013];
+
+/// The data table of virtual shard `n` of `table`.
+pub fn data_table(table: &str, n: u32) -> String {
+    format!("{table}_{n:02}")
+}
+
+/// The Spider server name of node `index` for the head database `database`:
+/// server names are global on the head, so they carry the database's.
+pub fn server_name(database: &str, index: usize) -> String {
+    let mut name = format!("lt_{database}_{index}");
+    name.truncate(64);
+    name
+}
+
+/// One head partition: which node and data table hold its rows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    /// `links` or `events`.
+    pub table: String,
+    /// The head partition (`s00`, …).
+    pub partition: String,
+    pub server: String,
+    pub data_table: String,
+    pub node: NodeAddress,
+}
+
+/// True when `links` on this server is a Spider table: the server is a head.
+pub async fn is_head(conn: &mut MySqlConnection) -> Result<bool, StoreError> {
+    let engine: Option<String> = sqlx::query_scalar(
+        "SELECT CAST(ENGINE AS CHAR) FROM information_schema.TABLES \
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'links'",
+    )
+    .fetch_optional(&mut *conn)
+    .await?;
+    Ok(engine.is_some_and(|e| e.eq_ignore_ascii_case("spider")))
+}
+
+/// Every head partition of `links` and `events` with its node, from the
+/// partition comments and `mysql.servers` (which needs SELECT on it).
+pub async fn placements(conn: &mut MySqlConnection) -> Result<Vec<Placement>, StoreError> {
+    let rows: Vec<(String, String, String)> = sqlx::query_as(
+        "SELECT CAST(TABLE_NAME AS CHAR), CAST(PARTITION_NAME AS CHAR), \
+                CAST(PARTITION_COMMENT AS CHAR) \
+         FROM information_schema.PARTITIONS \
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN ('links', 'events') \
+           AND PARTITION_NAME IS NOT NULL \
+         ORDER BY TABLE_NAME DESC, PARTITION_ORDINAL_POSITION",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    let servers = servers(conn).await?;
+    let mut out = Vec::new();
+    for (table, partition, comment) in rows {
+        let param = |key: &str| spider_param(&comment, key);
+        let (Some(server), Some(data_table)) = (param("srv"), param("table")) else {
+            return Err(StoreError::Corrupt {
+                table: "links",
+                detail: format!(
+                    "head partition {table}.{partition} has comment {comment:?}, \
+                     expected srv \"…\", table \"…\""
+                ),
+            });
+        };
+        let node = servers
+            .iter()
+            .find(|(name, _)| *name == server)
+            .map(|(_, node)| node.clone())
+            .ok_or_else(|| {
+                StoreError::Refused(format!(
+                    "head partition {table}.{partition} names Spider server {server:?}, \
+                     which the head does not have (mysql.servers): run `linktrack migrate` \
+                     with LINKTRACK_SHARDS naming every data node"
+                ))
+            })?;
+        out.push(Placement {
+            table,
+            partition,
+            server,
+            data_table,
+            node,
+        });
+    }
+    Ok(out)
+}
+
+/// The head's Spider servers: name and address.
+pub(crate) async fn servers(
+    conn: &mut MySqlConnection,
+) -> Result<Vec<(String, NodeAddress)>, StoreError> {
+    type Row = (String, String, String, String, String, i64);
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT CAST(Server_name AS CHAR), CAST(Host AS CHAR), CAST(Db AS CHAR), \
+                CAST(Username AS CHAR), CAST(Password AS CHAR), Port FROM mysql.servers",
+    )
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(|err| {
+        StoreError::Refused(format!(
+            "reading the head's Spider servers (mysql.servers) failed: {err}; \
+             the linktrack user needs SELECT on mysql.servers on the head"
+        ))
+    })?;
+    Ok(rows
+        .into_iter()
+        .map(|(name, host, database, user, password, port)| {
+            let node = NodeAddress {
+                host,
+                port: u16::try_from(port).unwrap_or(3306),
+                user,
+                password,
+                database,
+            };
+            (name, node)
+        })
+        .collect())
+}
+
+/// The value of `key "value"` in a Spider comment.
+fn spider_param(comment: &str, key: &str) -> Option<String> {
+    comment.split(',').find_map(|part| {
+        let part = part.trim();
+        let rest = part.strip_prefix(key)?.trim_start();
+        let value = rest.strip_prefix('"')?.strip_suffix('"')?;
+        Some(value.to_owned())
+    })
+}
+
+/// The data tables of each node, grouped: (node, server, [(kind, data table)]).
+fn by_node(placements: &[Placement]) -> Vec<(NodeAddress, String, Vec<String>)> {
+    let mut nodes: Vec<(NodeAddress, String, Vec<String>)> = Vec::new();
+    for p in placements {
+        match nodes.iter_mut().find(|(_, server, _)| *server == p.server) {
+            Some((_, _, tables)) => tables.push(p.data_table.clone()),
+            None => nodes.push((p.node.clone(), p.server.clone(), vec![p.data_table.clone()])),
+        }
+    }
+    nodes
+}
+
+/// A node that failed while the others were done.
+#[derive(Debug, Clone)]
+pub struct NodeFailure {
+    pub server: String,
+    pub node: NodeAddress,
+    pub error: String,
+}
+
+impl fmt::Display for NodeFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "data node {} ({}): {}",
+            self.server, self.node, self.error
+        )
+    }
+}
+
+/// Apply `policy` to every data table of every node. Each node is locked
+/// with `GET_LOCK` on that node (a lock is per server, so runners from
+/// several heads or machines still take turns per node). A node that fails
+/// does not stop the others: the result names it after they are done.
+pub(crate) async fn run_partitions(
+    head: &mut MySqlConnection,
+    policy: &Policy,
+    options: &RunOptions,
+) -> Result<Vec<TableReport>, StoreError> {
+    let placements = placements(head).await?;
+    // The nodes work at the same time: the DDL of one is independent of
+    // the others', and a cluster's run then takes as long as one node's.
+    let runs: Vec<_> = by_node(&placements)
+        .into_iter()
+        .map(|(node, server, tables)| {
+            let (policy, options) = (*policy, options.clone());
+            tokio::spawn(async move {
+                let result = run_on_node(&node, &server, &tables, &policy, &options).await;
+                (node, server, result)
+            })
+        })
+        .collect();
+    let mut done = Vec::new();
+    let mut failed = Vec::new();
+    for run in runs {
+        let (node, server, result) = run
+            .await
+            .map_err(|e| StoreError::Refused(format!("a partition task failed: {e}")))?;
+        match result {
+            Ok(reports) => done.extend(reports),
+            Err(err) => failed.push(NodeFailure {
+                server,
+                node,
+                error: err.to_string(),
+            }),
+        }
+    }
+    if failed.is_empty() {
+        Ok(done)
+    } else {
+        Err(StoreError::NodesFailed { done, failed })
+    }
+}
+
+async fn run_on_node(
+    node: &NodeAddress,
+    server: &str,
+    tables: &[String],
+    policy: &Policy,
+    options: &RunOptions,
+) -> Result<Vec<TableReport>, StoreError> {
+    let mut conn = node.connect().await?;
+    let result = partitions::run_on(&mut conn, tables, policy, options).await;
+    let _ = conn.close().await;
+    let mut reports = result?;
+    for report in &mut reports {
+        report.node = Some(server.to_owned());
+    }
+    Ok(reports)
+}
+
+/// The day partitions of one sharded table, as its first data table has
+/// them (`partitions` keeps every data table's days the same).
+pub(crate) async fn list_days(
+    head: &mut MySqlConnection,
+    table: &str,
+) -> Result<Vec<Partition>, StoreError> {
+    let placements = placements(head).await?;
+    let first = placements
+        .iter()
+        .find(|p| p.table == table)
+        .ok_or_else(|| StoreError::Corrupt {
+            table: "links",
+            detail: format!("the head's `{table}` has no Spider partitions"),
+        })?;
+    let mut conn = first.node.connect().await.map_err(|err| StoreError::Node {
+        node: format!("{} ({})", first.server, first.node),
+        source: Box::new(err),
+    })?;
+    let days = partitions::list_on(&mut conn, &first.data_table).await;
+    let _ = conn.close().await;
+    days
+}
+
+/// One data table's partitions, for `partitions list`.
+#[derive(Debug, Clone)]
+pub struct DataTableDays {
+    pub server: String,
+    pub data_table: String,
+    pub days: Vec<Partition>,
+}
+
+/// The partitions of every data table on every node; nodes that cannot be
+/// read are returned apart.
+pub async fn list_all(
+    pool: &MySqlPool,
+) -> Result<(Vec<DataTableDays>, Vec<NodeFailure>), StoreError> {
+    let mut head = pool.acquire().await?;
+    let placements = placements(&mut head).await?;
+    let mut listed = Vec::new();
+    let mut failed = Vec::new();
+    for (node, server, tables) in by_node(&placements) {
+        let read = async {
+            let mut conn = node.connect().await?;
+            let mut out = Vec::new();
+            for table in &tables {
+                out.push(DataTableDays {
+                    server: server.clone(),
+                    data_table: table.clone(),
+                    days: partitions::list_on(&mut conn, table).await?,
+                });
+            }
+            let _ = conn.close().await;
+            Ok::<_, StoreError>(out)
+        };
+        match read.await {
+            Ok(tables) => listed.extend(tables),
+            Err(err) => failed.push(NodeFailure {
+                server,
+                node,
+                error: err.to_string(),
+            }),
+        }
+    }
+    Ok((listed, failed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spider_comments_are_read() {
+        let comment = r#"srv "lt_x_0", table "links_03""#;
+        assert_eq!(spider_param(comment, "srv").as_deref(), Some("lt_x_0"));
+        assert_eq!(spider_param(comment, "table").as_deref(), Some("links_03"));
+        assert_eq!(spider_param(comment, "aim"), None);
+        assert_eq!(data_table("events", 7), "events_07");
+    }
+}

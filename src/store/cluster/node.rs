@@ -1,0 +1,188 @@
+//! A data node's address: an entry of `LINKTRACK_SHARDS`, or a server the
+//! head's `mysql.servers` names.
+
+use crate::store::{connect_options, StoreError};
+use sqlx::mysql::MySqlConnection;
+use sqlx::ConnectOptions;
+use std::fmt;
+
+/// One data node's address, as given in `LINKTRACK_SHARDS` or read from the
+/// head's `mysql.servers`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct NodeAddress {
+    pub host: String,
+    pub port: u16,
+    pub user: String,
+    pub password: String,
+    pub database: String,
+}
+
+impl fmt::Debug for NodeAddress {
+    // Never print the password.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{self}")
+    }
+}
+
+impl fmt::Display for NodeAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}@{}:{}/{}",
+            self.user, self.host, self.port, self.database
+        )
+    }
+}
+
+impl NodeAddress {
+    /// Parse one `mysql://user:password@host:port/database` URL; the error
+    /// says what is wrong without repeating the password.
+    pub fn parse(text: &str) -> Result<NodeAddress, String> {
+        let url = url::Url::parse(text.trim()).map_err(|e| format!("not a URL: {e}"))?;
+        if url.scheme() != "mysql" && url.scheme() != "mariadb" {
+            return Err(format!("scheme {:?}, expected mysql://", url.scheme()));
+        }
+        let host = url
+            .host_str()
+            .filter(|h| !h.is_empty())
+            .ok_or("no host")?
+            .to_owned();
+        let database = url.path().trim_start_matches('/').to_owned();
+        if database.is_empty() || database.contains('/') {
+            return Err("no database: give it as the URL's path, e.g. /linktrack".into());
+        }
+        let decode = |s: &str| {
+            percent_decode(s).map_err(|_| "the user or password is not valid percent-encoding")
+        };
+        Ok(NodeAddress {
+            host,
+            port: url.port().unwrap_or(3306),
+            user: decode(url.username())?,
+            password: decode(url.password().unwrap_or(""))?,
+            database: decode(&database)?,
+        })
+    }
+
+    /// The URL to connect with (password included).
+    pub fn url(&self) -> String {
+        let mut url = url::Url::parse("mysql://localhost/").unwrap_or_else(|_| unreachable!());
+        url.set_path(&self.database);
+        let _ = url.set_host(Some(&self.host));
+        let _ = url.set_port(Some(self.port));
+        let _ = url.set_username(&self.user);
+        if !self.password.is_empty() {
+            let _ = url.set_password(Some(&self.password));
+        }
+        url.to_string()
+    }
+
+    /// The same server and database (credentials may differ).
+    pub(crate) fn same_place(&self, other: &NodeAddress) -> bool {
+        self.host == other.host && self.port == other.port && self.database == other.database
+    }
+
+    /// One connection (not a pool): the partition commands and `migrate`
+    /// talk to each node briefly.
+    pub async fn connect(&self) -> Result<MySqlConnection, StoreError> {
+        let options = connect_options(&self.url())?;
+        options
+            .connect()
+            .await
+            .map_err(|err| crate::store::connect_failed(&options, &err))
+    }
+}
+
+fn percent_decode(text: &str) -> Result<String, std::string::FromUtf8Error> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out)
+}
+
+/// Parse `LINKTRACK_SHARDS`: comma-separated node URLs. A bad entry is named
+/// by its position (the password is never echoed).
+pub fn parse_shards(list: &str) -> Result<Vec<NodeAddress>, StoreError> {
+    let mut nodes: Vec<NodeAddress> = Vec::new();
+    for (index, entry) in list.split(',').enumerate() {
+        if entry.trim().is_empty() {
+            continue;
+        }
+        let node = NodeAddress::parse(entry).map_err(|why| {
+            StoreError::BadUrl(format!(
+                "LINKTRACK_SHARDS entry {} ({}): {why}",
+                index + 1,
+                without_password(entry.trim())
+            ))
+        })?;
+        if let Some(twice) = nodes.iter().find(|n| n.same_place(&node)) {
+            return Err(StoreError::BadUrl(format!(
+                "LINKTRACK_SHARDS names {twice} twice: each data node once"
+            )));
+        }
+        nodes.push(node);
+    }
+    if nodes.is_empty() {
+        return Err(StoreError::BadUrl(
+            "LINKTRACK_SHARDS is set but names no data node".into(),
+        ));
+    }
+    Ok(nodes)
+}
+
+/// `scheme://user:***@rest` for error messages.
+fn without_password(entry: &str) -> String {
+    match (entry.find("://"), entry.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let credentials = &entry[scheme + 3..at];
+            let user = credentials.split(':').next().unwrap_or_default();
+            format!("{}{user}:***{}", &entry[..scheme + 3], &entry[at..])
+        }
+        _ => entry.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shard_list_parses_and_names_a_bad_entry_without_its_password() {
+        let nodes =
+            parse_shards("mysql://root@127.0.0.1:3307/lt, mysql://u:p%40ss@db2/lt2").unwrap();
+        assert_eq!(nodes.len(), 2);
+        assert_eq!((nodes[0].port, nodes[0].database.as_str()), (3307, "lt"));
+        assert_eq!((nodes[1].password.as_str(), nodes[1].port), ("p@ss", 3306));
+        let err = parse_shards("mysql://root@a/lt,mysql://me:secret@b:3306")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("entry 2"), "{err}");
+        assert!(err.contains("no database"), "{err}");
+        assert!(!err.contains("secret"), "{err}");
+        assert!(parse_shards("http://a/b").is_err());
+        assert!(parse_shards(" , ").is_err());
+        assert!(parse_shards("mysql://a/x,mysql://a:3306/x").is_err());
+    }
+
+    #[test]
+    fn a_node_url_round_trips() {
+        let node = NodeAddress::parse("mysql://u:p%40ss@h:3310/db").unwrap();
+        assert_eq!(NodeAddress::parse(&node.url()).unwrap(), node);
+        assert_eq!(node.to_string(), "u@h:3310/db");
+    }
+}
