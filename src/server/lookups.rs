@@ -117,16 +117,20 @@ async fn answer_batch(
     metrics::counter!("linktrack_link_lookup_statements_total").increment(1);
     if let [only] = batch.as_slice() {
         let token = only.token;
-        let found = bounded(db_timeout, links::lookup(&pool, &token))
-            .await
-            .map(|link| link.map(Arc::new));
+        let found = bounded(
+            db_timeout,
+            on_a_live_connection(&pool, || links::lookup(&pool, &token)),
+        )
+        .await
+        .map(|link| link.map(Arc::new));
         for waiting in batch {
             let _ = waiting.reply.send(found.clone());
         }
         return;
     }
     let tokens: Vec<Token> = batch.iter().map(|w| w.token).collect();
-    match bounded(db_timeout, links::lookup_many(&pool, &tokens)).await {
+    let lookup = on_a_live_connection(&pool, || links::lookup_many(&pool, &tokens));
+    match bounded(db_timeout, lookup).await {
         Ok(found) => {
             let found: HashMap<Token, Arc<StoredLink>> =
                 found.into_iter().map(|(t, l)| (t, Arc::new(l))).collect();
@@ -138,6 +142,35 @@ async fn answer_batch(
             for waiting in batch {
                 let _ = waiting.reply.send(Err(err.clone()));
             }
+        }
+    }
+}
+
+/// Run `lookup`, and again while the connection it got turns out dead.
+///
+/// A pooled connection used within the last second is handed out without a
+/// ping (`store::connect`), so after a database restart in a busy second a
+/// lookup can meet a dead one. A read can safely run again, and each failed
+/// attempt uses up its connection (sqlx closes a connection whose release
+/// ping fails), so at most the pool's connections plus one attempts are
+/// made; the caller's time limit bounds them all.
+async fn on_a_live_connection<T, Lookup, Attempt>(
+    pool: &MySqlPool,
+    lookup: Lookup,
+) -> Result<T, StoreError>
+where
+    Lookup: Fn() -> Attempt,
+    Attempt: std::future::Future<Output = Result<T, StoreError>>,
+{
+    let mut attempts_left = pool.size() + 1;
+    loop {
+        match lookup().await {
+            Err(err) if err.is_broken_connection() && attempts_left > 1 => {
+                attempts_left -= 1;
+                metrics::counter!("linktrack_link_lookup_retries_total").increment(1);
+                tracing::debug!(%err, "link lookup met a dead connection; trying another");
+            }
+            outcome => return outcome,
         }
     }
 }

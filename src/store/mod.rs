@@ -38,6 +38,10 @@ const ER_NO_PARTITION_FOR_GIVEN_VALUE: u16 = 1526;
 /// read-only server, as during a failover (1290, 1792, 1836).
 pub const RETRYABLE_MYSQL_ERRORS: [u16; 9] = [1205, 1213, 1044, 1045, 1142, 1227, 1290, 1792, 1836];
 
+/// MySQL errors that say the connection is gone: killed (1927), server
+/// gone away (2006), connection lost during the query (2013).
+const BROKEN_CONNECTION_ERRORS: [u16; 3] = [1927, 2006, 2013];
+
 /// Errors of the storage layer.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -119,6 +123,17 @@ impl StoreError {
 }
 
 impl StoreError {
+    /// True when the statement's connection was found dead: the server
+    /// closed it (a restart, `KILL`, `wait_timeout`) before or while the
+    /// statement was sent. The statement may succeed on another connection.
+    pub fn is_broken_connection(&self) -> bool {
+        let StoreError::Sqlx(err) = self else {
+            return false;
+        };
+        matches!(err, sqlx::Error::Io(_) | sqlx::Error::Protocol(_))
+            || mysql_error_number(err).is_some_and(|n| BROKEN_CONNECTION_ERRORS.contains(&n))
+    }
+
     /// True when a Spider head could not reach the data node holding the
     /// rows (`cluster::SPIDER_REMOTE_ERRORS`): the other nodes' rows still
     /// work, and these come back with the node.
