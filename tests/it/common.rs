@@ -344,3 +344,10 @@ pub async fn metrics_text(admin: &str) -> String {
     let response = reqwest::get(format!("{admin}/metrics")).await.unwrap();
     response.text().await.unwrap()
 }
+
+/// The value of the unlabelled metric `name` in a `/metrics` text.
+pub fn metric_value(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|value| value.trim().parse().ok())
+}

@@ -731,10 +731,7 @@ async fn the_journal_backlog_gauge_returns_to_zero_after_the_replay() {
     wait_for_events(&db.pool, 3).await;
     wait_replayed(dir.path()).await;
     let text = crate::common::metrics_text(&server.admin_url("")).await;
-    let backlog = text
-        .lines()
-        .find_map(|line| line.strip_prefix("linktrack_journal_backlog_events "))
-        .and_then(|value| value.trim().parse::<f64>().ok());
+    let backlog = crate::common::metric_value(&text, "linktrack_journal_backlog_events");
     assert_eq!(backlog, Some(0.0), "{text}");
     drop(http);
     server.stop().await;
@@ -1183,13 +1180,12 @@ async fn a_click_right_after_every_connection_died_is_served() {
     let (server, response, _db, _journal) = second_click_after_a_restart(Duration::ZERO).await;
     assert_eq!(response.status(), StatusCode::FOUND);
     assert_eq!(header(&response, header::LOCATION), "https://example.com/b");
-    let retries = crate::common::metrics_text(&server.admin_url(""))
-        .await
-        .lines()
-        .find_map(|l| l.strip_prefix("linktrack_link_lookup_retries_total "))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .unwrap_or(0.0);
-    assert!(retries >= 1.0, "the lookup met a dead connection first");
+    let text = crate::common::metrics_text(&server.admin_url("")).await;
+    let retries = crate::common::metric_value(&text, "linktrack_link_lookup_retries_total");
+    assert!(
+        retries.is_some_and(|n| n >= 1.0),
+        "the lookup met a dead connection first:\n{text}"
+    );
     server.stop().await;
 }
 
