@@ -76,18 +76,21 @@ mod tests {
         std::str::from_utf8(digits).unwrap()
     }
 
+    /// `at` written in both forms is `rfc3339` and `sql`.
+    fn assert_forms(at: &DateTime<Utc>, rfc3339: &str, sql: &str) {
+        assert_eq!(with_rfc3339(at, str::to_owned), rfc3339);
+        assert_eq!(with_sql_datetime(at, str::to_owned), sql);
+    }
+
     #[test]
     fn digits_match_chrono_for_every_part() {
         let at = Utc.with_ymd_and_hms(2026, 1, 2, 3, 4, 5).unwrap()
             + chrono::Duration::nanoseconds(6_007);
         assert_eq!(text(&digits(&at).unwrap()), "2026-01-02T03:04:05.000006007");
-        assert_eq!(
-            with_rfc3339(&at, str::to_owned),
-            "2026-01-02T03:04:05.000006007Z"
-        );
-        assert_eq!(
-            with_sql_datetime(&at, str::to_owned),
-            "2026-01-02 03:04:05.000006"
+        assert_forms(
+            &at,
+            "2026-01-02T03:04:05.000006007Z",
+            "2026-01-02 03:04:05.000006",
         );
     }
 
@@ -95,13 +98,10 @@ mod tests {
     fn years_past_four_digits_and_leap_seconds_are_left_to_chrono() {
         let far = Utc.with_ymd_and_hms(10_000, 1, 1, 0, 0, 0).unwrap();
         assert_eq!(digits(&far), None);
-        assert_eq!(
-            with_rfc3339(&far, str::to_owned),
-            "+10000-01-01T00:00:00.000000000Z"
-        );
-        assert_eq!(
-            with_sql_datetime(&far, str::to_owned),
-            "+10000-01-01 00:00:00.000000"
+        assert_forms(
+            &far,
+            "+10000-01-01T00:00:00.000000000Z",
+            "+10000-01-01 00:00:00.000000",
         );
         let leap = chrono::NaiveDate::from_ymd_opt(2016, 12, 31)
             .and_then(|d| d.and_hms_nano_opt(23, 59, 59, 1_500_000_000))
