@@ -1213,7 +1213,8 @@ async fn second_click_after_a_restart(
     let first = add_link(&db.pool, LinkKind::Click, "https://example.com/a", 1).await;
     let second = add_link(&db.pool, LinkKind::Click, "https://example.com/b", 2).await;
     let journal = tempfile::tempdir().unwrap();
-    let server = TestServer::start(server_pool(&db).await, journal.path()).await;
+    let pool = server_pool(&db).await;
+    let server = TestServer::start(pool.clone(), journal.path()).await;
     let http = client();
     let response = http
         .get(server.url(&format!("/c/{first}")))
@@ -1222,6 +1223,13 @@ async fn second_click_after_a_restart(
         .unwrap();
     assert_eq!(response.status(), StatusCode::FOUND);
     wait_for_events(&db.pool, 1).await;
+    // Every connection back in the pool (sqlx pings a connection as it goes
+    // back): killed before that, a connection is closed by the failing ping
+    // and the next lookup would open a new one instead of meeting it dead.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while pool.num_idle() < pool.size() as usize && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     kill_connections_to(&db.name).await;
     tokio::time::sleep(rest).await;
     let response = http
