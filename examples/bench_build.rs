@@ -329,6 +329,8 @@ async fn run_builder(
         smtp,
         pools: None,
         return_path: None,
+        summary: None,
+        max_letter_bytes: build::DEFAULT_MAX_LETTER_BYTES,
     };
     Ok(build::run(pool, &options).await?)
 }

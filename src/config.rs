@@ -344,6 +344,18 @@ pub struct BuildArgs {
     #[arg(long, value_name = "FILE")]
     pub rejects: Option<PathBuf>,
 
+    /// The summary as JSON: rows read, letters built, suppressed, rejected
+    /// (read = built + suppressed + rejected), reasons, delivery counts.
+    /// Default: FILE.summary.json beside --out, or summary.json for stdout.
+    #[arg(long, value_name = "FILE")]
+    pub summary: Option<PathBuf>,
+
+    /// The most bytes a letter's HTML may have: a larger creative is refused
+    /// before anything is stored, a recipient whose personalised letter
+    /// grows past it is rejected.
+    #[arg(long, value_name = "BYTES", default_value_t = crate::build::DEFAULT_MAX_LETTER_BYTES)]
+    pub max_letter_bytes: usize,
+
     /// Recipients per batch; each batch's links are stored in one transaction.
     #[arg(long, default_value_t = 1000)]
     pub batch_size: usize,

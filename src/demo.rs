@@ -74,6 +74,8 @@ pub async fn prepare(
         smtp: None,
         pools: None,
         return_path: None,
+        summary: None,
+        max_letter_bytes: build::DEFAULT_MAX_LETTER_BYTES,
     };
     let summary = build::run(&pool, &options).await?;
     let sample_urls = sample_urls(&letters, base_url)?;

@@ -37,6 +37,8 @@ pub struct Letter {
 pub struct MailingContext {
     pub mailing: Mailing,
     pub base_url: String,
+    /// The most bytes a letter's HTML may have, after personalising.
+    pub max_letter_bytes: usize,
     html: Option<Template>,
     subject: Option<Template>,
 }
@@ -44,6 +46,11 @@ pub struct MailingContext {
 /// Why a mailing cannot be built at all (reported before any letter).
 #[derive(Debug, thiserror::Error)]
 pub enum PrepareError {
+    #[error(
+        "the letter's HTML is {size} bytes, over the limit of {limit}; nothing was built \
+         (raise it with --max-letter-bytes)"
+    )]
+    TooBig { size: usize, limit: usize },
     #[error("mailing {field}: {message}")]
     Template {
         field: &'static str,
@@ -54,9 +61,20 @@ pub enum PrepareError {
 impl MailingContext {
     /// Compile the templates once; a creative that is not a valid template
     /// (say, another engine's `{{#each}}`) is refused here with its line.
-    pub fn prepare(mailing: Mailing, base_url: &str) -> Result<MailingContext, PrepareError> {
+    pub fn prepare(
+        mailing: Mailing,
+        base_url: &str,
+        max_letter_bytes: usize,
+    ) -> Result<MailingContext, PrepareError> {
         let base_url = base_url.trim_end_matches('/').to_owned();
-        if mailing.from.parse::<lettre::message::Mailbox>().is_err() {
+        if mailing.html.len() > max_letter_bytes {
+            return Err(PrepareError::TooBig {
+                size: mailing.html.len(),
+                limit: max_letter_bytes,
+            });
+        }
+        let from_has_control = mailing.from.chars().any(char::is_control);
+        if from_has_control || mailing.from.parse::<lettre::message::Mailbox>().is_err() {
             return Err(PrepareError::Template {
                 field: "from",
                 message: format!(
@@ -92,6 +110,7 @@ impl MailingContext {
         Ok(MailingContext {
             mailing,
             base_url,
+            max_letter_bytes,
             html,
             subject,
         })
@@ -274,6 +293,7 @@ pub fn build_letter(
         _ => (mailing.html.clone(), mailing.subject.clone()),
     };
 
+    check_personalised(&html, &subject, ctx.max_letter_bytes)?;
     let html = if mailing.track {
         let options = RewriteOptions {
             track_links: true,
@@ -333,6 +353,24 @@ pub fn build_letter(
         },
         new_links: tokens.rows,
     })
+}
+
+/// A personalised letter must still fit the size limit, and its subject
+/// (a header) must hold no control character a field brought in.
+fn check_personalised(html: &str, subject: &str, limit: usize) -> Result<(), Reject> {
+    if html.len() > limit {
+        return Err(Reject::TooBig {
+            size: html.len(),
+            limit,
+        });
+    }
+    match subject.chars().find(|c| c.is_control()) {
+        Some(found) => Err(Reject::ControlCharacter {
+            field: "subject (after personalising)".into(),
+            found,
+        }),
+        None => Ok(()),
+    }
 }
 
 /// The link's own tag and the mailing's tags, for segments and statistics.

@@ -10,6 +10,8 @@ pub struct Mailing {
     pub subject: String,
     pub from: String,
     pub html: String,
+    /// The file the HTML was read from: `html_file`, or the mailing file.
+    pub html_source: PathBuf,
     pub pool: String,
     pub tags: Vec<String>,
     /// Render `html` and `subject` as templates with the recipient's fields.
@@ -134,13 +136,14 @@ impl Mailing {
         if file.from.trim().is_empty() {
             return Err(field("from", "must not be empty"));
         }
-        let html = match (file.html, file.html_file) {
-            (Some(html), None) => html,
+        let (html, html_source) = match (file.html, file.html_file) {
+            (Some(html), None) => (html, path.to_owned()),
             (None, Some(relative)) => {
                 let full = path.parent().unwrap_or(Path::new(".")).join(&relative);
-                std::fs::read_to_string(&full).map_err(|e| {
+                let html = std::fs::read_to_string(&full).map_err(|e| {
                     field("html_file", &format!("cannot read {}: {e}", full.display()))
-                })?
+                })?;
+                (html, full)
             }
             (Some(_), Some(_)) => {
                 return Err(field("html", "give either `html` or `html_file`, not both"))
@@ -157,6 +160,7 @@ impl Mailing {
             subject: file.subject,
             from: file.from,
             html,
+            html_source,
             pool: file.pool,
             tags: file.tags,
             personalize: file.personalize,

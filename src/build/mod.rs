@@ -18,6 +18,7 @@
 //! rows at the end (`tests/it/spider.rs` makes such a commit happen).
 
 pub(crate) mod compose;
+mod csv_records;
 pub(crate) mod mailing;
 mod output;
 mod progress;
@@ -77,15 +78,30 @@ pub struct BuildOptions {
     pub pools: Option<PathBuf>,
     /// Envelope sender for bounces; default the mailing's From address.
     pub return_path: Option<String>,
+    /// Where the summary goes as JSON (with the conservation counts).
+    pub summary: Option<PathBuf>,
+    /// The most bytes a letter's HTML may have (the creative before any
+    /// letter, each letter after personalising).
+    pub max_letter_bytes: usize,
 }
+
+/// The default of `--max-letter-bytes`: 5 MiB of HTML is far beyond any
+/// newsletter, and well under what one database statement can carry.
+pub const DEFAULT_MAX_LETTER_BYTES: usize = 5 << 20;
 
 /// What the job did.
 #[derive(Debug, Default, Clone, serde::Serialize)]
 pub struct Summary {
+    /// Rows of the recipients file (empty lines are not rows). Always
+    /// `letters_built + suppressed + rejected`: the build checks it.
+    pub rows_read: u64,
     pub letters_built: u64,
     /// Letters whose rows an earlier, interrupted run had stored.
     pub letters_resumed: u64,
     pub suppressed: u64,
+    /// Rows that got no letter for a reason other than suppression
+    /// (duplicates included). MTA refusals are not counted here: those
+    /// letters were built; see `delivery_rejected`.
     pub rejected: u64,
     /// Rejections by `Reject::group`.
     pub rejected_by_reason: BTreeMap<String, u64>,
@@ -105,6 +121,11 @@ pub struct Summary {
 }
 
 impl Summary {
+    /// Every row read is built, suppressed or rejected: never left out.
+    pub fn is_conserved(&self) -> bool {
+        self.rows_read == self.letters_built + self.suppressed + self.rejected
+    }
+
     pub fn letters_per_second(&self) -> f64 {
         if self.seconds > 0.0 {
             self.letters_built as f64 / self.seconds
@@ -116,17 +137,28 @@ impl Summary {
 
 impl std::fmt::Display for Summary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let plural =
+            |n: u64, one: &'static str, many: &'static str| if n == 1 { one } else { many };
         writeln!(
             f,
-            "built {} letters ({} resumed from an earlier run), stored {} links, in {:.1}s ({:.0} letters/s)",
+            "read {} {} = {} built + {} suppressed + {} rejected",
+            self.rows_read,
+            plural(self.rows_read, "row", "rows"),
             self.letters_built,
+            self.suppressed,
+            self.rejected
+        )?;
+        writeln!(
+            f,
+            "built {} {} ({} resumed from an earlier run), stored {} {}, in {:.1}s ({:.0} letters/s)",
+            self.letters_built,
+            plural(self.letters_built, "letter", "letters"),
             self.letters_resumed,
             self.links_stored,
+            plural(self.links_stored, "link", "links"),
             self.seconds,
             self.letters_per_second()
         )?;
-        let plural =
-            |n: u64, one: &'static str, many: &'static str| if n == 1 { one } else { many };
         write!(
             f,
             "skipped {} suppressed {}; rejected {} {}",
@@ -168,6 +200,13 @@ pub enum BuildError {
     Template {
         path: PathBuf,
         source: compose::PrepareError,
+    },
+    #[error("{path}: {size} bytes of HTML, over the limit of {limit} bytes; nothing was built: {reason}")]
+    TooBig {
+        path: PathBuf,
+        size: usize,
+        limit: usize,
+        reason: &'static str,
     },
     #[error("{path}: cannot read recipients: {source}")]
     Recipients {
@@ -253,14 +292,11 @@ pub async fn run(pool: &MySqlPool, options: &BuildOptions) -> Result<Summary, Bu
         stats::recount_letters_built(pool, &job.ctx.mailing.mailing_id).await?;
     }
     for (line, email, reply) in &delivered.rejected {
-        job.rejects.write(
-            &mut job.summary,
-            &recipients::Rejection {
-                line: *line,
-                email: Some(email.clone()),
-                reason: Reject::Delivery(reply.clone()),
-            },
-        )?;
+        job.rejects.refused_by_mta(&recipients::Rejection {
+            line: *line,
+            email: Some(email.clone()),
+            reason: Reject::Delivery(reply.clone()),
+        })?;
     }
     job.summary.delivered = delivered.delivered;
     job.summary.delivery_rejected = delivered.rejected.len() as u64;
@@ -275,7 +311,28 @@ pub async fn run(pool: &MySqlPool, options: &BuildOptions) -> Result<Summary, Bu
     progress.finish_and_clear();
     let mut summary = job.summary;
     summary.seconds = started.elapsed().as_secs_f64();
+    if let Some(path) = &options.summary {
+        write_summary(path, &summary)?;
+    }
+    if !summary.is_conserved() {
+        return Err(BuildError::Internal(format!(
+            "rows do not add up: read {} but built {} + suppressed {} + rejected {}",
+            summary.rows_read, summary.letters_built, summary.suppressed, summary.rejected
+        )));
+    }
     Ok(summary)
+}
+
+/// The summary as one JSON object, `conserved` included, for scripts.
+fn write_summary(path: &Path, summary: &Summary) -> Result<(), BuildError> {
+    let mut value =
+        serde_json::to_value(summary).map_err(|e| BuildError::Internal(format!("summary: {e}")))?;
+    value["conserved"] = serde_json::Value::Bool(summary.is_conserved());
+    let text = format!("{value:#}\n");
+    std::fs::write(path, text).map_err(|source| BuildError::Output {
+        path: path.to_owned(),
+        source,
+    })
 }
 
 /// The MTAs of this mailing: the pools file's entry for its pool, or the
@@ -319,13 +376,31 @@ async fn prepare_mailing(
     options: &BuildOptions,
 ) -> Result<Arc<MailingContext>, BuildError> {
     let mailing = Mailing::load(&options.mailing)?;
-    let ctx = MailingContext::prepare(mailing, &options.base_url).map_err(|source| {
-        BuildError::Template {
-            path: options.mailing.clone(),
-            source,
-        }
-    })?;
+    let creative = mailing.html_source.clone();
+    let ctx = MailingContext::prepare(mailing, &options.base_url, options.max_letter_bytes)
+        .map_err(|source| match source {
+            compose::PrepareError::TooBig { size, limit } => BuildError::TooBig {
+                path: creative.clone(),
+                size,
+                limit,
+                reason: "raise the limit with --max-letter-bytes",
+            },
+            source => BuildError::Template {
+                path: options.mailing.clone(),
+                source,
+            },
+        })?;
     if ctx.mailing.track {
+        let room = stats::largest_creative(pool).await?;
+        if ctx.mailing.html.len() > room {
+            return Err(BuildError::TooBig {
+                path: creative,
+                size: ctx.mailing.html.len(),
+                limit: room,
+                reason: "the database cannot store a larger creative in one statement \
+                         (max_allowed_packet, or the mailings.html column's 16 MB)",
+            });
+        }
         ensure_partitions(pool).await?;
         let mailing = &ctx.mailing;
         stats::save_mailing(pool, &mailing.mailing_id, &mailing.subject, &mailing.html).await?;
@@ -415,6 +490,7 @@ impl<'a> Job<'a> {
     /// Unreadable lines and repeated addresses become rejections.
     fn screen(&mut self, entries: Vec<recipients::Entry>) -> Result<Vec<Recipient>, BuildError> {
         let mut accepted = Vec::with_capacity(entries.len());
+        self.summary.rows_read += entries.len() as u64;
         for entry in entries {
             match entry {
                 Ok(recipient) => match self.seen.get(&recipient.email) {
@@ -566,7 +642,7 @@ async fn build_batch(
                     scope.spawn(move || {
                         part.iter()
                             .map(|(recipient, letter_id)| {
-                                let result = build_letter(
+                                let result = build_one(
                                     ctx,
                                     recipient,
                                     *letter_id,
@@ -596,6 +672,32 @@ async fn build_batch(
     })
     .await
     .map_err(|e| BuildError::Internal(format!("builder thread: {e}")))?
+}
+
+/// One letter, a panic included as its rejection. Every field of the input
+/// is checked before it reaches the HTML rewriter, the text renderer and
+/// the MIME builder, so no input is known to panic them; but they are
+/// third-party code fed arbitrary text, and one letter's bug must cost that
+/// letter, named in the rejects file, not the mailing of every other row.
+/// The shared image-token map survives a panic (see [`ImageTokens`]).
+fn build_one(
+    ctx: &MailingContext,
+    recipient: &Recipient,
+    letter_id: u64,
+    stored: Option<&StoredTokens>,
+    images: &ImageTokens,
+    made_at: chrono::DateTime<chrono::Utc>,
+) -> Result<Built, Reject> {
+    let build = || build_letter(ctx, recipient, letter_id, stored, images, made_at);
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(build)).unwrap_or_else(|panic| {
+        let message = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic".to_owned());
+        tracing::error!(line = recipient.line, %message, "building a letter panicked");
+        Err(Reject::Panicked(message))
+    })
 }
 
 /// The writer: commit a batch's rows, then append its letters, then hand

@@ -126,6 +126,12 @@ impl RejectsFile {
         self.append(&rejection)
     }
 
+    /// A letter the MTA refused: listed in the file with the reply, but not
+    /// counted as rejected (it was built; `delivery_rejected` counts it).
+    pub(super) fn refused_by_mta(&mut self, rejection: &Rejection) -> Result<(), BuildError> {
+        self.append(rejection)
+    }
+
     fn append(&mut self, rejection: &Rejection) -> Result<(), BuildError> {
         let result = serde_json::to_writer(&mut self.writer, rejection)
             .map_err(std::io::Error::from)

@@ -4,6 +4,7 @@
 //! A bad line never stops the job: it becomes a [`Rejection`] naming its line
 //! and reason, and reading goes on with the next line.
 
+use super::csv_records::{CsvRecords, RawRecord};
 use super::reject::Reject;
 use crate::address;
 use serde_json::{Map, Value};
@@ -80,21 +81,11 @@ pub struct Recipients {
 }
 
 impl Recipients {
+    /// Open a recipients file. A CSV file is read through once first: a
+    /// quote that never closes or that swallows further rows refuses the
+    /// whole file here, before any letter is built (see [`csv_records`]).
     pub fn open(path: &Path) -> std::io::Result<Recipients> {
-        let file = std::fs::File::open(path)?;
-        let total_bytes = file.metadata().ok().map(|m| m.len());
-        let bytes_read = Arc::new(AtomicU64::new(0));
-        let mut reader = BufReader::with_capacity(
-            256 * 1024,
-            Counting {
-                inner: file,
-                read: Arc::clone(&bytes_read),
-            },
-        );
-        // Spreadsheet programs often start a UTF-8 file with a byte-order mark.
-        if reader.fill_buf()?.starts_with(UTF8_BOM) {
-            reader.consume(UTF8_BOM.len());
-        }
+        let (mut reader, bytes_read, total_bytes) = open_counted(path)?;
         let first = reader
             .fill_buf()?
             .iter()
@@ -104,8 +95,13 @@ impl Recipients {
             match Format::detect(path, first) {
                 Format::JsonLines => Box::new(json_lines(reader)),
                 Format::Csv => {
-                    let delimiter = csv_delimiter(first_line(reader.fill_buf()?))?;
-                    Box::new(csv_rows(reader, delimiter))
+                    let (check, _, _) = open_counted(path)?;
+                    let (_, mut records) = csv_header(check)?;
+                    if let Some(refusal) = records.check_rest()? {
+                        return Err(invalid_data(refusal.to_string()));
+                    }
+                    let (header, records) = csv_header(reader)?;
+                    Box::new(csv_rows(records, header))
                 }
             };
         Ok(Recipients {
@@ -114,6 +110,64 @@ impl Recipients {
             total_bytes,
         })
     }
+}
+
+type CountedReader = BufReader<Counting<std::fs::File>>;
+
+/// The file, buffered and counting its bytes, past any byte-order mark;
+/// a binary or compressed file is refused here in one line.
+fn open_counted(path: &Path) -> std::io::Result<(CountedReader, Arc<AtomicU64>, Option<u64>)> {
+    let file = std::fs::File::open(path)?;
+    let total_bytes = file.metadata().ok().map(|m| m.len());
+    let bytes_read = Arc::new(AtomicU64::new(0));
+    let mut reader = BufReader::with_capacity(
+        256 * 1024,
+        Counting {
+            inner: file,
+            read: Arc::clone(&bytes_read),
+        },
+    );
+    let head = reader.fill_buf()?;
+    if let Some(kind) = binary_kind(head) {
+        return Err(invalid_data(format!(
+            "this is {kind}, not a CSV or JSON Lines file of recipients: give the recipients as \
+             CSV (UTF-8) or JSON Lines"
+        )));
+    }
+    // Spreadsheet programs often start a UTF-8 file with a byte-order mark.
+    if head.starts_with(UTF8_BOM) {
+        reader.consume(UTF8_BOM.len());
+    }
+    Ok((reader, bytes_read, total_bytes))
+}
+
+/// What a file that is not text is, by its first bytes.
+fn binary_kind(head: &[u8]) -> Option<&'static str> {
+    const MAGIC: [(&[u8], &str); 9] = [
+        (b"\x1f\x8b", "a gzip-compressed file"),
+        (
+            b"PK\x03\x04",
+            "a ZIP archive (an .xlsx or .ods spreadsheet is one)",
+        ),
+        (b"\xd0\xcf\x11\xe0", "an Excel 97-2003 (.xls) spreadsheet"),
+        (b"BZh", "a bzip2-compressed file"),
+        (b"\xfd7zXZ\x00", "an xz-compressed file"),
+        (b"\x28\xb5\x2f\xfd", "a zstd-compressed file"),
+        (b"%PDF-", "a PDF document"),
+        (b"\xff\xfe", "UTF-16 text (save it as UTF-8)"),
+        (b"\xfe\xff", "UTF-16 text (save it as UTF-8)"),
+    ];
+    if let Some((_, kind)) = MAGIC.iter().find(|(magic, _)| head.starts_with(magic)) {
+        return Some(kind);
+    }
+    let sample = &head[..head.len().min(8192)];
+    sample
+        .contains(&0)
+        .then_some("a binary file (it holds NUL bytes)")
+}
+
+fn invalid_data(message: String) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, message)
 }
 
 impl Iterator for Recipients {
@@ -163,84 +217,126 @@ fn first_line(buffer: &[u8]) -> &[u8] {
     &buffer[..end]
 }
 
-/// The delimiter under which the header row has an `email` column. A header
-/// without one under any delimiter is refused before any letter is built:
-/// otherwise every line would be rejected, one by one, for "no `email`".
+/// The delimiter under which the header row has an `email` column (any
+/// case, any padding). A header without one under any delimiter is refused
+/// before any letter is built: otherwise every line would be rejected, one
+/// by one, for "no `email`".
 fn csv_delimiter(header: &[u8]) -> std::io::Result<u8> {
     let header = String::from_utf8_lossy(header);
-    let header = header.trim_end_matches('\r');
+    let header = header.strip_suffix('\r').unwrap_or(&header);
+    if header.contains('\r') {
+        return Err(invalid_data(
+            "line 1: the lines end in a bare CR (an old Mac export); save the file with LF or \
+             CRLF line ends"
+                .into(),
+        ));
+    }
     for (delimiter, _) in CSV_DELIMITERS {
         let has_email = header
             .split(char::from(delimiter))
-            .any(|field| field.trim().trim_matches('"').trim() == "email");
+            .any(|field| is_column(field.trim().trim_matches('"'), "email"));
         if has_email {
             return Ok(delimiter);
         }
     }
-    Err(std::io::Error::new(
-        std::io::ErrorKind::InvalidData,
-        format!(
-            "line 1: the CSV header has no `email` column (read with comma, semicolon and tab \
-             as the delimiter): {header:?}; the first line must name the columns, one of them \
-             `email`"
-        ),
-    ))
+    let shown: String = header.chars().take(120).collect();
+    Err(invalid_data(format!(
+        "line 1: the CSV header has no `email` column (read with comma, semicolon and tab \
+         as the delimiter): {shown:?}; the first line must name the columns, one of them \
+         `email`"
+    )))
 }
 
-fn csv_rows<R: Read + Send + 'static>(
-    reader: R,
-    delimiter: u8,
+/// Header names are matched without case or padding: ` EMAIL ` is `email`.
+fn is_column(name: &str, canonical: &str) -> bool {
+    name.trim().eq_ignore_ascii_case(canonical)
+}
+
+/// The columns whose names linktrack reads itself; every other column keeps
+/// its name as written (trimmed), since templates use it.
+const KNOWN_COLUMNS: [&str; 2] = ["email", "name"];
+
+/// Read the header row: the column names, and the reader positioned on the
+/// first row.
+fn csv_header<R: BufRead>(mut reader: R) -> std::io::Result<(Vec<String>, CsvRecords<R>)> {
+    let delimiter = csv_delimiter(first_line(reader.fill_buf()?))?;
+    let mut records = CsvRecords::new(reader, delimiter, 0, 0);
+    let Some(header) = records.next_record()? else {
+        return Err(invalid_data("the file is empty".into()));
+    };
+    if header.line != 1 || header.last_line != 1 || header.text_after_quote {
+        return Err(invalid_data(format!(
+            "line {}: the CSV header must be the first line, on one line, with well-formed \
+             quotes",
+            header.line
+        )));
+    }
+    let mut names: Vec<String> = Vec::with_capacity(header.fields.len());
+    for raw in &header.fields {
+        let name = String::from_utf8_lossy(raw).trim().to_owned();
+        let name = KNOWN_COLUMNS
+            .iter()
+            .find(|known| is_column(&name, known))
+            .map_or(name, |known| (*known).to_owned());
+        if !name.is_empty() && names.contains(&name) {
+            return Err(invalid_data(format!(
+                "line 1: the CSV header names the column `{name}` twice"
+            )));
+        }
+        names.push(name);
+    }
+    records.set_header_len(names.len());
+    Ok((names, records))
+}
+
+fn csv_rows<R: BufRead + Send + 'static>(
+    mut records: CsvRecords<R>,
+    header: Vec<String>,
 ) -> impl Iterator<Item = std::io::Result<Entry>> {
-    let mut csv = csv::ReaderBuilder::new()
-        .delimiter(delimiter)
-        .flexible(false)
-        .trim(csv::Trim::Headers)
-        .from_reader(reader);
-    let header = csv.headers().cloned().map_err(|e| e.to_string());
-    let mut records = csv.into_records();
-    let mut header_reported = false;
-    std::iter::from_fn(move || {
-        let headers = match &header {
-            Ok(headers) => headers,
-            // A broken header makes every row unreadable: one rejection, then stop.
-            Err(e) if !header_reported => {
-                header_reported = true;
-                return Some(Ok(reject(1, None, Reject::BadCsvHeader(e.to_string()))));
-            }
-            Err(_) => return None,
-        };
-        Some(match records.next()? {
-            Ok(record) => {
-                let line = record.position().map_or(0, |p| p.line());
-                let fields = headers
-                    .iter()
-                    .zip(record.iter())
-                    .map(|(k, v)| (k.to_owned(), Value::String(v.to_owned())))
-                    .collect();
-                Ok(recipient(line, fields))
-            }
-            Err(e) => csv_error(e),
-        })
+    std::iter::from_fn(move || match records.next_record() {
+        Err(e) => Some(Err(e)),
+        Ok(None) => None,
+        Ok(Some(record)) => Some(Ok(csv_entry(&header, record))),
     })
 }
 
-/// A bad row is a rejection; a failing file is an I/O error that ends the job.
-fn csv_error(e: csv::Error) -> std::io::Result<Entry> {
-    let line = e.position().map_or(0, |p| p.line());
-    match e.kind() {
-        csv::ErrorKind::Io(_) => Err(std::io::Error::other(e.to_string())),
-        csv::ErrorKind::UnequalLengths {
-            expected_len, len, ..
-        } => Ok(reject(
+/// One CSV record to a recipient or a rejection naming its line. The first
+/// pass refused any file with an unterminated or swallowing quote, so every
+/// record here is one row.
+fn csv_entry(header: &[String], record: RawRecord) -> Entry {
+    let line = record.line;
+    if let Some(refusal) = record.refusal() {
+        return reject(line, None, Reject::BadCsv(refusal.to_string()));
+    }
+    if record.fields.len() != header.len() {
+        return reject(
             line,
             None,
             Reject::CsvFieldCount {
-                found: *len,
-                expected: *expected_len,
+                found: record.fields.len() as u64,
+                expected: header.len() as u64,
             },
-        )),
-        _ => Ok(reject(line, None, Reject::BadCsv(e.to_string()))),
+        );
     }
+    if record.text_after_quote {
+        return reject(
+            line,
+            None,
+            Reject::BadCsv(
+                "text after a closing quote (write a quote inside a quoted field as \"\")".into(),
+            ),
+        );
+    }
+    let mut fields = Map::new();
+    for (name, raw) in header.iter().zip(record.fields) {
+        match String::from_utf8(raw) {
+            Ok(value) => {
+                fields.insert(name.clone(), Value::String(value));
+            }
+            Err(_) => return reject(line, None, Reject::NotUtf8),
+        }
+    }
+    recipient(line, fields)
 }
 
 fn recipient(line: u64, mut fields: Map<String, Value>) -> Entry {
@@ -249,6 +345,9 @@ fn recipient(line: u64, mut fields: Map<String, Value>) -> Entry {
         Some(_) => return reject(line, None, Reject::EmailNotString),
         None => return reject(line, None, Reject::NoEmail),
     };
+    if let Some(reason) = control_character(&fields) {
+        return reject(line, Some(raw), reason);
+    }
     let email = address::normalize(&raw);
     if let Err(e) = address::validate(&email) {
         return reject(line, Some(raw), Reject::InvalidAddress(e.to_string()));
@@ -258,6 +357,31 @@ fn recipient(line: u64, mut fields: Map<String, Value>) -> Entry {
         line,
         email,
         fields,
+    })
+}
+
+/// Fields that become header text: a control character there (CR and LF
+/// above all) could add a header or break the message.
+pub const HEADER_FIELDS: [&str; 2] = ["email", "name"];
+
+/// The first control character in a field that cannot hold one: any in a
+/// header field, NUL in any field.
+fn control_character(fields: &Map<String, Value>) -> Option<Reject> {
+    fields.iter().find_map(|(name, value)| {
+        let text = value.as_str()?;
+        let header = HEADER_FIELDS.contains(&name.as_str());
+        let found = if header {
+            // Surrounding whitespace (a trailing CR or tab) is trimmed from
+            // an address; inside, or in a name, it is refused.
+            let text = if name == "email" { text.trim() } else { text };
+            text.chars().find(|c| c.is_control())
+        } else {
+            text.chars().find(|&c| c == '\0')
+        }?;
+        Some(Reject::ControlCharacter {
+            field: name.clone(),
+            found,
+        })
     })
 }
 

@@ -11,8 +11,6 @@ pub enum Reject {
     NotJsonObject,
     #[error("bad JSON: {0}")]
     BadJson(String),
-    #[error("bad CSV header: {0}")]
-    BadCsvHeader(String),
     #[error("bad CSV: {found} fields where the header has {expected}")]
     CsvFieldCount { found: u64, expected: u64 },
     #[error("bad CSV: {0}")]
@@ -21,6 +19,20 @@ pub enum Reject {
     EmailNotString,
     #[error("no `email` field")]
     NoEmail,
+    #[error(
+        "control character U+{:04X} in field `{field}`: {}",
+        u32::from(*found),
+        if super::recipients::HEADER_FIELDS.contains(&field.as_str()) || field.starts_with("subject") {
+            "it goes into a header, which cannot carry one"
+        } else {
+            "no field may hold a NUL"
+        }
+    )]
+    ControlCharacter { field: String, found: char },
+    #[error("letter of {size} bytes is over the limit of {limit} (--max-letter-bytes)")]
+    TooBig { size: usize, limit: usize },
+    #[error("internal error building this letter (a bug; the other letters were built): {0}")]
+    Panicked(String),
     #[error("invalid address: {0}")]
     InvalidAddress(String),
     #[error("duplicate address: first at line {first}")]
@@ -56,11 +68,13 @@ impl Reject {
             Reject::NotUtf8 => "not valid UTF-8",
             Reject::NotJsonObject => "not a JSON object",
             Reject::BadJson(_) => "bad JSON",
-            Reject::BadCsvHeader(_) => "bad CSV header",
             Reject::CsvFieldCount { .. } | Reject::BadCsv(_) => "bad CSV",
             Reject::EmailNotString => "field `email` is not a string",
             Reject::NoEmail => "no `email` field",
             Reject::InvalidAddress(_) => "invalid address",
+            Reject::ControlCharacter { .. } => "control character",
+            Reject::TooBig { .. } => "letter over the size limit",
+            Reject::Panicked(_) => "internal error building this letter",
             Reject::Message(_) => "assembling the message",
             Reject::Delivery(_) => "refused by the MTA",
             Reject::Duplicate { .. } => "duplicate address",

@@ -22,7 +22,11 @@ pub(super) async fn build(url: &str, args: &BuildArgs) -> anyhow::Result<ExitCod
     let rejects = args
         .rejects
         .clone()
-        .unwrap_or_else(|| default_rejects_path(&out));
+        .unwrap_or_else(|| beside_out(&out, "rejects.jsonl"));
+    let summary_path = args
+        .summary
+        .clone()
+        .unwrap_or_else(|| beside_out(&out, "summary.json"));
     let workers = args
         .workers
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
@@ -48,6 +52,8 @@ pub(super) async fn build(url: &str, args: &BuildArgs) -> anyhow::Result<ExitCod
         }),
         pools: args.pools.clone(),
         return_path: args.return_path.clone(),
+        summary: Some(summary_path),
+        max_letter_bytes: args.max_letter_bytes,
     };
     let summary = build::run(&pool, &options).await?;
     eprintln!("{summary}");
@@ -57,19 +63,23 @@ pub(super) async fn build(url: &str, args: &BuildArgs) -> anyhow::Result<ExitCod
             rejects.display()
         );
     }
-    Ok(if summary.rejected > 0 {
+    // Suppressed rows are the list working: exit 0. A rejected row or a
+    // letter the MTA refused needs a look: exit 2.
+    Ok(if summary.rejected > 0 || summary.delivery_rejected > 0 {
         ExitCode::from(EXIT_REJECTED)
     } else {
         ExitCode::SUCCESS
     })
 }
 
-fn default_rejects_path(out: &Output) -> PathBuf {
+/// `FILE.suffix` beside `--out FILE`, or `suffix` for standard output.
+fn beside_out(out: &Output, suffix: &str) -> PathBuf {
     match out {
-        Output::Stdout => PathBuf::from("rejects.jsonl"),
+        Output::Stdout => PathBuf::from(suffix),
         Output::File(path) => {
             let mut name = path.as_os_str().to_owned();
-            name.push(".rejects.jsonl");
+            name.push(".");
+            name.push(suffix);
             PathBuf::from(name)
         }
     }

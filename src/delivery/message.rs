@@ -49,6 +49,8 @@ pub enum MessageError {
     ReplyTo(String),
     #[error("the recipient address {0:?} cannot be used in a message")]
     To(String),
+    #[error("the {0} holds a control character (U+{1:04X}), which no header may carry")]
+    ControlCharacter(&'static str, u32),
     #[error("the message cannot be assembled: {0}")]
     Build(String),
 }
@@ -58,6 +60,7 @@ const TEXT_WIDTH: usize = 78;
 
 /// Build the message of one letter.
 pub fn build(parts: &MessageParts<'_>) -> Result<BuiltMessage, MessageError> {
+    check_header_text(parts)?;
     let from: Mailbox = parts
         .from
         .parse()
@@ -122,6 +125,30 @@ pub fn build(parts: &MessageParts<'_>) -> Result<BuiltMessage, MessageError> {
         message_id,
         message: String::from_utf8_lossy(&message.formatted()).into_owned(),
     })
+}
+
+/// Header text with CR, LF or another control character would add a header
+/// or break the message (lettre panics writing such a display name), so it
+/// is refused here, naming the field, whatever the caller checked before.
+fn check_header_text(parts: &MessageParts<'_>) -> Result<(), MessageError> {
+    let fields = [
+        ("from", Some(parts.from)),
+        ("recipient address", Some(parts.to_email)),
+        ("recipient name", parts.to_name),
+        ("reply_to", parts.reply_to),
+        ("subject", Some(parts.subject)),
+    ];
+    for (field, text) in fields {
+        if let Some(c) = text.and_then(|t| t.chars().find(|c| c.is_control())) {
+            return Err(MessageError::ControlCharacter(field, u32::from(c)));
+        }
+    }
+    for (name, value) in parts.list_headers {
+        if let Some(c) = name.chars().chain(value.chars()).find(|c| c.is_control()) {
+            return Err(MessageError::ControlCharacter("list header", u32::from(c)));
+        }
+    }
+    Ok(())
 }
 
 /// The text/plain part: the HTML as a reader sees it, with its CSS applied

@@ -28,6 +28,8 @@ fn options(dir: &Path, mailing: PathBuf, recipients: PathBuf) -> BuildOptions {
         smtp: None,
         pools: None,
         return_path: None,
+        summary: None,
+        max_letter_bytes: build::DEFAULT_MAX_LETTER_BYTES,
     }
 }
 
