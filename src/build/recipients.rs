@@ -160,10 +160,12 @@ fn binary_kind(head: &[u8]) -> Option<&'static str> {
     if let Some((_, kind)) = MAGIC.iter().find(|(magic, _)| head.starts_with(magic)) {
         return Some(kind);
     }
+    // No text file names its columns with a NUL, or holds many: a stray
+    // NUL in a row is that row's rejection, not the file's refusal.
     let sample = &head[..head.len().min(8192)];
-    sample
-        .contains(&0)
-        .then_some("a binary file (it holds NUL bytes)")
+    let nuls = sample.iter().filter(|&&b| b == 0).count();
+    let nul_in_first_line = first_line(sample).contains(&0);
+    (nul_in_first_line || nuls >= 16).then_some("a binary file (it holds NUL bytes)")
 }
 
 fn invalid_data(message: String) -> std::io::Error {

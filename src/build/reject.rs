@@ -11,7 +11,10 @@ pub enum Reject {
     NotJsonObject,
     #[error("bad JSON: {0}")]
     BadJson(String),
-    #[error("bad CSV: {found} fields where the header has {expected}")]
+    #[error(
+        "bad CSV: {found} {} where the header has {expected}",
+        if *found == 1 { "field" } else { "fields" }
+    )]
     CsvFieldCount { found: u64, expected: u64 },
     #[error("bad CSV: {0}")]
     BadCsv(String),

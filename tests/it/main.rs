@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used)] // tests and benchmarks: a failure should stop them loudly
 
 mod amqp;
+mod bad_input;
 mod build;
 mod cluster;
 mod common;
