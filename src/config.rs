@@ -62,8 +62,12 @@ pub enum Command {
     /// Manage the daily partitions of `links` and `events`.
     #[command(subcommand)]
     Partitions(PartitionsCommand),
-    /// Build tracked letters for one mailing. Exit status: 0 all built,
-    /// 2 some recipients rejected (see the rejects file), 1 failure.
+    /// Build tracked letters for one mailing. Every row is accounted for:
+    /// read = built + suppressed + rejected (see --summary). Exit status:
+    /// 0 all built (suppressed rows included), 2 some recipients rejected or
+    /// refused by the MTA (see the rejects file), 1 failure or a refused
+    /// file (an unterminated or row-swallowing quote, a binary file, a
+    /// creative over --max-letter-bytes).
     Build(BuildArgs),
     /// Manage the suppression list (addresses never sent to).
     #[command(subcommand)]
