@@ -29,11 +29,17 @@
 //! * `node`: a data node's address (`LINKTRACK_SHARDS` entries);
 //! * `migrate`: `migrate --shards`, which creates or checks the cluster.
 
+mod ids;
 mod migrate;
 mod node;
+mod routing;
+mod shard;
 
+pub use ids::{event_ids, head_writes, HeadWrites, IdBlocks, LinkLayout, EVENT_IDS, LINK_IDS};
 pub use migrate::{migrate, ClusterMigrate};
 pub use node::{parse_shards, NodeAddress};
+pub use routing::{Router, REFRESH_EVERY};
+pub use shard::shard_of;
 
 use super::partitions::{self, Partition, Policy, RunOptions, TableReport};
 use super::StoreError;
