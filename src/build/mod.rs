@@ -771,9 +771,12 @@ async fn store_rows(pool: &MySqlPool, rows: &[links::NewLink]) -> Result<(), Bui
     if rows.is_empty() {
         return Ok(());
     }
+    // On a Spider head the ids come from blocks reserved ahead, outside the
+    // batch's transaction (`store::cluster::ids`); none on one server.
+    let head = links::HeadRows::for_rows(pool, rows.len()).await?;
     for attempt in 0..2 {
         let mut tx = pool.begin().await.map_err(StoreError::from)?;
-        match links::insert_on(&mut tx, rows).await {
+        match links::insert_with(&mut tx, rows, head.as_ref()).await {
             Ok(_) => {
                 count_new_letters(&mut tx, rows).await?;
                 tx.commit().await.map_err(StoreError::from)?;

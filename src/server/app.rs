@@ -113,12 +113,15 @@ impl App {
             workers.low_priority_runtime(),
         )
         .await?;
+        // On a Spider head in the shard layout, lookups go to the data nodes.
+        let router = crate::store::cluster::Router::discover(&pool).await;
         let state = AppState::new(
             pool.clone(),
             settings.server.clone(),
             pipeline.recorder(),
             prometheus,
             settings.live.clone(),
+            router,
         )?;
         let stats = StatsState::new(
             pool,

@@ -12,6 +12,7 @@
 
 use super::error::ServerError;
 use super::state::within;
+use crate::store::cluster::Router;
 use crate::store::links::{self, StoredLink};
 use crate::store::StoreError;
 use crate::token::Token;
@@ -63,10 +64,12 @@ pub struct LinkLookups {
 }
 
 impl LinkLookups {
-    /// Start the batching task on the current runtime.
-    pub fn start(pool: MySqlPool, settings: LookupSettings) -> LinkLookups {
+    /// Start the batching task on the current runtime; it reads on the data
+    /// nodes through `router` when there is one (a Spider head in the shard
+    /// layout), past the head.
+    pub fn start(pool: MySqlPool, router: Option<Router>, settings: LookupSettings) -> LinkLookups {
         let (tx, rx) = mpsc::channel(settings.max_batch.max(1) * 16);
-        tokio::spawn(batch_misses(pool, rx, settings));
+        tokio::spawn(batch_misses(Lookup { pool, router }, rx, settings));
         LinkLookups { tx }
     }
 
@@ -85,8 +88,15 @@ impl LinkLookups {
     }
 }
 
+/// Where a batch is read: the pool, or the data nodes a router names.
+#[derive(Clone)]
+struct Lookup {
+    pool: MySqlPool,
+    router: Option<Router>,
+}
+
 /// Form batches from what has queued while the slots were busy.
-async fn batch_misses(pool: MySqlPool, mut rx: mpsc::Receiver<Waiting>, settings: LookupSettings) {
+async fn batch_misses(pool: Lookup, mut rx: mpsc::Receiver<Waiting>, settings: LookupSettings) {
     let slots = Arc::new(Semaphore::new(settings.in_flight.max(1)));
     loop {
         let Ok(slot) = slots.clone().acquire_owned().await else {
@@ -108,13 +118,19 @@ async fn batch_misses(pool: MySqlPool, mut rx: mpsc::Receiver<Waiting>, settings
 
 /// Run one batch's statement and hand every request its link.
 async fn answer_batch(
-    pool: MySqlPool,
+    lookup: Lookup,
     batch: Vec<Waiting>,
     _slot: OwnedSemaphorePermit,
     db_timeout: Duration,
 ) {
     metrics::histogram!("linktrack_link_lookup_batch_size").record(batch.len() as f64);
     metrics::counter!("linktrack_link_lookup_statements_total").increment(1);
+    let Lookup { pool, router } = lookup;
+    if let Some(router) = router {
+        let tokens: Vec<Token> = batch.iter().map(|w| w.token).collect();
+        let found = bounded(db_timeout, router.lookup_many(&tokens)).await;
+        return answer_all(batch, found);
+    }
     if let [only] = batch.as_slice() {
         let token = only.token;
         let found = bounded(
@@ -130,7 +146,12 @@ async fn answer_batch(
     }
     let tokens: Vec<Token> = batch.iter().map(|w| w.token).collect();
     let lookup = on_a_live_connection(&pool, || links::lookup_many(&pool, &tokens));
-    match bounded(db_timeout, lookup).await {
+    answer_all(batch, bounded(db_timeout, lookup).await);
+}
+
+/// Hand every request of a batch its link (or the batch's error).
+fn answer_all(batch: Vec<Waiting>, found: Result<HashMap<Token, StoredLink>, Arc<ServerError>>) {
+    match found {
         Ok(found) => {
             let found: HashMap<Token, Arc<StoredLink>> =
                 found.into_iter().map(|(t, l)| (t, Arc::new(l))).collect();

@@ -98,6 +98,7 @@ impl AppState {
         recorder: Recorder,
         metrics: PrometheusHandle,
         live: Option<crate::live::Live>,
+        router: Option<crate::store::cluster::Router>,
     ) -> Result<Self, reqwest::Error> {
         let links = Cache::builder()
             .max_capacity(settings.link_cache_entries)
@@ -105,6 +106,7 @@ impl AppState {
             .build();
         let lookups = LinkLookups::start(
             pool.clone(),
+            router,
             LookupSettings {
                 in_flight: settings.lookups_in_flight,
                 db_timeout: settings.db_timeout,

@@ -56,10 +56,20 @@ impl EventRow {
 /// Insert events, skipping any already stored (same `event_id` and day).
 /// Fails with [`StoreError::NoPartition`] when a day has no partition.
 /// Returns the server's affected-row count, for logging only.
+/// On a Spider head each row gets its id from linktrack, reserved for the
+/// statement just before it runs (`cluster::ids` says why).
 pub async fn insert_idempotent(pool: &MySqlPool, rows: &[EventRow]) -> Result<u64, StoreError> {
+    let head = super::cluster::head_writes(pool).await?;
     let mut added = 0;
     for chunk in rows.chunks(MAX_ROWS_PER_INSERT) {
-        match sqlx::raw_sql(&insert_sql(chunk)).execute(pool).await {
+        let sql = match head {
+            Some(_) => {
+                let ids = super::cluster::event_ids(pool, chunk.len()).await?;
+                insert_sql_with_ids(chunk, ids.start)
+            }
+            None => insert_sql(chunk),
+        };
+        match sqlx::raw_sql(&sql).execute(pool).await {
             Ok(done) => added += done.rows_affected(),
             Err(err) if is_no_partition(&err) => {
                 return Err(StoreError::NoPartition {
@@ -87,19 +97,37 @@ pub async fn insert_idempotent(pool: &MySqlPool, rows: &[EventRow]) -> Result<u6
 /// kind as its fixed spelling, and every text and byte value as a hex
 /// literal, so nothing needs escaping and nothing can be injected.
 pub fn insert_sql(rows: &[EventRow]) -> String {
+    statement(rows, None)
+}
+
+/// [`insert_sql`] giving the rows the ids `first_id`, `first_id + 1`, … (a
+/// Spider head's rows: never the column default).
+pub fn insert_sql_with_ids(rows: &[EventRow], first_id: u64) -> String {
+    statement(rows, Some(first_id))
+}
+
+fn statement(rows: &[EventRow], first_id: Option<u64>) -> String {
     let mut sql = String::with_capacity(200 + rows.len() * 900);
-    sql.push_str(
+    sql.push_str(if first_id.is_some() {
+        "INSERT INTO events (id, inserted, event_id, occurred_at, kind, uuid, link_id, \
+         mailing_id, letter_id, email, position, ip, user_agent, bot, bot_reason) VALUES "
+    } else {
         "INSERT INTO events (inserted, event_id, occurred_at, kind, uuid, link_id, \
-         mailing_id, letter_id, email, position, ip, user_agent, bot, bot_reason) VALUES ",
-    );
+         mailing_id, letter_id, email, position, ip, user_agent, bot, bot_reason) VALUES "
+    });
     for (n, row) in rows.iter().enumerate() {
         if n > 0 {
+            sql.push_str(", ");
+        }
+        sql.push('(');
+        if let Some(first) = first_id {
+            push_number(&mut sql, Some(first + n as u64));
             sql.push_str(", ");
         }
         // Written without `core::fmt` (see `crate::timestamp`).
         crate::timestamp::with_sql_datetime(&row.occurred_at, |time| {
             let day = time.split_once(' ').map_or(time, |(day, _)| day);
-            sql.push_str("('");
+            sql.push('\'');
             sql.push_str(day);
             sql.push_str("', ");
             push_bytes(&mut sql, &row.event_id);

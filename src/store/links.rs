@@ -2,7 +2,7 @@
 //! needs exactly one read (seed 001: "everything needed for statistics in one
 //! request").
 
-use super::{is_no_partition, StoreError};
+use super::{cluster, is_no_partition, StoreError};
 use crate::token::Token;
 use chrono::NaiveDate;
 use sqlx::{MySql, MySqlConnection, MySqlPool, QueryBuilder};
@@ -43,8 +43,9 @@ pub const LOOKUP_SQL: &str =
     "SELECT id, CAST(kind AS CHAR), mailing_id, letter_id, email, position, url \
      FROM links WHERE uuid = ? AND inserted = ?";
 
-/// Columns bound per inserted row.
-const COLUMNS_PER_ROW: usize = 9;
+/// Columns bound per inserted row, at most: 9, and on a Spider head the id
+/// and the shard linktrack gives each row.
+const COLUMNS_PER_ROW: usize = 11;
 /// MySQL's limit on placeholders in one prepared statement.
 const MAX_PLACEHOLDERS: usize = 65_535;
 /// The most rows one INSERT carries.
@@ -107,6 +108,33 @@ pub async fn lookup_many(
         };
         let slots = lookup_many_slots(chunk.len());
         let mut query = sqlx::query_as::<_, LinkRow>(lookup_many_sql(slots));
+        for token in chunk.iter().chain(std::iter::repeat(last)).take(slots) {
+            query = query.bind(&token.as_bytes()[..]).bind(token.date());
+        }
+        for row in query.fetch_all(pool).await? {
+            let link = stored_link(row)?;
+            found.insert(link.token, link);
+        }
+    }
+    Ok(found)
+}
+
+/// [`lookup_many`] on one data table of a Spider data node (`links_07`),
+/// the lookup linktrack routes past the head: the same statement, reading
+/// one partition of that table per day named.
+pub(crate) async fn lookup_many_in(
+    pool: &MySqlPool,
+    table: &str,
+    tokens: &[Token],
+) -> Result<HashMap<Token, StoredLink>, StoreError> {
+    let mut found = HashMap::with_capacity(tokens.len());
+    for chunk in tokens.chunks(MOST_SLOTS) {
+        let Some(last) = chunk.last() else {
+            continue;
+        };
+        let slots = lookup_many_slots(chunk.len());
+        let sql = lookup_many_sql(slots).replace("FROM links ", &format!("FROM `{table}` "));
+        let mut query = sqlx::query_as::<_, LinkRow>(&sql);
         for token in chunk.iter().chain(std::iter::repeat(last)).take(slots) {
             query = query.bind(&token.as_bytes()[..]).bind(token.date());
         }
@@ -188,22 +216,70 @@ pub fn lookup_many_sql(slots: usize) -> &'static str {
     &statements[slot_index(slots)]
 }
 
-/// Insert `rows` on a connection from the pool; see [`insert_on`].
+/// Insert `rows` on a connection from the pool; see [`insert_on`]. On a
+/// Spider head the rows get their ids (and shards) from linktrack.
 pub async fn insert(pool: &MySqlPool, rows: &[NewLink]) -> Result<u64, StoreError> {
+    let head = HeadRows::for_rows(pool, rows.len()).await?;
     let mut conn = pool.acquire().await?;
-    insert_on(&mut conn, rows).await
+    insert_with(&mut conn, rows, head.as_ref()).await
+}
+
+/// What a Spider head's rows carry besides the link: an id each (never the
+/// column default, see `cluster::ids`) and, in the shard layout, the shard.
+pub struct HeadRows {
+    writes: std::sync::Arc<cluster::HeadWrites>,
+    ids: Vec<u64>,
+}
+
+impl HeadRows {
+    /// `Some` with `count` fresh ids when `pool` is a Spider head. Take them
+    /// before opening the insert's transaction: the reservation is a
+    /// statement of its own on the head, never inside the batch's.
+    pub async fn for_rows(pool: &MySqlPool, count: usize) -> Result<Option<HeadRows>, StoreError> {
+        let Some(writes) = cluster::head_writes(pool).await? else {
+            return Ok(None);
+        };
+        let ids = writes.link_ids(pool, count).await?;
+        Ok(Some(HeadRows { writes, ids }))
+    }
 }
 
 /// Insert `rows` in as few multi-row statements as the placeholder and
 /// packet limits allow, on one connection (pass `&mut *transaction` to make
-/// them all-or-nothing). Returns the number of rows inserted.
+/// them all-or-nothing). Returns the number of rows inserted. One server
+/// only: a Spider head's rows need [`insert_with`] and their [`HeadRows`].
 pub async fn insert_on(conn: &mut MySqlConnection, rows: &[NewLink]) -> Result<u64, StoreError> {
+    insert_with(conn, rows, None).await
+}
+
+/// [`insert_on`], with the ids and shards `head` gives (one id per row).
+pub async fn insert_with(
+    conn: &mut MySqlConnection,
+    rows: &[NewLink],
+    head: Option<&HeadRows>,
+) -> Result<u64, StoreError> {
+    if let Some(head) = head {
+        if head.ids.len() != rows.len() {
+            return Err(StoreError::Refused(format!(
+                "{} link ids reserved for {} rows",
+                head.ids.len(),
+                rows.len()
+            )));
+        }
+    }
     let mut inserted = 0;
+    let mut offset = 0;
     for chunk in chunks(rows) {
-        let mut query = QueryBuilder::<MySql>::new(
-            "INSERT INTO links (uuid, inserted, kind, mailing_id, letter_id, email, position, url, meta) ",
-        );
-        query.push_values(chunk, |mut b, row| {
+        let ids = head.map(|h| &h.ids[offset..offset + chunk.len()]);
+        offset += chunk.len();
+        let mut query = QueryBuilder::<MySql>::new(insert_columns(head));
+        query.push_values(chunk.iter().enumerate(), |mut b, (n, row)| {
+            if let (Some(head), Some(ids)) = (head, ids) {
+                b.push_bind(ids[n]);
+                if let Some(shard) = head.writes.shard_of(row.token.as_bytes()) {
+                    b.push_bind(shard);
+                }
+            }
             b.push_bind(&row.token.as_bytes()[..])
                 .push_bind(row.token.date())
                 .push_bind(row.kind)
@@ -226,6 +302,21 @@ pub async fn insert_on(conn: &mut MySqlConnection, rows: &[NewLink]) -> Result<u
         }
     }
     Ok(inserted)
+}
+
+/// The insert's column list: the id and shard first when linktrack gives them.
+fn insert_columns(head: Option<&HeadRows>) -> &'static str {
+    match head.map(|h| h.writes.layout) {
+        None => {
+            "INSERT INTO links (uuid, inserted, kind, mailing_id, letter_id, email, position, url, meta) "
+        }
+        Some(cluster::LinkLayout::ByKey) => {
+            "INSERT INTO links (id, uuid, inserted, kind, mailing_id, letter_id, email, position, url, meta) "
+        }
+        Some(cluster::LinkLayout::ByShard { .. }) => {
+            "INSERT INTO links (id, shard, uuid, inserted, kind, mailing_id, letter_id, email, position, url, meta) "
+        }
+    }
 }
 
 /// The letters of a mailing already stored, by address: every letter with

@@ -60,7 +60,11 @@ impl Sequence {
 
 /// Reserve `count` values of `name`: returns the 1-based block numbers
 /// `end - count + 1 ..= end` as a half-open range.
-async fn reserve(pool: &MySqlPool, name: &str, count: u64) -> Result<Range<u64>, StoreError> {
+pub(crate) async fn reserve(
+    pool: &MySqlPool,
+    name: &str,
+    count: u64,
+) -> Result<Range<u64>, StoreError> {
     sqlx::query("INSERT IGNORE INTO sequences (name, id) VALUES (?, 0)")
         .bind(name)
         .execute(pool)

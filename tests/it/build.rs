@@ -357,6 +357,64 @@ async fn sequences_hand_out_disjoint_blocks_and_new_names_start_at_one() {
     );
 }
 
+/// The cluster's id blocks: increasing across takes, unique between two
+/// allocators of the same row (two processes), and the next block reserved
+/// ahead, before the current one runs out (so a build does not wait on it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn id_blocks_increase_never_overlap_and_reserve_the_next_block_ahead() {
+    use linktrack::store::cluster::IdBlocks;
+    let db = TestDb::new().await;
+    let (one, two) = (
+        IdBlocks::new("test.ids", 100),
+        IdBlocks::new("test.ids", 100),
+    );
+    let mut taken_by_one: Vec<u64> = Vec::new();
+    let mut all = HashSet::new();
+    for round in 0..12 {
+        let mine = one.take(&db.pool, 30).await.unwrap();
+        let theirs = two.take(&db.pool, 45).await.unwrap();
+        assert_eq!((mine.len(), theirs.len()), (30, 45));
+        assert!(
+            mine.windows(2).all(|w| w[0] < w[1]),
+            "round {round}: {mine:?}"
+        );
+        if let Some(last) = taken_by_one.last() {
+            assert!(mine[0] > *last, "round {round}: {mine:?} after {last}");
+        }
+        taken_by_one.extend(&mine);
+        for id in mine.iter().chain(&theirs) {
+            assert!(all.insert(*id), "id {id} handed out twice");
+        }
+    }
+    // A take larger than a block gets one whole, still increasing.
+    let big = one.take(&db.pool, 250).await.unwrap();
+    assert_eq!(big.len(), 250);
+    assert!(big.windows(2).all(|w| w[0] < w[1]) && big[0] > taken_by_one[taken_by_one.len() - 1]);
+    // A take that leaves less than its own size behind reserves the next
+    // block in the background: 60 of a block of 100 taken, the row moves
+    // on to 200 before anything else is asked of it.
+    let ahead = IdBlocks::new("test.ahead", 100);
+    let reserved = || async {
+        sqlx::query_scalar::<_, u64>("SELECT id FROM sequences WHERE name = 'test.ahead'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap()
+    };
+    assert_eq!(
+        ahead.take(&db.pool, 60).await.unwrap(),
+        (1..=60).collect::<Vec<_>>()
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while reserved().await < 200 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(reserved().await, 200, "the next block was reserved ahead");
+    assert_eq!(
+        ahead.take(&db.pool, 60).await.unwrap(),
+        (61..=120).collect::<Vec<_>>()
+    );
+}
+
 async fn futures_collect(seq: &mut Sequence, db: &TestDb) -> Vec<u64> {
     let mut out = Vec::new();
     for _ in 0..5 {

@@ -150,11 +150,40 @@ async fn a_cluster_migrates_twice_partitions_every_data_table_and_spreads_links(
 
     // Links through the head: spread over both nodes, every token once,
     // ids unique across the data tables.
+    // Ids come from linktrack (the head's column has no default: an insert
+    // without one is refused) and increase batch after batch.
     let rows: Vec<_> = (0..3000u32)
         .map(|n| click_link(token_on(today()), n))
         .collect();
-    links::insert(&head, &rows).await.unwrap();
+    for batch in rows.chunks(1000) {
+        links::insert(&head, batch).await.unwrap();
+    }
+    let no_id = sqlx::query(
+        "INSERT INTO links (uuid, inserted, kind, mailing_id, letter_id, email, position, url) \
+         VALUES (X'00000000000000000000000000000001', CURRENT_DATE, 'click', 'm', 1, 'e', 1, 'u')",
+    )
+    .execute(&head)
+    .await;
+    assert!(no_id.is_err(), "an insert without an id is refused");
     let stored = [link_rows(&nodes[0]).await, link_rows(&nodes[1]).await];
+    let id_of: std::collections::HashMap<&[u8], u64> = stored
+        .iter()
+        .flatten()
+        .map(|(uuid, id)| (uuid.as_slice(), *id))
+        .collect();
+    let ids_of = |batch: &[links::NewLink]| -> Vec<u64> {
+        batch
+            .iter()
+            .map(|r| id_of[&r.token.as_bytes()[..]])
+            .collect()
+    };
+    for pair in rows.chunks(1000).collect::<Vec<_>>().windows(2) {
+        let (earlier, later) = (ids_of(pair[0]), ids_of(pair[1]));
+        assert!(
+            earlier.iter().max() < later.iter().min(),
+            "a later batch's ids are all higher"
+        );
+    }
     let share = stored[0].len() as f64 / 3000.0;
     assert!(
         (0.425..=0.575).contains(&share),
@@ -171,10 +200,39 @@ async fn a_cluster_migrates_twice_partitions_every_data_table_and_spreads_links(
         3000
     );
 
-    // One lookup reaches exactly one data node.
+    // The head is in the shard layout: each row sits in the data table of
+    // its token's virtual shard, so linktrack can route a lookup by itself.
+    for (n, pool) in nodes.iter().enumerate() {
+        for table in data_tables(pool, "links").await {
+            let shard: u32 = table["links_".len()..].parse().unwrap();
+            let uuids: Vec<Vec<u8>> = sqlx::query_scalar(&format!("SELECT uuid FROM `{table}`"))
+                .fetch_all(pool)
+                .await
+                .unwrap();
+            for uuid in uuids {
+                let bytes: [u8; 16] = uuid.try_into().unwrap();
+                assert_eq!(
+                    store::cluster::shard_of(&bytes, 15),
+                    shard,
+                    "node{n} {table}"
+                );
+            }
+        }
+    }
+    // One routed lookup reaches exactly one data node, the head none.
+    let router = store::cluster::Router::discover(&head)
+        .await
+        .expect("a head in the shard layout routes");
     for row in rows.iter().take(5) {
         let before = [com_select(&nodes[0]).await, com_select(&nodes[1]).await];
-        let found = links::lookup(&head, &row.token).await.unwrap().unwrap();
+        let head_before = com_select(&head).await;
+        let found = router.lookup_many(&[row.token]).await.unwrap();
+        let found = &found[&row.token];
+        assert_eq!(
+            com_select(&head).await,
+            head_before,
+            "the head reads nothing"
+        );
         assert_eq!(found.url, row.url);
         let after = [com_select(&nodes[0]).await, com_select(&nodes[1]).await];
         // Each probe's own SHOW STATUS is not a SELECT; the lookup is.

@@ -1,5 +1,6 @@
 //! `migrate --shards`: create or check a Spider cluster, safely again.
 
+use super::ids::{link_layout, LinkLayout, EVENT_IDS, LINK_IDS};
 use super::{
     data_table, is_head, placements, server_name, servers, NodeAddress, Placement,
     DEFAULT_VIRTUAL_SHARDS, SHARDED_TABLES,
@@ -46,6 +47,19 @@ pub async fn migrate(head_url: &str, plan: &ClusterMigrate) -> Result<Vec<String
         refuse_plain_tables(&mut conn).await?;
         None
     };
+    // A new head takes the shard layout; a head made before it keeps KEY.
+    let by_shard = match existing {
+        Some(_) => link_layout(&mut conn).await? != LinkLayout::ByKey,
+        None => true,
+    };
+    if !by_shard {
+        said.push(
+            "head: `links` is partitioned BY KEY (uuid), made before the shard layout: \
+             lookups go through the head; docs/scaling.md (\"From the KEY layout\") says how \
+             to rebuild the cluster in the shard layout"
+                .into(),
+        );
+    }
     let servers = define_servers(&mut conn, &database, &plan.nodes, existing.as_deref()).await?;
     said.extend(servers.lines.iter().cloned());
     // Placement: kept from the head when it has one, else round-robin.
@@ -87,7 +101,7 @@ pub async fn migrate(head_url: &str, plan: &ClusterMigrate) -> Result<Vec<String
             let (node, row_format) = (node.clone(), plan.row_format);
             let name = servers.names[index].clone();
             tokio::spawn(async move {
-                prepare_node(&node, &mine, &row_format)
+                prepare_node(&node, &mine, &row_format, by_shard)
                     .await
                     .map_err(|err| StoreError::Node {
                         node: format!("{name} ({node})"),
@@ -104,8 +118,11 @@ pub async fn migrate(head_url: &str, plan: &ClusterMigrate) -> Result<Vec<String
     }
     if existing.is_none() {
         for (table, key) in SHARDED_TABLES {
-            create_sequence(&mut conn, table, &plan.nodes, &layout).await?;
             let ddl = head_table_ddl(&plan.nodes[0], table, key, &layout, &servers.names).await?;
+            let ddl = match table {
+                "links" => by_shard_ddl(&ddl)?,
+                _ => ddl,
+            };
             sqlx::query(&ddl).execute(&mut *conn).await?;
             said.push(format!(
                 "head: `{table}` is a Spider table over {shards} data tables on {} nodes",
@@ -120,6 +137,9 @@ pub async fn migrate(head_url: &str, plan: &ClusterMigrate) -> Result<Vec<String
     }
     drop(conn);
     crate::store::MIGRATOR.run(&head).await?;
+    for (table, _) in SHARDED_TABLES {
+        said.push(seed_ids(&head, table, &plan.nodes, &layout).await?);
+    }
     Ok(said)
 }
 
@@ -294,6 +314,7 @@ async fn prepare_node(
     node: &NodeAddress,
     tables: &[String],
     row_format: &crate::store::RowFormatOptions,
+    by_shard: bool,
 ) -> Result<Vec<String>, StoreError> {
     let pool = crate::store::migrate(&node.url()).await?;
     let mut said = Vec::new();
@@ -315,6 +336,15 @@ async fn prepare_node(
                 .await?;
             created.push(table.clone());
         }
+        if by_shard && template == "links" {
+            // The head partitions on it; instant on InnoDB (a last column).
+            sqlx::query(&format!(
+                "ALTER TABLE `{table}` ADD COLUMN IF NOT EXISTS `shard` SMALLINT UNSIGNED \
+                 NOT NULL DEFAULT 0 COMMENT 'virtual shard of uuid (docs/token.md)'"
+            ))
+            .execute(&pool)
+            .await?;
+        }
     }
     said.push(if created.is_empty() {
         format!("node {node}: its {} data tables are there", tables.len())
@@ -325,34 +355,46 @@ async fn prepare_node(
     Ok(said)
 }
 
-/// The head's id sequence for `table`, starting above every id already in
-/// its data tables (a head made again over existing nodes).
-async fn create_sequence(
-    conn: &mut MySqlConnection,
+/// The head's `sequences` row that `table`'s ids are reserved from
+/// (`cluster::ids`), set above every id already in its data tables: a head
+/// made again over existing nodes, or one whose ids came from the column
+/// default before (a MariaDB SEQUENCE, which crashed the head).
+async fn seed_ids(
+    head: &sqlx::MySqlPool,
     table: &str,
     nodes: &[NodeAddress],
     layout: &[(String, u32, usize)],
-) -> Result<(), StoreError> {
-    let mut start: u64 = 1;
+) -> Result<String, StoreError> {
+    let mut highest: u64 = 0;
     for (t, n, at) in layout.iter().filter(|(t, _, _)| t == table) {
         let mut node = nodes[*at].connect().await?;
         let max: Option<u64> =
             sqlx::query_scalar(&format!("SELECT MAX(id) FROM `{}`", data_table(t, *n)))
                 .fetch_one(&mut node)
                 .await?;
-        start = start.max(max.unwrap_or(0) + 1);
+        highest = highest.max(max.unwrap_or(0));
         let _ = node.close().await;
     }
-    sqlx::query(&format!(
-        "CREATE SEQUENCE IF NOT EXISTS `{table}_ids` START WITH {start} CACHE 1000"
-    ))
-    .execute(&mut *conn)
+    let name = if table == "links" {
+        LINK_IDS
+    } else {
+        EVENT_IDS
+    };
+    sqlx::query(
+        "INSERT INTO sequences (name, id) VALUES (?, ?) \
+         ON DUPLICATE KEY UPDATE id = GREATEST(id, VALUES(id))",
+    )
+    .bind(name)
+    .bind(highest)
+    .execute(head)
     .await?;
-    Ok(())
+    Ok(format!(
+        "head: `{table}` ids from linktrack (sequences row {name:?}, above {highest})"
+    ))
 }
 
-/// The head's Spider table: the node template's columns (the id's default
-/// from the sequence instead of AUTO_INCREMENT), its unique and secondary
+/// The head's Spider table: the node template's columns (the id without
+/// AUTO_INCREMENT or default), its unique and secondary
 /// keys, the primary key as a plain key on `id` (a primary key must contain
 /// the KEY partitioning column), one partition per data table.
 async fn head_table_ddl(
@@ -374,10 +416,10 @@ async fn head_table_ddl(
             break;
         }
         if line.starts_with("`id`") {
-            lines.push(line.replace(
-                "AUTO_INCREMENT",
-                &format!("DEFAULT (NEXT VALUE FOR `{table}_ids`)"),
-            ));
+            // No default: linktrack gives every row its id (`cluster::ids`);
+            // an insert without one fails (1364) instead of counting on the
+            // head's own numbering.
+            lines.push(line.replace(" AUTO_INCREMENT", ""));
         } else if line.starts_with("PRIMARY KEY") {
             lines.push("KEY `id` (`id`)".to_owned());
         } else {
@@ -402,4 +444,77 @@ async fn head_table_ddl(
         lines.join(",\n  "),
         parts.join(", ")
     ))
+}
+
+/// The head's `links` in the shard layout: a `shard` column (linktrack
+/// writes [`super::shard_of`] of the token) and `PARTITION BY LIST (shard)`,
+/// partition `sNN` holding shard NN, so linktrack knows from a token alone
+/// which data table holds it. The token's unique key is a plain key here
+/// (a unique key must contain the partitioning column); each data table
+/// keeps its `UNIQUE (uuid, inserted)`, which is where it is enforced.
+fn by_shard_ddl(ddl: &str) -> Result<String, StoreError> {
+    let refuse = |what: &str| StoreError::Corrupt {
+        table: "links",
+        detail: format!("the head's links definition has no {what}; cannot make the shard layout"),
+    };
+    let id_line_end = ddl
+        .find("`id` ")
+        .and_then(|at| ddl[at..].find(",\n").map(|end| at + end + 2))
+        .ok_or_else(|| refuse("id column"))?;
+    let mut out = String::with_capacity(ddl.len() + 512);
+    out.push_str(&ddl[..id_line_end]);
+    out.push_str("  `shard` smallint(5) unsigned NOT NULL,\n");
+    out.push_str(&ddl[id_line_end..]);
+    let out = out.replacen("UNIQUE KEY `uuid`", "KEY `uuid`", 1);
+    let key = "PARTITION BY KEY (`uuid`) (";
+    let at = out.find(key).ok_or_else(|| refuse("KEY partitioning"))?;
+    let mut parts = Vec::new();
+    for part in out[at + key.len()..]
+        .trim_end_matches(')')
+        .split(", PARTITION ")
+    {
+        let part = part.trim_start_matches("PARTITION ");
+        let (name, rest) = part
+            .split_once(' ')
+            .ok_or_else(|| refuse("partition name"))?;
+        let shard: u32 = name
+            .trim_start_matches('s')
+            .parse()
+            .map_err(|_| refuse("sNN partition names"))?;
+        parts.push(format!("PARTITION {name} VALUES IN ({shard}) {rest}"));
+    }
+    Ok(format!(
+        "{}PARTITION BY LIST (`shard`) ({})",
+        &out[..at],
+        parts.join(", ")
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shard_layout_lists_each_shard_in_its_own_partition() {
+        let key = "CREATE TABLE IF NOT EXISTS `links` (\n  `id` bigint(20) unsigned NOT NULL,\n  \
+                   `uuid` binary(16) NOT NULL,\n  UNIQUE KEY `uuid` (`uuid`,`inserted`),\n  KEY `id` (`id`)\n\
+                   ) ENGINE=SPIDER COMMENT='wrapper \"mysql\"' PARTITION BY KEY (`uuid`) \
+                   (PARTITION s00 COMMENT = 'srv \"a\", table \"links_00\"', \
+                   PARTITION s01 COMMENT = 'srv \"b\", table \"links_01\"')";
+        let list = by_shard_ddl(key).unwrap();
+        assert!(
+            list.contains("`id` bigint(20) unsigned NOT NULL,\n  `shard` smallint(5) unsigned NOT NULL,\n  `uuid`"),
+            "{list}"
+        );
+        assert!(list.contains("  KEY `uuid` (`uuid`,`inserted`)"), "{list}");
+        assert!(!list.contains("UNIQUE"), "{list}");
+        assert!(
+            list.ends_with(
+                "PARTITION BY LIST (`shard`) (PARTITION s00 VALUES IN (0) COMMENT = 'srv \"a\", \
+                 table \"links_00\"', PARTITION s01 VALUES IN (1) COMMENT = 'srv \"b\", table \"links_01\"')"
+            ),
+            "{list}"
+        );
+        assert!(by_shard_ddl("CREATE TABLE x (a int)").is_err());
+    }
 }

@@ -1,21 +1,22 @@
 //! A MariaDB Spider cluster: `links` and `events` sharded over data nodes.
 //!
 //! `DATABASE_URL` is the head, `LINKTRACK_SHARDS` the data nodes. On the head
-//! `links` and `events` are Spider tables `PARTITION BY KEY` on the token
-//! (`uuid`) and on `event_id`, with an odd number of partitions ("virtual
-//! shards"; KEY hashing of UUIDv7 values is skewed with even counts), each
-//! pointing at a data table of its own (`links_00`, `events_00`, …) on one
-//! node: several head partitions on the same data table return wrong results.
+//! `links` and `events` are Spider tables with an odd number of partitions
+//! ("virtual shards"), each pointing at a data table of its own (`links_00`,
+//! `events_00`, …) on one node: several head partitions on the same data
+//! table return wrong results. `links` is `PARTITION BY LIST (shard)`, the
+//! shard written by linktrack from the token ([`shard_of`]), so linktrack can
+//! route a lookup by itself ([`Router`]); heads made before that keep
+//! `PARTITION BY KEY (uuid)`. `events` is `PARTITION BY KEY (event_id)`.
 //! Every other table (stats, suppressions, sequences, …) is a plain InnoDB
 //! table on the head. Each data table is today's single-server table (daily
 //! RANGE partitions), made with `CREATE TABLE … LIKE` from the template the
 //! ordinary migrations create in each node's database.
 //!
-//! Ids: `AUTO_INCREMENT` counters are per data table, so the head gives each
-//! new row its id from a MariaDB SEQUENCE (`links_ids`, `events_ids`, as the
-//! id column's DEFAULT): ids stay unique across the data tables and increase
-//! in insertion order, so the rollup's per-day watermark on `events.id` and
-//! every id-keyed statement work unchanged.
+//! Ids: linktrack gives every row its id from the head's `sequences` table
+//! (`ids`), never the column default (a MariaDB SEQUENCE default crashed the
+//! head): unique across the data tables, increasing in insertion order, so
+//! the rollup's per-day watermark on `events.id` works unchanged.
 //!
 //! The head knows the topology: its partition comments name a Spider server
 //! and a data table, and `mysql.servers` holds each server's address. The
@@ -27,13 +28,21 @@
 //! * this file: the topology (which node and data table hold each head
 //!   partition) and the partition commands run on every node;
 //! * `node`: a data node's address (`LINKTRACK_SHARDS` entries);
-//! * `migrate`: `migrate --shards`, which creates or checks the cluster.
+//! * `migrate`: `migrate --shards`, which creates or checks the cluster;
+//! * `ids`: ids (and shards) of the rows written through the head;
+//! * `shard`: the shard function; `routing`: lookups past the head.
 
+mod ids;
 mod migrate;
 mod node;
+mod routing;
+mod shard;
 
+pub use ids::{event_ids, head_writes, HeadWrites, IdBlocks, LinkLayout, EVENT_IDS, LINK_IDS};
 pub use migrate::{migrate, ClusterMigrate};
 pub use node::{parse_shards, NodeAddress};
+pub use routing::{Router, REFRESH_EVERY};
+pub use shard::shard_of;
 
 use super::partitions::{self, Partition, Policy, RunOptions, TableReport};
 use super::StoreError;
