@@ -30,6 +30,30 @@ pub struct Cli {
     pub command: Command,
 }
 
+impl Cli {
+    /// The command line as `--help` shows it: every `[env: NAME]` without
+    /// the variable's current value. clap would print `[env: NAME=]` for a
+    /// variable that is unset, which reads as "set to empty", and the value
+    /// of one that is set, which may be a secret.
+    pub fn command_for_help() -> clap::Command {
+        use clap::CommandFactory;
+        hide_env_values(Cli::command())
+    }
+
+    /// Parse the process's arguments (exits with clap's message on an error).
+    pub fn parse_args() -> Cli {
+        use clap::FromArgMatches;
+        let matches = Cli::command_for_help().get_matches();
+        Cli::from_arg_matches(&matches).unwrap_or_else(|err| err.exit())
+    }
+}
+
+fn hide_env_values(command: clap::Command) -> clap::Command {
+    command
+        .mut_args(|arg| arg.hide_env_values(true))
+        .mut_subcommands(hide_env_values)
+}
+
 /// Flags every subcommand accepts.
 #[derive(Debug, Clone, Args)]
 pub struct GlobalArgs {
@@ -251,13 +275,24 @@ pub struct DemoArgs {
     #[arg(long, env = "LINKTRACK_ADMIN_LISTEN", default_value = DEFAULT_ADMIN_LISTEN)]
     pub admin_listen: std::net::SocketAddr,
 
-    /// Base URL in the built letters (default: http:// + --listen).
-    #[arg(long, env = "LINKTRACK_BASE_URL")]
+    /// Base URL in the built letters (default: http:// + --listen, with
+    /// localhost for 0.0.0.0 or [::]).
+    #[arg(long, env = "LINKTRACK_BASE_URL", value_name = "URL")]
     pub base_url: Option<String>,
 
     /// Build and print the URLs, then exit instead of serving.
     #[arg(long)]
     pub no_serve: bool,
+
+    /// The dashboard's login token. Default: the one an earlier run saved
+    /// in DIR/dashboard-token (made on the first run), so it stays the same.
+    #[arg(long, env = "LINKTRACK_API_TOKEN", hide_env_values = true)]
+    pub api_token: Option<String>,
+
+    /// Make a new dashboard token (and login cookie key) instead of reusing
+    /// the saved ones.
+    #[arg(long)]
+    pub new_token: bool,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -429,6 +464,7 @@ pub struct BuildArgs {
 pub enum SuppressionsCommand {
     /// Add addresses (normalised: trimmed, lowercased).
     Add {
+        /// The addresses to suppress; an invalid one fails the command and adds none.
         #[arg(required = true, value_name = "ADDRESS")]
         addresses: Vec<String>,
         /// Why they are suppressed.
@@ -437,13 +473,17 @@ pub enum SuppressionsCommand {
     },
     /// Remove addresses.
     Remove {
+        /// The addresses to take off the list (normalised as for `add`).
         #[arg(required = true, value_name = "ADDRESS")]
         addresses: Vec<String>,
     },
     /// Import a file with one address per line (blank lines and # comments skipped).
     Import {
+        /// The file: one address per line; an invalid line fails the import
+        /// (naming the file and line) and adds none.
         #[arg(value_name = "FILE")]
         file: PathBuf,
+        /// The reason stored with every imported address (`list` shows it).
         #[arg(long, default_value = "import")]
         reason: String,
     },
@@ -546,8 +586,10 @@ pub struct ServeArgs {
     #[arg(long, env = "LINKTRACK_ADMIN_LISTEN", default_value = DEFAULT_ADMIN_LISTEN)]
     pub admin_listen: std::net::SocketAddr,
 
-    #[command(flatten)]
-    pub tracking: TrackingArgs,
+    /// Public base URL of the tracking server, e.g. https://t.example.com
+    /// (default: http:// + --listen, with localhost for 0.0.0.0 or [::]).
+    #[arg(long, env = "LINKTRACK_BASE_URL", value_name = "URL")]
+    pub base_url: Option<String>,
 
     /// Days of links kept (as `partitions rotate --keep-days`); older tokens
     /// answer 410 Gone without a database read.
@@ -631,6 +673,84 @@ pub struct TrackingArgs {
     pub base_url: String,
 }
 
+impl ServeArgs {
+    /// The base URL tracked links are served under: --base-url, else derived
+    /// from --listen as `demo` does ([`base_url_for_listen`]).
+    pub fn base_url(&self) -> String {
+        self.base_url
+            .clone()
+            .unwrap_or_else(|| base_url_for_listen(self.listen))
+    }
+}
+
+/// `http://` + the listen address; an unspecified address (0.0.0.0, [::])
+/// is not one a browser can open, so it becomes `localhost`.
+pub fn base_url_for_listen(listen: std::net::SocketAddr) -> String {
+    if listen.ip().is_unspecified() {
+        format!("http://localhost:{}", listen.port())
+    } else {
+        format!("http://{listen}")
+    }
+}
+
+/// Shortest `LINKTRACK_SECRET` / `LINKTRACK_API_TOKEN` the server accepts:
+/// `openssl rand -hex 32` (the documented one-liner) gives 64 characters.
+pub const MIN_SECRET_LEN: usize = 16;
+
+/// Values people leave in a config file meaning "fill this in".
+const PLACEHOLDERS: &[&str] = &[
+    "change-me",
+    "changeme",
+    "change_me",
+    "changeit",
+    "replace-me",
+    "replaceme",
+    "secret",
+    "password",
+    "token",
+    "example",
+    "xxx",
+    "todo",
+    "test",
+];
+
+/// A secret setting the server refuses to start with.
+#[derive(Debug, thiserror::Error)]
+pub enum WeakSecret {
+    #[error("{name} is a placeholder ({value:?}): generate one with `openssl rand -hex 32` (docs/deploy.md, \"Secrets\")")]
+    Placeholder { name: &'static str, value: String },
+    #[error("{name} has {len} characters, fewer than {MIN_SECRET_LEN}: generate one with `openssl rand -hex 32` (docs/deploy.md, \"Secrets\")")]
+    TooShort { name: &'static str, len: usize },
+}
+
+/// Check one secret setting (`name` is its environment variable, for the
+/// message). Unset is fine (the feature it enables is off); a placeholder
+/// such as `change-me`, or anything shorter than [`MIN_SECRET_LEN`], is not:
+/// a server started with one would sign cookies anybody can forge.
+pub fn check_secret(name: &'static str, value: Option<&str>) -> Result<(), WeakSecret> {
+    let Some(value) = value else {
+        return Ok(());
+    };
+    let lowered = value.trim().to_ascii_lowercase();
+    let is_placeholder = PLACEHOLDERS.contains(&lowered.as_str())
+        || (lowered.starts_with('<') && lowered.ends_with('>'))
+        || lowered.contains("change-me")
+        || lowered.contains("changeme");
+    if is_placeholder {
+        return Err(WeakSecret::Placeholder {
+            name,
+            value: value.to_owned(),
+        });
+    }
+    if value.chars().count() < MIN_SECRET_LEN {
+        return Err(WeakSecret::TooShort {
+            name,
+            len: value.chars().count(),
+        });
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -639,6 +759,93 @@ mod tests {
     #[test]
     fn the_command_line_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn placeholder_and_short_secrets_are_refused_by_name() {
+        for placeholder in [
+            "change-me",
+            "CHANGE-ME",
+            "changeme",
+            "<secret>",
+            "please-change-me-now",
+        ] {
+            let err = check_secret("LINKTRACK_SECRET", Some(placeholder)).unwrap_err();
+            assert!(
+                matches!(err, WeakSecret::Placeholder { .. }),
+                "{placeholder}: {err}"
+            );
+            assert!(
+                err.to_string()
+                    .starts_with("LINKTRACK_SECRET is a placeholder"),
+                "{err}"
+            );
+        }
+        let err = check_secret("LINKTRACK_API_TOKEN", Some("abc123")).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "LINKTRACK_API_TOKEN has 6 characters, fewer than 16: generate one with \
+             `openssl rand -hex 32` (docs/deploy.md, \"Secrets\")"
+        );
+        assert!(check_secret("LINKTRACK_SECRET", None).is_ok());
+        assert!(check_secret("LINKTRACK_SECRET", Some(&"ab12".repeat(16))).is_ok());
+    }
+
+    #[test]
+    fn serve_derives_its_base_url_from_listen_when_none_is_given() {
+        let parse = |args: &[&str]| match Cli::try_parse_from(args).unwrap().command {
+            Command::Serve(serve) => serve.base_url(),
+            other => panic!("parsed as {other:?}"),
+        };
+        assert_eq!(
+            parse(&["linktrack", "serve", "--listen", "127.0.0.1:9000"]),
+            "http://127.0.0.1:9000"
+        );
+        assert_eq!(
+            parse(&["linktrack", "serve", "--listen", "0.0.0.0:8080"]),
+            "http://localhost:8080"
+        );
+        assert_eq!(
+            parse(&[
+                "linktrack",
+                "serve",
+                "--listen",
+                "[::]:80",
+                "--base-url",
+                "https://t.example.com"
+            ]),
+            "https://t.example.com"
+        );
+    }
+
+    /// Every argument of every subcommand has a help line, and no
+    /// `[env: NAME=]` reads as "set to empty".
+    #[test]
+    fn every_argument_has_help_and_env_names_show_no_value() {
+        fn check(command: &mut clap::Command, path: &str) {
+            let help = command.render_long_help().to_string();
+            assert!(
+                !help.contains("=]"),
+                "{path}: an env value shown in\n{help}"
+            );
+            for arg in command.get_arguments() {
+                let id = arg.get_id().as_str();
+                if matches!(id, "help" | "version") {
+                    continue;
+                }
+                assert!(
+                    arg.get_help().is_some() || arg.get_long_help().is_some(),
+                    "{path}: argument {id} has no help line"
+                );
+            }
+            for sub in command.get_subcommands_mut() {
+                let sub_path = format!("{path} {}", sub.get_name());
+                check(sub, &sub_path);
+            }
+        }
+        let mut command = Cli::command_for_help();
+        command.build();
+        check(&mut command, "linktrack");
     }
 
     #[test]

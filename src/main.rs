@@ -1,6 +1,5 @@
 //! The `linktrack` binary: parse the command line and hand it to the library.
 
-use clap::Parser;
 use std::process::ExitCode;
 
 /// mimalloc instead of glibc's malloc: a request allocates and frees dozens
@@ -11,7 +10,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let cli = linktrack::config::Cli::parse();
+    let cli = linktrack::config::Cli::parse_args();
     match linktrack::cli::run(cli).await {
         Ok(code) => code,
         Err(err) => {

@@ -68,7 +68,13 @@ pub(super) async fn rotate(url: &str, args: &RotateArgs) -> anyhow::Result<()> {
         lock_wait: Duration::from_secs(args.lock_wait_secs),
         ..partitions::RunOptions::default()
     };
-    apply(url, &policy, &options).await
+    apply(url, &policy, &options).await?;
+    if !args.dry_run {
+        // For the "rotate not run in 26 h" alert (docs/deploy.md).
+        let pool = pool(url).await?;
+        store::maintenance::record_success(&pool, store::maintenance::ROTATE).await?;
+    }
+    Ok(())
 }
 
 async fn apply(

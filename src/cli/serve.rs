@@ -7,7 +7,15 @@ use crate::store;
 use anyhow::Context;
 use std::time::Duration;
 
+/// `linktrack serve`: refuses a placeholder or short secret before anything
+/// starts (a compose file's `change-me` must not reach production).
 pub(super) async fn serve(url: &str, args: &ServeArgs) -> anyhow::Result<()> {
+    crate::config::check_secret("LINKTRACK_SECRET", args.secret.as_deref())?;
+    crate::config::check_secret("LINKTRACK_API_TOKEN", args.api_token.as_deref())?;
+    run_server(url, args).await
+}
+
+async fn run_server(url: &str, args: &ServeArgs) -> anyhow::Result<()> {
     use crate::events::journal::JournalSettings;
     use crate::server::{state::ServerSettings, App, AppSettings};
     let pool_settings = store::PoolSettings {
@@ -17,10 +25,11 @@ pub(super) async fn serve(url: &str, args: &ServeArgs) -> anyhow::Result<()> {
     // Connect lazily: the server starts (pixels, journal, health) even while
     // the database is down, and catches up once it is back.
     let pool = store::connect_lazy(url, &pool_settings)?;
+    let base_url = args.base_url();
     let settings = AppSettings {
         server: ServerSettings {
             keep_days: args.keep_days,
-            base_url: args.tracking.base_url.clone(),
+            base_url: base_url.clone(),
             db_timeout: pool_settings.acquire_timeout,
             trust_forwarded_for: args.trust_forwarded_for,
             lookups_in_flight: args.lookups_in_flight as usize,
@@ -48,7 +57,8 @@ pub(super) async fn serve(url: &str, args: &ServeArgs) -> anyhow::Result<()> {
     tracing::info!(
         listen = %app.local_addr()?,
         admin = %args.admin_listen,
-        base_url = %args.tracking.base_url,
+        base_url = %base_url,
+        base_url_from = if args.base_url.is_some() { "--base-url" } else { "--listen" },
         workers = ?app.worker_names(),
         "serving"
     );
@@ -61,7 +71,7 @@ pub(super) async fn demo(url: &str, args: &DemoArgs) -> anyhow::Result<()> {
     let base_url = args
         .base_url
         .clone()
-        .unwrap_or_else(|| format!("http://{}", args.listen));
+        .unwrap_or_else(|| crate::config::base_url_for_listen(args.listen));
     let outcome = crate::demo::prepare(url, &base_url, &args.dir).await?;
     println!("{}", outcome.summary);
     println!("letters: {}", outcome.letters.display());
@@ -84,8 +94,13 @@ pub(super) async fn demo(url: &str, args: &DemoArgs) -> anyhow::Result<()> {
     for (label, link) in &outcome.sample_urls {
         println!("  {label}: {link}");
     }
-    // The dashboard needs a token; the demo makes one unless one is set.
-    let api_token = std::env::var("LINKTRACK_API_TOKEN").unwrap_or_else(|_| random_hex());
+    // The dashboard needs a token; the demo makes one once and keeps it in
+    // its directory, so a bookmark or a browser's login survives a rerun.
+    let api_token = match &args.api_token {
+        Some(token) => token.clone(),
+        None => saved_random_hex(&args.dir.join("dashboard-token"), args.new_token)?,
+    };
+    let secret = saved_random_hex(&args.dir.join("cookie-key"), args.new_token)?;
     println!(
         "  the dashboard: http://{}/login (token {api_token}), then /mailings",
         args.listen
@@ -93,7 +108,7 @@ pub(super) async fn demo(url: &str, args: &DemoArgs) -> anyhow::Result<()> {
     let serve_args = ServeArgs {
         listen: args.listen,
         admin_listen: args.admin_listen,
-        tracking: crate::config::TrackingArgs { base_url },
+        base_url: Some(base_url),
         keep_days: crate::config::DEFAULT_KEEP_DAYS,
         journal: args.dir.join("journal"),
         db_timeout_ms: 1500,
@@ -103,7 +118,7 @@ pub(super) async fn demo(url: &str, args: &DemoArgs) -> anyhow::Result<()> {
         max_connections: crate::server::listen::DEFAULT_MAX_CONNECTIONS,
         trust_forwarded_for: false,
         api_token: Some(api_token),
-        secret: Some(random_hex()),
+        secret: Some(secret),
         rollup_every: 2,
         live: crate::config::LiveArgs {
             redis_url: demo_redis_url().await,
@@ -111,7 +126,7 @@ pub(super) async fn demo(url: &str, args: &DemoArgs) -> anyhow::Result<()> {
         },
         outbound: outbound_from_env()?,
     };
-    serve(url, &serve_args).await
+    run_server(url, &serve_args).await
 }
 
 /// The demo shows everything: the live layer is on when `REDIS_URL` is set
@@ -146,10 +161,58 @@ fn outbound_from_env() -> anyhow::Result<OutboundArgs> {
     Ok(OutboundArgs::from_arg_matches(&matches)?)
 }
 
+/// The 128-bit hex value saved in `path`, made (and saved) when the file is
+/// missing, unreadable as one, or `renew` is set.
+fn saved_random_hex(path: &std::path::Path, renew: bool) -> anyhow::Result<String> {
+    if !renew {
+        if let Ok(text) = std::fs::read_to_string(path) {
+            let saved = text.trim();
+            if saved.len() == 32 && saved.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Ok(saved.to_owned());
+            }
+        }
+    }
+    let made = random_hex();
+    // Readable by its owner only: the token opens the dashboard.
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .and_then(|mut file| file.write_all(format!("{made}\n").as_bytes()))
+        .with_context(|| format!("saving {}", path.display()))?;
+    Ok(made)
+}
+
 /// 128 random bits as hex: the demo's API token and cookie key.
 fn random_hex() -> String {
     use rand::Rng;
     let mut bytes = [0u8; 16];
     rand::rng().fill_bytes(&mut bytes);
     hex::encode(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::saved_random_hex;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn the_demo_token_stays_the_same_across_runs_unless_renewed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dashboard-token");
+        let first = saved_random_hex(&path, false).unwrap();
+        assert_eq!(first.len(), 32);
+        assert_eq!(saved_random_hex(&path, false).unwrap(), first);
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "the token file is readable by others");
+        let renewed = saved_random_hex(&path, true).unwrap();
+        assert_ne!(renewed, first);
+        assert_eq!(saved_random_hex(&path, false).unwrap(), renewed);
+        std::fs::write(&path, "not a token\n").unwrap();
+        assert_ne!(saved_random_hex(&path, false).unwrap(), "not a token");
+    }
 }

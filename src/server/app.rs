@@ -249,6 +249,10 @@ fn start_workers(settings: &AppSettings, workers: &mut Workers) {
             crate::rollup::run_worker(pool, live, options, every, stopping)
         });
     }
+    let pool = settings.pool.clone();
+    workers.spawn("health-gauges", move |stopping| {
+        super::health_gauges::run(pool, stopping)
+    });
     let server = crate::outbound::registry::server_id(&settings.journal.dir);
     crate::outbound::start_senders(&settings.pool, &settings.outbound, server, workers);
 }

@@ -13,11 +13,13 @@
 //! * `record`: classify a hit and journal it (see [`crate::events`]);
 //! * [`image`]: the SSRF-safe image proxy;
 //! * `error`: the one error type, rendered as small pages;
-//! * `metrics`: Prometheus recorder and request metrics.
+//! * `metrics`: Prometheus recorder and request metrics;
+//! * `health_gauges`: database up, partitions ahead, last rotate (for alerts).
 
 pub mod app;
 pub(crate) mod error;
 pub(crate) mod handlers;
+pub mod health_gauges;
 pub mod image;
 pub mod listen;
 pub(crate) mod lookups;

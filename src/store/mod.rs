@@ -7,6 +7,7 @@ pub mod deliveries;
 pub mod erase;
 pub mod events;
 pub mod links;
+pub mod maintenance;
 pub mod outbox;
 pub mod partitions;
 pub mod rollup;

@@ -10,6 +10,7 @@ mod cluster;
 mod common;
 mod delivery;
 mod demo;
+mod deploy;
 mod first_hour;
 mod hot_path;
 mod image_proxy;

@@ -371,3 +371,50 @@ async fn the_dashboard_right_after_a_send_shows_minutes_and_no_template_syntax()
     eprintln!("screenshot: {}", png.display());
     app.stop().await;
 }
+
+/// The style sheet reaches the browser as CSS, not HTML-escaped text: the
+/// body's computed font family is the dashboard's, not the browser's serif
+/// fall-back (issue 25 found `font:14px&#x2f;1.45 …&quot;Segoe UI&quot;`).
+#[tokio::test]
+async fn the_dashboard_css_applies_in_a_real_browser() {
+    let Some(browser) = chromium() else {
+        panic!(
+            "chromium is not installed: apt-get install -y chromium (scripts/prepare.d does this)"
+        );
+    };
+    let db = rolled_db().await;
+    let app = spawn(&db, Some(TOKEN), None).await;
+    for path in ["/mailings".to_owned(), format!("/mailings/{MAILING}")] {
+        let html = client()
+            .get(format!("{}{path}", app.base))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(
+            !html.contains("&quot;Segoe UI&quot;"),
+            "{path}: the CSS is escaped"
+        );
+        // The browser writes what it computed into the DOM it dumps.
+        let probe = "<script>document.body.setAttribute('data-font', \
+                     getComputedStyle(document.body).fontFamily)</script></body>";
+        let page = tempfile::Builder::new().suffix(".html").tempfile().unwrap();
+        std::fs::write(page.path(), html.replacen("</body>", probe, 1)).unwrap();
+        let url = format!("file://{}", page.path().display());
+        let dom = run_chromium(&browser, &["--dump-dom".to_owned(), url]);
+        let dom = String::from_utf8_lossy(&dom.stdout);
+        let font = dom
+            .split("data-font=\"")
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+            .unwrap_or_else(|| panic!("{path}: no computed font in the DOM:\n{dom}"));
+        assert!(
+            font.starts_with("system-ui") && font.contains("Segoe UI"),
+            "{path}: computed font family {font:?}"
+        );
+    }
+    app.stop().await;
+}

@@ -40,7 +40,7 @@ async fn a_click_on_a_built_letter_shows_in_the_stats_api_of_the_same_server() {
         )
     };
     let server = App::build(settings, listener).await.unwrap();
-    assert_eq!(server.worker_names(), ["rollup"]);
+    assert_eq!(server.worker_names(), ["rollup", "health-gauges"]);
     let admin = format!("http://{}", server.admin_addr().unwrap());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(server.run(async move {

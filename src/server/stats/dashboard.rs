@@ -13,6 +13,10 @@ use minijinja::value::Serde;
 use minijinja::{context, Environment};
 use std::collections::BTreeMap;
 
+/// The dashboard's style sheet. The templates insert it with `|safe`:
+/// autoescaping would turn its quotes and slashes into entities inside
+/// `<style>` (which holds raw text), and the browser would drop the rules.
+/// It is our own compiled-in file, never input.
 const CSS: &str = include_str!("templates/base.css");
 
 /// The dashboard's templates.

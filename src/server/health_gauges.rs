@@ -1,0 +1,67 @@
+//! Gauges for alerting on what no request shows (docs/deploy.md, "Alerts";
+//! deploy/prometheus/alerts.yml): whether the database answers, how many
+//! days of partitions lie ahead, and when `partitions rotate` last
+//! succeeded. A worker reads them at start and every [`EVERY`].
+
+use super::workers::Stopping;
+use crate::store::{self, maintenance, partitions};
+use chrono::Utc;
+use sqlx::MySqlPool;
+use std::time::Duration;
+
+/// How often the gauges are read: cheap reads (a ping, two
+/// information_schema queries, one row), well inside a scrape interval.
+pub const EVERY: Duration = Duration::from_secs(15);
+
+pub const DATABASE_UP: &str = "linktrack_database_up";
+pub const DAYS_AHEAD: &str = "linktrack_partitions_days_ahead";
+pub const ROTATE_LAST_SUCCESS: &str = "linktrack_partitions_rotate_last_success_timestamp_seconds";
+
+/// Read the gauges until stopping is asked for.
+pub async fn run(pool: MySqlPool, mut stopping: Stopping) {
+    loop {
+        update(&pool).await;
+        tokio::select! {
+            _ = stopping.requested() => return,
+            _ = tokio::time::sleep(EVERY) => {}
+        }
+    }
+}
+
+async fn update(pool: &MySqlPool) {
+    let up = tokio::time::timeout(Duration::from_secs(2), store::ping(pool)).await;
+    let up = matches!(up, Ok(Ok(())));
+    metrics::gauge!(DATABASE_UP).set(if up { 1.0 } else { 0.0 });
+    if !up {
+        return;
+    }
+    match days_ahead(pool).await {
+        Ok(days) => metrics::gauge!(DAYS_AHEAD).set(days as f64),
+        Err(err) => tracing::warn!(%err, "partitions ahead not read"),
+    }
+    match maintenance::last_success(pool, maintenance::ROTATE).await {
+        Ok(Some(at)) => {
+            metrics::gauge!(ROTATE_LAST_SUCCESS).set(at.timestamp_millis() as f64 / 1000.0)
+        }
+        // Never run: 0, so `time() - gauge` is huge and the alert fires.
+        Ok(None) => metrics::gauge!(ROTATE_LAST_SUCCESS).set(0.0),
+        Err(err) => tracing::warn!(%err, "last rotate not read"),
+    }
+}
+
+/// Days after today (UTC) covered by every partitioned table: the smallest
+/// over the tables of (last partition's day − today); negative when even
+/// today has no partition.
+async fn days_ahead(pool: &MySqlPool) -> Result<i64, store::StoreError> {
+    let today = Utc::now().date_naive();
+    let mut fewest = i64::MAX;
+    for table in partitions::PARTITIONED_TABLES {
+        let last = partitions::list(pool, table)
+            .await?
+            .last()
+            .map(partitions::Partition::last_day);
+        let ahead = last.map_or(-1, |day| (day - today).num_days());
+        fewest = fewest.min(ahead);
+    }
+    Ok(fewest)
+}
