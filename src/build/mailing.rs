@@ -16,8 +16,10 @@ pub struct Mailing {
     pub personalize: bool,
     /// Rewrite `<img src>` to the image proxy.
     pub proxy_images: bool,
-    /// Rewrite links, add the pixel and the unsubscribe header, store rows.
-    pub track: bool,
+    /// What is tracked: clicks, opens, both (`all`), none or anonymously
+    /// (`true` is all, `false` none). Each letter has the unsubscribe link
+    /// and header in every mode.
+    pub track: super::track_mode::TrackMode,
 }
 
 #[derive(Debug, Deserialize)]
@@ -39,8 +41,8 @@ struct MailingFile {
     personalize: bool,
     #[serde(default = "yes")]
     proxy_images: bool,
-    #[serde(default = "yes")]
-    track: bool,
+    #[serde(default)]
+    track: super::track_mode::TrackMode,
 }
 
 /// A string or an integer JSON number (as its decimal text).
@@ -187,7 +189,8 @@ mod tests {
         );
         let m = Mailing::load(&path).unwrap();
         assert_eq!((m.html.as_str(), m.pool.as_str()), ("<p>Hi</p>", "default"));
-        assert!(m.personalize && m.proxy_images && m.track);
+        assert!(m.personalize && m.proxy_images);
+        assert_eq!(m.track, super::super::track_mode::TrackMode::All);
     }
 
     #[test]
