@@ -43,6 +43,8 @@ pub struct MailingContext {
     pub base_url: String,
     html: Option<Template>,
     subject: Option<Template>,
+    /// The creative places `{{ stop_tracking_url }}`.
+    uses_stop_tracking: bool,
 }
 
 /// Why a mailing cannot be built at all (reported before any letter).
@@ -69,6 +71,7 @@ impl MailingContext {
                 ),
             });
         }
+        let mut uses_stop_tracking = false;
         let (html, subject) = if mailing.personalize {
             let html = Template::compile("html", &mailing.html, true).map_err(|e| {
                 PrepareError::Template {
@@ -82,6 +85,7 @@ impl MailingContext {
                     message: e.to_string(),
                 }
             })?;
+            uses_stop_tracking = html.variables().contains(STOP_TRACKING_VARIABLE);
             (Some(html), Some(subject))
         } else {
             (None, None)
@@ -91,8 +95,27 @@ impl MailingContext {
             base_url,
             html,
             subject,
+            uses_stop_tracking,
         })
     }
+
+    /// A letter in `mode` gets a "stop tracking me" link: where the creative
+    /// places it (in any mode: the link must lead somewhere, and the choice
+    /// holds for later mailings), or in the footer of a tracked letter.
+    fn offers_stop_tracking(&self, mode: TrackMode) -> bool {
+        self.uses_stop_tracking || (self.mailing.stop_tracking_footer && mode.is_tracked())
+    }
+}
+
+/// The template variable holding the letter's "stop tracking me" URL.
+pub const STOP_TRACKING_VARIABLE: &str = "stop_tracking_url";
+
+/// The optional footer (`stop_tracking_footer`): one short line before
+/// `</body>`, its link ours, so never rewritten.
+fn stop_tracking_footer(url: &str) -> String {
+    format!(
+        r#"<p style="font-size:12px;line-height:16px;color:#666666;text-align:center">Prefer not to have opens and clicks of these emails recorded? <a href="{url}" style="color:#666666">Stop tracking me</a></p>"#
+    )
 }
 
 /// The tracked URL of a token (the URL contract: `/c/`, `/i/`, `/o/….gif`, `/u/`, `/t/`).
@@ -277,6 +300,15 @@ pub fn build_letter(
         "List-Unsubscribe=One-Click".into(),
     );
     context.insert("unsubscribe_url".into(), Value::String(unsubscribe_url));
+    let mut footer_html = None;
+    if ctx.offers_stop_tracking(mode) {
+        let stop = tokens.token(LinkKind::OptOut, 0, "", None);
+        let stop_url = tracked_url(&ctx.base_url, LinkKind::OptOut, &stop);
+        if mode.is_tracked() && mailing.stop_tracking_footer {
+            footer_html = Some(stop_tracking_footer(&stop_url));
+        }
+        context.insert(STOP_TRACKING_VARIABLE.into(), Value::String(stop_url));
+    }
     if mode.tracks_opens() {
         let pixel = if mode == TrackMode::Anonymous {
             let mailing_id = &mailing.mailing_id;
@@ -305,12 +337,19 @@ pub fn build_letter(
         _ => (mailing.html.clone(), mailing.subject.clone()),
     };
 
+    let tail;
     let html = if mode.is_tracked() {
         let options = RewriteOptions {
             track_links: mode.tracks_clicks(),
             proxy_images: mailing.proxy_images,
             own_base_url: &ctx.base_url,
-            pixel_html: pixel_html.as_deref(),
+            pixel_html: match (&footer_html, &pixel_html) {
+                (Some(footer), Some(pixel)) => {
+                    tail = format!("{footer}{pixel}");
+                    Some(tail.as_str())
+                }
+                (footer, pixel) => footer.as_deref().or(pixel.as_deref()),
+            },
         };
         rewrite(&html, &options, |found: &FoundLink| match found.kind {
             FoundKind::Click => {

@@ -20,6 +20,8 @@ pub struct Mailing {
     /// (`true` is all, `false` none). Each letter has the unsubscribe link
     /// and header in every mode.
     pub track: super::track_mode::TrackMode,
+    /// Add a "stop tracking me" line before `</body>` of tracked letters.
+    pub stop_tracking_footer: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -43,6 +45,8 @@ struct MailingFile {
     proxy_images: bool,
     #[serde(default)]
     track: super::track_mode::TrackMode,
+    #[serde(default)]
+    stop_tracking_footer: bool,
 }
 
 /// A string or an integer JSON number (as its decimal text).
@@ -164,6 +168,7 @@ impl Mailing {
             personalize: file.personalize,
             proxy_images: file.proxy_images,
             track: file.track,
+            stop_tracking_footer: file.stop_tracking_footer,
         })
     }
 }

@@ -226,3 +226,138 @@ async fn an_opted_out_address_is_sent_untracked() {
         .unwrap();
     assert!(html(ann).contains(&format!("{BASE}/o/")));
 }
+
+#[tokio::test]
+async fn the_cli_adds_imports_lists_and_removes_tracking_optouts() {
+    use crate::common::linktrack;
+    let db = TestDb::new().await;
+    let added = linktrack(&db, &["tracking-optouts", "add", " Ann@Example.COM "]);
+    assert!(
+        added.status.success(),
+        "{}",
+        String::from_utf8_lossy(&added.stderr)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("optouts.txt");
+    std::fs::write(
+        &file,
+        "# consent withdrawn\nbob@example.com\n\nnot an address\n",
+    )
+    .unwrap();
+    let refused = linktrack(&db, &["tracking-optouts", "import", file.to_str().unwrap()]);
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("optouts.txt: line 4"), "{stderr}");
+    std::fs::write(&file, "bob@example.com\nann@example.com\n").unwrap();
+    let imported = linktrack(&db, &["tracking-optouts", "import", file.to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&imported.stdout).contains("1 new, 1 already listed"));
+    let list = linktrack(&db, &["tracking-optouts", "list"]);
+    let list = String::from_utf8_lossy(&list.stdout).to_string();
+    let rows: Vec<Vec<&str>> = list.lines().map(|l| l.split('\t').collect()).collect();
+    assert_eq!(rows.len(), 2, "{list}");
+    assert_eq!(&rows[0][..2], ["ann@example.com", "manual"]);
+    assert_eq!(&rows[1][..2], ["bob@example.com", "import"]);
+    let removed = linktrack(&db, &["tracking-optouts", "remove", "ANN@example.com"]);
+    assert!(String::from_utf8_lossy(&removed.stdout).contains("removed 1"));
+    let left = tracking_optouts::list(&db.pool, None, 10).await.unwrap();
+    assert_eq!(left.len(), 1);
+}
+
+/// The 32 hex digits after `{BASE}{route}` in `text`.
+fn token_after<'a>(text: &'a str, route: &str) -> &'a str {
+    let needle = format!("{BASE}{route}");
+    let at = text
+        .find(&needle)
+        .unwrap_or_else(|| panic!("no {needle} in {text}"))
+        + needle.len();
+    &text[at..at + 32]
+}
+
+#[tokio::test]
+async fn stop_tracking_me_confirms_on_get_records_on_post_and_later_letters_go_untracked() {
+    use crate::server::{client, server_pool, TestServer};
+    use reqwest::StatusCode;
+    let db = TestDb::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let creative = format!("{HTML}<a href=\"{{{{ stop_tracking_url }}}}\">stop tracking me</a>");
+    let mailing = json!({"mailing_id": "m31", "subject": "s", "from": "f@example.com",
+        "html": creative, "stop_tracking_footer": true});
+    std::fs::write(dir.path().join("m.json"), mailing.to_string()).unwrap();
+    std::fs::write(
+        dir.path().join("r.jsonl"),
+        "{\"email\":\"Ann@Example.com\"}\n{\"email\":\"bob@example.com\",\"linktrack_track\":\"none\"}\n",
+    )
+    .unwrap();
+    build::run(&db.pool, &options(dir.path())).await.unwrap();
+    let letters = read_jsonl(&dir.path().join("letters.jsonl"));
+    let ann = html(&letters[0]);
+    // The placed link and the footer's: the same token, never rewritten.
+    assert_eq!(ann.matches(&format!("{BASE}/t/")).count(), 2, "{ann}");
+    assert!(
+        ann.contains("Stop tracking me</a></p><img"),
+        "footer, then pixel: {ann}"
+    );
+    // An untracked letter keeps the placed link (it leads somewhere) but no footer.
+    let bob = html(&letters[1]);
+    assert_eq!(bob.matches(&format!("{BASE}/t/")).count(), 1, "{bob}");
+
+    let server = TestServer::start(server_pool(&db).await, dir.path()).await;
+    let http = client();
+    let url = server.url(&format!("/t/{}", token_after(ann, "/t/")));
+    let optouts = || async { tracking_optouts::list(&db.pool, None, 10).await.unwrap() };
+    let page = http.get(&url).send().await.unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    assert!(page.text().await.unwrap().contains("<form method=\"post\""));
+    assert!(optouts().await.is_empty(), "a GET records nothing");
+    for _ in 0..2 {
+        let done = http.post(&url).send().await.unwrap();
+        assert_eq!(done.status(), StatusCode::OK);
+    }
+    let listed = optouts().await;
+    assert_eq!(listed.len(), 1);
+    assert_eq!(
+        (listed[0].email.as_str(), listed[0].source.as_str()),
+        ("ann@example.com", "link")
+    );
+
+    // Another kind's token is unknown on /t/ (it would record a choice no
+    // one made), and the unsubscribe link still unsubscribes.
+    let unsubscribe = token_after(
+        letters[0]["headers"]["List-Unsubscribe"].as_str().unwrap(),
+        "/u/",
+    );
+    let wrong = http
+        .post(server.url(&format!("/t/{unsubscribe}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), StatusCode::NOT_FOUND);
+    // Bob's letter is untracked; his one-click unsubscribe works all the same.
+    let bob_header = letters[1]["headers"]["List-Unsubscribe"].as_str().unwrap();
+    let unsubscribed = http
+        .post(server.url(&format!("/u/{}", token_after(bob_header, "/u/"))))
+        .body("List-Unsubscribe=One-Click")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unsubscribed.status(), StatusCode::OK);
+    let suppressed =
+        linktrack::store::suppressions::suppressed_among(&db.pool, &["bob@example.com"])
+            .await
+            .unwrap();
+    assert!(suppressed.contains("bob@example.com"));
+    server.stop().await;
+
+    // The next mailing sends Ann her letter, untracked.
+    let next = json!({"mailing_id": "m32", "subject": "s", "from": "f@example.com", "html": HTML});
+    std::fs::write(dir.path().join("m.json"), next.to_string()).unwrap();
+    std::fs::write(
+        dir.path().join("r.jsonl"),
+        "{\"email\":\"ann@example.com\"}\n",
+    )
+    .unwrap();
+    let summary = build::run(&db.pool, &options(dir.path())).await.unwrap();
+    let letters = read_jsonl(&dir.path().join("letters.jsonl"));
+    assert_eq!((summary.letters_built, summary.letters_untracked), (1, 1));
+    assert!(!html(&letters[0]).contains(&format!("{BASE}/c/")));
+}
