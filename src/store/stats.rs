@@ -64,6 +64,10 @@ pub struct MailingSummary {
     /// The same per minute, for the last three days only (the chart of the
     /// first hours after a send).
     pub minutes: Vec<HourStats>,
+    /// The mode the mailing ran in and its letters built untracked or
+    /// anonymous: rates over `letters_built` count letters that could not
+    /// be counted.
+    pub tracking: TrackingSummary,
 }
 
 /// The summary of one mailing, or `None` when nothing is known about it.
@@ -88,6 +92,7 @@ pub async fn summary(
     s.hours = read_series(pool, mailing_id, Series::Hours).await?;
     s.minutes = read_series(pool, mailing_id, Series::Minutes).await?;
     s.bot_reasons = read_bot_reasons(pool, mailing_id).await?;
+    s.tracking = tracking_summary(pool, mailing_id).await?;
     Ok(Some(s))
 }
 

@@ -361,3 +361,44 @@ async fn stop_tracking_me_confirms_on_get_records_on_post_and_later_letters_go_u
     assert_eq!((summary.letters_built, summary.letters_untracked), (1, 1));
     assert!(!html(&letters[0]).contains(&format!("{BASE}/c/")));
 }
+
+#[tokio::test]
+async fn the_stats_api_and_dashboard_say_the_mode_and_the_untracked_and_anonymous_letters() {
+    use crate::common::RunningApp;
+    let db = TestDb::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let recipients = [
+        json!({"email": "ann@example.com"}),
+        json!({"email": "bob@example.com", "linktrack_track": "none"}),
+        json!({"email": "cy@example.com", "linktrack_track": "anonymous"}),
+        json!({"email": "di@example.com", "linktrack_track": "anonymous"}),
+    ];
+    build_with(&db, dir.path(), json!("clicks"), &recipients).await;
+    let token = "test-token-0123456789";
+    let app = RunningApp::with_stats(db.pool.clone(), Some(token), None, None).await;
+    let http = reqwest::Client::new();
+    let get = |path: &str| {
+        http.get(format!("{}{path}", app.base))
+            .bearer_auth(token)
+            .send()
+    };
+    let api: Value = serde_json::from_str(
+        &get("/api/mailings/m31/stats")
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(api["letters_built"], 4);
+    assert_eq!(
+        api["tracking"],
+        json!({"mode": "clicks", "untracked": 1, "anonymous": 2})
+    );
+    let page = get("/mailings/m31").await.unwrap().text().await.unwrap();
+    assert!(
+        page.contains("Tracking: clicks · 1 letters untracked, 2 anonymous"),
+        "{page}"
+    );
+}
