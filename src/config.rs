@@ -96,6 +96,9 @@ pub enum Command {
     /// Manage the suppression list (addresses never sent to).
     #[command(subcommand)]
     Suppressions(SuppressionsCommand),
+    /// Manage the tracking opt-out list (addresses sent to, never tracked).
+    #[command(subcommand, name = "tracking-optouts")]
+    TrackingOptouts(TrackingOptoutsCommand),
     /// Run the tracking HTTP server: redirects, open pixel, image proxy, unsubscribe.
     Serve(ServeArgs),
     /// The whole loop on the fixtures: migrate, create partitions, build the
@@ -488,6 +491,38 @@ pub enum SuppressionsCommand {
         reason: String,
     },
     /// Print the list: address, reason, time added (tab-separated).
+    List {
+        /// Print at most this many.
+        #[arg(long)]
+        limit: Option<u64>,
+    },
+}
+
+/// `linktrack tracking-optouts`: recipients who withdrew from tracking
+/// without unsubscribing (their letters are still built and sent, untracked).
+#[derive(Debug, Subcommand)]
+pub enum TrackingOptoutsCommand {
+    /// Add addresses (normalised as suppressions are).
+    Add {
+        #[arg(required = true, value_name = "ADDRESS")]
+        addresses: Vec<String>,
+        /// Where the choice came from (the "stop tracking me" page records `link`).
+        #[arg(long, default_value = "manual")]
+        source: String,
+    },
+    /// Remove addresses (their letters are tracked again as the mailing says).
+    Remove {
+        #[arg(required = true, value_name = "ADDRESS")]
+        addresses: Vec<String>,
+    },
+    /// Import a file with one address per line (blank lines and # comments skipped).
+    Import {
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+        #[arg(long, default_value = "import")]
+        source: String,
+    },
+    /// Print the list: address, source, time added (tab-separated).
     List {
         /// Print at most this many.
         #[arg(long)]

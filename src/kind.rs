@@ -34,14 +34,17 @@ pub enum LinkKind {
     Pixel,
     /// `/u/{token}`: one-click unsubscribe.
     Unsubscribe,
+    /// `/t/{token}`: "stop tracking me" (withdraw from tracking, keep the mail).
+    OptOut,
 }
 
 impl LinkKind {
-    pub const ALL: [LinkKind; 4] = [
+    pub const ALL: [LinkKind; 5] = [
         LinkKind::Click,
         LinkKind::Image,
         LinkKind::Pixel,
         LinkKind::Unsubscribe,
+        LinkKind::OptOut,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -50,6 +53,7 @@ impl LinkKind {
             LinkKind::Image => "image",
             LinkKind::Pixel => "pixel",
             LinkKind::Unsubscribe => "unsubscribe",
+            LinkKind::OptOut => "optout",
         }
     }
 }

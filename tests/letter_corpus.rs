@@ -694,3 +694,98 @@ fn no_file_refers_to_a_folder_outside_the_repository() {
     }
     assert!(checked > 50, "only {checked} files read");
 }
+
+/// Byte offsets just after `<a` of the first `limit` anchors whose
+/// double-quoted `href` is trackable (found by plain text search, independent
+/// of the rewriter's scanner).
+fn trackable_anchor_offsets(html: &str, limit: usize) -> Vec<usize> {
+    let mut offsets = Vec::new();
+    let mut from = 0;
+    while let Some(at) = html[from..].find("<a ").map(|i| from + i) {
+        from = at + 3;
+        let Some(end) = html[at..].find('>').map(|i| at + i) else {
+            break;
+        };
+        let tag = &html[at..end];
+        let Some(href_at) = tag.find(" href=\"") else {
+            continue;
+        };
+        let value = &tag[href_at + 7..];
+        let Some(value) = value.split('"').next() else {
+            continue;
+        };
+        if is_trackable(&decoded(value)) && offsets.len() < limit {
+            offsets.push(at + 2);
+        }
+    }
+    offsets
+}
+
+/// The letter with `markers[i]` inserted (with a space before it) at `offsets[i]`.
+fn insert_markers(html: &str, offsets: &[usize], markers: &[&str]) -> String {
+    let mut out = String::with_capacity(html.len() + 64);
+    let mut copied = 0;
+    for (offset, marker) in offsets.iter().zip(markers) {
+        out.push_str(&html[copied..*offset]);
+        out.push(' ');
+        out.push_str(marker);
+        copied = *offset;
+    }
+    out.push_str(&html[copied..]);
+    out
+}
+
+#[test]
+fn sendgrid_and_mailgun_markers_opt_links_out_like_ours_on_corpus_letters() {
+    let mut letters_marked = 0;
+    for path in corpus_files() {
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let input = read(&path);
+        let offsets = trackable_anchor_offsets(&input, 2);
+        if offsets.len() < 2 {
+            continue;
+        }
+        letters_marked += 1;
+        let foreign = insert_markers(
+            &input,
+            &offsets,
+            &["clicktracking=\"off\"", "disable-tracking=\"TRUE\""],
+        );
+        let ours = insert_markers(&input, &offsets, &["data-linktrack=\"off\""; 2]);
+        let (baseline_out, baseline) = rewrite_with_markers(&input);
+        let (foreign_out, foreign_found) = rewrite_with_markers(&foreign);
+        let (ours_out, _) = rewrite_with_markers(&ours);
+        assert!(
+            foreign_out == ours_out,
+            "{name}: differs from data-linktrack=\"off\""
+        );
+        assert_eq!(
+            foreign_found.len(),
+            baseline.len() - 2,
+            "{name}: links found"
+        );
+        for marker in ["clicktracking", "disable-tracking"] {
+            assert_eq!(
+                foreign_out.matches(marker).count(),
+                input.matches(marker).count(),
+                "{name}: {marker} left in the output"
+            );
+        }
+        // The two links are as written: their start tags, marker gone, are in
+        // the output as they are in the input.
+        for offset in &offsets {
+            let end = input[*offset..].find('>').unwrap() + offset;
+            let tag = &input[offset - 2..=end];
+            assert!(foreign_out.contains(tag), "{name}: {tag} not kept");
+            assert!(!baseline_out.contains(tag) || input.matches(tag).count() > 1);
+        }
+        // A marker asking for tracking (`clicktracking="on"`) is removed and
+        // the link tracked: the output is the unmarked letter's.
+        let on = insert_markers(&input, &offsets[..1], &["clicktracking=\"on\""]);
+        assert!(rewrite_with_markers(&on).0 == baseline_out, "{name}: on");
+    }
+    assert!(
+        letters_marked >= 3,
+        "only {letters_marked} corpus letters with two trackable links"
+    );
+}

@@ -5,6 +5,7 @@
 use super::mailing::Mailing;
 use super::recipients::Recipient;
 use super::reject::Reject;
+use super::track_mode::TrackMode;
 use crate::delivery::message;
 use crate::letter::{rewrite, FoundKind, FoundLink, RewriteOptions, Template};
 use crate::store::links::{LinkKind, NewLink};
@@ -31,6 +32,9 @@ pub struct Letter {
     /// The recipient's line in the recipients file (for the rejects file).
     #[serde(skip)]
     pub line: u64,
+    /// The mode the letter was built in (the build's per-mode counts).
+    #[serde(skip)]
+    pub track: TrackMode,
 }
 
 /// Everything shared by the letters of one mailing, prepared once.
@@ -41,6 +45,8 @@ pub struct MailingContext {
     pub max_letter_bytes: usize,
     html: Option<Template>,
     subject: Option<Template>,
+    /// The creative places `{{ stop_tracking_url }}`.
+    uses_stop_tracking: bool,
 }
 
 /// Why a mailing cannot be built at all (reported before any letter).
@@ -83,6 +89,7 @@ impl MailingContext {
                 ),
             });
         }
+        let mut uses_stop_tracking = false;
         let (html, subject) = if mailing.personalize {
             let html = Template::compile("html", &mailing.html, true).map_err(|e| {
                 PrepareError::Template {
@@ -96,13 +103,7 @@ impl MailingContext {
                     message: e.to_string(),
                 }
             })?;
-            let uses_unsubscribe = html.variables().contains("unsubscribe_url");
-            if uses_unsubscribe && !mailing.track {
-                return Err(PrepareError::Template {
-                    field: "html",
-                    message: "uses {{ unsubscribe_url }}, but \"track\": false stores no unsubscribe link".into(),
-                });
-            }
+            uses_stop_tracking = html.variables().contains(STOP_TRACKING_VARIABLE);
             (Some(html), Some(subject))
         } else {
             (None, None)
@@ -113,11 +114,30 @@ impl MailingContext {
             max_letter_bytes,
             html,
             subject,
+            uses_stop_tracking,
         })
+    }
+
+    /// A letter in `mode` gets a "stop tracking me" link: where the creative
+    /// places it (in any mode: the link must lead somewhere, and the choice
+    /// holds for later mailings), or in the footer of a tracked letter.
+    fn offers_stop_tracking(&self, mode: TrackMode) -> bool {
+        self.uses_stop_tracking || (self.mailing.stop_tracking_footer && mode.is_tracked())
     }
 }
 
-/// The tracked URL of a token (the URL contract: `/c/`, `/i/`, `/o/….gif`, `/u/`).
+/// The template variable holding the letter's "stop tracking me" URL.
+pub const STOP_TRACKING_VARIABLE: &str = "stop_tracking_url";
+
+/// The optional footer (`stop_tracking_footer`): one short line before
+/// `</body>`, its link ours, so never rewritten.
+fn stop_tracking_footer(url: &str) -> String {
+    format!(
+        r#"<p style="font-size:12px;line-height:16px;color:#666666;text-align:center">Prefer not to have opens and clicks of these emails recorded? <a href="{url}" style="color:#666666">Stop tracking me</a></p>"#
+    )
+}
+
+/// The tracked URL of a token (the URL contract: `/c/`, `/i/`, `/o/….gif`, `/u/`, `/t/`).
 pub fn tracked_url(base_url: &str, kind: LinkKind, token: &Token) -> String {
     let base = base_url.trim_end_matches('/');
     match kind {
@@ -125,6 +145,7 @@ pub fn tracked_url(base_url: &str, kind: LinkKind, token: &Token) -> String {
         LinkKind::Image => format!("{base}/i/{token}"),
         LinkKind::Pixel => format!("{base}/o/{token}.gif"),
         LinkKind::Unsubscribe => format!("{base}/u/{token}"),
+        LinkKind::OptOut => format!("{base}/t/{token}"),
     }
 }
 
@@ -136,19 +157,24 @@ pub struct StoredTokens {
 }
 
 /// Image tokens are shared by every letter of a mailing: one per distinct URL.
+/// So are the click and pixel tokens of anonymous letters: one per (kind,
+/// position, URL), letter 0 and no address, like an image's.
 #[derive(Default)]
 pub struct ImageTokens {
     inner: Mutex<ImageState>,
 }
 
+/// A shared row's key: kind, position (0 for images and the pixel), URL.
+pub type SharedKey = (LinkKind, u32, String);
+
 #[derive(Default)]
 struct ImageState {
-    known: HashMap<String, Token>,
+    known: HashMap<SharedKey, Token>,
     new_rows: Vec<NewLink>,
 }
 
 impl ImageTokens {
-    pub fn with_known(known: HashMap<String, Token>) -> Self {
+    pub fn with_known(known: HashMap<SharedKey, Token>) -> Self {
         ImageTokens {
             inner: Mutex::new(ImageState {
                 known,
@@ -158,23 +184,36 @@ impl ImageTokens {
     }
 
     fn token_for(&self, url: &str, mailing_id: &str, made_at: DateTime<Utc>) -> Token {
+        self.shared_token(LinkKind::Image, 0, url, None, mailing_id, made_at)
+    }
+
+    fn shared_token(
+        &self,
+        kind: LinkKind,
+        position: u32,
+        url: &str,
+        meta: Option<Value>,
+        mailing_id: &str,
+        made_at: DateTime<Utc>,
+    ) -> Token {
         // A poisoned lock only means another letter's build panicked; the map
         // itself is still consistent (inserts are single operations).
         let mut state = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(token) = state.known.get(url) {
+        let key = (kind, position, url.to_owned());
+        if let Some(token) = state.known.get(&key) {
             return *token;
         }
         let token = Token::at(made_at);
-        state.known.insert(url.to_owned(), token);
+        state.known.insert(key, token);
         state.new_rows.push(NewLink {
             token,
-            kind: LinkKind::Image,
+            kind,
             mailing_id: mailing_id.to_owned(),
             letter_id: 0,
             email: String::new(),
-            position: 0,
+            position,
             url: url.to_owned(),
-            meta: None,
+            meta,
         });
         token
     }
@@ -236,7 +275,8 @@ impl LetterTokens<'_> {
     }
 }
 
-/// Build one letter. `Err` is the reason the recipient is rejected.
+/// Build one letter in tracking mode `mode` (see [`letter_mode`]). `Err`
+/// is the reason the recipient is rejected.
 pub fn build_letter(
     ctx: &MailingContext,
     recipient: &Recipient,
@@ -244,6 +284,7 @@ pub fn build_letter(
     stored: Option<&StoredTokens>,
     images: &ImageTokens,
     made_at: DateTime<Utc>,
+    mode: TrackMode,
 ) -> Result<Built, Reject> {
     let mailing = &ctx.mailing;
     let mut tokens = LetterTokens {
@@ -258,20 +299,42 @@ pub fn build_letter(
     let mut headers = BTreeMap::from([("From".to_owned(), mailing.from.clone())]);
     let mut context = recipient.fields.clone();
     let mut pixel_html = None;
-    // The message's Date: the pixel token's time, which a resumed run
-    // reuses, so a re-run writes the same message bytes.
-    let mut sent_at = made_at;
-    if mailing.track {
-        let unsubscribe = tokens.token(LinkKind::Unsubscribe, 0, "", None);
-        let pixel = tokens.token(LinkKind::Pixel, 0, "", None);
-        sent_at = pixel.created_at();
-        let unsubscribe_url = tracked_url(&ctx.base_url, LinkKind::Unsubscribe, &unsubscribe);
-        headers.insert("List-Unsubscribe".into(), format!("<{unsubscribe_url}>"));
-        headers.insert(
-            "List-Unsubscribe-Post".into(),
-            "List-Unsubscribe=One-Click".into(),
-        );
-        context.insert("unsubscribe_url".into(), Value::String(unsubscribe_url));
+    // The message's Date is the unsubscribe token's time (below), which a
+    // resumed run reuses, so a re-run writes the same message bytes.
+    // Every mode has the unsubscribe link and header (unsubscribing is not
+    // tracking). Its row is the letter's one row in every mode: it carries
+    // the letter's mode (the build's per-mode counts) and its token's time
+    // is the message's Date (the pixel's was, made at the same moment).
+    let unsubscribe = tokens.token(
+        LinkKind::Unsubscribe,
+        0,
+        "",
+        Some(json!({ "track": mode.as_str() })),
+    );
+    let sent_at = unsubscribe.created_at();
+    let unsubscribe_url = tracked_url(&ctx.base_url, LinkKind::Unsubscribe, &unsubscribe);
+    headers.insert("List-Unsubscribe".into(), format!("<{unsubscribe_url}>"));
+    headers.insert(
+        "List-Unsubscribe-Post".into(),
+        "List-Unsubscribe=One-Click".into(),
+    );
+    context.insert("unsubscribe_url".into(), Value::String(unsubscribe_url));
+    let mut footer_html = None;
+    if ctx.offers_stop_tracking(mode) {
+        let stop = tokens.token(LinkKind::OptOut, 0, "", None);
+        let stop_url = tracked_url(&ctx.base_url, LinkKind::OptOut, &stop);
+        if mode.is_tracked() && mailing.stop_tracking_footer {
+            footer_html = Some(stop_tracking_footer(&stop_url));
+        }
+        context.insert(STOP_TRACKING_VARIABLE.into(), Value::String(stop_url));
+    }
+    if mode.tracks_opens() {
+        let pixel = if mode == TrackMode::Anonymous {
+            let mailing_id = &mailing.mailing_id;
+            images.shared_token(LinkKind::Pixel, 0, "", None, mailing_id, made_at)
+        } else {
+            tokens.token(LinkKind::Pixel, 0, "", None)
+        };
         pixel_html = Some(format!(
             r#"<img src="{}" width="1" height="1" alt="" style="display:block;border:0;width:1px;height:1px" />"#,
             tracked_url(&ctx.base_url, LinkKind::Pixel, &pixel)
@@ -294,17 +357,30 @@ pub fn build_letter(
     };
 
     check_personalised(&html, &subject, ctx.max_letter_bytes)?;
-    let html = if mailing.track {
+    let tail;
+    let html = if mode.is_tracked() {
         let options = RewriteOptions {
-            track_links: true,
+            track_links: mode.tracks_clicks(),
             proxy_images: mailing.proxy_images,
             own_base_url: &ctx.base_url,
-            pixel_html: pixel_html.as_deref(),
+            pixel_html: match (&footer_html, &pixel_html) {
+                (Some(footer), Some(pixel)) => {
+                    tail = format!("{footer}{pixel}");
+                    Some(tail.as_str())
+                }
+                (footer, pixel) => footer.as_deref().or(pixel.as_deref()),
+            },
         };
         rewrite(&html, &options, |found: &FoundLink| match found.kind {
             FoundKind::Click => {
                 let meta = link_meta(found.tag.as_deref(), &mailing.tags);
-                let token = tokens.token(LinkKind::Click, found.position, &found.url, meta);
+                let (position, url) = (found.position, found.url.as_str());
+                let token = if mode == TrackMode::Anonymous {
+                    let mailing_id = &mailing.mailing_id;
+                    images.shared_token(LinkKind::Click, position, url, meta, mailing_id, made_at)
+                } else {
+                    tokens.token(LinkKind::Click, position, url, meta)
+                };
                 tracked_url(&ctx.base_url, LinkKind::Click, &token)
             }
             FoundKind::Image => {
@@ -350,6 +426,7 @@ pub fn build_letter(
             message_id: built.message_id,
             message: built.message,
             line: recipient.line,
+            track: mode,
         },
         new_links: tokens.rows,
     })
@@ -371,6 +448,27 @@ fn check_personalised(html: &str, subject: &str, limit: usize) -> Result<(), Rej
         }),
         None => Ok(()),
     }
+}
+
+/// The mode a letter is built in: none when the recipient withdrew from
+/// tracking (`tracking_optouts`), else the recipient's `linktrack_track`
+/// column when it has one (checked when the line was read), else the
+/// mailing's `track`.
+pub fn letter_mode(mailing: &Mailing, recipient: &Recipient, opted_out: bool) -> TrackMode {
+    if opted_out {
+        return TrackMode::None;
+    }
+    super::track_mode::recipient_mode(&recipient.fields)
+        .ok()
+        .flatten()
+        .unwrap_or(mailing.track)
+}
+
+/// The letter's mode as stored in its unsubscribe row's `meta` (see
+/// [`build_letter`]); `None` for rows stored before modes existed.
+pub fn stored_mode(meta: Option<&Value>) -> Option<TrackMode> {
+    let name = meta?.get("track")?.as_str()?;
+    TrackMode::parse(name).ok()
 }
 
 /// The link's own tag and the mailing's tags, for segments and statistics.

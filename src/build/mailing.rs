@@ -18,8 +18,12 @@ pub struct Mailing {
     pub personalize: bool,
     /// Rewrite `<img src>` to the image proxy.
     pub proxy_images: bool,
-    /// Rewrite links, add the pixel and the unsubscribe header, store rows.
-    pub track: bool,
+    /// What is tracked: clicks, opens, both (`all`), none or anonymously
+    /// (`true` is all, `false` none). Each letter has the unsubscribe link
+    /// and header in every mode.
+    pub track: super::track_mode::TrackMode,
+    /// Add a "stop tracking me" line before `</body>` of tracked letters.
+    pub stop_tracking_footer: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -41,8 +45,10 @@ struct MailingFile {
     personalize: bool,
     #[serde(default = "yes")]
     proxy_images: bool,
-    #[serde(default = "yes")]
-    track: bool,
+    #[serde(default)]
+    track: super::track_mode::TrackMode,
+    #[serde(default)]
+    stop_tracking_footer: bool,
 }
 
 /// A string or an integer JSON number (as its decimal text).
@@ -166,6 +172,7 @@ impl Mailing {
             personalize: file.personalize,
             proxy_images: file.proxy_images,
             track: file.track,
+            stop_tracking_footer: file.stop_tracking_footer,
         })
     }
 }
@@ -191,7 +198,8 @@ mod tests {
         );
         let m = Mailing::load(&path).unwrap();
         assert_eq!((m.html.as_str(), m.pool.as_str()), ("<p>Hi</p>", "default"));
-        assert!(m.personalize && m.proxy_images && m.track);
+        assert!(m.personalize && m.proxy_images);
+        assert_eq!(m.track, super::super::track_mode::TrackMode::All);
     }
 
     #[test]

@@ -24,6 +24,7 @@ mod output;
 mod progress;
 pub(crate) mod recipients;
 pub(crate) mod reject;
+pub mod track_mode;
 
 pub use output::partial_path;
 use output::{LetterSink, RejectsFile};
@@ -32,17 +33,18 @@ use progress::{progress_bar, spawn_delivery_progress};
 use crate::store::links::{self, LinkKind};
 use crate::store::partitions;
 use crate::store::sequences::Sequence;
-use crate::store::{stats, suppressions, StoreError};
-use compose::{build_letter, Built, ImageTokens, MailingContext, StoredTokens};
+use crate::store::{stats, suppressions, tracking_optouts, StoreError};
+use compose::{build_letter, letter_mode, Built, ImageTokens, MailingContext, StoredTokens};
 use mailing::Mailing;
 use recipients::{Recipient, Recipients, Rejection};
 use reject::Reject;
 use sqlx::MySqlPool;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
+use track_mode::TrackMode;
 
 /// The sequence letter IDs come from.
 pub const LETTER_SEQUENCE: &str = "letters";
@@ -115,6 +117,12 @@ pub struct Summary {
     pub delivery_skipped: u64,
     /// Temporary failures (4xx, refused connection, timeout) retried.
     pub delivery_retried: u64,
+    /// Letters built untracked (`track` none: the mailing's, the
+    /// recipient's column, or the recipient's own opt-out).
+    pub letters_untracked: u64,
+    /// Letters built anonymously (shared rows, no address in any but the
+    /// unsubscribe row).
+    pub letters_anonymous: u64,
     /// Letters sent again because a killed run handed them over without
     /// recording the reply (letter id, address): they may arrive twice.
     pub delivery_resent: Vec<(u64, String)>,
@@ -177,6 +185,13 @@ impl std::fmt::Display for Summary {
                 self.delivery_skipped,
                 self.delivery_retried,
                 plural(self.delivery_retried, "failure", "failures")
+            )?;
+        }
+        if self.letters_untracked + self.letters_anonymous > 0 {
+            write!(
+                f,
+                "\n{} letters built untracked, {} anonymous",
+                self.letters_untracked, self.letters_anonymous
             )?;
         }
         for (letter_id, email) in &self.delivery_resent {
@@ -369,8 +384,9 @@ fn delivery_targets(
     }
 }
 
-/// Load and check the mailing; when it is tracked, make sure today's
-/// partitions exist and save the creative (the dashboard's click map).
+/// Load and check the mailing, make sure today's partitions exist (every
+/// mode stores at least the unsubscribe rows) and save the creative (the
+/// dashboard's click map) and the mailing's tracking mode.
 async fn prepare_mailing(
     pool: &MySqlPool,
     options: &BuildOptions,
@@ -390,21 +406,22 @@ async fn prepare_mailing(
                 source,
             },
         })?;
-    if ctx.mailing.track {
-        let room = stats::largest_creative(pool).await?;
-        if ctx.mailing.html.len() > room {
-            return Err(BuildError::TooBig {
-                path: creative,
-                size: ctx.mailing.html.len(),
-                limit: room,
-                reason: "the database cannot store a larger creative in one statement \
-                         (max_allowed_packet, or the mailings.html column's 16 MB)",
-            });
-        }
-        ensure_partitions(pool).await?;
-        let mailing = &ctx.mailing;
-        stats::save_mailing(pool, &mailing.mailing_id, &mailing.subject, &mailing.html).await?;
+    // Every mode stores rows (at least the unsubscribe link), so the
+    // creative must fit one statement and today's partitions must exist.
+    let room = stats::largest_creative(pool).await?;
+    if ctx.mailing.html.len() > room {
+        return Err(BuildError::TooBig {
+            path: creative,
+            size: ctx.mailing.html.len(),
+            limit: room,
+            reason: "the database cannot store a larger creative in one statement \
+                     (max_allowed_packet, or the mailings.html column's 16 MB)",
+        });
     }
+    ensure_partitions(pool).await?;
+    let mailing = &ctx.mailing;
+    stats::save_mailing(pool, &mailing.mailing_id, &mailing.subject, &mailing.html).await?;
+    stats::save_track_mode(pool, &mailing.mailing_id, mailing.track.as_str()).await?;
     Ok(Arc::new(ctx))
 }
 
@@ -433,20 +450,13 @@ impl<'a> Job<'a> {
         ctx: Arc<MailingContext>,
         options: &BuildOptions,
     ) -> Result<Job<'a>, BuildError> {
-        let track = ctx.mailing.track;
         let mailing_id = &ctx.mailing.mailing_id;
-        let existing = if track {
-            links::letters_of_mailing(pool, mailing_id).await?
-        } else {
-            HashMap::new()
-        };
-        let images = Arc::new(ImageTokens::with_known(if track {
-            links::images_of_mailing(pool, mailing_id).await?
-        } else {
-            HashMap::new()
-        }));
-        let resumed = track
-            && (!existing.is_empty() || stats::letters_counted(pool, mailing_id).await?.is_some());
+        let existing = links::letters_of_mailing(pool, mailing_id).await?;
+        let images = Arc::new(ImageTokens::with_known(
+            links::shared_of_mailing(pool, mailing_id).await?,
+        ));
+        let resumed =
+            !existing.is_empty() || stats::letters_counted(pool, mailing_id).await?.is_some();
         Ok(Job {
             pool,
             ctx,
@@ -468,6 +478,7 @@ impl<'a> Job<'a> {
     ) -> Result<StoredBatch, BuildError> {
         let accepted = self.screen(entries)?;
         let accepted = self.drop_suppressed(accepted).await?;
+        let opted_out = self.opted_out(&accepted).await?;
         let jobs = self.assign_ids(accepted).await?;
         let resumed_ids: Vec<u64> = jobs
             .iter()
@@ -481,10 +492,18 @@ impl<'a> Job<'a> {
             jobs,
             stored,
             Arc::clone(&self.images),
+            opted_out,
             workers,
         )
         .await?;
         self.collect(built)
+    }
+
+    /// The addresses among `accepted` that withdrew from tracking: their
+    /// letters are built and sent, untracked.
+    async fn opted_out(&self, accepted: &[Recipient]) -> Result<HashSet<String>, BuildError> {
+        let emails: Vec<&str> = accepted.iter().map(|r| r.email.as_str()).collect();
+        Ok(tracking_optouts::opted_out_among(self.pool, &emails).await?)
     }
 
     /// Unreadable lines and repeated addresses become rejections.
@@ -553,6 +572,9 @@ impl<'a> Job<'a> {
         for (line, email, result) in built {
             match result {
                 Ok(Built { letter, new_links }) => {
+                    self.summary.letters_untracked += u64::from(letter.track == TrackMode::None);
+                    self.summary.letters_anonymous +=
+                        u64::from(letter.track == TrackMode::Anonymous);
                     batch.rows.extend(new_links);
                     batch.letters.push(letter);
                 }
@@ -629,6 +651,7 @@ async fn build_batch(
     jobs: Vec<(Recipient, u64)>,
     stored: HashMap<u64, StoredTokens>,
     images: Arc<ImageTokens>,
+    opted_out: HashSet<String>,
     workers: usize,
 ) -> Result<Vec<BuiltEntry>, BuildError> {
     let made_at = chrono::Utc::now();
@@ -638,10 +661,11 @@ async fn build_batch(
             let handles: Vec<_> = jobs
                 .chunks(chunk)
                 .map(|part| {
-                    let (ctx, stored, images) = (&ctx, &stored, &images);
+                    let (ctx, stored, images, opted_out) = (&ctx, &stored, &images, &opted_out);
                     scope.spawn(move || {
                         part.iter()
                             .map(|(recipient, letter_id)| {
+                                let opted_out = opted_out.contains(&recipient.email);
                                 let result = build_one(
                                     ctx,
                                     recipient,
@@ -649,6 +673,7 @@ async fn build_batch(
                                     stored.get(letter_id),
                                     images,
                                     made_at,
+                                    letter_mode(&ctx.mailing, recipient, opted_out),
                                 );
                                 (recipient.line, recipient.email.clone(), result)
                             })
@@ -687,8 +712,9 @@ fn build_one(
     stored: Option<&StoredTokens>,
     images: &ImageTokens,
     made_at: chrono::DateTime<chrono::Utc>,
+    mode: TrackMode,
 ) -> Result<Built, Reject> {
-    let build = || build_letter(ctx, recipient, letter_id, stored, images, made_at);
+    let build = || build_letter(ctx, recipient, letter_id, stored, images, made_at, mode);
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(build)).unwrap_or_else(|panic| {
         let message = panic
             .downcast_ref::<&str>()
@@ -794,19 +820,28 @@ async fn store_rows(pool: &MySqlPool, rows: &[links::NewLink]) -> Result<(), Bui
     ))
 }
 
-/// Each new letter has exactly one pixel row; counting them in the batch's
-/// own transaction keeps the mailing's "letters built" exact across crashes
-/// and resumed runs (a resumed letter stores no new pixel row).
+/// Each new letter has exactly one unsubscribe row, in every tracking mode,
+/// carrying the letter's mode; counting them in the batch's own transaction
+/// keeps the mailing's "letters built" (and untracked, anonymous) exact
+/// across crashes and resumed runs (a resumed letter stores no new
+/// unsubscribe row).
 async fn count_new_letters(
     conn: &mut sqlx::MySqlConnection,
     rows: &[links::NewLink],
 ) -> Result<(), StoreError> {
-    let mut per_mailing: HashMap<&str, u64> = HashMap::new();
-    for row in rows.iter().filter(|r| r.kind == LinkKind::Pixel) {
-        *per_mailing.entry(row.mailing_id.as_str()).or_default() += 1;
+    let mut per_mailing: HashMap<&str, stats::LettersByMode> = HashMap::new();
+    for row in rows.iter().filter(|r| r.kind == LinkKind::Unsubscribe) {
+        let counts = per_mailing.entry(row.mailing_id.as_str()).or_default();
+        counts.letters += 1;
+        match compose::stored_mode(row.meta.as_ref()) {
+            Some(TrackMode::None) => counts.untracked += 1,
+            Some(TrackMode::Anonymous) => counts.anonymous += 1,
+            _ => {}
+        }
     }
-    for (mailing_id, letters) in per_mailing {
-        stats::add_letters_built(conn, mailing_id, letters).await?;
+    for (mailing_id, counts) in per_mailing {
+        stats::add_letters_built(conn, mailing_id, counts.letters).await?;
+        stats::add_letters_by_mode(conn, mailing_id, &counts).await?;
     }
     Ok(())
 }

@@ -354,6 +354,9 @@ fn recipient(line: u64, mut fields: Map<String, Value>) -> Entry {
     if let Err(e) = address::validate(&email) {
         return reject(line, Some(raw), Reject::InvalidAddress(e.to_string()));
     }
+    if let Err(reason) = super::track_mode::recipient_mode(&fields) {
+        return reject(line, Some(email), reason);
+    }
     fields.insert("email".to_owned(), Value::String(email.clone()));
     Ok(Recipient {
         line,

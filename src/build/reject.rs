@@ -38,6 +38,8 @@ pub enum Reject {
     Panicked(String),
     #[error("invalid address: {0}")]
     InvalidAddress(String),
+    #[error("field `linktrack_track`: unknown tracking mode {0:?} (expected clicks, opens, all, none, anonymous, true or false)")]
+    TrackMode(String),
     #[error("duplicate address: first at line {first}")]
     Duplicate { first: u64 },
     #[error("suppressed: the address is on the suppression list")]
@@ -81,6 +83,7 @@ impl Reject {
             Reject::Message(_) => "assembling the message",
             Reject::Delivery(_) => "refused by the MTA",
             Reject::Duplicate { .. } => "duplicate address",
+            Reject::TrackMode(_) => "field `linktrack_track`",
             Reject::Suppressed => "suppressed",
             Reject::PersonaliseLetter(_) => "personalising the letter",
             Reject::PersonaliseSubject(_) => "personalising the subject",

@@ -1,12 +1,14 @@
-//! The mailing commands: `build`, `suppressions`, `erase`, `segment`,
+//! The mailing commands: `build`, `suppressions`, `tracking-optouts`, `erase`, `segment`,
 //! `stats rollup`.
 
 use super::{live_layer, pool, EXIT_REJECTED};
 use crate::address;
 use crate::build::{self, BuildOptions, Output};
-use crate::config::{BuildArgs, EraseArgs, RollupArgs, SegmentArgs, SuppressionsCommand};
+use crate::config::{
+    BuildArgs, EraseArgs, RollupArgs, SegmentArgs, SuppressionsCommand, TrackingOptoutsCommand,
+};
 use crate::live::SegmentQuery;
-use crate::store::{self, suppressions};
+use crate::store::{self, suppressions, tracking_optouts};
 use anyhow::Context;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -131,6 +133,65 @@ pub(super) async fn suppressions(url: &str, command: SuppressionsCommand) -> any
                 after = Some(last.email.clone());
                 for entry in &page {
                     println!("{}\t{}\t{}", entry.email, entry.reason, entry.created_at);
+                }
+                left = left.saturating_sub(page.len() as u64);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `linktrack tracking-optouts`: the suppression commands' twins (same
+/// normalisation, same all-or-nothing check of the addresses).
+pub(super) async fn tracking_optouts(
+    url: &str,
+    command: TrackingOptoutsCommand,
+) -> anyhow::Result<()> {
+    let pool = pool(url).await?;
+    match command {
+        TrackingOptoutsCommand::Add { addresses, source } => {
+            let addresses =
+                valid_addresses(addresses.iter().map(String::as_str).enumerate(), None)?;
+            let added = tracking_optouts::add(&pool, &addresses, &source).await?;
+            println!(
+                "tracking-optouts: added {added} ({} already listed)",
+                addresses.len() as u64 - added
+            );
+        }
+        TrackingOptoutsCommand::Remove { addresses } => {
+            let addresses: Vec<String> = addresses.iter().map(|a| address::normalize(a)).collect();
+            let removed = tracking_optouts::remove(&pool, &addresses).await?;
+            println!(
+                "tracking-optouts: removed {removed} ({} were not listed)",
+                addresses.len() as u64 - removed
+            );
+        }
+        TrackingOptoutsCommand::Import { file, source } => {
+            let text = std::fs::read_to_string(&file)
+                .with_context(|| format!("reading {}", file.display()))?;
+            let lines = text
+                .lines()
+                .enumerate()
+                .filter(|(_, l)| !l.trim().is_empty() && !l.trim_start().starts_with('#'));
+            let addresses = valid_addresses(lines, Some(&file))?;
+            let added = tracking_optouts::add(&pool, &addresses, &source).await?;
+            println!(
+                "tracking-optouts: imported {} addresses from {}: {added} new, {} already listed",
+                addresses.len(),
+                file.display(),
+                addresses.len() as u64 - added
+            );
+        }
+        TrackingOptoutsCommand::List { limit } => {
+            let mut after: Option<String> = None;
+            let mut left = limit.unwrap_or(u64::MAX);
+            while left > 0 {
+                let page =
+                    tracking_optouts::list(&pool, after.as_deref(), left.min(1000) as u32).await?;
+                let Some(last) = page.last() else { break };
+                after = Some(last.email.clone());
+                for entry in &page {
+                    println!("{}\t{}\t{}", entry.email, entry.source, entry.created_at);
                 }
                 left = left.saturating_sub(page.len() as u64);
             }

@@ -23,7 +23,10 @@
 //!
 //! `data-linktrack="off"` (value compared case-insensitively) on the link or
 //! image element itself leaves its URL alone; it is not inherited from parent
-//! elements. `data-linktrack-tag="…"` fills [`FoundLink::tag`]. Both are ours,
+//! elements. SendGrid's `clicktracking="off"` and Mailgun's
+//! `disable-tracking="true"` on a link mean the same (other values of them
+//! track the link, and they are removed like ours).
+//! `data-linktrack-tag="…"` fills [`FoundLink::tag`]. Both are ours,
 //! not the recipient's, so they are removed (with the whitespace before them)
 //! from every element the active step looks at: `<a>`, `<area>`, VML elements
 //! when `track_links` is on, `<img>` when `proxy_images` is on. With both steps
@@ -315,6 +318,11 @@ impl Finder<'_> {
             } else if attribute.is_named("data-linktrack-tag") {
                 label.get_or_insert_with(|| tag_label(attribute.raw_value(tag)));
                 self.remove_attribute(tag, offset, &attribute);
+            } else if let Some(opts_out) = foreign_opt_out(kind, &attribute, tag) {
+                if opts_out {
+                    opted_out = Some(true);
+                }
+                self.remove_attribute(tag, offset, &attribute);
             }
         }
         if opted_out == Some(true) {
@@ -376,9 +384,28 @@ impl Finder<'_> {
 }
 
 fn is_off(raw_value: &str) -> bool {
+    attribute_value_is(raw_value, "off")
+}
+
+fn attribute_value_is(raw_value: &str, expected: &str) -> bool {
     decode_attribute_value(raw_value)
         .trim_matches(|c: char| c.is_ascii_whitespace())
-        .eq_ignore_ascii_case("off")
+        .eq_ignore_ascii_case(expected)
+}
+
+/// Other services' per-link markers, honoured as aliases of
+/// `data-linktrack="off"` so templates written for them keep their meaning:
+/// SendGrid's `clicktracking="off"` and Mailgun's `disable-tracking="true"`.
+/// `None`: not such a marker. `Some(opts_out)`: one of them (removed either
+/// way, since it is the sender's, not the recipient's); `opts_out` when its
+/// value asks for no tracking. Links only: both services mean click tracking.
+fn foreign_opt_out(kind: FoundKind, attribute: &RawAttribute, tag: &str) -> Option<bool> {
+    const MARKERS: [(&str, &str); 2] = [("clicktracking", "off"), ("disable-tracking", "true")];
+    if kind != FoundKind::Click {
+        return None;
+    }
+    let (_, off_value) = MARKERS.iter().find(|(name, _)| attribute.is_named(name))?;
+    Some(attribute_value_is(attribute.raw_value(tag), off_value))
 }
 
 fn tag_label(raw_value: &str) -> Option<String> {

@@ -140,6 +140,41 @@ pub async fn unsubscribe(
     Ok(no_store(pages::unsubscribed().into_response()))
 }
 
+/// `GET /t/{token}`: "stop tracking me", the confirmation page. A GET
+/// records nothing (link scanners follow every link).
+pub async fn stop_tracking_page(Tracked { link, .. }: Tracked) -> Result<Response, ServerError> {
+    require_kind(&link, LinkKind::OptOut)?;
+    Ok(no_store(pages::stop_tracking_confirm().into_response()))
+}
+
+/// `POST /t/{token}`: the recipient withdraws from tracking (not from the
+/// mailing list): the address goes on `tracking_optouts`, and later builds
+/// send it untracked. Idempotent; records no event (it is not a hit).
+pub async fn stop_tracking(
+    State(state): State<AppState>,
+    Tracked { link, .. }: Tracked,
+) -> Result<Response, ServerError> {
+    require_kind(&link, LinkKind::OptOut)?;
+    let email = [crate::address::normalize(&link.email)];
+    state
+        .bounded(crate::store::tracking_optouts::add(
+            &state.pool,
+            &email,
+            "link",
+        ))
+        .await?;
+    Ok(no_store(pages::tracking_stopped().into_response()))
+}
+
+/// A token of another kind on this route is unknown here (404).
+fn require_kind(link: &crate::store::links::StoredLink, kind: LinkKind) -> Result<(), ServerError> {
+    if link.kind == kind && !link.email.is_empty() {
+        Ok(())
+    } else {
+        Err(ServerError::NotFound)
+    }
+}
+
 /// `GET /i/{token}`: the stored image, through the checked proxy.
 pub async fn image(
     State(state): State<AppState>,

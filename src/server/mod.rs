@@ -67,6 +67,10 @@ fn public_router(state: AppState, stats: stats::StatsState) -> Router {
             "/u/{token}",
             get(handlers::unsubscribe_page).post(handlers::unsubscribe),
         )
+        .route(
+            "/t/{token}",
+            get(handlers::stop_tracking_page).post(handlers::stop_tracking),
+        )
         .route("/i/{token}", get(handlers::image))
         .route("/healthz", get(handlers::healthz))
         .fallback(handlers::not_found)

@@ -32,3 +32,25 @@ pub fn unsubscribed() -> Html<String> {
         "You will not receive these emails any more.",
     )
 }
+
+/// "Stop tracking me": a GET never records (scanners follow every link);
+/// the button POSTs.
+pub fn stop_tracking_confirm() -> Html<String> {
+    Html(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width\">\
+         <meta name=\"robots\" content=\"noindex\"><title>Stop tracking</title></head>\
+         <body><h1>Stop tracking</h1><p>Do you want us to stop recording when you open \
+         these emails or click their links? You will keep receiving them.</p>\
+         <form method=\"post\"><button type=\"submit\">Stop tracking me</button></form>\
+         </body></html>"
+            .to_owned(),
+    )
+}
+
+pub fn tracking_stopped() -> Html<String> {
+    page(
+        "Tracking stopped",
+        "Your next emails will not record opens or clicks. You still receive them.",
+    )
+}

@@ -378,6 +378,32 @@ pub async fn images_of_mailing(
         .collect()
 }
 
+/// The rows every letter of a mailing shares (letter 0): proxied images,
+/// and the click and pixel rows of anonymous letters, by (kind, position, URL).
+pub async fn shared_of_mailing(
+    pool: &MySqlPool,
+    mailing_id: &str,
+) -> Result<HashMap<(LinkKind, u32, String), Token>, StoreError> {
+    let rows: Vec<(String, u32, String, Vec<u8>)> = sqlx::query_as(
+        "SELECT CAST(kind AS CHAR), position, url, uuid FROM links \
+         WHERE mailing_id = ? AND letter_id = 0",
+    )
+    .bind(mailing_id)
+    .fetch_all(pool)
+    .await?;
+    rows.into_iter()
+        .map(|(kind, position, url, uuid)| {
+            let kind =
+                kind.parse()
+                    .map_err(|err: crate::kind::UnknownKind| StoreError::Corrupt {
+                        table: "links",
+                        detail: err.to_string(),
+                    })?;
+            Ok(((kind, position, url), token_from_column(&uuid)?))
+        })
+        .collect()
+}
+
 type LinkRow = (u64, Vec<u8>, String, String, u64, String, u32, String);
 
 fn stored_link(

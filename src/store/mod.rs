@@ -17,6 +17,7 @@ pub mod sequences;
 pub mod shard_move;
 pub mod stats;
 pub mod suppressions;
+pub mod tracking_optouts;
 
 use chrono::NaiveDate;
 use sqlx::migrate::MigrateDatabase;

@@ -64,6 +64,10 @@ pub struct MailingSummary {
     /// The same per minute, for the last three days only (the chart of the
     /// first hours after a send).
     pub minutes: Vec<HourStats>,
+    /// The mode the mailing ran in and its letters built untracked or
+    /// anonymous: rates over `letters_built` count letters that could not
+    /// be counted.
+    pub tracking: TrackingSummary,
 }
 
 /// The summary of one mailing, or `None` when nothing is known about it.
@@ -88,6 +92,7 @@ pub async fn summary(
     s.hours = read_series(pool, mailing_id, Series::Hours).await?;
     s.minutes = read_series(pool, mailing_id, Series::Minutes).await?;
     s.bot_reasons = read_bot_reasons(pool, mailing_id).await?;
+    s.tracking = tracking_summary(pool, mailing_id).await?;
     Ok(Some(s))
 }
 
@@ -190,6 +195,82 @@ pub async fn add_letters_built(
     .execute(conn)
     .await?;
     Ok(())
+}
+
+/// New letters of one mailing, and how many of them went out untracked or
+/// anonymous (the builder's per-batch count).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct LettersByMode {
+    pub letters: u64,
+    pub untracked: u64,
+    pub anonymous: u64,
+}
+
+/// Add a batch's untracked and anonymous letters to the mailing's counts,
+/// on the transaction that stores the batch's rows (as [`add_letters_built`]).
+pub async fn add_letters_by_mode(
+    conn: &mut MySqlConnection,
+    mailing_id: &str,
+    counts: &LettersByMode,
+) -> Result<(), StoreError> {
+    if counts.untracked + counts.anonymous == 0 {
+        return Ok(());
+    }
+    sqlx::query(
+        "UPDATE stats_letters SET untracked = untracked + ?, anonymous = anonymous + ? \
+         WHERE mailing_id = ?",
+    )
+    .bind(counts.untracked)
+    .bind(counts.anonymous)
+    .bind(mailing_id)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// The mailing's tracking mode as its mailing file gave it (the last build's).
+pub async fn save_track_mode(
+    pool: &MySqlPool,
+    mailing_id: &str,
+    mode: &str,
+) -> Result<(), StoreError> {
+    sqlx::query("UPDATE mailings SET track_mode = ? WHERE mailing_id = ?")
+        .bind(mode)
+        .bind(mailing_id)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// How the mailing was tracked: its mode (`None` for mailings built before
+/// modes existed) and its letters built untracked and anonymous.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct TrackingSummary {
+    pub mode: Option<String>,
+    pub untracked: u64,
+    pub anonymous: u64,
+}
+
+pub async fn tracking_summary(
+    pool: &MySqlPool,
+    mailing_id: &str,
+) -> Result<TrackingSummary, StoreError> {
+    let mode: Option<Option<String>> =
+        sqlx::query_scalar("SELECT track_mode FROM mailings WHERE mailing_id = ?")
+            .bind(mailing_id)
+            .fetch_optional(pool)
+            .await?;
+    let counts: Option<(u64, u64)> =
+        sqlx::query_as("SELECT untracked, anonymous FROM stats_letters WHERE mailing_id = ?")
+            .bind(mailing_id)
+            .fetch_optional(pool)
+            .await?;
+    let (untracked, anonymous) = counts.unwrap_or_default();
+    Ok(TrackingSummary {
+        mode: mode.flatten(),
+        untracked,
+        anonymous,
+    })
 }
 
 async fn read_links(pool: &MySqlPool, mailing_id: &str) -> Result<Vec<LinkStats>, StoreError> {

@@ -292,7 +292,7 @@ async fn a_recipient_missing_a_field_is_rejected_by_name() {
 }
 
 #[tokio::test]
-async fn track_false_leaves_links_alone_and_stores_nothing() {
+async fn track_false_leaves_links_alone_and_stores_only_the_unsubscribe_link() {
     let db = TestDb::new().await;
     let dir = tempfile::tempdir().unwrap();
     let html = "<p>Hi {{ first_name }}</p><a href=\"https://example.com/a\">a</a><img src=\"https://example.com/i.png\">";
@@ -313,15 +313,18 @@ async fn track_false_leaves_links_alone_and_stores_nothing() {
     )
     .await
     .unwrap();
-    assert_eq!((summary.letters_built, summary.links_stored), (1, 0));
+    // Unsubscribing is not tracking: the one row and the header stay.
+    assert_eq!((summary.letters_built, summary.links_stored), (1, 1));
+    assert_eq!(summary.letters_untracked, 1);
     let letter = &read_jsonl(&dir.path().join("letters.jsonl"))[0];
     assert_eq!(letter["html"], "<p>Hi Ann</p><a href=\"https://example.com/a\">a</a><img src=\"https://example.com/i.png\">");
-    assert!(letter["headers"].get("List-Unsubscribe").is_none());
-    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM links")
-        .fetch_one(&db.pool)
+    let header = letter["headers"]["List-Unsubscribe"].as_str().unwrap();
+    assert!(header.starts_with(&format!("<{BASE}/u/")), "{header}");
+    let kinds: Vec<String> = sqlx::query_scalar("SELECT CAST(kind AS CHAR) FROM links")
+        .fetch_all(&db.pool)
         .await
         .unwrap();
-    assert_eq!(rows, 0);
+    assert_eq!(kinds, ["unsubscribe"]);
 }
 
 #[tokio::test]

@@ -26,5 +26,6 @@ mod stats;
 mod stats_http;
 mod stats_live;
 mod suppressions;
+mod tracking_modes;
 mod webhooks;
 mod wiring;

@@ -414,3 +414,22 @@ fn browser_url_cleans_without_allocating_when_it_can() {
     assert_eq!(browser_url("\u{0}http://x.test\u{1F}"), "http://x.test");
     assert_eq!(browser_url("ht\ttp://x.test"), "http://x.test");
 }
+
+#[test]
+fn sendgrid_and_mailgun_markers_are_aliases_of_the_opt_out() {
+    let html = "<a clicktracking=off href=\"http://x.test\">x</a><a href='http://y.test'\n disable-tracking=\"true\">y</a><a clicktracking=\"on\" href=\"http://z.test\">z</a><a disable-tracking=\"false\" href=\"http://w.test\">w</a>";
+    let (out, found) = run(html);
+    assert_eq!(urls(&found), ["http://z.test", "http://w.test"]);
+    assert_eq!(
+        out,
+        "<a href=\"http://x.test\">x</a><a href='http://y.test'>y</a><a href=\"https://t.test/c/1\">z</a><a href=\"https://t.test/c/2\">w</a>"
+    );
+}
+
+#[test]
+fn foreign_markers_mean_links_only_and_stay_on_images() {
+    let html = r#"<img clicktracking="off" src="http://i.test/a.png">"#;
+    let (out, found) = run(html);
+    assert_eq!(urls(&found), ["http://i.test/a.png"]);
+    assert!(out.contains("clicktracking=\"off\""), "{out}");
+}
