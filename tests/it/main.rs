@@ -12,6 +12,7 @@ mod demo;
 mod first_hour;
 mod hot_path;
 mod image_proxy;
+mod journal_full;
 mod links;
 mod messages;
 mod partitions;
