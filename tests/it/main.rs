@@ -7,6 +7,7 @@ mod amqp;
 mod build;
 mod cluster;
 mod common;
+mod db_down;
 mod delivery;
 mod demo;
 mod first_hour;
