@@ -7,6 +7,7 @@ mod amqp;
 mod build;
 mod cluster;
 mod common;
+mod dashboard_limits;
 mod db_down;
 mod delivery;
 mod demo;
