@@ -15,6 +15,7 @@
 //!   committed, so the set of files on disk *is* the replay position.
 //! * At startup, [`recover`] seals any `.active` segment a crashed process left.
 
+use super::fallback::{FallbackQueue, JournalHealth, QUEUE_CAPACITY};
 use crate::store::events::EventRow;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -71,6 +72,14 @@ pub enum JournalError {
     Locked { dir: PathBuf, pid: u32 },
     #[error("encoding an event: {0}")]
     Encode(#[from] serde_json::Error),
+    #[error(
+        "journal {path}: {source}; and the fallback queue is full ({} events): event lost",
+        super::fallback::QUEUE_CAPACITY
+    )]
+    QueueFull {
+        path: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> JournalError + '_ {
@@ -84,15 +93,50 @@ fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> JournalError + '_ {
 #[derive(Clone)]
 pub struct Recorder {
     segment: Arc<Mutex<SegmentState>>,
+    /// Where an event the journal cannot write waits ([`super::fallback`]).
+    fallback: Arc<FallbackQueue>,
+    health: Arc<JournalHealth>,
 }
 
 impl Recorder {
-    /// Append `row`; returns once it has been written to the segment file.
-    /// Not async: one `write` under a std mutex, held for no await.
+    /// Append `row`; returns once it has been written to the segment file,
+    /// or, when the journal cannot write, once it is queued for the
+    /// fallback drain ([`super::fallback`]). Not async: one `write` under a
+    /// std mutex, held for no await.
     pub fn append(&self, row: EventRow) -> Result<(), JournalError> {
-        let mut line = super::record::JournalRecord::encode(&row)?;
+        match self.append_without_fallback(&row) {
+            Err(JournalError::Io { path, source }) => {
+                metrics::counter!("linktrack_journal_errors_total").increment(1);
+                if self.fallback.push(row) {
+                    Ok(())
+                } else {
+                    Err(JournalError::QueueFull { path, source })
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// Append `row` to the journal file only, noting whether it wrote.
+    pub(crate) fn append_without_fallback(&self, row: &EventRow) -> Result<(), JournalError> {
+        let mut line = super::record::JournalRecord::encode(row)?;
         line.push(b'\n');
-        self.append_line(&line)
+        let written = self.append_line(&line);
+        match &written {
+            Ok(()) => self.health.set(true, None),
+            Err(err @ JournalError::Io { .. }) => self.health.set(false, Some(err)),
+            Err(_) => {}
+        }
+        written
+    }
+
+    /// Whether the journal's last write succeeded (`/readyz`).
+    pub fn health(&self) -> &JournalHealth {
+        &self.health
+    }
+
+    pub(crate) fn fallback(&self) -> &FallbackQueue {
+        &self.fallback
     }
 
     fn append_line(&self, line: &[u8]) -> Result<(), JournalError> {
@@ -244,7 +288,12 @@ pub fn spawn_writer(
         backlog: metrics::gauge!("linktrack_journal_backlog_events"),
     }));
     let task = tokio::spawn(seal_when_due(segment.clone(), tick, stop));
-    (Recorder { segment }, Writer { task, sealed })
+    let recorder = Recorder {
+        segment,
+        fallback: Arc::new(FallbackQueue::new(QUEUE_CAPACITY)),
+        health: Arc::new(JournalHealth::new()),
+    };
+    (recorder, Writer { task, sealed })
 }
 
 /// Seal the active segment once it is [`JournalSettings::seal_after`] old;
@@ -276,6 +325,8 @@ struct OpenSegment {
     file: std::fs::File,
     path: PathBuf,
     events: usize,
+    /// Bytes of whole lines written: a failed write is cut back to this.
+    bytes: u64,
     opened: Instant,
 }
 
@@ -311,6 +362,7 @@ impl SegmentState {
                 file,
                 path,
                 events: 0,
+                bytes: 0,
                 opened: Instant::now(),
             });
         }
@@ -320,10 +372,17 @@ impl SegmentState {
         // One write of the whole line (an O_APPEND write of a few hundred
         // bytes is not split), so a crash leaves at most a torn last line,
         // which the replay skips. The caller logs a failure (`events::record`).
-        segment
-            .file
-            .write_all(line)
-            .map_err(io_error(&segment.path))?;
+        if let Err(err) = segment.file.write_all(line) {
+            // A full disk may take part of the line: cut it off, or later
+            // lines would follow a torn one and the segment would not
+            // replay. If even that fails, seal here: a torn *last* line is
+            // skipped by the replay.
+            if segment.file.set_len(segment.bytes).is_err() {
+                self.seal();
+            }
+            return Err(io_error(&self.settings.dir)(err));
+        }
+        segment.bytes += line.len() as u64;
         segment.events += 1;
         self.backlog.increment(1.0);
         if segment.events >= self.settings.max_segment_events {

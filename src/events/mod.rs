@@ -10,6 +10,7 @@
 //! event; bots are stored with a reason, never dropped.
 
 pub(crate) mod bots;
+pub mod fallback;
 pub mod journal;
 pub(crate) mod record;
 pub(crate) mod replay;
@@ -29,7 +30,10 @@ pub struct EventPipeline {
     /// last segment before the replayer makes its final pass.
     stop_writer: watch::Sender<bool>,
     stop_replayer: watch::Sender<bool>,
+    stop_drain: watch::Sender<bool>,
     writer: JoinHandle<()>,
+    /// Moves events the journal could not write on ([`fallback`]).
+    drain: JoinHandle<()>,
     replayer: JoinHandle<()>,
     /// The journal directory is ours while this is held.
     _lock: journal::JournalLock,
@@ -53,6 +57,15 @@ impl EventPipeline {
         let (recorder, writer) =
             journal::spawn_writer(settings.clone(), next_segment, writer_stopped);
         let sealed = writer.sealed.clone();
+        let (stop_drain, drain_stopped) = watch::channel(false);
+        let drain = tokio::spawn(fallback::drain(
+            pool.clone(),
+            outbound.clone(),
+            recorder.clone(),
+            settings.dir.clone(),
+            settings.retry_after,
+            drain_stopped,
+        ));
         let replay = replay::run(pool, settings, outbound, sealed, replayer_stopped);
         let replayer = match replay_on {
             Some(runtime) => runtime.spawn(replay),
@@ -62,7 +75,9 @@ impl EventPipeline {
             recorder,
             stop_writer,
             stop_replayer,
+            stop_drain,
             writer: writer.task,
+            drain,
             replayer,
             _lock: lock,
         })
@@ -77,6 +92,14 @@ impl EventPipeline {
     /// segment, then the replayer makes one last pass, bounded by `deadline`.
     /// Events it cannot insert in time stay in the journal for the next start.
     pub async fn shutdown(self, deadline: Duration) {
+        // The drain first, while the journal still takes its events.
+        let _ = self.stop_drain.send(true);
+        if tokio::time::timeout(deadline, self.drain).await.is_err() {
+            tracing::error!(
+                ?deadline,
+                "events queued for a journal that could not write: lost"
+            );
+        }
         let _ = self.stop_writer.send(true);
         if let Err(err) = self.writer.await {
             tracing::error!(%err, "journal sealer failed while stopping");
@@ -95,7 +118,11 @@ impl EventPipeline {
     /// flushed or sealed. For tests of journal durability.
     #[cfg(feature = "test-hooks")]
     pub(crate) fn abort_handles(&self) -> Vec<tokio::task::AbortHandle> {
-        vec![self.writer.abort_handle(), self.replayer.abort_handle()]
+        vec![
+            self.writer.abort_handle(),
+            self.replayer.abort_handle(),
+            self.drain.abort_handle(),
+        ]
     }
 }
 
@@ -104,16 +131,17 @@ pub fn default_journal_dir() -> PathBuf {
     PathBuf::from("journal")
 }
 
-/// Append one event; returns once it is in the journal file, with `true`,
-/// or `false` if it could not be journaled.
+/// Append one event; returns once it is in the journal file or, when the
+/// journal cannot write, queued for the database ([`fallback`]), with
+/// `true`; `false` if it is lost.
 pub fn record(recorder: &Recorder, row: EventRow) -> bool {
     match recorder.append(row) {
         Ok(()) => true,
         Err(err) => {
             // Callers still answer the visitor: losing one statistic is
             // better than failing a redirect.
-            metrics::counter!("linktrack_journal_errors_total").increment(1);
-            tracing::error!(%err, "event not journaled");
+            metrics::counter!("linktrack_events_lost_total").increment(1);
+            tracing::error!(%err, "event not recorded");
             false
         }
     }

@@ -140,13 +140,7 @@ async fn replay_segment(
         })?;
     let Segment { events, bad_line } = parse_segment(&text);
     let journaled = events.len();
-    let rows = resolve_links(pool, events).await?;
-    // Suppressions first: they matter more than the statistics, and once
-    // the events are visible the suppressions are too.
-    apply_unsubscribes(pool, &rows).await?;
-    insert_with_partitions(pool, &rows).await?;
-    // Events out: queued before the segment goes, so none is lost.
-    crate::outbound::enqueue(pool, outbound, &rows).await?;
+    let stored = store_events(pool, outbound, events).await?;
     if let Some((line, source)) = bad_line {
         // The readable events are in; the file stays whole for inspection
         // (replaying it again later is a no-op for those events).
@@ -162,10 +156,28 @@ async fn replay_segment(
             path: segment.to_owned(),
             source,
         })?;
-    metrics::counter!("linktrack_events_written_total").increment(rows.len() as u64);
     metrics::gauge!("linktrack_journal_backlog_events").decrement(journaled as f64);
-    tracing::debug!(events = rows.len(), segment = %segment.display(), "replayed");
+    tracing::debug!(events = stored, segment = %segment.display(), "replayed");
     Ok(())
+}
+
+/// Store journaled (or fallback-queued) events: links resolved,
+/// unsubscribes applied, rows inserted, outbound queued. Idempotent on the
+/// event ids. Returns how many rows were stored.
+pub(crate) async fn store_events(
+    pool: &MySqlPool,
+    outbound: &Outbound,
+    events: Vec<Replayable>,
+) -> Result<usize, StoreError> {
+    let rows = resolve_links(pool, events).await?;
+    // Suppressions first: they matter more than the statistics, and once
+    // the events are visible the suppressions are too.
+    apply_unsubscribes(pool, &rows).await?;
+    insert_with_partitions(pool, &rows).await?;
+    // Events out: queued before the segment goes, so none is lost.
+    crate::outbound::enqueue(pool, outbound, &rows).await?;
+    metrics::counter!("linktrack_events_written_total").increment(rows.len() as u64);
+    Ok(rows.len())
 }
 
 /// What a segment file holds.

@@ -27,5 +27,8 @@ pub(crate) mod personalize;
 pub mod rewrite;
 mod start_tag;
 
-pub use personalize::{preview, RenderError, Template, TemplateError};
+pub use personalize::{
+    preview, preview_bounded, preview_text, PreviewLimited, PreviewLimits, RenderError, Template,
+    TemplateError,
+};
 pub use rewrite::{rewrite, FoundKind, FoundLink, RewriteError, RewriteOptions};

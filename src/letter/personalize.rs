@@ -319,23 +319,129 @@ mod tests {
 /// map): every field reads as a neutral placeholder `‹name›`, never as
 /// template syntax. Never fails: a template that does not render that way
 /// (a loop over a field, say) has its tags replaced textually.
+///
+/// Unbounded: for the builder's own checks and tests. Anything on a request
+/// path uses [`preview_bounded`] (a creative's loops run as written) or
+/// [`preview_text`] (nothing runs).
 pub fn preview(source: &str, html: bool) -> String {
     let rendered = Template::compile("preview", source, html).and_then(|template| {
-        let context: Map<String, Value> = template
-            .variables()
-            .into_iter()
-            .map(|name| {
-                let placeholder = Value::String(format!("‹{name}›"));
-                (name, placeholder)
+        template
+            .render(&placeholders(&template))
+            .map_err(|err| TemplateError {
+                name: "preview".into(),
+                line: None,
+                reason: err.to_string(),
             })
-            .collect();
-        template.render(&context).map_err(|err| TemplateError {
-            name: "preview".into(),
-            line: None,
-            reason: err.to_string(),
-        })
     });
     rendered.unwrap_or_else(|_| strip_tags(source))
+}
+
+/// What a preview may spend: a hostile creative (two nested
+/// `range(10000)` loops, `'x' * 100000` five hundred times) must not hold a
+/// thread for seconds or grow the process by hundreds of megabytes.
+#[derive(Debug, Clone, Copy)]
+pub struct PreviewLimits {
+    /// minijinja instructions (about one per tag, loop turn or text chunk).
+    pub fuel: u64,
+    /// Bytes of output.
+    pub max_output: usize,
+    /// Nesting of macros, includes and blocks.
+    pub recursion: usize,
+}
+
+impl Default for PreviewLimits {
+    fn default() -> Self {
+        PreviewLimits {
+            fuel: 50_000,
+            max_output: 4 << 20,
+            recursion: 32,
+        }
+    }
+}
+
+/// The template ran past a [`PreviewLimits`] bound.
+#[derive(Debug, thiserror::Error)]
+#[error("the template exceeds the preview's limits ({0})")]
+pub struct PreviewLimited(pub String);
+
+/// [`preview`] within `limits`: a template that compiles but cannot render
+/// with placeholders is stripped textually as there; one that runs past a
+/// limit is an error, for the caller to say so (and show [`preview_text`]).
+pub fn preview_bounded(
+    source: &str,
+    html: bool,
+    limits: PreviewLimits,
+) -> Result<String, PreviewLimited> {
+    let Ok(mut template) = Template::compile("preview", source, html) else {
+        return Ok(strip_tags(source));
+    };
+    template.environment.set_fuel(Some(limits.fuel));
+    template.environment.set_recursion_limit(limits.recursion);
+    let context = placeholders(&template);
+    let mut out = CappedWriter {
+        bytes: Vec::new(),
+        max: limits.max_output,
+    };
+    let rendered = template
+        .environment
+        .get_template("preview")
+        .and_then(|t| t.render_captured_to(minijinja::value::Serde(&context), &mut out));
+    match rendered {
+        Ok(_) => Ok(String::from_utf8_lossy(&out.bytes).into_owned()),
+        Err(err) if err.kind() == minijinja::ErrorKind::OutOfFuel => Err(PreviewLimited(format!(
+            "more than {} instructions",
+            limits.fuel
+        ))),
+        Err(_) if out.bytes.len() >= limits.max_output => Err(PreviewLimited(format!(
+            "more than {} bytes of output",
+            limits.max_output
+        ))),
+        Err(err) if err.to_string().contains("recursion") => Err(PreviewLimited(format!(
+            "nesting deeper than {}",
+            limits.recursion
+        ))),
+        Err(_) => Ok(strip_tags(source)),
+    }
+}
+
+/// A template shown with its tags removed and `{{ field }}` as `‹field›`:
+/// nothing in it runs. For subjects on the dashboard's pages.
+pub fn preview_text(source: &str) -> String {
+    strip_tags(source)
+}
+
+/// Every field the template reads, as `‹name›`.
+fn placeholders(template: &Template) -> Map<String, Value> {
+    template
+        .variables()
+        .into_iter()
+        .map(|name| {
+            let placeholder = Value::String(format!("‹{name}›"));
+            (name, placeholder)
+        })
+        .collect()
+}
+
+/// An output buffer that refuses to grow past `max` bytes (the write fails,
+/// which stops the render).
+struct CappedWriter {
+    bytes: Vec<u8>,
+    max: usize,
+}
+
+impl std::io::Write for CappedWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() + buf.len() > self.max {
+            self.bytes.resize(self.max, b' ');
+            return Err(std::io::Error::other("preview output limit"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// `{{ expr }}` → `‹expr›`; `{% … %}` and `{# … #}` are dropped.
@@ -373,7 +479,22 @@ fn strip_tags(source: &str) -> String {
 
 #[cfg(test)]
 mod preview_tests {
-    use super::preview;
+    use super::{preview, preview_bounded, PreviewLimits};
+
+    #[test]
+    fn a_runaway_template_stops_at_the_preview_limits() {
+        let loops = "{% if first_name is startingwith('‹') %}{% for i in range(10000) %}\
+                     {% for j in range(10000) %}{{ j }}{% endfor %}{% endfor %}{% endif %}";
+        let err = preview_bounded(loops, false, PreviewLimits::default()).unwrap_err();
+        assert!(err.to_string().contains("instructions"), "{err}");
+        let big = "{% for i in range(500) %}{{ 'x' * 100000 }}{% endfor %}";
+        let err = preview_bounded(big, true, PreviewLimits::default()).unwrap_err();
+        assert!(err.to_string().contains("bytes of output"), "{err}");
+        assert_eq!(
+            preview_bounded("Hi {{ first_name }}", false, PreviewLimits::default()).unwrap(),
+            "Hi ‹first_name›"
+        );
+    }
 
     #[test]
     fn fields_read_as_placeholders_never_as_template_syntax() {

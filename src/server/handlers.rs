@@ -217,32 +217,40 @@ pub async fn healthz() -> &'static str {
     "ok\n"
 }
 
-/// `GET /readyz`: 200 when the database answers within a second, else 503.
+/// `GET /readyz`: 200 when the database answers within a second and the
+/// journal writes, else 503 (a node whose journal cannot write is drained:
+/// its events go the slower way, `events::fallback`).
 pub async fn readyz(State(state): State<AppState>) -> Response {
+    let journal_writes = state.recorder.health().is_writable();
     let probe = crate::store::ping(&state.pool);
-    match tokio::time::timeout(Duration::from_secs(1), probe).await {
-        Ok(Ok(())) => {
-            let mut body = serde_json::json!({"database": "ok"});
-            // Redis only feeds live figures: its absence is reported, but
-            // the server stays ready (redirects and events do not need it).
-            if let Some(live) = &state.live {
-                let redis = if live.ping().await {
-                    "ok"
-                } else {
-                    "unavailable"
-                };
-                body["redis"] = serde_json::Value::from(redis);
-            }
-            Json(body).into_response()
-        }
-        Ok(Err(err)) => not_ready(err.to_string()),
-        Err(_) => not_ready("no answer within 1s".to_owned()),
+    let database = match tokio::time::timeout(Duration::from_secs(1), probe).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(err)) => Err(err.to_string()),
+        Err(_) => Err("no answer within 1s".to_owned()),
+    };
+    let mut body = serde_json::json!({
+        "database": if database.is_ok() { "ok" } else { "unavailable" },
+        "journal": if journal_writes { "ok" } else { "unwritable" },
+    });
+    if let Err(detail) = &database {
+        body["detail"] = serde_json::Value::from(detail.as_str());
     }
-}
-
-fn not_ready(detail: String) -> Response {
-    let body = serde_json::json!({"database": "unavailable", "detail": detail});
-    (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
+    // Redis only feeds live figures: its absence is reported, but the
+    // server stays ready (redirects and events do not need it).
+    if let (Ok(()), Some(live)) = (&database, &state.live) {
+        let redis = if live.ping().await {
+            "ok"
+        } else {
+            "unavailable"
+        };
+        body["redis"] = serde_json::Value::from(redis);
+    }
+    let status = if database.is_ok() && journal_writes {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(body)).into_response()
 }
 
 /// `GET /metrics`: Prometheus text format.

@@ -21,6 +21,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 
 /// What a waiting request is told.
 type Answer = Result<Option<Arc<StoredLink>>, Arc<ServerError>>;
@@ -28,6 +29,11 @@ type Answer = Result<Option<Arc<StoredLink>>, Arc<ServerError>>;
 struct Waiting {
     token: Token,
     reply: oneshot::Sender<Answer>,
+    /// When the request stops waiting: its arrival plus `db_timeout`, so
+    /// time spent queued for a slot counts against the same budget (it
+    /// used to come on top of the statement's: two timeouts under load
+    /// with the database away).
+    deadline: Instant,
 }
 
 /// Lookup statements at once unless configured (`--lookups-in-flight`):
@@ -73,18 +79,37 @@ impl LinkLookups {
         LinkLookups { tx }
     }
 
-    /// The link `token` names; `Ok(None)` if it names none.
-    pub async fn lookup(&self, token: Token) -> Result<Option<Arc<StoredLink>>, ServerError> {
+    /// The link `token` names; `Ok(None)` if it names none. Waits no
+    /// longer than `db_timeout` from now in all: queued for a slot and in
+    /// the statement together.
+    pub async fn lookup(
+        &self,
+        token: Token,
+        db_timeout: Duration,
+    ) -> Result<Option<Arc<StoredLink>>, ServerError> {
+        let deadline = Instant::now() + db_timeout;
         let (reply, answer) = oneshot::channel();
         let stopped = || ServerError::Unavailable("link lookups have stopped".to_owned());
-        self.tx
-            .send(Waiting { token, reply })
-            .await
-            .map_err(|_| stopped())?;
-        answer
-            .await
-            .map_err(|_| stopped())?
-            .map_err(ServerError::from_shared)
+        let waited = async {
+            self.tx
+                .send(Waiting {
+                    token,
+                    reply,
+                    deadline,
+                })
+                .await
+                .map_err(|_| stopped())?;
+            answer
+                .await
+                .map_err(|_| stopped())?
+                .map_err(ServerError::from_shared)
+        };
+        match tokio::time::timeout_at(deadline, waited).await {
+            Ok(answer) => answer,
+            Err(_) => Err(ServerError::Unavailable(format!(
+                "no answer within {db_timeout:?}"
+            ))),
+        }
     }
 }
 
@@ -116,25 +141,36 @@ async fn batch_misses(pool: Lookup, mut rx: mpsc::Receiver<Waiting>, settings: L
     }
 }
 
-/// Run one batch's statement and hand every request its link.
+/// Run one batch's statement and hand every request its link. Requests
+/// that stopped waiting are left out; the statement gets until the latest
+/// deadline of those left (never more than `db_timeout`): each request
+/// stops waiting at its own deadline, so the earliest one must not cut the
+/// statement short for the others.
 async fn answer_batch(
     lookup: Lookup,
-    batch: Vec<Waiting>,
+    mut batch: Vec<Waiting>,
     _slot: OwnedSemaphorePermit,
     db_timeout: Duration,
 ) {
+    batch.retain(|waiting| !waiting.reply.is_closed());
+    let Some(latest) = batch.iter().map(|w| w.deadline).max() else {
+        return;
+    };
+    let limit = latest
+        .saturating_duration_since(Instant::now())
+        .min(db_timeout);
     metrics::histogram!("linktrack_link_lookup_batch_size").record(batch.len() as f64);
     metrics::counter!("linktrack_link_lookup_statements_total").increment(1);
     let Lookup { pool, router } = lookup;
     if let Some(router) = router {
         let tokens: Vec<Token> = batch.iter().map(|w| w.token).collect();
-        let found = bounded(db_timeout, router.lookup_many(&tokens)).await;
+        let found = bounded(limit, router.lookup_many(&tokens)).await;
         return answer_all(batch, found);
     }
     if let [only] = batch.as_slice() {
         let token = only.token;
         let found = bounded(
-            db_timeout,
+            limit,
             on_a_live_connection(&pool, || links::lookup(&pool, &token)),
         )
         .await
@@ -146,7 +182,7 @@ async fn answer_batch(
     }
     let tokens: Vec<Token> = batch.iter().map(|w| w.token).collect();
     let lookup = on_a_live_connection(&pool, || links::lookup_many(&pool, &tokens));
-    answer_all(batch, bounded(db_timeout, lookup).await);
+    answer_all(batch, bounded(limit, lookup).await);
 }
 
 /// Hand every request of a batch its link (or the batch's error).

@@ -174,7 +174,7 @@ impl AppState {
     async fn lookup(&self, token: Token) -> Result<Arc<StoredLink>, ServerError> {
         metrics::counter!("linktrack_link_lookups_total").increment(1);
         self.lookups
-            .lookup(token)
+            .lookup(token, self.settings.db_timeout)
             .await?
             .ok_or(ServerError::NotFound)
     }

@@ -5,6 +5,7 @@
 
 use super::{chart, clickmap, StatsError, StatsState};
 use crate::letter;
+use crate::letter::PreviewLimits;
 use crate::store::stats::{self, LinkStats};
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderName};
@@ -12,6 +13,8 @@ use axum::response::Html;
 use minijinja::value::Serde;
 use minijinja::{context, Environment};
 use std::collections::BTreeMap;
+use std::time::Duration;
+use tokio::sync::Semaphore;
 
 /// The dashboard's style sheet. The templates insert it with `|safe`:
 /// autoescaping would turn its quotes and slashes into entities inside
@@ -22,10 +25,9 @@ const CSS: &str = include_str!("templates/base.css");
 /// The dashboard's templates.
 pub fn templates() -> Result<Environment<'static>, minijinja::Error> {
     let mut env = Environment::new();
-    // Subjects are templates: shown with placeholders, never as `{{ … }}`.
-    env.add_filter("preview", |subject: String| {
-        letter::preview(&subject, false)
-    });
+    // Subjects are templates: shown with placeholders, never as `{{ … }}`,
+    // and never run (the index lists 500 of them per request).
+    env.add_filter("preview", |subject: String| letter::preview_text(&subject));
     env.add_template("index.html", include_str!("templates/index.html"))?;
     env.add_template("mailing.html", include_str!("templates/mailing.html"))?;
     Ok(env)
@@ -91,11 +93,15 @@ pub async fn mailing(
             share: share(link.human.total, total),
         })
         .collect();
-    let clickmap = match stats::mailing_html(&state.pool, &id).await? {
+    let (clickmap, preview_limited) = match stats::mailing_html(&state.pool, &id).await? {
         // The saved creative is the template: preview it as the builder would
-        // personalise it, so no `{{ … }}` shows and positions still match.
-        Some(html) => Some(clickmap::render(&letter::preview(&html, true), &clicks)?),
-        None => None,
+        // personalise it, so no `{{ … }}` shows and positions still match;
+        // within limits, off the request runtime (`bounded_preview`).
+        Some(html) => {
+            let (preview, limited) = bounded_preview(html).await;
+            (Some(clickmap::render(&preview, &clicks)?), limited)
+        }
+        None => (None, None),
     };
     let live = match &state.live {
         Some(live) => live
@@ -118,10 +124,43 @@ pub async fn mailing(
                 chart::Resolution::Hour => "hour",
             },
             clickmap,
+            preview_limited,
             live_up => state.live.as_ref().map(|l| l.is_up()),
             live => Serde(live),
         })?;
     Ok(page(html))
+}
+
+/// The longest a click map's preview may take, queue included.
+const PREVIEW_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// One preview renders at a time: ten dashboard requests for a hostile
+/// creative take one blocking thread, not both cores.
+static PREVIEWS: Semaphore = Semaphore::const_new(1);
+
+/// The creative as the builder would personalise it, rendered on the
+/// blocking pool within [`PreviewLimits`] and [`PREVIEW_TIMEOUT`]; past a
+/// limit, its text with the tags removed and why (shown on the page).
+async fn bounded_preview(html: String) -> (String, Option<String>) {
+    let render = async {
+        let _permit = PREVIEWS.acquire().await.ok()?;
+        let source = html.clone();
+        tokio::task::spawn_blocking(move || {
+            letter::preview_bounded(&source, true, PreviewLimits::default())
+        })
+        .await
+        .ok()
+    };
+    match tokio::time::timeout(PREVIEW_TIMEOUT, render).await {
+        Ok(Some(Ok(preview))) => (preview, None),
+        Ok(Some(Err(limited))) => (letter::preview_text(&html), Some(limited.to_string())),
+        Ok(None) | Err(_) => (
+            letter::preview_text(&html),
+            Some(format!(
+                "the template's preview did not finish within {PREVIEW_TIMEOUT:?}"
+            )),
+        ),
+    }
 }
 
 /// Minutes in the first hours after a send, hours after.
