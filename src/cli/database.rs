@@ -79,10 +79,14 @@ async fn apply(
     let pool = pool(url).await?;
     match partitions::run(&pool, policy, options).await {
         Ok(reports) => {
-            for report in reports {
+            for report in &reports {
                 say!("{report}")?;
             }
-            Ok(())
+            // A refusal to drop still added the days ahead; it fails the run.
+            match partitions::refusals(&reports) {
+                Some(refusal) => Err(refusal.into()),
+                None => Ok(()),
+            }
         }
         // On a cluster: say what the reachable nodes did, then fail naming the others.
         Err(store::StoreError::NodesFailed { done, failed }) => {
