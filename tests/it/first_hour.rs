@@ -197,3 +197,39 @@ async fn only_mysql_and_mariadb_urls_are_accepted() {
         assert!(output.status.success(), "{args:?}: {}", stderr(&output));
     }
 }
+
+/// `linktrack suppressions list | head -1`: the reader has what it wanted
+/// and closes the pipe. The listing ends quietly with exit 0 (it panicked
+/// on `println!`, exit 101). The pipe here is closed before the command
+/// writes anything, so every write meets the closed pipe, as the lines
+/// after the first do under `head -1`.
+#[tokio::test]
+async fn listings_end_quietly_when_their_reader_closes_the_pipe() {
+    let db = TestDb::new().await;
+    let added = linktrack_with(
+        &db.url,
+        &["suppressions", "add", "a@example.com", "b@example.com"],
+        "warn",
+    );
+    assert!(added.status.success(), "{}", stderr(&added));
+    let listings: [&[&str]; 4] = [
+        &["suppressions", "list"],
+        &["partitions", "list"],
+        &["webhooks", "list"],
+        &["webhooks", "new-secret"],
+    ];
+    for args in listings {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let output = Command::new(env!("CARGO_BIN_EXE_linktrack"))
+            .args(args)
+            .env("DATABASE_URL", &db.url)
+            .env("RUST_LOG", "warn")
+            .stdout(writer)
+            .output()
+            .expect("running linktrack");
+        let text = stderr(&output);
+        assert_eq!(output.status.code(), Some(0), "{args:?}: {text}");
+        assert!(text.is_empty(), "{args:?}: {text}");
+    }
+}
