@@ -57,7 +57,8 @@ fn hide_env_values(command: clap::Command) -> clap::Command {
 /// Flags every subcommand accepts.
 #[derive(Debug, Clone, Args)]
 pub struct GlobalArgs {
-    /// MySQL or MariaDB URL; the database in it is the one linktrack uses.
+    /// MySQL or MariaDB URL (mysql:// or mariadb://; any other scheme is
+    /// refused); the database in it is the one linktrack uses.
     // The URL may carry a password: never echo the environment's value in --help.
     #[arg(long, env = "DATABASE_URL", default_value = DEFAULT_DATABASE_URL, global = true, hide_env_values = true)]
     pub database_url: String,
@@ -465,7 +466,9 @@ pub struct BuildArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum SuppressionsCommand {
-    /// Add addresses (normalised: trimmed, lowercased).
+    /// Add addresses (normalised: Unicode white space and invisible
+    /// characters such as a BOM trimmed, lowercased). What is not an
+    /// address is refused by argument number, the rest added; exit 2.
     Add {
         /// The addresses to suppress; an invalid one fails the command and adds none.
         #[arg(required = true, value_name = "ADDRESS")]
@@ -515,7 +518,9 @@ pub enum TrackingOptoutsCommand {
         #[arg(required = true, value_name = "ADDRESS")]
         addresses: Vec<String>,
     },
-    /// Import a file with one address per line (blank lines and # comments skipped).
+    /// Import a file with one address per line (blank lines and # comments
+    /// skipped; a BOM or CRLF is fine). Lines that are not addresses are
+    /// refused by line number, the rest imported; exit 2.
     Import {
         #[arg(value_name = "FILE")]
         file: PathBuf,
@@ -596,7 +601,8 @@ pub struct RotateArgs {
     #[arg(long)]
     pub dry_run: bool,
 
-    /// Refuse to drop more than this many partitions of one table in one run.
+    /// Refuse to drop more than this many partitions of one table in one run
+    /// (the days ahead are still created; the run exits 1).
     #[arg(long, default_value_t = 7)]
     pub max_drop: usize,
 

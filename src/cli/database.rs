@@ -1,6 +1,6 @@
 //! The storage commands: `migrate`, `partitions`, `shards`.
 
-use super::pool;
+use super::{counted, pool};
 use crate::config::{EnsureArgs, MigrateArgs, RotateArgs, ShardsMoveArgs, ShardsRebalanceArgs};
 use crate::store::{self, partitions};
 use anyhow::Context;
@@ -10,11 +10,11 @@ use std::time::Duration;
 pub(super) async fn migrate(url: &str, args: &MigrateArgs) -> anyhow::Result<()> {
     let pool = store::migrate(url).await?;
     let applied = store::applied_migrations(&pool).await?;
-    println!("migrate: schema is current ({applied} migrations applied)");
+    say!("migrate: schema is current ({applied} migrations applied)")?;
     // Without --row-format, new (empty) tables get the default format and
     // tables holding rows are left as they are, with a note.
     for line in store::set_row_format(&pool, &row_format_options(args)).await? {
-        println!("migrate: {line}");
+        say!("migrate: {line}")?;
     }
     Ok(())
 }
@@ -40,9 +40,9 @@ pub(super) async fn migrate_cluster(
         row_format: row_format_options(args),
     };
     for line in store::cluster::migrate(url, &plan).await? {
-        println!("migrate: {line}");
+        say!("migrate: {line}")?;
     }
-    println!("migrate: the cluster's schema is current");
+    say!("migrate: the cluster's schema is current")?;
     Ok(())
 }
 
@@ -85,15 +85,19 @@ async fn apply(
     let pool = pool(url).await?;
     match partitions::run(&pool, policy, options).await {
         Ok(reports) => {
-            for report in reports {
-                println!("{report}");
+            for report in &reports {
+                say!("{report}")?;
             }
-            Ok(())
+            // A refusal to drop still added the days ahead; it fails the run.
+            match partitions::refusals(&reports) {
+                Some(refusal) => Err(refusal.into()),
+                None => Ok(()),
+            }
         }
         // On a cluster: say what the reachable nodes did, then fail naming the others.
         Err(store::StoreError::NodesFailed { done, failed }) => {
             for report in done {
-                println!("{report}");
+                say!("{report}")?;
             }
             Err(store::StoreError::NodesFailed {
                 done: Vec::new(),
@@ -112,12 +116,12 @@ pub(super) async fn list(url: &str) -> anyhow::Result<()> {
     }
     for table in partitions::PARTITIONED_TABLES {
         for p in partitions::list(&pool, table).await? {
-            println!(
-                "{table}\t{}\t{}\t~{} rows",
+            say!(
+                "{table}\t{}\t{}\t~{}",
                 p.name,
                 p.last_day(),
-                p.approx_rows
-            );
+                counted(p.approx_rows, "row", "rows")
+            )?;
         }
     }
     Ok(())
@@ -133,14 +137,14 @@ async fn list_cluster(pool: &sqlx::MySqlPool) -> anyhow::Result<()> {
     let (tables, failed) = store::cluster::list_all(pool).await?;
     for table in tables {
         for p in table.days {
-            println!(
-                "{}\t{}\t{}\t{}\t~{} rows",
+            say!(
+                "{}\t{}\t{}\t{}\t~{}",
                 table.server,
                 table.data_table,
                 p.name,
                 p.last_day(),
-                p.approx_rows
-            );
+                counted(p.approx_rows, "row", "rows")
+            )?;
         }
     }
     if failed.is_empty() {
@@ -164,7 +168,7 @@ pub(super) async fn shards_move(url: &str, args: &ShardsMoveArgs) -> anyhow::Res
         let outcome = store::shard_move::move_table(&pool, table, &server, &node)
             .await
             .with_context(|| format!("moving {table} to {server}"))?;
-        println!("shards: {outcome}");
+        say!("shards: {outcome}")?;
     }
     Ok(())
 }
@@ -191,11 +195,11 @@ pub(super) async fn shards_rebalance(
     let names: Vec<String> = servers.iter().map(|(name, _)| name.clone()).collect();
     let plan = store::shard_move::rebalance_plan(&placements, &names);
     if plan.is_empty() {
-        println!("shards: balanced, nothing to move");
+        say!("shards: balanced, nothing to move")?;
     }
     for (table, to) in plan {
         if args.dry_run {
-            println!("shards: would move {table} to {to}");
+            say!("shards: would move {table} to {to}")?;
             continue;
         }
         let node = servers
@@ -206,7 +210,7 @@ pub(super) async fn shards_rebalance(
         let outcome = store::shard_move::move_table(&pool, &table, &to, &node)
             .await
             .with_context(|| format!("moving {table} to {to}"))?;
-        println!("shards: {outcome}");
+        say!("shards: {outcome}")?;
     }
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! The mailing commands: `build`, `suppressions`, `tracking-optouts`, `erase`, `segment`,
 //! `stats rollup`.
 
-use super::{live_layer, pool, EXIT_REJECTED};
+use super::{counted, live_layer, pool, EXIT_REJECTED};
 use crate::address;
 use crate::build::{self, BuildOptions, Output};
 use crate::config::{
@@ -87,41 +87,50 @@ fn beside_out(out: &Output, suffix: &str) -> PathBuf {
     }
 }
 
-pub(super) async fn suppressions(url: &str, command: SuppressionsCommand) -> anyhow::Result<()> {
+pub(super) async fn suppressions(
+    url: &str,
+    command: SuppressionsCommand,
+) -> anyhow::Result<ExitCode> {
     let pool = pool(url).await?;
     match command {
         SuppressionsCommand::Add { addresses, reason } => {
-            let addresses =
-                valid_addresses(addresses.iter().map(String::as_str).enumerate(), None)?;
-            let added = suppressions::add(&pool, &addresses, &reason).await?;
-            println!(
-                "suppressions: added {added} ({} already listed)",
-                addresses.len() as u64 - added
-            );
+            let arguments = addresses
+                .iter()
+                .enumerate()
+                .map(|(index, raw)| (format!("argument {}", index + 1), raw.as_str()));
+            let checked = CheckedAddresses::of(arguments);
+            let added = suppressions::add(&pool, &checked.valid, &reason).await?;
+            checked.print_refused();
+            say!(
+                "suppressions: added {added} ({} already listed){}",
+                checked.valid.len() as u64 - added,
+                checked.refused_summary("argument", "arguments")
+            )?;
+            Ok(checked.exit_code())
         }
         SuppressionsCommand::Remove { addresses } => {
+            // Not refused when invalid: whatever is on the list can be taken off.
             let addresses: Vec<String> = addresses.iter().map(|a| address::normalize(a)).collect();
             let removed = suppressions::remove(&pool, &addresses).await?;
-            println!(
-                "suppressions: removed {removed} ({} were not listed)",
-                addresses.len() as u64 - removed
-            );
+            let unlisted = addresses.len() as u64 - removed;
+            let verb = if unlisted == 1 { "was" } else { "were" };
+            say!("suppressions: removed {removed} ({unlisted} {verb} not listed)")?;
+            Ok(ExitCode::SUCCESS)
         }
         SuppressionsCommand::Import { file, reason } => {
             let text = std::fs::read_to_string(&file)
                 .with_context(|| format!("reading {}", file.display()))?;
-            let lines = text
-                .lines()
-                .enumerate()
-                .filter(|(_, l)| !l.trim().is_empty() && !l.trim_start().starts_with('#'));
-            let addresses = valid_addresses(lines, Some(&file))?;
-            let added = suppressions::add(&pool, &addresses, &reason).await?;
-            println!(
-                "suppressions: imported {} addresses from {}: {added} new, {} already listed",
-                addresses.len(),
+            let checked = CheckedAddresses::of(list_lines(&text, &file));
+            let added = suppressions::add(&pool, &checked.valid, &reason).await?;
+            checked.print_refused();
+            say!(
+                "suppressions: imported {} from {}: {added} new, {} already listed{}",
+                counted(checked.valid.len() as u64, "address", "addresses"),
                 file.display(),
-                addresses.len() as u64 - added
-            );
+                checked.valid.len() as u64 - added,
+                checked.refused_summary("line", "lines")
+            )?;
+            Ok(checked.exit_code())
         }
         SuppressionsCommand::List { limit } => {
             let mut after: Option<String> = None;
@@ -132,55 +141,60 @@ pub(super) async fn suppressions(url: &str, command: SuppressionsCommand) -> any
                 let Some(last) = page.last() else { break };
                 after = Some(last.email.clone());
                 for entry in &page {
-                    println!("{}\t{}\t{}", entry.email, entry.reason, entry.created_at);
+                    say!("{}\t{}\t{}", entry.email, entry.reason, entry.created_at)?;
                 }
                 left = left.saturating_sub(page.len() as u64);
             }
+            Ok(ExitCode::SUCCESS)
         }
     }
-    Ok(())
 }
 
-/// `linktrack tracking-optouts`: the suppression commands' twins (same
-/// normalisation, same all-or-nothing check of the addresses).
+/// `linktrack tracking-optouts`: the suppression commands' twins (the same
+/// normalisation and per-address refusals, the same listing).
 pub(super) async fn tracking_optouts(
     url: &str,
     command: TrackingOptoutsCommand,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<ExitCode> {
     let pool = pool(url).await?;
     match command {
         TrackingOptoutsCommand::Add { addresses, source } => {
-            let addresses =
-                valid_addresses(addresses.iter().map(String::as_str).enumerate(), None)?;
-            let added = tracking_optouts::add(&pool, &addresses, &source).await?;
-            println!(
-                "tracking-optouts: added {added} ({} already listed)",
-                addresses.len() as u64 - added
-            );
+            let arguments = addresses
+                .iter()
+                .enumerate()
+                .map(|(index, raw)| (format!("argument {}", index + 1), raw.as_str()));
+            let checked = CheckedAddresses::of(arguments);
+            let added = tracking_optouts::add(&pool, &checked.valid, &source).await?;
+            checked.print_refused();
+            say!(
+                "tracking-optouts: added {added} ({} already listed){}",
+                checked.valid.len() as u64 - added,
+                checked.refused_summary("argument", "arguments")
+            )?;
+            Ok(checked.exit_code())
         }
         TrackingOptoutsCommand::Remove { addresses } => {
             let addresses: Vec<String> = addresses.iter().map(|a| address::normalize(a)).collect();
             let removed = tracking_optouts::remove(&pool, &addresses).await?;
-            println!(
-                "tracking-optouts: removed {removed} ({} were not listed)",
-                addresses.len() as u64 - removed
-            );
+            let unlisted = addresses.len() as u64 - removed;
+            let verb = if unlisted == 1 { "was" } else { "were" };
+            say!("tracking-optouts: removed {removed} ({unlisted} {verb} not listed)")?;
+            Ok(ExitCode::SUCCESS)
         }
         TrackingOptoutsCommand::Import { file, source } => {
             let text = std::fs::read_to_string(&file)
                 .with_context(|| format!("reading {}", file.display()))?;
-            let lines = text
-                .lines()
-                .enumerate()
-                .filter(|(_, l)| !l.trim().is_empty() && !l.trim_start().starts_with('#'));
-            let addresses = valid_addresses(lines, Some(&file))?;
-            let added = tracking_optouts::add(&pool, &addresses, &source).await?;
-            println!(
-                "tracking-optouts: imported {} addresses from {}: {added} new, {} already listed",
-                addresses.len(),
+            let checked = CheckedAddresses::of(list_lines(&text, &file));
+            let added = tracking_optouts::add(&pool, &checked.valid, &source).await?;
+            checked.print_refused();
+            say!(
+                "tracking-optouts: imported {} from {}: {added} new, {} already listed{}",
+                counted(checked.valid.len() as u64, "address", "addresses"),
                 file.display(),
-                addresses.len() as u64 - added
-            );
+                checked.valid.len() as u64 - added,
+                checked.refused_summary("line", "lines")
+            )?;
+            Ok(checked.exit_code())
         }
         TrackingOptoutsCommand::List { limit } => {
             let mut after: Option<String> = None;
@@ -191,40 +205,82 @@ pub(super) async fn tracking_optouts(
                 let Some(last) = page.last() else { break };
                 after = Some(last.email.clone());
                 for entry in &page {
-                    println!("{}\t{}\t{}", entry.email, entry.source, entry.created_at);
+                    say!("{}\t{}\t{}", entry.email, entry.source, entry.created_at)?;
                 }
                 left = left.saturating_sub(page.len() as u64);
             }
+            Ok(ExitCode::SUCCESS)
         }
     }
-    Ok(())
 }
 
-/// Normalise and check addresses; any invalid one fails the command, naming
-/// its position (argument number, or file and line).
-fn valid_addresses<'a>(
-    items: impl Iterator<Item = (usize, &'a str)>,
-    file: Option<&Path>,
-) -> anyhow::Result<Vec<String>> {
-    let mut valid = Vec::new();
-    let mut errors = Vec::new();
-    for (index, raw) in items {
-        let normalised = address::normalize(raw);
-        match address::validate(&normalised) {
-            Ok(()) => valid.push(normalised),
-            Err(e) => errors.push(match file {
-                Some(path) => format!("{}: line {}: {raw:?}: {e}", path.display(), index + 1),
-                None => format!("argument {}: {raw:?}: {e}", index + 1),
-            }),
+/// The address lines of a list file, each with its place ("FILE: line N"):
+/// blank lines and `#` comments are skipped, after the same trimming as an
+/// address gets (a file saved by Excel or Notepad starts with a byte-order
+/// mark, which must not turn a comment into an address).
+fn list_lines<'a>(text: &'a str, file: &'a Path) -> impl Iterator<Item = (String, &'a str)> + 'a {
+    text.lines().enumerate().filter_map(move |(index, line)| {
+        let content = address::trim(line);
+        (!content.is_empty() && !content.starts_with('#'))
+            .then(|| (format!("{}: line {}", file.display(), index + 1), line))
+    })
+}
+
+/// Addresses given to `suppressions add|import`, each normalised and
+/// checked once ([`address::Email::parse`]). One that does not parse is
+/// refused, named by its place with the reason; the others are still
+/// added, and the command then exits with [`EXIT_REJECTED`].
+struct CheckedAddresses {
+    /// Normalised, each once, in the order given.
+    valid: Vec<String>,
+    /// "PLACE: "RAW": REASON", one per refused address.
+    refused: Vec<String>,
+}
+
+impl CheckedAddresses {
+    fn of<'a>(items: impl Iterator<Item = (String, &'a str)>) -> CheckedAddresses {
+        let mut seen = std::collections::HashSet::new();
+        let mut checked = CheckedAddresses {
+            valid: Vec::new(),
+            refused: Vec::new(),
+        };
+        for (place, raw) in items {
+            match address::Email::parse(raw) {
+                Ok(email) => {
+                    if seen.insert(email.clone()) {
+                        checked.valid.push(email.into_string());
+                    }
+                }
+                Err(why) => checked.refused.push(format!("{place}: {raw:?}: {why}")),
+            }
+        }
+        checked
+    }
+
+    /// Each refused address on standard error, with its place and reason.
+    fn print_refused(&self) {
+        for line in &self.refused {
+            eprintln!("linktrack: refused: {line}");
         }
     }
-    if errors.is_empty() {
-        Ok(valid)
-    } else {
-        anyhow::bail!(
-            "nothing was changed; fix these addresses first:\n{}",
-            errors.join("\n")
+
+    /// "; 2 lines refused (…)" for the summary line, or nothing.
+    fn refused_summary(&self, one: &str, many: &str) -> String {
+        if self.refused.is_empty() {
+            return String::new();
+        }
+        format!(
+            "; {} refused (not addresses, listed above)",
+            counted(self.refused.len() as u64, one, many)
         )
+    }
+
+    fn exit_code(&self) -> ExitCode {
+        if self.refused.is_empty() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(EXIT_REJECTED)
+        }
     }
 }
 
@@ -232,7 +288,7 @@ pub(super) async fn erase(url: &str, args: &EraseArgs) -> anyhow::Result<()> {
     let pool = pool(url).await?;
     let email = address::normalize(&args.email);
     let report = store::erase::erase(&pool, &email).await?;
-    println!("{report}");
+    say!("{report}")?;
     Ok(())
 }
 
@@ -248,7 +304,7 @@ pub(super) async fn segment(url: &str, args: &SegmentArgs) -> anyhow::Result<()>
     };
     let letters = live.segment(&args.mailing, &query).await?;
     for email in store::segments::addresses_of_letters(&pool, &args.mailing, &letters).await? {
-        println!("{email}");
+        say!("{email}")?;
     }
     Ok(())
 }
@@ -272,6 +328,6 @@ pub(super) async fn rollup(url: &str, args: &RollupArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let report = crate::rollup::roll_and_publish(&pool, live.as_ref(), &options).await?;
-    println!("{report}");
+    say!("{report}")?;
     Ok(())
 }

@@ -10,6 +10,16 @@
 //! * `serve`: `serve` and `demo`;
 //! * `webhooks`: `webhooks list`, `test`, `replay`.
 
+/// `println!` for commands: one line to standard output, as an
+/// `anyhow::Result` to `?` (see [`out_line`]), so that a reader closing
+/// the pipe (`linktrack suppressions list | head -1`) ends the command
+/// quietly instead of panicking.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        $crate::cli::out_line(format_args!($($arg)*))
+    };
+}
+
 mod database;
 mod mailing;
 mod serve;
@@ -26,9 +36,44 @@ use std::process::ExitCode;
 /// Exit status of a build that rejected some recipients.
 pub const EXIT_REJECTED: u8 = 2;
 
-/// Set up logging and run one command.
+/// Set up logging and run one command. A closed standard output (the
+/// reader of a pipe has all it wanted) ends the command with success.
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     init_tracing(cli.global.log_json);
+    match run_command(cli).await {
+        Err(err) if err.downcast_ref::<StdoutClosed>().is_some() => Ok(ExitCode::SUCCESS),
+        other => other,
+    }
+}
+
+/// Standard output's reader went away (`EPIPE`): nobody wants the rest.
+#[derive(Debug, thiserror::Error)]
+#[error("standard output was closed")]
+pub struct StdoutClosed;
+
+/// Write one line to standard output. A broken pipe is [`StdoutClosed`],
+/// which [`run`] turns into a quiet exit 0; only the command's own output
+/// goes through here, so a broken pipe to the database or an MTA is never
+/// mistaken for it.
+pub fn out_line(line: std::fmt::Arguments<'_>) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_fmt(line)
+        .and_then(|()| stdout.write_all(b"\n"))
+    {
+        Ok(()) => Ok(()),
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Err(StdoutClosed.into()),
+        Err(err) => Err(anyhow::Error::new(err).context("writing to standard output")),
+    }
+}
+
+/// "1 address", "2 addresses": a count with its noun in the right number.
+pub(crate) fn counted(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+async fn run_command(cli: Cli) -> anyhow::Result<ExitCode> {
     let url = cli.global.database_url.as_str();
     match cli.command {
         Command::Migrate(args) => match cli.global.shards.as_deref() {
@@ -43,8 +88,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Partitions(PartitionsCommand::List) => database::list(url).await?,
         Command::Build(args) => return mailing::build(url, &args).await,
-        Command::Suppressions(command) => mailing::suppressions(url, command).await?,
-        Command::TrackingOptouts(command) => mailing::tracking_optouts(url, command).await?,
+        Command::Suppressions(command) => return mailing::suppressions(url, command).await,
+        Command::TrackingOptouts(command) => {
+            return mailing::tracking_optouts(url, command).await
+        }
         Command::Serve(args) => serve::serve(url, &args).await?,
         Command::Demo(args) => serve::demo(url, &args).await?,
         Command::Erase(args) => mailing::erase(url, &args).await?,
@@ -64,7 +111,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             database::shards_rebalance(url, cli.global.shards.as_deref(), &args).await?
         }
         Command::Webhooks(WebhooksCommand::NewSecret) => {
-            println!("{}", crate::outbound::signature::Secret::generate());
+            say!("{}", crate::outbound::signature::Secret::generate())?;
         }
     }
     Ok(ExitCode::SUCCESS)

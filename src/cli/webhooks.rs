@@ -14,9 +14,9 @@ pub(super) async fn webhooks_list(url: &str, args: &OutboundArgs) -> anyhow::Res
     let pool = pool(url).await?;
     let backlog = store::outbox::backlog(&pool).await?;
     let now = Utc::now().naive_utc();
-    println!("endpoint\ttarget\tfilter\tqueued\tlag_secs\tdead");
+    say!("endpoint\ttarget\tfilter\tqueued\tlag_secs\tdead")?;
     for line in crate::outbound::list_lines(&outbound, &backlog, now) {
-        println!("{line}");
+        say!("{line}")?;
     }
     Ok(())
 }
@@ -33,7 +33,7 @@ pub(super) async fn webhooks_test(args: &WebhooksTestArgs) -> anyhow::Result<Exi
         );
     };
     let outcome = crate::outbound::send_test(endpoint).await?;
-    println!("{}: {outcome:?}", endpoint.name);
+    say!("{}: {outcome:?}", endpoint.name)?;
     Ok(if outcome == crate::outbound::webhook::Outcome::Delivered {
         ExitCode::SUCCESS
     } else {
@@ -46,10 +46,11 @@ pub(super) async fn webhooks_replay(url: &str, args: &WebhooksReplayArgs) -> any
     let since = parse_since(&args.since)?;
     let pool = pool(url).await?;
     let queued = store::outbox::replay_dead(&pool, &args.endpoint, since).await?;
-    println!(
-        "{queued} dead letters of endpoint {:?} since {since} queued again",
+    say!(
+        "{} of endpoint {:?} since {since} queued again",
+        super::counted(queued, "dead letter", "dead letters"),
         args.endpoint
-    );
+    )?;
     Ok(())
 }
 

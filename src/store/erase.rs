@@ -21,6 +21,11 @@ use super::{partitions, StoreError};
 use chrono::NaiveDate;
 use sqlx::MySqlPool;
 
+/// "1 row", "2 rows".
+fn rows(n: u64) -> String {
+    format!("{n} {}", if n == 1 { "row" } else { "rows" })
+}
+
 /// What [`erase`] changed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EraseReport {
@@ -32,8 +37,8 @@ pub struct EraseReport {
 
 impl std::fmt::Display for EraseReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        writeln!(f, "erase: links: {} rows anonymised", self.links)?;
-        writeln!(f, "erase: events: {} rows anonymised", self.events)?;
+        writeln!(f, "erase: links: {} anonymised", rows(self.links))?;
+        writeln!(f, "erase: events: {} anonymised", rows(self.events))?;
         if self.suppressed {
             write!(
                 f,

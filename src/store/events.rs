@@ -190,8 +190,8 @@ fn push_number(sql: &mut String, number: Option<impl itoa::Integer>) {
 }
 
 /// Put `emails` on the suppression list with reason `unsubscribe`. Each
-/// address is trimmed and lowercased, the form the suppression list is keyed
-/// by. Idempotent: an address already listed keeps its original reason and
+/// address is normalised ([`crate::address::normalize`]), the form the
+/// suppression list is keyed by. Idempotent: an address already listed keeps its original reason and
 /// date. (`IGNORE` is safe here: the table is not partitioned and the
 /// addresses come from `links.email`, which has the same length limit.)
 pub async fn suppress_unsubscribed(pool: &MySqlPool, emails: &[&str]) -> Result<(), StoreError> {
@@ -199,7 +199,9 @@ pub async fn suppress_unsubscribed(pool: &MySqlPool, emails: &[&str]) -> Result<
         let mut query =
             QueryBuilder::<MySql>::new("INSERT IGNORE INTO suppressions (email, reason) ");
         query.push_values(chunk, |mut b, email| {
-            b.push_bind(email.trim().to_lowercase())
+            // The one normalisation, as the build and `suppressions add`
+            // use it: the entry is the key the next build looks up.
+            b.push_bind(crate::address::normalize(email))
                 .push_bind("unsubscribe");
         });
         query.build().execute(pool).await?;

@@ -196,9 +196,34 @@ impl Default for PoolSettings {
     }
 }
 
+/// `url` if it names MySQL or MariaDB: `mysql://` as it is, `mariadb://`
+/// spelt `mysql://` (sqlx's own spelling). Any other scheme is refused,
+/// named, before any connection: sqlx's MySQL driver reads any URL, so a
+/// `postgres://` URL would otherwise reach whatever MySQL server answered
+/// on its host and port. The error never repeats the URL (it may hold a
+/// password).
+pub fn mysql_url(url: &str) -> Result<std::borrow::Cow<'_, str>, StoreError> {
+    let Some((scheme, rest)) = url.trim().split_once("://") else {
+        return Err(StoreError::BadUrl(
+            "not a URL; expected mysql://USER:PASSWORD@HOST:PORT/DATABASE".to_owned(),
+        ));
+    };
+    if scheme.eq_ignore_ascii_case("mysql") {
+        Ok(std::borrow::Cow::Borrowed(url.trim()))
+    } else if scheme.eq_ignore_ascii_case("mariadb") {
+        Ok(std::borrow::Cow::Owned(format!("mysql://{rest}")))
+    } else {
+        Err(StoreError::BadUrl(format!(
+            "the scheme {scheme:?} is not supported: linktrack stores in MariaDB or MySQL, \
+             mysql://USER:PASSWORD@HOST:PORT/DATABASE (or mariadb://…)"
+        )))
+    }
+}
+
 fn connect_options(url: &str) -> Result<MySqlConnectOptions, StoreError> {
+    let url = mysql_url(url)?;
     let options =
-        MySqlConnectOptions::from_str(url).map_err(|e| StoreError::BadUrl(e.to_string()))?;
+        MySqlConnectOptions::from_str(&url).map_err(|e| StoreError::BadUrl(e.to_string()))?;
     // Every DATETIME we write or read is UTC; statements are logged only when slow.
     Ok(options
         .timezone(Some("+00:00".to_owned()))
@@ -277,6 +302,7 @@ pub async fn migrate(url: &str) -> Result<MySqlPool, StoreError> {
 pub(crate) async fn create_database_and_connect(url: &str) -> Result<MySqlPool, StoreError> {
     // Validate first so a bad URL is reported as such, not as a failed CREATE.
     let options = connect_options(url)?;
+    let url = &*mysql_url(url)?;
     let exists = MySql::database_exists(url)
         .await
         .map_err(|err| connect_failed(&options, &err))?;

@@ -239,6 +239,31 @@ pub struct TableReport {
     pub plan: TablePlan,
     pub statements: Vec<String>,
     pub applied: bool,
+    /// Why the plan's drops were held back (more than `--max-drop`
+    /// without `--force`): the days ahead were added all the same.
+    pub refused: Option<String>,
+}
+
+/// The refusals among `reports`, as one error naming the tables, or
+/// `None` when nothing was refused. What `partitions rotate` exits with
+/// after printing the reports.
+pub fn refusals(reports: &[TableReport]) -> Option<StoreError> {
+    let tables: Vec<String> = reports
+        .iter()
+        .filter(|r| r.refused.is_some())
+        .map(|r| match &r.node {
+            Some(node) => format!("{node} {}", r.plan.table),
+            None => r.plan.table.clone(),
+        })
+        .collect();
+    (!tables.is_empty()).then(|| {
+        StoreError::Refused(format!(
+            "refused to drop partitions of {} (more than --max-drop, see above); \
+             the days ahead were created. Check --keep-days, then re-run with --force \
+             if this is intended",
+            tables.join(", ")
+        ))
+    })
 }
 
 impl fmt::Display for TableReport {
@@ -247,7 +272,13 @@ impl fmt::Display for TableReport {
             Some(node) => format!("{node} {}", self.plan.table),
             None => self.plan.table.clone(),
         };
-        if self.plan.is_empty() {
+        if let Some(refusal) = &self.refused {
+            write!(f, "{table}: {refusal}")?;
+            if self.plan.is_empty() {
+                return Ok(());
+            }
+            writeln!(f)?;
+        } else if self.plan.is_empty() {
             return write!(f, "{table}: nothing to do: every day in the window has a partition and none has expired");
         }
         let verb = |done: &str, dry: &str| {
@@ -347,28 +378,15 @@ async fn run_locked(
     policy: &Policy,
     options: &RunOptions,
 ) -> Result<Vec<TableReport>, StoreError> {
-    // Plan every table before touching any, so a refused plan changes nothing.
+    // A table whose plan drops too much keeps every partition, but still
+    // gets its days ahead: a cron job stuck on the refusal must not run
+    // out of partitions while someone looks into it.
     let mut plans = Vec::new();
     for table in tables {
         let existing = list_on(conn, table).await?;
-        let plan = plan(table, &existing, policy);
-        if plan.drop.len() > options.max_drop && !options.force {
-            return Err(StoreError::Refused(format!(
-                "{table}: refusing to drop {} partitions ({} .. {}), more than --max-drop {}; \
-                 check --keep-days, then re-run with --force if this is intended",
-                plan.drop.len(),
-                plan.drop
-                    .first()
-                    .map(|p| p.name.as_str())
-                    .unwrap_or_default(),
-                plan.drop
-                    .last()
-                    .map(|p| p.name.as_str())
-                    .unwrap_or_default(),
-                options.max_drop
-            )));
-        }
-        plans.push(plan);
+        let mut plan = plan(table, &existing, policy);
+        let refused = hold_back_drops(&mut plan, options);
+        plans.push((plan, refused));
     }
 
     if !options.dry_run {
@@ -378,7 +396,7 @@ async fn run_locked(
             .await?;
     }
     let mut reports = Vec::new();
-    for plan in plans {
+    for (plan, refused) in plans {
         let statements = plan.ddl();
         if !options.dry_run {
             for statement in &statements {
@@ -392,9 +410,35 @@ async fn run_locked(
             plan,
             statements,
             applied: !options.dry_run,
+            refused,
         });
     }
     Ok(reports)
+}
+
+/// Empty `plan.drop` when it holds more than `--max-drop` partitions and
+/// `--force` is off, saying why (a mistyped `--keep-days 0` must not empty
+/// the table).
+fn hold_back_drops(plan: &mut TablePlan, options: &RunOptions) -> Option<String> {
+    if plan.drop.len() <= options.max_drop || options.force {
+        return None;
+    }
+    let names = |p: Option<&Partition>| p.map(|p| p.name.clone()).unwrap_or_default();
+    let refusal = format!(
+        "refused to drop {} {} ({} .. {}), more than --max-drop {}; dropped none \
+         (check --keep-days, then re-run with --force if this is intended)",
+        plan.drop.len(),
+        if plan.drop.len() == 1 {
+            "partition"
+        } else {
+            "partitions"
+        },
+        names(plan.drop.first()),
+        names(plan.drop.last()),
+        options.max_drop
+    );
+    plan.drop.clear();
+    Some(refusal)
 }
 
 async fn execute_ddl(

@@ -75,6 +75,14 @@ impl std::fmt::Display for RollupReport {
 /// the id range is a primary-key range inside it. Bind with `bind_range!`.
 const RANGE: &str = "inserted >= ? AND inserted < ? AND id > ? AND id <= ?";
 
+/// The bot flag an event is counted under. An unsubscribe is an
+/// instruction, not engagement: it is honoured whoever sends it (Gmail and
+/// Yahoo send RFC 8058 one-click POSTs from their servers, with no user
+/// agent or a library's), so it is always counted with the humans, as the
+/// suppression it caused. Its verdict stays in `events.bot`/`bot_reason`
+/// and in `stats_bot_reasons`, for information only.
+const COUNTED_AS_BOT: &str = "(bot <> 0 AND kind <> 'unsubscribe')";
+
 /// How [`rollup_with`] runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RollupOptions {
@@ -279,24 +287,24 @@ async fn add_batch(conn: &mut MySqlConnection, batch: &RolledBatch) -> Result<()
         // Time series (and, summed, nothing else: totals have their own table).
         "INSERT INTO stats_hourly (mailing_id, hour, kind, bot, n) \
          SELECT * FROM (SELECT mailing_id, DATE_FORMAT(occurred_at, '%Y-%m-%d %H:00:00') AS h, \
-           kind, bot <> 0 AS b, COUNT(*) AS c FROM events \
+           kind, {BOT} AS b, COUNT(*) AS c FROM events \
            WHERE {RANGE} AND mailing_id IS NOT NULL GROUP BY mailing_id, h, kind, b) AS s \
          ON DUPLICATE KEY UPDATE n = n + s.c",
         // Minutes, for the chart of the first hours; only recent events (a
         // replay of old days would only fill what the pruning deletes).
         "INSERT INTO stats_minutes (mailing_id, minute, kind, bot, n) \
          SELECT * FROM (SELECT mailing_id, DATE_FORMAT(occurred_at, '%Y-%m-%d %H:%i:00') AS m, \
-           kind, bot <> 0 AS b, COUNT(*) AS c FROM events \
+           kind, {BOT} AS b, COUNT(*) AS c FROM events \
            WHERE {RANGE} AND mailing_id IS NOT NULL AND kind IN ('open', 'click') \
              AND occurred_at >= UTC_TIMESTAMP() - INTERVAL 3 DAY \
            GROUP BY mailing_id, m, kind, b) AS s \
          ON DUPLICATE KEY UPDATE n = n + s.c",
         "INSERT INTO stats_totals (mailing_id, kind, bot, total) \
-         SELECT * FROM (SELECT mailing_id, kind, bot <> 0 AS b, COUNT(*) AS c FROM events \
+         SELECT * FROM (SELECT mailing_id, kind, {BOT} AS b, COUNT(*) AS c FROM events \
            WHERE {RANGE} AND mailing_id IS NOT NULL GROUP BY mailing_id, kind, b) AS s \
          ON DUPLICATE KEY UPDATE total = total + s.c",
         "INSERT INTO stats_links (mailing_id, position, bot, clicks) \
-         SELECT * FROM (SELECT mailing_id, position, bot <> 0 AS b, COUNT(*) AS c FROM events \
+         SELECT * FROM (SELECT mailing_id, position, {BOT} AS b, COUNT(*) AS c FROM events \
            WHERE {RANGE} AND mailing_id IS NOT NULL AND kind = 'click' AND position > 0 \
            GROUP BY mailing_id, position, b) AS s \
          ON DUPLICATE KEY UPDATE clicks = clicks + s.c",
@@ -307,11 +315,11 @@ async fn add_batch(conn: &mut MySqlConnection, batch: &RolledBatch) -> Result<()
          ON DUPLICATE KEY UPDATE n = n + s.c",
         // Letter 0 holds the mailing's shared image rows: not a letter.
         "INSERT IGNORE INTO stats_first_seen (mailing_id, kind, position, bot, letter_id, first_at, rolled_by) \
-         SELECT mailing_id, kind, 0, bot <> 0 AS b, letter_id, MIN(occurred_at), {LAST} FROM events \
+         SELECT mailing_id, kind, 0, {BOT} AS b, letter_id, MIN(occurred_at), {LAST} FROM events \
          WHERE {RANGE} AND mailing_id IS NOT NULL AND letter_id > 0 \
          GROUP BY mailing_id, kind, b, letter_id",
         "INSERT IGNORE INTO stats_first_seen (mailing_id, kind, position, bot, letter_id, first_at, rolled_by) \
-         SELECT mailing_id, 'click', position, bot <> 0 AS b, letter_id, MIN(occurred_at), {LAST} FROM events \
+         SELECT mailing_id, 'click', position, {BOT} AS b, letter_id, MIN(occurred_at), {LAST} FROM events \
          WHERE {RANGE} AND mailing_id IS NOT NULL AND letter_id > 0 AND kind = 'click' AND position > 0 \
          GROUP BY mailing_id, position, b, letter_id",
     ];
@@ -320,6 +328,7 @@ async fn add_batch(conn: &mut MySqlConnection, batch: &RolledBatch) -> Result<()
         // bound: that keeps every statement's placeholders the same four.
         let sql = sql
             .replace("{RANGE}", RANGE)
+            .replace("{BOT}", COUNTED_AS_BOT)
             .replace("{LAST}", &batch.last_id.to_string());
         bind_range!(sqlx::query(&sql), batch)
             .execute(&mut *conn)
@@ -359,7 +368,7 @@ pub async fn batch_counts(
     batch: &RolledBatch,
 ) -> Result<Vec<KindCount>, StoreError> {
     let sql = format!(
-        "SELECT mailing_id, kind, bot <> 0 AS b, COUNT(*) FROM events \
+        "SELECT mailing_id, kind, {COUNTED_AS_BOT} AS b, COUNT(*) FROM events \
          WHERE {RANGE} AND mailing_id IS NOT NULL GROUP BY mailing_id, kind, b"
     );
     let rows: Vec<(String, EventKind, i64, i64)> = bind_range!(sqlx::query_as(&sql), batch)

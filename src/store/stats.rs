@@ -56,6 +56,9 @@ pub struct MailingSummary {
     pub clicks: Split,
     /// Proxied image loads (letter-independent: images are shared per mailing).
     pub images: Split,
+    /// Every unsubscribe, whatever its bot verdict, is in `human`: `total`
+    /// requests, `unique` letters, that is the suppressions they caused
+    /// (`bot` stays zero; the verdicts are in `bot_reasons`).
     pub unsubscribes: Split,
     /// Bot events by kind and the server's reason.
     pub bot_reasons: BTreeMap<String, BTreeMap<String, u64>>,
@@ -110,15 +113,16 @@ async fn read_totals(pool: &MySqlPool, s: &mut MailingSummary) -> Result<bool, S
             EventKind::Image => &mut s.images,
             EventKind::Unsubscribe => &mut s.unsubscribes,
         };
-        let counts = if *bot != 0 {
+        // Unsubscribes count whatever their bot verdict (the rollup puts
+        // them with the humans); a bot row of them is from a rollup before
+        // that rule, folded in here.
+        let counts = if *bot != 0 && *kind != EventKind::Unsubscribe {
             &mut split.bot
         } else {
             &mut split.human
         };
-        *counts = Counts {
-            total: *total,
-            unique: *unique,
-        };
+        counts.total += total;
+        counts.unique += unique;
     }
     Ok(!rows.is_empty())
 }

@@ -159,3 +159,77 @@ async fn a_csv_without_an_email_column_is_refused_before_any_letter() {
         .unwrap();
     assert_eq!(rows, 0);
 }
+
+/// Only MySQL and MariaDB URLs: sqlx's MySQL driver reads any URL, so a
+/// `postgres://` one pointing at a MariaDB port used to create its database
+/// there. Another scheme is named and refused before any connection;
+/// `mariadb://` is the same as `mysql://`.
+#[tokio::test]
+async fn only_mysql_and_mariadb_urls_are_accepted() {
+    let db = TestDb::new().await;
+    let unused = format!("{}_not_created", db.name);
+    for scheme in ["postgres", "postgresql", "http", "sqlite"] {
+        let url = db
+            .url
+            .replacen("mysql://", &format!("{scheme}://"), 1)
+            .replace(&db.name, &unused);
+        let output = linktrack_with(&url, &["migrate"], "warn");
+        let text = stderr(&output);
+        assert_eq!(output.status.code(), Some(1), "{scheme}: {text}");
+        assert!(
+            text.contains(&format!("the scheme \"{scheme}\" is not supported"))
+                && text.contains("mysql://"),
+            "{text}"
+        );
+    }
+    let created: Option<String> = sqlx::query_scalar(
+        "SELECT SCHEMA_NAME FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?",
+    )
+    .bind(&unused)
+    .fetch_optional(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(created, None, "a refused URL reached the server");
+
+    let mariadb = db.url.replacen("mysql://", "mariadb://", 1);
+    for args in [&["migrate"][..], &["partitions", "list"]] {
+        let output = linktrack_with(&mariadb, args, "warn");
+        assert!(output.status.success(), "{args:?}: {}", stderr(&output));
+    }
+}
+
+/// `linktrack suppressions list | head -1`: the reader has what it wanted
+/// and closes the pipe. The listing ends quietly with exit 0 (it panicked
+/// on `println!`, exit 101). The pipe here is closed before the command
+/// writes anything, so every write meets the closed pipe, as the lines
+/// after the first do under `head -1`.
+#[tokio::test]
+async fn listings_end_quietly_when_their_reader_closes_the_pipe() {
+    let db = TestDb::new().await;
+    let added = linktrack_with(
+        &db.url,
+        &["suppressions", "add", "a@example.com", "b@example.com"],
+        "warn",
+    );
+    assert!(added.status.success(), "{}", stderr(&added));
+    let listings: [&[&str]; 4] = [
+        &["suppressions", "list"],
+        &["partitions", "list"],
+        &["webhooks", "list"],
+        &["webhooks", "new-secret"],
+    ];
+    for args in listings {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let output = Command::new(env!("CARGO_BIN_EXE_linktrack"))
+            .args(args)
+            .env("DATABASE_URL", &db.url)
+            .env("RUST_LOG", "warn")
+            .stdout(writer)
+            .output()
+            .expect("running linktrack");
+        let text = stderr(&output);
+        assert_eq!(output.status.code(), Some(0), "{args:?}: {text}");
+        assert!(text.is_empty(), "{args:?}: {text}");
+    }
+}

@@ -118,31 +118,75 @@ async fn concurrent_rotations_take_turns_and_drop_once() {
 }
 
 #[tokio::test]
-async fn rotate_refuses_to_drop_more_than_the_maximum_and_changes_nothing() {
+async fn rotate_refuses_to_drop_more_than_the_maximum_and_drops_nothing() {
     let db = TestDb::with_days_since(days_ago(10)).await;
     let before = days(&db, "links").await;
     let options = RunOptions {
         max_drop: 3,
         ..RunOptions::default()
     };
-    let err = partitions::run(&db.pool, &rotate_policy(1), &options)
+    let reports = partitions::run(&db.pool, &rotate_policy(1), &options)
         .await
-        .unwrap_err();
+        .unwrap();
+    assert!(reports.iter().all(|r| r.refused.is_some()), "{reports:?}");
+    let err = partitions::refusals(&reports).expect("the refusal is an error");
     assert!(matches!(err, StoreError::Refused(_)), "{err}");
-    assert!(err.to_string().contains("--force"), "{err}");
+    assert!(err.to_string().contains("links, events"), "{err}");
+    assert!(reports[0].to_string().contains("--force"), "{}", reports[0]);
     assert_eq!(days(&db, "links").await, before);
 
     let forced = RunOptions {
         force: true,
         ..options
     };
-    partitions::run(&db.pool, &rotate_policy(1), &forced)
+    let reports = partitions::run(&db.pool, &rotate_policy(1), &forced)
         .await
         .unwrap();
+    assert!(partitions::refusals(&reports).is_none());
     assert_eq!(
         days(&db, "links").await.first(),
         Some(&partition_name(days_ago(1)))
     );
+}
+
+/// A daily cron stuck on a refusal to drop must not run out of partitions:
+/// the refusal fails the run (exit 1, naming --force), and the days ahead
+/// are created all the same.
+#[tokio::test]
+async fn rotate_that_refuses_to_drop_still_creates_the_days_ahead() {
+    let db = TestDb::with_days_since(days_ago(10)).await;
+    let before = days(&db, "links").await;
+    let output = linktrack(
+        &db,
+        &[
+            "partitions",
+            "rotate",
+            "--keep-days",
+            "1",
+            "--max-drop",
+            "3",
+            "--ahead-days",
+            "5",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(stderr.contains("--force"), "{stderr}");
+    assert!(
+        stdout.contains("links: refused to drop 10 partitions (p19700101 .."),
+        "{stdout}"
+    );
+    let last_day = partition_name(today() + chrono::Days::new(5));
+    assert!(
+        stdout.contains(&format!("links: added partition {last_day}")),
+        "{stdout}"
+    );
+    for table in partitions::PARTITIONED_TABLES {
+        let now = days(&db, table).await;
+        assert_eq!(now[..before.len()], before[..], "{table}: nothing dropped");
+        assert_eq!(now.last(), Some(&last_day), "{table}: days ahead created");
+    }
 }
 
 #[tokio::test]
@@ -232,7 +276,7 @@ async fn the_cli_migrates_ensures_and_lists() {
         "0",
     ]);
     assert!(!refused.status.success());
-    assert!(String::from_utf8_lossy(&refused.stderr).contains("refusing to drop"));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("refused to drop"));
 }
 
 #[tokio::test]

@@ -416,5 +416,92 @@ async fn the_dashboard_css_applies_in_a_real_browser() {
             "{path}: computed font family {font:?}"
         );
     }
+}
+
+/// Gmail and Yahoo send RFC 8058 one-click unsubscribes from their servers,
+/// without a browser's user agent. An unsubscribe is an instruction, not
+/// engagement: every one is counted, as the suppression it caused (per
+/// letter), and its bot verdict is kept for information only.
+#[tokio::test]
+async fn unsubscribes_are_counted_whatever_the_user_agent() {
+    use linktrack::store::links::{self, LinkKind, NewLink};
+    let day = days_ago(1);
+    let db = TestDb::with_days_since(day).await;
+    let rows: Vec<NewLink> = (1..=4)
+        .map(|letter_id| NewLink {
+            token: crate::common::token_on(day),
+            kind: LinkKind::Unsubscribe,
+            mailing_id: MAILING.into(),
+            letter_id,
+            email: format!("user{letter_id}@example.com"),
+            position: 0,
+            url: String::new(),
+            meta: None,
+        })
+        .collect();
+    let tokens: Vec<String> = rows.iter().map(|r| r.token.to_string()).collect();
+    links::insert(&db.pool, &rows).await.unwrap();
+    let app = spawn(&db, Some(TOKEN), None).await;
+    let one_click = |token: &str, user_agent: Option<&str>| {
+        let mut request = client()
+            .post(format!("{}/u/{token}", app.base))
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body("List-Unsubscribe=One-Click");
+        if let Some(agent) = user_agent {
+            request = request.header(header::USER_AGENT, agent);
+        }
+        request.send()
+    };
+    // Three letters without a user agent (one of them twice), one by curl.
+    for (token, agent) in [
+        (&tokens[0], None),
+        (&tokens[1], None),
+        (&tokens[2], None),
+        (&tokens[0], None),
+        (&tokens[3], Some("curl/8.5.0")),
+    ] {
+        let response = one_click(token, agent).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+    let stored = crate::server::wait_for_events(&db.pool, 5).await;
+    assert_eq!(stored.len(), 5, "{stored:?}");
+    rollup::rollup(&db.pool, 1000).await.unwrap();
+
+    let api = client()
+        .get(format!("{}/api/mailings/{MAILING}/stats", app.base))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    let body: serde_json::Value = serde_json::from_str(&api.text().await.unwrap()).unwrap();
+    assert_eq!(
+        body["unsubscribes"],
+        serde_json::json!({"human": {"total": 5, "unique": 4}, "bot": {"total": 0, "unique": 0}}),
+        "{body}"
+    );
+    // The verdicts are stored, for information.
+    assert_eq!(
+        body["bot_reasons"]["unsubscribe"],
+        serde_json::json!({"no_user_agent": 4, "ua:curl": 1}),
+        "{body}"
+    );
+    let page = client()
+        .get(format!("{}/mailings/{MAILING}", app.base))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.contains("<small>Unsubscribes</small><b id=\"unsubscribes\">4</b>"),
+        "{page}"
+    );
+    let suppressed: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM suppressions")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(suppressed, 4);
     app.stop().await;
 }
