@@ -175,16 +175,15 @@ pub fn svg(buckets: &[HourStats], resolution: Resolution) -> String {
         max as u64,
         LEFT - 4.0
     );
-    let first = series.first().map(|s| resolution.label(s.0));
-    let last = series.last().map(|s| resolution.label(s.0));
+    let (first, last) = axis_ends(&series, resolution);
     let _ = write!(
         out,
         r##"<text x="{LEFT}" y="{}" font-size="11" fill="#444">{}</text><text x="{}" y="{}" font-size="11" text-anchor="end" fill="#444">{} UTC</text>"##,
         HEIGHT - 8.0,
-        first.unwrap_or_default(),
+        first,
         WIDTH - 8.0,
         HEIGHT - 8.0,
-        last.unwrap_or_default()
+        last
     );
     out.push_str(&polyline(&opens, "#2b6cb0"));
     out.push_str(&polyline(&clicks, "#dd6b20"));
@@ -192,6 +191,21 @@ pub fn svg(buckets: &[HourStats], resolution: Resolution) -> String {
     out.push_str(&dots(&clicks, "#dd6b20"));
     out.push_str("</svg>");
     out
+}
+
+/// The labels at the two ends of the time axis. A lone bucket is drawn in
+/// the middle, so the axis runs one step either side of it: labelling both
+/// ends with the bucket itself would show the same minute twice.
+fn axis_ends(series: &[(NaiveDateTime, u64, u64)], resolution: Resolution) -> (String, String) {
+    let (Some(first), Some(last)) = (series.first(), series.last()) else {
+        return (String::new(), String::new());
+    };
+    let (start, end) = if series.len() == 1 {
+        (first.0 - resolution.step(), last.0 + resolution.step())
+    } else {
+        (first.0, last.0)
+    };
+    (resolution.label(start), resolution.label(end))
 }
 
 #[cfg(test)]
@@ -254,6 +268,45 @@ mod tests {
         assert_eq!(svg.matches("<circle").count(), 12, "{svg}");
         assert!(
             svg.contains("2026-11-22 09:02") && svg.contains("09:07 UTC"),
+            "{svg}"
+        );
+    }
+
+    /// The time axis labels of `svg`: the two `<text>` elements that hold a
+    /// date.
+    fn axis_labels(svg: &str) -> Vec<String> {
+        svg.split("<text")
+            .filter_map(|t| {
+                t.split_once('>')
+                    .and_then(|(_, rest)| rest.split_once("</text>"))
+            })
+            .map(|(label, _)| label.trim_end_matches(" UTC").to_owned())
+            .filter(|label| label.starts_with("2026-"))
+            .collect()
+    }
+
+    #[test]
+    fn a_lone_minute_is_labelled_with_distinct_ends_around_it() {
+        // Right after a send with no human open yet: one minute, all zero.
+        let svg = svg(&[minute(9, 2, 0, 0)], Resolution::Minute);
+        assert_eq!(
+            axis_labels(&svg),
+            ["2026-11-22 09:01", "2026-11-22 09:03"],
+            "{svg}"
+        );
+        let svg = super::svg(&[hour(9, 3, 1)], Resolution::Hour);
+        assert_eq!(
+            axis_labels(&svg),
+            ["2026-11-22 08:00", "2026-11-22 10:00"],
+            "{svg}"
+        );
+        let svg = super::svg(
+            &[minute(9, 2, 1, 0), minute(9, 3, 1, 1)],
+            Resolution::Minute,
+        );
+        assert_eq!(
+            axis_labels(&svg),
+            ["2026-11-22 09:02", "2026-11-22 09:03"],
             "{svg}"
         );
     }
