@@ -34,14 +34,18 @@ pub enum LinkKind {
     Pixel,
     /// `/u/{token}`: one-click unsubscribe.
     Unsubscribe,
+    /// `/c/{token}`: the letter's invisible honeypot link; only machines
+    /// follow it (docs/serve.md, "Verdicts").
+    Honeypot,
 }
 
 impl LinkKind {
-    pub const ALL: [LinkKind; 4] = [
+    pub const ALL: [LinkKind; 5] = [
         LinkKind::Click,
         LinkKind::Image,
         LinkKind::Pixel,
         LinkKind::Unsubscribe,
+        LinkKind::Honeypot,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -50,6 +54,7 @@ impl LinkKind {
             LinkKind::Image => "image",
             LinkKind::Pixel => "pixel",
             LinkKind::Unsubscribe => "unsubscribe",
+            LinkKind::Honeypot => "honeypot",
         }
     }
 }

@@ -102,11 +102,23 @@ impl MailingContext {
 pub fn tracked_url(base_url: &str, kind: LinkKind, token: &Token) -> String {
     let base = base_url.trim_end_matches('/');
     match kind {
-        LinkKind::Click => format!("{base}/c/{token}"),
+        LinkKind::Click | LinkKind::Honeypot => format!("{base}/c/{token}"),
         LinkKind::Image => format!("{base}/i/{token}"),
         LinkKind::Pixel => format!("{base}/o/{token}.gif"),
         LinkKind::Unsubscribe => format!("{base}/u/{token}"),
     }
+}
+
+/// The honeypot link: no text, hidden from sight (`display:none`, and
+/// Outlook's `mso-hide`), from screen readers (`aria-hidden`) and from the
+/// keyboard (`tabindex="-1"`), so only a machine walking the letter's links
+/// follows it. It points to linktrack itself (`/c/`, served as a honeypot),
+/// never to the sender's site; the text part leaves it out (it is hidden).
+fn honeypot_html(base_url: &str, token: &Token) -> String {
+    format!(
+        r#"<a href="{}" aria-hidden="true" tabindex="-1" style="display:none;mso-hide:all;font-size:0;line-height:0;max-height:0;overflow:hidden"></a>"#,
+        tracked_url(base_url, LinkKind::Honeypot, token)
+    )
 }
 
 /// Tokens a letter already has from an earlier, interrupted run.
@@ -253,8 +265,15 @@ pub fn build_letter(
             "List-Unsubscribe=One-Click".into(),
         );
         context.insert("unsubscribe_url".into(), Value::String(unsubscribe_url));
+        let honeypot = mailing.honeypot.then(|| {
+            honeypot_html(
+                &ctx.base_url,
+                &tokens.token(LinkKind::Honeypot, 0, "", None),
+            )
+        });
         pixel_html = Some(format!(
-            r#"<img src="{}" width="1" height="1" alt="" style="display:block;border:0;width:1px;height:1px" />"#,
+            r#"{}<img src="{}" width="1" height="1" alt="" style="display:block;border:0;width:1px;height:1px" />"#,
+            honeypot.unwrap_or_default(),
             tracked_url(&ctx.base_url, LinkKind::Pixel, &pixel)
         ));
     }

@@ -18,6 +18,8 @@ pub struct Mailing {
     pub proxy_images: bool,
     /// Rewrite links, add the pixel and the unsubscribe header, store rows.
     pub track: bool,
+    /// Add the invisible honeypot link that only scanners follow (with `track`).
+    pub honeypot: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -41,6 +43,8 @@ struct MailingFile {
     proxy_images: bool,
     #[serde(default = "yes")]
     track: bool,
+    #[serde(default = "yes")]
+    honeypot: bool,
 }
 
 /// A string or an integer JSON number (as its decimal text).
@@ -162,6 +166,7 @@ impl Mailing {
             personalize: file.personalize,
             proxy_images: file.proxy_images,
             track: file.track,
+            honeypot: file.honeypot,
         })
     }
 }
