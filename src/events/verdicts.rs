@@ -5,8 +5,9 @@
 //! counts is final; nothing on the request path waits for this.
 //!
 //! The letter-level signals, strongest first:
-//! * the request's own (HEAD, no or a scanner's user agent, a click on the
-//!   letter's honeypot link) stay as the first verdict made them;
+//! * the request's own (HEAD, no or a scanner's user agent, Apple's bare
+//!   `Mozilla/5.0` prefetch, a click on the letter's honeypot link) stay as
+//!   the first verdict made them;
 //! * a scanner network ([`Networks`]) for the hit's kind;
 //! * a click within `honeypot_window` of a click on the honeypot, from any
 //!   address (a scanner walks every link, the invisible one too);
@@ -73,7 +74,7 @@ pub struct LetterHit {
 }
 
 /// A verdict: bot or not, and the reason (for a proxy open, its class).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Judged {
     pub bot: bool,
     pub reason: Option<String>,
@@ -129,10 +130,24 @@ impl OpenClass {
     }
 }
 
-/// Reasons only the request could see: kept as the first verdict made them.
-fn from_the_request(reason: &str) -> bool {
-    reason == "head" || reason == "no_user_agent" || reason.starts_with("ua:") || reason == HONEYPOT
+/// Reasons this pass makes (and so may take back); every other reason is
+/// the request's (HEAD, no or a scanner's user agent, Apple's prefetch, the
+/// honeypot) or an operator's, and stays.
+fn made_here(reason: &str) -> bool {
+    matches!(reason, "too_fast" | "burst" | "honeypot_window")
+        || reason.starts_with("net:")
+        || reason.starts_with("proxy:")
 }
+
+fn from_the_request(reason: &str) -> bool {
+    !made_here(reason)
+}
+
+/// How long before the delivery record's time a click still counts as
+/// "at delivery": the record's time is when the receiving server's reply
+/// was written, and a gateway may fetch while the letter is handed over.
+/// A click further before it is a clock out of step, and not judged by delay.
+const BEFORE_DELIVERY: chrono::Duration = chrono::Duration::seconds(60);
 
 /// Judge every hit of one letter. `hits` are the letter's hits around the
 /// ones being settled (the context), `delivered_at` when it reached the
@@ -180,7 +195,9 @@ fn judge_click(
     if near_any(hit.at, honeypots, rules.honeypot_window) {
         return Judged::bot("honeypot_window");
     }
-    if (hit.at - delivered_at).to_std().unwrap_or_default() < rules.min_click_delay {
+    let since = hit.at - delivered_at;
+    let min = chrono::Duration::from_std(rules.min_click_delay).unwrap_or_default();
+    if since > -BEFORE_DELIVERY && since < min {
         return Judged::bot("too_fast");
     }
     if in_burst {
@@ -193,8 +210,12 @@ fn judge_open(rules: &VerdictRules, honeypots: &[DateTime<Utc>], hit: &LetterHit
     if let Some(reason) = hit.reason.as_deref().filter(|r| from_the_request(r)) {
         return Judged::bot(reason);
     }
-    let agent = hit.user_agent.as_deref().unwrap_or("").trim();
-    let lower = agent.to_ascii_lowercase();
+    let lower = hit
+        .user_agent
+        .as_deref()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
     let network = hit.ip.and_then(|ip| rules.networks.lookup(ip, hit.kind));
     match network {
         Some((name, Role::Scanner)) => return Judged::bot(format!("net:{name}")),
@@ -203,10 +224,6 @@ fn judge_open(rules: &VerdictRules, honeypots: &[DateTime<Utc>], hit: &LetterHit
     }
     if near_any(hit.at, honeypots, rules.honeypot_window) {
         return Judged::bot("honeypot_window");
-    }
-    // Apple Mail Privacy Protection prefetches with a bare "Mozilla/5.0".
-    if lower == "mozilla/5.0" {
-        return Judged::bot("machine:apple_mpp");
     }
     let proxy = if lower.contains("googleimageproxy") {
         Some("gmail")

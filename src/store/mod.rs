@@ -16,6 +16,7 @@ pub mod sequences;
 pub mod shard_move;
 pub mod stats;
 pub mod suppressions;
+pub mod verdicts;
 
 use chrono::NaiveDate;
 use sqlx::migrate::MigrateDatabase;
