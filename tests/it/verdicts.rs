@@ -107,3 +107,201 @@ async fn a_burst_revises_its_earlier_clicks_before_they_are_counted_and_nothing_
     let s = stats::summary(&db.pool, MAILING).await.unwrap().unwrap();
     assert_eq!(s.bot_reasons["click"]["burst"], 3);
 }
+
+/// One labelled hit of `fixtures/bots/replay.csv`.
+#[derive(Debug, serde::Deserialize)]
+struct Labelled {
+    letter: u64,
+    at_ms: u64,
+    delivered_ms: i64,
+    kind: String,
+    position: u32,
+    ip: String,
+    user_agent: String,
+    label: String,
+    actor: String,
+}
+
+/// Precision and recall of `bot` over (expected, judged) pairs.
+fn precision_recall(pairs: &[(bool, bool)]) -> (f64, f64) {
+    let tp = pairs.iter().filter(|(e, j)| *e && *j).count() as f64;
+    let fp = pairs.iter().filter(|(e, j)| !*e && *j).count() as f64;
+    let fn_ = pairs.iter().filter(|(e, j)| *e && !*j).count() as f64;
+    (tp / (tp + fp).max(1.0), tp / (tp + fn_).max(1.0))
+}
+
+/// The replay set played against a real server over a socket (client
+/// addresses through a trusted X-Forwarded-For, user agents as recorded),
+/// settled by the rollup, and scored: precision and recall of `bot` for
+/// clicks (the honeypot's own clicks left out: they are bots by
+/// construction) and for opens. Takes about 50 s: the hits are played on
+/// their own clock. Figures in README ("Bot verdicts").
+#[tokio::test]
+async fn bot_replay_set_precision_and_recall() {
+    use linktrack::store::links::{self, LinkKind, NewLink};
+    use linktrack::token::Token;
+    use std::collections::HashMap;
+
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/bots/replay.csv");
+    let hits: Vec<Labelled> = csv::Reader::from_path(path)
+        .unwrap()
+        .deserialize()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let db = TestDb::with_days_since(days_ago(1)).await;
+    let made = Utc::now() - chrono::Duration::hours(7);
+    let mut tokens: HashMap<(u64, &str, u32), Token> = HashMap::new();
+    let mut rows = Vec::new();
+    let mut letter_ids: Vec<u64> = hits.iter().map(|h| h.letter).collect();
+    letter_ids.dedup();
+    for &letter in &letter_ids {
+        let mut add = |kind: LinkKind, name: &'static str, position: u32| {
+            let token = Token::at(made);
+            tokens.insert((letter, name, position), token);
+            rows.push(NewLink {
+                token,
+                kind,
+                mailing_id: MAILING.into(),
+                letter_id: letter,
+                email: format!("r{letter}@example.com"),
+                position,
+                url: format!("https://example.com/{position}"),
+                meta: None,
+            });
+        };
+        add(LinkKind::Pixel, "open", 0);
+        add(LinkKind::Honeypot, "honeypot", 0);
+        for position in 1..=8 {
+            add(LinkKind::Click, "click", position);
+        }
+    }
+    links::insert(&db.pool, &rows).await.unwrap();
+    let app = crate::common::RunningApp::start(db.pool.clone(), |settings| {
+        linktrack::server::AppSettings {
+            server: linktrack::server::state::ServerSettings {
+                trust_forwarded_for: true,
+                ..settings.server
+            },
+            ..settings
+        }
+    })
+    .await;
+    let start = Utc::now() + chrono::Duration::seconds(2);
+    for &letter in &letter_ids {
+        let hit = hits.iter().find(|h| h.letter == letter).unwrap();
+        let delivered = start + chrono::Duration::milliseconds(hit.delivered_ms);
+        sqlx::query(
+            "INSERT INTO deliveries (mailing_id, letter_id, status, at) VALUES (?, ?, 'delivered', ?)",
+        )
+        .bind(MAILING)
+        .bind(letter)
+        .bind(delivered.naive_utc())
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    }
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let begin = tokio::time::Instant::now() + Duration::from_secs(2);
+    let mut played = tokio::task::JoinSet::new();
+    for hit in &hits {
+        let name = if hit.kind == "open" {
+            "open"
+        } else {
+            hit.kind.as_str()
+        };
+        let token = tokens[&(hit.letter, name, hit.position)];
+        let url = match hit.kind.as_str() {
+            "open" => format!("{}/o/{token}.gif", app.base),
+            _ => format!("{}/c/{token}", app.base),
+        };
+        let request = client
+            .get(url)
+            .header("user-agent", &hit.user_agent)
+            .header("x-forwarded-for", &hit.ip);
+        // The traffic's own clock: each hit is sent at its recorded moment.
+        let when = begin + Duration::from_millis(hit.at_ms);
+        played.spawn(async move {
+            tokio::time::sleep_until(when).await;
+            request.send().await.map(|r| r.status())
+        });
+    }
+    while let Some(status) = played.join_next().await {
+        assert!(status.unwrap().unwrap().as_u16() < 400);
+    }
+    // Every hit replayed into `events`, then settled by the rollup.
+    let expected = hits.len() as i64;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM events")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        if n == expected {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{n} of {expected} events"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    rollup::rollup_with(&db.pool, &options(Duration::ZERO))
+        .await
+        .unwrap();
+    app.stop().await;
+
+    // Events by (token, truncated address): the hit they came from.
+    let events: Vec<(Vec<u8>, String, i8, Option<String>)> =
+        sqlx::query_as("SELECT uuid, ip, bot, bot_reason FROM events")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    let mut judged: HashMap<(Vec<u8>, String), Vec<(bool, Option<String>)>> = HashMap::new();
+    for (uuid, ip, bot, reason) in events {
+        judged
+            .entry((uuid, ip))
+            .or_default()
+            .push((bot != 0, reason));
+    }
+    let mut clicks = Vec::new();
+    let mut opens = Vec::new();
+    let mut misjudged = Vec::new();
+    for hit in &hits {
+        let name = if hit.kind == "open" {
+            "open"
+        } else {
+            hit.kind.as_str()
+        };
+        let token = tokens[&(hit.letter, name, hit.position)];
+        let octets: Vec<&str> = hit.ip.split('.').take(3).collect();
+        let key = (token.as_bytes().to_vec(), format!("{}.0", octets.join(".")));
+        let (bot, reason) = judged.get_mut(&key).and_then(Vec::pop).unwrap();
+        let expected = hit.label == "bot";
+        if expected != bot {
+            misjudged.push(format!(
+                "{} {} {}: {reason:?}",
+                hit.actor, hit.kind, hit.letter
+            ));
+        }
+        match hit.kind.as_str() {
+            "click" => clicks.push((expected, bot)),
+            "open" => opens.push((expected, bot)),
+            _ => {}
+        }
+    }
+    let (click_p, click_r) = precision_recall(&clicks);
+    let (open_p, open_r) = precision_recall(&opens);
+    println!(
+        "bot replay set: {} clicks, {} opens\n  clicks: precision {click_p:.3}, recall {click_r:.3}\n  opens:  precision {open_p:.3}, recall {open_r:.3}\n  misjudged: {misjudged:#?}",
+        clicks.len(),
+        opens.len()
+    );
+    let s = stats::summary(&db.pool, MAILING).await.unwrap().unwrap();
+    println!("  reasons: {:?}", s.bot_reasons);
+    for figure in [click_p, click_r, open_p, open_r] {
+        assert!(figure >= 0.95, "below the floor: {figure}");
+    }
+}
