@@ -259,7 +259,8 @@ async fn bot_replay_set_precision_and_recall() {
             .fetch_all(&db.pool)
             .await
             .unwrap();
-    let mut judged: HashMap<(Vec<u8>, String), Vec<(bool, Option<String>)>> = HashMap::new();
+    type Verdicts = Vec<(bool, Option<String>)>;
+    let mut judged: HashMap<(Vec<u8>, String), Verdicts> = HashMap::new();
     for (uuid, ip, bot, reason) in events {
         judged
             .entry((uuid, ip))
