@@ -4,7 +4,7 @@
 -- appending an ENUM value changes no stored row (instant on MariaDB and
 -- MySQL 8).
 ALTER TABLE links
-  MODIFY kind ENUM('click','image','pixel','unsubscribe','optout') NOT NULL;
+  MODIFY kind ENUM('click','image','pixel','unsubscribe','honeypot','optout') NOT NULL;
 
 -- The mode the mailing file gave (`all`, `clicks`, `opens`, `none`,
 -- `anonymous`); NULL for mailings built before modes existed.

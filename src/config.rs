@@ -309,6 +309,46 @@ pub struct EraseArgs {
 /// Where `demo` looks for Redis when `REDIS_URL` is not set.
 pub const DEFAULT_DEMO_REDIS_URL: &str = "redis://127.0.0.1:6379";
 
+/// How bot verdicts settle (docs/serve.md, "Verdicts"); used by `serve`
+/// and `stats rollup`, which settle verdicts as they roll events up.
+#[derive(Debug, Clone, Args)]
+pub struct VerdictArgs {
+    /// A hit's verdict is final this long after it happened: the statistics
+    /// count it, and events out send it, only then (clicks and opens are
+    /// held that long). 0 judges with what is known at the next rollup and
+    /// sends events at once with their first verdict.
+    #[arg(
+        long,
+        env = "LINKTRACK_VERDICT_SETTLE_SECS",
+        default_value_t = 30,
+        value_name = "SECS"
+    )]
+    pub verdict_settle_secs: u64,
+    /// An operator's scanner-networks file (TOML, the format of the shipped
+    /// src/events/networks.toml): its entries are added, its
+    /// `remove = [...]` names or ranges are dropped from the shipped list.
+    #[arg(long, env = "LINKTRACK_BOT_NETWORKS", value_name = "FILE")]
+    pub bot_networks: Option<std::path::PathBuf>,
+}
+
+impl VerdictArgs {
+    /// The verdict rules these settings name (the networks file is read and
+    /// checked here: a bad entry is an error naming the file and entry).
+    pub fn rules(
+        &self,
+    ) -> Result<crate::events::verdicts::VerdictRules, crate::events::networks::NetworksError> {
+        let networks = match &self.bot_networks {
+            Some(path) => crate::events::networks::Networks::with_operator_file(path)?,
+            None => crate::events::networks::Networks::shipped(),
+        };
+        Ok(crate::events::verdicts::VerdictRules {
+            settle: std::time::Duration::from_secs(self.verdict_settle_secs),
+            networks,
+            ..Default::default()
+        })
+    }
+}
+
 /// The optional Redis live layer.
 #[derive(Debug, Clone, Args)]
 pub struct LiveArgs {
@@ -363,6 +403,8 @@ pub struct RollupArgs {
     /// transaction); a one-shot run then only records a first observation.
     #[arg(long, env = "LINKTRACK_ROLLUP_SETTLE_MS", default_value_t = 0)]
     pub settle_ms: u64,
+    #[command(flatten)]
+    pub verdicts: VerdictArgs,
     #[command(flatten)]
     pub live: LiveArgs,
 }
@@ -698,6 +740,9 @@ pub struct ServeArgs {
         value_name = "SECS"
     )]
     pub rollup_every: u64,
+
+    #[command(flatten)]
+    pub verdicts: VerdictArgs,
 
     #[command(flatten)]
     pub live: LiveArgs,

@@ -36,15 +36,19 @@ pub enum LinkKind {
     Unsubscribe,
     /// `/t/{token}`: "stop tracking me" (withdraw from tracking, keep the mail).
     OptOut,
+    /// `/c/{token}`: the letter's invisible honeypot link; only machines
+    /// follow it (docs/serve.md, "Verdicts").
+    Honeypot,
 }
 
 impl LinkKind {
-    pub const ALL: [LinkKind; 5] = [
+    pub const ALL: [LinkKind; 6] = [
         LinkKind::Click,
         LinkKind::Image,
         LinkKind::Pixel,
         LinkKind::Unsubscribe,
         LinkKind::OptOut,
+        LinkKind::Honeypot,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -54,6 +58,7 @@ impl LinkKind {
             LinkKind::Pixel => "pixel",
             LinkKind::Unsubscribe => "unsubscribe",
             LinkKind::OptOut => "optout",
+            LinkKind::Honeypot => "honeypot",
         }
     }
 }

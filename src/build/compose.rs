@@ -141,12 +141,24 @@ fn stop_tracking_footer(url: &str) -> String {
 pub fn tracked_url(base_url: &str, kind: LinkKind, token: &Token) -> String {
     let base = base_url.trim_end_matches('/');
     match kind {
-        LinkKind::Click => format!("{base}/c/{token}"),
+        LinkKind::Click | LinkKind::Honeypot => format!("{base}/c/{token}"),
         LinkKind::Image => format!("{base}/i/{token}"),
         LinkKind::Pixel => format!("{base}/o/{token}.gif"),
         LinkKind::Unsubscribe => format!("{base}/u/{token}"),
         LinkKind::OptOut => format!("{base}/t/{token}"),
     }
+}
+
+/// The honeypot link: no text, hidden from sight (`display:none`, and
+/// Outlook's `mso-hide`), from screen readers (`aria-hidden`) and from the
+/// keyboard (`tabindex="-1"`), so only a machine walking the letter's links
+/// follows it. It points to linktrack itself (`/c/`, served as a honeypot),
+/// never to the sender's site; the text part leaves it out (it is hidden).
+fn honeypot_html(base_url: &str, token: &Token) -> String {
+    format!(
+        r#"<a href="{}" aria-hidden="true" tabindex="-1" style="display:none;mso-hide:all;font-size:0;line-height:0;max-height:0;overflow:hidden"></a>"#,
+        tracked_url(base_url, LinkKind::Honeypot, token)
+    )
 }
 
 /// Tokens a letter already has from an earlier, interrupted run.
@@ -328,6 +340,10 @@ pub fn build_letter(
         }
         context.insert(STOP_TRACKING_VARIABLE.into(), Value::String(stop_url));
     }
+    // The honeypot link catches link scanners: only where links are tracked,
+    // and never in anonymous letters (its row would name the reader).
+    let honeypot = (mailing.honeypot && mode.tracks_clicks() && mode != TrackMode::Anonymous)
+        .then(|| honeypot_html(&ctx.base_url, &tokens.token(LinkKind::Honeypot, 0, "", None)));
     if mode.tracks_opens() {
         let pixel = if mode == TrackMode::Anonymous {
             let mailing_id = &mailing.mailing_id;
@@ -340,6 +356,11 @@ pub fn build_letter(
             tracked_url(&ctx.base_url, LinkKind::Pixel, &pixel)
         ));
     }
+    // What goes before `</body>`: the opt-out footer, the honeypot, the pixel.
+    let tail_html: String = [footer_html, honeypot, pixel_html]
+        .into_iter()
+        .flatten()
+        .collect();
     context.insert(
         "mailing_id".into(),
         Value::String(mailing.mailing_id.clone()),
@@ -357,19 +378,12 @@ pub fn build_letter(
     };
 
     check_personalised(&html, &subject, ctx.max_letter_bytes)?;
-    let tail;
     let html = if mode.is_tracked() {
         let options = RewriteOptions {
             track_links: mode.tracks_clicks(),
             proxy_images: mailing.proxy_images,
             own_base_url: &ctx.base_url,
-            pixel_html: match (&footer_html, &pixel_html) {
-                (Some(footer), Some(pixel)) => {
-                    tail = format!("{footer}{pixel}");
-                    Some(tail.as_str())
-                }
-                (footer, pixel) => footer.as_deref().or(pixel.as_deref()),
-            },
+            pixel_html: (!tail_html.is_empty()).then_some(tail_html.as_str()),
         };
         rewrite(&html, &options, |found: &FoundLink| match found.kind {
             FoundKind::Click => {

@@ -24,6 +24,9 @@ pub struct Mailing {
     pub track: super::track_mode::TrackMode,
     /// Add a "stop tracking me" line before `</body>` of tracked letters.
     pub stop_tracking_footer: bool,
+    /// Add the invisible honeypot link that only scanners follow (in letters
+    /// whose links are tracked).
+    pub honeypot: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -49,6 +52,8 @@ struct MailingFile {
     track: super::track_mode::TrackMode,
     #[serde(default)]
     stop_tracking_footer: bool,
+    #[serde(default = "yes")]
+    honeypot: bool,
 }
 
 /// A string or an integer JSON number (as its decimal text).
@@ -173,6 +178,7 @@ impl Mailing {
             proxy_images: file.proxy_images,
             track: file.track,
             stop_tracking_footer: file.stop_tracking_footer,
+            honeypot: file.honeypot,
         })
     }
 }

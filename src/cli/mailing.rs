@@ -315,6 +315,7 @@ pub(super) async fn rollup(url: &str, args: &RollupArgs) -> anyhow::Result<()> {
     let options = store::rollup::RollupOptions {
         limit: args.batch,
         settle: Duration::from_millis(args.settle_ms),
+        verdicts: std::sync::Arc::new(args.verdicts.rules()?),
     };
     if let Some(secs) = args.every {
         let every = Duration::from_secs(secs.max(1));

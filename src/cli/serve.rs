@@ -39,6 +39,10 @@ async fn run_server(url: &str, args: &ServeArgs) -> anyhow::Result<()> {
         secret: args.secret.clone(),
         live: live_layer(&args.live)?,
         rollup_every: (args.rollup_every > 0).then(|| Duration::from_secs(args.rollup_every)),
+        rollup: crate::store::rollup::RollupOptions {
+            verdicts: std::sync::Arc::new(args.verdicts.rules()?),
+            ..Default::default()
+        },
         admin_listen: Some(args.admin_listen),
         connections: crate::server::listen::ConnectionLimits {
             header_timeout: Duration::from_secs(args.header_timeout),
@@ -120,6 +124,11 @@ pub(super) async fn demo(url: &str, args: &DemoArgs) -> anyhow::Result<()> {
         api_token: Some(api_token),
         secret: Some(secret),
         rollup_every: 2,
+        // The demo's clicks show within seconds.
+        verdicts: crate::config::VerdictArgs {
+            verdict_settle_secs: 0,
+            bot_networks: None,
+        },
         live: crate::config::LiveArgs {
             redis_url: demo_redis_url().await,
             redis_prefix: crate::live::DEFAULT_PREFIX.to_owned(),

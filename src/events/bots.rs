@@ -2,9 +2,11 @@
 //! code stored in `events.bot_reason`. Nothing is dropped: statistics filter
 //! on the verdict, and a wrong verdict can be revisited later.
 //!
+//! This is the *first* verdict, from the request alone, journaled with the
+//! hit; the rollup settles it with the whole letter in view (`verdicts`).
+//!
 //! Signals, strongest first: `HEAD` requests (link checkers), known scanner
-//! and link-preview user agents, image proxies that fetch every image of a
-//! letter (Gmail's `GoogleImageProxy`, Apple Mail Privacy Protection), clicks
+//! and link-preview user agents, Apple Mail Privacy Protection's prefetch, clicks
 //! within seconds of the letter's build (the token's timestamp *is* the build
 //! time, so no human can have read the letter yet), and several different
 //! links of one letter clicked within a couple of seconds (a scanner walking
@@ -241,18 +243,14 @@ fn classify_request(rules: &BotRules, markers: Option<&AhoCorasick>, hit: &Hit<'
     None
 }
 
-/// Mail providers' image proxies fetch pixels whether or not anyone reads.
+/// Apple Mail Privacy Protection prefetches pixels whether or not anyone
+/// reads: a machine open. (Gmail's image proxy fetches when the person opens:
+/// a real open, classed `proxy` when the verdict settles, see `verdicts`.)
 fn image_proxy(agent: &str, network: Option<IpAddr>) -> Option<&'static str> {
-    static GOOGLE: std::sync::LazyLock<Option<AhoCorasick>> =
-        std::sync::LazyLock::new(|| case_insensitive(&["googleimageproxy"]));
-    if first_marker(GOOGLE.as_ref(), agent).is_some() {
-        return Some("gmail_image_proxy");
-    }
-    // Apple Mail Privacy Protection prefetches with a bare "Mozilla/5.0",
-    // from Apple's own 17.0.0.0/8.
+    // A bare "Mozilla/5.0", or Apple's own 17.0.0.0/8.
     let from_apple = matches!(network, Some(IpAddr::V4(v4)) if v4.octets()[0] == 17);
     if agent.trim().eq_ignore_ascii_case("mozilla/5.0") || from_apple {
-        return Some("apple_mpp");
+        return Some("machine:apple_mpp");
     }
     None
 }
@@ -302,14 +300,21 @@ mod tests {
             "Mozilla/5.0 (via ggpht.com GoogleImageProxy)",
             late,
         );
-        assert_eq!(d.classify(&gmail).as_deref(), Some("gmail_image_proxy"));
+        assert_eq!(
+            d.classify(&gmail),
+            None,
+            "Gmail's proxy fetches for a reader"
+        );
         let apple = hit(EventKind::Open, "Mozilla/5.0", late);
-        assert_eq!(d.classify(&apple).as_deref(), Some("apple_mpp"));
+        assert_eq!(d.classify(&apple).as_deref(), Some("machine:apple_mpp"));
         let from_apple = Hit {
             network: "17.58.0.0".parse().ok(),
             ..hit(EventKind::Open, BROWSER, late)
         };
-        assert_eq!(d.classify(&from_apple).as_deref(), Some("apple_mpp"));
+        assert_eq!(
+            d.classify(&from_apple).as_deref(),
+            Some("machine:apple_mpp")
+        );
         let apple_click = Hit {
             network: "17.58.0.0".parse().ok(),
             ..hit(EventKind::Click, BROWSER, late)

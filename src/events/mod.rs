@@ -12,8 +12,10 @@
 pub(crate) mod bots;
 pub mod fallback;
 pub mod journal;
+pub mod networks;
 pub(crate) mod record;
 pub(crate) mod replay;
+pub mod verdicts;
 
 use crate::store::events::EventRow;
 use journal::{JournalError, JournalSettings, Recorder};

@@ -244,7 +244,7 @@ fn start_workers(settings: &AppSettings, workers: &mut Workers) {
     if let Some(every) = settings.rollup_every {
         let pool = settings.pool.clone();
         let live = settings.live.clone();
-        let options = settings.rollup;
+        let options = settings.rollup.clone();
         workers.spawn("rollup", move |stopping| {
             crate::rollup::run_worker(pool, live, options, every, stopping)
         });

@@ -48,6 +48,11 @@ pub async fn click(
     meta: RequestMeta,
     Tracked { token, link }: Tracked,
 ) -> Result<Response, ServerError> {
+    if link.kind == LinkKind::Honeypot {
+        // Only machines follow the invisible link: nothing to show them.
+        state.record_honeypot(token, &link, meta);
+        return Ok(no_store(StatusCode::NO_CONTENT.into_response()));
+    }
     if link.kind != LinkKind::Click {
         return Err(ServerError::NotFound);
     }

@@ -39,6 +39,35 @@ impl AppState {
             letter: link.map(|l| (l.mailing_id.as_str(), l.letter_id, l.position)),
         };
         let verdict = self.bots.classify(&hit);
+        self.journal(kind, token, link, meta, now, verdict)
+    }
+
+    /// Journal a click on the letter's honeypot link: a bot by definition
+    /// (reason `honeypot`); the rollup marks the letter's clicks around it.
+    pub fn record_honeypot(&self, token: Token, link: &StoredLink, meta: RequestMeta) -> bool {
+        if !self.settings.record_events {
+            return true;
+        }
+        let verdict = Some(crate::events::verdicts::HONEYPOT.to_owned());
+        self.journal(
+            EventKind::Click,
+            token,
+            Some(link),
+            meta,
+            Utc::now(),
+            verdict,
+        )
+    }
+
+    fn journal(
+        &self,
+        kind: EventKind,
+        token: Token,
+        link: Option<&StoredLink>,
+        meta: RequestMeta,
+        now: chrono::DateTime<Utc>,
+        verdict: Option<String>,
+    ) -> bool {
         let row = EventRow {
             event_id: *uuid::Uuid::now_v7().as_bytes(),
             occurred_at: now,

@@ -18,6 +18,7 @@ pub mod shard_move;
 pub mod stats;
 pub mod suppressions;
 pub mod tracking_optouts;
+pub mod verdicts;
 
 use chrono::NaiveDate;
 use sqlx::migrate::MigrateDatabase;

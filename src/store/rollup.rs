@@ -29,9 +29,11 @@
 
 use super::partitions;
 use super::StoreError;
+use crate::events::verdicts::VerdictRules;
 use crate::kind::EventKind;
-use chrono::{NaiveDate, NaiveDateTime};
+use chrono::{NaiveDate, NaiveDateTime, Utc};
 use sqlx::{Acquire, MySqlConnection, MySqlPool};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The events one rollup transaction covered: partition bounds and id range.
@@ -84,7 +86,7 @@ const RANGE: &str = "inserted >= ? AND inserted < ? AND id > ? AND id <= ?";
 const COUNTED_AS_BOT: &str = "(bot <> 0 AND kind <> 'unsubscribe')";
 
 /// How [`rollup_with`] runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RollupOptions {
     /// Events per transaction.
     pub limit: u32,
@@ -92,15 +94,21 @@ pub struct RollupOptions {
     /// Otherwise roll only ids that were visible at least this long ago, so
     /// transactions of concurrent writers shorter than this are never skipped.
     pub settle: Duration,
+    /// How verdicts settle: events are rolled only once their verdict is
+    /// final (`rules.settle` after they happened), judged again with their
+    /// letter in view in the transaction that counts them.
+    pub verdicts: Arc<VerdictRules>,
 }
 
 impl Default for RollupOptions {
     /// The defaults of `linktrack stats rollup`: 50,000 events per
-    /// transaction, one event writer.
+    /// transaction, one event writer, verdicts settled with what is known
+    /// when the rollup runs.
     fn default() -> Self {
         RollupOptions {
             limit: 50_000,
             settle: Duration::ZERO,
+            verdicts: Arc::default(),
         }
     }
 }
@@ -110,7 +118,7 @@ impl Default for RollupOptions {
 pub async fn rollup(pool: &MySqlPool, limit: u32) -> Result<RollupReport, StoreError> {
     let options = RollupOptions {
         limit,
-        settle: Duration::ZERO,
+        ..RollupOptions::default()
     };
     rollup_with(pool, &options).await
 }
@@ -122,7 +130,7 @@ pub async fn rollup_with(
 ) -> Result<RollupReport, StoreError> {
     let options = RollupOptions {
         limit: options.limit.max(1),
-        ..*options
+        ..options.clone()
     };
     let mut report = RollupReport::default();
     let parts = partitions::list(pool, "events").await?;
@@ -193,6 +201,7 @@ async fn rollup_batch(
     } else {
         settled_cap(&mut tx, range, options.settle).await?
     };
+    let cap = cap.min(verdicts_cap(&mut tx, range, after_id, options.verdicts.settle).await?);
     let (events, last_id): (i64, Option<u64>) = sqlx::query_as(
         "SELECT COUNT(*), MAX(id) FROM (SELECT id FROM events \
          WHERE inserted >= ? AND inserted < ? AND id > ? AND id <= ? ORDER BY id LIMIT ?) AS batch",
@@ -216,6 +225,10 @@ async fn rollup_batch(
         last_id,
         events: events as u64,
     };
+    let revised = super::verdicts::settle_batch(&mut tx, &batch, &options.verdicts).await?;
+    if revised > 0 {
+        metrics::counter!("linktrack_verdicts_revised_total").increment(revised);
+    }
     add_batch(&mut tx, &batch).await?;
     sqlx::query("UPDATE rollup_state SET last_id = ?, updated_at = NOW(3) WHERE day = ?")
         .bind(last_id)
@@ -264,6 +277,32 @@ async fn settled_cap(
         .execute(&mut *conn)
         .await?;
     Ok(safe_id)
+}
+
+/// The largest id whose verdict has settled: every unrolled event that
+/// happened less than `settle` ago, and every one after it, waits. (Reads
+/// only the partition's unrolled ids, a short primary-key range.)
+async fn verdicts_cap(
+    conn: &mut MySqlConnection,
+    range: &PartitionRange,
+    after_id: u64,
+    settle: Duration,
+) -> Result<u64, StoreError> {
+    if settle.is_zero() {
+        return Ok(u64::MAX);
+    }
+    let cutoff = Utc::now() - chrono::Duration::from_std(settle).unwrap_or_default();
+    let unsettled: Option<u64> = sqlx::query_scalar(
+        "SELECT MIN(id) FROM events WHERE inserted >= ? AND inserted < ? AND id > ? \
+           AND occurred_at > ?",
+    )
+    .bind(range.lower)
+    .bind(range.upper)
+    .bind(after_id)
+    .bind(cutoff.naive_utc())
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(unsettled.map_or(u64::MAX, |id| id.saturating_sub(1)))
 }
 
 /// Bind a batch's range to a query written with [`RANGE`] (a macro because

@@ -141,11 +141,32 @@ async fn the_fixture_mailing_builds_skipping_the_suppressed_and_the_bad() {
     );
 
     // Every tracked link resolves to a row naming this letter and its target.
-    let tokens = tracked_tokens(html);
+    let mut tokens = tracked_tokens(html);
+    let mut honeypots = Vec::new();
+    for (kind, token) in &mut tokens {
+        let row = links::lookup(&db.pool, token).await.unwrap().unwrap();
+        if row.kind == LinkKind::Honeypot {
+            // The honeypot is served on /c/ like a click.
+            assert_eq!(*kind, LinkKind::Click);
+            *kind = LinkKind::Honeypot;
+            honeypots.push(*token);
+        }
+    }
     let clicks = tokens.iter().filter(|(k, _)| *k == LinkKind::Click).count();
     assert_eq!(
         clicks, 8,
         "logo, 3 articles, 2 map areas, VML button, HTML button"
+    );
+    assert_eq!(honeypots.len(), 1, "one honeypot link per letter");
+    let honeypot = format!(
+        r#"<a href="https://t.example.test/c/{}" aria-hidden="true" tabindex="-1" style="display:none;"#,
+        honeypots[0]
+    );
+    assert!(html.contains(&honeypot), "invisible to people: {html}");
+    let text_part = linktrack::delivery::message::text_part(html);
+    assert!(
+        !text_part.contains(&honeypots[0].to_string()),
+        "no honeypot in the text part: {text_part}"
     );
     for (kind, token) in &tokens {
         let row = links::lookup(&db.pool, token)
@@ -181,13 +202,14 @@ async fn the_fixture_mailing_builds_skipping_the_suppressed_and_the_bad() {
         "&amp; decoded"
     );
 
-    // Rows: 8 clicks + pixel + unsubscribe per letter, 2 distinct images per mailing.
+    // Rows: 8 clicks + pixel + unsubscribe + honeypot per letter, 2
+    // distinct images per mailing.
     let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM links")
         .fetch_one(&db.pool)
         .await
         .unwrap();
-    assert_eq!(rows, 6 * 10 + 2);
-    assert_eq!(summary.links_stored, 62);
+    assert_eq!(rows, 6 * 11 + 2);
+    assert_eq!(summary.links_stored, 68);
 }
 
 #[tokio::test]
@@ -491,7 +513,7 @@ async fn every_corpus_letter_builds_and_every_token_resolves_to_its_original_url
                 .await
                 .unwrap()
                 .unwrap_or_else(|| panic!("{}: token {token} has no row", file.display()));
-            if *kind == LinkKind::Click {
+            if *kind == LinkKind::Click && row.kind == LinkKind::Click {
                 clicks.push((row.position, row.url));
             }
         }
@@ -586,8 +608,8 @@ async fn kill_9_then_rerun_gives_every_letter_once_and_no_duplicate_rows() {
     assert_eq!(rows, distinct_uuids);
     assert_eq!(
         rows,
-        total * 10 + 2,
-        "10 rows per letter, 2 shared images: nothing duplicated"
+        total * 11 + 2,
+        "11 rows per letter (8 clicks, pixel, unsubscribe, honeypot), 2 shared images: nothing duplicated"
     );
     let per_position: Option<(String, i64)> = sqlx::query_as(
         "SELECT email, COUNT(*) c FROM links WHERE kind <> 'image' GROUP BY email, kind, position HAVING c > 1 LIMIT 1",

@@ -30,5 +30,6 @@ mod stats_http;
 mod stats_live;
 mod suppressions;
 mod tracking_modes;
+mod verdicts;
 mod webhooks;
 mod wiring;

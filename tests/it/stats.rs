@@ -295,6 +295,7 @@ async fn out_of_order_commit(settle: Duration) -> (TestDb, u64, u64) {
     let options = rollup::RollupOptions {
         limit: 1000,
         settle,
+        ..Default::default()
     };
     let mut slow = db.pool.begin().await.unwrap();
     record_on(&mut slow, &hits[0]).await;

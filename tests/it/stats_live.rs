@@ -43,6 +43,7 @@ fn options(limit: u32) -> rollup::RollupOptions {
     rollup::RollupOptions {
         limit,
         settle: std::time::Duration::ZERO,
+        ..Default::default()
     }
 }
 

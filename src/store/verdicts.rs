@@ -1,0 +1,237 @@
+//! The settle pass's SQL: the rollup, inside the transaction that counts a
+//! batch, judges the batch's clicks and opens again with their letters in
+//! view ([`crate::events::verdicts`]) and writes the final verdicts to
+//! `events`, so the rollup tables only ever see settled verdicts. An event
+//! is rolled exactly once, so a verdict changed here is counted once, with
+//! its final value; a crash before COMMIT leaves both verdict and counts
+//! as they were, and the batch is judged again.
+
+use super::rollup::RolledBatch;
+use super::StoreError;
+use crate::events::verdicts::{judge_letter, Judged, LetterHit, VerdictRules};
+use crate::kind::EventKind;
+use crate::token::Token;
+use chrono::{DateTime, NaiveDateTime, Utc};
+use sqlx::{MySqlConnection, QueryBuilder};
+use std::collections::{BTreeMap, HashMap};
+
+/// Letters of one mailing read per statement.
+const LETTERS_PER_STATEMENT: usize = 1_000;
+
+type EventLine = (
+    u64,
+    String,
+    u64,
+    EventKind,
+    NaiveDateTime,
+    Option<u32>,
+    Option<String>,
+    Option<String>,
+    i8,
+    Option<String>,
+    Vec<u8>,
+);
+
+/// One stored hit with what the judge needs and what it may change.
+struct Stored {
+    id: u64,
+    hit: LetterHit,
+    bot: bool,
+    token: Vec<u8>,
+}
+
+fn stored((id, _, _, kind, at, position, ip, agent, bot, reason, token): EventLine) -> Stored {
+    Stored {
+        id,
+        hit: LetterHit {
+            kind,
+            at: at.and_utc(),
+            position,
+            ip: ip.as_deref().and_then(|ip| {
+                // Stored as the truncated address, possibly with a prefix.
+                ip.split('/').next().and_then(|a| a.parse().ok())
+            }),
+            user_agent: agent,
+            reason,
+        },
+        bot: bot != 0,
+        token,
+    }
+}
+
+/// Settle the verdicts of `batch`'s clicks and opens; returns how many
+/// changed.
+pub async fn settle_batch(
+    conn: &mut MySqlConnection,
+    batch: &RolledBatch,
+    rules: &VerdictRules,
+) -> Result<u64, StoreError> {
+    let lines: Vec<EventLine> = sqlx::query_as(
+        "SELECT id, mailing_id, letter_id, kind, occurred_at, position, ip, user_agent, bot, \
+           bot_reason, uuid FROM events \
+         WHERE inserted >= ? AND inserted < ? AND id > ? AND id <= ? \
+           AND mailing_id IS NOT NULL AND letter_id > 0 AND kind IN ('click', 'open', 'image')",
+    )
+    .bind(batch.lower)
+    .bind(batch.upper)
+    .bind(batch.after_id)
+    .bind(batch.last_id)
+    .fetch_all(&mut *conn)
+    .await?;
+    // mailing -> letter -> hits being settled
+    let mut letters: BTreeMap<String, BTreeMap<u64, Vec<Stored>>> = BTreeMap::new();
+    for line in lines {
+        let (mailing, letter) = (line.1.clone(), line.2);
+        letters
+            .entry(mailing)
+            .or_default()
+            .entry(letter)
+            .or_default()
+            .push(stored(line));
+    }
+    let mut changes: HashMap<Judged, Vec<u64>> = HashMap::new();
+    for (mailing, by_letter) in &letters {
+        let context = letter_clicks(conn, mailing, by_letter, rules).await?;
+        let delivered = deliveries(conn, mailing, by_letter.keys().copied()).await?;
+        for (letter, settling) in by_letter {
+            judge(
+                rules,
+                settling,
+                context.get(letter),
+                delivered.get(letter),
+                &mut changes,
+            );
+        }
+    }
+    let mut changed = 0;
+    for (judged, ids) in changes {
+        changed += write(conn, batch, &judged, &ids).await?;
+    }
+    Ok(changed)
+}
+
+/// Judge one letter's settling hits with its clicks around them; record
+/// the verdicts that differ from the stored ones.
+fn judge(
+    rules: &VerdictRules,
+    settling: &[Stored],
+    context: Option<&Vec<Stored>>,
+    delivered: Option<&DateTime<Utc>>,
+    changes: &mut HashMap<Judged, Vec<u64>>,
+) {
+    let mut hits: Vec<LetterHit> = settling.iter().map(|s| s.hit.clone()).collect();
+    hits.extend(
+        context
+            .into_iter()
+            .flatten()
+            .filter(|c| !settling.iter().any(|s| s.id == c.id))
+            .map(|c| c.hit.clone()),
+    );
+    // Linktrack did not deliver it: the token's time is the build time.
+    let delivered_at = delivered.copied().unwrap_or_else(|| {
+        settling
+            .first()
+            .and_then(|s| Token::from_bytes(&s.token).ok())
+            .map(|t| t.created_at())
+            .unwrap_or(DateTime::<Utc>::MIN_UTC)
+    });
+    let verdicts = judge_letter(rules, delivered_at, &hits);
+    for (stored, judged) in settling.iter().zip(verdicts) {
+        if judged.bot != stored.bot || judged.reason != stored.hit.reason {
+            changes.entry(judged).or_default().push(stored.id);
+        }
+    }
+}
+
+/// The clicks of the mailing's `letters` within the windows around their
+/// settling hits (the honeypot clicks and bursts they may belong to), by
+/// the `mailing_kind` index.
+async fn letter_clicks(
+    conn: &mut MySqlConnection,
+    mailing: &str,
+    letters: &BTreeMap<u64, Vec<Stored>>,
+    rules: &VerdictRules,
+) -> Result<HashMap<u64, Vec<Stored>>, StoreError> {
+    let times = letters.values().flatten().map(|s| s.hit.at);
+    let (Some(first), Some(last)) = (times.clone().min(), times.max()) else {
+        return Ok(HashMap::new());
+    };
+    let reach = chrono::Duration::from_std(rules.honeypot_window.max(rules.burst_window))
+        .unwrap_or_default();
+    let ids: Vec<u64> = letters.keys().copied().collect();
+    let mut found: HashMap<u64, Vec<Stored>> = HashMap::new();
+    for chunk in ids.chunks(LETTERS_PER_STATEMENT) {
+        let mut sql = QueryBuilder::new(
+            "SELECT id, mailing_id, letter_id, kind, occurred_at, position, ip, user_agent, bot, \
+               bot_reason, uuid FROM events WHERE mailing_id = ",
+        );
+        sql.push_bind(mailing)
+            .push(" AND kind = 'click' AND occurred_at >= ")
+            .push_bind((first - reach).naive_utc())
+            .push(" AND occurred_at <= ")
+            .push_bind((last + reach).naive_utc())
+            .push(" AND letter_id IN (");
+        let mut list = sql.separated(", ");
+        for id in chunk {
+            list.push_bind(*id);
+        }
+        sql.push(")");
+        let lines: Vec<EventLine> = sql.build_query_as().fetch_all(&mut *conn).await?;
+        for line in lines {
+            found.entry(line.2).or_default().push(stored(line));
+        }
+    }
+    Ok(found)
+}
+
+/// When each of the mailing's `letters` that linktrack sent was delivered.
+async fn deliveries(
+    conn: &mut MySqlConnection,
+    mailing: &str,
+    letters: impl Iterator<Item = u64>,
+) -> Result<HashMap<u64, DateTime<Utc>>, StoreError> {
+    let ids: Vec<u64> = letters.collect();
+    let mut found = HashMap::new();
+    for chunk in ids.chunks(LETTERS_PER_STATEMENT) {
+        let mut sql = QueryBuilder::new(
+            "SELECT letter_id, at FROM deliveries WHERE status <> 'rejected' AND mailing_id = ",
+        );
+        sql.push_bind(mailing).push(" AND letter_id IN (");
+        let mut list = sql.separated(", ");
+        for id in chunk {
+            list.push_bind(*id);
+        }
+        sql.push(")");
+        let rows: Vec<(u64, NaiveDateTime)> = sql.build_query_as().fetch_all(&mut *conn).await?;
+        found.extend(rows.into_iter().map(|(id, at)| (id, at.and_utc())));
+    }
+    Ok(found)
+}
+
+/// Write one verdict to the events `ids` of the batch's partition.
+async fn write(
+    conn: &mut MySqlConnection,
+    batch: &RolledBatch,
+    judged: &Judged,
+    ids: &[u64],
+) -> Result<u64, StoreError> {
+    let mut changed = 0;
+    for chunk in ids.chunks(LETTERS_PER_STATEMENT) {
+        let mut sql = QueryBuilder::new("UPDATE events SET bot = ");
+        sql.push_bind(judged.bot)
+            .push(", bot_reason = ")
+            .push_bind(judged.reason.as_deref())
+            .push(" WHERE inserted >= ")
+            .push_bind(batch.lower)
+            .push(" AND inserted < ")
+            .push_bind(batch.upper)
+            .push(" AND id IN (");
+        let mut list = sql.separated(", ");
+        for id in chunk {
+            list.push_bind(*id);
+        }
+        sql.push(")");
+        changed += sql.build().execute(&mut *conn).await?.rows_affected();
+    }
+    Ok(changed)
+}
