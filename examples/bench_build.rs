@@ -329,6 +329,7 @@ async fn run_builder(
         smtp,
         pools: None,
         return_path: None,
+        secret: None,
     };
     Ok(build::run(pool, &options).await?)
 }

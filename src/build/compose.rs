@@ -7,8 +7,9 @@ use super::recipients::Recipient;
 use super::reject::Reject;
 use crate::delivery::message;
 use crate::letter::{rewrite, FoundKind, FoundLink, RewriteOptions, Template};
+use crate::store::link_templates::TemplateKey;
 use crate::store::links::{LinkKind, NewLink};
-use crate::token::Token;
+use crate::token::{Plaintext, Token, TokenSeal};
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
@@ -39,6 +40,10 @@ pub struct MailingContext {
     pub base_url: String,
     html: Option<Template>,
     subject: Option<Template>,
+    /// Seals every token the letters get (docs/token.md).
+    seal: TokenSeal,
+    /// The mailing's link templates: (kind, position) -> URL -> id.
+    templates: HashMap<(LinkKind, u32), HashMap<String, u32>>,
 }
 
 /// Why a mailing cannot be built at all (reported before any letter).
@@ -54,7 +59,11 @@ pub enum PrepareError {
 impl MailingContext {
     /// Compile the templates once; a creative that is not a valid template
     /// (say, another engine's `{{#each}}`) is refused here with its line.
-    pub fn prepare(mailing: Mailing, base_url: &str) -> Result<MailingContext, PrepareError> {
+    pub fn prepare(
+        mailing: Mailing,
+        base_url: &str,
+        seal: TokenSeal,
+    ) -> Result<MailingContext, PrepareError> {
         let base_url = base_url.trim_end_matches('/').to_owned();
         if mailing.from.parse::<lettre::message::Mailbox>().is_err() {
             return Err(PrepareError::Template {
@@ -94,7 +103,90 @@ impl MailingContext {
             base_url,
             html,
             subject,
+            seal,
+            templates: HashMap::new(),
         })
+    }
+
+    /// The links every letter of the mailing shares, to store as link
+    /// templates before the letters are built: the pixel, the unsubscribe
+    /// link, and each link and image of the creative whose URL is the same
+    /// in every letter. In a personalised creative that is a URL written
+    /// out in the source (no `{{ }}` or `{% %}` in it): a URL made from the
+    /// reader's fields is never stored beyond its rows' retention, so it
+    /// gets no template (docs/token.md, "Which links get a template").
+    pub fn template_keys(&self) -> Vec<TemplateKey> {
+        let mut keys = vec![
+            TemplateKey {
+                kind: LinkKind::Pixel,
+                position: 0,
+                url: String::new(),
+            },
+            TemplateKey {
+                kind: LinkKind::Unsubscribe,
+                position: 0,
+                url: String::new(),
+            },
+        ];
+        let options = RewriteOptions {
+            track_links: true,
+            proxy_images: self.mailing.proxy_images,
+            own_base_url: &self.base_url,
+            pixel_html: None,
+        };
+        let _ = rewrite(&self.mailing.html, &options, |found: &FoundLink| {
+            let personal = found.url.contains("{{") || found.url.contains("{%");
+            if !personal {
+                let (kind, position) = match found.kind {
+                    FoundKind::Click => (LinkKind::Click, found.position),
+                    FoundKind::Image => (LinkKind::Image, 0),
+                };
+                keys.push(TemplateKey {
+                    kind,
+                    position,
+                    url: found.url.clone(),
+                });
+            }
+            String::new()
+        });
+        keys.sort_by(|a, b| (a.kind, a.position, &a.url).cmp(&(b.kind, b.position, &b.url)));
+        keys.dedup();
+        keys
+    }
+
+    /// The ids [`Self::template_keys`] were stored under.
+    pub fn set_templates(&mut self, ids: HashMap<TemplateKey, u32>) {
+        self.templates.clear();
+        for (key, id) in ids {
+            self.templates
+                .entry((key.kind, key.position))
+                .or_default()
+                .insert(key.url, id);
+        }
+    }
+
+    /// The template of a link; 0 (none) for a URL not in the creative's
+    /// source, such as a personalised one.
+    fn template(&self, kind: LinkKind, position: u32, url: &str) -> u32 {
+        self.templates
+            .get(&(kind, position))
+            .and_then(|urls| urls.get(url))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// A fresh sealed token for a letter's link.
+    fn issue(
+        &self,
+        kind: LinkKind,
+        position: u32,
+        url: &str,
+        letter_id: u64,
+        at: DateTime<Utc>,
+    ) -> Token {
+        let template = self.template(kind, position, url);
+        let plain = Plaintext::issue(kind.into(), template, letter_id);
+        self.seal.seal(at, plain)
     }
 }
 
@@ -138,19 +230,19 @@ impl ImageTokens {
         }
     }
 
-    fn token_for(&self, url: &str, mailing_id: &str, made_at: DateTime<Utc>) -> Token {
+    fn token_for(&self, ctx: &MailingContext, url: &str, made_at: DateTime<Utc>) -> Token {
         // A poisoned lock only means another letter's build panicked; the map
         // itself is still consistent (inserts are single operations).
         let mut state = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(token) = state.known.get(url) {
             return *token;
         }
-        let token = Token::at(made_at);
+        let token = ctx.issue(LinkKind::Image, 0, url, 0, made_at);
         state.known.insert(url.to_owned(), token);
         state.new_rows.push(NewLink {
             token,
             kind: LinkKind::Image,
-            mailing_id: mailing_id.to_owned(),
+            mailing_id: ctx.mailing.mailing_id.clone(),
             letter_id: 0,
             email: String::new(),
             position: 0,
@@ -177,6 +269,7 @@ pub struct Built {
 /// letter was built before, a fresh one otherwise, and checks that a resumed
 /// letter still links where it did.
 struct LetterTokens<'a> {
+    ctx: &'a MailingContext,
     stored: Option<&'a StoredTokens>,
     made_at: DateTime<Utc>,
     rows: Vec<NewLink>,
@@ -202,7 +295,9 @@ impl LetterTokens<'_> {
             }
             return *token;
         }
-        let token = Token::at(self.made_at);
+        let token = self
+            .ctx
+            .issue(kind, position, url, self.letter_id, self.made_at);
         self.rows.push(NewLink {
             token,
             kind,
@@ -228,6 +323,7 @@ pub fn build_letter(
 ) -> Result<Built, Reject> {
     let mailing = &ctx.mailing;
     let mut tokens = LetterTokens {
+        ctx,
         stored,
         made_at,
         rows: Vec::new(),
@@ -288,7 +384,7 @@ pub fn build_letter(
                 tracked_url(&ctx.base_url, LinkKind::Click, &token)
             }
             FoundKind::Image => {
-                let token = images.token_for(&found.url, &mailing.mailing_id, made_at);
+                let token = images.token_for(ctx, &found.url, made_at);
                 tracked_url(&ctx.base_url, LinkKind::Image, &token)
             }
         })

@@ -18,6 +18,10 @@ pub struct Mailing {
     pub proxy_images: bool,
     /// Rewrite links, add the pixel and the unsubscribe header, store rows.
     pub track: bool,
+    /// Where readers manage their subscription (an `https:` URL or a
+    /// `mailto:` address): shown by an unsubscribe link whose row has
+    /// expired, which can no longer unsubscribe anyone itself.
+    pub list_manage_url: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -41,6 +45,7 @@ struct MailingFile {
     proxy_images: bool,
     #[serde(default = "yes")]
     track: bool,
+    list_manage_url: Option<String>,
 }
 
 /// A string or an integer JSON number (as its decimal text).
@@ -152,7 +157,18 @@ impl Mailing {
                 ))
             }
         };
+        let list_manage_url = match file.list_manage_url.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(url) if is_list_manage_url(url) => Some(url.to_owned()),
+            Some(_) => {
+                return Err(field(
+                    "list_manage_url",
+                    "must be an https:// (or http://) URL or a mailto: address, at most 2048 characters",
+                ))
+            }
+        };
         Ok(Mailing {
+            list_manage_url,
             mailing_id: id.to_owned(),
             subject: file.subject,
             from: file.from,
@@ -164,6 +180,15 @@ impl Mailing {
             track: file.track,
         })
     }
+}
+
+/// A URL a page may link to: http(s) or mailto, printable, not too long.
+fn is_list_manage_url(url: &str) -> bool {
+    let lower = url.to_ascii_lowercase();
+    let scheme_ok = ["https://", "http://", "mailto:"]
+        .iter()
+        .any(|scheme| lower.starts_with(scheme) && lower.len() > scheme.len());
+    scheme_ok && url.len() <= 2048 && !url.chars().any(|c| c.is_control() || c == ' ')
 }
 
 #[cfg(test)]

@@ -28,6 +28,7 @@ pub use output::partial_path;
 use output::{LetterSink, RejectsFile};
 use progress::{progress_bar, spawn_delivery_progress};
 
+use crate::store::link_templates;
 use crate::store::links::{self, LinkKind};
 use crate::store::partitions;
 use crate::store::sequences::Sequence;
@@ -77,6 +78,9 @@ pub struct BuildOptions {
     pub pools: Option<PathBuf>,
     /// Envelope sender for bounces; default the mailing's From address.
     pub return_path: Option<String>,
+    /// `LINKTRACK_SECRET`: part of the token seal key, as the server's
+    /// (docs/token.md); the builder and the server must agree on it.
+    pub secret: Option<String>,
 }
 
 /// What the job did.
@@ -319,7 +323,8 @@ async fn prepare_mailing(
     options: &BuildOptions,
 ) -> Result<Arc<MailingContext>, BuildError> {
     let mailing = Mailing::load(&options.mailing)?;
-    let ctx = MailingContext::prepare(mailing, &options.base_url).map_err(|source| {
+    let seal = link_templates::load_seal(pool, options.secret.as_deref()).await?;
+    let mut ctx = MailingContext::prepare(mailing, &options.base_url, seal).map_err(|source| {
         BuildError::Template {
             path: options.mailing.clone(),
             source,
@@ -329,6 +334,13 @@ async fn prepare_mailing(
         ensure_partitions(pool).await?;
         let mailing = &ctx.mailing;
         stats::save_mailing(pool, &mailing.mailing_id, &mailing.subject, &mailing.html).await?;
+        let list_manage = mailing.list_manage_url.as_deref();
+        stats::save_list_manage_url(pool, &mailing.mailing_id, list_manage).await?;
+        // Stored before any letter: a resumed build gets the same ids back.
+        let keys = ctx.template_keys();
+        let today = chrono::Utc::now().date_naive();
+        let ids = link_templates::intern(pool, &ctx.mailing.mailing_id, &keys, today).await?;
+        ctx.set_templates(ids);
     }
     Ok(Arc::new(ctx))
 }

@@ -48,6 +48,7 @@ pub(super) async fn build(url: &str, args: &BuildArgs) -> anyhow::Result<ExitCod
         }),
         pools: args.pools.clone(),
         return_path: args.return_path.clone(),
+        secret: args.secret.clone(),
     };
     let summary = build::run(&pool, &options).await?;
     eprintln!("{summary}");

@@ -62,7 +62,10 @@ pub(super) async fn demo(url: &str, args: &DemoArgs) -> anyhow::Result<()> {
         .base_url
         .clone()
         .unwrap_or_else(|| format!("http://{}", args.listen));
-    let outcome = crate::demo::prepare(url, &base_url, &args.dir).await?;
+    // One secret for the builder and the server: it keys the token seal
+    // (docs/token.md) as well as the dashboard's login cookies.
+    let secret = std::env::var("LINKTRACK_SECRET").unwrap_or_else(|_| random_hex());
+    let outcome = crate::demo::prepare(url, &base_url, &args.dir, Some(&secret)).await?;
     println!("{}", outcome.summary);
     println!("letters: {}", outcome.letters.display());
     if let Some(dir) = outcome.letters.parent() {
@@ -103,7 +106,7 @@ pub(super) async fn demo(url: &str, args: &DemoArgs) -> anyhow::Result<()> {
         max_connections: crate::server::listen::DEFAULT_MAX_CONNECTIONS,
         trust_forwarded_for: false,
         api_token: Some(api_token),
-        secret: Some(random_hex()),
+        secret: Some(secret),
         rollup_every: 2,
         live: crate::config::LiveArgs {
             redis_url: demo_redis_url().await,

@@ -28,6 +28,7 @@ fn options(dir: &Path, mailing: PathBuf, recipients: PathBuf) -> BuildOptions {
         smtp: None,
         pools: None,
         return_path: None,
+        secret: None,
     }
 }
 
