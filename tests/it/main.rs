@@ -24,5 +24,6 @@ mod stats;
 mod stats_http;
 mod stats_live;
 mod suppressions;
+mod token_kinds;
 mod webhooks;
 mod wiring;
