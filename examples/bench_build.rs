@@ -331,6 +331,7 @@ async fn run_builder(
         return_path: None,
         summary: None,
         max_letter_bytes: build::DEFAULT_MAX_LETTER_BYTES,
+        secret: None,
     };
     Ok(build::run(pool, &options).await?)
 }

@@ -504,6 +504,13 @@ pub struct BuildArgs {
     /// Envelope sender (Return-Path) for bounces; default the mailing's From.
     #[arg(long, value_name = "ADDRESS")]
     pub return_path: Option<String>,
+
+    /// Part of the key that seals tokens (docs/token.md): set it to the
+    /// server's LINKTRACK_SECRET, or the server cannot read the tokens'
+    /// kinds and templates. Unset on both is fine (the database's own
+    /// random key then seals alone).
+    #[arg(long, env = "LINKTRACK_SECRET", hide_env_values = true)]
+    pub secret: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]

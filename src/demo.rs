@@ -30,6 +30,7 @@ pub async fn prepare(
     database_url: &str,
     base_url: &str,
     dir: &Path,
+    secret: Option<&str>,
 ) -> anyhow::Result<DemoOutcome> {
     let pool = store::migrate(database_url)
         .await
@@ -76,6 +77,7 @@ pub async fn prepare(
         return_path: None,
         summary: None,
         max_letter_bytes: build::DEFAULT_MAX_LETTER_BYTES,
+        secret: secret.map(str::to_owned),
     };
     let summary = build::run(&pool, &options).await?;
     let sample_urls = sample_urls(&letters, base_url)?;

@@ -63,6 +63,59 @@ impl LinkKind {
     }
 }
 
+/// What a token stands for, as its sealed plaintext spells it (docs/token.md):
+/// the one list of token kind codes. The request extractor refuses a token
+/// whose kind is not its route's, before any database read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TokenKind {
+    /// `/c/`: a link in the letter.
+    Click = 1,
+    /// `/o/`: the open pixel.
+    Pixel = 2,
+    /// `/i/`: a proxied image.
+    Image = 3,
+    /// `/u/`: one-click unsubscribe.
+    Unsubscribe = 4,
+    /// `/t/`: "stop tracking me" (tracking opt-out).
+    TrackingOptOut = 5,
+    /// The invisible honeypot link that only bots follow (served by `/c/`).
+    Honeypot = 6,
+}
+
+impl TokenKind {
+    pub const ALL: [TokenKind; 6] = [
+        TokenKind::Click,
+        TokenKind::Pixel,
+        TokenKind::Image,
+        TokenKind::Unsubscribe,
+        TokenKind::TrackingOptOut,
+        TokenKind::Honeypot,
+    ];
+
+    /// The 3-bit code sealed into the token.
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+
+    /// The kind a 3-bit code names; 0 and 7 are never issued.
+    pub fn from_code(code: u8) -> Option<TokenKind> {
+        TokenKind::ALL.into_iter().find(|kind| kind.code() == code)
+    }
+}
+
+impl From<LinkKind> for TokenKind {
+    fn from(kind: LinkKind) -> TokenKind {
+        match kind {
+            LinkKind::Click => TokenKind::Click,
+            LinkKind::Pixel => TokenKind::Pixel,
+            LinkKind::Image => TokenKind::Image,
+            LinkKind::Unsubscribe => TokenKind::Unsubscribe,
+            LinkKind::OptOut => TokenKind::TrackingOptOut,
+            LinkKind::Honeypot => TokenKind::Honeypot,
+        }
+    }
+}
+
 /// What happened (`events.kind` and the statistics tables).
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
@@ -191,6 +244,21 @@ mod tests {
             "pixel".parse::<EventKind>().is_err(),
             "a link kind, not an event kind"
         );
+    }
+
+    #[test]
+    fn token_kind_codes_are_fixed() {
+        let codes: Vec<u8> = TokenKind::ALL.iter().map(|k| k.code()).collect();
+        assert_eq!(
+            codes,
+            [1, 2, 3, 4, 5, 6],
+            "sealed into issued tokens: never renumber"
+        );
+        for kind in TokenKind::ALL {
+            assert_eq!(TokenKind::from_code(kind.code()), Some(kind));
+        }
+        assert_eq!(TokenKind::from_code(0), None);
+        assert_eq!(TokenKind::from_code(7), None);
     }
 
     #[test]

@@ -8,8 +8,9 @@ use super::reject::Reject;
 use super::track_mode::TrackMode;
 use crate::delivery::message;
 use crate::letter::{rewrite, FoundKind, FoundLink, RewriteOptions, Template};
+use crate::store::link_templates::TemplateKey;
 use crate::store::links::{LinkKind, NewLink};
-use crate::token::Token;
+use crate::token::{Plaintext, Token, TokenSeal};
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
@@ -47,6 +48,10 @@ pub struct MailingContext {
     subject: Option<Template>,
     /// The creative places `{{ stop_tracking_url }}`.
     uses_stop_tracking: bool,
+    /// Seals every token the letters get (docs/token.md).
+    seal: TokenSeal,
+    /// The mailing's link templates: (kind, position) -> URL -> id.
+    templates: HashMap<(LinkKind, u32), HashMap<String, u32>>,
 }
 
 /// Why a mailing cannot be built at all (reported before any letter).
@@ -71,6 +76,7 @@ impl MailingContext {
         mailing: Mailing,
         base_url: &str,
         max_letter_bytes: usize,
+        seal: TokenSeal,
     ) -> Result<MailingContext, PrepareError> {
         let base_url = base_url.trim_end_matches('/').to_owned();
         if mailing.html.len() > max_letter_bytes {
@@ -115,6 +121,8 @@ impl MailingContext {
             html,
             subject,
             uses_stop_tracking,
+            seal,
+            templates: HashMap::new(),
         })
     }
 
@@ -123,6 +131,87 @@ impl MailingContext {
     /// holds for later mailings), or in the footer of a tracked letter.
     fn offers_stop_tracking(&self, mode: TrackMode) -> bool {
         self.uses_stop_tracking || (self.mailing.stop_tracking_footer && mode.is_tracked())
+    }
+
+    /// The links every letter of the mailing shares, to store as link
+    /// templates before the letters are built: the pixel, the unsubscribe
+    /// link, and each link and image of the creative whose URL is the same
+    /// in every letter. In a personalised creative that is a URL written
+    /// out in the source (no `{{ }}` or `{% %}` in it): a URL made from the
+    /// reader's fields is never stored beyond its rows' retention, so it
+    /// gets no template (docs/token.md, "Which links get a template").
+    pub fn template_keys(&self) -> Vec<TemplateKey> {
+        let mut keys = vec![
+            TemplateKey {
+                kind: LinkKind::Pixel,
+                position: 0,
+                url: String::new(),
+            },
+            TemplateKey {
+                kind: LinkKind::Unsubscribe,
+                position: 0,
+                url: String::new(),
+            },
+        ];
+        let options = RewriteOptions {
+            track_links: true,
+            proxy_images: self.mailing.proxy_images,
+            own_base_url: &self.base_url,
+            pixel_html: None,
+        };
+        let _ = rewrite(&self.mailing.html, &options, |found: &FoundLink| {
+            let personal = found.url.contains("{{") || found.url.contains("{%");
+            if !personal {
+                let (kind, position) = match found.kind {
+                    FoundKind::Click => (LinkKind::Click, found.position),
+                    FoundKind::Image => (LinkKind::Image, 0),
+                };
+                keys.push(TemplateKey {
+                    kind,
+                    position,
+                    url: found.url.clone(),
+                });
+            }
+            String::new()
+        });
+        keys.sort_by(|a, b| (a.kind, a.position, &a.url).cmp(&(b.kind, b.position, &b.url)));
+        keys.dedup();
+        keys
+    }
+
+    /// The ids [`Self::template_keys`] were stored under.
+    pub fn set_templates(&mut self, ids: HashMap<TemplateKey, u32>) {
+        self.templates.clear();
+        for (key, id) in ids {
+            self.templates
+                .entry((key.kind, key.position))
+                .or_default()
+                .insert(key.url, id);
+        }
+    }
+
+    /// The template of a link; 0 (none) for a URL not in the creative's
+    /// source, such as a personalised one.
+    fn template(&self, kind: LinkKind, position: u32, url: &str) -> u32 {
+        self.templates
+            .get(&(kind, position))
+            .and_then(|urls| urls.get(url))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// A fresh sealed token for a letter's link.
+    fn issue(
+        &self,
+        kind: LinkKind,
+        position: u32,
+        url: &str,
+        letter_id: u64,
+        at: DateTime<Utc>,
+    ) -> Token {
+        let template = self.template(kind, position, url);
+        let plain = Plaintext::issue(kind.into(), template, letter_id);
+        self.seal.seal(at, plain)
     }
 }
 
@@ -195,17 +284,19 @@ impl ImageTokens {
         }
     }
 
-    fn token_for(&self, url: &str, mailing_id: &str, made_at: DateTime<Utc>) -> Token {
-        self.shared_token(LinkKind::Image, 0, url, None, mailing_id, made_at)
+    fn token_for(&self, ctx: &MailingContext, url: &str, made_at: DateTime<Utc>) -> Token {
+        self.shared_token(ctx, LinkKind::Image, 0, url, None, made_at)
     }
 
+    /// The one token every letter of the mailing shares for this link
+    /// (images; links and the pixel of anonymous letters).
     fn shared_token(
         &self,
+        ctx: &MailingContext,
         kind: LinkKind,
         position: u32,
         url: &str,
         meta: Option<Value>,
-        mailing_id: &str,
         made_at: DateTime<Utc>,
     ) -> Token {
         // A poisoned lock only means another letter's build panicked; the map
@@ -215,12 +306,12 @@ impl ImageTokens {
         if let Some(token) = state.known.get(&key) {
             return *token;
         }
-        let token = Token::at(made_at);
+        let token = ctx.issue(kind, position, url, 0, made_at);
         state.known.insert(key, token);
         state.new_rows.push(NewLink {
             token,
             kind,
-            mailing_id: mailing_id.to_owned(),
+            mailing_id: ctx.mailing.mailing_id.clone(),
             letter_id: 0,
             email: String::new(),
             position,
@@ -247,6 +338,7 @@ pub struct Built {
 /// letter was built before, a fresh one otherwise, and checks that a resumed
 /// letter still links where it did.
 struct LetterTokens<'a> {
+    ctx: &'a MailingContext,
     stored: Option<&'a StoredTokens>,
     made_at: DateTime<Utc>,
     rows: Vec<NewLink>,
@@ -272,7 +364,9 @@ impl LetterTokens<'_> {
             }
             return *token;
         }
-        let token = Token::at(self.made_at);
+        let token = self
+            .ctx
+            .issue(kind, position, url, self.letter_id, self.made_at);
         self.rows.push(NewLink {
             token,
             kind,
@@ -300,6 +394,7 @@ pub fn build_letter(
 ) -> Result<Built, Reject> {
     let mailing = &ctx.mailing;
     let mut tokens = LetterTokens {
+        ctx,
         stored,
         made_at,
         rows: Vec::new(),
@@ -342,12 +437,16 @@ pub fn build_letter(
     }
     // The honeypot link catches link scanners: only where links are tracked,
     // and never in anonymous letters (its row would name the reader).
-    let honeypot = (mailing.honeypot && mode.tracks_clicks() && mode != TrackMode::Anonymous)
-        .then(|| honeypot_html(&ctx.base_url, &tokens.token(LinkKind::Honeypot, 0, "", None)));
+    let honeypot =
+        (mailing.honeypot && mode.tracks_clicks() && mode != TrackMode::Anonymous).then(|| {
+            honeypot_html(
+                &ctx.base_url,
+                &tokens.token(LinkKind::Honeypot, 0, "", None),
+            )
+        });
     if mode.tracks_opens() {
         let pixel = if mode == TrackMode::Anonymous {
-            let mailing_id = &mailing.mailing_id;
-            images.shared_token(LinkKind::Pixel, 0, "", None, mailing_id, made_at)
+            images.shared_token(ctx, LinkKind::Pixel, 0, "", None, made_at)
         } else {
             tokens.token(LinkKind::Pixel, 0, "", None)
         };
@@ -390,15 +489,14 @@ pub fn build_letter(
                 let meta = link_meta(found.tag.as_deref(), &mailing.tags);
                 let (position, url) = (found.position, found.url.as_str());
                 let token = if mode == TrackMode::Anonymous {
-                    let mailing_id = &mailing.mailing_id;
-                    images.shared_token(LinkKind::Click, position, url, meta, mailing_id, made_at)
+                    images.shared_token(ctx, LinkKind::Click, position, url, meta, made_at)
                 } else {
                     tokens.token(LinkKind::Click, position, url, meta)
                 };
                 tracked_url(&ctx.base_url, LinkKind::Click, &token)
             }
             FoundKind::Image => {
-                let token = images.token_for(&found.url, &mailing.mailing_id, made_at);
+                let token = images.token_for(ctx, &found.url, made_at);
                 tracked_url(&ctx.base_url, LinkKind::Image, &token)
             }
         })

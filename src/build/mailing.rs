@@ -27,6 +27,10 @@ pub struct Mailing {
     /// Add the invisible honeypot link that only scanners follow (in letters
     /// whose links are tracked).
     pub honeypot: bool,
+    /// Where readers manage their subscription (an `https:` URL or a
+    /// `mailto:` address): shown by an unsubscribe link whose row has
+    /// expired, which can no longer unsubscribe anyone itself.
+    pub list_manage_url: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -54,6 +58,7 @@ struct MailingFile {
     stop_tracking_footer: bool,
     #[serde(default = "yes")]
     honeypot: bool,
+    list_manage_url: Option<String>,
 }
 
 /// A string or an integer JSON number (as its decimal text).
@@ -166,7 +171,18 @@ impl Mailing {
                 ))
             }
         };
+        let list_manage_url = match file.list_manage_url.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(url) if is_list_manage_url(url) => Some(url.to_owned()),
+            Some(_) => {
+                return Err(field(
+                    "list_manage_url",
+                    "must be an https:// (or http://) URL or a mailto: address, at most 2048 characters",
+                ))
+            }
+        };
         Ok(Mailing {
+            list_manage_url,
             mailing_id: id.to_owned(),
             subject: file.subject,
             from: file.from,
@@ -181,6 +197,15 @@ impl Mailing {
             honeypot: file.honeypot,
         })
     }
+}
+
+/// A URL a page may link to: http(s) or mailto, printable, not too long.
+fn is_list_manage_url(url: &str) -> bool {
+    let lower = url.to_ascii_lowercase();
+    let scheme_ok = ["https://", "http://", "mailto:"]
+        .iter()
+        .any(|scheme| lower.starts_with(scheme) && lower.len() > scheme.len());
+    scheme_ok && url.len() <= 2048 && !url.chars().any(|c| c.is_control() || c == ' ')
 }
 
 #[cfg(test)]

@@ -30,6 +30,7 @@ pub use output::partial_path;
 use output::{LetterSink, RejectsFile};
 use progress::{progress_bar, spawn_delivery_progress};
 
+use crate::store::link_templates;
 use crate::store::links::{self, LinkKind};
 use crate::store::partitions;
 use crate::store::sequences::Sequence;
@@ -85,6 +86,9 @@ pub struct BuildOptions {
     /// The most bytes a letter's HTML may have (the creative before any
     /// letter, each letter after personalising).
     pub max_letter_bytes: usize,
+    /// `LINKTRACK_SECRET`: part of the token seal key, as the server's
+    /// (docs/token.md); the builder and the server must agree on it.
+    pub secret: Option<String>,
 }
 
 /// The default of `--max-letter-bytes`: 5 MiB of HTML is far beyond any
@@ -392,20 +396,22 @@ async fn prepare_mailing(
     options: &BuildOptions,
 ) -> Result<Arc<MailingContext>, BuildError> {
     let mailing = Mailing::load(&options.mailing)?;
+    let seal = link_templates::load_seal(pool, options.secret.as_deref()).await?;
     let creative = mailing.html_source.clone();
-    let ctx = MailingContext::prepare(mailing, &options.base_url, options.max_letter_bytes)
-        .map_err(|source| match source {
-            compose::PrepareError::TooBig { size, limit } => BuildError::TooBig {
-                path: creative.clone(),
-                size,
-                limit,
-                reason: "raise the limit with --max-letter-bytes",
-            },
-            source => BuildError::Template {
-                path: options.mailing.clone(),
-                source,
-            },
-        })?;
+    let mut ctx =
+        MailingContext::prepare(mailing, &options.base_url, options.max_letter_bytes, seal)
+            .map_err(|source| match source {
+                compose::PrepareError::TooBig { size, limit } => BuildError::TooBig {
+                    path: creative.clone(),
+                    size,
+                    limit,
+                    reason: "raise the limit with --max-letter-bytes",
+                },
+                source => BuildError::Template {
+                    path: options.mailing.clone(),
+                    source,
+                },
+            })?;
     // Every mode stores rows (at least the unsubscribe link), so the
     // creative must fit one statement and today's partitions must exist.
     let room = stats::largest_creative(pool).await?;
@@ -422,6 +428,13 @@ async fn prepare_mailing(
     let mailing = &ctx.mailing;
     stats::save_mailing(pool, &mailing.mailing_id, &mailing.subject, &mailing.html).await?;
     stats::save_track_mode(pool, &mailing.mailing_id, mailing.track.as_str()).await?;
+    let list_manage = mailing.list_manage_url.as_deref();
+    stats::save_list_manage_url(pool, &mailing.mailing_id, list_manage).await?;
+    // Stored before any letter: a resumed build gets the same ids back.
+    let keys = ctx.template_keys();
+    let today = chrono::Utc::now().date_naive();
+    let ids = link_templates::intern(pool, &ctx.mailing.mailing_id, &keys, today).await?;
+    ctx.set_templates(ids);
     Ok(Arc::new(ctx))
 }
 

@@ -56,6 +56,7 @@ pub(super) async fn build(url: &str, args: &BuildArgs) -> anyhow::Result<ExitCod
         return_path: args.return_path.clone(),
         summary: Some(summary_path),
         max_letter_bytes: args.max_letter_bytes,
+        secret: args.secret.clone(),
     };
     let summary = build::run(&pool, &options).await?;
     eprintln!("{summary}");

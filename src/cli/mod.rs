@@ -89,9 +89,7 @@ async fn run_command(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Partitions(PartitionsCommand::List) => database::list(url).await?,
         Command::Build(args) => return mailing::build(url, &args).await,
         Command::Suppressions(command) => return mailing::suppressions(url, command).await,
-        Command::TrackingOptouts(command) => {
-            return mailing::tracking_optouts(url, command).await
-        }
+        Command::TrackingOptouts(command) => return mailing::tracking_optouts(url, command).await,
         Command::Serve(args) => serve::serve(url, &args).await?,
         Command::Demo(args) => serve::demo(url, &args).await?,
         Command::Erase(args) => mailing::erase(url, &args).await?,

@@ -76,7 +76,10 @@ pub(super) async fn demo(url: &str, args: &DemoArgs) -> anyhow::Result<()> {
         .base_url
         .clone()
         .unwrap_or_else(|| crate::config::base_url_for_listen(args.listen));
-    let outcome = crate::demo::prepare(url, &base_url, &args.dir).await?;
+    // One secret for the builder and the server: it keys the token seal
+    // (docs/token.md) as well as the dashboard's login cookies.
+    let secret = std::env::var("LINKTRACK_SECRET").unwrap_or_else(|_| random_hex());
+    let outcome = crate::demo::prepare(url, &base_url, &args.dir, Some(&secret)).await?;
     println!("{}", outcome.summary);
     println!("letters: {}", outcome.letters.display());
     if let Some(dir) = outcome.letters.parent() {

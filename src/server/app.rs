@@ -129,6 +129,7 @@ impl App {
             settings.secret.as_deref(),
             settings.live.clone(),
         )?;
+        load_seal(&state, settings.secret.clone()).await;
         start_workers(&settings, &mut workers);
         Ok(App {
             public: listener,
@@ -255,6 +256,23 @@ fn start_workers(settings: &AppSettings, workers: &mut Workers) {
     });
     let server = crate::outbound::registry::server_id(&settings.journal.dir);
     crate::outbound::start_senders(&settings.pool, &settings.outbound, server, workers);
+}
+
+/// Read the token seal now if the database answers, else keep trying in
+/// the background: the server starts while the database is down, and
+/// serves tokens as legacy ones (kind from the row) until the seal is read.
+async fn load_seal(state: &AppState, secret: Option<String>) {
+    let Err(err) = state.load_seal(secret.as_deref()).await else {
+        return;
+    };
+    tracing::warn!(%err, "token seal not read; retrying every second");
+    let state = state.clone();
+    tokio::spawn(async move {
+        while state.load_seal(secret.as_deref()).await.is_err() {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        tracing::info!("token seal read");
+    });
 }
 
 /// The operators' listener: readiness and metrics, off the public host

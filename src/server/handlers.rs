@@ -3,13 +3,14 @@
 
 use super::error::ServerError;
 use super::pages;
-use super::request::{RequestMeta, Tracked};
+use super::request::{
+    ClickRoute, ImageRoute, OptOutRoute, PixelRoute, RequestMeta, RouteToken, TokenRefusal,
+    Tracked, UnsubscribeRoute,
+};
 use super::state::AppState;
-use crate::kind::EventKind;
+use crate::kind::{EventKind, LinkKind};
 use crate::store::events::suppress_unsubscribed;
-use crate::store::links::LinkKind;
-use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -34,30 +35,37 @@ fn no_store(mut response: Response) -> Response {
     response
 }
 
-/// The token text of a path; a path that does not decode is simply not found.
-fn token_text(path: Result<Path<String>, PathRejection>) -> Result<String, ServerError> {
-    path.map(|Path(text)| text)
-        .map_err(|_| ServerError::NotFound)
-}
-
 /// `GET|HEAD /c/{token}`: redirect to the stored URL. A HEAD is answered the
 /// same way and journaled as a bot event (link checkers use HEAD), so it is
 /// never counted as a person's click.
+///
+/// Once the link's row is gone, a token sealed with a link template still
+/// leads where it did (issue 27), recorded as a late click: mailing and
+/// position only, nobody's address.
 pub async fn click(
     State(state): State<AppState>,
     meta: RequestMeta,
-    Tracked { token, link }: Tracked,
+    tracked: Tracked<ClickRoute>,
 ) -> Result<Response, ServerError> {
-    if link.kind == LinkKind::Honeypot {
-        // Only machines follow the invisible link: nothing to show them.
-        state.record_honeypot(token, &link, meta);
-        return Ok(no_store(StatusCode::NO_CONTENT.into_response()));
-    }
-    if link.kind != LinkKind::Click {
-        return Err(ServerError::NotFound);
-    }
-    let location = redirect_target(&link.url)?;
-    state.record(EventKind::Click, token, Some(&link), meta);
+    let location = match tracked {
+        Tracked::Live { token, link } => {
+            if link.kind == LinkKind::Honeypot {
+                // Only machines follow the invisible link: nothing to show them.
+                state.record_honeypot(token, &link, meta);
+                return Ok(no_store(StatusCode::NO_CONTENT.into_response()));
+            }
+            let location = redirect_target(&link.url)?;
+            state.record(EventKind::Click, token, Some(&link), meta);
+            location
+        }
+        Tracked::Late {
+            token, template, ..
+        } => {
+            let location = redirect_target(&template.url)?;
+            state.record_late(EventKind::Click, token, &template, meta);
+            location
+        }
+    };
     let response = (StatusCode::FOUND, [(header::LOCATION, location)]).into_response();
     Ok(no_store(response))
 }
@@ -90,30 +98,55 @@ fn header_safe_url(url: &str) -> String {
     out
 }
 
-/// `GET /o/{token}.gif`: always the pixel, whatever the token. Opens are the
-/// most frequent hit, so an open reads nothing: a well-formed, current
-/// token is journaled as it is, and the replay looks its link up (in
-/// batches) and drops the open if the token names none.
+/// `GET /o/{token}.gif`: the pixel. Opens are the most frequent hit, so an
+/// open reads nothing: a well-formed, current token of the pixel's kind is
+/// journaled as it is, and the replay looks its link up (in batches) and
+/// drops the open if the token names none. A token of another kind is 404
+/// and records nothing (the one kind check, [`RouteToken`]); a malformed
+/// one, or one past retention, gets the pixel and records nothing.
 pub async fn pixel(
     State(state): State<AppState>,
     meta: RequestMeta,
-    path: Result<Path<String>, PathRejection>,
-) -> Response {
-    if let Ok(file) = token_text(path) {
-        if let Some(token) = file
-            .strip_suffix(".gif")
-            .and_then(|text| state.check_token(text).ok())
-        {
+    token: Result<RouteToken<PixelRoute>, TokenRefusal>,
+) -> Result<Response, ServerError> {
+    match token {
+        Ok(RouteToken {
+            token,
+            expired: false,
+            ..
+        }) => {
             state.record(EventKind::Open, token, None, meta);
         }
+        Err(TokenRefusal::WrongKind) => return Err(ServerError::NotFound),
+        Ok(_) | Err(TokenRefusal::Malformed) => {}
     }
     let response = ([(header::CONTENT_TYPE, "image/gif")], PIXEL_GIF.as_slice()).into_response();
-    no_store(response)
+    Ok(no_store(response))
 }
 
 /// `GET /u/{token}`: the confirmation page (a GET never unsubscribes).
-pub async fn unsubscribe_page(_known: Tracked) -> Result<Response, ServerError> {
-    Ok(no_store(pages::unsubscribe_confirm().into_response()))
+/// Once the row is gone, nobody can be unsubscribed by this link: the page
+/// says so and names the mailing's list-management contact, if it has one.
+pub async fn unsubscribe_page(
+    State(state): State<AppState>,
+    tracked: Tracked<UnsubscribeRoute>,
+) -> Result<Response, ServerError> {
+    let page = match tracked {
+        Tracked::Live { .. } => pages::unsubscribe_confirm(),
+        Tracked::Late { template, .. } => late_unsubscribe_page(&state, &template).await,
+    };
+    Ok(no_store(page.into_response()))
+}
+
+/// The page of an unsubscribe link whose row is gone.
+async fn late_unsubscribe_page(
+    state: &AppState,
+    template: &crate::store::link_templates::LinkTemplate,
+) -> axum::response::Html<String> {
+    let contact = crate::store::stats::list_management(&state.pool, &template.mailing_id);
+    // The page is shown even when the contact cannot be read.
+    let contact = state.bounded(contact).await.ok().flatten();
+    pages::unsubscribe_expired(contact.as_ref())
 }
 
 /// `POST /u/{token}`: RFC 8058 one-click (`List-Unsubscribe=One-Click`) or
@@ -126,8 +159,16 @@ pub async fn unsubscribe_page(_known: Tracked) -> Result<Response, ServerError> 
 pub async fn unsubscribe(
     State(state): State<AppState>,
     meta: RequestMeta,
-    Tracked { token, link }: Tracked,
+    tracked: Tracked<UnsubscribeRoute>,
 ) -> Result<Response, ServerError> {
+    let (token, link) = match tracked {
+        Tracked::Live { token, link } => (token, link),
+        // Nobody to unsubscribe, and nothing recorded: say what happened.
+        Tracked::Late { template, .. } => {
+            let page = late_unsubscribe_page(&state, &template).await;
+            return Ok(no_store(page.into_response()));
+        }
+    };
     let emails = [link.email.as_str()];
     let suppress = suppress_unsubscribed(&state.pool, &emails);
     let deferred = match state.bounded(suppress).await {
@@ -147,8 +188,8 @@ pub async fn unsubscribe(
 
 /// `GET /t/{token}`: "stop tracking me", the confirmation page. A GET
 /// records nothing (link scanners follow every link).
-pub async fn stop_tracking_page(Tracked { link, .. }: Tracked) -> Result<Response, ServerError> {
-    require_kind(&link, LinkKind::OptOut)?;
+pub async fn stop_tracking_page(tracked: Tracked<OptOutRoute>) -> Result<Response, ServerError> {
+    opted_out_address(tracked)?;
     Ok(no_store(pages::stop_tracking_confirm().into_response()))
 }
 
@@ -157,10 +198,9 @@ pub async fn stop_tracking_page(Tracked { link, .. }: Tracked) -> Result<Respons
 /// send it untracked. Idempotent; records no event (it is not a hit).
 pub async fn stop_tracking(
     State(state): State<AppState>,
-    Tracked { link, .. }: Tracked,
+    tracked: Tracked<OptOutRoute>,
 ) -> Result<Response, ServerError> {
-    require_kind(&link, LinkKind::OptOut)?;
-    let email = [crate::address::normalize(&link.email)];
+    let email = [crate::address::normalize(&opted_out_address(tracked)?)];
     state
         .bounded(crate::store::tracking_optouts::add(
             &state.pool,
@@ -171,28 +211,36 @@ pub async fn stop_tracking(
     Ok(no_store(pages::tracking_stopped().into_response()))
 }
 
-/// A token of another kind on this route is unknown here (404).
-fn require_kind(link: &crate::store::links::StoredLink, kind: LinkKind) -> Result<(), ServerError> {
-    if link.kind == kind && !link.email.is_empty() {
-        Ok(())
-    } else {
-        Err(ServerError::NotFound)
+/// The address a "stop tracking me" token names. Its kind was checked by
+/// the extractor; a row without an address, or one that is gone (opt-out
+/// links have no template), names nobody.
+fn opted_out_address(tracked: Tracked<OptOutRoute>) -> Result<String, ServerError> {
+    match tracked {
+        Tracked::Live { link, .. } if !link.email.is_empty() => Ok(link.email.clone()),
+        Tracked::Live { .. } => Err(ServerError::NotFound),
+        Tracked::Late { .. } => Err(ServerError::Gone),
     }
 }
 
 /// `GET /i/{token}`: the stored image, through the checked proxy.
+///
+/// Once the row is gone, an image sealed with its template is still
+/// proxied (the letter keeps its pictures), recording nothing.
 pub async fn image(
     State(state): State<AppState>,
     meta: RequestMeta,
-    Tracked { token, link }: Tracked,
+    tracked: Tracked<ImageRoute>,
 ) -> Result<Response, ServerError> {
-    if link.kind != LinkKind::Image {
-        return Err(ServerError::NotFound);
-    }
-    state.record(EventKind::Image, token, Some(&link), meta);
+    let url = match &tracked {
+        Tracked::Live { token, link } => {
+            state.record(EventKind::Image, *token, Some(link), meta);
+            &link.url
+        }
+        Tracked::Late { template, .. } => &template.url,
+    };
     let image = state
         .images
-        .get(&link.url)
+        .get(url)
         .await
         .map_err(|e| ServerError::BadGateway(e.to_string()))?;
     let content_type = HeaderValue::from_str(&image.content_type)

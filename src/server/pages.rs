@@ -26,6 +26,31 @@ pub fn unsubscribe_confirm() -> Html<String> {
     )
 }
 
+/// An unsubscribe link whose row has expired: it no longer knows who it was
+/// sent to, so it cannot unsubscribe anyone; the mailing's list-management
+/// URL or address (the sender's own, from the mailing file) is offered.
+pub fn unsubscribe_expired(list_manage_url: Option<&String>) -> Html<String> {
+    let title = "This unsubscribe link has expired";
+    let text = "This link is too old to unsubscribe anyone: for your privacy, we no longer \
+                keep the address it was sent to.";
+    let next = match list_manage_url {
+        Some(url) => {
+            let href = html_escape::encode_double_quoted_attribute(url);
+            let label = html_escape::encode_text(url.strip_prefix("mailto:").unwrap_or(url));
+            format!("<p>To unsubscribe or manage your subscription, use <a href=\"{href}\">{label}</a>.</p>")
+        }
+        None => "<p>To unsubscribe, use the unsubscribe link in a recent email from this sender, \
+                 or reply to one and ask.</p>"
+            .to_owned(),
+    };
+    Html(format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width\">\
+         <meta name=\"robots\" content=\"noindex\"><title>{title}</title></head>\
+         <body><h1>{title}</h1><p>{text}</p>{next}</body></html>"
+    ))
+}
+
 pub fn unsubscribed() -> Html<String> {
     page(
         "You are unsubscribed",

@@ -6,6 +6,7 @@ use crate::events;
 use crate::events::bots::Hit;
 use crate::kind::EventKind;
 use crate::store::events::EventRow;
+use crate::store::link_templates::LinkTemplate;
 use crate::store::links::StoredLink;
 use crate::token::Token;
 use chrono::Utc;
@@ -85,4 +86,51 @@ impl AppState {
         };
         events::record(&self.recorder, row)
     }
+
+    /// Journal a late hit (issue 27): a token whose row is gone, answered
+    /// from its link template. The event names the mailing and position
+    /// and nobody: no link, letter or address. `link_id` 0 marks it late
+    /// (there is no row for the replay to look up), and the statistics keep
+    /// late events apart from the letters' own.
+    pub fn record_late(
+        &self,
+        kind: EventKind,
+        token: Token,
+        template: &LinkTemplate,
+        meta: RequestMeta,
+    ) -> bool {
+        if !self.settings.record_events {
+            return true;
+        }
+        let now = Utc::now();
+        let hit = Hit {
+            kind,
+            is_head: meta.is_head,
+            user_agent: meta.user_agent.as_deref(),
+            network: meta.network,
+            built_at: token.created_at(),
+            now,
+            letter: None,
+        };
+        let verdict = self.bots.classify(&hit);
+        let row = EventRow {
+            event_id: *uuid::Uuid::now_v7().as_bytes(),
+            occurred_at: now,
+            kind,
+            token: *token.as_bytes(),
+            link_id: Some(LATE_LINK_ID),
+            mailing_id: Some(template.mailing_id.clone()),
+            letter_id: None,
+            email: None,
+            position: Some(template.position),
+            ip: meta.network.map(|net| net.to_string()),
+            user_agent: meta.user_agent,
+            bot: verdict.is_some(),
+            bot_reason: verdict,
+        };
+        events::record(&self.recorder, row)
+    }
 }
+
+/// `events.link_id` of a late event: no `links` row has id 0.
+pub const LATE_LINK_ID: u64 = 0;

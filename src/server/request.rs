@@ -1,12 +1,19 @@
 //! What an event records about the request: client network (truncated for
 //! privacy), user agent (truncated), and whether it was a `HEAD`.
 
+use super::error::ServerError;
 use super::state::AppState;
+use crate::kind::{LinkKind, TokenKind};
+use crate::store::link_templates::LinkTemplate;
+use crate::store::links::StoredLink;
+use crate::token::{Opened, Plaintext, Token};
 use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, Method};
 use std::convert::Infallible;
+use std::marker::PhantomData;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
 
 /// Longest user agent stored (the column is VARCHAR(512)).
 pub const MAX_USER_AGENT_CHARS: usize = 512;
@@ -84,18 +91,94 @@ pub fn truncate_ip(ip: IpAddr) -> IpAddr {
     }
 }
 
-/// The prologue every tracked-link handler shares: the path's token is
-/// well-formed, not expired ([`AppState::check_token`]), and names a stored
-/// link ([`AppState::find_link`], through the link cache). Anything else is
-/// the handler's rejection: 404 for a bad or unknown token, 503 while the
-/// database is away.
-pub struct Tracked {
-    pub token: crate::token::Token,
-    pub link: std::sync::Arc<crate::store::links::StoredLink>,
+/// A route's token kind: the one place a route says which tokens it serves.
+pub trait Route: Send + Sync + 'static {
+    /// The kinds of token the route serves.
+    const KINDS: &'static [TokenKind];
+    /// The link kind of its rows (legacy tokens are checked against it).
+    const LINK: LinkKind;
+    /// What follows the token in the path (`.gif` for the pixel).
+    const SUFFIX: &'static str = "";
+    /// Whether the route serves a row of this kind (a legacy token's kind
+    /// is its row's).
+    fn serves(kind: LinkKind) -> bool {
+        kind == Self::LINK
+    }
 }
 
-impl FromRequestParts<AppState> for Tracked {
-    type Rejection = super::error::ServerError;
+/// `/c/`: clicks (and, once issued, honeypot links, which `/c/` serves).
+pub struct ClickRoute;
+/// `/o/{token}.gif`: the open pixel.
+pub struct PixelRoute;
+/// `/i/`: proxied images.
+pub struct ImageRoute;
+/// `/u/` (GET and POST): unsubscribe.
+pub struct UnsubscribeRoute;
+/// `/t/` (GET and POST): "stop tracking me".
+pub struct OptOutRoute;
+
+impl Route for ClickRoute {
+    const KINDS: &'static [TokenKind] = &[TokenKind::Click, TokenKind::Honeypot];
+    const LINK: LinkKind = LinkKind::Click;
+    fn serves(kind: LinkKind) -> bool {
+        matches!(kind, LinkKind::Click | LinkKind::Honeypot)
+    }
+}
+impl Route for PixelRoute {
+    const KINDS: &'static [TokenKind] = &[TokenKind::Pixel];
+    const LINK: LinkKind = LinkKind::Pixel;
+    const SUFFIX: &'static str = ".gif";
+}
+impl Route for ImageRoute {
+    const KINDS: &'static [TokenKind] = &[TokenKind::Image];
+    const LINK: LinkKind = LinkKind::Image;
+}
+impl Route for UnsubscribeRoute {
+    const KINDS: &'static [TokenKind] = &[TokenKind::Unsubscribe];
+    const LINK: LinkKind = LinkKind::Unsubscribe;
+}
+impl Route for OptOutRoute {
+    const KINDS: &'static [TokenKind] = &[TokenKind::TrackingOptOut];
+    const LINK: LinkKind = LinkKind::OptOut;
+}
+
+/// A token checked for route `R` without a database read (docs/token.md):
+/// well-formed, not dated after tomorrow, and, if sealed, of one of the
+/// route's kinds. A wrong kind is 404 before anything is read or recorded.
+/// `expired` says its day is past the retention window (its row is gone).
+pub struct RouteToken<R> {
+    pub token: Token,
+    /// What the token seals; `None` for a legacy token, or while the seal
+    /// is not yet loaded (the database has not answered since the start).
+    pub sealed: Option<Plaintext>,
+    pub expired: bool,
+    route: PhantomData<R>,
+}
+
+/// Why a path's token is refused before any database read.
+#[derive(Debug)]
+pub enum TokenRefusal {
+    /// Not a token of ours at all (malformed, dated after tomorrow).
+    Malformed,
+    /// A sealed token of another kind than the route's (or of a kind never
+    /// issued): a token of one route tried on another, or a forged one.
+    WrongKind,
+}
+
+impl From<TokenRefusal> for ServerError {
+    fn from(_: TokenRefusal) -> ServerError {
+        ServerError::NotFound
+    }
+}
+
+impl axum::response::IntoResponse for TokenRefusal {
+    fn into_response(self) -> axum::response::Response {
+        ServerError::from(self).into_response()
+    }
+}
+
+impl<R: Route> FromRequestParts<AppState> for RouteToken<R> {
+    type Rejection = TokenRefusal;
 
     async fn from_request_parts(
         parts: &mut Parts,
@@ -104,10 +187,82 @@ impl FromRequestParts<AppState> for Tracked {
         let axum::extract::Path(text) =
             axum::extract::Path::<String>::from_request_parts(parts, state)
                 .await
-                .map_err(|_| super::error::ServerError::NotFound)?;
-        let token = state.check_token(&text)?;
-        let link = state.find_link(token).await?;
-        Ok(Tracked { token, link })
+                .map_err(|_| TokenRefusal::Malformed)?;
+        let text = text
+            .strip_suffix(R::SUFFIX)
+            .ok_or(TokenRefusal::Malformed)?;
+        let (token, expired) = state
+            .check_token(text)
+            .map_err(|_| TokenRefusal::Malformed)?;
+        let sealed = match state.seal().map(|seal| seal.open(&token)) {
+            Some(Opened::Sealed(plain)) => match plain.token_kind() {
+                Some(kind) if R::KINDS.contains(&kind) => Some(plain),
+                _ => {
+                    metrics::counter!("linktrack_wrong_kind_tokens_total").increment(1);
+                    return Err(TokenRefusal::WrongKind);
+                }
+            },
+            Some(Opened::Legacy) | None => None,
+        };
+        Ok(RouteToken {
+            token,
+            sealed,
+            expired,
+            route: PhantomData,
+        })
+    }
+}
+
+/// What a token of route `R` names: its stored link (the row), or, once the
+/// row is gone, the link template it was made from (issue 27).
+pub enum Tracked<R> {
+    Live {
+        token: Token,
+        link: Arc<StoredLink>,
+    },
+    /// The row is gone (its partition dropped); the token's template says
+    /// where the link led, and nothing about who it was sent to.
+    Late {
+        token: Token,
+        template: Arc<LinkTemplate>,
+        route: PhantomData<R>,
+    },
+}
+
+impl<R: Route> FromRequestParts<AppState> for Tracked<R> {
+    type Rejection = ServerError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let checked = RouteToken::<R>::from_request_parts(parts, state).await?;
+        let token = checked.token;
+        let found = if checked.expired {
+            Err(ServerError::Gone)
+        } else {
+            state.find_link(token).await
+        };
+        match found {
+            // A legacy token's kind is its row's (a sealed one's was checked).
+            Ok(link) if R::serves(link.kind) => Ok(Tracked::Live { token, link }),
+            Ok(_) => Err(ServerError::NotFound),
+            Err(gone @ (ServerError::NotFound | ServerError::Gone)) => {
+                let template = match checked.sealed {
+                    Some(plain) => state.find_template(&token, plain, R::LINK).await?,
+                    None => None,
+                };
+                match template {
+                    Some(template) => Ok(Tracked::Late {
+                        token,
+                        template,
+                        route: PhantomData,
+                    }),
+                    None => Err(gone),
+                }
+            }
+            Err(err) => Err(err),
+        }
     }
 }
 

@@ -5,9 +5,11 @@ use super::image::{ImageProxy, ImageSettings};
 use super::lookups::{LinkLookups, LookupSettings};
 use crate::events::bots::{BotDetector, BotRules};
 use crate::events::journal::Recorder;
+use crate::kind::LinkKind;
+use crate::store::link_templates::LinkTemplate;
 use crate::store::links::StoredLink;
 use crate::store::StoreError;
-use crate::token::Token;
+use crate::token::{Plaintext, Token, TokenSeal};
 use chrono::Utc;
 use metrics_exporter_prometheus::PrometheusHandle;
 use moka::future::Cache;
@@ -89,6 +91,10 @@ pub struct Shared {
     pub metrics: PrometheusHandle,
     /// The Redis live layer, when configured; `/readyz` reports on it.
     pub live: Option<crate::live::Live>,
+    /// The token seal (docs/token.md), once `token_format` has been read.
+    seal: std::sync::OnceLock<TokenSeal>,
+    /// Link templates read by late hits (issue 27); they never change.
+    templates: Cache<u32, Arc<LinkTemplate>>,
 }
 
 impl AppState {
@@ -123,24 +129,72 @@ impl AppState {
             metrics,
             settings: Arc::new(settings),
             live,
+            seal: std::sync::OnceLock::new(),
+            templates: Cache::builder().max_capacity(100_000).build(),
         })))
     }
 
     /// Check a token without touching the database: malformed or too far in
-    /// the future is 404, older than the retention window is 410.
-    pub fn check_token(&self, text: &str) -> Result<Token, ServerError> {
+    /// the future is 404; `true` beside it says it is older than the
+    /// retention window (its row is gone: 410 unless its template answers).
+    pub fn check_token(&self, text: &str) -> Result<(Token, bool), ServerError> {
         let token = Token::parse(text).map_err(|_| ServerError::NotFound)?;
         let today = Utc::now().date_naive();
-        if token.is_expired(today, self.settings.keep_days) {
-            return Err(ServerError::Gone);
-        }
         // Tokens are made by our builder, so none is dated after tomorrow
         // (tomorrow allows for clock skew around midnight).
         let tomorrow = today.succ_opt().unwrap_or(today);
         if token.date() > tomorrow {
             return Err(ServerError::NotFound);
         }
-        Ok(token)
+        Ok((token, token.is_expired(today, self.settings.keep_days)))
+    }
+
+    /// The token seal, once loaded ([`AppState::load_seal`]).
+    pub fn seal(&self) -> Option<&TokenSeal> {
+        self.seal.get()
+    }
+
+    /// Read the seal from `token_format` (with `LINKTRACK_SECRET`). Until
+    /// it is read, tokens are served as legacy ones (kind from the row).
+    pub async fn load_seal(&self, secret: Option<&str>) -> Result<(), ServerError> {
+        let seal = self
+            .bounded(crate::store::link_templates::load_seal(&self.pool, secret))
+            .await?;
+        let _ = self.seal.set(seal);
+        Ok(())
+    }
+
+    /// The template a sealed token names, if it passes the checks of
+    /// docs/token.md: it exists, its kind is the token's, and the token is
+    /// not dated before the template's first day. `None`: the token is
+    /// unknown (forged, or sealed by another installation or secret).
+    pub async fn find_template(
+        &self,
+        token: &Token,
+        plain: Plaintext,
+        kind: LinkKind,
+    ) -> Result<Option<Arc<LinkTemplate>>, ServerError> {
+        if plain.template == 0 {
+            return Ok(None);
+        }
+        let template = match self.templates.get(&plain.template).await {
+            Some(template) => template,
+            None => {
+                let find = crate::store::link_templates::find(&self.pool, plain.template);
+                match self.bounded(find).await? {
+                    Some(template) => {
+                        let template = Arc::new(template);
+                        self.templates
+                            .insert(plain.template, template.clone())
+                            .await;
+                        template
+                    }
+                    None => return Ok(None),
+                }
+            }
+        };
+        let fits = template.kind == kind && token.date() >= template.first_day;
+        Ok(fits.then_some(template))
     }
 
     /// Run one database call within `db_timeout`; running out of time is

@@ -6,6 +6,7 @@ pub(crate) mod connect_error;
 pub mod deliveries;
 pub mod erase;
 pub mod events;
+pub mod link_templates;
 pub mod links;
 pub mod maintenance;
 pub mod outbox;

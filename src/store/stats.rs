@@ -466,6 +466,33 @@ pub async fn largest_creative(pool: &MySqlPool) -> Result<usize, StoreError> {
     Ok(packet.saturating_sub(STATEMENT_AND_SUBJECT).min(MEDIUMTEXT))
 }
 
+/// Save a mailing's list-management URL (`None` clears it).
+pub async fn save_list_manage_url(
+    pool: &MySqlPool,
+    mailing_id: &str,
+    url: Option<&str>,
+) -> Result<(), StoreError> {
+    sqlx::query("UPDATE mailings SET list_manage_url = ? WHERE mailing_id = ?")
+        .bind(url)
+        .bind(mailing_id)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// Where a mailing's readers manage their subscription, if it says.
+pub async fn list_management(
+    pool: &MySqlPool,
+    mailing_id: &str,
+) -> Result<Option<String>, StoreError> {
+    let url: Option<(Option<String>,)> =
+        sqlx::query_as("SELECT list_manage_url FROM mailings WHERE mailing_id = ?")
+            .bind(mailing_id)
+            .fetch_optional(pool)
+            .await?;
+    Ok(url.and_then(|(url,)| url))
+}
+
 /// A mailing's saved creative, if the builder saved one.
 pub async fn mailing_html(
     pool: &MySqlPool,

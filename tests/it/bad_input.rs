@@ -34,6 +34,7 @@ fn options(dir: &Path, recipients: PathBuf) -> BuildOptions {
         return_path: None,
         summary: Some(dir.join("summary.json")),
         max_letter_bytes: build::DEFAULT_MAX_LETTER_BYTES,
+        secret: None,
     }
 }
 

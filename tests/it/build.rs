@@ -30,6 +30,7 @@ fn options(dir: &Path, mailing: PathBuf, recipients: PathBuf) -> BuildOptions {
         return_path: None,
         summary: None,
         max_letter_bytes: build::DEFAULT_MAX_LETTER_BYTES,
+        secret: None,
     }
 }
 

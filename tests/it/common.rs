@@ -144,6 +144,27 @@ pub fn token_on(day: NaiveDate) -> Token {
     Token::at(day.and_hms_opt(12, 0, 0).unwrap().and_utc())
 }
 
+/// The token seal of the test's database, as a server without
+/// `LINKTRACK_SECRET` reads it (docs/token.md).
+pub async fn seal_of(pool: &sqlx::MySqlPool) -> linktrack::token::TokenSeal {
+    linktrack::store::link_templates::load_seal(pool, None)
+        .await
+        .expect("token_format has its row")
+}
+
+/// A token of `kind` made at `at` and sealed as the builder seals it, but
+/// with no link template (template 0): what a test row needs to be served.
+/// Its nonce is all random (as an image token's), so the many tokens a test
+/// makes in one millisecond differ.
+pub fn sealed_token(
+    seal: &linktrack::token::TokenSeal,
+    at: chrono::DateTime<Utc>,
+    kind: LinkKind,
+) -> Token {
+    let plain = linktrack::token::Plaintext::issue(kind.into(), 0, 0);
+    seal.seal(at, plain)
+}
+
 /// Click link `n` of letter `n`: a row with nothing special about it.
 pub fn click_link(token: Token, n: u32) -> NewLink {
     NewLink {

@@ -6,7 +6,7 @@ use linktrack::token::Token;
 async fn the_demo_builds_the_fixtures_and_its_sample_urls_resolve() {
     let db = TestDb::new().await;
     let dir = tempfile::tempdir().unwrap();
-    let outcome = linktrack::demo::prepare(&db.url, "http://127.0.0.1:9", dir.path())
+    let outcome = linktrack::demo::prepare(&db.url, "http://127.0.0.1:9", dir.path(), None)
         .await
         .unwrap();
     assert_eq!(
@@ -27,7 +27,7 @@ async fn the_demo_builds_the_fixtures_and_its_sample_urls_resolve() {
         );
     }
     // Running it again is safe: same letters, nothing stored twice.
-    let again = linktrack::demo::prepare(&db.url, "http://127.0.0.1:9", dir.path())
+    let again = linktrack::demo::prepare(&db.url, "http://127.0.0.1:9", dir.path(), None)
         .await
         .unwrap();
     assert_eq!(

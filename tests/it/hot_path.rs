@@ -3,23 +3,26 @@
 //! nothing, and its event still carries its link's fields after the replay;
 //! concurrent clicks share their lookups.
 
-use crate::common::{days_ago, today, token_on, CountedUser, RunningApp, Statements, TestDb};
+use crate::common::{
+    days_ago, seal_of, sealed_token, today, token_on, CountedUser, RunningApp, Statements, TestDb,
+};
 use chrono::{NaiveDate, Timelike, Utc};
 use linktrack::events::journal::JournalSettings;
 use linktrack::server::AppSettings;
 use linktrack::store::links::{self, LinkKind, NewLink};
 use linktrack::store::{self, PoolSettings};
-use linktrack::token::Token;
+use linktrack::token::{Token, TokenSeal};
 use std::time::Duration;
 
 /// A token made an hour ago (clicks on it are not "too fast") on `day`, or
 /// at noon on an earlier day.
-fn settled_token(day: NaiveDate) -> Token {
-    if day == today() {
-        Token::at(Utc::now() - chrono::Duration::hours(1))
+fn settled_token(seal: &TokenSeal, day: NaiveDate, kind: LinkKind) -> Token {
+    let made = if day == today() {
+        Utc::now() - chrono::Duration::hours(1)
     } else {
-        token_on(day)
-    }
+        day.and_hms_opt(12, 0, 0).unwrap().and_utc()
+    };
+    sealed_token(seal, made, kind)
 }
 
 fn link(token: Token, kind: LinkKind, n: u32) -> NewLink {
@@ -73,10 +76,11 @@ async fn stored_events(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn opens_read_nothing_on_the_request_path_and_their_events_carry_the_link() {
     let db = TestDb::with_days_since(days_ago(3)).await;
+    let seal = seal_of(&db.pool).await;
     let rows: Vec<NewLink> = (0..500u32)
         .map(|n| {
             link(
-                settled_token(days_ago(u64::from(n % 4))),
+                settled_token(&seal, days_ago(u64::from(n % 4)), LinkKind::Pixel),
                 LinkKind::Pixel,
                 n,
             )
@@ -88,7 +92,7 @@ async fn opens_read_nothing_on_the_request_path_and_their_events_carry_the_link(
     let before = user.settled_statements().await;
 
     let http = reqwest::Client::new();
-    let unknown = settled_token(today());
+    let unknown = settled_token(&seal, today(), LinkKind::Pixel);
     let mut paths: Vec<String> = rows.iter().map(|r| format!("/o/{}.gif", r.token)).collect();
     paths.push(format!("/o/{unknown}.gif"));
     let mut requests = tokio::task::JoinSet::new();
@@ -146,10 +150,11 @@ async fn opens_read_nothing_on_the_request_path_and_their_events_carry_the_link(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_clicks_on_distinct_tokens_share_their_lookups() {
     let db = TestDb::with_days_since(days_ago(2)).await;
+    let seal = seal_of(&db.pool).await;
     let rows: Vec<NewLink> = (0..640u32)
         .map(|n| {
             link(
-                settled_token(days_ago(u64::from(n % 3))),
+                settled_token(&seal, days_ago(u64::from(n % 3)), LinkKind::Click),
                 LinkKind::Click,
                 n,
             )
@@ -216,7 +221,7 @@ async fn replayed_events_are_stored_exactly_and_once() {
         event_id: *Token::at(now).as_bytes(),
         occurred_at: now,
         kind: EventKind::Click,
-        token: *settled_token(today()).as_bytes(),
+        token: *token_on(today()).as_bytes(),
         link_id: Some(u64::MAX),
         mailing_id: Some("m'; DROP TABLE events; -- \\ \"x\"".to_owned()),
         letter_id: Some(7),

@@ -29,6 +29,7 @@ mod stats;
 mod stats_http;
 mod stats_live;
 mod suppressions;
+mod token_kinds;
 mod tracking_modes;
 mod verdicts;
 mod webhooks;

@@ -2,7 +2,7 @@
 //! binds 127.0.0.1:0, runs the app on a task, and talks to it with reqwest
 //! (redirects off). Every wait is bounded by a deadline.
 
-use crate::common::{days_ago, today, token_on, TestDb};
+use crate::common::{days_ago, seal_of, sealed_token, today, token_on, TestDb};
 use chrono::Utc;
 use linktrack::events::journal::JournalSettings;
 use linktrack::server::state::ServerSettings;
@@ -124,13 +124,15 @@ async fn closed_pool(db: &TestDb) -> MySqlPool {
     pool
 }
 
-/// A token built an hour ago: old enough that a click is not "too fast".
-fn settled_token() -> Token {
-    Token::at(Utc::now() - chrono::Duration::hours(1))
+/// A `kind` token built an hour ago: old enough that a click is not "too
+/// fast", sealed as the builder seals it (the routes check its kind).
+async fn settled_token(pool: &MySqlPool, kind: LinkKind) -> Token {
+    let seal = seal_of(pool).await;
+    sealed_token(&seal, Utc::now() - chrono::Duration::hours(1), kind)
 }
 
 pub(crate) async fn add_link(pool: &MySqlPool, kind: LinkKind, url: &str, position: u32) -> Token {
-    let token = settled_token();
+    let token = settled_token(pool, kind).await;
     let row = NewLink {
         token,
         kind,
@@ -143,6 +145,12 @@ pub(crate) async fn add_link(pool: &MySqlPool, kind: LinkKind, url: &str, positi
     };
     links::insert(pool, &[row]).await.unwrap();
     token
+}
+
+/// A sealed `kind` token made `days` ago at noon, with no template.
+pub(crate) async fn expired_token(pool: &MySqlPool, kind: LinkKind, days: u64) -> Token {
+    let noon = days_ago(days).and_hms_opt(12, 0, 0).unwrap().and_utc();
+    sealed_token(&seal_of(pool).await, noon, kind)
 }
 
 /// A database with partitions for yesterday through tomorrow (a token from
@@ -256,7 +264,7 @@ async fn bots_are_stored_with_their_reason() {
     let db = db().await;
     let dir = tempfile::tempdir().unwrap();
     let settled = add_link(&db.pool, LinkKind::Click, "https://example.com/a", 1).await;
-    let fresh = Token::new();
+    let fresh = sealed_token(&seal_of(&db.pool).await, Utc::now(), LinkKind::Click);
     links::insert(
         &db.pool,
         &[NewLink {
@@ -353,7 +361,7 @@ async fn an_unknown_token_is_not_found_and_a_wrong_kind_too() {
     let server = TestServer::start(server_pool(&db).await, dir.path()).await;
     let http = client();
     for path in [
-        format!("/c/{}", settled_token()),
+        format!("/c/{}", settled_token(&db.pool, LinkKind::Click).await),
         format!("/c/{pixel}"),
         "/nowhere".into(),
     ] {
@@ -373,10 +381,13 @@ async fn the_pixel_is_always_a_gif_and_counts_opens_of_known_tokens() {
     let http = client();
     let paths = [
         format!("/o/{known}.gif"),
-        format!("/o/{}.gif", settled_token()),
+        format!("/o/{}.gif", settled_token(&db.pool, LinkKind::Pixel).await),
         "/o/garbage.gif".to_owned(),
         "/o/%ff%fe".to_owned(),
-        format!("/o/{}.gif", token_on(days_ago(365))),
+        format!(
+            "/o/{}.gif",
+            expired_token(&db.pool, LinkKind::Pixel, 365).await
+        ),
     ];
     for path in &paths {
         let response = http.get(server.url(path)).send().await.unwrap();
@@ -448,7 +459,7 @@ async fn unsubscribe_confirms_on_get_and_suppresses_on_one_click_post() {
 async fn events_wait_for_a_missing_partition_to_be_created() {
     let db = TestDb::with_days_since(today()).await;
     let tomorrow = today() + chrono::Days::new(1);
-    let token = token_on(today());
+    let token = sealed_token(&seal_of(&db.pool).await, Utc::now(), LinkKind::Pixel);
     links::insert(
         &db.pool,
         &[NewLink {

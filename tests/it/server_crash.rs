@@ -2,7 +2,7 @@
 //! a 302 must reach `events`, from the journal, once a new server starts.
 
 use crate::common::{click_link, days_ago, TestDb};
-use linktrack::store::links::{self, NewLink};
+use linktrack::store::links::{self, LinkKind, NewLink};
 use linktrack::token::Token;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -72,7 +72,10 @@ async fn clicks_in_db(db: &TestDb) -> i64 {
 async fn kill_9_under_load_loses_no_answered_click() {
     let db = TestDb::with_days_since(days_ago(1)).await;
     let made = chrono::Utc::now() - chrono::Duration::hours(1);
-    let rows: Vec<NewLink> = (0..50).map(|n| click_link(Token::at(made), n)).collect();
+    let seal = crate::common::seal_of(&db.pool).await;
+    let rows: Vec<NewLink> = (0..50)
+        .map(|n| click_link(crate::common::sealed_token(&seal, made, LinkKind::Click), n))
+        .collect();
     links::insert(&db.pool, &rows).await.unwrap();
     let tokens: Arc<Vec<Token>> = Arc::new(rows.iter().map(|r| r.token).collect());
 

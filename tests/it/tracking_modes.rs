@@ -26,6 +26,7 @@ fn options(dir: &Path) -> BuildOptions {
         return_path: None,
         summary: None,
         max_letter_bytes: build::DEFAULT_MAX_LETTER_BYTES,
+        secret: None,
     }
 }
 

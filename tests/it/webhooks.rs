@@ -156,8 +156,9 @@ pub struct Letter {
 
 pub async fn letter(db: &TestDb, letter_id: u64) -> Letter {
     let made = Utc::now() - chrono::Duration::hours(1);
+    let seal = crate::common::seal_of(&db.pool).await;
     let link = |kind, position: u32, url: &str| NewLink {
-        token: Token::at(made),
+        token: crate::common::sealed_token(&seal, made, kind),
         kind,
         mailing_id: "spring".into(),
         letter_id,
