@@ -857,7 +857,8 @@ async fn a_build_batch_committed_on_one_node_only_is_completed_by_the_rerun() {
 }
 
 /// Redirects are routed by linktrack straight to the data nodes, so the
-/// head is no part of a click: with the head killed, every link on a live
+/// head is no part of a click: its general log shows no link lookup during
+/// a click load (the clicks' events do reach it), and with the head killed, every link on a live
 /// node still redirects (links never looked up before, so each is a routed
 /// lookup, not the cache) and its click waits in the journal; when the head
 /// returns, the journal lands, each click exactly once.
@@ -880,6 +881,15 @@ async fn a_cluster_answers_clicks_while_the_head_is_down_and_lands_them_later() 
         .map(|(uuid, _)| uuid)
         .collect();
 
+    // The head's general log, in a table, from before the server starts:
+    // everything the server sends the head during a click load is in it.
+    for set in [
+        "SET GLOBAL log_output = 'TABLE'",
+        "TRUNCATE TABLE mysql.general_log",
+        "SET GLOBAL general_log = ON",
+    ] {
+        sqlx::query(set).execute(&head).await.unwrap();
+    }
     let app = crate::common::RunningApp::start(head.clone(), |settings| settings).await;
     let http = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
@@ -899,6 +909,17 @@ async fn a_cluster_answers_clicks_while_the_head_is_down_and_lands_them_later() 
         count(&head, "SELECT COUNT(*) FROM events WHERE kind = 'click'")
     })
     .await;
+    assert!(
+        head_link_lookups(&head).await.is_empty(),
+        "the head's general log saw a link lookup"
+    );
+    // The log would have shown one: a lookup through the head is there.
+    links::lookup(&head, &rows[0].token).await.unwrap().unwrap();
+    assert!(!head_link_lookups(&head).await.is_empty());
+    sqlx::query("SET GLOBAL general_log = OFF")
+        .execute(&head)
+        .await
+        .unwrap();
 
     cluster.head.kill();
     let mut per_node = [0, 0];
@@ -939,4 +960,25 @@ async fn a_cluster_answers_clicks_while_the_head_is_down_and_lands_them_later() 
     .unwrap();
     assert_eq!(per_link, (0..40).map(|n| (n, 1)).collect::<Vec<_>>());
     app.stop().await;
+}
+
+/// The link lookups (by token) in the head's general log: statements on
+/// `links` naming `uuid`. The router's topology reads and the event
+/// writer's inserts are other statements.
+async fn head_link_lookups(head: &sqlx::MySqlPool) -> Vec<String> {
+    let logged: Vec<String> = sqlx::query_scalar(
+        "SELECT CAST(argument AS CHAR) FROM mysql.general_log \
+         WHERE command_type IN ('Query', 'Execute', 'Prepare')",
+    )
+    .fetch_all(head)
+    .await
+    .unwrap();
+    assert!(
+        logged.iter().any(|s| s.contains("INSERT INTO events")),
+        "the general log holds the clicks' events: {logged:?}"
+    );
+    logged
+        .into_iter()
+        .filter(|s| s.contains("FROM links ") && s.contains("uuid") && !s.contains("general_log"))
+        .collect()
 }
