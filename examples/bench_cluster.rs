@@ -13,8 +13,12 @@
 //!
 //! Figures: rows/s of 1,000-row inserts and lookups/s of the redirect's
 //! point select (`links::lookup`), each through the head and directly on
-//! node 1; the ratio is head / direct. Rounds alternate head and direct so a
-//! burst of load elsewhere hits both alike; each figure is the median.
+//! node 1; the ratio is head / direct. Lookups are measured a third way,
+//! routed by linktrack (`cluster::Router`, what `serve` does on a head in
+//! the shard layout: each token's statement sent straight to its data table
+//! on its node), with the ratio routed / direct. Rounds alternate head,
+//! direct and routed so a burst of load elsewhere hits all alike; each
+//! figure is the median.
 //! Fresh `lt_bench_cluster_*` databases are made and dropped.
 #![allow(clippy::unwrap_used)] // tests and benchmarks: a failure should stop them loudly
 
@@ -83,6 +87,9 @@ async fn main() -> anyhow::Result<()> {
     };
     let head = store::connect(&head_url, &settings).await?;
     let direct = store::connect(&direct_url, &settings).await?;
+    let router = cluster::Router::discover(&head)
+        .await
+        .ok_or_else(|| anyhow::anyhow!("the head is not in the shard layout: nothing to route"))?;
     for pool in [&head, &direct] {
         partitions::ensure_ahead(pool, 1).await?;
     }
@@ -97,6 +104,7 @@ async fn main() -> anyhow::Result<()> {
 
     let (mut head_inserts, mut direct_inserts) = (Vec::new(), Vec::new());
     let (mut head_lookups, mut direct_lookups) = (Vec::new(), Vec::new());
+    let mut routed_lookups = Vec::new();
     let (mut head_tokens, mut direct_tokens) = (Vec::new(), Vec::new());
     for round in 1..=args.rounds {
         let (rate, mut tokens) = inserts(&head, &args).await?;
@@ -105,18 +113,22 @@ async fn main() -> anyhow::Result<()> {
         let (rate, mut tokens) = inserts(&direct, &args).await?;
         direct_inserts.push(rate);
         direct_tokens.append(&mut tokens);
-        head_lookups.push(lookups(&head, &head_tokens, &args).await?);
-        direct_lookups.push(lookups(&direct, &direct_tokens, &args).await?);
+        head_lookups.push(lookups(&Via::Pool(head.clone()), &head_tokens, &args).await?);
+        direct_lookups.push(lookups(&Via::Pool(direct.clone()), &direct_tokens, &args).await?);
+        routed_lookups.push(lookups(&Via::Router(router.clone()), &head_tokens, &args).await?);
         eprintln!(
-            "round {round}: inserts head {:.0} direct {:.0} rows/s; lookups head {:.0} direct {:.0} /s",
+            "round {round}: inserts head {:.0} direct {:.0} rows/s; \
+             lookups head {:.0} direct {:.0} routed {:.0} /s",
             head_inserts[round - 1],
             direct_inserts[round - 1],
             head_lookups[round - 1],
-            direct_lookups[round - 1]
+            direct_lookups[round - 1],
+            routed_lookups[round - 1]
         );
     }
     let (hi, di) = (median(&mut head_inserts), median(&mut direct_inserts));
     let (hl, dl) = (median(&mut head_lookups), median(&mut direct_lookups));
+    let rl = median(&mut routed_lookups);
     println!("| what | through the head | directly on node 1 | ratio |");
     println!("|---|---|---|---|");
     println!(
@@ -126,6 +138,10 @@ async fn main() -> anyhow::Result<()> {
     println!(
         "| lookups by token (uuid, inserted) | {hl:.0} /s | {dl:.0} /s | **{:.2}** |",
         hl / dl
+    );
+    println!(
+        "| lookups routed by linktrack (routed / direct) | {rl:.0} /s | {dl:.0} /s | **{:.2}** |",
+        rl / dl
     );
 
     head.close().await;
@@ -176,18 +192,36 @@ async fn inserts(pool: &MySqlPool, args: &Args) -> anyhow::Result<(f64, Vec<Toke
     Ok((all.len() as f64 / started.elapsed().as_secs_f64(), all))
 }
 
-/// `args.lookups` lookups of random stored tokens from `args.connections` tasks.
-async fn lookups(pool: &MySqlPool, tokens: &[Token], args: &Args) -> anyhow::Result<f64> {
+/// Where a lookup round reads: one pool (the head, or node 1 directly), or
+/// the data nodes a router names.
+#[derive(Clone)]
+enum Via {
+    Pool(MySqlPool),
+    Router(cluster::Router),
+}
+
+impl Via {
+    async fn found(&self, token: Token) -> anyhow::Result<bool> {
+        Ok(match self {
+            Via::Pool(pool) => links::lookup(pool, &token).await?.is_some(),
+            Via::Router(router) => router.lookup_many(&[token]).await?.contains_key(&token),
+        })
+    }
+}
+
+/// `args.lookups` lookups of random stored tokens from `args.connections`
+/// tasks, one token per statement as a redirect's cache miss at low load.
+async fn lookups(via: &Via, tokens: &[Token], args: &Args) -> anyhow::Result<f64> {
     let tokens = Arc::new(tokens.to_vec());
     let per_task = args.lookups / args.connections.max(1);
     let started = Instant::now();
     let tasks: Vec<_> = (0..args.connections)
         .map(|_| {
-            let (pool, tokens) = (pool.clone(), Arc::clone(&tokens));
+            let (via, tokens) = (via.clone(), Arc::clone(&tokens));
             tokio::spawn(async move {
                 for _ in 0..per_task {
                     let token = tokens[rand::rng().random_range(0..tokens.len())];
-                    anyhow::ensure!(links::lookup(&pool, &token).await?.is_some());
+                    anyhow::ensure!(via.found(token).await?, "token {token} not found");
                 }
                 Ok::<_, anyhow::Error>(())
             })

@@ -57,8 +57,27 @@ const MAX_BYTES_PER_INSERT: usize = 4 << 20;
 
 /// Fetch the link a token names, reading one partition.
 pub async fn lookup(pool: &MySqlPool, token: &Token) -> Result<Option<StoredLink>, StoreError> {
+    lookup_with(pool, LOOKUP_SQL, token).await
+}
+
+/// [`lookup`] on one data table of a Spider data node (`links_07`): the
+/// routed lookup of a single token, the same point select as on one server.
+pub(crate) async fn lookup_in(
+    pool: &MySqlPool,
+    table: &str,
+    token: &Token,
+) -> Result<Option<StoredLink>, StoreError> {
+    let sql = LOOKUP_SQL.replace("FROM links ", &format!("FROM `{table}` "));
+    lookup_with(pool, &sql, token).await
+}
+
+async fn lookup_with(
+    pool: &MySqlPool,
+    sql: &str,
+    token: &Token,
+) -> Result<Option<StoredLink>, StoreError> {
     type Row = (u64, String, String, u64, String, u32, String);
-    let row: Option<Row> = sqlx::query_as(LOOKUP_SQL)
+    let row: Option<Row> = sqlx::query_as(sql)
         .bind(&token.as_bytes()[..])
         .bind(token.date())
         .fetch_optional(pool)

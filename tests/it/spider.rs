@@ -855,3 +855,130 @@ async fn a_build_batch_committed_on_one_node_only_is_completed_by_the_rerun() {
     .await;
     assert_eq!(built, Some(200), "letters built");
 }
+
+/// Redirects are routed by linktrack straight to the data nodes, so the
+/// head is no part of a click: its general log shows no link lookup during
+/// a click load (the clicks' events do reach it), and with the head killed, every link on a live
+/// node still redirects (links never looked up before, so each is a routed
+/// lookup, not the cache) and its click waits in the journal; when the head
+/// returns, the journal lands, each click exactly once.
+#[tokio::test]
+async fn a_cluster_answers_clicks_while_the_head_is_down_and_lands_them_later() {
+    let mut cluster = Cluster::start().await;
+    ok(&cluster, &["migrate"]);
+    ok(&cluster, &["partitions", "ensure"]);
+    let head = store::connect(&cluster.head.url(), &store::PoolSettings::default())
+        .await
+        .unwrap();
+    let rows: Vec<_> = (0..40u32)
+        .map(|n| click_link(token_on(today()), n))
+        .collect();
+    links::insert(&head, &rows).await.unwrap();
+    let nodes = [cluster.node_pool(0).await, cluster.node_pool(1).await];
+    let on_node0: HashSet<Vec<u8>> = link_rows(&nodes[0])
+        .await
+        .into_iter()
+        .map(|(uuid, _)| uuid)
+        .collect();
+
+    // The head's general log, in a table, from before the server starts:
+    // everything the server sends the head during a click load is in it.
+    for set in [
+        "SET GLOBAL log_output = 'TABLE'",
+        "TRUNCATE TABLE mysql.general_log",
+        "SET GLOBAL general_log = ON",
+    ] {
+        sqlx::query(set).execute(&head).await.unwrap();
+    }
+    let app = crate::common::RunningApp::start(head.clone(), |settings| settings).await;
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let click = |row: &links::NewLink| http.get(format!("{}/c/{}", app.base, row.token)).send();
+    // A click load: five clicks at once, each token's first, so each is a
+    // cache miss and a lookup somewhere.
+    let mut load = tokio::task::JoinSet::new();
+    for row in &rows[..5] {
+        load.spawn(click(row));
+    }
+    while let Some(answer) = load.join_next().await {
+        assert_eq!(answer.unwrap().unwrap().status(), 302);
+    }
+    until("clicks before the outage", 5, || {
+        count(&head, "SELECT COUNT(*) FROM events WHERE kind = 'click'")
+    })
+    .await;
+    assert!(
+        head_link_lookups(&head).await.is_empty(),
+        "the head's general log saw a link lookup"
+    );
+    // The log would have shown one: a lookup through the head is there.
+    links::lookup(&head, &rows[0].token).await.unwrap().unwrap();
+    assert!(!head_link_lookups(&head).await.is_empty());
+    sqlx::query("SET GLOBAL general_log = OFF")
+        .execute(&head)
+        .await
+        .unwrap();
+
+    cluster.head.kill();
+    let mut per_node = [0, 0];
+    for row in &rows[5..] {
+        let answer = click(row).await.unwrap();
+        assert_eq!(answer.status(), 302, "{} with the head down", row.token);
+        assert_eq!(answer.headers()["location"], row.url.as_str());
+        per_node[usize::from(!on_node0.contains(&row.token.as_bytes()[..]))] += 1;
+    }
+    assert!(
+        per_node.iter().all(|&n| n > 5),
+        "links of both nodes clicked: {per_node:?}"
+    );
+    // Nothing reaches the nodes' events tables without the head: the
+    // clicks wait in the journal.
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let stored = node_events(&nodes[0]).await.len() + node_events(&nodes[1]).await.len();
+    assert_eq!(stored, 5, "no event written while the head is down");
+
+    // The head returns (on the same port). Spider's settings are reset by a
+    // restart: `migrate` sets them again, as the head's server config would.
+    cluster.head.start().await;
+    ok(&cluster, &["migrate"]);
+    until("clicks after the head returned", 40, || {
+        count(&head, "SELECT COUNT(*) FROM events WHERE kind = 'click'")
+    })
+    .await;
+    let mut ids = node_events(&nodes[0]).await;
+    ids.extend(node_events(&nodes[1]).await);
+    assert_eq!(ids.len(), 40, "each click once");
+    assert_eq!(ids.iter().collect::<HashSet<_>>().len(), 40);
+    let per_link: Vec<(u64, i64)> = sqlx::query_as(
+        "SELECT l.letter_id, COUNT(*) FROM events e JOIN links l ON l.id = e.link_id \
+         GROUP BY l.letter_id ORDER BY l.letter_id",
+    )
+    .fetch_all(&head)
+    .await
+    .unwrap();
+    assert_eq!(per_link, (0..40).map(|n| (n, 1)).collect::<Vec<_>>());
+    app.stop().await;
+}
+
+/// The link lookups (by token) in the head's general log: statements on
+/// `links` naming `uuid`. The router's topology reads and the event
+/// writer's inserts are other statements.
+async fn head_link_lookups(head: &sqlx::MySqlPool) -> Vec<String> {
+    let logged: Vec<String> = sqlx::query_scalar(
+        "SELECT CAST(argument AS CHAR) FROM mysql.general_log \
+         WHERE command_type IN ('Query', 'Execute', 'Prepare')",
+    )
+    .fetch_all(head)
+    .await
+    .unwrap();
+    assert!(
+        logged.iter().any(|s| s.contains("INSERT INTO events")),
+        "the general log holds the clicks' events: {logged:?}"
+    );
+    logged
+        .into_iter()
+        .filter(|s| s.contains("FROM links ") && s.contains("uuid") && !s.contains("general_log"))
+        .collect()
+}

@@ -132,15 +132,16 @@ impl Router {
                 .or_default()
                 .push(*token);
         }
+        if let [token] = tokens {
+            // One token (a redirect's miss at low load): the point select,
+            // on this task, as on one server.
+            let (pool, table) = shard_table(&topology, by_shard.into_keys().next())?;
+            let found = links::lookup_in(&pool, &table, token).await?;
+            return Ok(found.map(|link| (*token, link)).into_iter().collect());
+        }
         let mut reads = tokio::task::JoinSet::new();
         for (shard, tokens) in by_shard {
-            let (pool, table) = topology
-                .shards
-                .get(shard as usize)
-                .cloned()
-                .ok_or_else(|| {
-                    StoreError::Refused(format!("virtual shard {shard} has no data table"))
-                })?;
+            let (pool, table) = shard_table(&topology, Some(shard))?;
             reads.spawn(async move { links::lookup_many_in(&pool, &table, &tokens).await });
         }
         let mut found = HashMap::with_capacity(tokens.len());
@@ -241,6 +242,14 @@ impl Router {
         nodes.push((node.clone(), pool.clone()));
         Ok(pool)
     }
+}
+
+/// The data node's pool and the data table of a virtual shard.
+fn shard_table(topology: &Topology, shard: Option<u32>) -> Result<(MySqlPool, String), StoreError> {
+    shard
+        .and_then(|shard| topology.shards.get(shard as usize))
+        .cloned()
+        .ok_or_else(|| StoreError::Refused(format!("virtual shard {shard:?} has no data table")))
 }
 
 fn fingerprint(placed: &[Placement]) -> Vec<(String, String)> {
