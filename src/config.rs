@@ -519,7 +519,8 @@ pub enum SuppressionsCommand {
     /// characters such as a BOM trimmed, lowercased). What is not an
     /// address is refused by argument number, the rest added; exit 2.
     Add {
-        /// The addresses to suppress; an invalid one fails the command and adds none.
+        /// The addresses to suppress; one that is not an address is refused
+        /// (named by its argument number), the others are added.
         #[arg(required = true, value_name = "ADDRESS")]
         addresses: Vec<String>,
         /// Why they are suppressed.
@@ -534,8 +535,8 @@ pub enum SuppressionsCommand {
     },
     /// Import a file with one address per line (blank lines and # comments skipped).
     Import {
-        /// The file: one address per line; an invalid line fails the import
-        /// (naming the file and line) and adds none.
+        /// The file: one address per line; a line that is not an address is
+        /// refused (named by file and line), the others are imported.
         #[arg(value_name = "FILE")]
         file: PathBuf,
         /// The reason stored with every imported address (`list` shows it).
@@ -556,6 +557,8 @@ pub enum SuppressionsCommand {
 pub enum TrackingOptoutsCommand {
     /// Add addresses (normalised as suppressions are).
     Add {
+        /// The addresses to send untracked; one that is not an address is
+        /// refused (named by its argument number), the others are added.
         #[arg(required = true, value_name = "ADDRESS")]
         addresses: Vec<String>,
         /// Where the choice came from (the "stop tracking me" page records `link`).
@@ -564,6 +567,7 @@ pub enum TrackingOptoutsCommand {
     },
     /// Remove addresses (their letters are tracked again as the mailing says).
     Remove {
+        /// The addresses to take off the list (normalised as for `add`).
         #[arg(required = true, value_name = "ADDRESS")]
         addresses: Vec<String>,
     },
@@ -571,8 +575,10 @@ pub enum TrackingOptoutsCommand {
     /// skipped; a BOM or CRLF is fine). Lines that are not addresses are
     /// refused by line number, the rest imported; exit 2.
     Import {
+        /// The file: one address per line.
         #[arg(value_name = "FILE")]
         file: PathBuf,
+        /// The source stored with every imported address (`list` shows it).
         #[arg(long, default_value = "import")]
         source: String,
     },

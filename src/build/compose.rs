@@ -455,8 +455,8 @@ pub fn build_letter(
             tracked_url(&ctx.base_url, LinkKind::Pixel, &pixel)
         ));
     }
-    // What goes before `</body>`: the opt-out footer, the honeypot, the pixel.
-    let tail_html: String = [footer_html, honeypot, pixel_html]
+    // What goes before `</body>`: the honeypot, the opt-out footer, the pixel.
+    let tail_html: String = [honeypot, footer_html, pixel_html]
         .into_iter()
         .flatten()
         .collect();

@@ -427,9 +427,11 @@ async fn unsubscribes_are_counted_whatever_the_user_agent() {
     use linktrack::store::links::{self, LinkKind, NewLink};
     let day = days_ago(1);
     let db = TestDb::with_days_since(day).await;
+    let seal = crate::common::seal_of(&db.pool).await;
+    let noon = day.and_hms_opt(12, 0, 0).unwrap().and_utc();
     let rows: Vec<NewLink> = (1..=4)
         .map(|letter_id| NewLink {
-            token: crate::common::token_on(day),
+            token: crate::common::sealed_token(&seal, noon, LinkKind::Unsubscribe),
             kind: LinkKind::Unsubscribe,
             mailing_id: MAILING.into(),
             letter_id,

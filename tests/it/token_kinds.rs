@@ -47,6 +47,16 @@ fn routes() -> Vec<Route> {
             path: |t| format!("/u/{t}"),
             serves: LinkKind::Unsubscribe,
         },
+        Route {
+            method: Method::GET,
+            path: |t| format!("/t/{t}"),
+            serves: LinkKind::OptOut,
+        },
+        Route {
+            method: Method::POST,
+            path: |t| format!("/t/{t}"),
+            serves: LinkKind::OptOut,
+        },
     ]
 }
 
@@ -88,8 +98,8 @@ async fn every_route_refuses_every_other_kind_and_records_nothing() {
             add_link(&db.pool, kind, "http://127.0.0.1:9/x", 1).await,
         ));
     }
-    // Kinds with no route yet (5, 6) and codes never issued (0, 7).
-    let unrouted: Vec<(u8, Token)> = [0u8, 5, 6, 7]
+    // Codes never issued (0, 7).
+    let unrouted: Vec<(u8, Token)> = [0u8, 7]
         .into_iter()
         .map(|code| (code, token_of_code(&seal, code, 0)))
         .collect();
@@ -100,10 +110,10 @@ async fn every_route_refuses_every_other_kind_and_records_nothing() {
         let wrong = stored
             .iter()
             .filter(|(kind, _)| *kind != route.serves)
-            .map(|(kind, token)| (TokenKind::from(*kind).code(), *token))
-            .chain(unrouted.iter().copied())
             // `/c/` serves honeypot links (kind 6): not a wrong kind there.
-            .filter(|(code, _)| !(route.serves == LinkKind::Click && *code == 6));
+            .filter(|(kind, _)| !(route.serves == LinkKind::Click && *kind == LinkKind::Honeypot))
+            .map(|(kind, token)| (TokenKind::from(*kind).code(), *token))
+            .chain(unrouted.iter().copied());
         for (code, token) in wrong {
             let path = (route.path)(&token);
             let response = http
@@ -121,7 +131,9 @@ async fn every_route_refuses_every_other_kind_and_records_nothing() {
             tried += 1;
         }
     }
-    assert_eq!(tried, 5 * 7 - 1, "every route × every wrong kind");
+    // 7 routes × (5 other stored kinds + 2 codes never issued), but for
+    // the honeypot row on `/c/`.
+    assert_eq!(tried, 7 * 7 - 1, "every route × every wrong kind");
     server.stop().await;
     // The stop replays the whole journal: nothing was journaled.
     assert_eq!(count(&db.pool, "SELECT COUNT(*) FROM events").await, 0);
@@ -134,7 +146,11 @@ async fn every_route_refuses_every_other_kind_and_records_nothing() {
     let server = TestServer::start(server_pool(&db).await, dir.path()).await;
     let http = client();
     for (kind, token) in &stored {
-        let route = routes().into_iter().find(|r| r.serves == *kind).unwrap();
+        let serves = match kind {
+            LinkKind::Honeypot => LinkKind::Click,
+            kind => *kind,
+        };
+        let route = routes().into_iter().find(|r| r.serves == serves).unwrap();
         let response = http
             .request(route.method.clone(), server.url(&(route.path)(token)))
             .send()

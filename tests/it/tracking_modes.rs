@@ -251,9 +251,13 @@ async fn the_cli_adds_imports_lists_and_removes_tracking_optouts() {
     assert!(!refused.status.success());
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains("optouts.txt: line 4"), "{stderr}");
+    // The refused line is named; the file's addresses are still imported.
+    let summary = String::from_utf8_lossy(&refused.stdout);
+    assert!(summary.contains("1 new, 0 already listed"), "{summary}");
     std::fs::write(&file, "bob@example.com\nann@example.com\n").unwrap();
     let imported = linktrack(&db, &["tracking-optouts", "import", file.to_str().unwrap()]);
-    assert!(String::from_utf8_lossy(&imported.stdout).contains("1 new, 1 already listed"));
+    let summary = String::from_utf8_lossy(&imported.stdout);
+    assert!(summary.contains("0 new, 2 already listed"), "{summary}");
     let list = linktrack(&db, &["tracking-optouts", "list"]);
     let list = String::from_utf8_lossy(&list.stdout).to_string();
     let rows: Vec<Vec<&str>> = list.lines().map(|l| l.split('\t').collect()).collect();

@@ -150,13 +150,14 @@ async fn bot_replay_set_precision_and_recall() {
         .unwrap();
     let db = TestDb::with_days_since(days_ago(1)).await;
     let made = Utc::now() - chrono::Duration::hours(7);
+    let seal = crate::common::seal_of(&db.pool).await;
     let mut tokens: HashMap<(u64, &str, u32), Token> = HashMap::new();
     let mut rows = Vec::new();
     let mut letter_ids: Vec<u64> = hits.iter().map(|h| h.letter).collect();
     letter_ids.dedup();
     for &letter in &letter_ids {
         let mut add = |kind: LinkKind, name: &'static str, position: u32| {
-            let token = Token::at(made);
+            let token = crate::common::sealed_token(&seal, made, kind);
             tokens.insert((letter, name, position), token);
             rows.push(NewLink {
                 token,
