@@ -16,7 +16,7 @@
 //! [`crate::live`].
 
 pub(crate) mod api;
-mod auth;
+pub(crate) mod auth;
 pub(crate) mod chart;
 pub(crate) mod clickmap;
 pub(crate) mod dashboard;
