@@ -9,6 +9,7 @@ mod bad_input;
 mod build;
 mod cluster;
 mod common;
+mod credentials;
 mod dashboard_limits;
 mod db_down;
 mod delivery;
