@@ -682,6 +682,12 @@ pub struct ServeArgs {
     #[arg(long, env = "LINKTRACK_ADMIN_LISTEN", default_value = DEFAULT_ADMIN_LISTEN)]
     pub admin_listen: std::net::SocketAddr,
 
+    /// Bearer token `/metrics` and `/readyz` require on the admin listener
+    /// (`Authorization: Bearer TOKEN`); unset leaves them open, and the
+    /// server warns at start when the admin listener is not on loopback.
+    #[arg(long, env = "LINKTRACK_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+
     /// Public base URL of the tracking server, e.g. https://t.example.com
     /// (default: http:// + --listen, with localhost for 0.0.0.0 or [::]).
     #[arg(long, env = "LINKTRACK_BASE_URL", value_name = "URL")]

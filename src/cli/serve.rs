@@ -12,6 +12,7 @@ use std::time::Duration;
 pub(super) async fn serve(url: &str, args: &ServeArgs) -> anyhow::Result<()> {
     crate::config::check_secret("LINKTRACK_SECRET", args.secret.as_deref())?;
     crate::config::check_secret("LINKTRACK_API_TOKEN", args.api_token.as_deref())?;
+    crate::config::check_secret("LINKTRACK_ADMIN_TOKEN", args.admin_token.as_deref())?;
     run_server(url, args).await
 }
 
@@ -44,6 +45,7 @@ async fn run_server(url: &str, args: &ServeArgs) -> anyhow::Result<()> {
             ..Default::default()
         },
         admin_listen: Some(args.admin_listen),
+        admin_token: args.admin_token.clone(),
         connections: crate::server::listen::ConnectionLimits {
             header_timeout: Duration::from_secs(args.header_timeout),
             max_connections: args.max_connections,
@@ -115,6 +117,7 @@ pub(super) async fn demo(url: &str, args: &DemoArgs) -> anyhow::Result<()> {
     let serve_args = ServeArgs {
         listen: args.listen,
         admin_listen: args.admin_listen,
+        admin_token: None,
         base_url: Some(base_url),
         keep_days: crate::config::DEFAULT_KEEP_DAYS,
         journal: args.dir.join("journal"),

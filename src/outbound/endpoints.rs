@@ -57,11 +57,36 @@ pub struct Endpoint {
 /// bits of `outbox.batch`, and a body of 1000 events is about half a MB).
 pub const MAX_BATCH: usize = 1_000;
 
+/// A URL as it may be shown, logged or stored: credentials never leave the
+/// process, so a password becomes `***` (`user:***@`), a user name alone
+/// (a token) too, and every query value and the fragment as well (keys
+/// stay, to tell the endpoints apart).
+pub fn redacted(url: &reqwest::Url) -> String {
+    const HIDDEN: &str = "***";
+    let mut shown = url.clone();
+    if shown.password().is_some() {
+        let _ = shown.set_password(Some(HIDDEN));
+    } else if !shown.username().is_empty() {
+        let _ = shown.set_username(HIDDEN);
+    }
+    if shown.query().is_some() {
+        let keys: Vec<String> = url.query_pairs().map(|(key, _)| key.into_owned()).collect();
+        shown
+            .query_pairs_mut()
+            .clear()
+            .extend_pairs(keys.iter().map(|key| (key.as_str(), HIDDEN)));
+    }
+    if shown.fragment().is_some() {
+        shown.set_fragment(Some(HIDDEN));
+    }
+    shown.to_string()
+}
+
 impl Endpoint {
     /// Where events go, as `webhooks list` prints it (never the secret).
     pub fn target_text(&self) -> String {
         match &self.target {
-            Target::Webhook { url, .. } => url.to_string(),
+            Target::Webhook { url, .. } => redacted(url),
             Target::Amqp { exchange, .. } => format!("amqp exchange {exchange}"),
         }
     }
@@ -332,6 +357,28 @@ fn amqp_url(text: &str) -> Result<String, String> {
 mod tests {
     use super::*;
     use clap::Parser;
+
+    #[test]
+    fn redacted_urls_keep_no_credential() {
+        let cases = [
+            (
+                "https://user:hunter2@hooks.example.com/in?key=s3cr3t&v=2#frag",
+                "https://user:***@hooks.example.com/in?key=***&v=***#***",
+            ),
+            (
+                "https://tok3n@hooks.example.com/",
+                "https://***@hooks.example.com/",
+            ),
+            (
+                "https://hooks.example.com/in",
+                "https://hooks.example.com/in",
+            ),
+        ];
+        for (given, shown) in cases {
+            let url = reqwest::Url::parse(given).unwrap();
+            assert_eq!(redacted(&url), shown, "{given}");
+        }
+    }
 
     fn args(extra: &[&str]) -> OutboundArgs {
         #[derive(Parser)]

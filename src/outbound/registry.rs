@@ -3,7 +3,9 @@
 //! server registers its endpoints in `outbound_endpoints` at start (and
 //! refreshes the registration hourly), and warns, once at start, about each
 //! endpoint another server (seen within a day) has that it lacks or has
-//! differently (target or filter; never the secret, which is not stored).
+//! differently (target or filter; never the secret, nor the URL's
+//! credentials: the description and its fingerprint are made from the
+//! redacted URL, `outbound::endpoints::redacted`, so neither is stored).
 //! A server with no endpoint at all runs no outbound worker and checks
 //! nothing: its request path makes no statement it does not need.
 //! The number of such differences is the gauge

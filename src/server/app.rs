@@ -49,6 +49,9 @@ pub struct AppSettings {
     pub rollup: RollupOptions,
     /// Where `/metrics` and `/readyz` answer; `None`: nowhere.
     pub admin_listen: Option<SocketAddr>,
+    /// Bearer token `/metrics` and `/readyz` require; `None`: open (keep
+    /// the admin listener on loopback or a private network then).
+    pub admin_token: Option<String>,
     /// Header timeout, connection cap and header size of both listeners.
     pub connections: ConnectionLimits,
     /// Webhook and AMQP endpoints events go out to; empty: none.
@@ -69,6 +72,7 @@ impl AppSettings {
             rollup_every: None,
             rollup: RollupOptions::default(),
             admin_listen: Some(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))),
+            admin_token: None,
             connections: ConnectionLimits::default(),
             outbound: Outbound::default(),
         }
@@ -79,6 +83,7 @@ impl AppSettings {
 pub struct App {
     public: TcpListener,
     admin: Option<TcpListener>,
+    admin_token: Option<String>,
     state: AppState,
     stats: StatsState,
     pipeline: EventPipeline,
@@ -98,6 +103,9 @@ impl App {
             ),
             None => None,
         };
+        if let Some(listener) = &admin {
+            warn_if_exposed(listener, settings.admin_token.is_some());
+        }
         let pool = settings.pool.clone();
         // Installed before anything registers a metric: a handle taken with
         // no recorder installed (the journal keeps its gauge's) stays mute.
@@ -134,6 +142,7 @@ impl App {
         Ok(App {
             public: listener,
             admin,
+            admin_token: settings.admin_token,
             state,
             stats,
             pipeline,
@@ -166,6 +175,7 @@ impl App {
         let App {
             public,
             admin,
+            admin_token,
             state,
             stats,
             pipeline,
@@ -176,7 +186,7 @@ impl App {
         // One shutdown signal for both listeners.
         let (stop, stopped) = watch::channel(false);
         let admin_task = admin.map(|listener| {
-            let app = admin_router(state.clone());
+            let app = admin_router(state.clone(), admin_token);
             let mut stopped = stopped.clone();
             tokio::spawn(listen::serve(listener, app, limits, async move {
                 let _ = stopped.wait_for(|s| *s).await;
@@ -210,6 +220,7 @@ impl App {
         let App {
             public,
             admin,
+            admin_token,
             state,
             stats,
             pipeline,
@@ -219,7 +230,7 @@ impl App {
         let mut handles = pipeline.abort_handles();
         handles.extend(workers.abort_handles());
         if let Some(listener) = admin {
-            let app = admin_router(state.clone());
+            let app = admin_router(state.clone(), admin_token);
             let serving = listen::serve(listener, app, limits, std::future::pending());
             handles.push(tokio::spawn(serving).abort_handle());
         }
@@ -275,14 +286,75 @@ async fn load_seal(state: &AppState, secret: Option<String>) {
     });
 }
 
-/// The operators' listener: readiness and metrics, off the public host
-/// (`/readyz` reports the database's error text).
-fn admin_router(state: AppState) -> Router {
+/// The operators' listener: readiness and metrics, off the public host;
+/// with a token, `/readyz` and `/metrics` require `Authorization: Bearer`
+/// (`/healthz` stays open: it says nothing but "the process is up").
+fn admin_router(state: AppState, token: Option<String>) -> Router {
+    let guarded = Router::new()
+        .route("/readyz", get(handlers::readyz))
+        .route("/metrics", get(handlers::metrics));
+    let guarded = match token {
+        Some(token) => guarded.layer(axum::middleware::from_fn_with_state(
+            std::sync::Arc::<str>::from(token),
+            require_admin_token,
+        )),
+        None => guarded,
+    };
     Router::new()
         .route("/healthz", get(handlers::healthz))
-        .route("/readyz", get(handlers::readyz))
-        .route("/metrics", get(handlers::metrics))
+        .merge(guarded)
         .with_state(state)
+}
+
+/// 401 unless the request carries `Authorization: Bearer <the admin token>`.
+async fn require_admin_token(
+    axum::extract::State(token): axum::extract::State<std::sync::Arc<str>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let given = request
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "));
+    let allowed = given.is_some_and(|given| {
+        super::stats::auth::constant_time_eq(given.trim().as_bytes(), token.as_bytes())
+    });
+    if allowed {
+        next.run(request).await
+    } else {
+        (
+            axum::http::StatusCode::UNAUTHORIZED,
+            [(axum::http::header::WWW_AUTHENTICATE, "Bearer")],
+            "an admin token is required\n",
+        )
+            .into_response()
+    }
+}
+
+/// Says loudly when the admin listener is reachable from other hosts:
+/// `/metrics` and `/readyz` describe the service to whoever asks.
+fn warn_if_exposed(listener: &TcpListener, has_token: bool) {
+    let Ok(addr) = listener.local_addr() else {
+        return;
+    };
+    if addr.ip().is_loopback() {
+        return;
+    }
+    if has_token {
+        tracing::warn!(
+            admin = %addr,
+            "the admin listener (/metrics, /readyz) is reachable from other hosts; \
+             it requires the admin token"
+        );
+    } else {
+        tracing::warn!(
+            admin = %addr,
+            "the admin listener (/metrics, /readyz) is reachable from other hosts \
+             WITHOUT credentials; bind it to 127.0.0.1 or set --admin-token"
+        );
+    }
 }
 
 impl From<StatsError> for ServeError {

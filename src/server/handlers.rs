@@ -271,7 +271,8 @@ pub async fn healthz() -> &'static str {
 }
 
 /// `GET /readyz`: 200 when the database answers within a second and the
-/// journal writes, else 503 (a node whose journal cannot write is drained:
+/// journal writes, else 503 (naming what is down, never the database's
+/// error text: that goes to the log) (a node whose journal cannot write is drained:
 /// its events go the slower way, `events::fallback`).
 pub async fn readyz(State(state): State<AppState>) -> Response {
     let journal_writes = state.recorder.health().is_writable();
@@ -285,8 +286,10 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
         "database": if database.is_ok() { "ok" } else { "unavailable" },
         "journal": if journal_writes { "ok" } else { "unwritable" },
     });
+    // The database's error text (user names, hosts) stays in the log.
     if let Err(detail) = &database {
-        body["detail"] = serde_json::Value::from(detail.as_str());
+        tracing::warn!(error = %detail, "/readyz: the database is unavailable");
+        body["detail"] = serde_json::Value::from("database unavailable");
     }
     // Redis only feeds live figures: its absence is reported, but the
     // server stays ready (redirects and events do not need it).

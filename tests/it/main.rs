@@ -3,11 +3,13 @@
 //! database, so they run in parallel.
 #![allow(clippy::unwrap_used)] // tests and benchmarks: a failure should stop them loudly
 
+mod admin_listener;
 mod amqp;
 mod bad_input;
 mod build;
 mod cluster;
 mod common;
+mod credentials;
 mod dashboard_limits;
 mod db_down;
 mod delivery;

@@ -399,10 +399,26 @@ async fn the_dashboard_css_applies_in_a_real_browser() {
             "{path}: the CSS is escaped"
         );
         // The browser writes what it computed into the DOM it dumps.
-        let probe = "<script>document.body.setAttribute('data-font', \
-                     getComputedStyle(document.body).fontFamily)</script></body>";
+        let script = "document.body.setAttribute('data-font', \
+                      getComputedStyle(document.body).fontFamily)";
+        let probe = format!("<script>{script}</script></body>");
+        // The page's policy runs no script but its own: the probe is
+        // allowed by its hash, the policy otherwise as served.
+        let hash = {
+            use base64::Engine;
+            use sha2::Digest;
+            let digest = sha2::Sha256::digest(script.as_bytes());
+            base64::engine::general_purpose::STANDARD.encode(digest)
+        };
+        assert!(
+            html.contains("script-src "),
+            "{path}: the page has a policy"
+        );
+        let html = html
+            .replacen("script-src ", &format!("script-src 'sha256-{hash}' "), 1)
+            .replacen("</body>", &probe, 1);
         let page = tempfile::Builder::new().suffix(".html").tempfile().unwrap();
-        std::fs::write(page.path(), html.replacen("</body>", probe, 1)).unwrap();
+        std::fs::write(page.path(), html).unwrap();
         let url = format!("file://{}", page.path().display());
         let dom = run_chromium(&browser, &["--dump-dom".to_owned(), url]);
         let dom = String::from_utf8_lossy(&dom.stdout);
@@ -505,5 +521,133 @@ async fn unsubscribes_are_counted_whatever_the_user_agent() {
         .await
         .unwrap();
     assert_eq!(suppressed, 4);
+    app.stop().await;
+}
+
+/// Issue 29, item 7: JSON answers are never cached nor sniffed; HTML pages
+/// carry a strict policy that allows no remote origin at all.
+#[tokio::test]
+async fn api_answers_are_no_store_nosniff_and_pages_carry_a_strict_policy() {
+    let db = rolled_db().await;
+    let app = spawn(&db, Some(TOKEN), Some(SECRET)).await;
+    let base = &app.base;
+    let api = format!("{base}/api/mailings/{MAILING}/stats");
+    let answered = client().get(&api).bearer_auth(TOKEN).send().await.unwrap();
+    let refused = client().get(&api).send().await.unwrap();
+    assert_eq!(answered.status(), StatusCode::OK);
+    assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+    for response in [&answered, &refused] {
+        let headers = response.headers();
+        assert!(headers[header::CONTENT_TYPE]
+            .to_str()
+            .unwrap()
+            .starts_with("application/json"));
+        assert_eq!(headers[header::CACHE_CONTROL], "no-store");
+        assert_eq!(headers[header::X_CONTENT_TYPE_OPTIONS], "nosniff");
+    }
+    for path in [
+        "/mailings".to_owned(),
+        format!("/mailings/{MAILING}"),
+        "/login".to_owned(),
+    ] {
+        let response = client()
+            .get(format!("{base}{path}"))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{path}");
+        let policy = response.headers()[header::CONTENT_SECURITY_POLICY]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        for directive in [
+            "default-src 'none'",
+            "img-src 'self' data:",
+            "frame-ancestors 'none'",
+            "form-action 'self'",
+        ] {
+            assert!(
+                policy.contains(directive),
+                "{path}: {directive} in {policy}"
+            );
+        }
+        assert!(
+            !policy.contains("http") && !policy.contains('*'),
+            "{path}: no remote origin allowed: {policy}"
+        );
+        assert_eq!(response.headers()[header::CACHE_CONTROL], "no-store");
+        assert_eq!(
+            response.headers()[header::X_CONTENT_TYPE_OPTIONS],
+            "nosniff"
+        );
+    }
+    app.stop().await;
+}
+
+/// Issue 29, item 7: a creative's images, style sheets and fonts point at a
+/// listener of the test's; a real browser renders the dashboard with its
+/// click map, and the listener never sees a connection.
+#[tokio::test]
+async fn the_click_map_makes_the_browser_contact_nobody() {
+    let Some(browser) = chromium() else {
+        panic!("chromium is not installed: scripts/test installs it");
+    };
+    let db = rolled_db().await;
+    let remote = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    remote.set_nonblocking(true).unwrap();
+    let host = format!("http://{}", remote.local_addr().unwrap());
+    let creative = std::fs::read_to_string(fixture_letter())
+        .unwrap()
+        .replacen(
+            "<body",
+            &format!(
+                "<link rel=\"stylesheet\" href=\"{host}/style.css\">\
+                 <style>@font-face{{font-family:x;src:url({host}/font.woff)}}\
+                 p{{font-family:x;background:url({host}/bg.png)}}</style><body"
+            ),
+            1,
+        )
+        .replacen(
+            "<p>",
+            &format!("<p><img src=\"{host}/logo.png\" width=\"10\" height=\"10\">"),
+            1,
+        );
+    assert!(creative.contains("/logo.png") && creative.contains("/style.css"));
+    stats::save_mailing(&db.pool, MAILING, "November news", &creative)
+        .await
+        .unwrap();
+    let app = spawn(&db, Some(TOKEN), None).await;
+    let html = client()
+        .get(format!("{}/mailings/{MAILING}", app.base))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        html.contains("logo.png"),
+        "the creative is in the click map"
+    );
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("stats-no-remote");
+    std::fs::create_dir_all(&dir).unwrap();
+    let page = dir.join("dashboard.html");
+    std::fs::write(&page, &html).unwrap();
+    let dom = run_chromium(
+        &browser,
+        &[
+            "--dump-dom".to_owned(),
+            format!("file://{}", page.display()),
+        ],
+    );
+    let dom = String::from_utf8_lossy(&dom.stdout);
+    assert!(dom.contains("lt-badge"), "the click map rendered");
+    match remote.accept() {
+        Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {}
+        Ok((_, peer)) => panic!("the browser fetched a creative's resource (from {peer})"),
+        Err(err) => panic!("accept: {err}"),
+    }
     app.stop().await;
 }

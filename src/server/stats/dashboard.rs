@@ -56,10 +56,9 @@ const INDEX_LIMIT: u32 = 500;
 /// `GET /mailings`.
 pub async fn index(State(state): State<StatsState>) -> Result<Page, StatsError> {
     let mailings = stats::list_mailings(&state.pool, INDEX_LIMIT).await?;
-    let html = state
-        .templates
-        .get_template("index.html")?
-        .render(context! { css => CSS, mailings => Serde(mailings) })?;
+    let html = state.templates.get_template("index.html")?.render(
+        context! { css => CSS, csp => super::headers::page_policy(), mailings => Serde(mailings) },
+    )?;
     Ok(page(html))
 }
 
@@ -116,6 +115,7 @@ pub async fn mailing(
         .get_template("mailing.html")?
         .render(context! {
             css => CSS,
+            csp => super::headers::page_policy(),
             s => Serde(&summary),
             links => Serde(links),
             chart => chart_for(&summary),

@@ -16,10 +16,11 @@
 //! [`crate::live`].
 
 pub(crate) mod api;
-mod auth;
+pub(crate) mod auth;
 pub(crate) mod chart;
 pub(crate) mod clickmap;
 pub(crate) mod dashboard;
+mod headers;
 
 use crate::live::Live;
 use crate::store::StoreError;
@@ -71,6 +72,7 @@ pub fn router(state: StatsState) -> Router {
     Router::new()
         .route("/login", get(auth::login_form).post(auth::login))
         .merge(protected)
+        .route_layer(middleware::from_fn(headers::security_headers))
         .with_state(state)
 }
 

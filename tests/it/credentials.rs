@@ -1,0 +1,154 @@
+//! Issue 29, item 4: a webhook URL's credentials never leave the process.
+//! A password, a query key and a fragment are planted in the URL; every
+//! output path is grepped for them: `webhooks list`, `webhooks test`,
+//! `serve --help`, the server's log (the endpoint-drift warning) and the
+//! description stored in `outbound_endpoints`.
+
+use crate::common::TestDb;
+use linktrack::store::outbox::{self, Registered};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const PASSWORD: &str = "planted-password-7f3a";
+const QUERY_KEY: &str = "planted-query-key-91c2";
+
+/// Nothing listens on port 9: nothing is ever delivered.
+fn hook_url() -> String {
+    format!("http://hookuser:{PASSWORD}@127.0.0.1:9/hook?key={QUERY_KEY}")
+}
+
+fn linktrack(db: &TestDb, secret: &str) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_linktrack"));
+    command
+        .env("DATABASE_URL", &db.url)
+        .env("LINKTRACK_WEBHOOK_URL", hook_url())
+        .env("LINKTRACK_WEBHOOK_SECRET", secret)
+        .env("RUST_LOG", "info");
+    command
+}
+
+fn text_of(output: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+fn assert_no_credential(what: &str, text: &str) {
+    for planted in [PASSWORD, QUERY_KEY] {
+        assert!(!text.contains(planted), "{what} shows {planted:?}:\n{text}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_urls_credentials_appear_in_no_output() {
+    let db = TestDb::new().await;
+    let secret = linktrack::outbound::signature::Secret::generate();
+    // Another server has the endpoint differently: this one warns at start.
+    let elsewhere = Registered {
+        server: "elsewhere:/journal".to_owned(),
+        name: "default".to_owned(),
+        fingerprint: "0".repeat(64),
+        description: "http://127.0.0.1:9/other all".to_owned(),
+    };
+    outbox::register_endpoints(
+        &db.pool,
+        &elsewhere.server,
+        std::slice::from_ref(&elsewhere),
+    )
+    .await
+    .unwrap();
+
+    let journal = tempfile::tempdir().unwrap();
+    let admin = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap()
+    };
+    let server = linktrack(&db, &secret)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(["--admin-listen", &admin.to_string()])
+        .arg("--journal")
+        .arg(journal.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let stored = loop {
+        let stored: Option<String> = sqlx::query_scalar(
+            "SELECT description FROM outbound_endpoints WHERE server <> ? AND name = 'default'",
+        )
+        .bind(&elsewhere.server)
+        .fetch_optional(&db.pool)
+        .await
+        .unwrap();
+        if let Some(stored) = stored {
+            break stored;
+        }
+        assert!(Instant::now() < deadline, "the server registered nothing");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(stored, "http://hookuser:***@127.0.0.1:9/hook?key=*** all");
+    // The warning is logged as its gauge is set: wait for the gauge.
+    let admin = format!("http://{admin}");
+    loop {
+        let text = match reqwest::get(format!("{admin}/metrics")).await {
+            Ok(response) => response.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        };
+        let warned = text
+            .lines()
+            .filter(|l| l.starts_with("linktrack_outbound_endpoint_differences{"))
+            .any(|l| l.ends_with(" 1"));
+        if warned {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no difference counted:\n{text}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let killed = Command::new("kill")
+        .args(["-TERM", &server.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let log = text_of(&server.wait_with_output().unwrap());
+    assert!(
+        log.contains("differs from server"),
+        "no drift warning:\n{log}"
+    );
+    assert!(log.contains("hookuser:***@"), "{log}");
+    assert_no_credential("the server's log", &log);
+
+    let listed = tokio::task::block_in_place(|| {
+        linktrack(&db, &secret)
+            .args(["webhooks", "list"])
+            .output()
+            .unwrap()
+    });
+    assert!(listed.status.success(), "{listed:?}");
+    let listed = text_of(&listed);
+    assert!(
+        listed.contains("http://hookuser:***@127.0.0.1:9/hook?key=***"),
+        "{listed}"
+    );
+    assert_no_credential("webhooks list", &listed);
+
+    let tested = tokio::task::block_in_place(|| {
+        linktrack(&db, &secret)
+            .args(["webhooks", "test", "--endpoint", "default"])
+            .output()
+            .unwrap()
+    });
+    assert!(!tested.status.success(), "nothing listens on port 9");
+    assert_no_credential("webhooks test", &text_of(&tested));
+
+    let help = tokio::task::block_in_place(|| {
+        linktrack(&db, &secret)
+            .args(["serve", "--help"])
+            .output()
+            .unwrap()
+    });
+    assert!(help.status.success());
+    assert_no_credential("serve --help", &text_of(&help));
+}
