@@ -3,6 +3,7 @@
 //! [`super::rollup`]), and the saved creative for the click map.
 
 use super::StoreError;
+use crate::events::verdicts::OpenClass;
 use crate::kind::EventKind;
 use chrono::NaiveDateTime;
 use sqlx::{MySql, MySqlConnection, MySqlPool, QueryBuilder};
@@ -92,6 +93,47 @@ pub struct MailingSummary {
     /// anonymous: rates over `letters_built` count letters that could not
     /// be counted.
     pub tracking: TrackingSummary,
+}
+
+/// Opens and clicks by class (issue 24), derived from the rolled totals and
+/// bot reasons, no column of their own: `opens` are real opens (human and
+/// `proxy:*`, which are not bots), `machine_opens` prefetches (`machine:*`,
+/// Apple MPP), `scanner_opens` every other bot open. `clicks` exclude bots;
+/// `bot_share` is the bots' share of all clicks (0 to 1, 0 with none).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct Classes {
+    pub opens: Counts,
+    pub machine_opens: u64,
+    pub scanner_opens: u64,
+    pub clicks: Counts,
+    pub bot_clicks: u64,
+    pub bot_share: f64,
+}
+
+impl MailingSummary {
+    /// The summary's opens and clicks by class (see [`Classes`]).
+    pub fn classes(&self) -> Classes {
+        let open_reasons = self.bot_reasons.get(EventKind::Open.as_str());
+        let machine_opens: u64 = open_reasons
+            .into_iter()
+            .flatten()
+            .filter(|(reason, _)| OpenClass::of(true, Some(reason.as_str())) == OpenClass::Machine)
+            .map(|(_, n)| n)
+            .sum();
+        let all_clicks = self.clicks.human.total + self.clicks.bot.total;
+        Classes {
+            opens: self.opens.human,
+            machine_opens,
+            scanner_opens: self.opens.bot.total.saturating_sub(machine_opens),
+            clicks: self.clicks.human,
+            bot_clicks: self.clicks.bot.total,
+            bot_share: if all_clicks == 0 {
+                0.0
+            } else {
+                self.clicks.bot.total as f64 / all_clicks as f64
+            },
+        }
+    }
 }
 
 /// The summary of one mailing, or `None` when nothing is known about it.

@@ -117,6 +117,8 @@ pub async fn mailing(
         .render(context! {
             css => CSS,
             s => Serde(&summary),
+            classes => Serde(summary.classes()),
+            bot_click_percent => format!("{:.0}", summary.classes().bot_share * 100.0),
             links => Serde(links),
             chart => chart_for(&summary),
             chart_per => match chart::resolution(&summary.hours, &summary.minutes) {
