@@ -85,6 +85,13 @@ const RANGE: &str = "inserted >= ? AND inserted < ? AND id > ? AND id <= ?";
 /// and in `stats_bot_reasons`, for information only.
 const COUNTED_AS_BOT: &str = "(bot <> 0 AND kind <> 'unsubscribe')";
 
+/// A mailing's own events, not late ones (issue 27): a late event has
+/// `link_id` 0 (its row was gone, see `server::record::LATE_LINK_ID`) and
+/// is counted in `stats_late` only, so the regular figures of a mailing
+/// never change when an old letter is clicked months later. (`link_id` is
+/// NULL only for events journaled before their link was known.)
+const REGULAR: &str = "COALESCE(link_id, 1) <> 0";
+
 /// How [`rollup_with`] runs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RollupOptions {
@@ -327,39 +334,46 @@ async fn add_batch(conn: &mut MySqlConnection, batch: &RolledBatch) -> Result<()
         "INSERT INTO stats_hourly (mailing_id, hour, kind, bot, n) \
          SELECT * FROM (SELECT mailing_id, DATE_FORMAT(occurred_at, '%Y-%m-%d %H:00:00') AS h, \
            kind, {BOT} AS b, COUNT(*) AS c FROM events \
-           WHERE {RANGE} AND mailing_id IS NOT NULL GROUP BY mailing_id, h, kind, b) AS s \
+           WHERE {RANGE} AND mailing_id IS NOT NULL AND {REGULAR} GROUP BY mailing_id, h, kind, b) AS s \
          ON DUPLICATE KEY UPDATE n = n + s.c",
         // Minutes, for the chart of the first hours; only recent events (a
         // replay of old days would only fill what the pruning deletes).
         "INSERT INTO stats_minutes (mailing_id, minute, kind, bot, n) \
          SELECT * FROM (SELECT mailing_id, DATE_FORMAT(occurred_at, '%Y-%m-%d %H:%i:00') AS m, \
            kind, {BOT} AS b, COUNT(*) AS c FROM events \
-           WHERE {RANGE} AND mailing_id IS NOT NULL AND kind IN ('open', 'click') \
+           WHERE {RANGE} AND mailing_id IS NOT NULL AND {REGULAR} AND kind IN ('open', 'click') \
              AND occurred_at >= UTC_TIMESTAMP() - INTERVAL 3 DAY \
            GROUP BY mailing_id, m, kind, b) AS s \
          ON DUPLICATE KEY UPDATE n = n + s.c",
         "INSERT INTO stats_totals (mailing_id, kind, bot, total) \
          SELECT * FROM (SELECT mailing_id, kind, {BOT} AS b, COUNT(*) AS c FROM events \
-           WHERE {RANGE} AND mailing_id IS NOT NULL GROUP BY mailing_id, kind, b) AS s \
+           WHERE {RANGE} AND mailing_id IS NOT NULL AND {REGULAR} GROUP BY mailing_id, kind, b) AS s \
          ON DUPLICATE KEY UPDATE total = total + s.c",
         "INSERT INTO stats_links (mailing_id, position, bot, clicks) \
          SELECT * FROM (SELECT mailing_id, position, {BOT} AS b, COUNT(*) AS c FROM events \
-           WHERE {RANGE} AND mailing_id IS NOT NULL AND kind = 'click' AND position > 0 \
+           WHERE {RANGE} AND mailing_id IS NOT NULL AND {REGULAR} AND kind = 'click' AND position > 0 \
            GROUP BY mailing_id, position, b) AS s \
          ON DUPLICATE KEY UPDATE clicks = clicks + s.c",
         "INSERT INTO stats_bot_reasons (mailing_id, kind, reason, n) \
          SELECT * FROM (SELECT mailing_id, kind, COALESCE(bot_reason, 'unknown') AS r, COUNT(*) AS c \
-           FROM events WHERE {RANGE} AND mailing_id IS NOT NULL AND bot <> 0 \
+           FROM events WHERE {RANGE} AND mailing_id IS NOT NULL AND {REGULAR} AND bot <> 0 \
            GROUP BY mailing_id, kind, r) AS s \
+         ON DUPLICATE KEY UPDATE n = n + s.c",
+        // Late events, apart: per mailing, position, kind and bot flag.
+        "INSERT INTO stats_late (mailing_id, position, kind, bot, n) \
+         SELECT * FROM (SELECT mailing_id, COALESCE(position, 0) AS p, kind, {BOT} AS b, \
+           COUNT(*) AS c FROM events \
+           WHERE {RANGE} AND mailing_id IS NOT NULL AND link_id = 0 \
+           GROUP BY mailing_id, p, kind, b) AS s \
          ON DUPLICATE KEY UPDATE n = n + s.c",
         // Letter 0 holds the mailing's shared image rows: not a letter.
         "INSERT IGNORE INTO stats_first_seen (mailing_id, kind, position, bot, letter_id, first_at, rolled_by) \
          SELECT mailing_id, kind, 0, {BOT} AS b, letter_id, MIN(occurred_at), {LAST} FROM events \
-         WHERE {RANGE} AND mailing_id IS NOT NULL AND letter_id > 0 \
+         WHERE {RANGE} AND mailing_id IS NOT NULL AND {REGULAR} AND letter_id > 0 \
          GROUP BY mailing_id, kind, b, letter_id",
         "INSERT IGNORE INTO stats_first_seen (mailing_id, kind, position, bot, letter_id, first_at, rolled_by) \
          SELECT mailing_id, 'click', position, {BOT} AS b, letter_id, MIN(occurred_at), {LAST} FROM events \
-         WHERE {RANGE} AND mailing_id IS NOT NULL AND letter_id > 0 AND kind = 'click' AND position > 0 \
+         WHERE {RANGE} AND mailing_id IS NOT NULL AND {REGULAR} AND letter_id > 0 AND kind = 'click' AND position > 0 \
          GROUP BY mailing_id, position, b, letter_id",
     ];
     for sql in by_range {
@@ -368,6 +382,7 @@ async fn add_batch(conn: &mut MySqlConnection, batch: &RolledBatch) -> Result<()
         let sql = sql
             .replace("{RANGE}", RANGE)
             .replace("{BOT}", COUNTED_AS_BOT)
+            .replace("{REGULAR}", REGULAR)
             .replace("{LAST}", &batch.last_id.to_string());
         bind_range!(sqlx::query(&sql), batch)
             .execute(&mut *conn)
@@ -408,7 +423,7 @@ pub async fn batch_counts(
 ) -> Result<Vec<KindCount>, StoreError> {
     let sql = format!(
         "SELECT mailing_id, kind, {COUNTED_AS_BOT} AS b, COUNT(*) FROM events \
-         WHERE {RANGE} AND mailing_id IS NOT NULL GROUP BY mailing_id, kind, b"
+         WHERE {RANGE} AND mailing_id IS NOT NULL AND {REGULAR} GROUP BY mailing_id, kind, b"
     );
     let rows: Vec<(String, EventKind, i64, i64)> = bind_range!(sqlx::query_as(&sql), batch)
         .fetch_all(pool)

@@ -3,6 +3,7 @@
 //! [`super::rollup`]), and the saved creative for the click map.
 
 use super::StoreError;
+use crate::events::verdicts::OpenClass;
 use crate::kind::EventKind;
 use chrono::NaiveDateTime;
 use sqlx::{MySql, MySqlConnection, MySqlPool, QueryBuilder};
@@ -32,6 +33,25 @@ pub struct LinkStats {
     pub url: Option<String>,
     pub human: Counts,
     pub bot: Counts,
+    /// Late clicks on this position (issue 27), apart from the counts above.
+    pub late: LateCounts,
+}
+
+/// Late events (issue 27): hits on tokens whose link row was dropped with
+/// its partition, counted per mailing and position and never in the
+/// regular figures, so those do not change months after a send. They name
+/// no letter, so there are no unique counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct LateCounts {
+    pub human: u64,
+    pub bot: u64,
+}
+
+/// A mailing's late events by kind (positions are in [`LinkStats::late`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct LateSummary {
+    pub clicks: LateCounts,
+    pub images: LateCounts,
 }
 
 /// One hour of the time series (human events only; bots are in the totals).
@@ -60,6 +80,8 @@ pub struct MailingSummary {
     /// requests, `unique` letters, that is the suppressions they caused
     /// (`bot` stays zero; the verdicts are in `bot_reasons`).
     pub unsubscribes: Split,
+    /// Late events, kept apart from every figure above.
+    pub late: LateSummary,
     /// Bot events by kind and the server's reason.
     pub bot_reasons: BTreeMap<String, BTreeMap<String, u64>>,
     pub links: Vec<LinkStats>,
@@ -71,6 +93,47 @@ pub struct MailingSummary {
     /// anonymous: rates over `letters_built` count letters that could not
     /// be counted.
     pub tracking: TrackingSummary,
+}
+
+/// Opens and clicks by class (issue 24), derived from the rolled totals and
+/// bot reasons, no column of their own: `opens` are real opens (human and
+/// `proxy:*`, which are not bots), `machine_opens` prefetches (`machine:*`,
+/// Apple MPP), `scanner_opens` every other bot open. `clicks` exclude bots;
+/// `bot_share` is the bots' share of all clicks (0 to 1, 0 with none).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct Classes {
+    pub opens: Counts,
+    pub machine_opens: u64,
+    pub scanner_opens: u64,
+    pub clicks: Counts,
+    pub bot_clicks: u64,
+    pub bot_share: f64,
+}
+
+impl MailingSummary {
+    /// The summary's opens and clicks by class (see [`Classes`]).
+    pub fn classes(&self) -> Classes {
+        let open_reasons = self.bot_reasons.get(EventKind::Open.as_str());
+        let machine_opens: u64 = open_reasons
+            .into_iter()
+            .flatten()
+            .filter(|(reason, _)| OpenClass::of(true, Some(reason.as_str())) == OpenClass::Machine)
+            .map(|(_, n)| n)
+            .sum();
+        let all_clicks = self.clicks.human.total + self.clicks.bot.total;
+        Classes {
+            opens: self.opens.human,
+            machine_opens,
+            scanner_opens: self.opens.bot.total.saturating_sub(machine_opens),
+            clicks: self.clicks.human,
+            bot_clicks: self.clicks.bot.total,
+            bot_share: if all_clicks == 0 {
+                0.0
+            } else {
+                self.clicks.bot.total as f64 / all_clicks as f64
+            },
+        }
+    }
 }
 
 /// The summary of one mailing, or `None` when nothing is known about it.
@@ -88,10 +151,15 @@ pub async fn summary(
         .await?;
     let has_events = read_totals(pool, &mut s).await?;
     s.letters_built = letters_built(pool, mailing_id).await?;
-    if s.subject.is_none() && !has_events && s.letters_built == 0 {
+    if s.subject.is_none()
+        && !has_events
+        && s.letters_built == 0
+        && !has_late(pool, mailing_id).await?
+    {
         return Ok(None);
     }
     s.links = read_links(pool, mailing_id).await?;
+    s.late = read_late(pool, &mut s.links, mailing_id).await?;
     s.hours = read_series(pool, mailing_id, Series::Hours).await?;
     s.minutes = read_series(pool, mailing_id, Series::Minutes).await?;
     s.bot_reasons = read_bot_reasons(pool, mailing_id).await?;
@@ -313,6 +381,63 @@ async fn read_links(pool: &MySqlPool, mailing_id: &str) -> Result<Vec<LinkStats>
         }
     }
     Ok(by_position.into_values().collect())
+}
+
+async fn has_late(pool: &MySqlPool, mailing_id: &str) -> Result<bool, StoreError> {
+    let any: Option<i32> =
+        sqlx::query_scalar("SELECT 1 FROM stats_late WHERE mailing_id = ? LIMIT 1")
+            .bind(mailing_id)
+            .fetch_optional(pool)
+            .await?;
+    Ok(any.is_some())
+}
+
+/// The mailing's late events: totals by kind, and late clicks added to
+/// `links` by position (a position no regular click reached gets a line).
+async fn read_late(
+    pool: &MySqlPool,
+    links: &mut Vec<LinkStats>,
+    mailing_id: &str,
+) -> Result<LateSummary, StoreError> {
+    let rows: Vec<(u32, EventKind, i8, u64)> = sqlx::query_as(
+        "SELECT position, kind, bot, n FROM stats_late WHERE mailing_id = ? ORDER BY position",
+    )
+    .bind(mailing_id)
+    .fetch_all(pool)
+    .await?;
+    let mut late = LateSummary::default();
+    for (position, kind, bot, n) in rows {
+        let counts = match kind {
+            EventKind::Click => &mut late.clicks,
+            EventKind::Image => &mut late.images,
+            // Late pixels and unsubscribes record nothing.
+            EventKind::Open | EventKind::Unsubscribe => continue,
+        };
+        add_late(counts, bot != 0, n);
+        if kind == EventKind::Click && position > 0 {
+            let at = match links.binary_search_by_key(&position, |l| l.position) {
+                Ok(at) => at,
+                Err(at) => {
+                    let link = LinkStats {
+                        position,
+                        ..LinkStats::default()
+                    };
+                    links.insert(at, link);
+                    at
+                }
+            };
+            add_late(&mut links[at].late, bot != 0, n);
+        }
+    }
+    Ok(late)
+}
+
+fn add_late(counts: &mut LateCounts, bot: bool, n: u64) {
+    if bot {
+        counts.bot += n;
+    } else {
+        counts.human += n;
+    }
 }
 
 /// Click URLs by position: from `stats_link_urls`, filled from the

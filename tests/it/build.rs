@@ -632,3 +632,85 @@ async fn kill_9_then_rerun_gives_every_letter_once_and_no_duplicate_rows() {
         }
     }
 }
+
+/// Issue 27: `link_templates` costs a few rows per mailing, one per
+/// distinct (kind, position, URL) the letters share, never one per reader.
+/// Its disk cost (docs/token.md) is measured here: the fixture mailing is
+/// built, its templates copied under `COPIES` more mailing ids (as if that
+/// many such mailings had been built), and InnoDB's own figure read back.
+/// Run with `--nocapture` to see it.
+#[tokio::test]
+async fn link_templates_hold_one_row_per_shared_link_of_a_mailing() {
+    const MAILING: &str = "weekly-2026-47";
+    const COPIES: u32 = 511;
+    let db = TestDb::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let opts = options(
+        dir.path(),
+        fixtures().join("mailing.json"),
+        fixtures().join("recipients.csv"),
+    );
+    let summary = build::run(&db.pool, &opts).await.unwrap();
+    let templates: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM link_templates WHERE mailing_id = ?")
+            .bind(MAILING)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    // The links every letter shares: the same (kind, position, URL) in
+    // every letter, or the mailing's shared image rows (letter 0). The
+    // honeypot has none: a late hit on a bot trap is worth nothing.
+    let shared: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM (SELECT kind, position, url FROM links \
+           WHERE mailing_id = ? AND kind <> 'honeypot' \
+           GROUP BY kind, position, url \
+           HAVING COUNT(DISTINCT letter_id) = ? OR MIN(letter_id) = 0) AS shared",
+    )
+    .bind(MAILING)
+    .bind(summary.letters_built)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let links: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM links WHERE mailing_id = ?")
+        .bind(MAILING)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(templates > 0);
+    assert_eq!(templates, shared, "one template per shared link");
+    assert!(
+        templates < links,
+        "{templates} templates for {links} link rows"
+    );
+
+    for copy in 1..=COPIES {
+        sqlx::query(
+            "INSERT INTO link_templates (mailing_id, kind, position, url_hash, url, first_day) \
+             SELECT CONCAT(mailing_id, '.', ?), kind, position, url_hash, url, first_day \
+             FROM link_templates WHERE mailing_id = ?",
+        )
+        .bind(copy)
+        .bind(MAILING)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    }
+    sqlx::query("ANALYZE TABLE link_templates")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let bytes: u64 = sqlx::query_scalar(
+        "SELECT CAST(data_length + index_length AS UNSIGNED) FROM information_schema.TABLES \
+         WHERE table_schema = DATABASE() AND table_name = 'link_templates'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let mailings = u64::from(COPIES) + 1;
+    eprintln!(
+        "link_templates: {templates} rows per mailing ({links} link rows, {} letters); \
+         {bytes} bytes for {mailings} mailings: {} bytes per mailing",
+        summary.letters_built,
+        bytes / mailings
+    );
+}

@@ -651,3 +651,69 @@ async fn the_click_map_makes_the_browser_contact_nobody() {
     }
     app.stop().await;
 }
+
+/// Issue 24: the API and dashboard show opens by class (real opens, human
+/// and proxy, apart from machine prefetches and scanners) and clicks
+/// without bots, with the bots' share.
+#[tokio::test]
+async fn opens_are_shown_by_class_and_clicks_without_bots() {
+    use crate::stats::{at, Hit};
+    let d1 = days_ago(1);
+    let db = TestDb::with_days_since(d1).await;
+    let l = letters(&db.pool, d1, 3).await;
+    let hit = |link, kind, minute, bot, event_id| Hit {
+        link,
+        kind,
+        at: at(d1, 9, minute),
+        bot,
+        event_id,
+    };
+    record(
+        &db.pool,
+        &[
+            hit(&l[0].pixel, "open", 0, None, 1),
+            hit(&l[1].pixel, "open", 1, Some("machine:apple_mpp"), 2),
+            hit(&l[2].pixel, "open", 2, Some("ua:bot"), 3),
+            hit(&l[2].pixel, "open", 30, Some("proxy:gmail"), 4),
+            hit(&l[0].clicks[0], "click", 31, None, 5),
+            hit(&l[1].clicks[0], "click", 32, None, 6),
+            hit(&l[2].clicks[1], "click", 33, Some("ua:bot"), 7),
+        ],
+    )
+    .await;
+    // A proxy open is a real open: not a bot, its class in its reason.
+    sqlx::query("UPDATE events SET bot = 0 WHERE bot_reason LIKE 'proxy:%'")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    rollup::rollup(&db.pool, 1000).await.unwrap();
+    let app = spawn(&db, Some(TOKEN), None).await;
+    let get = |path: String| client().get(path).bearer_auth(TOKEN).send();
+
+    let api = get(format!("{}/api/mailings/{MAILING}/stats", app.base))
+        .await
+        .unwrap();
+    assert_eq!(api.status(), StatusCode::OK);
+    let body: serde_json::Value = serde_json::from_str(&api.text().await.unwrap()).unwrap();
+    assert_eq!(
+        body["classes"],
+        serde_json::json!({
+            "opens": {"total": 2, "unique": 2},
+            "machine_opens": 1,
+            "scanner_opens": 1,
+            "clicks": {"total": 2, "unique": 2},
+            "bot_clicks": 1,
+            "bot_share": 1.0 / 3.0,
+        }),
+        "{body}"
+    );
+    let page = get(format!("{}/mailings/{MAILING}", app.base))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("<b id=\"machine-opens\">1 / 1</b>"), "{page}");
+    assert!(page.contains("<b id=\"bot-clicks\">1 (33 %)</b>"), "{page}");
+    assert!(page.contains("<b id=\"opens\">2 (2)</b>"), "{page}");
+}

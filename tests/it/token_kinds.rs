@@ -9,6 +9,8 @@ use chrono::Utc;
 use linktrack::kind::TokenKind;
 use linktrack::store::link_templates::{self, TemplateKey};
 use linktrack::store::links::LinkKind;
+use linktrack::store::rollup;
+use linktrack::store::stats::{self, LateCounts, LateSummary};
 use linktrack::token::{Plaintext, Token, TokenSeal};
 use reqwest::{header, Method, StatusCode};
 use sqlx::MySqlPool;
@@ -189,6 +191,21 @@ async fn an_expired_letter_still_leads_where_it_did_and_names_nobody() {
     .execute(&db.pool)
     .await
     .unwrap();
+    // One regular click of the mailing's position 3 (letter 7), rolled up
+    // before the late ones arrive.
+    sqlx::query(
+        "INSERT INTO events (inserted, event_id, occurred_at, kind, uuid, link_id, mailing_id, \
+           letter_id, email, position, bot) \
+         VALUES (UTC_DATE(), UNHEX(REPLACE(UUID(), '-', '')), UTC_TIMESTAMP(3), 'click', \
+           UNHEX(REPLACE(UUID(), '-', '')), 5, 'm-old', 7, 'a@example.com', 3, 0)",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    rollup::rollup(&db.pool, 1000).await.unwrap();
+    let before = stats::summary(&db.pool, "m-old").await.unwrap().unwrap();
+    assert_eq!(before.clicks.human.total, 1);
+    assert_eq!(before.late, LateSummary::default());
     let click = late_token(&db.pool, LinkKind::Click, "https://example.com/spring", 200).await;
     let pixel = late_token(&db.pool, LinkKind::Pixel, "", 200).await;
     let unsubscribe = late_token(&db.pool, LinkKind::Unsubscribe, "", 200).await;
@@ -265,7 +282,8 @@ async fn an_expired_letter_still_leads_where_it_did_and_names_nobody() {
     // Two late clicks, for the mailing and position, naming nobody; the
     // pixel and the unsubscribe page recorded nothing; nobody unsubscribed.
     let late: Vec<LateEvent> = sqlx::query_as(
-        "SELECT CAST(kind AS CHAR), mailing_id, position, letter_id, email, link_id FROM events",
+        "SELECT CAST(kind AS CHAR), mailing_id, position, letter_id, email, link_id FROM events \
+         WHERE COALESCE(letter_id, 0) <> 7",
     )
     .fetch_all(&db.pool)
     .await
@@ -283,4 +301,14 @@ async fn an_expired_letter_still_leads_where_it_did_and_names_nobody() {
         count(&db.pool, "SELECT COUNT(*) FROM suppressions").await,
         0
     );
+
+    // The statistics keep them apart: late clicks for the mailing and
+    // position, the regular figures as they were.
+    rollup::rollup(&db.pool, 1000).await.unwrap();
+    let after = stats::summary(&db.pool, "m-old").await.unwrap().unwrap();
+    assert_eq!(after.clicks, before.clicks);
+    assert_eq!(after.late.clicks, LateCounts { human: 2, bot: 0 });
+    let link = after.links.iter().find(|l| l.position == 3).unwrap();
+    assert_eq!((link.human.total, link.late.human), (1, 2));
+    assert_eq!(after.hours, before.hours);
 }

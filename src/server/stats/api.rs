@@ -8,7 +8,7 @@
 
 use super::{StatsError, StatsState};
 use crate::live::{LiveSnapshot, SegmentQuery};
-use crate::store::stats::{self, MailingSummary};
+use crate::store::stats::{self, Classes, MailingSummary};
 use axum::extract::{Path, Query, State};
 use axum::Json;
 
@@ -17,6 +17,9 @@ use axum::Json;
 pub struct StatsResponse {
     #[serde(flatten)]
     pub summary: MailingSummary,
+    /// Opens and clicks by class: real opens apart from machine and scanner
+    /// opens, clicks without bots and the bots' share (issue 24).
+    pub classes: Classes,
     /// Counters from Redis; `null` when the live layer is off or down.
     pub live: Option<LiveSnapshot>,
     pub redis_up: Option<bool>,
@@ -41,6 +44,7 @@ pub async fn stats(
         None => None,
     };
     Ok(Json(StatsResponse {
+        classes: summary.classes(),
         summary,
         live,
         redis_up: state.live.as_ref().map(|l| l.is_up()),

@@ -117,6 +117,8 @@ pub async fn mailing(
             css => CSS,
             csp => super::headers::page_policy(),
             s => Serde(&summary),
+            classes => Serde(summary.classes()),
+            bot_click_percent => format!("{:.0}", summary.classes().bot_share * 100.0),
             links => Serde(links),
             chart => chart_for(&summary),
             chart_per => match chart::resolution(&summary.hours, &summary.minutes) {
