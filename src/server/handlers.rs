@@ -326,6 +326,16 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
         .into_response()
 }
 
+/// `GET /demo/{file}`: a picture of the demo's letters, on the demo's
+/// stand-in CDN ([`super::serve_demo_images`]), so its proxied images show
+/// something.
+pub async fn demo_image(
+    axum::extract::Path(file): axum::extract::Path<String>,
+) -> Result<Response, ServerError> {
+    let bytes = crate::demo::image(&file).ok_or(ServerError::NotFound)?;
+    Ok(([(header::CONTENT_TYPE, "image/png")], bytes).into_response())
+}
+
 /// Anything else.
 pub async fn not_found() -> ServerError {
     ServerError::NotFound
