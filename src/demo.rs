@@ -15,6 +15,43 @@ const NEWSLETTER: &str = include_str!("../fixtures/newsletter.html");
 const RECIPIENTS: &str = include_str!("../fixtures/recipients.csv");
 const SUPPRESSIONS: &str = include_str!("../fixtures/suppressions.txt");
 
+/// Where the fixture's pictures point: a CDN that does not exist, so the
+/// demo's image proxy would answer 502.
+const FIXTURE_IMAGES: &str = "https://cdn.example.com/weekly/";
+
+/// The path under which the demo's stand-in CDN answers the fixture's
+/// pictures ([`image`]).
+pub const IMAGE_PATH: &str = "/demo/";
+
+/// The fixture's pictures by file name (`fixtures/images/`).
+const IMAGES: [(&str, &[u8]); 2] = [
+    ("logo.png", include_bytes!("../fixtures/images/logo.png")),
+    ("map.png", include_bytes!("../fixtures/images/map.png")),
+];
+
+/// A picture of the demo's letters, by file name (PNG).
+pub fn image(name: &str) -> Option<&'static [u8]> {
+    IMAGES
+        .iter()
+        .find(|(file, _)| *file == name)
+        .map(|(_, bytes)| *bytes)
+}
+
+/// The fixture newsletter with its pictures at `{image_base}/demo/…` (the
+/// demo's stand-in CDN, so the proxied image shows a picture), or where the
+/// fixture has them when `image_base` is `None`. Not under the letters' own
+/// base URL: the builder leaves its own links alone, so they would not be
+/// proxied.
+fn newsletter_for(image_base: Option<&str>) -> String {
+    match image_base {
+        Some(base) => {
+            let cdn = format!("{}{IMAGE_PATH}", base.trim_end_matches('/'));
+            NEWSLETTER.replace(FIXTURE_IMAGES, &cdn)
+        }
+        None => NEWSLETTER.to_owned(),
+    }
+}
+
 /// What the demo produced, for printing and for tests.
 #[derive(Debug)]
 pub struct DemoOutcome {
@@ -25,10 +62,12 @@ pub struct DemoOutcome {
 }
 
 /// Migrate, create partitions, load the suppression list, build the fixture
-/// mailing into `dir/letters.jsonl`.
+/// mailing into `dir/letters.jsonl`, its pictures at `image_base` if given
+/// ([`newsletter_for`]).
 pub async fn prepare(
     database_url: &str,
     base_url: &str,
+    image_base: Option<&str>,
     dir: &Path,
     secret: Option<&str>,
 ) -> anyhow::Result<DemoOutcome> {
@@ -45,9 +84,10 @@ pub async fn prepare(
     partitions::ensure_ahead(&pool, crate::config::DEFAULT_AHEAD_DAYS).await?;
 
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let newsletter = newsletter_for(image_base);
     for (name, text) in [
         ("mailing.json", MAILING),
-        ("newsletter.html", NEWSLETTER),
+        ("newsletter.html", newsletter.as_str()),
         ("recipients.csv", RECIPIENTS),
     ] {
         std::fs::write(dir.join(name), text)
@@ -121,4 +161,25 @@ fn sample_urls(letters: &Path, base_url: &str) -> anyhow::Result<Vec<(String, St
         }
     }
     Ok(urls)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_demo_newsletter_points_every_picture_at_the_stand_in_cdn() {
+        assert_eq!(newsletter_for(None), NEWSLETTER);
+        let html = newsletter_for(Some("http://127.0.0.1:8080/"));
+        assert!(!html.contains("cdn.example.com"), "{html}");
+        for (name, bytes) in IMAGES {
+            assert!(
+                html.contains(&format!("src=\"http://127.0.0.1:8080/demo/{name}\"")),
+                "{name}"
+            );
+            assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "{name} is a PNG");
+        }
+        assert_eq!(image("logo.png").map(<[u8]>::len), Some(IMAGES[0].1.len()));
+        assert_eq!(image("../mailing.json"), None);
+    }
 }

@@ -13,10 +13,11 @@ pub(super) async fn serve(url: &str, args: &ServeArgs) -> anyhow::Result<()> {
     crate::config::check_secret("LINKTRACK_SECRET", args.secret.as_deref())?;
     crate::config::check_secret("LINKTRACK_API_TOKEN", args.api_token.as_deref())?;
     crate::config::check_secret("LINKTRACK_ADMIN_TOKEN", args.admin_token.as_deref())?;
-    run_server(url, args).await
+    run_server(url, args, false).await
 }
 
-async fn run_server(url: &str, args: &ServeArgs) -> anyhow::Result<()> {
+/// `demo`: its image proxy may fetch the demo's pictures from loopback.
+async fn run_server(url: &str, args: &ServeArgs, demo: bool) -> anyhow::Result<()> {
     use crate::events::journal::JournalSettings;
     use crate::server::{state::ServerSettings, App, AppSettings};
     let pool_settings = store::PoolSettings {
@@ -34,6 +35,7 @@ async fn run_server(url: &str, args: &ServeArgs) -> anyhow::Result<()> {
             db_timeout: pool_settings.acquire_timeout,
             trust_forwarded_for: args.trust_forwarded_for,
             lookups_in_flight: args.lookups_in_flight as usize,
+            images: demo_image_settings(demo),
             ..ServerSettings::default()
         },
         api_token: args.api_token.clone(),
@@ -79,9 +81,24 @@ pub(super) async fn demo(url: &str, args: &DemoArgs) -> anyhow::Result<()> {
         .clone()
         .unwrap_or_else(|| crate::config::base_url_for_listen(args.listen));
     // One secret for the builder and the server: it keys the token seal
-    // (docs/token.md) as well as the dashboard's login cookies.
-    let secret = std::env::var("LINKTRACK_SECRET").unwrap_or_else(|_| random_hex());
-    let outcome = crate::demo::prepare(url, &base_url, &args.dir, Some(&secret)).await?;
+    // (docs/token.md) as well as the dashboard's login cookies. Kept across
+    // runs: the printed links must open on this server, and a rerun reuses
+    // the links stored by the last (a fresh secret for the builder and
+    // another for the server made every printed link 404).
+    std::fs::create_dir_all(&args.dir)
+        .with_context(|| format!("creating {}", args.dir.display()))?;
+    let secret = match std::env::var("LINKTRACK_SECRET") {
+        Ok(secret) => secret,
+        Err(_) => saved_random_hex(&args.dir.join("cookie-key"), args.new_token)?,
+    };
+    // The fixture's pictures come from a stand-in CDN on a free loopback
+    // port, so the proxied image shows a picture.
+    let cdn = tokio::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
+        .await
+        .context("listening for the demo's pictures")?;
+    let cdn_base = format!("http://{}", cdn.local_addr()?);
+    let outcome =
+        crate::demo::prepare(url, &base_url, Some(&cdn_base), &args.dir, Some(&secret)).await?;
     println!("{}", outcome.summary);
     println!("letters: {}", outcome.letters.display());
     if let Some(dir) = outcome.letters.parent() {
@@ -109,7 +126,6 @@ pub(super) async fn demo(url: &str, args: &DemoArgs) -> anyhow::Result<()> {
         Some(token) => token.clone(),
         None => saved_random_hex(&args.dir.join("dashboard-token"), args.new_token)?,
     };
-    let secret = saved_random_hex(&args.dir.join("cookie-key"), args.new_token)?;
     println!(
         "  the dashboard: http://{}/login (token {api_token}), then /mailings",
         args.listen
@@ -141,7 +157,27 @@ pub(super) async fn demo(url: &str, args: &DemoArgs) -> anyhow::Result<()> {
         },
         outbound: outbound_from_env()?,
     };
-    run_server(url, &serve_args).await
+    let cdn = tokio::spawn(crate::server::serve_demo_images(cdn));
+    let served = run_server(url, &serve_args, true).await;
+    cdn.abort();
+    served
+}
+
+/// The image proxy's settings. `serve` fetches public addresses only; the
+/// demo's letters show pictures from its stand-in CDN on loopback, so the
+/// demo's proxy may also fetch loopback. Its stored image URLs come from
+/// the compiled-in fixtures only.
+fn demo_image_settings(demo: bool) -> crate::server::image::ImageSettings {
+    use crate::server::image::{AddressPolicy, ImageSettings};
+    let policy = if demo {
+        AddressPolicy::AllowLoopback
+    } else {
+        AddressPolicy::PublicOnly
+    };
+    ImageSettings {
+        policy,
+        ..ImageSettings::default()
+    }
 }
 
 /// The demo shows everything: the live layer is on when `REDIS_URL` is set

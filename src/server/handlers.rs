@@ -132,7 +132,7 @@ pub async fn unsubscribe_page(
     tracked: Tracked<UnsubscribeRoute>,
 ) -> Result<Response, ServerError> {
     let page = match tracked {
-        Tracked::Live { .. } => pages::unsubscribe_confirm(),
+        Tracked::Live { link, .. } => pages::unsubscribe_confirm(&unsubscribe_target(&link)),
         Tracked::Late { template, .. } => late_unsubscribe_page(&state, &template).await,
     };
     Ok(no_store(page.into_response()))
@@ -183,7 +183,18 @@ pub async fn unsubscribe(
         }
         tracing::warn!(%err, "suppression deferred to the journal replay");
     }
-    Ok(no_store(pages::unsubscribed().into_response()))
+    Ok(no_store(
+        pages::unsubscribed(&unsubscribe_target(&link)).into_response(),
+    ))
+}
+
+/// Whom the unsubscribe pages name: the link's address (masked by the
+/// page) and its mailing.
+fn unsubscribe_target(link: &crate::store::links::StoredLink) -> pages::UnsubscribeTarget<'_> {
+    pages::UnsubscribeTarget {
+        email: &link.email,
+        mailing_id: &link.mailing_id,
+    }
 }
 
 /// `GET /t/{token}`: "stop tracking me", the confirmation page. A GET
@@ -316,6 +327,16 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
         state.metrics.render(),
     )
         .into_response()
+}
+
+/// `GET /demo/{file}`: a picture of the demo's letters, on the demo's
+/// stand-in CDN ([`super::serve_demo_images`]), so its proxied images show
+/// something.
+pub async fn demo_image(
+    axum::extract::Path(file): axum::extract::Path<String>,
+) -> Result<Response, ServerError> {
+    let bytes = crate::demo::image(&file).ok_or(ServerError::NotFound)?;
+    Ok(([(header::CONTENT_TYPE, "image/png")], bytes).into_response())
 }
 
 /// Anything else.

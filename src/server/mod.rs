@@ -110,6 +110,16 @@ fn request_span(request: &axum::http::Request<axum::body::Body>) -> tracing::Spa
     tracing::debug_span!("request", request_id = %id, method = %request.method(), route)
 }
 
+/// `linktrack demo`'s stand-in CDN: the fixture mailing's pictures at
+/// `/demo/{file}`, on a listener of their own (the builder does not proxy
+/// images under the letters' own base URL).
+pub async fn serve_demo_images(listener: tokio::net::TcpListener) {
+    let app = Router::new().route("/demo/{file}", get(handlers::demo_image));
+    if let Err(err) = axum::serve(listener, app).await {
+        tracing::warn!(%err, "the demo's pictures are not served");
+    }
+}
+
 /// Resolves on SIGTERM or SIGINT (Ctrl-C).
 pub async fn shutdown_signal() {
     let interrupt = async {

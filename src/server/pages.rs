@@ -12,18 +12,58 @@ pub fn page(title: &str, text: &str) -> Html<String> {
     ))
 }
 
+/// Whom an unsubscribe link names: the masked address it was sent to and
+/// the mailing it came from, so a person forwarded a letter (or holding
+/// several addresses) can tell which subscription the button ends, without
+/// the page showing the whole address to whoever holds the link.
+pub struct UnsubscribeTarget<'a> {
+    pub email: &'a str,
+    pub mailing_id: &'a str,
+}
+
+impl UnsubscribeTarget<'_> {
+    /// One HTML paragraph naming the address and the mailing, both escaped
+    /// (the mailing id comes from the sender's file, the address from a list).
+    fn paragraph(&self) -> String {
+        let mailing = html_escape::encode_text(self.mailing_id);
+        match mask_address(self.email) {
+            Some(masked) => format!(
+                "<p>Address: <strong>{}</strong><br>Mailing: <strong>{mailing}</strong></p>",
+                html_escape::encode_text(&masked)
+            ),
+            None => format!("<p>Mailing: <strong>{mailing}</strong></p>"),
+        }
+    }
+}
+
+/// `ann@example.com` → `a***@example.com`: the local part's first character,
+/// then `***`, then the whole domain. The address is normalized first (as
+/// the suppression stores it). `None` for an empty address.
+pub fn mask_address(email: &str) -> Option<String> {
+    let email = crate::address::normalize(email);
+    let (local, domain) = match email.rsplit_once('@') {
+        Some((local, domain)) => (local, Some(domain)),
+        None => (email.as_str(), None),
+    };
+    let first = local.chars().next().or_else(|| domain?.chars().next())?;
+    Some(match domain {
+        Some(domain) => format!("{first}***@{domain}"),
+        None => format!("{first}***"),
+    })
+}
+
 /// The unsubscribe confirmation: a GET never unsubscribes (link scanners
 /// follow every link), the button POSTs the RFC 8058 one-click body.
-pub fn unsubscribe_confirm() -> Html<String> {
-    Html(
+pub fn unsubscribe_confirm(target: &UnsubscribeTarget<'_>) -> Html<String> {
+    let whom = target.paragraph();
+    Html(format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width\">\
          <meta name=\"robots\" content=\"noindex\"><title>Unsubscribe</title></head>\
-         <body><h1>Unsubscribe</h1><p>Do you want to stop receiving these emails?</p>\
+         <body><h1>Unsubscribe</h1><p>Do you want to stop receiving these emails?</p>{whom}\
          <form method=\"post\"><input type=\"hidden\" name=\"List-Unsubscribe\" value=\"One-Click\">\
          <button type=\"submit\">Unsubscribe</button></form></body></html>"
-            .to_owned(),
-    )
+    ))
 }
 
 /// An unsubscribe link whose row has expired: it no longer knows who it was
@@ -51,11 +91,16 @@ pub fn unsubscribe_expired(list_manage_url: Option<&String>) -> Html<String> {
     ))
 }
 
-pub fn unsubscribed() -> Html<String> {
-    page(
-        "You are unsubscribed",
-        "You will not receive these emails any more.",
-    )
+pub fn unsubscribed(target: &UnsubscribeTarget<'_>) -> Html<String> {
+    let title = "You are unsubscribed";
+    let whom = target.paragraph();
+    Html(format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width\">\
+         <meta name=\"robots\" content=\"noindex\"><title>{title}</title></head>\
+         <body><h1>{title}</h1><p>You will not receive these emails any more.</p>{whom}\
+         </body></html>"
+    ))
 }
 
 /// "Stop tracking me": a GET never records (scanners follow every link);
@@ -78,4 +123,40 @@ pub fn tracking_stopped() -> Html<String> {
         "Tracking stopped",
         "Your next emails will not record opens or clicks. You still receive them.",
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masks_keep_the_first_character_and_the_domain() {
+        assert_eq!(
+            mask_address(" Ann@Example.com").as_deref(),
+            Some("a***@example.com")
+        );
+        assert_eq!(mask_address("x@y.org").as_deref(), Some("x***@y.org"));
+        assert_eq!(
+            mask_address("émile@exemple.fr").as_deref(),
+            Some("é***@exemple.fr")
+        );
+        assert_eq!(mask_address("no-at-sign").as_deref(), Some("n***"));
+        assert_eq!(
+            mask_address("@domain.test").as_deref(),
+            Some("d***@domain.test")
+        );
+        assert_eq!(mask_address("  "), None);
+    }
+
+    #[test]
+    fn the_target_paragraph_escapes_address_and_mailing() {
+        let target = UnsubscribeTarget {
+            email: "<b>@ex<ample.com",
+            mailing_id: "news & <notes>",
+        };
+        let html = target.paragraph();
+        assert!(html.contains("&lt;***@ex&lt;ample.com"), "{html}");
+        assert!(html.contains("news &amp; &lt;notes&gt;"), "{html}");
+        assert!(!html.contains("<b>") && !html.contains("<notes>"), "{html}");
+    }
 }

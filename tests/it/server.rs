@@ -455,6 +455,52 @@ async fn unsubscribe_confirms_on_get_and_suppresses_on_one_click_post() {
     server.stop().await;
 }
 
+/// Both unsubscribe pages say which subscription the button ends: the
+/// masked address and the mailing, HTML-escaped (a mailing id is the
+/// sender's text).
+#[tokio::test]
+async fn unsubscribe_pages_name_the_masked_address_and_the_mailing() {
+    let db = db().await;
+    let dir = tempfile::tempdir().unwrap();
+    let token = settled_token(&db.pool, LinkKind::Unsubscribe).await;
+    let row = NewLink {
+        token,
+        kind: LinkKind::Unsubscribe,
+        mailing_id: "spring <news> & more".into(),
+        letter_id: 7,
+        email: "Zoe.Long@Example.org".into(),
+        position: 0,
+        url: String::new(),
+        meta: None,
+    };
+    links::insert(&db.pool, &[row]).await.unwrap();
+    let server = TestServer::start(server_pool(&db).await, dir.path()).await;
+    let http = client();
+    let url = server.url(&format!("/u/{token}"));
+
+    let confirm = http.get(&url).send().await.unwrap();
+    assert_eq!(confirm.status(), StatusCode::OK);
+    let done = http
+        .post(&url)
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body("List-Unsubscribe=One-Click")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(done.status(), StatusCode::OK);
+    for html in [confirm.text().await.unwrap(), done.text().await.unwrap()] {
+        assert!(html.contains("z***@example.org"), "{html}");
+        assert!(
+            !html.contains("zoe.long"),
+            "the local part stays masked: {html}"
+        );
+        assert!(html.contains("spring &lt;news&gt; &amp; more"), "{html}");
+        assert!(!html.contains("<news>"), "{html}");
+    }
+    drop(http);
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn events_wait_for_a_missing_partition_to_be_created() {
     let db = TestDb::with_days_since(today()).await;

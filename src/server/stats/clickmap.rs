@@ -10,16 +10,19 @@
 //! `<a>` elements in the browser would drift. Instead the copy is made with
 //! the builder's own rewriter: every tracked URL is replaced by a marker
 //! `https://lt-pos.invalid/{n}/`; then a lol_html pass puts the original URL
-//! back on each `<a>`/`<area>` with a marker, adds `data-lt-pos="n"` and, for
-//! `<a>`, a badge before it. Markers left in comments (VML) get their URL
-//! back textually. Positions therefore match the builder exactly for the
+//! back on each `<a>`/`<area>` with a marker, adds `data-lt-pos="n"` and a
+//! badge: before an `<a>`, after the `</map>` of an `<area>`, after the
+//! conditional comment (`<![endif]-->`) of a VML link. Markers left in
+//! comments get their URL back textually. Positions therefore match the builder exactly for the
 //! HTML given; the saved creative is the template before personalisation,
 //! so a template that makes links in a loop can number differently.
 
 use crate::letter::{rewrite, FoundKind, FoundLink, RewriteError, RewriteOptions};
 use lol_html::html_content::ContentType;
-use lol_html::{element, rewrite_str, RewriteStrSettings};
+use lol_html::{doc_comments, element, end, end_tag, rewrite_str, RewriteStrSettings};
+use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::rc::Rc;
 
 const MARKER: &str = "https://lt-pos.invalid/";
 
@@ -70,11 +73,17 @@ pub fn render(html: &str, clicks: &BTreeMap<u32, u64>) -> Result<String, Rewrite
         }
         FoundKind::Image => found.url.clone(),
     })?;
+    let badge_for = |position: u32| {
+        let n = clicks.get(&position).copied().unwrap_or(0);
+        badge(position, n, total, max)
+    };
+    // An `<area>` is not drawn, its `<map>` lays over an image: the badges
+    // of a map's areas go after its `</map>` (kept here until it closes).
+    let area_badges: Rc<RefCell<Vec<String>>> = Rc::default();
     let badged = rewrite_str(
         &marked,
-        RewriteStrSettings::new().append_element_content_handler(element!(
-            "a[href], area[href]",
-            |el| {
+        RewriteStrSettings::new()
+            .append_element_content_handler(element!("a[href], area[href]", |el| {
                 let Some(position) = el
                     .get_attribute("href")
                     .as_deref()
@@ -88,12 +97,33 @@ pub fn render(html: &str, clicks: &BTreeMap<u32, u64>) -> Result<String, Rewrite
                 el.set_attribute("href", &html_escape::encode_double_quoted_attribute(url))?;
                 el.set_attribute("data-lt-pos", &position.to_string())?;
                 if el.tag_name() == "a" {
-                    let n = clicks.get(&position).copied().unwrap_or(0);
-                    el.before(&badge(position, n, total, max), ContentType::Html);
+                    el.before(&badge_for(position), ContentType::Html);
+                } else {
+                    area_badges.borrow_mut().push(badge_for(position));
                 }
                 Ok(())
-            }
-        )),
+            }))
+            .append_element_content_handler(element!("map", |el| {
+                let pending = Rc::clone(&area_badges);
+                el.on_end_tag(end_tag!(move |end| {
+                    let badges = std::mem::take(&mut *pending.borrow_mut());
+                    end.after(&badges.concat(), ContentType::Html);
+                    Ok(())
+                }))
+            }))
+            // A VML link lives in an Outlook conditional comment browsers
+            // skip: its badge goes right after the comment (`<![endif]-->`).
+            .append_document_content_handler(doc_comments!(|comment| {
+                let badges: String = comment_markers(&comment.text()).map(&badge_for).collect();
+                comment.after(&badges, ContentType::Html);
+                Ok(())
+            }))
+            // A `<map>` left open (closed implicitly, so no end-tag handler
+            // ran) still shows its areas' badges, at the end.
+            .append_document_content_handler(end!(|end| {
+                end.append(&area_badges.borrow_mut().concat(), ContentType::Html);
+                Ok(())
+            })),
     )
     .map_err(RewriteError::Parser)?;
     Ok(restore_markers(&badged, &urls))
@@ -117,6 +147,15 @@ fn badge(position: u32, clicks: u64, total: u64, max: u64) -> String {
 /// The position in a marker URL (`https://lt-pos.invalid/7/` → 7).
 fn marker_position(href: &str) -> Option<u32> {
     href.strip_prefix(MARKER)?.strip_suffix('/')?.parse().ok()
+}
+
+/// The positions of the markers in a comment's text, in order.
+fn comment_markers(text: &str) -> impl Iterator<Item = u32> + '_ {
+    text.match_indices(MARKER).filter_map(|(at, _)| {
+        let after = &text[at + MARKER.len()..];
+        let end = after.find('/')?;
+        marker_position(&text[at..at + MARKER.len() + end + 1])
+    })
 }
 
 /// Put the URL back where a marker is left (inside conditional comments),
@@ -163,9 +202,20 @@ mod tests {
     fn positions_count_vml_and_badges_show_counts_and_shares() {
         let clicks = BTreeMap::from([(1, 5), (2, 30), (4, 10)]);
         let out = render(LETTER, &clicks).unwrap();
-        // Position 1 is the VML button: no badge (not rendered), URL restored.
+        // Position 1 is the VML button, URL restored; its badge follows the
+        // conditional comment (browsers skip the comment's content).
         assert!(
             out.contains(r#"<v:roundrect href="https://example.com/vml">"#),
+            "{out}"
+        );
+        assert!(
+            out.contains(r#"<![endif]--><span class="lt-badge" data-lt-pos="1""#),
+            "{out}"
+        );
+        assert!(out.contains("5 · 11.1%"), "{out}");
+        // The area (position 3, no click) gets its badge after its map.
+        assert!(
+            out.contains(r#"</map><span class="lt-badge" data-lt-pos="3""#),
             "{out}"
         );
         assert!(out.contains(r#"data-lt-pos="2""#));
@@ -178,7 +228,16 @@ mod tests {
         assert!(out.contains(r#"href="mailto:someone@example.com""#));
         assert!(out.contains("https://example.com/a?x=1&amp;y=2"), "{out}");
         assert!(!out.contains(MARKER), "{out}");
-        assert_eq!(out.matches("class=\"lt-badge\"").count(), 2);
+        assert_eq!(out.matches("class=\"lt-badge\"").count(), 4, "{out}");
+    }
+
+    #[test]
+    fn an_unclosed_map_still_shows_its_area_badges() {
+        let letter =
+            "<p><map><area href=\"https://example.com/x\"><area href=\"https://example.com/y\">";
+        let out = render(letter, &BTreeMap::from([(2, 3)])).unwrap();
+        assert_eq!(out.matches("class=\"lt-badge\"").count(), 2, "{out}");
+        assert!(out.contains("3 · 100.0%"), "{out}");
     }
 
     #[test]
