@@ -131,12 +131,13 @@ impl App {
             settings.live.clone(),
             router,
         )?;
-        let stats = StatsState::new(
+        let mut stats = StatsState::new(
             pool,
             settings.api_token.as_deref(),
             settings.secret.as_deref(),
             settings.live.clone(),
         )?;
+        stats.auth.secure_cookie = settings.server.base_url.starts_with("https://");
         load_seal(&state, settings.secret.clone()).await;
         start_workers(&settings, &mut workers);
         Ok(App {

@@ -164,9 +164,17 @@ async fn the_login_form_sets_a_strict_httponly_session_cookie() {
             .form(&[("token", token)])
             .send()
     };
-    assert_eq!(
-        login("wrong").await.unwrap().status(),
-        StatusCode::UNAUTHORIZED
+    // A browser with a wrong token gets the form again, saying why.
+    let wrong = login("wrong").await.unwrap();
+    assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+    assert!(wrong.headers()[header::CONTENT_TYPE]
+        .to_str()
+        .unwrap()
+        .starts_with("text/html"));
+    let wrong = wrong.text().await.unwrap();
+    assert!(
+        wrong.contains("That token is not right") && wrong.contains("<form method=\"post\""),
+        "{wrong}"
     );
     let ok = login(TOKEN).await.unwrap();
     assert_eq!(ok.status(), StatusCode::SEE_OTHER);
@@ -178,6 +186,7 @@ async fn the_login_form_sets_a_strict_httponly_session_cookie() {
         cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
         "{cookie}"
     );
+    assert!(!cookie.contains("Secure"), "http base URL: {cookie}");
     assert!(
         !cookie.contains(TOKEN),
         "the cookie must not carry the token itself"
@@ -716,4 +725,31 @@ async fn opens_are_shown_by_class_and_clicks_without_bots() {
     assert!(page.contains("<b id=\"machine-opens\">1 / 1</b>"), "{page}");
     assert!(page.contains("<b id=\"bot-clicks\">1 (33 %)</b>"), "{page}");
     assert!(page.contains("<b id=\"opens\">2 (2)</b>"), "{page}");
+}
+
+/// Issue 25: with an https base URL the session cookie is `Secure` (a
+/// browser that reached the dashboard over plain http never sends it).
+#[tokio::test]
+async fn the_session_cookie_is_secure_when_the_base_url_is_https() {
+    let db = rolled_db().await;
+    let app = RunningApp::start(db.pool.clone(), |settings| linktrack::server::AppSettings {
+        api_token: Some(TOKEN.to_owned()),
+        secret: Some(SECRET.to_owned()),
+        server: linktrack::server::state::ServerSettings {
+            base_url: "https://t.example.com".to_owned(),
+            ..settings.server
+        },
+        ..settings
+    })
+    .await;
+    let ok = client()
+        .post(format!("{}/login", app.base))
+        .form(&[("token", TOKEN)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), StatusCode::SEE_OTHER);
+    let cookie = ok.headers()[header::SET_COOKIE].to_str().unwrap();
+    assert!(cookie.ends_with("; Secure"), "{cookie}");
+    app.stop().await;
 }

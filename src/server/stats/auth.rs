@@ -3,7 +3,7 @@
 
 use super::{StatsError, StatsState};
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderMap, HeaderValue};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::Form;
@@ -20,6 +20,9 @@ pub struct Auth {
     token: Option<Arc<str>>,
     /// The cookie value a logged-in browser carries, when login is on.
     session: Option<Arc<str>>,
+    /// The cookie is sent over https only: the base URL is https, so a
+    /// browser that reached the dashboard over plain http must not carry it.
+    pub secure_cookie: bool,
 }
 
 impl std::fmt::Debug for Auth {
@@ -43,6 +46,7 @@ impl Auth {
         Auth {
             token: token.map(Arc::from),
             session: session.map(Arc::from),
+            secure_cookie: false,
         }
     }
 
@@ -131,6 +135,10 @@ pub async fn require(State(state): State<StatsState>, request: Request, next: Ne
 
 const LOGIN_PAGE: &str = include_str!("templates/login.html");
 
+/// Put before the login form when the token posted was wrong.
+const WRONG_TOKEN_MESSAGE: &str =
+    "<p role=\"alert\" style=\"color:#b00020\">That token is not right. Try again.</p>\n<form";
+
 /// `GET /login`: the form (404 when the API or the login is off).
 pub async fn login_form(State(state): State<StatsState>) -> Result<Html<&'static str>, StatsError> {
     if state.auth.session.is_none() {
@@ -153,9 +161,17 @@ pub async fn login(
         return Err(StatsError::Off);
     };
     if !state.auth.token_matches(&form.token) {
-        return Err(StatsError::Unauthorized);
+        // A browser posted the form: it gets the form again, saying why.
+        let page = LOGIN_PAGE.replacen("<form", WRONG_TOKEN_MESSAGE, 1);
+        return Ok((StatusCode::UNAUTHORIZED, Html(page)).into_response());
     }
-    let cookie = format!("{COOKIE}={session}; Path=/; HttpOnly; SameSite=Strict; Max-Age=43200");
+    let secure = if state.auth.secure_cookie {
+        "; Secure"
+    } else {
+        ""
+    };
+    let cookie =
+        format!("{COOKIE}={session}; Path=/; HttpOnly; SameSite=Strict; Max-Age=43200{secure}");
     let value = HeaderValue::from_str(&cookie)
         .map_err(|e| StatsError::BadRequest(format!("session cookie: {e}")))?;
     let mut response = Redirect::to("/mailings").into_response();
