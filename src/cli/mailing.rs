@@ -8,7 +8,8 @@ use crate::config::{
     BuildArgs, EraseArgs, RollupArgs, SegmentArgs, SuppressionsCommand, TrackingOptoutsCommand,
 };
 use crate::live::SegmentQuery;
-use crate::store::{self, suppressions, tracking_optouts};
+use crate::store;
+use crate::store::address_list::{AddressList, SUPPRESSIONS, TRACKING_OPTOUTS};
 use anyhow::Context;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -92,104 +93,98 @@ pub(super) async fn suppressions(
     url: &str,
     command: SuppressionsCommand,
 ) -> anyhow::Result<ExitCode> {
-    let pool = pool(url).await?;
-    match command {
-        SuppressionsCommand::Add { addresses, reason } => {
-            let arguments = addresses
-                .iter()
-                .enumerate()
-                .map(|(index, raw)| (format!("argument {}", index + 1), raw.as_str()));
-            let checked = CheckedAddresses::of(arguments);
-            let added = suppressions::add(&pool, &checked.valid, &reason).await?;
-            checked.print_refused();
-            say!(
-                "suppressions: added {added} ({} already listed){}",
-                checked.valid.len() as u64 - added,
-                checked.refused_summary("argument", "arguments")
-            )?;
-            Ok(checked.exit_code())
-        }
-        SuppressionsCommand::Remove { addresses } => {
-            // Not refused when invalid: whatever is on the list can be taken off.
-            let addresses: Vec<String> = addresses.iter().map(|a| address::normalize(a)).collect();
-            let removed = suppressions::remove(&pool, &addresses).await?;
-            let unlisted = addresses.len() as u64 - removed;
-            let verb = if unlisted == 1 { "was" } else { "were" };
-            say!("suppressions: removed {removed} ({unlisted} {verb} not listed)")?;
-            Ok(ExitCode::SUCCESS)
-        }
-        SuppressionsCommand::Import { file, reason } => {
-            let text = std::fs::read_to_string(&file)
-                .with_context(|| format!("reading {}", file.display()))?;
-            let checked = CheckedAddresses::of(list_lines(&text, &file));
-            let added = suppressions::add(&pool, &checked.valid, &reason).await?;
-            checked.print_refused();
-            say!(
-                "suppressions: imported {} from {}: {added} new, {} already listed{}",
-                counted(checked.valid.len() as u64, "address", "addresses"),
-                file.display(),
-                checked.valid.len() as u64 - added,
-                checked.refused_summary("line", "lines")
-            )?;
-            Ok(checked.exit_code())
-        }
-        SuppressionsCommand::List { limit } => {
-            let mut after: Option<String> = None;
-            let mut left = limit.unwrap_or(u64::MAX);
-            while left > 0 {
-                let page =
-                    suppressions::list(&pool, after.as_deref(), left.min(1000) as u32).await?;
-                let Some(last) = page.last() else { break };
-                after = Some(last.email.clone());
-                for entry in &page {
-                    say!("{}\t{}\t{}", entry.email, entry.reason, entry.created_at)?;
-                }
-                left = left.saturating_sub(page.len() as u64);
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-    }
+    let command = match command {
+        SuppressionsCommand::Add { addresses, reason } => ListCommand::Add {
+            addresses,
+            note: reason,
+        },
+        SuppressionsCommand::Remove { addresses } => ListCommand::Remove { addresses },
+        SuppressionsCommand::Import { file, reason } => ListCommand::Import { file, note: reason },
+        SuppressionsCommand::List { limit } => ListCommand::List { limit },
+    };
+    address_list(url, "suppressions", SUPPRESSIONS, command).await
 }
 
-/// `linktrack tracking-optouts`: the suppression commands' twins (the same
-/// normalisation and per-address refusals, the same listing).
+/// `linktrack tracking-optouts`: the suppression commands on the other
+/// address list (the same normalisation, refusals and listing).
 pub(super) async fn tracking_optouts(
     url: &str,
     command: TrackingOptoutsCommand,
 ) -> anyhow::Result<ExitCode> {
+    let command = match command {
+        TrackingOptoutsCommand::Add { addresses, source } => ListCommand::Add {
+            addresses,
+            note: source,
+        },
+        TrackingOptoutsCommand::Remove { addresses } => ListCommand::Remove { addresses },
+        TrackingOptoutsCommand::Import { file, source } => {
+            ListCommand::Import { file, note: source }
+        }
+        TrackingOptoutsCommand::List { limit } => ListCommand::List { limit },
+    };
+    address_list(url, "tracking-optouts", TRACKING_OPTOUTS, command).await
+}
+
+/// What `suppressions` and `tracking-optouts` do; `note` is the reason or
+/// the source stored with each address.
+enum ListCommand {
+    Add {
+        addresses: Vec<String>,
+        note: String,
+    },
+    Remove {
+        addresses: Vec<String>,
+    },
+    Import {
+        file: PathBuf,
+        note: String,
+    },
+    List {
+        limit: Option<u64>,
+    },
+}
+
+/// Run `command` on `list`; `name` begins each summary line.
+async fn address_list(
+    url: &str,
+    name: &str,
+    list: AddressList,
+    command: ListCommand,
+) -> anyhow::Result<ExitCode> {
     let pool = pool(url).await?;
     match command {
-        TrackingOptoutsCommand::Add { addresses, source } => {
+        ListCommand::Add { addresses, note } => {
             let arguments = addresses
                 .iter()
                 .enumerate()
                 .map(|(index, raw)| (format!("argument {}", index + 1), raw.as_str()));
             let checked = CheckedAddresses::of(arguments);
-            let added = tracking_optouts::add(&pool, &checked.valid, &source).await?;
+            let added = list.add(&pool, &checked.valid, &note).await?;
             checked.print_refused();
             say!(
-                "tracking-optouts: added {added} ({} already listed){}",
+                "{name}: added {added} ({} already listed){}",
                 checked.valid.len() as u64 - added,
                 checked.refused_summary("argument", "arguments")
             )?;
             Ok(checked.exit_code())
         }
-        TrackingOptoutsCommand::Remove { addresses } => {
+        ListCommand::Remove { addresses } => {
+            // Not refused when invalid: whatever is on the list can be taken off.
             let addresses: Vec<String> = addresses.iter().map(|a| address::normalize(a)).collect();
-            let removed = tracking_optouts::remove(&pool, &addresses).await?;
+            let removed = list.remove(&pool, &addresses).await?;
             let unlisted = addresses.len() as u64 - removed;
             let verb = if unlisted == 1 { "was" } else { "were" };
-            say!("tracking-optouts: removed {removed} ({unlisted} {verb} not listed)")?;
+            say!("{name}: removed {removed} ({unlisted} {verb} not listed)")?;
             Ok(ExitCode::SUCCESS)
         }
-        TrackingOptoutsCommand::Import { file, source } => {
+        ListCommand::Import { file, note } => {
             let text = std::fs::read_to_string(&file)
                 .with_context(|| format!("reading {}", file.display()))?;
             let checked = CheckedAddresses::of(list_lines(&text, &file));
-            let added = tracking_optouts::add(&pool, &checked.valid, &source).await?;
+            let added = list.add(&pool, &checked.valid, &note).await?;
             checked.print_refused();
             say!(
-                "tracking-optouts: imported {} from {}: {added} new, {} already listed{}",
+                "{name}: imported {} from {}: {added} new, {} already listed{}",
                 counted(checked.valid.len() as u64, "address", "addresses"),
                 file.display(),
                 checked.valid.len() as u64 - added,
@@ -197,16 +192,17 @@ pub(super) async fn tracking_optouts(
             )?;
             Ok(checked.exit_code())
         }
-        TrackingOptoutsCommand::List { limit } => {
+        ListCommand::List { limit } => {
             let mut after: Option<String> = None;
             let mut left = limit.unwrap_or(u64::MAX);
             while left > 0 {
-                let page =
-                    tracking_optouts::list(&pool, after.as_deref(), left.min(1000) as u32).await?;
+                let page = list
+                    .page(&pool, after.as_deref(), left.min(1000) as u32)
+                    .await?;
                 let Some(last) = page.last() else { break };
                 after = Some(last.email.clone());
                 for entry in &page {
-                    say!("{}\t{}\t{}", entry.email, entry.source, entry.created_at)?;
+                    say!("{}\t{}\t{}", entry.email, entry.note, entry.created_at)?;
                 }
                 left = left.saturating_sub(page.len() as u64);
             }

@@ -1,6 +1,7 @@
 //! MySQL / MariaDB: the pool, migrations, and every SQL statement the service
 //! runs. Nothing outside this module writes SQL.
 
+pub mod address_list;
 pub mod cluster;
 pub(crate) mod connect_error;
 pub mod deliveries;
