@@ -30,17 +30,9 @@ impl AppState {
             return true;
         }
         let now = Utc::now();
-        let hit = Hit {
-            kind,
-            is_head: meta.is_head,
-            user_agent: meta.user_agent.as_deref(),
-            network: meta.network,
-            built_at: token.created_at(),
-            now,
-            letter: link.map(|l| (l.mailing_id.as_str(), l.letter_id, l.position)),
-        };
-        let verdict = self.bots.classify(&hit);
-        self.journal(kind, token, link, meta, now, verdict)
+        let letter = link.map(|l| (l.mailing_id.as_str(), l.letter_id, l.position));
+        let verdict = self.classify(kind, token, letter, &meta, now);
+        self.journal(kind, token, Named::link(link), meta, now, verdict)
     }
 
     /// Journal a click on the letter's honeypot link: a bot by definition
@@ -50,41 +42,8 @@ impl AppState {
             return true;
         }
         let verdict = Some(crate::events::verdicts::HONEYPOT.to_owned());
-        self.journal(
-            EventKind::Click,
-            token,
-            Some(link),
-            meta,
-            Utc::now(),
-            verdict,
-        )
-    }
-
-    fn journal(
-        &self,
-        kind: EventKind,
-        token: Token,
-        link: Option<&StoredLink>,
-        meta: RequestMeta,
-        now: chrono::DateTime<Utc>,
-        verdict: Option<String>,
-    ) -> bool {
-        let row = EventRow {
-            event_id: *uuid::Uuid::now_v7().as_bytes(),
-            occurred_at: now,
-            kind,
-            token: *token.as_bytes(),
-            link_id: link.map(|l| l.id),
-            mailing_id: link.map(|l| l.mailing_id.clone()),
-            letter_id: link.map(|l| l.letter_id),
-            email: link.map(|l| l.email.clone()),
-            position: link.map(|l| l.position),
-            ip: meta.network.map(|net| net.to_string()),
-            user_agent: meta.user_agent,
-            bot: verdict.is_some(),
-            bot_reason: verdict,
-        };
-        events::record(&self.recorder, row)
+        let named = Named::link(Some(link));
+        self.journal(EventKind::Click, token, named, meta, Utc::now(), verdict)
     }
 
     /// Journal a late hit (issue 27): a token whose row is gone, answered
@@ -103,32 +62,88 @@ impl AppState {
             return true;
         }
         let now = Utc::now();
-        let hit = Hit {
+        let verdict = self.classify(kind, token, None, &meta, now);
+        self.journal(kind, token, Named::late(template), meta, now, verdict)
+    }
+
+    /// The request-time bot verdict of a hit (the rollup may revise it).
+    fn classify(
+        &self,
+        kind: EventKind,
+        token: Token,
+        letter: Option<(&str, u64, u32)>,
+        meta: &RequestMeta,
+        now: chrono::DateTime<Utc>,
+    ) -> Option<String> {
+        self.bots.classify(&Hit {
             kind,
             is_head: meta.is_head,
             user_agent: meta.user_agent.as_deref(),
             network: meta.network,
             built_at: token.created_at(),
             now,
-            letter: None,
-        };
-        let verdict = self.bots.classify(&hit);
+            letter,
+        })
+    }
+
+    fn journal(
+        &self,
+        kind: EventKind,
+        token: Token,
+        named: Named,
+        meta: RequestMeta,
+        now: chrono::DateTime<Utc>,
+        verdict: Option<String>,
+    ) -> bool {
         let row = EventRow {
             event_id: *uuid::Uuid::now_v7().as_bytes(),
             occurred_at: now,
             kind,
             token: *token.as_bytes(),
-            link_id: Some(LATE_LINK_ID),
-            mailing_id: Some(template.mailing_id.clone()),
-            letter_id: None,
-            email: None,
-            position: Some(template.position),
+            link_id: named.link_id,
+            mailing_id: named.mailing_id,
+            letter_id: named.letter_id,
+            email: named.email,
+            position: named.position,
             ip: meta.network.map(|net| net.to_string()),
             user_agent: meta.user_agent,
             bot: verdict.is_some(),
             bot_reason: verdict,
         };
         events::record(&self.recorder, row)
+    }
+}
+
+/// What an event names: its link's row, a late hit's template, or nothing
+/// yet (an open journaled with its token only).
+struct Named {
+    link_id: Option<u64>,
+    mailing_id: Option<String>,
+    letter_id: Option<u64>,
+    email: Option<String>,
+    position: Option<u32>,
+}
+
+impl Named {
+    fn link(link: Option<&StoredLink>) -> Named {
+        Named {
+            link_id: link.map(|l| l.id),
+            mailing_id: link.map(|l| l.mailing_id.clone()),
+            letter_id: link.map(|l| l.letter_id),
+            email: link.map(|l| l.email.clone()),
+            position: link.map(|l| l.position),
+        }
+    }
+
+    /// A late hit names the mailing and position only.
+    fn late(template: &LinkTemplate) -> Named {
+        Named {
+            link_id: Some(LATE_LINK_ID),
+            mailing_id: Some(template.mailing_id.clone()),
+            letter_id: None,
+            email: None,
+            position: Some(template.position),
+        }
     }
 }
 
