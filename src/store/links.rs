@@ -120,22 +120,7 @@ pub async fn lookup_many(
     pool: &MySqlPool,
     tokens: &[Token],
 ) -> Result<HashMap<Token, StoredLink>, StoreError> {
-    let mut found = HashMap::with_capacity(tokens.len());
-    for chunk in tokens.chunks(MOST_SLOTS) {
-        let Some(last) = chunk.last() else {
-            continue;
-        };
-        let slots = lookup_many_slots(chunk.len());
-        let mut query = sqlx::query_as::<_, LinkRow>(lookup_many_sql(slots));
-        for token in chunk.iter().chain(std::iter::repeat(last)).take(slots) {
-            query = query.bind(&token.as_bytes()[..]).bind(token.date());
-        }
-        for row in query.fetch_all(pool).await? {
-            let link = stored_link(row)?;
-            found.insert(link.token, link);
-        }
-    }
-    Ok(found)
+    lookup_many_from(pool, None, tokens).await
 }
 
 /// [`lookup_many`] on one data table of a Spider data node (`links_07`),
@@ -146,13 +131,27 @@ pub(crate) async fn lookup_many_in(
     table: &str,
     tokens: &[Token],
 ) -> Result<HashMap<Token, StoredLink>, StoreError> {
+    lookup_many_from(pool, Some(table), tokens).await
+}
+
+/// The batched lookup on `links`, or on `table` when given.
+async fn lookup_many_from(
+    pool: &MySqlPool,
+    table: Option<&str>,
+    tokens: &[Token],
+) -> Result<HashMap<Token, StoredLink>, StoreError> {
     let mut found = HashMap::with_capacity(tokens.len());
     for chunk in tokens.chunks(MOST_SLOTS) {
         let Some(last) = chunk.last() else {
             continue;
         };
         let slots = lookup_many_slots(chunk.len());
-        let sql = lookup_many_sql(slots).replace("FROM links ", &format!("FROM `{table}` "));
+        let sql: std::borrow::Cow<'static, str> = match table {
+            None => lookup_many_sql(slots).into(),
+            Some(table) => lookup_many_sql(slots)
+                .replace("FROM links ", &format!("FROM `{table}` "))
+                .into(),
+        };
         let mut query = sqlx::query_as::<_, LinkRow>(&sql);
         for token in chunk.iter().chain(std::iter::repeat(last)).take(slots) {
             query = query.bind(&token.as_bytes()[..]).bind(token.date());
