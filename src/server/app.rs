@@ -138,6 +138,7 @@ impl App {
             settings.live.clone(),
         )?;
         stats.auth.secure_cookie = settings.server.base_url.starts_with("https://");
+        stats.auth.trust_forwarded_for = settings.server.trust_forwarded_for;
         load_seal(&state, settings.secret.clone()).await;
         start_workers(&settings, &mut workers);
         Ok(App {

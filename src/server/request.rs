@@ -56,7 +56,7 @@ impl FromRequestParts<AppState> for RequestMeta {
 
 /// The address our own proxy appended to `X-Forwarded-For`: the last one.
 /// Earlier entries come from the client and prove nothing.
-fn forwarded_for(headers: &HeaderMap) -> Option<IpAddr> {
+pub(crate) fn forwarded_for(headers: &HeaderMap) -> Option<IpAddr> {
     let last_header = headers.get_all("x-forwarded-for").iter().next_back()?;
     let last_entry = last_header.to_str().ok()?.rsplit(',').next()?;
     last_entry.trim().parse().ok()

@@ -4,6 +4,7 @@
 pub mod address_list;
 pub mod cluster;
 pub(crate) mod connect_error;
+pub mod dashboard_sessions;
 pub mod deliveries;
 pub mod erase;
 pub mod events;

@@ -11,6 +11,7 @@ mod cluster;
 mod common;
 mod credentials;
 mod dashboard_limits;
+mod dashboard_sessions;
 mod db_down;
 mod delivery;
 mod demo;

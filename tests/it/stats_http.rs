@@ -8,15 +8,15 @@ use reqwest::header;
 use reqwest::StatusCode;
 use std::path::{Path, PathBuf};
 
-const TOKEN: &str = "test-token-0123456789";
-const SECRET: &str = "test-secret";
+pub(crate) const TOKEN: &str = "test-token-0123456789";
+pub(crate) const SECRET: &str = "test-secret";
 
 /// Serve the app with these stats settings on a free port.
 async fn spawn(db: &TestDb, api_token: Option<&str>, secret: Option<&str>) -> RunningApp {
     RunningApp::with_stats(db.pool.clone(), api_token, secret, None).await
 }
 
-fn client() -> reqwest::Client {
+pub(crate) fn client() -> reqwest::Client {
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
@@ -24,7 +24,7 @@ fn client() -> reqwest::Client {
 }
 
 /// A database with the fixture mailing, its traffic rolled up, and its HTML saved.
-async fn rolled_db() -> TestDb {
+pub(crate) async fn rolled_db() -> TestDb {
     let (d1, d2) = (days_ago(1), days_ago(0));
     let db = TestDb::with_days_since(d1).await;
     let letters = letters(&db.pool, d1, 3).await;

@@ -2,27 +2,44 @@
 //! module's docs).
 
 use super::{StatsError, StatsState};
-use axum::extract::{Request, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use crate::store::dashboard_sessions;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{header, Extensions, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::Form;
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
-use std::sync::Arc;
+use sha2::{Digest, Sha256};
+use sqlx::MySqlPool;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// The session cookie's name.
 pub const COOKIE: &str = "lt_session";
+
+/// How long a login lasts unless the browser logs out first.
+pub const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
+
+/// Wrong tokens one client address may post within [`LOGIN_WINDOW`]
+/// before every further attempt answers 429 until the window ends.
+pub const MAX_FAILED_LOGINS: u32 = 10;
+pub const LOGIN_WINDOW: Duration = Duration::from_secs(300);
 
 /// The configured credentials. Cheap to clone.
 #[derive(Clone, Default)]
 pub struct Auth {
     token: Option<Arc<str>>,
-    /// The cookie value a logged-in browser carries, when login is on.
-    session: Option<Arc<str>>,
+    /// The browser login is on (a secret is configured).
+    login: bool,
     /// The cookie is sent over https only: the base URL is https, so a
     /// browser that reached the dashboard over plain http must not carry it.
     pub secure_cookie: bool,
+    /// Take the client address of the login rate limit from our own
+    /// proxy's `X-Forwarded-For` (the server's `--trust-forwarded-for`).
+    pub trust_forwarded_for: bool,
+    /// How long a new session lasts.
+    pub session_ttl: Option<Duration>,
+    failed_logins: FailedLogins,
 }
 
 impl std::fmt::Debug for Auth {
@@ -30,7 +47,7 @@ impl std::fmt::Debug for Auth {
         // Never print the secrets.
         f.debug_struct("Auth")
             .field("enabled", &self.token.is_some())
-            .field("login", &self.session.is_some())
+            .field("login", &self.login)
             .finish()
     }
 }
@@ -38,15 +55,11 @@ impl std::fmt::Debug for Auth {
 impl Auth {
     pub fn new(api_token: Option<&str>, secret: Option<&str>) -> Auth {
         let token = api_token.map(str::trim).filter(|t| !t.is_empty());
-        let secret = secret.filter(|s| !s.is_empty());
-        let session = match (token, secret) {
-            (Some(token), Some(secret)) => session_value(token, secret),
-            _ => None,
-        };
+        let login = token.is_some() && secret.is_some_and(|s| !s.is_empty());
         Auth {
             token: token.map(Arc::from),
-            session: session.map(Arc::from),
-            secure_cookie: false,
+            login,
+            ..Auth::default()
         }
     }
 
@@ -55,26 +68,21 @@ impl Auth {
         self.token.is_some()
     }
 
-    /// The cookie value for a logged-in browser (for tests and the login).
-    pub fn session_cookie(&self) -> Option<&str> {
-        self.session.as_deref()
-    }
-
-    /// True when the request carries the token or a valid session cookie.
-    pub fn allows(&self, headers: &HeaderMap) -> bool {
+    /// True when the request carries the token or a live session cookie.
+    pub async fn allows(&self, pool: &MySqlPool, headers: &HeaderMap) -> Result<bool, StatsError> {
         let Some(token) = self.token.as_deref() else {
-            return false;
+            return Ok(false);
         };
         if let Some(given) = bearer(headers) {
             if constant_time_eq(given.as_bytes(), token.as_bytes()) {
-                return true;
+                return Ok(true);
             }
         }
-        match (self.session.as_deref(), cookie(headers, COOKIE)) {
-            (Some(expected), Some(given)) => {
-                constant_time_eq(given.as_bytes(), expected.as_bytes())
+        match cookie(headers, COOKIE) {
+            Some(id) if self.login => {
+                Ok(dashboard_sessions::is_live(pool, &session_hash(id)).await?)
             }
-            _ => false,
+            _ => Ok(false),
         }
     }
 
@@ -83,14 +91,62 @@ impl Auth {
             .as_deref()
             .is_some_and(|t| constant_time_eq(given.trim().as_bytes(), t.as_bytes()))
     }
+
+    fn cookie_attributes(&self) -> &'static str {
+        if self.secure_cookie {
+            "; Path=/; HttpOnly; SameSite=Strict; Secure"
+        } else {
+            "; Path=/; HttpOnly; SameSite=Strict"
+        }
+    }
 }
 
-/// HMAC-SHA256(secret, "linktrack-dashboard:" + token), hex.
-fn session_value(token: &str, secret: &str) -> Option<String> {
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).ok()?;
-    mac.update(b"linktrack-dashboard:");
-    mac.update(token.as_bytes());
-    Some(hex::encode(mac.finalize().into_bytes()))
+/// Wrong logins per client address, each counted from the first of its
+/// window. Bounded: an attacker with many addresses evicts old entries
+/// rather than growing the map.
+#[derive(Clone)]
+struct FailedLogins(moka::future::Cache<IpAddr, Arc<Mutex<(Instant, u32)>>>);
+
+impl Default for FailedLogins {
+    fn default() -> Self {
+        FailedLogins(
+            moka::future::Cache::builder()
+                .max_capacity(100_000)
+                .time_to_live(LOGIN_WINDOW)
+                .build(),
+        )
+    }
+}
+
+impl FailedLogins {
+    /// `Some(seconds to wait)` when this address is over the limit.
+    async fn blocked(&self, client: IpAddr) -> Option<u64> {
+        let entry = self.0.get(&client).await?;
+        let (first, count) = *entry.lock().ok()?;
+        let left = LOGIN_WINDOW.checked_sub(first.elapsed())?;
+        (count >= MAX_FAILED_LOGINS).then(|| left.as_secs().max(1))
+    }
+
+    async fn count(&self, client: IpAddr) {
+        let entry = self
+            .0
+            .get_with(client, async { Arc::new(Mutex::new((Instant::now(), 0))) })
+            .await;
+        if let Ok(mut entry) = entry.lock() {
+            entry.1 = entry.1.saturating_add(1);
+        };
+    }
+}
+
+/// The session id as the database keeps it: its SHA-256, so a copy of the
+/// table logs nobody in.
+fn session_hash(id: &str) -> [u8; 32] {
+    Sha256::digest(id.as_bytes()).into()
+}
+
+/// A new session id: 256 bits from the operating system's CSPRNG, hex.
+fn new_session_id() -> String {
+    hex::encode(rand::random::<[u8; 32]>())
 }
 
 /// Compares without an early exit (the `subtle` crate), so the time taken
@@ -123,10 +179,12 @@ pub async fn require(State(state): State<StatsState>, request: Request, next: Ne
     if !state.auth.enabled() {
         return StatsError::Off.into_response();
     }
-    if state.auth.allows(request.headers()) {
-        return next.run(request).await;
+    match state.auth.allows(&state.pool, request.headers()).await {
+        Ok(true) => return next.run(request).await,
+        Ok(false) => {}
+        Err(e) => return e.into_response(),
     }
-    if request.uri().path().starts_with("/api/") || state.auth.session.is_none() {
+    if request.uri().path().starts_with("/api/") || !state.auth.login {
         StatsError::Unauthorized.into_response()
     } else {
         Redirect::to("/login").into_response()
@@ -139,9 +197,13 @@ const LOGIN_PAGE: &str = include_str!("templates/login.html");
 const WRONG_TOKEN_MESSAGE: &str =
     "<p role=\"alert\" style=\"color:#b00020\">That token is not right. Try again.</p>\n<form";
 
+/// Put before the login form when the address is over the limit.
+const TOO_MANY_MESSAGE: &str =
+    "<p role=\"alert\" style=\"color:#b00020\">Too many wrong tokens from this address. Wait and try again.</p>\n<form";
+
 /// `GET /login`: the form (404 when the API or the login is off).
 pub async fn login_form(State(state): State<StatsState>) -> Result<Html<&'static str>, StatsError> {
-    if state.auth.session.is_none() {
+    if !state.auth.login {
         return Err(StatsError::Off);
     }
     Ok(Html(LOGIN_PAGE))
@@ -152,29 +214,87 @@ pub struct LoginForm {
     token: String,
 }
 
-/// `POST /login`: a correct token sets the session cookie and goes to the index.
+/// The client address the rate limit counts: our own proxy's
+/// `X-Forwarded-For` when trusted, else the peer.
+fn client_address(auth: &Auth, extensions: &Extensions, headers: &HeaderMap) -> Option<IpAddr> {
+    let forwarded = auth
+        .trust_forwarded_for
+        .then(|| crate::server::request::forwarded_for(headers))
+        .flatten();
+    forwarded.or_else(|| {
+        extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|ConnectInfo(peer)| peer.ip())
+    })
+}
+
+/// `POST /login`: a correct token starts a new session (a new random id on
+/// every login) and goes to the index; wrong tokens are counted per client
+/// address and answered 429 with `Retry-After` past the limit.
 pub async fn login(
     State(state): State<StatsState>,
+    extensions: Extensions,
+    headers: HeaderMap,
     Form(form): Form<LoginForm>,
 ) -> Result<Response, StatsError> {
-    let Some(session) = state.auth.session.as_deref() else {
+    if !state.auth.login {
         return Err(StatsError::Off);
-    };
+    }
+    let client = client_address(&state.auth, &extensions, &headers);
+    if let Some(client) = client {
+        if let Some(wait) = state.auth.failed_logins.blocked(client).await {
+            let page = LOGIN_PAGE.replacen("<form", TOO_MANY_MESSAGE, 1);
+            return Ok((
+                StatusCode::TOO_MANY_REQUESTS,
+                [(header::RETRY_AFTER, wait.to_string())],
+                Html(page),
+            )
+                .into_response());
+        }
+    }
     if !state.auth.token_matches(&form.token) {
+        if let Some(client) = client {
+            state.auth.failed_logins.count(client).await;
+        }
         // A browser posted the form: it gets the form again, saying why.
         let page = LOGIN_PAGE.replacen("<form", WRONG_TOKEN_MESSAGE, 1);
         return Ok((StatusCode::UNAUTHORIZED, Html(page)).into_response());
     }
-    let secure = if state.auth.secure_cookie {
-        "; Secure"
-    } else {
-        ""
-    };
-    let cookie =
-        format!("{COOKIE}={session}; Path=/; HttpOnly; SameSite=Strict; Max-Age=43200{secure}");
-    let value = HeaderValue::from_str(&cookie)
+    // A cookie the browser brought from before is ended: a login always
+    // starts a fresh session (no fixation).
+    if let Some(old) = cookie(&headers, COOKIE) {
+        dashboard_sessions::delete(&state.pool, &session_hash(old)).await?;
+    }
+    let ttl = state.auth.session_ttl.unwrap_or(SESSION_TTL);
+    let id = new_session_id();
+    dashboard_sessions::create(&state.pool, &session_hash(&id), ttl).await?;
+    let cookie = format!(
+        "{COOKIE}={id}; Max-Age={}{}",
+        ttl.as_secs(),
+        state.auth.cookie_attributes()
+    );
+    redirect_with_cookie("/mailings", &cookie)
+}
+
+/// `POST /logout`: ends the session on the server and clears the cookie.
+pub async fn logout(
+    State(state): State<StatsState>,
+    headers: HeaderMap,
+) -> Result<Response, StatsError> {
+    if !state.auth.login {
+        return Err(StatsError::Off);
+    }
+    if let Some(id) = cookie(&headers, COOKIE) {
+        dashboard_sessions::delete(&state.pool, &session_hash(id)).await?;
+    }
+    let cookie = format!("{COOKIE}=; Max-Age=0{}", state.auth.cookie_attributes());
+    redirect_with_cookie("/login", &cookie)
+}
+
+fn redirect_with_cookie(to: &str, cookie: &str) -> Result<Response, StatsError> {
+    let value = HeaderValue::from_str(cookie)
         .map_err(|e| StatsError::BadRequest(format!("session cookie: {e}")))?;
-    let mut response = Redirect::to("/mailings").into_response();
+    let mut response = Redirect::to(to).into_response();
     response.headers_mut().insert(header::SET_COOKIE, value);
     Ok(response)
 }
@@ -193,38 +313,50 @@ mod tests {
     fn off_without_a_token_even_with_a_secret() {
         let auth = Auth::new(None, Some("s"));
         assert!(!auth.enabled());
-        assert!(!auth.allows(&headers(header::AUTHORIZATION, "Bearer ")));
+        assert!(!auth.login);
         assert!(Auth::new(Some("  "), None).token.is_none());
+        assert!(!Auth::new(Some("t"), None).login);
+        assert!(Auth::new(Some("t"), Some("s")).login);
     }
 
     #[test]
-    fn bearer_must_match_exactly() {
-        let auth = Auth::new(Some("t0ken"), None);
-        assert!(auth.allows(&headers(header::AUTHORIZATION, "Bearer t0ken")));
-        assert!(auth.allows(&headers(header::AUTHORIZATION, "bearer t0ken")));
-        assert!(!auth.allows(&headers(header::AUTHORIZATION, "Bearer t0ke")));
-        assert!(!auth.allows(&headers(header::AUTHORIZATION, "Basic t0ken")));
-        assert!(!auth.allows(&HeaderMap::new()));
+    fn bearer_is_read_case_insensitively_and_whole() {
+        assert_eq!(
+            bearer(&headers(header::AUTHORIZATION, "Bearer t0ken")),
+            Some("t0ken")
+        );
+        assert_eq!(
+            bearer(&headers(header::AUTHORIZATION, "bearer t0ken")),
+            Some("t0ken")
+        );
+        assert_eq!(bearer(&headers(header::AUTHORIZATION, "Basic t0ken")), None);
+        assert_eq!(bearer(&HeaderMap::new()), None);
     }
 
     #[test]
-    fn the_cookie_is_an_hmac_that_depends_on_both_values() {
-        let auth = Auth::new(Some("t"), Some("s"));
-        let session = auth.session_cookie().unwrap().to_owned();
-        assert_eq!(session.len(), 64);
-        assert_ne!(
-            Auth::new(Some("t"), Some("s2")).session_cookie().unwrap(),
-            session
-        );
-        assert_ne!(
-            Auth::new(Some("t2"), Some("s")).session_cookie().unwrap(),
-            session
-        );
-        let good = headers(header::COOKIE, &format!("a=b; {COOKIE}={session}"));
-        assert!(auth.allows(&good));
-        let bad = headers(header::COOKIE, &format!("{COOKIE}={}", &session[1..]));
-        assert!(!auth.allows(&bad));
-        assert!(Auth::new(Some("t"), None).session_cookie().is_none());
+    fn session_ids_are_random_and_stored_only_hashed() {
+        let (a, b) = (new_session_id(), new_session_id());
+        assert_eq!(a.len(), 64);
+        assert_ne!(a, b);
+        assert_ne!(session_hash(&a), session_hash(&b));
+        assert_ne!(hex::encode(session_hash(&a)), a);
+        let jar = headers(header::COOKIE, &format!("a=b; {COOKIE}={a}"));
+        assert_eq!(cookie(&jar, COOKIE), Some(a.as_str()));
+    }
+
+    #[tokio::test]
+    async fn failed_logins_block_after_the_limit_per_address() {
+        let limits = FailedLogins::default();
+        let (one, two): (IpAddr, IpAddr) =
+            ("192.0.2.1".parse().unwrap(), "192.0.2.2".parse().unwrap());
+        for _ in 0..MAX_FAILED_LOGINS - 1 {
+            limits.count(one).await;
+        }
+        assert_eq!(limits.blocked(one).await, None);
+        limits.count(one).await;
+        let wait = limits.blocked(one).await.unwrap();
+        assert!((1..=LOGIN_WINDOW.as_secs()).contains(&wait), "{wait}");
+        assert_eq!(limits.blocked(two).await, None);
     }
 
     #[test]

@@ -7,16 +7,20 @@
 //! Everything here is behind `LINKTRACK_API_TOKEN`. Without a token these
 //! routes answer 404, as if absent: off, never open. A request is let in by
 //! `Authorization: Bearer <token>` (compared in constant time) or, for
-//! browsers, by the `lt_session` cookie that `POST /login` sets: an HMAC-SHA256
-//! of the API token keyed by `LINKTRACK_SECRET` (HttpOnly, SameSite=Strict).
-//! Rotating either value logs every browser out. Without a secret the login
-//! form is off and only the header works.
+//! browsers, by the `lt_session` cookie that `POST /login` sets: a random
+//! 256-bit session id (HttpOnly, SameSite=Strict, `Secure` under an https
+//! base URL) whose SHA-256 and expiry (12 h) the database keeps in
+//! `dashboard_sessions`; every login gets a new id, `POST /logout` deletes
+//! it. Wrong tokens are limited per client address (10 in 5 minutes, then
+//! 429 with `Retry-After`). `LINKTRACK_SECRET` turns the login form on;
+//! without it only the header works.
 //!
 //! Handlers stay thin: SQL is in [`crate::store::stats`], Redis in
 //! [`crate::live`].
 
 pub(crate) mod api;
 pub(crate) mod auth;
+pub use auth::{LOGIN_WINDOW, MAX_FAILED_LOGINS, SESSION_TTL};
 pub(crate) mod chart;
 pub(crate) mod clickmap;
 pub(crate) mod dashboard;
@@ -26,7 +30,7 @@ use crate::live::Live;
 use crate::store::StoreError;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{middleware, Json, Router};
 use sqlx::MySqlPool;
 use std::sync::Arc;
@@ -71,6 +75,7 @@ pub fn router(state: StatsState) -> Router {
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::require));
     Router::new()
         .route("/login", get(auth::login_form).post(auth::login))
+        .route("/logout", post(auth::logout))
         .merge(protected)
         .route_layer(middleware::from_fn(headers::security_headers))
         .with_state(state)
