@@ -144,10 +144,18 @@ impl Mailing {
             field,
             message: message.to_owned(),
         };
-        let id = file.mailing_id.trim();
+        // Taken byte for byte: white space around the id is refused, not
+        // trimmed, since `a ` and `a` would otherwise be one mailing.
+        let id = file.mailing_id.as_str();
         if id.is_empty() || id.chars().count() > MAX_MAILING_ID || id.chars().any(char::is_control)
         {
             return Err(field("mailing_id", "must be 1 to 64 printable characters"));
+        }
+        if id.trim() != id {
+            return Err(field(
+                "mailing_id",
+                "must not begin or end with white space (ids are taken byte for byte)",
+            ));
         }
         if file.from.trim().is_empty() {
             return Err(field("from", "must not be empty"));

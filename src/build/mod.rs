@@ -227,6 +227,16 @@ pub enum BuildError {
         limit: usize,
         reason: &'static str,
     },
+    #[error(
+        "{path}: field `mailing_id`: {id:?} is taken for the existing mailing {existing:?} by the \
+         database (ids compare without case or trailing spaces there), so the two would be one \
+         mailing; nothing was built: give this mailing another id"
+    )]
+    MailingIdCollides {
+        path: PathBuf,
+        id: String,
+        existing: String,
+    },
     #[error("{path}: cannot read recipients: {source}")]
     Recipients {
         path: PathBuf,
@@ -426,6 +436,13 @@ async fn prepare_mailing(
     }
     ensure_partitions(pool).await?;
     let mailing = &ctx.mailing;
+    if let Some(existing) = stats::colliding_mailing(pool, &mailing.mailing_id).await? {
+        return Err(BuildError::MailingIdCollides {
+            path: options.mailing.clone(),
+            id: mailing.mailing_id.clone(),
+            existing,
+        });
+    }
     stats::save_mailing(pool, &mailing.mailing_id, &mailing.subject, &mailing.html).await?;
     stats::save_track_mode(pool, &mailing.mailing_id, mailing.track.as_str()).await?;
     let list_manage = mailing.list_manage_url.as_deref();

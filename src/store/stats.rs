@@ -141,6 +141,9 @@ pub async fn summary(
     pool: &MySqlPool,
     mailing_id: &str,
 ) -> Result<Option<MailingSummary>, StoreError> {
+    if !named_exactly(pool, mailing_id).await? {
+        return Ok(None);
+    }
     let mut s = MailingSummary {
         mailing_id: mailing_id.to_owned(),
         ..MailingSummary::default()
@@ -551,6 +554,44 @@ async fn read_bot_reasons(
         out.entry(kind).or_default().insert(reason, n);
     }
     Ok(out)
+}
+
+/// The stored mailing ids the database takes for `mailing_id`. The columns
+/// compare under a case- and pad-insensitive collation (`A`, `a` and `a `
+/// are equal there, and NUL is ignored), so every caller that needs one
+/// mailing compares the bytes of these itself: ids are byte for byte.
+pub async fn ids_equal_in_collation(
+    pool: &MySqlPool,
+    mailing_id: &str,
+) -> Result<Vec<String>, StoreError> {
+    Ok(sqlx::query_scalar(
+        "SELECT mailing_id FROM mailings WHERE mailing_id = ? \
+         UNION SELECT DISTINCT mailing_id FROM stats_totals WHERE mailing_id = ?",
+    )
+    .bind(mailing_id)
+    .bind(mailing_id)
+    .fetch_all(pool)
+    .await?)
+}
+
+/// False when the database knows mailings that its collation takes for
+/// `mailing_id` but none is `mailing_id` byte for byte (`RT-A` when only
+/// `rt-a` exists): the request names no mailing. True otherwise.
+pub async fn named_exactly(pool: &MySqlPool, mailing_id: &str) -> Result<bool, StoreError> {
+    let ids = ids_equal_in_collation(pool, mailing_id).await?;
+    Ok(ids.is_empty() || ids.iter().any(|id| id.as_bytes() == mailing_id.as_bytes()))
+}
+
+/// A stored mailing whose id the database takes for `mailing_id` although
+/// the bytes differ (`a` when building `A`): building would merge the two.
+pub async fn colliding_mailing(
+    pool: &MySqlPool,
+    mailing_id: &str,
+) -> Result<Option<String>, StoreError> {
+    let ids = ids_equal_in_collation(pool, mailing_id).await?;
+    Ok(ids
+        .into_iter()
+        .find(|id| id.as_bytes() != mailing_id.as_bytes()))
 }
 
 /// Store (or replace) a mailing's creative for the click map. Called by the

@@ -14,7 +14,7 @@ fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
 }
 
-fn options(dir: &Path, mailing: PathBuf, recipients: PathBuf) -> BuildOptions {
+pub(crate) fn options(dir: &Path, mailing: PathBuf, recipients: PathBuf) -> BuildOptions {
     BuildOptions {
         mailing,
         recipients,

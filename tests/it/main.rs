@@ -21,6 +21,7 @@ mod hot_path;
 mod image_proxy;
 mod journal_full;
 mod links;
+mod mailing_ids;
 mod messages;
 mod partitions;
 mod row_format;

@@ -107,6 +107,9 @@ pub async fn segment(
     Query(params): Query<SegmentParams>,
 ) -> Result<Json<SegmentResponse>, StatsError> {
     let query = params.query()?;
+    if !crate::store::stats::named_exactly(&state.pool, &id).await? {
+        return Err(StatsError::UnknownMailing(id));
+    }
     let live = state
         .live
         .as_ref()
