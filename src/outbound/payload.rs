@@ -172,6 +172,29 @@ mod tests {
         }
     }
 
+    /// Issue 27: a click on a letter whose row retention dropped is sent
+    /// with the mailing and position it belongs to, and `email: null`.
+    #[test]
+    fn a_late_click_names_its_mailing_and_position_and_nobody() {
+        let late = EventRow {
+            link_id: Some(0),
+            letter_id: None,
+            email: None,
+            ..click()
+        };
+        let body: serde_json::Value =
+            serde_json::from_str(&render(&late, &LinkDetails::default())).unwrap();
+        let data = &body["data"];
+        assert_eq!(body["type"], "email.clicked");
+        assert_eq!(data["email"], serde_json::Value::Null);
+        assert!(data.as_object().unwrap().contains_key("email"), "{body}");
+        assert_eq!(data["letter_id"], serde_json::Value::Null);
+        assert_eq!(
+            (&data["mailing_id"], &data["position"]),
+            (&"spring".into(), &3.into())
+        );
+    }
+
     #[test]
     fn a_click_carries_everything_a_trigger_needs() {
         let link = LinkDetails {

@@ -8,7 +8,7 @@ use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
-const BASE: &str = "https://t.example.test";
+pub(crate) const BASE: &str = "https://t.example.test";
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
@@ -43,7 +43,7 @@ fn read_jsonl(path: &Path) -> Vec<Value> {
 }
 
 /// Every tracked token in a letter's HTML and headers, with its kind.
-fn tracked_tokens(text: &str) -> Vec<(LinkKind, Token)> {
+pub(crate) fn tracked_tokens(text: &str) -> Vec<(LinkKind, Token)> {
     let mut found = Vec::new();
     for (marker, kind) in [
         ("/c/", LinkKind::Click),

@@ -13,12 +13,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A local image server counting the requests that reach it.
-struct Upstream {
-    base: String,
+pub(crate) struct Upstream {
+    pub(crate) base: String,
     hits: Arc<AtomicUsize>,
 }
 
-async fn upstream() -> Upstream {
+pub(crate) async fn upstream() -> Upstream {
     use axum::http::header as h;
     use axum::response::IntoResponse;
     use axum::routing::get;

@@ -16,6 +16,7 @@ mod db_down;
 mod delivery;
 mod demo;
 mod deploy;
+mod expired_links;
 mod first_hour;
 mod hot_path;
 mod image_proxy;
