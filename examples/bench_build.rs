@@ -8,10 +8,16 @@
 //! Every figure is a ratio against a baseline measured in the same run,
 //! because the machines are shared and noisy:
 //!
+//! 0. **CPU side**: letters/s composing the same letters with no database
+//!    and no delivery (`build::Composer`, on every core, each letter's JSON
+//!    line written to a file), filled in from the mailing's plan against
+//!    personalised and rewritten letter by letter (`--letter-by-letter`),
+//!    in alternating rounds; the best round of each.
 //! 1. **Builder**: letters/s and link rows/s building a 50 KB letter with 20
 //!    links for `--letters` recipients, end to end (read, personalise,
-//!    rewrite, store, write). Baseline: `LOAD DATA LOCAL INFILE` of the very
-//!    rows the builder stored, into an empty copy of the table (the ceiling).
+//!    rewrite, store, write), for both paths (planned, letter by letter).
+//!    Baseline: `LOAD DATA LOCAL INFILE` of the very rows the builder
+//!    stored, into an empty copy of the table (the ceiling).
 //! 2. **Index growth**: batched 1,000-row inserts into a day's partition that
 //!    already holds `--prefill` rows, divided by the same inserts into an
 //!    empty table, for UUIDv7 tokens (time-ordered leading bits) and for fully
@@ -82,6 +88,9 @@ struct Args {
     /// Alternating rounds (files only, then SMTP) in part 3.
     #[arg(long, default_value_t = 2)]
     smtp_rounds: usize,
+    /// Alternating rounds of part 0 (planned, then letter by letter).
+    #[arg(long, default_value_t = 3)]
+    cpu_rounds: usize,
 }
 
 #[tokio::main]
@@ -92,13 +101,17 @@ async fn main() -> anyhow::Result<()> {
         "# linktrack bench_build ({} cores)",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
+    bench_cpu_side(&args, dir.path())?;
     if args.smtp_sink {
         return bench_delivery(&args, dir.path()).await;
     }
     let mut results = Vec::new();
     for format in &args.formats {
         if *format != RowFormat::PageCompressed {
-            results.push(bench_builder(&args, dir.path(), *format, None).await?);
+            for letter_by_letter in [false, true] {
+                results
+                    .push(bench_builder(&args, dir.path(), *format, None, letter_by_letter).await?);
+            }
             continue;
         }
         for algorithm in &args.page_algorithms {
@@ -115,13 +128,30 @@ async fn main() -> anyhow::Result<()> {
             .map_err(|e| {
                 anyhow::anyhow!("algorithm {algorithm} (is its provider plugin loaded?): {e}")
             })?;
-            let result = bench_builder(&args, dir.path(), *format, Some(algorithm)).await;
+            let mut result = Ok(());
+            for letter_by_letter in [false, true] {
+                match bench_builder(
+                    &args,
+                    dir.path(),
+                    *format,
+                    Some(algorithm),
+                    letter_by_letter,
+                )
+                .await
+                {
+                    Ok(figures) => results.push(figures),
+                    Err(e) => {
+                        result = Err(e);
+                        break;
+                    }
+                }
+            }
             sqlx::query(&format!(
                 "SET GLOBAL innodb_compression_algorithm = '{previous}'"
             ))
             .execute(&admin)
             .await?;
-            results.push(result?);
+            result?;
         }
     }
     print_format_table(&results);
@@ -186,6 +216,7 @@ fn fifty_kb_letter() -> String {
 /// One format's figures from part 1.
 struct FormatResult {
     format: RowFormat,
+    letter_by_letter: bool,
     algorithm: Option<String>,
     letters_per_second: f64,
     rows_per_second: f64,
@@ -199,15 +230,16 @@ fn print_format_table(results: &[FormatResult]) {
         .find(|r| r.format == RowFormat::Compressed)
         .map(|r| r.bytes_per_row);
     println!("\n## row formats (same letters, same run)");
-    println!("| format | LOAD DATA rows/s | builder rows/s | letters/s | builder / LOAD DATA | allocated bytes/row | bytes vs compressed |");
-    println!("|---|---|---|---|---|---|---|");
+    println!("| format | path | LOAD DATA rows/s | builder rows/s | letters/s | builder / LOAD DATA | allocated bytes/row | bytes vs compressed |");
+    println!("|---|---|---|---|---|---|---|---|");
     for r in results {
         println!(
-            "| {}{} | {:.0} | {:.0} | {:.0} | {:.2} | {:.0} | {} |",
+            "| {}{} | {} | {:.0} | {:.0} | {:.0} | {:.2} | {:.0} | {} |",
             r.format.name(),
             r.algorithm
                 .as_deref()
                 .map_or(String::new(), |a| format!(" ({a})")),
+            path_name(r.letter_by_letter),
             r.load_rows_per_second,
             r.rows_per_second,
             r.letters_per_second,
@@ -237,11 +269,107 @@ async fn allocated_bytes(pool: &MySqlPool, database: &str, table: &str) -> anyho
     Ok(bytes.unwrap_or(0))
 }
 
+fn path_name(letter_by_letter: bool) -> &'static str {
+    if letter_by_letter {
+        "letter by letter"
+    } else {
+        "planned"
+    }
+}
+
+/// Part 0: the builder's CPU side alone, both paths, alternating rounds.
+fn bench_cpu_side(args: &Args, dir: &Path) -> anyhow::Result<()> {
+    let html = fifty_kb_letter();
+    write_mailing(dir, &html)?;
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let mut best = [0f64; 2];
+    for round in 1..=args.cpu_rounds {
+        for (slot, letter_by_letter) in [false, true].into_iter().enumerate() {
+            let composer = build::Composer::load(
+                &dir.join("mailing.json"),
+                "https://t.example.com",
+                letter_by_letter,
+            )?;
+            anyhow::ensure!(
+                composer.is_planned() != letter_by_letter,
+                "the bench letter must be planned: {:?}",
+                composer.plan_reason()
+            );
+            let rate = compose_all(&composer, args.letters, workers, &dir.join("cpu.jsonl"))?;
+            best[slot] = best[slot].max(rate);
+            println!(
+                "round {round}: {:<16} {rate:>8.0} letters/s",
+                path_name(letter_by_letter)
+            );
+        }
+    }
+    println!(
+        "\n## 0. CPU side: {} letters of {} KB with 20 links, {workers} threads, no database",
+        args.letters,
+        html.len() / 1024
+    );
+    println!(
+        "letter by letter     {:>10.0} letters/s   (the baseline: today's path)",
+        best[1]
+    );
+    println!("planned              {:>10.0} letters/s", best[0]);
+    println!(
+        "ratio planned/old    {:>10.2}   (aim >= 3)",
+        best[0] / best[1]
+    );
+    Ok(())
+}
+
+/// Composes `letters` letters on `workers` threads, each writing its JSON
+/// lines to its own file; returns letters/s.
+fn compose_all(
+    composer: &build::Composer,
+    letters: usize,
+    workers: usize,
+    out: &Path,
+) -> anyhow::Result<f64> {
+    let started = Instant::now();
+    let per_worker = letters.div_ceil(workers);
+    std::thread::scope(|scope| -> anyhow::Result<()> {
+        let handles: Vec<_> = (0..workers)
+            .map(|worker| {
+                let path = out.with_extension(format!("{worker}.jsonl"));
+                scope.spawn(move || -> anyhow::Result<()> {
+                    let mut file = std::io::BufWriter::new(std::fs::File::create(path)?);
+                    let first = worker * per_worker;
+                    for n in first..(first + per_worker).min(letters) {
+                        let fields = serde_json::json!({"email": format!("reader{n}@example.com"), "first_name": format!("Reader {n}")});
+                        let serde_json::Value::Object(fields) = fields else { anyhow::bail!("fields are an object") };
+                        let line = composer.letter_line(fields, n as u64 + 1).map_err(anyhow::Error::msg)?;
+                        writeln!(file, "{line}")?;
+                    }
+                    file.flush()?;
+                    Ok(())
+                })
+            })
+            .collect();
+        for handle in handles {
+            handle
+                .join()
+                .map_err(|_| anyhow::anyhow!("a composing thread panicked"))??;
+        }
+        Ok(())
+    })?;
+    Ok(letters as f64 / started.elapsed().as_secs_f64())
+}
+
+fn write_mailing(dir: &Path, html: &str) -> anyhow::Result<()> {
+    let mailing = serde_json::json!({"mailing_id": "bench", "subject": "Hi {{ first_name }}", "from": "b@example.com", "html": html});
+    std::fs::write(dir.join("mailing.json"), mailing.to_string())?;
+    Ok(())
+}
+
 async fn bench_builder(
     args: &Args,
     dir: &Path,
     format: RowFormat,
     algorithm: Option<&str>,
+    letter_by_letter: bool,
 ) -> anyhow::Result<FormatResult> {
     let name = "lt_bench_build";
     let (pool, _) = fresh_db(&args.server, name).await?;
@@ -250,11 +378,12 @@ async fn bench_builder(
         println!("{line}");
     }
     let html = fifty_kb_letter();
-    let summary = run_builder(args, dir, &pool, &html, None).await?;
+    let summary = run_builder(args, dir, &pool, &html, None, letter_by_letter).await?;
     let rows_per_second = summary.links_stored as f64 / summary.seconds;
     println!(
-        "\n## 1. builder ({}): {} letters of {} KB with 20 links",
+        "\n## 1. builder ({}, {}): {} letters of {} KB with 20 links",
         format.name(),
+        path_name(letter_by_letter),
         summary.letters_built,
         html.len() / 1024
     );
@@ -285,6 +414,7 @@ async fn bench_builder(
     println!("allocated bytes/row  {bytes_per_row:>10.0}   ({bytes} bytes for {rows} rows)");
     let result = FormatResult {
         format,
+        letter_by_letter,
         algorithm: algorithm.map(str::to_owned),
         letters_per_second: summary.letters_per_second(),
         rows_per_second,
@@ -304,9 +434,9 @@ async fn run_builder(
     pool: &MySqlPool,
     html: &str,
     smtp: Option<SmtpSettings>,
+    letter_by_letter: bool,
 ) -> anyhow::Result<build::Summary> {
-    let mailing = serde_json::json!({"mailing_id": "bench", "subject": "Hi {{ first_name }}", "from": "b@example.com", "html": html});
-    std::fs::write(dir.join("mailing.json"), mailing.to_string())?;
+    write_mailing(dir, html)?;
     let mut recipients =
         std::io::BufWriter::new(std::fs::File::create(dir.join("recipients.jsonl"))?);
     for n in 0..args.letters {
@@ -332,6 +462,7 @@ async fn run_builder(
         summary: None,
         max_letter_bytes: build::DEFAULT_MAX_LETTER_BYTES,
         secret: None,
+        letter_by_letter,
     };
     Ok(build::run(pool, &options).await?)
 }
@@ -353,7 +484,7 @@ async fn bench_delivery(args: &Args, dir: &Path) -> anyhow::Result<()> {
                 retries: 5,
                 backoff: std::time::Duration::from_millis(200),
             });
-            let summary = run_builder(args, dir, &pool, &html, settings).await?;
+            let summary = run_builder(args, dir, &pool, &html, settings, false).await?;
             let rate = summary.letters_per_second();
             if smtp {
                 anyhow::ensure!(

@@ -441,6 +441,12 @@ pub struct BuildArgs {
     #[arg(long, value_name = "BYTES", default_value_t = crate::build::DEFAULT_MAX_LETTER_BYTES)]
     pub max_letter_bytes: usize,
 
+    /// Personalise and rewrite every letter from scratch instead of filling
+    /// in the mailing's plan (compiled once; README "Builder"). The letters
+    /// are the same bytes either way; this is the slower reference path.
+    #[arg(long)]
+    pub letter_by_letter: bool,
+
     /// Recipients per batch; each batch's links are stored in one transaction.
     #[arg(long, default_value_t = 1000)]
     pub batch_size: usize,

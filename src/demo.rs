@@ -118,6 +118,7 @@ pub async fn prepare(
         summary: None,
         max_letter_bytes: build::DEFAULT_MAX_LETTER_BYTES,
         secret: secret.map(str::to_owned),
+        letter_by_letter: false,
     };
     let summary = build::run(&pool, &options).await?;
     let sample_urls = sample_urls(&letters, base_url)?;

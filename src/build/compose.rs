@@ -7,12 +7,13 @@ use super::recipients::Recipient;
 use super::reject::Reject;
 use super::track_mode::TrackMode;
 use crate::delivery::message;
+use crate::letter::plan::{Plan, PlanSource, Slot, Unplannable};
 use crate::letter::{rewrite, FoundKind, FoundLink, RewriteOptions, Template};
 use crate::store::link_templates::TemplateKey;
 use crate::store::links::{LinkKind, NewLink};
 use crate::token::{Plaintext, Token, TokenSeal};
 use chrono::{DateTime, Utc};
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
@@ -52,7 +53,26 @@ pub struct MailingContext {
     seal: TokenSeal,
     /// The mailing's link templates: (kind, position) -> URL -> id.
     templates: HashMap<(LinkKind, u32), HashMap<String, u32>>,
+    /// The letters of each shape compiled once (`letter::plan`); `Err`:
+    /// built one by one, for the reason given.
+    plans: Vec<(LetterShape, Result<Plan, Unplannable>)>,
 }
+
+/// What decides a letter's structure besides its values: which tracking
+/// steps run and which parts go before `</body>`. One plan per shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LetterShape {
+    rewritten: bool,
+    links: bool,
+    honeypot: bool,
+    footer: bool,
+    pixel: bool,
+}
+
+/// The slots of the tail before `</body>`, in this order.
+const TAIL_HONEYPOT: usize = 0;
+const TAIL_FOOTER: usize = 1;
+const TAIL_PIXEL: usize = 2;
 
 /// Why a mailing cannot be built at all (reported before any letter).
 #[derive(Debug, thiserror::Error)]
@@ -114,7 +134,7 @@ impl MailingContext {
         } else {
             (None, None)
         };
-        Ok(MailingContext {
+        let mut context = MailingContext {
             mailing,
             base_url,
             max_letter_bytes,
@@ -123,7 +143,110 @@ impl MailingContext {
             uses_stop_tracking,
             seal,
             templates: HashMap::new(),
-        })
+            plans: Vec::new(),
+        };
+        context.plans = context.compile_plans();
+        Ok(context)
+    }
+
+    /// The shape of a letter in `mode`.
+    fn shape(&self, mode: TrackMode) -> LetterShape {
+        let offers_stop = self.offers_stop_tracking(mode);
+        LetterShape {
+            rewritten: mode.is_tracked(),
+            links: mode.tracks_clicks(),
+            honeypot: self.mailing.honeypot && mode.tracks_clicks() && mode != TrackMode::Anonymous,
+            footer: offers_stop && mode.is_tracked() && self.mailing.stop_tracking_footer,
+            pixel: mode.tracks_opens(),
+        }
+    }
+
+    /// One plan per shape the mailing's letters can have; a mailing that
+    /// cannot be planned is said once here, not per letter.
+    fn compile_plans(&self) -> Vec<(LetterShape, Result<Plan, Unplannable>)> {
+        let mut plans: Vec<(LetterShape, Result<Plan, Unplannable>)> = Vec::new();
+        for mode in TrackMode::ALL {
+            let shape = self.shape(mode);
+            if plans.iter().any(|(known, _)| *known == shape) {
+                continue;
+            }
+            let plan = self.compile_plan(shape);
+            if let Err(why) = &plan {
+                tracing::info!(
+                    mailing = %self.mailing.mailing_id,
+                    mode = mode.as_str(),
+                    "letters are personalised and rewritten one by one: {why}"
+                );
+            }
+            plans.push((shape, plan));
+        }
+        plans
+    }
+
+    fn compile_plan(&self, shape: LetterShape) -> Result<Plan, Unplannable> {
+        let tail = tail_html(
+            shape,
+            &Slot::Tail(TAIL_HONEYPOT).sentinel(),
+            &Slot::Tail(TAIL_FOOTER).sentinel(),
+            &Slot::Tail(TAIL_PIXEL).sentinel(),
+        );
+        let prefixes = [
+            ("unsubscribe_url", self.url_prefix(LinkKind::Unsubscribe)),
+            (STOP_TRACKING_VARIABLE, self.url_prefix(LinkKind::OptOut)),
+        ];
+        let source = PlanSource {
+            template: self.html.as_ref().map(|t| (t, self.mailing.html.as_str())),
+            html: &self.mailing.html,
+            prefixes: &prefixes,
+            options: self.rewrite_options(shape, &tail),
+            text_part: message::text_unwrapped,
+        };
+        Plan::compile(&source)
+    }
+
+    /// What every URL of this kind starts with (before its token).
+    fn url_prefix(&self, kind: LinkKind) -> String {
+        tracked_url_of(&self.base_url, kind, "")
+    }
+
+    fn rewrite_options<'a>(&'a self, shape: LetterShape, tail_html: &'a str) -> RewriteOptions<'a> {
+        RewriteOptions {
+            track_links: shape.rewritten && shape.links,
+            proxy_images: shape.rewritten && self.mailing.proxy_images,
+            own_base_url: &self.base_url,
+            pixel_html: (shape.rewritten && !tail_html.is_empty()).then_some(tail_html),
+        }
+    }
+
+    fn plan(&self, shape: LetterShape) -> Option<&Plan> {
+        self.plans
+            .iter()
+            .find(|(known, _)| *known == shape)
+            .and_then(|(_, plan)| plan.as_ref().ok())
+    }
+
+    /// Whether the letters of `mode` are filled in from a plan (for tests
+    /// and the benchmark).
+    pub fn is_planned(&self, mode: TrackMode) -> bool {
+        self.plan(self.shape(mode)).is_some()
+    }
+
+    /// Why letters of `mode` are not planned (`None`: they are).
+    pub fn plan_reason(&self, mode: TrackMode) -> Option<String> {
+        let shape = self.shape(mode);
+        self.plans
+            .iter()
+            .find(|(known, _)| *known == shape)
+            .and_then(|(_, plan)| plan.as_ref().err())
+            .map(ToString::to_string)
+    }
+
+    /// Build every letter the old way, personalised and rewritten one by
+    /// one (the reference the plans are checked against, and the benchmark's
+    /// baseline).
+    pub fn without_plans(mut self) -> Self {
+        self.plans.clear();
+        self
     }
 
     /// A letter in `mode` gets a "stop tracking me" link: where the creative
@@ -228,6 +351,10 @@ fn stop_tracking_footer(url: &str) -> String {
 
 /// The tracked URL of a token (the URL contract: `/c/`, `/i/`, `/o/….gif`, `/u/`, `/t/`).
 pub fn tracked_url(base_url: &str, kind: LinkKind, token: &Token) -> String {
+    tracked_url_of(base_url, kind, &token.to_string())
+}
+
+fn tracked_url_of(base_url: &str, kind: LinkKind, token: &str) -> String {
     let base = base_url.trim_end_matches('/');
     match kind {
         LinkKind::Click | LinkKind::Honeypot => format!("{base}/c/{token}"),
@@ -238,15 +365,36 @@ pub fn tracked_url(base_url: &str, kind: LinkKind, token: &Token) -> String {
     }
 }
 
+/// What goes before `</body>`: the honeypot, the opt-out footer, the pixel,
+/// each where the shape has it.
+fn tail_html(shape: LetterShape, honeypot_url: &str, footer_url: &str, pixel_url: &str) -> String {
+    let mut tail = String::new();
+    if shape.honeypot {
+        tail.push_str(&honeypot_html(honeypot_url));
+    }
+    if shape.footer {
+        tail.push_str(&stop_tracking_footer(footer_url));
+    }
+    if shape.pixel {
+        tail.push_str(&pixel_html(pixel_url));
+    }
+    tail
+}
+
+fn pixel_html(url: &str) -> String {
+    format!(
+        r#"<img src="{url}" width="1" height="1" alt="" style="display:block;border:0;width:1px;height:1px" />"#
+    )
+}
+
 /// The honeypot link: no text, hidden from sight (`display:none`, and
 /// Outlook's `mso-hide`), from screen readers (`aria-hidden`) and from the
 /// keyboard (`tabindex="-1"`), so only a machine walking the letter's links
 /// follows it. It points to linktrack itself (`/c/`, served as a honeypot),
 /// never to the sender's site; the text part leaves it out (it is hidden).
-fn honeypot_html(base_url: &str, token: &Token) -> String {
+fn honeypot_html(url: &str) -> String {
     format!(
-        r#"<a href="{}" aria-hidden="true" tabindex="-1" style="display:none;mso-hide:all;font-size:0;line-height:0;max-height:0;overflow:hidden"></a>"#,
-        tracked_url(base_url, LinkKind::Honeypot, token)
+        r#"<a href="{url}" aria-hidden="true" tabindex="-1" style="display:none;mso-hide:all;font-size:0;line-height:0;max-height:0;overflow:hidden"></a>"#
     )
 }
 
@@ -405,7 +553,6 @@ pub fn build_letter(
     };
     let mut headers = BTreeMap::from([("From".to_owned(), mailing.from.clone())]);
     let mut context = recipient.fields.clone();
-    let mut pixel_html = None;
     // The message's Date is the unsubscribe token's time (below), which a
     // resumed run reuses, so a re-run writes the same message bytes.
     // Every mode has the unsubscribe link and header (unsubscribing is not
@@ -426,83 +573,92 @@ pub fn build_letter(
         "List-Unsubscribe=One-Click".into(),
     );
     context.insert("unsubscribe_url".into(), Value::String(unsubscribe_url));
-    let mut footer_html = None;
+    let shape = ctx.shape(mode);
+    let mut tail_urls = vec![String::new(); 3];
     if ctx.offers_stop_tracking(mode) {
         let stop = tokens.token(LinkKind::OptOut, 0, "", None);
         let stop_url = tracked_url(&ctx.base_url, LinkKind::OptOut, &stop);
-        if mode.is_tracked() && mailing.stop_tracking_footer {
-            footer_html = Some(stop_tracking_footer(&stop_url));
-        }
-        context.insert(STOP_TRACKING_VARIABLE.into(), Value::String(stop_url));
+        context.insert(
+            STOP_TRACKING_VARIABLE.into(),
+            Value::String(stop_url.clone()),
+        );
+        tail_urls[TAIL_FOOTER] = stop_url;
     }
     // The honeypot link catches link scanners: only where links are tracked,
     // and never in anonymous letters (its row would name the reader).
-    let honeypot =
-        (mailing.honeypot && mode.tracks_clicks() && mode != TrackMode::Anonymous).then(|| {
-            honeypot_html(
-                &ctx.base_url,
-                &tokens.token(LinkKind::Honeypot, 0, "", None),
-            )
-        });
-    if mode.tracks_opens() {
+    if shape.honeypot {
+        let honeypot = tokens.token(LinkKind::Honeypot, 0, "", None);
+        tail_urls[TAIL_HONEYPOT] = tracked_url(&ctx.base_url, LinkKind::Honeypot, &honeypot);
+    }
+    if shape.pixel {
         let pixel = if mode == TrackMode::Anonymous {
             images.shared_token(ctx, LinkKind::Pixel, 0, "", None, made_at)
         } else {
             tokens.token(LinkKind::Pixel, 0, "", None)
         };
-        pixel_html = Some(format!(
-            r#"<img src="{}" width="1" height="1" alt="" style="display:block;border:0;width:1px;height:1px" />"#,
-            tracked_url(&ctx.base_url, LinkKind::Pixel, &pixel)
-        ));
+        tail_urls[TAIL_PIXEL] = tracked_url(&ctx.base_url, LinkKind::Pixel, &pixel);
     }
-    // What goes before `</body>`: the honeypot, the opt-out footer, the pixel.
-    let tail_html: String = [honeypot, footer_html, pixel_html]
-        .into_iter()
-        .flatten()
-        .collect();
     context.insert(
         "mailing_id".into(),
         Value::String(mailing.mailing_id.clone()),
     );
 
-    let (html, subject) = match (&ctx.html, &ctx.subject) {
-        (Some(html), Some(subject)) => (
-            html.render(&context)
-                .map_err(|e| Reject::PersonaliseLetter(e.to_string()))?,
-            subject
-                .render(&context)
-                .map_err(|e| Reject::PersonaliseSubject(e.to_string()))?,
-        ),
-        _ => (mailing.html.clone(), mailing.subject.clone()),
+    let mut link_url = |found: &FoundLink| match found.kind {
+        FoundKind::Click => {
+            let meta = link_meta(found.tag.as_deref(), &mailing.tags);
+            let (position, url) = (found.position, found.url.as_str());
+            let token = if mode == TrackMode::Anonymous {
+                images.shared_token(ctx, LinkKind::Click, position, url, meta, made_at)
+            } else {
+                tokens.token(LinkKind::Click, position, url, meta)
+            };
+            tracked_url(&ctx.base_url, LinkKind::Click, &token)
+        }
+        FoundKind::Image => {
+            let token = images.token_for(ctx, &found.url, made_at);
+            tracked_url(&ctx.base_url, LinkKind::Image, &token)
+        }
     };
-
-    check_personalised(&html, &subject, ctx.max_letter_bytes)?;
-    let html = if mode.is_tracked() {
-        let options = RewriteOptions {
-            track_links: mode.tracks_clicks(),
-            proxy_images: mailing.proxy_images,
-            own_base_url: &ctx.base_url,
-            pixel_html: (!tail_html.is_empty()).then_some(tail_html.as_str()),
-        };
-        rewrite(&html, &options, |found: &FoundLink| match found.kind {
-            FoundKind::Click => {
-                let meta = link_meta(found.tag.as_deref(), &mailing.tags);
-                let (position, url) = (found.position, found.url.as_str());
-                let token = if mode == TrackMode::Anonymous {
-                    images.shared_token(ctx, LinkKind::Click, position, url, meta, made_at)
-                } else {
-                    tokens.token(LinkKind::Click, position, url, meta)
-                };
-                tracked_url(&ctx.base_url, LinkKind::Click, &token)
-            }
-            FoundKind::Image => {
-                let token = images.token_for(ctx, &found.url, made_at);
-                tracked_url(&ctx.base_url, LinkKind::Image, &token)
-            }
-        })
-        .map_err(|e| Reject::Rewrite(e.to_string()))?
-    } else {
-        html
+    let planned = ctx
+        .plan(shape)
+        .and_then(|plan| plan.values(&context).map(|values| (plan, values)));
+    let (html, text, subject) = match planned {
+        Some((plan, values)) => {
+            // The old path checks the personalised HTML before rewriting it.
+            let subject = render_subject(ctx, &context)?;
+            check_personalised(
+                plan.personalised_len(&values),
+                &subject,
+                ctx.max_letter_bytes,
+            )?;
+            let link_urls: Vec<String> = plan.links().iter().map(&mut link_url).collect();
+            let (html, text) = plan.fill(&values, &link_urls, &tail_urls);
+            (html, message::wrap_text(&text), subject)
+        }
+        None => {
+            let html = match &ctx.html {
+                Some(template) => template
+                    .render(&context)
+                    .map_err(|e| Reject::PersonaliseLetter(e.to_string()))?,
+                None => mailing.html.clone(),
+            };
+            let subject = render_subject(ctx, &context)?;
+            check_personalised(html.len(), &subject, ctx.max_letter_bytes)?;
+            let tail = tail_html(
+                shape,
+                &tail_urls[TAIL_HONEYPOT],
+                &tail_urls[TAIL_FOOTER],
+                &tail_urls[TAIL_PIXEL],
+            );
+            let html = if shape.rewritten {
+                rewrite(&html, &ctx.rewrite_options(shape, &tail), &mut link_url)
+                    .map_err(|e| Reject::Rewrite(e.to_string()))?
+            } else {
+                html
+            };
+            let text = message::text_part(&html);
+            (html, text, subject)
+        }
     };
     if let Some(mismatch) = tokens.mismatch {
         return Err(mismatch);
@@ -522,6 +678,7 @@ pub fn build_letter(
         reply_to: None,
         subject: &subject,
         html: &html,
+        text: &text,
         list_headers: &headers,
         date: sent_at.into(),
     })
@@ -544,14 +701,21 @@ pub fn build_letter(
     })
 }
 
-/// A personalised letter must still fit the size limit, and its subject
-/// (a header) must hold no control character a field brought in.
-fn check_personalised(html: &str, subject: &str, limit: usize) -> Result<(), Reject> {
-    if html.len() > limit {
-        return Err(Reject::TooBig {
-            size: html.len(),
-            limit,
-        });
+fn render_subject(ctx: &MailingContext, context: &Map<String, Value>) -> Result<String, Reject> {
+    match &ctx.subject {
+        Some(subject) => subject
+            .render(context)
+            .map_err(|e| Reject::PersonaliseSubject(e.to_string())),
+        None => Ok(ctx.mailing.subject.clone()),
+    }
+}
+
+/// A personalised letter (`size`: its HTML's bytes before rewriting) must
+/// still fit the size limit, and its subject (a header) must hold no
+/// control character a field brought in.
+fn check_personalised(size: usize, subject: &str, limit: usize) -> Result<(), Reject> {
+    if size > limit {
+        return Err(Reject::TooBig { size, limit });
     }
     match subject.chars().find(|c| c.is_control()) {
         Some(found) => Err(Reject::ControlCharacter {
@@ -589,3 +753,7 @@ fn link_meta(tag: Option<&str>, mailing_tags: &[String]) -> Option<Value> {
     tags.extend(mailing_tags.iter().map(String::as_str));
     (!tags.is_empty()).then(|| json!({ "tags": tags }))
 }
+
+#[cfg(test)]
+#[path = "compose_plan_tests.rs"]
+mod plan_tests;

@@ -89,6 +89,8 @@ pub struct BuildOptions {
     /// `LINKTRACK_SECRET`: part of the token seal key, as the server's
     /// (docs/token.md); the builder and the server must agree on it.
     pub secret: Option<String>,
+    /// Build every letter the old way (no plan): the reference path.
+    pub letter_by_letter: bool,
 }
 
 /// The default of `--max-letter-bytes`: 5 MiB of HTML is far beyond any
@@ -422,6 +424,9 @@ async fn prepare_mailing(
                     source,
                 },
             })?;
+    if options.letter_by_letter {
+        ctx = ctx.without_plans();
+    }
     // Every mode stores rows (at least the unsubscribe link), so the
     // creative must fit one statement and today's partitions must exist.
     let room = stats::largest_creative(pool).await?;
@@ -874,4 +879,80 @@ async fn count_new_letters(
         stats::add_letters_by_mode(conn, mailing_id, &counts).await?;
     }
     Ok(())
+}
+
+/// Letters composed on the CPU alone: no database, no recipients file, no
+/// delivery. What the builder's CPU side can do (`bench_build`'s part 0,
+/// both paths in one run); tokens are sealed with a throwaway key.
+pub struct Composer {
+    ctx: MailingContext,
+    images: ImageTokens,
+}
+
+impl Composer {
+    /// The mailing file as `build` reads it; `letter_by_letter` turns the
+    /// mailing's plan off.
+    pub fn load(
+        mailing: &Path,
+        base_url: &str,
+        letter_by_letter: bool,
+    ) -> Result<Composer, BuildError> {
+        let loaded = Mailing::load(mailing).map_err(BuildError::Mailing)?;
+        let seal = crate::token::TokenSeal::derive(None, &rand::random::<[u8; 16]>(), 0);
+        let ctx = MailingContext::prepare(loaded, base_url, DEFAULT_MAX_LETTER_BYTES, seal)
+            .map_err(|source| BuildError::Template {
+                path: mailing.to_owned(),
+                source,
+            })?;
+        let ctx = if letter_by_letter {
+            ctx.without_plans()
+        } else {
+            ctx
+        };
+        Ok(Composer {
+            ctx,
+            images: ImageTokens::default(),
+        })
+    }
+
+    /// Whether the mailing's tracked letters are filled in from its plan.
+    pub fn is_planned(&self) -> bool {
+        self.ctx.is_planned(TrackMode::All)
+    }
+
+    /// Why its tracked letters are not planned (`None`: they are).
+    pub fn plan_reason(&self) -> Option<String> {
+        self.ctx.plan_reason(TrackMode::All)
+    }
+
+    /// One recipient's letter (`fields` as a recipients file's line, with
+    /// `email`), as the output's JSON line; `Err` is the rejection.
+    pub fn letter_line(
+        &self,
+        fields: serde_json::Map<String, serde_json::Value>,
+        letter_id: u64,
+    ) -> Result<String, String> {
+        let email = fields
+            .get("email")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let recipient = Recipient {
+            line: letter_id,
+            email,
+            fields,
+        };
+        let mode = letter_mode(&self.ctx.mailing, &recipient, false);
+        let built = build_letter(
+            &self.ctx,
+            &recipient,
+            letter_id,
+            None,
+            &self.images,
+            chrono::Utc::now(),
+            mode,
+        )
+        .map_err(|e| e.to_string())?;
+        serde_json::to_string(&built.letter).map_err(|e| e.to_string())
+    }
 }

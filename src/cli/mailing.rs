@@ -58,6 +58,7 @@ pub(super) async fn build(url: &str, args: &BuildArgs) -> anyhow::Result<ExitCod
         summary: Some(summary_path),
         max_letter_bytes: args.max_letter_bytes,
         secret: args.secret.clone(),
+        letter_by_letter: args.letter_by_letter,
     };
     let summary = build::run(&pool, &options).await?;
     eprintln!("{summary}");

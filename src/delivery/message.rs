@@ -25,6 +25,9 @@ pub struct MessageParts<'a> {
     pub reply_to: Option<&'a str>,
     pub subject: &'a str,
     pub html: &'a str,
+    /// The text/plain part: [`text_part`] of `html` (or the same text
+    /// filled in from a mailing's plan).
+    pub text: &'a str,
     /// `List-Unsubscribe` and `List-Unsubscribe-Post` (RFC 8058), as built.
     pub list_headers: &'a BTreeMap<String, String>,
     pub date: SystemTime,
@@ -113,10 +116,9 @@ pub fn build(parts: &MessageParts<'_>) -> Result<BuiltMessage, MessageError> {
             .map_err(|_| MessageError::Build(format!("header name {name:?}")))?;
         builder = builder.raw_header(HeaderValue::new(name, value));
     }
-    let text = text_part(parts.html);
     let body = MultiPart::alternative()
         .boundary(boundary(&message_id, parts.html))
-        .singlepart(SinglePart::plain(text))
+        .singlepart(SinglePart::plain(parts.text.to_owned()))
         .singlepart(SinglePart::html(parts.html.to_owned()));
     let message = builder
         .multipart(body)
@@ -154,15 +156,61 @@ fn check_header_text(parts: &MessageParts<'_>) -> Result<(), MessageError> {
 /// The text/plain part: the HTML as a reader sees it, with its CSS applied
 /// (a hidden preheader stays hidden); links appear as their tracked URLs,
 /// so clicks from the text part are tracked too; the pixel has no text.
+/// Paragraphs are wrapped at 78 columns.
 pub fn text_part(html: &str) -> String {
+    wrap_text(&text_unwrapped(html))
+}
+
+/// Wider than any paragraph: html2text then never wraps.
+const NO_WRAP: usize = 1 << 24;
+
+/// [`text_part`] before wrapping: one line per paragraph. Wrapping is a
+/// separate step so that a mailing's plan (`letter::plan`) can fill the
+/// reader's values into this text and wrap afterwards, with the same result.
+pub fn text_unwrapped(html: &str) -> String {
     // Newsletters lay out with tables: drawn as text they become rows of
     // box characters and padding, so tables are read as plain blocks.
     html2text::config::plain()
         .use_doc_css()
         .raw_mode(true)
         .no_table_borders()
-        .string_from_read(html.as_bytes(), TEXT_WIDTH)
+        .string_from_read(html.as_bytes(), NO_WRAP)
         .unwrap_or_default()
+}
+
+/// Wraps each line longer than 78 columns at spaces (a URL longer than that
+/// stays whole), continuing at the line's own indentation.
+pub fn wrap_text(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + text.len() / 32);
+    for line in text.split_inclusive('\n') {
+        let (body, end) = match line.strip_suffix('\n') {
+            Some(body) => (body, "\n"),
+            None => (line, ""),
+        };
+        if textwrap::core::display_width(body) <= TEXT_WIDTH {
+            out.push_str(line);
+            continue;
+        }
+        let indent_len = body.len() - body.trim_start_matches(' ').len();
+        let indent = &body[..indent_len];
+        let options = textwrap::Options::new(TEXT_WIDTH)
+            .initial_indent(indent)
+            .subsequent_indent(indent)
+            .break_words(false)
+            .word_separator(textwrap::WordSeparator::AsciiSpace)
+            .word_splitter(textwrap::WordSplitter::NoHyphenation);
+        for (n, wrapped) in textwrap::wrap(&body[indent_len..], options)
+            .iter()
+            .enumerate()
+        {
+            if n > 0 {
+                out.push('\n');
+            }
+            out.push_str(wrapped);
+        }
+        out.push_str(end);
+    }
+    out
 }
 
 /// The MIME boundary: derived from the message, so a re-run of the job
@@ -205,6 +253,8 @@ mod tests {
             reply_to: None,
             subject: "Grüße, José – this week",
             html,
+            // Tests keep parts for the whole test: leaking one string each is fine.
+            text: Box::leak(text_part(html).into_boxed_str()),
             list_headers: headers,
             date: SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_790_000_000),
         }
@@ -268,6 +318,24 @@ mod tests {
         assert!(text.contains("Hello José"), "{text}");
         assert!(!text.contains("hidden preheader"), "{text}");
         assert!(!text.contains("0123.gif"), "{text}");
+    }
+
+    #[test]
+    fn long_lines_wrap_at_78_columns_at_their_own_indentation_and_urls_stay_whole() {
+        let long = format!("  {}", "word ".repeat(40));
+        let url = format!("https://t.example/c/{}", "0".repeat(90));
+        let text = wrap_text(&format!("{long}\nshort\n{url} end\n"));
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines
+                .iter()
+                .all(|l| l.len() <= 78 || l.starts_with("https://")),
+            "{text}"
+        );
+        assert!(lines[..3].iter().all(|l| l.starts_with("  word")), "{text}");
+        assert!(lines.contains(&"short"), "{text}");
+        assert!(lines.contains(&url.as_str()), "{text}");
+        assert_eq!(text.split_whitespace().filter(|w| *w == "word").count(), 40);
     }
 
     #[test]

@@ -24,6 +24,7 @@
 
 mod charref;
 pub(crate) mod personalize;
+pub mod plan;
 pub mod rewrite;
 mod start_tag;
 

@@ -162,7 +162,7 @@ fn environment(html: bool) -> Environment<'static> {
 }
 
 /// Escape the characters that can end text or a quoted attribute.
-fn escape_html(text: &str) -> std::borrow::Cow<'_, str> {
+pub(crate) fn escape_html(text: &str) -> std::borrow::Cow<'_, str> {
     if !text.contains(['&', '<', '>', '"', '\'']) {
         return std::borrow::Cow::Borrowed(text);
     }

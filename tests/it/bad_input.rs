@@ -35,6 +35,7 @@ fn options(dir: &Path, recipients: PathBuf) -> BuildOptions {
         summary: Some(dir.join("summary.json")),
         max_letter_bytes: build::DEFAULT_MAX_LETTER_BYTES,
         secret: None,
+        letter_by_letter: false,
     }
 }
 

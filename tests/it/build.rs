@@ -31,6 +31,7 @@ pub(crate) fn options(dir: &Path, mailing: PathBuf, recipients: PathBuf) -> Buil
         summary: None,
         max_letter_bytes: build::DEFAULT_MAX_LETTER_BYTES,
         secret: None,
+        letter_by_letter: false,
     }
 }
 

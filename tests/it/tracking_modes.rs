@@ -27,6 +27,7 @@ fn options(dir: &Path) -> BuildOptions {
         summary: None,
         max_letter_bytes: build::DEFAULT_MAX_LETTER_BYTES,
         secret: None,
+        letter_by_letter: false,
     }
 }
 
