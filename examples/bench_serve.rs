@@ -94,7 +94,8 @@ use linktrack::outbound::signature::Secret;
 use linktrack::outbound::{Endpoint, Outbound, RetryPolicy, Target};
 use linktrack::server::{App, AppSettings};
 use linktrack::store::{self, partitions, PoolSettings, RowFormat};
-use linktrack::token::Token;
+use linktrack::kind::TokenKind;
+use linktrack::token::{Opened, Plaintext, Token, TokenSeal};
 use rand::seq::SliceRandom;
 use std::io::Write;
 use std::net::SocketAddr;
@@ -174,6 +175,9 @@ struct Args {
     callgrind_route: Route,
 }
 
+/// The installation's seal, read at the start (pixel tokens are sealed).
+static SEAL: std::sync::OnceLock<TokenSeal> = std::sync::OnceLock::new();
+
 /// The server routes a measurement loads (the rounds' and `--callgrind`'s).
 #[derive(Clone, Copy, PartialEq, clap::ValueEnum)]
 enum Route {
@@ -204,6 +208,25 @@ impl Route {
             Route::Redirect => "/c/{token}",
             Route::Pixel => "/o/{file}",
             Route::Healthz => "/healthz",
+        }
+    }
+
+    /// The token this route is asked for with: the pixel answers only a
+    /// pixel token (its kind is sealed in it), so a click token's letter
+    /// gets one of the same time; the other routes take the click token.
+    fn token_for(self, click: Token) -> Token {
+        match (self, SEAL.get()) {
+            (Route::Pixel, Some(seal)) if click.unix_millis() >= seal.sealed_since_ms() => {
+                let plain = match seal.open(&click) {
+                    Opened::Sealed(plain) => Plaintext {
+                        kind: TokenKind::Pixel.code(),
+                        ..plain
+                    },
+                    Opened::Legacy => Plaintext::issue(TokenKind::Pixel, 0, 0),
+                };
+                seal.seal(click.created_at(), plain)
+            }
+            _ => click,
         }
     }
 
@@ -276,6 +299,9 @@ async fn main() -> anyhow::Result<()> {
         load_links(&args, dir.path()).await?
     };
     tokens.shuffle(&mut rand::rng());
+    let pool = sqlx::MySqlPool::connect(&url).await?;
+    let _ = SEAL.set(store::link_templates::load_seal(&pool, None).await?);
+    pool.close().await;
     let counter = ServerUser::create(&args.server, &args.database).await?;
     println!(
         "# linktrack bench_serve: {} rows in {} daily partitions, {} connections, {} s each, {} rounds",
@@ -582,6 +608,9 @@ async fn load_links(args: &Args, dir: &Path) -> anyhow::Result<Vec<Token>> {
     {
         println!("{database}: {line}");
     }
+    // Tokens sealed as the builder seals them (docs/token.md), so the
+    // redirect opens each one before its lookup, as it does in production.
+    let seal = store::link_templates::load_seal(&pool, None).await?;
     let today = Utc::now().date_naive();
     let first = today
         .checked_sub_days(Days::new(args.days - 1))
@@ -605,7 +634,7 @@ async fn load_links(args: &Args, dir: &Path) -> anyhow::Result<Vec<Token>> {
             let at = midnight + chrono::Duration::milliseconds((i * 86_000_000 / per_day) as i64);
             // Built at least an hour ago: clicks on it are not "too fast".
             let at = at.min(Utc::now() - chrono::Duration::hours(1));
-            let token = Token::at(at);
+            let token = seal.seal(at, Plaintext::issue(TokenKind::Click, 0, i / 20 + 1));
             tokens.push(token);
             writeln!(
                 out,
@@ -845,7 +874,7 @@ fn write_wrk_script(dir: &Path, route: Route, tokens: &[Token]) -> anyhow::Resul
     let mut out = std::io::BufWriter::new(std::fs::File::create(&path)?);
     writeln!(out, "tokens = {{")?;
     for token in tokens {
-        writeln!(out, "\"{token}\",")?;
+        writeln!(out, "\"{}\",", route.token_for(*token))?;
     }
     writeln!(
         out,
