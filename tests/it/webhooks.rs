@@ -377,7 +377,7 @@ async fn events_made_while_the_receiver_is_down_survive_a_kill_9_and_arrive() {
 }
 
 /// The value of `metric` labelled with `endpoint` (and `extra`) on `/metrics`.
-async fn metric(admin: &str, metric: &str, endpoint: &str, extra: &str) -> Option<f64> {
+pub async fn metric(admin: &str, metric: &str, endpoint: &str, extra: &str) -> Option<f64> {
     let text = crate::common::metrics_text(admin).await;
     let label = format!("endpoint=\"{endpoint}\"");
     text.lines()
