@@ -46,6 +46,10 @@ pub struct Claimed {
     pub held: i8,
 }
 
+/// The longest a row is held (a settle time past any sense must not make
+/// `next_attempt_at` overflow and the insert fail).
+const LONGEST_HOLD: Duration = Duration::from_secs(30 * 24 * 3_600);
+
 /// Enqueue rows; a row already queued for its endpoint is left as it is.
 /// (`IGNORE` is safe here: the table is not partitioned and no column can
 /// be truncated: the payload is MEDIUMTEXT, the other values are ours.)
@@ -65,7 +69,7 @@ pub async fn enqueue(pool: &MySqlPool, rows: &[NewOutboxRow]) -> Result<(), Stor
                 .push_bind(&row.payload)
                 .push_bind(i8::from(row.hold.is_some()))
                 .push("NOW(3) + INTERVAL ")
-                .push_bind_unseparated(micros(row.hold.unwrap_or_default()))
+                .push_bind_unseparated(micros(row.hold.unwrap_or_default().min(LONGEST_HOLD)))
                 .push_unseparated(" MICROSECOND");
         });
         query.build().execute(pool).await?;
