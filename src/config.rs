@@ -263,6 +263,17 @@ pub struct OutboundArgs {
         default_value_t = 259_200
     )]
     pub outbound_give_up_secs: u64,
+
+    /// The safety net of held events (docs/serve.md, "What is held, and for
+    /// how long"): a click or open still waiting for its settled verdict
+    /// --verdict-settle-secs + this many seconds after it was queued (no
+    /// rollup settled it) is sent anyway, with its first verdict.
+    #[arg(
+        long,
+        env = "LINKTRACK_OUTBOUND_HOLD_GRACE_SECS",
+        default_value_t = 120
+    )]
+    pub outbound_hold_grace_secs: u64,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -332,6 +343,11 @@ pub struct VerdictArgs {
 }
 
 impl VerdictArgs {
+    /// How long after it happened a hit's verdict is final.
+    pub fn settle(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.verdict_settle_secs)
+    }
+
     /// The verdict rules these settings name (the networks file is read and
     /// checked here: a bad entry is an error naming the file and entry).
     pub fn rules(
@@ -342,7 +358,7 @@ impl VerdictArgs {
             None => crate::events::networks::Networks::shipped(),
         };
         Ok(crate::events::verdicts::VerdictRules {
-            settle: std::time::Duration::from_secs(self.verdict_settle_secs),
+            settle: self.settle(),
             networks,
             ..Default::default()
         })

@@ -8,7 +8,9 @@ use crate::live::{Live, LiveError};
 use crate::store::rollup::{self, RolledBatch, RollupOptions, RollupReport};
 use crate::store::StoreError;
 use sqlx::MySqlPool;
+use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::Notify;
 
 /// One pass of the rollup worker: roll every pending event into MySQL, then
 /// publish each committed batch to Redis when a live layer is configured.
@@ -38,12 +40,15 @@ async fn publish(pool: &MySqlPool, live: &Live, batch: &RolledBatch) -> Result<(
 /// Run [`roll_and_publish`] every `every` until `stopping` says stop;
 /// errors are logged and retried on the next tick. A stop never interrupts
 /// a pass midway: each rollup batch is one transaction, and the pass in
-/// progress finishes first.
+/// progress finishes first. `senders`, the outbound senders of the same
+/// process, are woken after a pass that released held events (other
+/// processes' senders find them at their next poll).
 pub async fn run_worker(
     pool: MySqlPool,
     live: Option<Live>,
     options: RollupOptions,
     every: Duration,
+    senders: Option<Arc<Notify>>,
     mut stopping: crate::server::workers::Stopping,
 ) {
     let mut tick = tokio::time::interval(every);
@@ -55,7 +60,12 @@ pub async fn run_worker(
             _ = tick.tick() => {}
         }
         match roll_and_publish(&pool, live.as_ref(), &options).await {
-            Ok(report) if report.events() > 0 => tracing::debug!("{report}"),
+            Ok(report) if report.events() > 0 => {
+                if let Some(senders) = senders.as_ref().filter(|_| report.released > 0) {
+                    senders.notify_waiters();
+                }
+                tracing::debug!("{report}")
+            }
             Ok(_) => {}
             Err(err) => tracing::warn!(%err, "stats rollup failed; retrying"),
         }

@@ -319,7 +319,7 @@ pub(super) async fn rollup(url: &str, args: &RollupArgs) -> anyhow::Result<()> {
         let every = Duration::from_secs(secs.max(1));
         let mut workers = crate::server::workers::Workers::new();
         workers.spawn("rollup", move |stopping| {
-            crate::rollup::run_worker(pool, live, options, every, stopping)
+            crate::rollup::run_worker(pool, live, options, every, None, stopping)
         });
         crate::server::shutdown_signal().await;
         // The pass in progress commits or rolls back; a minute is plenty.

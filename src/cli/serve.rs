@@ -53,7 +53,7 @@ async fn run_server(url: &str, args: &ServeArgs, demo: bool) -> anyhow::Result<(
             max_connections: args.max_connections,
             ..Default::default()
         },
-        outbound: Outbound::from_args(&args.outbound)?,
+        outbound: hold_until_settled(Outbound::from_args(&args.outbound)?, args),
         ..AppSettings::new(pool, JournalSettings::new(&args.journal))
     };
     let listener = tokio::net::TcpListener::bind(args.listen)
@@ -73,6 +73,16 @@ async fn run_server(url: &str, args: &ServeArgs, demo: bool) -> anyhow::Result<(
     app.run(crate::server::shutdown_signal()).await?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Clicks and opens go out once their verdict settled (the settle time of
+/// the verdicts, the safety net of the outbound settings).
+fn hold_until_settled(outbound: Outbound, args: &ServeArgs) -> Outbound {
+    let hold = crate::outbound::Hold {
+        settle: args.verdicts.settle(),
+        ..outbound.hold
+    };
+    outbound.holding(hold)
 }
 
 pub(super) async fn demo(url: &str, args: &DemoArgs) -> anyhow::Result<()> {

@@ -173,9 +173,12 @@ pub(crate) async fn store_events(
     // Suppressions first: they matter more than the statistics, and once
     // the events are visible the suppressions are too.
     apply_unsubscribes(pool, &rows).await?;
-    insert_with_partitions(pool, &rows).await?;
-    // Events out: queued before the segment goes, so none is lost.
+    // Events out: queued before the segment goes, so none is lost; and
+    // before the events are visible, so the rollup's settle pass, which
+    // releases held rows of the events it rolls, never rolls an event
+    // whose row is not queued yet (that row would wait for the safety net).
     crate::outbound::enqueue(pool, outbound, &rows).await?;
+    insert_with_partitions(pool, &rows).await?;
     metrics::counter!("linktrack_events_written_total").increment(rows.len() as u64);
     Ok(rows.len())
 }

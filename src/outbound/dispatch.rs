@@ -309,6 +309,22 @@ impl Sender {
         )
         .await?;
         let count = claimed.len();
+        // Held rows come due only at their safety net: the rollup never
+        // settled them, and they go with their first verdict. (A row whose
+        // first attempt a crashed sender left behind is counted again.)
+        let unsettled = claimed
+            .iter()
+            .filter(|row| row.held != 0 && row.attempts == 0)
+            .count();
+        if unsettled > 0 {
+            metrics::counter!("linktrack_outbound_unsettled_total", "endpoint" => self.endpoint.name.clone())
+                .increment(unsettled as u64);
+            tracing::warn!(
+                endpoint = %self.endpoint.name,
+                events = unsettled,
+                "held events sent unsettled: no rollup settled their verdicts in time"
+            );
+        }
         let plan = plan(claimed, lanes, batch, count >= limit);
         outbox::release_first(&running.pool, &plan.released).await?;
         let mut tasks = JoinSet::new();
@@ -514,6 +530,7 @@ mod tests {
             attempts: 0,
             age_ms: 0,
             batch,
+            held: 0,
         }
     }
 

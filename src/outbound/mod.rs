@@ -66,12 +66,63 @@ impl RetryPolicy {
     }
 }
 
+/// How long the safety net waits, past the settle time, before a held event
+/// goes out unsettled (see [`Hold`]): rollup passes run every few seconds,
+/// so two minutes cover a slow or briefly failing one.
+pub const DEFAULT_HOLD_GRACE: Duration = Duration::from_secs(120);
+
+/// Clicks, opens and image loads wait for their settled verdict
+/// (docs/serve.md, "What is held, and for how long"): they are queued held,
+/// and the rollup's settle pass renders them again with the final verdict
+/// and releases them. `settle` zero holds nothing: events go at once with
+/// their first verdict.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Hold {
+    /// `--verdict-settle-secs`: how long after it happened a hit's verdict
+    /// is final.
+    pub settle: Duration,
+    /// The safety net: a held event still not released `settle + grace`
+    /// after it was queued (no rollup is running, or it is far behind) is
+    /// sent anyway, with its first verdict and `"settled": false`.
+    pub grace: Duration,
+}
+
+impl Default for Hold {
+    /// Nothing held.
+    fn default() -> Self {
+        Hold {
+            settle: Duration::ZERO,
+            grace: DEFAULT_HOLD_GRACE,
+        }
+    }
+}
+
+impl Hold {
+    /// Hold events of `kind` until their verdicts settle, `settle` after
+    /// they happened.
+    pub fn until_settled(settle: Duration) -> Hold {
+        Hold {
+            settle,
+            ..Hold::default()
+        }
+    }
+
+    /// When an event of `kind` queued now goes out at the latest (`None`:
+    /// at once, not held).
+    pub fn safety_net(&self, kind: crate::kind::EventKind) -> Option<Duration> {
+        (!self.settle.is_zero() && payload::waits_for_verdict(kind))
+            .then(|| self.settle.saturating_add(self.grace))
+    }
+}
+
 /// The configured endpoints and the policy, shared by the replay (which
 /// enqueues) and the senders. Cheap to clone; empty means off.
 #[derive(Debug, Clone, Default)]
 pub struct Outbound {
     endpoints: Arc<[Endpoint]>,
     pub policy: RetryPolicy,
+    /// Which events wait for their settled verdict, and how long at most.
+    pub hold: Hold,
     /// Woken after every enqueue, so idle senders start at once.
     wake: Arc<Notify>,
 }
@@ -81,11 +132,23 @@ impl Outbound {
         Outbound {
             endpoints: endpoints.into(),
             policy,
+            hold: Hold::default(),
             wake: Arc::new(Notify::new()),
         }
     }
 
-    /// The endpoints and policy the settings name, checked (a bad URL,
+    /// The same endpoints, holding clicks and opens as `hold` says.
+    pub fn holding(self, hold: Hold) -> Outbound {
+        Outbound { hold, ..self }
+    }
+
+    /// What wakes idle senders: the rollup worker of the same process
+    /// notifies it after a pass that may have released held rows.
+    pub fn waker(&self) -> Arc<Notify> {
+        self.wake.clone()
+    }
+
+    /// The endpoints, policy and safety net the settings name, checked (a bad URL,
     /// secret or file entry is an error naming the setting).
     pub fn from_args(args: &crate::config::OutboundArgs) -> Result<Outbound, EndpointError> {
         let policy = RetryPolicy {
@@ -94,7 +157,12 @@ impl Outbound {
             give_up_after: Duration::from_secs(args.outbound_give_up_secs),
             ..RetryPolicy::default()
         };
-        Ok(Outbound::new(endpoints::from_args(args)?, policy))
+        // The settle time is the verdicts' setting: `serve` adds it.
+        let hold = Hold {
+            grace: Duration::from_secs(args.outbound_hold_grace_secs),
+            ..Hold::default()
+        };
+        Ok(Outbound::new(endpoints::from_args(args)?, policy).holding(hold))
     }
 
     pub fn endpoints(&self) -> &[Endpoint] {
@@ -111,9 +179,11 @@ impl Outbound {
     }
 }
 
-/// Queue `rows` (events just inserted by the replay) for every endpoint
-/// whose filter matches. Idempotent: replaying the same rows again queues
-/// nothing twice while the first rows wait.
+/// Queue `rows` (events the replay is storing) for every endpoint whose
+/// filter matches. Idempotent: replaying the same rows again queues nothing
+/// twice while the first rows wait. Clicks, opens and image loads are
+/// queued held when verdicts settle (`outbound.hold`), with their first
+/// verdict and `"settled": false`; the rollup's settle pass releases them.
 pub async fn enqueue(
     pool: &MySqlPool,
     outbound: &Outbound,
@@ -146,7 +216,11 @@ pub async fn enqueue(
             .and_then(|id| links.get(&id))
             .cloned()
             .unwrap_or_default();
-        let body = payload::render(row, &link);
+        let hold = outbound.hold.safety_net(row.kind);
+        // Rendered with the first verdict, `"settled": false` (an
+        // unsubscribe says true: nothing revises it); a held row is
+        // rendered again when its verdict settles.
+        let body = payload::render(row, &link, false);
         for endpoint in endpoints {
             queued.push(outbox::NewOutboxRow {
                 endpoint: endpoint.name.clone(),
@@ -155,6 +229,7 @@ pub async fn enqueue(
                 letter_id: row.letter_id,
                 occurred_at: row.occurred_at,
                 payload: body.clone(),
+                hold,
             });
         }
     }

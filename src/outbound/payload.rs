@@ -5,7 +5,8 @@
 use crate::kind::EventKind;
 use crate::store::events::EventRow;
 use chrono::{DateTime, SecondsFormat, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 
 /// The `type` of an event kind.
 pub fn event_type(kind: EventKind) -> &'static str {
@@ -32,70 +33,121 @@ pub struct LinkDetails {
     pub tags: Vec<String>,
 }
 
-#[derive(Serialize)]
+// The body's shape, in the order its fields are sent. Deserialisable too,
+// so the settle pass can render a held body again with its settled verdict
+// ([`settled`]): every field but `bot` comes back as it was stored.
+#[derive(Serialize, Deserialize)]
 struct Payload<'a> {
     #[serde(rename = "type")]
-    kind: &'static str,
+    kind: Cow<'a, str>,
     timestamp: String,
     data: Data<'a>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, Deserialize)]
 struct Data<'a> {
     event_id: String,
     token: String,
-    mailing_id: Option<&'a str>,
+    mailing_id: Option<Cow<'a, str>>,
     letter_id: Option<u64>,
-    email: Option<&'a str>,
+    email: Option<Cow<'a, str>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    url: Option<&'a str>,
+    url: Option<Cow<'a, str>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     position: Option<u32>,
-    tags: &'a [String],
+    tags: Cow<'a, [String]>,
     occurred_at: String,
-    ip: Option<&'a str>,
-    user_agent: Option<&'a str>,
+    ip: Option<Cow<'a, str>>,
+    user_agent: Option<Cow<'a, str>>,
     bot: Bot<'a>,
 }
 
 /// The bot verdict: bots are delivered too, flagged, so the receiver decides.
-#[derive(Serialize)]
+#[derive(Serialize, Deserialize)]
 struct Bot<'a> {
     verdict: bool,
-    reasons: Vec<&'a str>,
+    reasons: Vec<Cow<'a, str>>,
+    /// The verdict is final: a click or open held until the rollup settled
+    /// it, or an unsubscribe (nothing revises those). `false`: the first
+    /// verdict, sent at once (`--verdict-settle-secs 0`, or the safety net
+    /// of a held event whose settle pass never came); it may differ from
+    /// what the statistics count.
+    #[serde(default)]
+    settled: bool,
 }
 
-/// The body for `row`.
-pub fn render(row: &EventRow, link: &LinkDetails) -> String {
+impl<'a> Bot<'a> {
+    fn of(verdict: bool, reason: Option<&'a str>, settled: bool) -> Bot<'a> {
+        Bot {
+            verdict,
+            reasons: reason
+                .map(|r| {
+                    r.split(',')
+                        .filter(|s| !s.is_empty())
+                        .map(Cow::Borrowed)
+                        .collect()
+                })
+                .unwrap_or_default(),
+            settled,
+        }
+    }
+}
+
+/// Whether an event of `kind` waits for its settled verdict before it goes
+/// out (when verdicts settle at all): clicks, opens and image loads do.
+/// An unsubscribe is a person's instruction, honoured whoever sends it, and
+/// goes at once.
+pub fn waits_for_verdict(kind: EventKind) -> bool {
+    kind != EventKind::Unsubscribe
+}
+
+/// The body for `row`. `settled`: its verdict is final (see [`Bot`]); an
+/// unsubscribe always says so.
+pub fn render(row: &EventRow, link: &LinkDetails, settled: bool) -> String {
     let occurred_at = rfc3339(row.occurred_at);
     let clicked = row.kind == EventKind::Click;
     let payload = Payload {
-        kind: event_type(row.kind),
+        kind: Cow::Borrowed(event_type(row.kind)),
         timestamp: occurred_at.clone(),
         data: Data {
             event_id: hex::encode(row.event_id),
             token: hex::encode(row.token),
-            mailing_id: row.mailing_id.as_deref(),
+            mailing_id: borrowed(&row.mailing_id),
             letter_id: row.letter_id,
-            email: row.email.as_deref(),
-            url: link.url.as_deref().filter(|_| clicked),
+            email: borrowed(&row.email),
+            url: link.url.as_deref().filter(|_| clicked).map(Cow::Borrowed),
             position: row.position.filter(|_| clicked),
-            tags: &link.tags,
+            tags: Cow::Borrowed(&link.tags),
             occurred_at,
-            ip: row.ip.as_deref(),
-            user_agent: row.user_agent.as_deref(),
-            bot: Bot {
-                verdict: row.bot,
-                reasons: row
-                    .bot_reason
-                    .as_deref()
-                    .map(|r| r.split(',').filter(|s| !s.is_empty()).collect())
-                    .unwrap_or_default(),
-            },
+            ip: borrowed(&row.ip),
+            user_agent: borrowed(&row.user_agent),
+            bot: Bot::of(
+                row.bot,
+                row.bot_reason.as_deref(),
+                settled || !waits_for_verdict(row.kind),
+            ),
         },
     };
     // Strings, numbers and booleans only: serialising cannot fail.
     serde_json::to_string(&payload).unwrap_or_else(|_| unreachable!("plain data serialises"))
+}
+
+fn borrowed(text: &Option<String>) -> Option<Cow<'_, str>> {
+    text.as_deref().map(Cow::Borrowed)
+}
+
+/// A held body rendered again with its settled verdict: `bot` becomes
+/// `{verdict, reasons, "settled": true}`, every other field stays as it was
+/// stored (same fields, same order, same values). An error when `stored`
+/// is not a body [`render`] made.
+pub fn settled(
+    stored: &str,
+    verdict: bool,
+    reason: Option<&str>,
+) -> Result<String, serde_json::Error> {
+    let mut payload: Payload<'_> = serde_json::from_str(stored)?;
+    payload.data.bot = Bot::of(verdict, reason, true);
+    serde_json::to_string(&payload)
 }
 
 /// A `webhook.test` body for `linktrack webhooks test`.
@@ -183,7 +235,7 @@ mod tests {
             ..click()
         };
         let body: serde_json::Value =
-            serde_json::from_str(&render(&late, &LinkDetails::default())).unwrap();
+            serde_json::from_str(&render(&late, &LinkDetails::default(), false)).unwrap();
         let data = &body["data"];
         assert_eq!(body["type"], "email.clicked");
         assert_eq!(data["email"], serde_json::Value::Null);
@@ -201,7 +253,7 @@ mod tests {
             url: Some("https://example.com/a?b=1&c=2".into()),
             tags: vec!["ruby".into()],
         };
-        let body: serde_json::Value = serde_json::from_str(&render(&click(), &link)).unwrap();
+        let body: serde_json::Value = serde_json::from_str(&render(&click(), &link, true)).unwrap();
         assert_eq!(
             body,
             serde_json::json!({
@@ -219,7 +271,7 @@ mod tests {
                     "occurred_at": "2026-11-23T10:00:00.250Z",
                     "ip": "192.0.2.0/24",
                     "user_agent": "Mozilla/5.0",
-                    "bot": {"verdict": true, "reasons": ["ua:bot"]}
+                    "bot": {"verdict": true, "reasons": ["ua:bot"], "settled": true}
                 }
             })
         );
@@ -237,25 +289,93 @@ mod tests {
             url: Some("https://t.example.com/o.gif".into()),
             tags: vec![],
         };
-        let body: serde_json::Value = serde_json::from_str(&render(&open, &link)).unwrap();
+        let body: serde_json::Value = serde_json::from_str(&render(&open, &link, false)).unwrap();
         assert_eq!(body["type"], "email.opened");
         assert!(body["data"].get("url").is_none());
         assert!(body["data"].get("position").is_none());
         assert_eq!(
             body["data"]["bot"],
-            serde_json::json!({"verdict": false, "reasons": []})
+            serde_json::json!({"verdict": false, "reasons": [], "settled": false})
         );
+    }
+
+    /// Issue 24: a held body rendered again with its settled verdict is
+    /// the body the settled event renders to, byte for byte: only `bot`
+    /// changed, every other field kept its value and its place.
+    #[test]
+    fn a_held_body_settles_to_the_bytes_of_the_settled_event() {
+        let link = LinkDetails {
+            url: Some("https://example.com/a?b=1&c=\"2\"".into()),
+            tags: vec!["ruby".into(), "é".into()],
+        };
+        let first = EventRow {
+            bot: false,
+            bot_reason: None,
+            user_agent: Some("Mozilla/5.0 \"quoted\" \\ ,\"bot\":{}".into()),
+            ..click()
+        };
+        let held = render(&first, &link, false);
+        assert!(
+            held.ends_with(r#""bot":{"verdict":false,"reasons":[],"settled":false}}}"#),
+            "{held}"
+        );
+        let again = settled(&held, true, Some("honeypot_window")).unwrap();
+        let settled_row = EventRow {
+            bot: true,
+            bot_reason: Some("honeypot_window".into()),
+            ..first.clone()
+        };
+        assert_eq!(again, render(&settled_row, &link, true));
+        // A late event (no letter, no address) and an open (no url) too.
+        for row in [
+            EventRow {
+                letter_id: None,
+                email: None,
+                ip: None,
+                user_agent: None,
+                ..first.clone()
+            },
+            EventRow {
+                kind: EventKind::Open,
+                ..first.clone()
+            },
+        ] {
+            let again = settled(&render(&row, &link, false), false, Some("proxy:gmail")).unwrap();
+            let want = EventRow {
+                bot: false,
+                bot_reason: Some("proxy:gmail".into()),
+                ..row
+            };
+            assert_eq!(again, render(&want, &link, true));
+        }
+        assert!(settled("not json", true, None).is_err());
+    }
+
+    #[test]
+    fn an_unsubscribe_is_always_settled_and_never_waits() {
+        let unsubscribe = EventRow {
+            kind: EventKind::Unsubscribe,
+            ..click()
+        };
+        let body: serde_json::Value =
+            serde_json::from_str(&render(&unsubscribe, &LinkDetails::default(), false)).unwrap();
+        assert_eq!(body["data"]["bot"]["settled"], true);
+        assert!(!waits_for_verdict(EventKind::Unsubscribe));
+        for kind in [EventKind::Click, EventKind::Open, EventKind::Image] {
+            assert!(waits_for_verdict(kind));
+        }
     }
 
     #[test]
     fn a_batch_splices_the_bodies_and_is_named_by_its_events() {
-        let first = render(&click(), &LinkDetails::default());
+        let first = render(&click(), &LinkDetails::default(), true);
         let second = render(
             &EventRow {
                 event_id: [0xcd; 16],
                 ..click()
             },
             &LinkDetails::default(),
+            true,
         );
         let newest = "2026-11-23T10:00:01.500Z".parse().unwrap();
         let body = batch_body([first.as_str(), second.as_str()], newest);

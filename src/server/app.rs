@@ -259,8 +259,9 @@ fn start_workers(settings: &AppSettings, workers: &mut Workers) {
         let pool = settings.pool.clone();
         let live = settings.live.clone();
         let options = settings.rollup.clone();
+        let senders = Some(settings.outbound.waker());
         workers.spawn("rollup", move |stopping| {
-            crate::rollup::run_worker(pool, live, options, every, stopping)
+            crate::rollup::run_worker(pool, live, options, every, senders, stopping)
         });
     }
     let pool = settings.pool.clone();

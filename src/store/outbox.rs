@@ -4,9 +4,10 @@
 //! (`NOW(3)`, UTC in every linktrack session), so several servers agree on
 //! what is due.
 
+use super::rollup::RolledBatch;
 use super::StoreError;
 use chrono::{DateTime, NaiveDateTime, Utc};
-use sqlx::{MySql, MySqlPool, QueryBuilder};
+use sqlx::{MySql, MySqlConnection, MySqlPool, QueryBuilder};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -19,6 +20,10 @@ pub struct NewOutboxRow {
     pub letter_id: Option<u64>,
     pub occurred_at: DateTime<Utc>,
     pub payload: String,
+    /// `Some(net)`: held for its settled verdict (the rollup's settle pass
+    /// releases it, [`release_settled`]); sent anyway, as it is, `net` after
+    /// it was queued. `None`: due at once.
+    pub hold: Option<Duration>,
 }
 
 /// A claimed row, ready to send.
@@ -36,7 +41,14 @@ pub struct Claimed {
     /// The failed batch this row is retried in (see the migration
     /// `20261125090001_outbox_batch.sql`), if any.
     pub batch: Option<u64>,
+    /// Still held: its settle pass never came, and the safety net sent it
+    /// with its first verdict.
+    pub held: i8,
 }
+
+/// The longest a row is held (a settle time past any sense must not make
+/// `next_attempt_at` overflow and the insert fail).
+const LONGEST_HOLD: Duration = Duration::from_secs(30 * 24 * 3_600);
 
 /// Enqueue rows; a row already queued for its endpoint is left as it is.
 /// (`IGNORE` is safe here: the table is not partitioned and no column can
@@ -45,7 +57,8 @@ pub async fn enqueue(pool: &MySqlPool, rows: &[NewOutboxRow]) -> Result<(), Stor
     for chunk in rows.chunks(super::events::MAX_ROWS_PER_INSERT) {
         let mut query = QueryBuilder::<MySql>::new(
             "INSERT IGNORE INTO outbox \
-             (endpoint, event_id, event_type, letter_id, occurred_at, payload) ",
+             (endpoint, event_id, event_type, letter_id, occurred_at, payload, held, \
+              next_attempt_at) ",
         );
         query.push_values(chunk, |mut b, row| {
             b.push_bind(&row.endpoint)
@@ -53,7 +66,11 @@ pub async fn enqueue(pool: &MySqlPool, rows: &[NewOutboxRow]) -> Result<(), Stor
                 .push_bind(row.event_type)
                 .push_bind(row.letter_id)
                 .push_bind(row.occurred_at.naive_utc())
-                .push_bind(&row.payload);
+                .push_bind(&row.payload)
+                .push_bind(i8::from(row.hold.is_some()))
+                .push("NOW(3) + INTERVAL ")
+                .push_bind_unseparated(micros(row.hold.unwrap_or_default().min(LONGEST_HOLD)))
+                .push_unseparated(" MICROSECOND");
         });
         query.build().execute(pool).await?;
     }
@@ -92,13 +109,69 @@ pub async fn claim(
     let rows = sqlx::query_as::<_, Claimed>(
         "SELECT id, event_id, event_type, letter_id, occurred_at, payload, attempts, \
          CAST(TIMESTAMPDIFF(MICROSECOND, enqueued_at, NOW(3)) DIV 1000 AS SIGNED) AS age_ms, \
-         batch FROM outbox WHERE claim = ? AND endpoint = ? ORDER BY id",
+         batch, held FROM outbox WHERE claim = ? AND endpoint = ? ORDER BY id",
     )
     .bind(claim)
     .bind(endpoint)
     .fetch_all(pool)
     .await?;
     Ok(rows)
+}
+
+/// Held rows of one settle pass read per statement.
+const RELEASE_CHUNK: usize = 500;
+
+/// Release the held rows of `batch`'s events (the rollup's settle pass, in
+/// its transaction, after `store::verdicts::settle_batch` wrote the final
+/// verdicts): each payload is rendered again with the event's settled
+/// verdict and `"settled": true`, and the row is due at once. Returns how
+/// many rows were released.
+///
+/// Only rows no sender ever took are rewritten (`claim IS NULL AND attempts
+/// = 0`): a row the safety net already handed to a sink keeps the bytes it
+/// was sent with, so a retry sends the same body under the same id. The
+/// guard is in the UPDATE itself, so a sender claiming a row between the
+/// read and the write wins and the row is left as it is.
+pub async fn release_settled(
+    conn: &mut MySqlConnection,
+    batch: &RolledBatch,
+) -> Result<u64, StoreError> {
+    let held: Vec<(u64, String, i8, Option<String>)> = sqlx::query_as(
+        "SELECT o.id, o.payload, e.bot, e.bot_reason FROM events e \
+         JOIN outbox o ON o.held = 1 AND o.event_id = e.event_id \
+         WHERE e.inserted >= ? AND e.inserted < ? AND e.id > ? AND e.id <= ? \
+           AND o.claim IS NULL AND o.attempts = 0",
+    )
+    .bind(batch.lower)
+    .bind(batch.upper)
+    .bind(batch.after_id)
+    .bind(batch.last_id)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut released = 0;
+    for chunk in held.chunks(RELEASE_CHUNK) {
+        let mut query = QueryBuilder::<MySql>::new("UPDATE outbox SET payload = CASE id");
+        for (id, stored, bot, reason) in chunk {
+            let payload = crate::outbound::payload::settled(stored, *bot != 0, reason.as_deref())
+                .unwrap_or_else(|err| {
+                    // Not one of ours (hand-edited?): sent as it is.
+                    tracing::warn!(id, %err, "held outbox row not rendered again");
+                    stored.clone()
+                });
+            query
+                .push(" WHEN ")
+                .push_bind(*id)
+                .push(" THEN ")
+                .push_bind(payload);
+        }
+        query.push(
+            " ELSE payload END, held = 0, next_attempt_at = NOW(3) \
+             WHERE held = 1 AND claim IS NULL AND attempts = 0 AND id IN ",
+        );
+        super::push_in_list(&mut query, chunk.iter().map(|(id, ..)| *id));
+        released += query.build().execute(&mut *conn).await?.rows_affected();
+    }
+    Ok(released)
 }
 
 /// Delete acknowledged rows (one statement per [`super::IN_LIST_CHUNK`]).

@@ -54,6 +54,9 @@ pub struct RolledBatch {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RollupReport {
     pub batches: Vec<RolledBatch>,
+    /// Held outbox rows the settle pass released (docs/serve.md, "What is
+    /// held, and for how long").
+    pub released: u64,
 }
 
 impl RollupReport {
@@ -149,8 +152,9 @@ pub async fn rollup_with(
             upper: partition.upper,
             day: partition.last_day(),
         };
-        while let Some(batch) = rollup_batch(pool, &range, &options).await? {
+        while let Some((batch, released)) = rollup_batch(pool, &range, &options).await? {
             report.batches.push(batch);
+            report.released += released;
         }
         lower = partition.upper;
     }
@@ -179,13 +183,14 @@ struct PartitionRange {
     day: NaiveDate,
 }
 
-/// Roll the next at most `limit` events of one partition. `None` when it is
-/// caught up (or nothing more has settled).
+/// Roll the next at most `limit` events of one partition, and release the
+/// held outbox rows of its events (how many is returned with the batch).
+/// `None` when it is caught up (or nothing more has settled).
 async fn rollup_batch(
     pool: &MySqlPool,
     range: &PartitionRange,
     options: &RollupOptions,
-) -> Result<Option<RolledBatch>, StoreError> {
+) -> Result<Option<(RolledBatch, u64)>, StoreError> {
     let mut conn = pool.acquire().await?;
     sqlx::query("INSERT IGNORE INTO rollup_state (day, last_id) VALUES (?, 0)")
         .bind(range.day)
@@ -236,6 +241,11 @@ async fn rollup_batch(
     if revised > 0 {
         metrics::counter!("linktrack_verdicts_revised_total").increment(revised);
     }
+    // Events out: the batch's held clicks and opens go with these verdicts.
+    let released = super::outbox::release_settled(&mut tx, &batch).await?;
+    if released > 0 {
+        metrics::counter!("linktrack_outbound_released_total").increment(released);
+    }
     add_batch(&mut tx, &batch).await?;
     sqlx::query("UPDATE rollup_state SET last_id = ?, updated_at = NOW(3) WHERE day = ?")
         .bind(last_id)
@@ -243,7 +253,7 @@ async fn rollup_batch(
         .execute(&mut *tx)
         .await?;
     tx.commit().await?;
-    Ok(Some(batch))
+    Ok(Some((batch, released)))
 }
 
 /// The largest id that may be rolled with a settle time, on the locked

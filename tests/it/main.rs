@@ -18,6 +18,7 @@ mod demo;
 mod deploy;
 mod expired_links;
 mod first_hour;
+mod held_events;
 mod hot_path;
 mod image_proxy;
 mod journal_full;

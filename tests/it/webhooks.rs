@@ -328,6 +328,10 @@ async fn events_made_while_the_receiver_is_down_survive_a_kill_9_and_arrive() {
         ("LINKTRACK_WEBHOOK_TIMEOUT_MS", "1000"),
         ("LINKTRACK_OUTBOUND_RETRY_BASE_MS", "100"),
         ("LINKTRACK_OUTBOUND_RETRY_MAX_SECS", "1"),
+        // This server runs no rollup (`--rollup-every 0`): hold nothing, or
+        // the clicks and opens would wait for the safety net (held events
+        // are tests/it/held_events.rs).
+        ("LINKTRACK_VERDICT_SETTLE_SECS", "0"),
     ];
     let journal = tempfile::tempdir().unwrap();
     let addr = free_port();
@@ -377,7 +381,7 @@ async fn events_made_while_the_receiver_is_down_survive_a_kill_9_and_arrive() {
 }
 
 /// The value of `metric` labelled with `endpoint` (and `extra`) on `/metrics`.
-async fn metric(admin: &str, metric: &str, endpoint: &str, extra: &str) -> Option<f64> {
+pub async fn metric(admin: &str, metric: &str, endpoint: &str, extra: &str) -> Option<f64> {
     let text = crate::common::metrics_text(admin).await;
     let label = format!("endpoint=\"{endpoint}\"");
     text.lines()
