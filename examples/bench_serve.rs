@@ -86,15 +86,18 @@
 
 #[path = "support/mysql_client.rs"]
 mod mysql_client;
+#[path = "support/process_cpu.rs"]
+mod process_cpu;
+use process_cpu::{mariadbd_stat, ProcessCpu};
 
 use chrono::{Days, NaiveTime, Utc};
 use clap::Parser;
 use linktrack::events::journal::JournalSettings;
+use linktrack::kind::TokenKind;
 use linktrack::outbound::signature::Secret;
 use linktrack::outbound::{Endpoint, Outbound, RetryPolicy, Target};
 use linktrack::server::{App, AppSettings};
 use linktrack::store::{self, partitions, PoolSettings, RowFormat};
-use linktrack::kind::TokenKind;
 use linktrack::token::{Opened, Plaintext, Token, TokenSeal};
 use rand::seq::SliceRandom;
 use std::io::Write;
@@ -981,62 +984,6 @@ async fn wait_replayed(journal: &Path) -> anyhow::Result<f64> {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-/// CPU seconds (user and system) of a process from its `/proc/{pid}/stat`:
-/// its own, and that of its children it has waited for (wrk and sysbench,
-/// for this process). Linux counts both in USER_HZ ticks, 100 a second.
-#[derive(Debug, Clone, Copy)]
-struct ProcessCpu {
-    own: f64,
-    children: f64,
-}
-
-impl ProcessCpu {
-    /// This process: the server runs in it, and the harness idles while
-    /// wrk runs.
-    fn this() -> anyhow::Result<ProcessCpu> {
-        ProcessCpu::read(Path::new("/proc/self/stat"))
-    }
-
-    fn read(stat: &Path) -> anyhow::Result<ProcessCpu> {
-        let text = std::fs::read_to_string(stat)?;
-        // Fields after the command name (which is in parentheses and may
-        // hold spaces): state is field 3; utime, stime, cutime and cstime
-        // are 14 to 17.
-        let after_name = text
-            .rsplit_once(')')
-            .map(|(_, rest)| rest)
-            .ok_or_else(|| anyhow::anyhow!("unreadable {}", stat.display()))?;
-        let fields: Vec<&str> = after_name.split_whitespace().collect();
-        let ticks = |n: usize| -> anyhow::Result<f64> {
-            Ok(fields
-                .get(n - 3)
-                .ok_or_else(|| anyhow::anyhow!("short {}", stat.display()))?
-                .parse::<f64>()?
-                / 100.0)
-        };
-        Ok(ProcessCpu {
-            own: ticks(14)? + ticks(15)?,
-            children: ticks(16)? + ticks(17)?,
-        })
-    }
-}
-
-/// `/proc/{pid}/stat` of the MariaDB server, found by its pid file; none
-/// when that file is not on this machine (a remote database).
-async fn mariadbd_stat(admin: &sqlx::MySqlPool) -> Option<PathBuf> {
-    let pid_file: String = sqlx::query_scalar("SELECT @@pid_file")
-        .fetch_one(admin)
-        .await
-        .ok()?;
-    let pid: u32 = std::fs::read_to_string(pid_file)
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
-    let stat = PathBuf::from(format!("/proc/{pid}/stat"));
-    stat.exists().then_some(stat)
 }
 
 /// A new server on the server user's own pool, running on a task.

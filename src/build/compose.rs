@@ -200,6 +200,7 @@ impl MailingContext {
             prefixes: &prefixes,
             options: self.rewrite_options(shape, &tail),
             text_part: message::text_unwrapped,
+            wrap: message::wrap_text,
         };
         Plan::compile(&source)
     }
@@ -633,7 +634,7 @@ pub fn build_letter(
             )?;
             let link_urls: Vec<String> = plan.links().iter().map(&mut link_url).collect();
             let (html, text) = plan.fill(&values, &link_urls, &tail_urls);
-            (html, message::wrap_text(&text), subject)
+            (html, text, subject)
         }
         None => {
             let html = match &ctx.html {

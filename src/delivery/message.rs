@@ -10,6 +10,7 @@ use lettre::Message;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::time::SystemTime;
+use unicode_width::UnicodeWidthStr;
 
 /// What a message is made of; everything else is derived.
 #[derive(Debug)]
@@ -58,8 +59,11 @@ pub enum MessageError {
     Build(String),
 }
 
-/// Letters are wrapped at this width in the text part.
-const TEXT_WIDTH: usize = 78;
+/// Letters are wrapped at this width in the text part: short enough that a
+/// text part in ASCII is sent as it is (7bit), readable without decoding
+/// and with no encoding work per letter; lettre (email-encoding's chooser)
+/// quoted-printable-encodes a body with any line of 75 bytes or more.
+const TEXT_WIDTH: usize = 74;
 
 /// Build the message of one letter.
 pub fn build(parts: &MessageParts<'_>) -> Result<BuiltMessage, MessageError> {
@@ -117,7 +121,7 @@ pub fn build(parts: &MessageParts<'_>) -> Result<BuiltMessage, MessageError> {
         builder = builder.raw_header(HeaderValue::new(name, value));
     }
     let body = MultiPart::alternative()
-        .boundary(boundary(&message_id, parts.html))
+        .boundary(boundary(&message_id))
         .singlepart(SinglePart::plain(parts.text.to_owned()))
         .singlepart(SinglePart::html(parts.html.to_owned()));
     let message = builder
@@ -156,7 +160,7 @@ fn check_header_text(parts: &MessageParts<'_>) -> Result<(), MessageError> {
 /// The text/plain part: the HTML as a reader sees it, with its CSS applied
 /// (a hidden preheader stays hidden); links appear as their tracked URLs,
 /// so clicks from the text part are tracked too; the pixel has no text.
-/// Paragraphs are wrapped at 78 columns.
+/// Paragraphs are wrapped at 74 columns.
 pub fn text_part(html: &str) -> String {
     wrap_text(&text_unwrapped(html))
 }
@@ -178,8 +182,13 @@ pub fn text_unwrapped(html: &str) -> String {
         .unwrap_or_default()
 }
 
-/// Wraps each line longer than 78 columns at spaces (a URL longer than that
-/// stays whole), continuing at the line's own indentation.
+/// Wraps each line longer than 74 columns at spaces (a word longer than
+/// that, such as a tracked URL, stays whole on its own line), continuing at
+/// the line's own indentation; spaces at a break are dropped.
+///
+/// A greedy wrap of our own rather than `textwrap`: it runs on every
+/// letter's text, and `textwrap::wrap` took 6.6 million instructions for a
+/// 48 KB letter's text (callgrind), a quarter of the planned builder's CPU.
 pub fn wrap_text(text: &str) -> String {
     let mut out = String::with_capacity(text.len() + text.len() / 32);
     for line in text.split_inclusive('\n') {
@@ -187,40 +196,58 @@ pub fn wrap_text(text: &str) -> String {
             Some(body) => (body, "\n"),
             None => (line, ""),
         };
-        if textwrap::core::display_width(body) <= TEXT_WIDTH {
+        if body.len() <= TEXT_WIDTH || (!body.is_ascii() && body.width() <= TEXT_WIDTH) {
             out.push_str(line);
-            continue;
+        } else {
+            wrap_line(body, &mut out);
+            out.push_str(end);
         }
-        let indent_len = body.len() - body.trim_start_matches(' ').len();
-        let indent = &body[..indent_len];
-        let options = textwrap::Options::new(TEXT_WIDTH)
-            .initial_indent(indent)
-            .subsequent_indent(indent)
-            .break_words(false)
-            .word_separator(textwrap::WordSeparator::AsciiSpace)
-            .word_splitter(textwrap::WordSplitter::NoHyphenation);
-        for (n, wrapped) in textwrap::wrap(&body[indent_len..], options)
-            .iter()
-            .enumerate()
-        {
-            if n > 0 {
-                out.push('\n');
-            }
-            out.push_str(wrapped);
-        }
-        out.push_str(end);
     }
     out
 }
 
-/// The MIME boundary: derived from the message, so a re-run of the job
-/// produces the same bytes. `=_` never occurs in a quoted-printable or
-/// base64 body, so the boundary cannot collide with the content.
-fn boundary(message_id: &str, html: &str) -> String {
-    let digest = Sha256::new()
-        .chain_update(message_id.as_bytes())
-        .chain_update(html.as_bytes())
-        .finalize();
+fn wrap_line(body: &str, out: &mut String) {
+    let words = body.trim_start_matches(' ');
+    let indent = &body[..body.len() - words.len()];
+    let mut column = 0;
+    let mut gap = 0;
+    let mut started = false;
+    for word in words.split(' ') {
+        gap += 1;
+        if word.is_empty() {
+            continue;
+        }
+        // ASCII (almost every word) is one column per byte.
+        let width = if word.is_ascii() {
+            word.len()
+        } else {
+            word.width()
+        };
+        if !started {
+            started = true;
+            out.push_str(indent);
+            column = indent.len();
+        } else if column + gap + width <= TEXT_WIDTH {
+            out.extend(std::iter::repeat_n(' ', gap));
+            column += gap;
+        } else {
+            out.push('\n');
+            out.push_str(indent);
+            column = indent.len();
+        }
+        out.push_str(word);
+        column += width;
+        gap = 0;
+    }
+}
+
+/// The MIME boundary: derived from the message's id (unique per letter and
+/// mailing), so a re-run of the job produces the same bytes. `=_` never
+/// occurs in a quoted-printable or base64 body, so the boundary cannot
+/// collide with the content, whatever the content (hashing the HTML as
+/// well cost 2.6 million instructions per 48 KB letter and bought nothing).
+fn boundary(message_id: &str) -> String {
+    let digest = Sha256::digest(message_id.as_bytes());
     format!("=_lt_{}", hex::encode(&digest[..16]))
 }
 
@@ -321,7 +348,7 @@ mod tests {
     }
 
     #[test]
-    fn long_lines_wrap_at_78_columns_at_their_own_indentation_and_urls_stay_whole() {
+    fn long_lines_wrap_at_74_columns_at_their_own_indentation_and_urls_stay_whole() {
         let long = format!("  {}", "word ".repeat(40));
         let url = format!("https://t.example/c/{}", "0".repeat(90));
         let text = wrap_text(&format!("{long}\nshort\n{url} end\n"));
@@ -329,13 +356,32 @@ mod tests {
         assert!(
             lines
                 .iter()
-                .all(|l| l.len() <= 78 || l.starts_with("https://")),
+                .all(|l| l.len() <= 74 || l.starts_with("https://")),
             "{text}"
         );
         assert!(lines[..3].iter().all(|l| l.starts_with("  word")), "{text}");
         assert!(lines.contains(&"short"), "{text}");
         assert!(lines.contains(&url.as_str()), "{text}");
         assert_eq!(text.split_whitespace().filter(|w| *w == "word").count(), 40);
+    }
+
+    #[test]
+    fn an_ascii_text_part_is_sent_7bit() {
+        let paragraph = "Lorem ipsum dolor sit amet, consectetur adipiscing elit. ".repeat(30);
+        let html = format!("<html><body><p>{paragraph}</p><p>{paragraph}</p></body></html>");
+        let headers = BTreeMap::new();
+        let mut p = parts(&headers, &html);
+        p.subject = "ASCII";
+        let message = build(&p).unwrap().message;
+        let text_part = message
+            .split("Content-Type: text/plain")
+            .nth(1)
+            .and_then(|rest| rest.split("\r\n\r\n").next())
+            .unwrap_or_default();
+        assert!(
+            text_part.contains("Content-Transfer-Encoding: 7bit"),
+            "{text_part}"
+        );
     }
 
     #[test]

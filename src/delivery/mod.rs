@@ -3,6 +3,7 @@
 //! [`smtp`] delivers them to an MTA; [`Delivery`] records each outcome so a
 //! re-run delivers nothing twice.
 
+mod ledger;
 pub mod message;
 pub mod pools;
 pub mod smtp;
@@ -51,37 +52,36 @@ impl DeliveryCounters {
     }
 }
 
-/// Mark one letter `sending`, hand it to the MTA, and record the outcome
-/// right after the reply: a kill can leave at most the messages in flight
-/// unrecorded. Written by the letter's own task, so the marks of parallel
-/// letters overlap. A letter that was not taken is forgotten (nothing to
-/// doubt on the next run).
+/// Letters are marked `sending` this many rounds of connections ahead.
+const MARK_AHEAD: usize = 4;
+
+/// Hand one letter (already marked `sending`) to the MTA and record the
+/// outcome right after the reply, before its connection takes the next
+/// letter: a kill can leave at most the messages in flight (one per
+/// connection) handed over and unrecorded. The ledger commits the records
+/// of parallel letters together. A letter that was not taken is forgotten
+/// (nothing to doubt on the next run).
 async fn hand_over(
     deliverer: &Deliverer,
-    pool: &MySqlPool,
-    mailing_id: &str,
+    ledger: &ledger::Ledger,
     letter_id: u64,
     sender: &lettre::Address,
     email: &str,
     message: &str,
 ) -> Result<Outcome, crate::store::StoreError> {
-    deliveries::mark_sending(pool, mailing_id, letter_id).await?;
     let outcome = deliverer.deliver(sender, email, message.as_bytes()).await;
     match &outcome {
         Outcome::Delivered(reply) => {
-            deliveries::record(
-                pool,
-                mailing_id,
-                letter_id,
-                DeliveryStatus::Delivered,
-                reply,
-            )
-            .await?
+            ledger
+                .outcome(letter_id, DeliveryStatus::Delivered, reply)
+                .await?
         }
         Outcome::Rejected(reply) => {
-            deliveries::record(pool, mailing_id, letter_id, DeliveryStatus::Rejected, reply).await?
+            ledger
+                .outcome(letter_id, DeliveryStatus::Rejected, reply)
+                .await?
         }
-        Outcome::Failed(_) => deliveries::forget(pool, mailing_id, letter_id).await?,
+        Outcome::Failed(_) => ledger.forget(letter_id).await?,
     }
     Ok(outcome)
 }
@@ -165,8 +165,24 @@ impl Delivery {
                 .push((letter.letter_id, letter.email.clone()));
         }
         let permits = Arc::new(tokio::sync::Semaphore::new(self.connections));
+        let ledger = ledger::Ledger::start(self.pool.clone(), self.mailing_id.clone());
         let mut tasks = tokio::task::JoinSet::new();
-        for letter in letters.iter().filter(|l| !settled.contains(&l.letter_id)) {
+        let to_send: Vec<&Letter> = letters
+            .iter()
+            .filter(|l| !settled.contains(&l.letter_id))
+            .collect();
+        let mut marked = 0;
+        for (n, letter) in to_send.iter().copied().enumerate() {
+            // Marked `sending` a wave ahead, in one statement per wave.
+            if n == marked {
+                let wave: Vec<u64> = to_send[n..]
+                    .iter()
+                    .take(self.connections * MARK_AHEAD)
+                    .map(|l| l.letter_id)
+                    .collect();
+                marked += wave.len();
+                ledger.sending(wave).await?;
+            }
             let permit = Arc::clone(&permits)
                 .acquire_owned()
                 .await
@@ -180,8 +196,7 @@ impl Delivery {
                 return Err(BuildError::Internal("a delivery without an MTA".into()));
             };
             let sender = self.sender.clone();
-            let pool = self.pool.clone();
-            let mailing_id = self.mailing_id.clone();
+            let ledger = ledger.clone();
             let (id, line, email, message) = (
                 letter.letter_id,
                 letter.line,
@@ -190,16 +205,8 @@ impl Delivery {
             );
             tasks.spawn(async move {
                 let host = deliverer.host().to_owned();
-                let handed_over = hand_over(
-                    &deliverer,
-                    &pool,
-                    &mailing_id,
-                    id,
-                    &sender,
-                    &email,
-                    &message,
-                )
-                .await;
+                let handed_over =
+                    hand_over(&deliverer, &ledger, id, &sender, &email, &message).await;
                 drop(permit);
                 (id, line, email, handed_over, host)
             });

@@ -129,6 +129,18 @@ pub struct PlanSource<'a> {
     pub options: RewriteOptions<'a>,
     /// Turns a letter's final HTML into its text part, unwrapped.
     pub text_part: fn(&str) -> String,
+    /// Wraps the text part's lines; line by line, so a line without values
+    /// is wrapped once here and a line with values after filling.
+    pub wrap: fn(&str) -> String,
+}
+
+/// One line of the text part (with its line break).
+#[derive(Debug, Clone)]
+enum TextLine {
+    /// No values: wrapped once, at compile time.
+    Wrapped(String),
+    /// Filled in per letter, then wrapped.
+    Filled(Pieces),
 }
 
 /// A mailing's letters as fixed text and slots.
@@ -141,7 +153,8 @@ pub struct Plan {
     personalised_fixed: usize,
     field_counts: Vec<usize>,
     html: Pieces,
-    text: Pieces,
+    text: Vec<TextLine>,
+    wrap: fn(&str) -> String,
 }
 
 /// One letter's field values, checked by [`Plan::values`]: what goes into
@@ -198,8 +211,8 @@ impl Plan {
             return Err(Unplannable::FieldInLink(name));
         }
         let text = (source.text_part)(&html);
-        let html = split(html).ok_or(Unplannable::SentinelInCreative)?;
-        let text = split(text).ok_or_else(|| {
+        let html = split_at_sentinels(html).ok_or(Unplannable::SentinelInCreative)?;
+        let text = text_lines(&text, source.wrap).ok_or_else(|| {
             Unplannable::TextChangesValue(
                 fields.first().map(|f| f.name.clone()).unwrap_or_default(),
             )
@@ -211,6 +224,7 @@ impl Plan {
             field_counts,
             html,
             text,
+            wrap: source.wrap,
         })
     }
 
@@ -250,7 +264,7 @@ impl Plan {
             + self.personalised_fixed
     }
 
-    /// The letter's HTML and unwrapped text part. `link_urls` are the
+    /// The letter's HTML and text part (wrapped). `link_urls` are the
     /// tracked URLs of [`Plan::links`], `tail_urls` those of the tail; both
     /// must be plain URLs (no `&`, `<`, `>`, quotes or whitespace: ours are).
     pub fn fill(
@@ -260,7 +274,16 @@ impl Plan {
         tail_urls: &[String],
     ) -> (String, String) {
         let html = fill(&self.html, &values.html, link_urls, tail_urls);
-        let text = fill(&self.text, &values.text, link_urls, tail_urls);
+        let mut text = String::with_capacity(html.len() / 2);
+        for line in &self.text {
+            match line {
+                TextLine::Wrapped(fixed) => text.push_str(fixed),
+                TextLine::Filled(pieces) => {
+                    let filled = fill(pieces, &values.text, link_urls, tail_urls);
+                    text.push_str(&(self.wrap)(&filled));
+                }
+            }
+        }
         (html, text)
     }
 }
@@ -394,9 +417,30 @@ fn named_field(fields: &[PlanField], text: &str) -> Option<String> {
         .map(|(_, f)| f.name.clone())
 }
 
+/// The text part's lines: runs of lines without values wrapped now, the
+/// others split at their sentinels. `None` when a sentinel is broken.
+fn text_lines(text: &str, wrap: fn(&str) -> String) -> Option<Vec<TextLine>> {
+    let mut lines = Vec::new();
+    let mut fixed = String::new();
+    for line in text.split_inclusive('\n') {
+        if !line.contains([OPEN, CLOSE]) {
+            fixed.push_str(&wrap(line));
+            continue;
+        }
+        if !fixed.is_empty() {
+            lines.push(TextLine::Wrapped(std::mem::take(&mut fixed)));
+        }
+        lines.push(TextLine::Filled(split_at_sentinels(line.to_owned())?));
+    }
+    if !fixed.is_empty() {
+        lines.push(TextLine::Wrapped(fixed));
+    }
+    Some(lines)
+}
+
 /// Splits at sentinels; `None` if a sentinel is broken (the text part
 /// changed it) or a stray private-use character is left.
-fn split(text: String) -> Option<Pieces> {
+fn split_at_sentinels(text: String) -> Option<Pieces> {
     let mut pieces = Vec::new();
     let mut at = 0;
     while let Some(found) = text[at..].find(OPEN) {
@@ -475,16 +519,16 @@ mod tests {
     fn slots_round_trip_through_their_sentinels() {
         for slot in [Slot::Field(0), Slot::Link(12), Slot::Tail(2)] {
             let text = format!("a{}b", slot.sentinel());
-            let pieces = split(text).expect("splits");
+            let pieces = split_at_sentinels(text).expect("splits");
             assert_eq!(pieces.pieces[1], Piece::Slot(slot));
         }
     }
 
     #[test]
     fn a_broken_sentinel_is_refused() {
-        assert!(split(format!("a{OPEN}F1{CLOSE}")).is_none());
-        assert!(split(format!("a{OPEN}f1")).is_none());
-        assert!(split(format!("a{CLOSE}b")).is_none());
+        assert!(split_at_sentinels(format!("a{OPEN}F1{CLOSE}")).is_none());
+        assert!(split_at_sentinels(format!("a{OPEN}f1")).is_none());
+        assert!(split_at_sentinels(format!("a{CLOSE}b")).is_none());
     }
 
     #[test]

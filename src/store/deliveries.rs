@@ -51,56 +51,69 @@ pub async fn recorded_among(
     Ok(recorded)
 }
 
-/// Mark a letter as being handed over, before its SMTP transaction: a crash
-/// before [`record`] leaves it `sending`, which the next run reports.
-pub async fn mark_sending(
-    pool: &MySqlPool,
-    mailing_id: &str,
-    letter_id: u64,
-) -> Result<(), StoreError> {
-    sqlx::query(
-        "INSERT IGNORE INTO deliveries (mailing_id, letter_id, status, reply, at) \
-         VALUES (?, ?, 'sending', '', UTC_TIMESTAMP())",
-    )
-    .bind(mailing_id)
-    .bind(letter_id)
-    .execute(pool)
-    .await?;
-    Ok(())
+/// What the delivery tasks of one mailing asked to write since the last
+/// statement, written together (see `delivery::ledger`).
+#[derive(Debug, Default)]
+pub struct LedgerWrites {
+    /// Letters about to be handed over: marked `sending`.
+    pub sending: Vec<u64>,
+    /// Letters the MTA answered: their status and reply.
+    pub outcomes: Vec<(u64, DeliveryStatus, String)>,
+    /// Letters the MTA never took: their mark dropped.
+    pub forgotten: Vec<u64>,
 }
 
-/// Record one letter's outcome, right after the MTA's reply, so the window
-/// in which a crash could make a re-run deliver it again is one message.
-pub async fn record(
+/// Write `writes` in one transaction: one statement per kind of write,
+/// whatever the number of letters (up to [`super::IN_LIST_CHUNK`] each).
+pub async fn write_ledger(
     pool: &MySqlPool,
     mailing_id: &str,
-    letter_id: u64,
-    status: DeliveryStatus,
-    reply: &str,
+    writes: &LedgerWrites,
 ) -> Result<(), StoreError> {
-    let reply: String = reply.chars().take(512).collect();
-    sqlx::query(
-        "UPDATE deliveries SET status = ?, reply = ?, at = UTC_TIMESTAMP() \
-         WHERE mailing_id = ? AND letter_id = ?",
-    )
-    .bind(status)
-    .bind(reply)
-    .bind(mailing_id)
-    .bind(letter_id)
-    .execute(pool)
-    .await?;
-    Ok(())
-}
-
-/// Drop the `sending` mark of a letter the MTA never took (refused
-/// connection, still failing after every retry): it is simply undelivered.
-pub async fn forget(pool: &MySqlPool, mailing_id: &str, letter_id: u64) -> Result<(), StoreError> {
-    sqlx::query(
-        "DELETE FROM deliveries WHERE mailing_id = ? AND letter_id = ? AND status = 'sending'",
-    )
-    .bind(mailing_id)
-    .bind(letter_id)
-    .execute(pool)
-    .await?;
+    let mut tx = pool.begin().await?;
+    for chunk in writes.sending.chunks(super::IN_LIST_CHUNK) {
+        let mut query = QueryBuilder::<MySql>::new(
+            "INSERT IGNORE INTO deliveries (mailing_id, letter_id, status, reply, at) ",
+        );
+        query.push_values(chunk, |mut row, letter_id| {
+            row.push_bind(mailing_id)
+                .push_bind(*letter_id)
+                .push("'sending', '', UTC_TIMESTAMP()");
+        });
+        query.build().execute(&mut *tx).await?;
+    }
+    for chunk in writes.outcomes.chunks(super::IN_LIST_CHUNK) {
+        let mut query = QueryBuilder::<MySql>::new("UPDATE deliveries SET status = CASE letter_id");
+        for (letter_id, status, _) in chunk {
+            query
+                .push(" WHEN ")
+                .push_bind(*letter_id)
+                .push(" THEN ")
+                .push_bind(*status);
+        }
+        query.push(" END, reply = CASE letter_id");
+        for (letter_id, _, reply) in chunk {
+            let reply: String = reply.chars().take(512).collect();
+            query
+                .push(" WHEN ")
+                .push_bind(*letter_id)
+                .push(" THEN ")
+                .push_bind(reply);
+        }
+        query
+            .push(" END, at = UTC_TIMESTAMP() WHERE mailing_id = ")
+            .push_bind(mailing_id);
+        query.push(" AND letter_id IN ");
+        super::push_in_list(&mut query, chunk.iter().map(|(id, ..)| *id));
+        query.build().execute(&mut *tx).await?;
+    }
+    for chunk in writes.forgotten.chunks(super::IN_LIST_CHUNK) {
+        let mut query = QueryBuilder::<MySql>::new("DELETE FROM deliveries WHERE mailing_id = ");
+        query.push_bind(mailing_id);
+        query.push(" AND status = 'sending' AND letter_id IN ");
+        super::push_in_list(&mut query, chunk.iter().copied());
+        query.build().execute(&mut *tx).await?;
+    }
+    tx.commit().await?;
     Ok(())
 }
