@@ -6,11 +6,9 @@
 //! real receiver on a socket, real MariaDB.
 
 use crate::common::{days_ago, RunningApp, TestDb};
-use crate::webhooks::{endpoint, fast_retries, http, metric, Delivery, Receiver};
-use chrono::Utc;
+use crate::webhooks::{endpoint, fast_retries, http, letter, metric, Delivery, Receiver};
 use linktrack::events::verdicts::VerdictRules;
 use linktrack::outbound::{Hold, Outbound};
-use linktrack::store::links::{self, LinkKind, NewLink};
 use linktrack::store::rollup::RollupOptions;
 use linktrack::token::Token;
 use serde_json::{json, Value};
@@ -20,43 +18,6 @@ use std::time::{Duration, Instant};
 /// A scanner's address and a person's: the honeypot rule holds whatever the address.
 const SCANNER: &str = "198.51.100.7";
 const PERSON: &str = "203.0.113.9";
-
-/// One letter's links: two clicks, the honeypot, the pixel, the unsubscribe link.
-struct Letter {
-    clicks: [Token; 2],
-    honeypot: Token,
-    pixel: Token,
-    unsubscribe: Token,
-}
-
-async fn letter(db: &TestDb, letter_id: u64) -> Letter {
-    let made = Utc::now() - chrono::Duration::hours(1);
-    let seal = crate::common::seal_of(&db.pool).await;
-    let link = |kind, position: u32, url: &str| NewLink {
-        token: crate::common::sealed_token(&seal, made, kind),
-        kind,
-        mailing_id: "spring".into(),
-        letter_id,
-        email: format!("r{letter_id}@example.com"),
-        position,
-        url: url.into(),
-        meta: Some(json!({"tags": ["ruby"]})),
-    };
-    let rows = vec![
-        link(LinkKind::Click, 1, "https://example.com/a"),
-        link(LinkKind::Click, 2, "https://example.com/b"),
-        link(LinkKind::Honeypot, 0, "https://example.com/"),
-        link(LinkKind::Pixel, 0, ""),
-        link(LinkKind::Unsubscribe, 0, ""),
-    ];
-    links::insert(&db.pool, &rows).await.unwrap();
-    Letter {
-        clicks: [rows[0].token, rows[1].token],
-        honeypot: rows[2].token,
-        pixel: rows[3].token,
-        unsubscribe: rows[4].token,
-    }
-}
 
 /// A server whose events go to `receiver` as endpoint `name`, holding
 /// clicks and opens for `settle` (safety net: `grace` later), with the

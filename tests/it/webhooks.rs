@@ -147,11 +147,13 @@ async fn receive(
     StatusCode::from_u16(status).unwrap()
 }
 
-/// The links of one letter: two clicks, the pixel, the unsubscribe link.
+/// The links of one letter: two clicks, the pixel, the unsubscribe link
+/// and the honeypot.
 pub struct Letter {
     pub clicks: [Token; 2],
     pub pixel: Token,
     pub unsubscribe: Token,
+    pub honeypot: Token,
 }
 
 pub async fn letter(db: &TestDb, letter_id: u64) -> Letter {
@@ -172,12 +174,14 @@ pub async fn letter(db: &TestDb, letter_id: u64) -> Letter {
         link(LinkKind::Click, 2, "https://example.com/b"),
         link(LinkKind::Pixel, 0, ""),
         link(LinkKind::Unsubscribe, 0, ""),
+        link(LinkKind::Honeypot, 0, ""),
     ];
     links::insert(&db.pool, &rows).await.unwrap();
     Letter {
         clicks: [rows[0].token, rows[1].token],
         pixel: rows[2].token,
         unsubscribe: rows[3].token,
+        honeypot: rows[4].token,
     }
 }
 
