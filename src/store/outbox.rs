@@ -136,18 +136,15 @@ pub async fn release_settled(
     conn: &mut MySqlConnection,
     batch: &RolledBatch,
 ) -> Result<u64, StoreError> {
-    let held: Vec<(u64, String, i8, Option<String>)> = sqlx::query_as(
-        "SELECT o.id, o.payload, e.bot, e.bot_reason FROM events e \
+    let held: Vec<(u64, String, i8, Option<String>)> = batch
+        .bind_range(sqlx::query_as(
+            "SELECT o.id, o.payload, e.bot, e.bot_reason FROM events e \
          JOIN outbox o ON o.held = 1 AND o.event_id = e.event_id \
          WHERE e.inserted >= ? AND e.inserted < ? AND e.id > ? AND e.id <= ? \
            AND o.claim IS NULL AND o.attempts = 0",
-    )
-    .bind(batch.lower)
-    .bind(batch.upper)
-    .bind(batch.after_id)
-    .bind(batch.last_id)
-    .fetch_all(&mut *conn)
-    .await?;
+        ))
+        .fetch_all(&mut *conn)
+        .await?;
     let mut released = 0;
     for chunk in held.chunks(RELEASE_CHUNK) {
         let mut query = QueryBuilder::<MySql>::new("UPDATE outbox SET payload = CASE id");

@@ -50,6 +50,22 @@ pub struct RolledBatch {
     pub events: u64,
 }
 
+impl RolledBatch {
+    /// Binds the batch's range to a statement whose first four parameters
+    /// are `inserted >= ? AND inserted < ? AND id > ? AND id <= ?` (its
+    /// events: one partition, one id range).
+    pub(crate) fn bind_range<'q, O>(
+        &self,
+        query: sqlx::query::QueryAs<'q, sqlx::MySql, O, sqlx::mysql::MySqlArguments>,
+    ) -> sqlx::query::QueryAs<'q, sqlx::MySql, O, sqlx::mysql::MySqlArguments> {
+        query
+            .bind(self.lower)
+            .bind(self.upper)
+            .bind(self.after_id)
+            .bind(self.last_id)
+    }
+}
+
 /// What one [`rollup`] run did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RollupReport {

@@ -66,18 +66,15 @@ pub async fn settle_batch(
     batch: &RolledBatch,
     rules: &VerdictRules,
 ) -> Result<u64, StoreError> {
-    let lines: Vec<EventLine> = sqlx::query_as(
-        "SELECT id, mailing_id, letter_id, kind, occurred_at, position, ip, user_agent, bot, \
+    let lines: Vec<EventLine> = batch
+        .bind_range(sqlx::query_as(
+            "SELECT id, mailing_id, letter_id, kind, occurred_at, position, ip, user_agent, bot, \
            bot_reason, uuid FROM events \
          WHERE inserted >= ? AND inserted < ? AND id > ? AND id <= ? \
            AND mailing_id IS NOT NULL AND letter_id > 0 AND kind IN ('click', 'open', 'image')",
-    )
-    .bind(batch.lower)
-    .bind(batch.upper)
-    .bind(batch.after_id)
-    .bind(batch.last_id)
-    .fetch_all(&mut *conn)
-    .await?;
+        ))
+        .fetch_all(&mut *conn)
+        .await?;
     // mailing -> letter -> hits being settled
     let mut letters: BTreeMap<String, BTreeMap<u64, Vec<Stored>>> = BTreeMap::new();
     for line in lines {
