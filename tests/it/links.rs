@@ -62,12 +62,20 @@ async fn the_same_uuid_cannot_be_stored_twice_for_a_day() {
     )
     .await
     .unwrap();
-    assert!(links::insert(
+    let second = links::insert(
         &db.pool,
-        &[link(token, "https://b.example/", "b@example.com")]
+        &[link(token, "https://b.example/", "b@example.com")],
     )
-    .await
-    .is_err());
+    .await;
+    // Refused by UNIQUE (uuid, inserted), not by anything else.
+    assert!(
+        matches!(
+            &second,
+            Err(linktrack::store::StoreError::Sqlx(sqlx::Error::Database(e)))
+                if e.is_unique_violation()
+        ),
+        "{second:?}"
+    );
 }
 
 /// Every `partitions` array anywhere in an EXPLAIN FORMAT=JSON document.
