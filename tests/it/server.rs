@@ -457,7 +457,10 @@ async fn unsubscribe_confirms_on_get_and_suppresses_on_one_click_post() {
         suppressed().await,
         vec![("ann@example.com".to_owned(), "unsubscribe".to_owned())]
     );
+    // Both one-click POSTs are recorded (the suppression once); `all` alone
+    // would pass on an empty list if the wait ran out.
     let stored = wait_for_events(&db.pool, 2).await;
+    assert_eq!(stored.len(), 2, "{stored:?}");
     assert!(stored.iter().all(|e| e.kind == "unsubscribe"), "{stored:?}");
     drop(http);
     server.stop().await;
