@@ -35,7 +35,8 @@
 //!   the rollup's SQL in `src/store/rollup.rs`; stats reads in
 //!   `src/store/stats.rs`; segment lookups in `src/store/segments.rs`.
 //! * [`letter`]: one letter's HTML: personalise (minijinja), rewrite links
-//!   byte-exactly (`src/letter/rewrite.rs`), add the open pixel.
+//!   byte-exactly (`src/letter/rewrite.rs`), add the open pixel; a mailing
+//!   compiled once into fixed text and slots (`src/letter/plan.rs`).
 //! * [`build`]: the batch job: mailing and recipients in, letters out;
 //!   `build::compose` composes one letter, `build::reject` names why a
 //!   recipient gets none, `src/build/output.rs` writes the letters and the

@@ -12,6 +12,10 @@
 //!
 //! Personalisation runs first because merge fields may build hrefs.
 //!
+//! 3. [`plan`]: both steps and the text part done once per mailing with
+//!    sentinels in place of every per-letter value, then filled per letter
+//!    (used only where that gives the same bytes; see the module).
+//!
 //! # Byte-exactness, and why the rewriter splices
 //!
 //! Everything in a letter that is not a rewritten URL must stay byte for byte
