@@ -56,7 +56,7 @@ const CLOSE: char = '\u{E001}';
 /// What a slot holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Slot {
-    /// The i-th field of [`Plan::fields`].
+    /// The i-th field the plan fills (the template's variables, in order).
     Field(usize),
     /// The tracked URL of the i-th found link of [`Plan::links`].
     Link(usize),

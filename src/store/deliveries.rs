@@ -64,7 +64,7 @@ pub struct LedgerWrites {
 }
 
 /// Write `writes` in one transaction: one statement per kind of write,
-/// whatever the number of letters (up to [`super::IN_LIST_CHUNK`] each).
+/// whatever the number of letters (up to `IN_LIST_CHUNK` each).
 pub async fn write_ledger(
     pool: &MySqlPool,
     mailing_id: &str,
