@@ -366,6 +366,33 @@ pub async fn metrics_text(admin: &str) -> String {
     response.text().await.unwrap()
 }
 
+/// How many requests of `route` (axum's matched path, `/c/{token}`) the
+/// server's latency histogram counts at or under `le` seconds (`"+Inf"`:
+/// all of them), in a `/metrics` text.
+pub fn route_latency_bucket(metrics: &str, route: &str, le: &str) -> u64 {
+    metrics
+        .lines()
+        .filter(|line| line.starts_with("linktrack_http_request_duration_seconds_bucket"))
+        .filter(|line| line.contains(&format!("route=\"{route}\"")))
+        .find(|line| line.contains(&format!("le=\"{le}\"")))
+        .and_then(|line| line.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Every request of `route` the server answered so far took at most `le`
+/// seconds by its own histogram (a bound on correctness, such as "fails
+/// without waiting for the database", read from the server rather than
+/// from a client's clock), and there was at least one.
+pub fn assert_route_within(metrics: &str, route: &str, le: &str) {
+    let all = route_latency_bucket(metrics, route, "+Inf");
+    assert!(all > 0, "no {route} request was counted: {metrics}");
+    assert_eq!(
+        route_latency_bucket(metrics, route, le),
+        all,
+        "a {route} request took over {le} s (the server's own histogram)"
+    );
+}
+
 /// The value of the unlabelled metric `name` in a `/metrics` text.
 pub fn metric_value(text: &str, name: &str) -> Option<f64> {
     text.lines()

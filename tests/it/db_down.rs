@@ -10,7 +10,7 @@
 //! 1 s bucket, i.e. no click waited for two timeouts. That is a correctness
 //! bound (2×), not a speed figure; the client-side latencies are printed.
 
-use crate::common::metrics_text;
+use crate::common::{metrics_text, route_latency_bucket};
 use crate::server::{client, test_settings, TestServer};
 use chrono::Utc;
 use linktrack::store::{self, PoolSettings};
@@ -40,17 +40,6 @@ async fn silent_address() -> (String, tokio::task::JoinHandle<()>) {
         }
     });
     (addr, task)
-}
-
-/// The count in the `/c/{token}` latency histogram's bucket `le`.
-fn click_bucket(metrics: &str, le: &str) -> u64 {
-    metrics
-        .lines()
-        .filter(|line| line.starts_with("linktrack_http_request_duration_seconds_bucket"))
-        .filter(|line| line.contains("route=\"/c/{token}\""))
-        .find(|line| line.contains(&format!("le=\"{le}\"")))
-        .and_then(|line| line.rsplit(' ').next()?.parse().ok())
-        .unwrap_or(0)
 }
 
 /// `concurrency` clients each clicking tokens no cache holds, one after
@@ -111,9 +100,13 @@ async fn no_click_waits_for_two_timeouts(database: &str, what: &str) {
         );
     }
     let metrics = metrics_text(&server.admin_url("")).await;
-    assert_eq!(click_bucket(&metrics, "+Inf"), answered, "{metrics}");
     assert_eq!(
-        click_bucket(&metrics, "1"),
+        route_latency_bucket(&metrics, "/c/{token}", "+Inf"),
+        answered,
+        "{metrics}"
+    );
+    assert_eq!(
+        route_latency_bucket(&metrics, "/c/{token}", "1"),
         answered,
         "{what}: some clicks waited more than twice --db-timeout-ms (the server's own histogram)"
     );

@@ -2,7 +2,9 @@
 //! binds 127.0.0.1:0, runs the app on a task, and talks to it with reqwest
 //! (redirects off). Every wait is bounded by a deadline.
 
-use crate::common::{days_ago, seal_of, sealed_token, today, token_on, TestDb};
+use crate::common::{
+    assert_route_within, days_ago, metrics_text, seal_of, sealed_token, today, token_on, TestDb,
+};
 use chrono::Utc;
 use linktrack::events::journal::JournalSettings;
 use linktrack::server::state::ServerSettings;
@@ -332,15 +334,15 @@ async fn bad_and_expired_tokens_are_answered_without_a_database_read() {
         (format!("/i/{}", token_on(days_ago(400))), StatusCode::GONE),
     ];
     for (path, expected) in cases {
-        let started = Instant::now();
         let response = http.get(server.url(&path)).send().await.unwrap();
         assert_eq!(response.status(), expected, "{path}");
-        assert!(
-            started.elapsed() < Duration::from_secs(1),
-            "{path} was slow"
-        );
         let body = response.text().await.unwrap();
         assert!(body.contains("<h1>"), "a human page for {path}: {body}");
+    }
+    // None of them waited for anything (the server's own latencies).
+    let metrics = metrics_text(&server.admin_url("")).await;
+    for route in ["/c/{token}", "/u/{token}", "/i/{token}"] {
+        assert_route_within(&metrics, route, "1");
     }
     // The control: a well-formed, current token does need the database.
     let response = http
@@ -673,16 +675,14 @@ async fn while_the_database_is_down_hot_links_redirect_and_events_wait() {
         header(&response, header::LOCATION),
         "https://example.com/hot"
     );
-    let started = Instant::now();
     let response = get(format!("/c/{cold}")).await.unwrap();
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert!(header(&response, header::RETRY_AFTER)
         .parse::<u64>()
         .is_ok());
-    assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "a miss fails fast"
-    );
+    // A miss fails fast: no click waited as long as 2.5 s.
+    let metrics = metrics_text(&server.admin_url("")).await;
+    assert_route_within(&metrics, "/c/{token}", "2.5");
     let ready = ready().await.unwrap();
     assert_eq!(ready.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert!(ready.text().await.unwrap().contains("unavailable"));
@@ -728,7 +728,6 @@ async fn hostile_requests_never_cause_a_server_error() {
     wrong_version[6] = (wrong_version[6] & 0x0f) | 0x40;
     let wrong_version = uuid::Uuid::from_bytes(wrong_version).simple().to_string();
     let long = "a".repeat(16 * 1024);
-    let started = Instant::now();
     let mut rng = rand::rng();
     for i in 0..2_000u32 {
         let mut junk = vec![0u8; rng.random_range(0..200)];
@@ -755,7 +754,6 @@ async fn hostile_requests_never_cause_a_server_error() {
             "{method} {path} answered {}",
             response.status()
         );
-        assert!(started.elapsed() < Duration::from_secs(60), "took too long");
     }
     let huge = "x".repeat(64 * 1024);
     let response = http
@@ -942,18 +940,16 @@ async fn a_stalled_database_answers_503_instead_of_hanging() {
         .execute(&mut locker)
         .await
         .unwrap();
-    let started = Instant::now();
     let response = client()
         .get(server.url(&format!("/c/{token}")))
         .send()
         .await
         .unwrap();
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
-    assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "{:?}",
-        started.elapsed()
-    );
+    // It gave up at the timeout (500 ms), not at the lock's end, which only
+    // comes when this test unlocks (the server's own latency).
+    let metrics = metrics_text(&server.admin_url("")).await;
+    assert_route_within(&metrics, "/c/{token}", "2.5");
     sqlx::query("UNLOCK TABLES")
         .execute(&mut locker)
         .await
@@ -1058,14 +1054,11 @@ async fn a_database_outage_is_ridden_out_without_a_restart() {
             "cached"
         );
     }
-    let started = Instant::now();
     let miss = click(cold).await.unwrap();
     assert_eq!(miss.status(), StatusCode::SERVICE_UNAVAILABLE);
-    assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "{:?}",
-        started.elapsed()
-    );
+    // The miss failed fast (the server's own latency).
+    let metrics = metrics_text(&server.admin_url("")).await;
+    assert_route_within(&metrics, "/c/{token}", "2.5");
     tokio::time::sleep(Duration::from_millis(300)).await;
     let during = events(&db.pool).await.len();
     assert!(
