@@ -1059,7 +1059,18 @@ async fn a_database_outage_is_ridden_out_without_a_restart() {
     // The miss failed fast (the server's own latency).
     let metrics = metrics_text(&server.admin_url("")).await;
     assert_route_within(&metrics, "/c/{token}", "2.5");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Wait until the replay has tried to store the journaled clicks and
+    // failed (its own counter), rather than for a while.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = metrics_text(&server.admin_url("")).await;
+        let failures = crate::common::metric_value(&text, "linktrack_replay_failures_total");
+        if failures.is_some_and(|n| n >= 1.0) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the replay never tried: {text}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let during = events(&db.pool).await.len();
     assert!(
         during <= 1,
