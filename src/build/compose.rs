@@ -171,7 +171,14 @@ impl MailingContext {
                 continue;
             }
             let plan = self.compile_plan(shape);
-            if let Err(why) = &plan {
+            // Most reasons (the template, a field in a tag) hold for every
+            // shape: each is said once.
+            let said_before = |why: &Unplannable| {
+                plans
+                    .iter()
+                    .any(|(_, earlier)| earlier.as_ref().err() == Some(why))
+            };
+            if let Some(why) = plan.as_ref().err().filter(|why| !said_before(why)) {
                 tracing::info!(
                     mailing = %self.mailing.mailing_id,
                     mode = mode.as_str(),
@@ -184,18 +191,13 @@ impl MailingContext {
     }
 
     fn compile_plan(&self, shape: LetterShape) -> Result<Plan, Unplannable> {
-        let tail = tail_html(
-            shape,
-            &Slot::Tail(TAIL_HONEYPOT).sentinel(),
-            &Slot::Tail(TAIL_FOOTER).sentinel(),
-            &Slot::Tail(TAIL_PIXEL).sentinel(),
-        );
+        let tail = tail_html(shape, &[0, 1, 2].map(|i| Slot::Tail(i).sentinel()));
         let prefixes = [
             ("unsubscribe_url", self.url_prefix(LinkKind::Unsubscribe)),
             (STOP_TRACKING_VARIABLE, self.url_prefix(LinkKind::OptOut)),
         ];
         let source = PlanSource {
-            template: self.html.as_ref().map(|t| (t, self.mailing.html.as_str())),
+            template: self.html.as_ref(),
             html: &self.mailing.html,
             prefixes: &prefixes,
             options: self.rewrite_options(shape, &tail),
@@ -219,11 +221,16 @@ impl MailingContext {
         }
     }
 
-    fn plan(&self, shape: LetterShape) -> Option<&Plan> {
+    /// The plan of `shape` as compiled, or why there is none.
+    fn compiled(&self, shape: LetterShape) -> Option<&Result<Plan, Unplannable>> {
         self.plans
             .iter()
             .find(|(known, _)| *known == shape)
-            .and_then(|(_, plan)| plan.as_ref().ok())
+            .map(|(_, plan)| plan)
+    }
+
+    fn plan(&self, shape: LetterShape) -> Option<&Plan> {
+        self.compiled(shape)?.as_ref().ok()
     }
 
     /// Whether the letters of `mode` are filled in from a plan (for tests
@@ -234,12 +241,8 @@ impl MailingContext {
 
     /// Why letters of `mode` are not planned (`None`: they are).
     pub fn plan_reason(&self, mode: TrackMode) -> Option<String> {
-        let shape = self.shape(mode);
-        self.plans
-            .iter()
-            .find(|(known, _)| *known == shape)
-            .and_then(|(_, plan)| plan.as_ref().err())
-            .map(ToString::to_string)
+        let why = self.compiled(self.shape(mode))?.as_ref().err()?;
+        Some(why.to_string())
     }
 
     /// Build every letter the old way, personalised and rewritten one by
@@ -367,17 +370,17 @@ fn tracked_url_of(base_url: &str, kind: LinkKind, token: &str) -> String {
 }
 
 /// What goes before `</body>`: the honeypot, the opt-out footer, the pixel,
-/// each where the shape has it.
-fn tail_html(shape: LetterShape, honeypot_url: &str, footer_url: &str, pixel_url: &str) -> String {
+/// each where the shape has it, with `urls` in the `TAIL_*` slots.
+fn tail_html(shape: LetterShape, urls: &[String; 3]) -> String {
     let mut tail = String::new();
     if shape.honeypot {
-        tail.push_str(&honeypot_html(honeypot_url));
+        tail.push_str(&honeypot_html(&urls[TAIL_HONEYPOT]));
     }
     if shape.footer {
-        tail.push_str(&stop_tracking_footer(footer_url));
+        tail.push_str(&stop_tracking_footer(&urls[TAIL_FOOTER]));
     }
     if shape.pixel {
-        tail.push_str(&pixel_html(pixel_url));
+        tail.push_str(&pixel_html(&urls[TAIL_PIXEL]));
     }
     tail
 }
@@ -575,7 +578,7 @@ pub fn build_letter(
     );
     context.insert("unsubscribe_url".into(), Value::String(unsubscribe_url));
     let shape = ctx.shape(mode);
-    let mut tail_urls = vec![String::new(); 3];
+    let mut tail_urls: [String; 3] = Default::default();
     if ctx.offers_stop_tracking(mode) {
         let stop = tokens.token(LinkKind::OptOut, 0, "", None);
         let stop_url = tracked_url(&ctx.base_url, LinkKind::OptOut, &stop);
@@ -645,12 +648,7 @@ pub fn build_letter(
             };
             let subject = render_subject(ctx, &context)?;
             check_personalised(html.len(), &subject, ctx.max_letter_bytes)?;
-            let tail = tail_html(
-                shape,
-                &tail_urls[TAIL_HONEYPOT],
-                &tail_urls[TAIL_FOOTER],
-                &tail_urls[TAIL_PIXEL],
-            );
+            let tail = tail_html(shape, &tail_urls);
             let html = if shape.rewritten {
                 rewrite(&html, &ctx.rewrite_options(shape, &tail), &mut link_url)
                     .map_err(|e| Reject::Rewrite(e.to_string()))?

@@ -171,17 +171,12 @@ impl Delivery {
             .iter()
             .filter(|l| !settled.contains(&l.letter_id))
             .collect();
-        let mut marked = 0;
+        let wave_size = (self.connections * MARK_AHEAD).max(1);
         for (n, letter) in to_send.iter().copied().enumerate() {
             // Marked `sending` a wave ahead, in one statement per wave.
-            if n == marked {
-                let wave: Vec<u64> = to_send[n..]
-                    .iter()
-                    .take(self.connections * MARK_AHEAD)
-                    .map(|l| l.letter_id)
-                    .collect();
-                marked += wave.len();
-                ledger.sending(wave).await?;
+            if n % wave_size == 0 {
+                let wave = to_send[n..].iter().take(wave_size);
+                ledger.sending(wave.map(|l| l.letter_id).collect()).await?;
             }
             let permit = Arc::clone(&permits)
                 .acquire_owned()

@@ -110,8 +110,8 @@ pub enum Unplannable {
     FieldInLink(String),
     #[error("our own URL base {0:?} needs escaping in HTML")]
     BaseNeedsEscaping(String),
-    #[error("the text part changes a value (CSS or layout around {0:?})")]
-    TextChangesValue(String),
+    #[error("the text part changes a value (CSS or layout around it)")]
+    TextChangesValue,
     #[error("the sample letter could not be built: {0}")]
     Sample(String),
 }
@@ -119,8 +119,9 @@ pub enum Unplannable {
 /// What the plan is compiled from.
 pub struct PlanSource<'a> {
     /// The compiled creative, or `None` when personalisation is off.
-    pub template: Option<(&'a Template, &'a str)>,
-    /// The creative as written (used as is when `template` is `None`).
+    pub template: Option<&'a Template>,
+    /// The creative as written: `template`'s source, or the letter's HTML
+    /// as is when `template` is `None`.
     pub html: &'a str,
     /// Fields with a fixed prefix (our own URLs); other fields have none.
     pub prefixes: &'a [(&'a str, String)],
@@ -176,8 +177,8 @@ impl Plan {
             return Err(Unplannable::BaseNeedsEscaping(base.to_owned()));
         }
         let (fields, personalised) = match source.template {
-            Some((template, raw)) => {
-                check_bare_tags(raw)?;
+            Some(template) => {
+                check_bare_tags(source.html)?;
                 let fields = plan_fields(template, source.prefixes);
                 let context = sentinel_context(&fields);
                 let html = template
@@ -212,11 +213,7 @@ impl Plan {
         }
         let text = (source.text_part)(&html);
         let html = split_at_sentinels(html).ok_or(Unplannable::SentinelInCreative)?;
-        let text = text_lines(&text, source.wrap).ok_or_else(|| {
-            Unplannable::TextChangesValue(
-                fields.first().map(|f| f.name.clone()).unwrap_or_default(),
-            )
-        })?;
+        let text = text_lines(&text, source.wrap).ok_or(Unplannable::TextChangesValue)?;
         Ok(Plan {
             fields,
             links,
