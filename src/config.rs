@@ -352,12 +352,12 @@ impl VerdictArgs {
     /// checked here: a bad entry is an error naming the file and entry).
     pub fn rules(
         &self,
-    ) -> Result<crate::events::verdicts::VerdictRules, crate::events::networks::NetworksError> {
+    ) -> Result<crate::bots::verdicts::VerdictRules, crate::bots::networks::NetworksError> {
         let networks = match &self.bot_networks {
-            Some(path) => crate::events::networks::Networks::with_operator_file(path)?,
-            None => crate::events::networks::Networks::shipped(),
+            Some(path) => crate::bots::networks::Networks::with_operator_file(path)?,
+            None => crate::bots::networks::Networks::shipped(),
         };
-        Ok(crate::events::verdicts::VerdictRules {
+        Ok(crate::bots::verdicts::VerdictRules {
             settle: self.settle(),
             networks,
             ..Default::default()

@@ -70,19 +70,23 @@
 //!   servers' endpoints differ; `linktrack webhooks list|test|replay`.
 
 pub mod address;
+pub mod bots;
 pub mod build;
 pub mod cli;
 pub mod config;
 pub mod delivery;
 pub mod demo;
 pub mod error_report;
+pub mod event;
 pub mod events;
 pub mod kind;
 pub mod letter;
 pub mod live;
 pub mod outbound;
+pub mod payload;
 pub mod rollup;
 pub mod server;
 pub mod store;
 pub(crate) mod timestamp;
 pub mod token;
+pub mod workers;

@@ -5,7 +5,8 @@
 //! (`crate::server::workers`); `linktrack stats rollup` runs it alone.
 
 use crate::live::{Live, LiveError};
-use crate::store::rollup::{self, RolledBatch, RollupOptions, RollupReport};
+use crate::store::rolled_batch::RolledBatch;
+use crate::store::rollup::{self, RollupOptions, RollupReport};
 use crate::store::StoreError;
 use sqlx::MySqlPool;
 use std::sync::Arc;
@@ -49,7 +50,7 @@ pub async fn run_worker(
     options: RollupOptions,
     every: Duration,
     senders: Option<Arc<Notify>>,
-    mut stopping: crate::server::workers::Stopping,
+    mut stopping: crate::workers::Stopping,
 ) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -134,7 +134,7 @@ async fn is_head(pool: &sqlx::MySqlPool) -> anyhow::Result<bool> {
 
 /// `partitions list` on a Spider head: node, data table, partition, day, rows.
 async fn list_cluster(pool: &sqlx::MySqlPool) -> anyhow::Result<()> {
-    let (tables, failed) = store::cluster::list_all(pool).await?;
+    let (tables, failed) = store::partitions::list_all(pool).await?;
     for table in tables {
         for p in table.days {
             say!(

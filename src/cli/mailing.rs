@@ -317,7 +317,7 @@ pub(super) async fn rollup(url: &str, args: &RollupArgs) -> anyhow::Result<()> {
     };
     if let Some(secs) = args.every {
         let every = Duration::from_secs(secs.max(1));
-        let mut workers = crate::server::workers::Workers::new();
+        let mut workers = crate::workers::Workers::new();
         workers.spawn("rollup", move |stopping| {
             crate::rollup::run_worker(pool, live, options, every, None, stopping)
         });

@@ -10,25 +10,19 @@
 //! [`QUEUE_CAPACITY`] events; what does not fit is counted in
 //! `linktrack_events_lost_total` (and logged), the only way an answered
 //! hit loses its event while the process lives.
+//!
+//! The queue and the health are here, below the journal that fills them;
+//! the task that empties them is `drain`.
 
-use super::journal::Recorder;
-use super::record::Replayable;
-use crate::outbound::Outbound;
-use crate::store::events::EventRow;
-use sqlx::MySqlPool;
+use crate::event::EventRow;
 use std::collections::VecDeque;
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
-use std::time::Duration;
-use tokio::sync::{watch, Notify};
+use tokio::sync::Notify;
 
 /// Events held in memory at most while neither the journal nor the
 /// database takes them (about 300 bytes each: 30 MB).
 pub const QUEUE_CAPACITY: usize = 100_000;
-
-/// Events moved on per pass of the drain.
-const DRAIN_BATCH: usize = 1_000;
 
 /// Whether the journal's last write succeeded, shared by the recorder, the
 /// drain and `/readyz`.
@@ -73,7 +67,8 @@ impl JournalHealth {
 pub struct FallbackQueue {
     events: Mutex<VecDeque<EventRow>>,
     capacity: usize,
-    wake: Notify,
+    /// Woken by each push, for the drain.
+    pub(crate) wake: Notify,
     queued: metrics::Gauge,
 }
 
@@ -105,7 +100,7 @@ impl FallbackQueue {
 
     /// Up to `most` of the oldest events, left in the queue (they leave it
     /// with [`FallbackQueue::forget`] once stored).
-    fn peek(&self, most: usize) -> Vec<EventRow> {
+    pub(crate) fn peek(&self, most: usize) -> Vec<EventRow> {
         self.events
             .lock()
             .map(|events| events.iter().take(most).cloned().collect())
@@ -113,7 +108,7 @@ impl FallbackQueue {
     }
 
     /// Drop the `n` oldest events: they are stored.
-    fn forget(&self, n: usize) {
+    pub(crate) fn forget(&self, n: usize) {
         if let Ok(mut events) = self.events.lock() {
             let n = n.min(events.len());
             events.drain(..n);
@@ -127,106 +122,5 @@ impl FallbackQueue {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-}
-
-/// Move queued events on until told to stop, then once more.
-pub(crate) async fn drain(
-    pool: MySqlPool,
-    outbound: Outbound,
-    recorder: Recorder,
-    dir: PathBuf,
-    retry_after: Duration,
-    mut stop: watch::Receiver<bool>,
-) {
-    let queue = recorder.fallback();
-    loop {
-        let failed = drain_once(&pool, &outbound, &recorder).await.is_err();
-        if !recorder.health().is_writable() && queue.is_empty() {
-            // No event is coming to try the journal with (a drained node
-            // gets no traffic): try the directory itself.
-            probe(&dir, recorder.health());
-        }
-        if *stop.borrow() {
-            break;
-        }
-        let idle = queue.is_empty() && recorder.health().is_writable();
-        tokio::select! {
-            _ = queue.wake.notified(), if !failed => {}
-            _ = tokio::time::sleep(retry_after), if failed || !idle => {}
-            changed = stop.changed() => if changed.is_err() { break },
-        }
-    }
-    let _ = drain_once(&pool, &outbound, &recorder).await;
-    let left = queue.len();
-    if left > 0 {
-        metrics::counter!("linktrack_events_lost_total").increment(left as u64);
-        tracing::error!(
-            events = left,
-            "stopping with events neither the journal nor the database took: lost"
-        );
-    }
-}
-
-/// One pass: every queued event into the journal if it writes, else into
-/// the database; stops at the first batch neither takes.
-async fn drain_once(pool: &MySqlPool, outbound: &Outbound, recorder: &Recorder) -> Result<(), ()> {
-    let queue = recorder.fallback();
-    loop {
-        let batch = queue.peek(DRAIN_BATCH);
-        if batch.is_empty() {
-            return Ok(());
-        }
-        let journaled = journal_all(recorder, &batch);
-        if journaled > 0 {
-            queue.forget(journaled);
-            metrics::counter!("linktrack_journal_fallback_stored_total", "to" => "journal")
-                .increment(journaled as u64);
-            continue;
-        }
-        let events: Vec<Replayable> = batch
-            .into_iter()
-            .map(|row| Replayable {
-                // As in the journal (record version 2): an event without
-                // its link (an open) has its link looked up.
-                resolve_link: row.link_id.is_none(),
-                row,
-            })
-            .collect();
-        let n = events.len();
-        match super::replay::store_events(pool, outbound, events).await {
-            Ok(_) => {
-                queue.forget(n);
-                metrics::counter!("linktrack_journal_fallback_stored_total", "to" => "database")
-                    .increment(n as u64);
-            }
-            Err(err) => {
-                tracing::warn!(%err, events = n, "queued events not stored; will retry");
-                return Err(());
-            }
-        }
-    }
-}
-
-/// Append the batch to the journal, oldest first; how many went in.
-fn journal_all(recorder: &Recorder, batch: &[EventRow]) -> usize {
-    let mut written = 0;
-    for row in batch {
-        if recorder.append_without_fallback(row).is_err() {
-            break;
-        }
-        written += 1;
-    }
-    written
-}
-
-/// Whether the journal's directory takes a write again: a page written and
-/// removed. Only run while the journal is known not to write.
-fn probe(dir: &Path, health: &JournalHealth) {
-    let path = dir.join("write-probe");
-    let written = std::fs::write(&path, [b'\n'; 4096]);
-    let _ = std::fs::remove_file(&path);
-    if written.is_ok() {
-        health.set(true, None);
     }
 }

@@ -16,7 +16,7 @@
 //! * At startup, [`recover`] seals any `.active` segment a crashed process left.
 
 use super::fallback::{FallbackQueue, JournalHealth, QUEUE_CAPACITY};
-use crate::store::events::EventRow;
+use crate::event::EventRow;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

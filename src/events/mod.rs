@@ -9,21 +9,37 @@
 //! and a crash loses nothing that was acknowledged. `bots` classifies every
 //! event; bots are stored with a reason, never dropped.
 
-pub(crate) mod bots;
+mod drain;
 pub mod fallback;
 pub mod journal;
-pub mod networks;
 pub(crate) mod record;
 pub(crate) mod replay;
-pub mod verdicts;
 
-use crate::store::events::EventRow;
+use crate::event::EventRow;
+use crate::store::StoreError;
 use journal::{JournalError, JournalSettings, Recorder};
 use sqlx::MySqlPool;
+use std::future::Future;
 use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+
+/// Where the replay hands on the events it stores: the outbox of the
+/// outbound layer above (its `Outbound` implements this), given to
+/// [`EventPipeline::start`] by whoever wires the server. Called with a
+/// batch's rows before they are inserted, so an event's outbox row always
+/// exists before the rollup can settle the event; idempotent, as the
+/// replay is.
+pub trait OutboxSink: Send + Sync {
+    fn enqueue<'a>(
+        &'a self,
+        pool: &'a MySqlPool,
+        rows: &'a [EventRow],
+    ) -> Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + 'a>>;
+}
 
 /// The running journal sealer and replayer, and the handle handlers record with.
 pub struct EventPipeline {
@@ -44,13 +60,13 @@ pub struct EventPipeline {
 impl EventPipeline {
     /// Recover the journal directory (segments a previous process left
     /// behind become replayable), then start the writer and the replayer.
-    /// `outbound` names the endpoints each replayed event is queued for.
+    /// `outbox` takes each replayed batch (events out).
     /// The replayer runs on `replay_on` when given (the server's
     /// low-priority runtime), else on the current runtime.
     pub async fn start(
         pool: MySqlPool,
         settings: JournalSettings,
-        outbound: crate::outbound::Outbound,
+        outbox: Arc<dyn OutboxSink>,
         replay_on: Option<tokio::runtime::Handle>,
     ) -> Result<Self, JournalError> {
         let (next_segment, lock) = journal::recover(&settings.dir).await?;
@@ -60,15 +76,15 @@ impl EventPipeline {
             journal::spawn_writer(settings.clone(), next_segment, writer_stopped);
         let sealed = writer.sealed.clone();
         let (stop_drain, drain_stopped) = watch::channel(false);
-        let drain = tokio::spawn(fallback::drain(
+        let drain = tokio::spawn(drain::drain(
             pool.clone(),
-            outbound.clone(),
+            outbox.clone(),
             recorder.clone(),
             settings.dir.clone(),
             settings.retry_after,
             drain_stopped,
         ));
-        let replay = replay::run(pool, settings, outbound, sealed, replayer_stopped);
+        let replay = replay::run(pool, settings, outbox, sealed, replayer_stopped);
         let replayer = match replay_on {
             Some(runtime) => runtime.spawn(replay),
             None => tokio::spawn(replay),

@@ -26,8 +26,8 @@
 //! and 1 still read) and says in [`JournalRecord::into_row`] what an old
 //! line means for it.
 
+use crate::event::EventRow;
 use crate::kind::EventKind;
-use crate::store::events::EventRow;
 use chrono::{DateTime, Utc};
 use std::borrow::Cow;
 

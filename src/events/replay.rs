@@ -8,9 +8,10 @@
 
 use super::journal::{sealed_segments, JournalError, JournalSettings};
 use super::record::{JournalRecord, RecordError, Replayable};
+use super::OutboxSink;
+use crate::event::EventRow;
 use crate::kind::EventKind;
-use crate::outbound::Outbound;
-use crate::store::events::{insert_idempotent, suppress_unsubscribed, EventRow};
+use crate::store::events::{insert_idempotent, suppress_unsubscribed};
 use crate::store::links::{self, StoredLink};
 use crate::store::{partitions, StoreError};
 use crate::token::Token;
@@ -50,12 +51,14 @@ impl ReplayError {
 pub async fn run(
     pool: MySqlPool,
     settings: JournalSettings,
-    outbound: Outbound,
+    outbox: Arc<dyn OutboxSink>,
     sealed: Arc<Notify>,
     mut stop: watch::Receiver<bool>,
 ) {
     loop {
-        let failed = replay_all(&pool, &settings.dir, &outbound).await.is_err();
+        let failed = replay_all(&pool, &settings.dir, outbox.as_ref())
+            .await
+            .is_err();
         if *stop.borrow() {
             break;
         }
@@ -74,7 +77,7 @@ pub async fn run(
     }
     // The writer has sealed its last segment before we were told to stop
     // (see `EventPipeline::shutdown`), so this pass sees everything journaled.
-    let _ = replay_all(&pool, &settings.dir, &outbound).await;
+    let _ = replay_all(&pool, &settings.dir, outbox.as_ref()).await;
 }
 
 /// Replay every sealed segment, oldest first; stop at the first failure so
@@ -84,10 +87,10 @@ pub async fn run(
 pub async fn replay_all(
     pool: &MySqlPool,
     dir: &Path,
-    outbound: &Outbound,
+    outbox: &dyn OutboxSink,
 ) -> Result<(), ReplayError> {
     for segment in sealed_segments(dir).await? {
-        match replay_segment(pool, &segment, outbound).await {
+        match replay_segment(pool, &segment, outbox).await {
             Ok(()) => {}
             Err(err) if err.is_rejected_data() => quarantine(&segment, &err, "rejected").await?,
             Err(err @ ReplayError::BadLine { .. }) => {
@@ -130,7 +133,7 @@ async fn quarantine(
 async fn replay_segment(
     pool: &MySqlPool,
     segment: &Path,
-    outbound: &Outbound,
+    outbox: &dyn OutboxSink,
 ) -> Result<(), ReplayError> {
     let text = tokio::fs::read_to_string(segment)
         .await
@@ -140,7 +143,7 @@ async fn replay_segment(
         })?;
     let Segment { events, bad_line } = parse_segment(&text);
     let journaled = events.len();
-    let stored = store_events(pool, outbound, events).await?;
+    let stored = store_events(pool, outbox, events).await?;
     if let Some((line, source)) = bad_line {
         // The readable events are in; the file stays whole for inspection
         // (replaying it again later is a no-op for those events).
@@ -166,7 +169,7 @@ async fn replay_segment(
 /// event ids. Returns how many rows were stored.
 pub(crate) async fn store_events(
     pool: &MySqlPool,
-    outbound: &Outbound,
+    outbox: &dyn OutboxSink,
     events: Vec<Replayable>,
 ) -> Result<usize, StoreError> {
     let rows = resolve_links(pool, events).await?;
@@ -177,7 +180,7 @@ pub(crate) async fn store_events(
     // before the events are visible, so the rollup's settle pass, which
     // releases held rows of the events it rolls, never rolls an event
     // whose row is not queued yet (that row would wait for the safety net).
-    crate::outbound::enqueue(pool, outbound, &rows).await?;
+    outbox.enqueue(pool, &rows).await?;
     insert_with_partitions(pool, &rows).await?;
     metrics::counter!("linktrack_events_written_total").increment(rows.len() as u64);
     Ok(rows.len())

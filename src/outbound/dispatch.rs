@@ -25,12 +25,12 @@
 //! every retry carries the same events under the same `webhook-id`.
 
 use super::amqp::AmqpSink;
-use super::payload;
 use super::webhook::{Outcome, WebhookSink};
 use super::{Endpoint, Outbound, Target};
-use crate::server::workers::Stopping;
+use crate::payload;
 use crate::store::outbox::{self, Claimed, RetryLater};
 use crate::store::StoreError;
+use crate::workers::Stopping;
 use sqlx::MySqlPool;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

@@ -20,9 +20,9 @@
 //! exchange = "linktrack.events"
 //! ```
 
-use super::payload::EVENT_TYPES;
 use super::signature::{Secret, SecretError};
 use crate::config::OutboundArgs;
+use crate::payload::EVENT_TYPES;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

@@ -14,15 +14,14 @@
 pub mod amqp;
 pub(crate) mod dispatch;
 pub mod endpoints;
-pub mod payload;
 pub(crate) mod registry;
 pub mod signature;
 pub mod webhook;
 
-use crate::store::events::EventRow;
+use crate::event::EventRow;
+use crate::payload::{self, LinkDetails};
 use crate::store::{outbox, StoreError};
 pub use endpoints::{Endpoint, EndpointError, Target};
-use payload::LinkDetails;
 use sqlx::MySqlPool;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -179,6 +178,17 @@ impl Outbound {
     }
 }
 
+impl crate::events::OutboxSink for Outbound {
+    fn enqueue<'a>(
+        &'a self,
+        pool: &'a MySqlPool,
+        rows: &'a [EventRow],
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), StoreError>> + Send + 'a>>
+    {
+        Box::pin(enqueue(pool, self, rows))
+    }
+}
+
 /// Queue `rows` (events the replay is storing) for every endpoint whose
 /// filter matches. Idempotent: replaying the same rows again queues nothing
 /// twice while the first rows wait. Clicks, opens and image loads are
@@ -260,7 +270,7 @@ pub(crate) fn start_senders(
     pool: &MySqlPool,
     outbound: &Outbound,
     server: String,
-    workers: &mut crate::server::workers::Workers,
+    workers: &mut crate::workers::Workers,
 ) {
     if outbound.is_empty() {
         return;

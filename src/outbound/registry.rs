@@ -12,8 +12,8 @@
 //! `linktrack_outbound_endpoint_differences{server}`.
 
 use super::Outbound;
-use crate::server::workers::Stopping;
 use crate::store::outbox::{self, Registered};
+use crate::workers::Stopping;
 use sha2::Digest;
 use sqlx::MySqlPool;
 use std::path::Path;

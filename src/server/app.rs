@@ -15,13 +15,13 @@
 use super::listen::{self, ConnectionLimits};
 use super::state::{AppState, ServerSettings};
 use super::stats::{StatsError, StatsState};
-use super::workers::Workers;
 use super::{handlers, metrics, public_router, ServeError};
 use crate::events::journal::JournalSettings;
 use crate::events::EventPipeline;
 use crate::live::Live;
 use crate::outbound::Outbound;
 use crate::store::rollup::RollupOptions;
+use crate::workers::Workers;
 use axum::routing::get;
 use axum::Router;
 use sqlx::MySqlPool;
@@ -117,7 +117,7 @@ impl App {
         let pipeline = EventPipeline::start(
             pool.clone(),
             settings.journal.clone(),
-            settings.outbound.clone(),
+            std::sync::Arc::new(settings.outbound.clone()),
             workers.low_priority_runtime(),
         )
         .await?;

@@ -5,6 +5,7 @@ use super::pages;
 use crate::store::StoreError;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use std::time::Duration;
 
 /// Seconds a client should wait before retrying while the database is away.
 pub const RETRY_AFTER_SECS: u64 = 5;
@@ -97,5 +98,19 @@ impl IntoResponse for ServerError {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
         }
         response
+    }
+}
+
+/// Run one database call within `limit`; running out of time is the same
+/// as the database being unavailable.
+pub(crate) async fn within<T>(
+    limit: Duration,
+    call: impl std::future::Future<Output = Result<T, StoreError>>,
+) -> Result<T, ServerError> {
+    match tokio::time::timeout(limit, call).await {
+        Ok(result) => result.map_err(ServerError::from),
+        Err(_) => Err(ServerError::Unavailable(format!(
+            "no answer within {limit:?}"
+        ))),
     }
 }

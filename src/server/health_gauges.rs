@@ -3,8 +3,8 @@
 //! days of partitions lie ahead, and when `partitions rotate` last
 //! succeeded. A worker reads them at start and every [`EVERY`].
 
-use super::workers::Stopping;
 use crate::store::{self, maintenance, partitions};
+use crate::workers::Stopping;
 use chrono::Utc;
 use sqlx::MySqlPool;
 use std::time::Duration;

@@ -10,8 +10,8 @@
 //! nothing; under load, the misses that arrive while every slot is busy
 //! share the next statement, so the database sees fewer, larger queries.
 
+use super::error::within;
 use super::error::ServerError;
-use super::state::within;
 use crate::store::cluster::Router;
 use crate::store::links::{self, StoredLink};
 use crate::store::StoreError;

@@ -29,7 +29,6 @@ pub(crate) mod record;
 pub(crate) mod request;
 pub mod state;
 pub mod stats;
-pub(crate) mod workers;
 
 pub use app::{App, AppSettings};
 

@@ -2,10 +2,10 @@
 
 use super::request::RequestMeta;
 use super::state::AppState;
+use crate::bots::Hit;
+use crate::event::EventRow;
 use crate::events;
-use crate::events::bots::Hit;
 use crate::kind::EventKind;
-use crate::store::events::EventRow;
 use crate::store::link_templates::LinkTemplate;
 use crate::store::links::StoredLink;
 use crate::token::Token;
@@ -41,7 +41,7 @@ impl AppState {
         if !self.settings.record_events {
             return true;
         }
-        let verdict = Some(crate::events::verdicts::HONEYPOT.to_owned());
+        let verdict = Some(crate::bots::verdicts::HONEYPOT.to_owned());
         let named = Named::link(Some(link));
         self.journal(EventKind::Click, token, named, meta, Utc::now(), verdict)
     }

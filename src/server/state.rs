@@ -1,9 +1,9 @@
 //! What every handler shares: settings, the pool, caches, the event recorder.
 
-use super::error::ServerError;
+use super::error::{within, ServerError};
 use super::image::{ImageProxy, ImageSettings};
 use super::lookups::{LinkLookups, LookupSettings};
-use crate::events::bots::{BotDetector, BotRules};
+use crate::bots::{BotDetector, BotRules};
 use crate::events::journal::Recorder;
 use crate::kind::LinkKind;
 use crate::store::link_templates::LinkTemplate;
@@ -231,19 +231,5 @@ impl AppState {
             .lookup(token, self.settings.db_timeout)
             .await?
             .ok_or(ServerError::NotFound)
-    }
-}
-
-/// Run one database call within `limit`; running out of time is the same
-/// as the database being unavailable.
-pub(crate) async fn within<T>(
-    limit: Duration,
-    call: impl std::future::Future<Output = Result<T, StoreError>>,
-) -> Result<T, ServerError> {
-    match tokio::time::timeout(limit, call).await {
-        Ok(result) => result.map_err(ServerError::from),
-        Err(_) => Err(ServerError::Unavailable(format!(
-            "no answer within {limit:?}"
-        ))),
     }
 }

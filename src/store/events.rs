@@ -11,8 +11,8 @@
 //! values), which would lose events; this form still fails loudly on those.
 
 use super::{is_no_partition, StoreError};
-use crate::kind::EventKind;
-use chrono::{DateTime, NaiveDate, Utc};
+use crate::event::EventRow;
+
 use sqlx::{MySql, MySqlPool, QueryBuilder};
 
 /// Columns bound per event row.
@@ -23,35 +23,6 @@ const COLUMNS_PER_ROW: usize = 14;
 /// at its longest in hex (about 7 KB a row).
 pub const MAX_ROWS_PER_INSERT: usize = 1_000;
 const _: () = assert!(MAX_ROWS_PER_INSERT * COLUMNS_PER_ROW <= 65_535);
-
-/// One event row as stored. `inserted` is the UTC day of `occurred_at`.
-///
-/// Not the journal's line format: that is
-/// `crate::events::record::JournalRecord`, versioned apart from this row.
-#[derive(Debug, Clone, PartialEq)]
-pub struct EventRow {
-    pub event_id: [u8; 16],
-    pub occurred_at: DateTime<Utc>,
-    pub kind: EventKind,
-    /// The token that was hit, as stored in `events.uuid`.
-    pub token: [u8; 16],
-    pub link_id: Option<u64>,
-    pub mailing_id: Option<String>,
-    pub letter_id: Option<u64>,
-    pub email: Option<String>,
-    pub position: Option<u32>,
-    pub ip: Option<String>,
-    pub user_agent: Option<String>,
-    pub bot: bool,
-    pub bot_reason: Option<String>,
-}
-
-impl EventRow {
-    /// The partition key.
-    pub fn inserted(&self) -> NaiveDate {
-        self.occurred_at.date_naive()
-    }
-}
 
 /// Insert events, skipping any already stored (same `event_id` and day).
 /// Fails with [`StoreError::NoPartition`] when a day has no partition.

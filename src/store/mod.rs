@@ -13,6 +13,7 @@ pub mod links;
 pub mod maintenance;
 pub mod outbox;
 pub mod partitions;
+pub mod rolled_batch;
 pub mod rollup;
 pub mod row_format;
 pub mod segments;

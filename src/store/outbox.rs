@@ -4,7 +4,7 @@
 //! (`NOW(3)`, UTC in every linktrack session), so several servers agree on
 //! what is due.
 
-use super::rollup::RolledBatch;
+use super::rolled_batch::RolledBatch;
 use super::StoreError;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::{MySql, MySqlConnection, MySqlPool, QueryBuilder};
@@ -149,7 +149,7 @@ pub async fn release_settled(
     for chunk in held.chunks(RELEASE_CHUNK) {
         let mut query = QueryBuilder::<MySql>::new("UPDATE outbox SET payload = CASE id");
         for (id, stored, bot, reason) in chunk {
-            let payload = crate::outbound::payload::settled(stored, *bot != 0, reason.as_deref())
+            let payload = crate::payload::settled(stored, *bot != 0, reason.as_deref())
                 .unwrap_or_else(|err| {
                     // Not one of ours (hand-edited?): sent as it is.
                     tracing::warn!(id, %err, "held outbox row not rendered again");

@@ -28,43 +28,14 @@
 //! no gap locks on `events`: the writer keeps appending while a batch rolls.
 
 use super::partitions;
+use super::rolled_batch::RolledBatch;
 use super::StoreError;
-use crate::events::verdicts::VerdictRules;
+use crate::bots::verdicts::VerdictRules;
 use crate::kind::EventKind;
 use chrono::{NaiveDate, NaiveDateTime, Utc};
 use sqlx::{Acquire, MySqlConnection, MySqlPool};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// The events one rollup transaction covered: partition bounds and id range.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RolledBatch {
-    /// First day of the partition (inclusive).
-    pub lower: NaiveDate,
-    /// End of the partition (exclusive).
-    pub upper: NaiveDate,
-    /// Events with `after_id < id <= last_id` were rolled.
-    pub after_id: u64,
-    pub last_id: u64,
-    /// How many events the batch held.
-    pub events: u64,
-}
-
-impl RolledBatch {
-    /// Binds the batch's range to a statement whose first four parameters
-    /// are `inserted >= ? AND inserted < ? AND id > ? AND id <= ?` (its
-    /// events: one partition, one id range).
-    pub(crate) fn bind_range<'q, O>(
-        &self,
-        query: sqlx::query::QueryAs<'q, sqlx::MySql, O, sqlx::mysql::MySqlArguments>,
-    ) -> sqlx::query::QueryAs<'q, sqlx::MySql, O, sqlx::mysql::MySqlArguments> {
-        query
-            .bind(self.lower)
-            .bind(self.upper)
-            .bind(self.after_id)
-            .bind(self.last_id)
-    }
-}
 
 /// What one [`rollup`] run did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

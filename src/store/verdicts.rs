@@ -1,14 +1,14 @@
 //! The settle pass's SQL: the rollup, inside the transaction that counts a
 //! batch, judges the batch's clicks and opens again with their letters in
-//! view ([`crate::events::verdicts`]) and writes the final verdicts to
+//! view ([`crate::bots::verdicts`]) and writes the final verdicts to
 //! `events`, so the rollup tables only ever see settled verdicts. An event
 //! is rolled exactly once, so a verdict changed here is counted once, with
 //! its final value; a crash before COMMIT leaves both verdict and counts
 //! as they were, and the batch is judged again.
 
-use super::rollup::RolledBatch;
+use super::rolled_batch::RolledBatch;
 use super::StoreError;
-use crate::events::verdicts::{judge_letter, Judged, LetterHit, VerdictRules};
+use crate::bots::verdicts::{judge_letter, Judged, LetterHit, VerdictRules};
 use crate::kind::EventKind;
 use crate::token::Token;
 use chrono::{DateTime, NaiveDateTime, Utc};

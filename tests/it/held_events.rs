@@ -7,7 +7,7 @@
 
 use crate::common::{days_ago, RunningApp, TestDb};
 use crate::webhooks::{endpoint, fast_retries, http, letter, metric, Delivery, Receiver};
-use linktrack::events::verdicts::VerdictRules;
+use linktrack::bots::verdicts::VerdictRules;
 use linktrack::outbound::{Hold, Outbound};
 use linktrack::store::rollup::RollupOptions;
 use linktrack::token::Token;

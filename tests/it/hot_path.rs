@@ -213,8 +213,9 @@ async fn concurrent_clicks_on_distinct_tokens_share_their_lookups() {
 /// partition is an error naming the table, not a lost row.
 #[tokio::test]
 async fn replayed_events_are_stored_exactly_and_once() {
+    use linktrack::event::EventRow;
     use linktrack::kind::EventKind;
-    use linktrack::store::events::{insert_idempotent, EventRow};
+    use linktrack::store::events::insert_idempotent;
     let db = TestDb::with_days_since(days_ago(1)).await;
     let now = Utc::now();
     let full = EventRow {

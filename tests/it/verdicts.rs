@@ -5,7 +5,7 @@
 use crate::common::{days_ago, TestDb};
 use crate::stats::{letters, record, Hit, MAILING};
 use chrono::{NaiveDateTime, Utc};
-use linktrack::events::verdicts::VerdictRules;
+use linktrack::bots::verdicts::VerdictRules;
 use linktrack::store::{rollup, stats};
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,6 +1,8 @@
-//! Background workers that live as long as the server (the rollup worker
-//! today; the webhook and AMQP senders of issue 9 next), started by
-//! [`super::App::build`] and stopped, in order, by [`super::App::run`].
+//! Background workers that live as long as their process: the rollup, the
+//! webhook and AMQP senders, the endpoint registry and the health gauges of
+//! `linktrack serve` (started by the server's `App::build`, stopped in
+//! order by `App::run`), and the senders of
+//! `linktrack webhooks replay`. Plumbing below everything that uses it.
 //!
 //! A worker is an async function that takes a [`Stopping`] and returns once
 //! it has been asked to stop (finishing or abandoning its current unit of

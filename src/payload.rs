@@ -2,8 +2,8 @@
 //! schema): `{"type", "timestamp", "data"}`, as Standard Webhooks suggests.
 //! Rendered once when the event is enqueued, so retries send the same bytes.
 
+use crate::event::EventRow;
 use crate::kind::EventKind;
-use crate::store::events::EventRow;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;

@@ -11,6 +11,13 @@
 //! time, so no human can have read the letter yet), and several different
 //! links of one letter clicked within a couple of seconds (a scanner walking
 //! every link).
+//!
+//! Below the store and the journal: pure judgement, no I/O. The rollup's
+//! settling verdicts are in [`verdicts`], the scanner networks they read in
+//! [`networks`].
+
+pub mod networks;
+pub mod verdicts;
 
 use crate::kind::EventKind;
 use aho_corasick::AhoCorasick;

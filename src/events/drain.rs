@@ -1,0 +1,122 @@
+//! The drain: moves the events the journal could not write ([`super::fallback`])
+//! back into the journal as soon as it writes again, else straight into the
+//! database along the replay's own path.
+
+use super::fallback::JournalHealth;
+use super::journal::Recorder;
+use super::record::Replayable;
+use super::OutboxSink;
+use crate::event::EventRow;
+use sqlx::MySqlPool;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// Events moved on per pass of the drain.
+const DRAIN_BATCH: usize = 1_000;
+
+/// Move queued events on until told to stop, then once more.
+pub(crate) async fn drain(
+    pool: MySqlPool,
+    outbox: Arc<dyn OutboxSink>,
+    recorder: Recorder,
+    dir: PathBuf,
+    retry_after: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    let queue = recorder.fallback();
+    loop {
+        let failed = drain_once(&pool, outbox.as_ref(), &recorder).await.is_err();
+        if !recorder.health().is_writable() && queue.is_empty() {
+            // No event is coming to try the journal with (a drained node
+            // gets no traffic): try the directory itself.
+            probe(&dir, recorder.health());
+        }
+        if *stop.borrow() {
+            break;
+        }
+        let idle = queue.is_empty() && recorder.health().is_writable();
+        tokio::select! {
+            _ = queue.wake.notified(), if !failed => {}
+            _ = tokio::time::sleep(retry_after), if failed || !idle => {}
+            changed = stop.changed() => if changed.is_err() { break },
+        }
+    }
+    let _ = drain_once(&pool, outbox.as_ref(), &recorder).await;
+    let left = queue.len();
+    if left > 0 {
+        metrics::counter!("linktrack_events_lost_total").increment(left as u64);
+        tracing::error!(
+            events = left,
+            "stopping with events neither the journal nor the database took: lost"
+        );
+    }
+}
+
+/// One pass: every queued event into the journal if it writes, else into
+/// the database; stops at the first batch neither takes.
+async fn drain_once(
+    pool: &MySqlPool,
+    outbox: &dyn OutboxSink,
+    recorder: &Recorder,
+) -> Result<(), ()> {
+    let queue = recorder.fallback();
+    loop {
+        let batch = queue.peek(DRAIN_BATCH);
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let journaled = journal_all(recorder, &batch);
+        if journaled > 0 {
+            queue.forget(journaled);
+            metrics::counter!("linktrack_journal_fallback_stored_total", "to" => "journal")
+                .increment(journaled as u64);
+            continue;
+        }
+        let events: Vec<Replayable> = batch
+            .into_iter()
+            .map(|row| Replayable {
+                // As in the journal (record version 2): an event without
+                // its link (an open) has its link looked up.
+                resolve_link: row.link_id.is_none(),
+                row,
+            })
+            .collect();
+        let n = events.len();
+        match super::replay::store_events(pool, outbox, events).await {
+            Ok(_) => {
+                queue.forget(n);
+                metrics::counter!("linktrack_journal_fallback_stored_total", "to" => "database")
+                    .increment(n as u64);
+            }
+            Err(err) => {
+                tracing::warn!(%err, events = n, "queued events not stored; will retry");
+                return Err(());
+            }
+        }
+    }
+}
+
+/// Append the batch to the journal, oldest first; how many went in.
+fn journal_all(recorder: &Recorder, batch: &[EventRow]) -> usize {
+    let mut written = 0;
+    for row in batch {
+        if recorder.append_without_fallback(row).is_err() {
+            break;
+        }
+        written += 1;
+    }
+    written
+}
+
+/// Whether the journal's directory takes a write again: a page written and
+/// removed. Only run while the journal is known not to write.
+fn probe(dir: &Path, health: &JournalHealth) {
+    let path = dir.join("write-probe");
+    let written = std::fs::write(&path, [b'\n'; 4096]);
+    let _ = std::fs::remove_file(&path);
+    if written.is_ok() {
+        health.set(true, None);
+    }
+}
