@@ -81,7 +81,7 @@ pub async fn prepare(
         &store::RowFormatOptions::new(store::DEFAULT_ROW_FORMAT),
     )
     .await?;
-    partitions::ensure_ahead(&pool, crate::config::DEFAULT_AHEAD_DAYS).await?;
+    partitions::ensure_ahead(&pool, crate::store::partitions::DEFAULT_AHEAD_DAYS).await?;
 
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let newsletter = newsletter_for(image_base);

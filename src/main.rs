@@ -10,7 +10,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let cli = linktrack::config::Cli::parse_args();
+    let cli = linktrack::cli::args::Cli::parse_args();
     match linktrack::cli::run(cli).await {
         Ok(code) => code,
         Err(err) => {

@@ -1,7 +1,9 @@
 //! The storage commands: `migrate`, `partitions`, `shards`.
 
+use super::args::database::{
+    EnsureArgs, MigrateArgs, RotateArgs, ShardsMoveArgs, ShardsRebalanceArgs,
+};
 use super::{counted, pool};
-use crate::config::{EnsureArgs, MigrateArgs, RotateArgs, ShardsMoveArgs, ShardsRebalanceArgs};
 use crate::store::{self, partitions};
 use anyhow::Context;
 use chrono::Utc;

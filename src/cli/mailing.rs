@@ -1,12 +1,13 @@
 //! The mailing commands: `build`, `suppressions`, `tracking-optouts`, `erase`, `segment`,
 //! `stats rollup`.
 
+use super::args::build::BuildArgs;
+use super::args::database::{EraseArgs, SuppressionsCommand, TrackingOptoutsCommand};
+use super::args::serve::SegmentArgs;
+use super::args::stats::RollupArgs;
 use super::{counted, live_layer, pool, EXIT_REJECTED};
 use crate::address;
 use crate::build::{self, BuildOptions, Output};
-use crate::config::{
-    BuildArgs, EraseArgs, RollupArgs, SegmentArgs, SuppressionsCommand, TrackingOptoutsCommand,
-};
 use crate::live::SegmentQuery;
 use crate::store;
 use crate::store::address_list::{AddressList, SUPPRESSIONS, TRACKING_OPTOUTS};

@@ -3,6 +3,7 @@
 //!
 //! # Layout
 //!
+//! * `args/`: the command line itself (clap), one file per command group;
 //! * this file: [`run`], which sends each subcommand to its function, and
 //!   what several of them share (logging, the database pool, the live layer);
 //! * `database`: `migrate`, `partitions`, `shards`;
@@ -20,17 +21,20 @@ macro_rules! say {
     };
 }
 
+pub mod args;
 mod database;
 mod mailing;
 mod serve;
 mod webhooks;
 
-use crate::config::{
-    Cli, Command, LiveArgs, PartitionsCommand, ShardsCommand, StatsCommand, WebhooksCommand,
-};
 use crate::live::Live;
 use crate::store;
 use anyhow::Context;
+use args::database::{PartitionsCommand, ShardsCommand};
+use args::serve::LiveArgs;
+use args::stats::StatsCommand;
+use args::webhooks::WebhooksCommand;
+use args::{Cli, Command};
 use std::process::ExitCode;
 
 /// Exit status of a build that rejected some recipients.

@@ -1,7 +1,9 @@
 //! `serve`, and `demo`, which prepares a mailing and serves it.
 
+use super::args::demo::DemoArgs;
+use super::args::serve::ServeArgs;
+use super::args::webhooks::OutboundArgs;
 use super::live_layer;
-use crate::config::{DemoArgs, OutboundArgs, ServeArgs};
 use crate::outbound::Outbound;
 use crate::store;
 use anyhow::Context;
@@ -10,9 +12,9 @@ use std::time::Duration;
 /// `linktrack serve`: refuses a placeholder or short secret before anything
 /// starts (a compose file's `change-me` must not reach production).
 pub(super) async fn serve(url: &str, args: &ServeArgs) -> anyhow::Result<()> {
-    crate::config::check_secret("LINKTRACK_SECRET", args.secret.as_deref())?;
-    crate::config::check_secret("LINKTRACK_API_TOKEN", args.api_token.as_deref())?;
-    crate::config::check_secret("LINKTRACK_ADMIN_TOKEN", args.admin_token.as_deref())?;
+    super::args::serve::check_secret("LINKTRACK_SECRET", args.secret.as_deref())?;
+    super::args::serve::check_secret("LINKTRACK_API_TOKEN", args.api_token.as_deref())?;
+    super::args::serve::check_secret("LINKTRACK_ADMIN_TOKEN", args.admin_token.as_deref())?;
     run_server(url, args, false).await
 }
 
@@ -53,7 +55,7 @@ async fn run_server(url: &str, args: &ServeArgs, demo: bool) -> anyhow::Result<(
             max_connections: args.max_connections,
             ..Default::default()
         },
-        outbound: hold_until_settled(Outbound::from_args(&args.outbound)?, args),
+        outbound: hold_until_settled(Outbound::from_settings(&args.outbound.settings())?, args),
         ..AppSettings::new(pool, JournalSettings::new(&args.journal))
     };
     let listener = tokio::net::TcpListener::bind(args.listen)
@@ -89,7 +91,7 @@ pub(super) async fn demo(url: &str, args: &DemoArgs) -> anyhow::Result<()> {
     let base_url = args
         .base_url
         .clone()
-        .unwrap_or_else(|| crate::config::base_url_for_listen(args.listen));
+        .unwrap_or_else(|| super::args::serve::base_url_for_listen(args.listen));
     // One secret for the builder and the server: it keys the token seal
     // (docs/token.md) as well as the dashboard's login cookies. Kept across
     // runs: the printed links must open on this server, and a rerun reuses
@@ -145,7 +147,7 @@ pub(super) async fn demo(url: &str, args: &DemoArgs) -> anyhow::Result<()> {
         admin_listen: args.admin_listen,
         admin_token: None,
         base_url: Some(base_url),
-        keep_days: crate::config::DEFAULT_KEEP_DAYS,
+        keep_days: crate::store::partitions::DEFAULT_KEEP_DAYS,
         journal: args.dir.join("journal"),
         db_timeout_ms: 1500,
         db_connections: 16,
@@ -157,11 +159,11 @@ pub(super) async fn demo(url: &str, args: &DemoArgs) -> anyhow::Result<()> {
         secret: Some(secret),
         rollup_every: 2,
         // The demo's clicks show within seconds.
-        verdicts: crate::config::VerdictArgs {
+        verdicts: super::args::serve::VerdictArgs {
             verdict_settle_secs: 0,
             bot_networks: None,
         },
-        live: crate::config::LiveArgs {
+        live: super::args::serve::LiveArgs {
             redis_url: demo_redis_url().await,
             redis_prefix: crate::live::DEFAULT_PREFIX.to_owned(),
         },
@@ -197,7 +199,7 @@ async fn demo_redis_url() -> Option<String> {
         println!("  live layer (latest clicks, live counters): Redis at REDIS_URL");
         return Some(url);
     }
-    let url = crate::config::DEFAULT_DEMO_REDIS_URL;
+    let url = super::args::demo::DEFAULT_DEMO_REDIS_URL;
     let answers = match crate::live::Live::new(url, crate::live::DEFAULT_PREFIX) {
         Ok(live) => tokio::time::timeout(std::time::Duration::from_secs(1), live.ping())
             .await

@@ -1,7 +1,7 @@
 //! The `webhooks` commands: list endpoints, send a test, replay dead letters.
 
+use super::args::webhooks::{OutboundArgs, WebhooksReplayArgs, WebhooksTestArgs};
 use super::pool;
-use crate::config::{OutboundArgs, WebhooksReplayArgs, WebhooksTestArgs};
 use crate::outbound::Outbound;
 use crate::store;
 use anyhow::Context;
@@ -10,7 +10,7 @@ use std::process::ExitCode;
 
 /// `webhooks list`: every endpoint with its backlog.
 pub(super) async fn webhooks_list(url: &str, args: &OutboundArgs) -> anyhow::Result<()> {
-    let outbound = Outbound::from_args(args)?;
+    let outbound = Outbound::from_settings(&args.settings())?;
     let pool = pool(url).await?;
     let backlog = store::outbox::backlog(&pool).await?;
     let now = Utc::now().naive_utc();
@@ -24,7 +24,7 @@ pub(super) async fn webhooks_list(url: &str, args: &OutboundArgs) -> anyhow::Res
 /// `webhooks test`: one signed `webhook.test` delivery, now; exit status 1
 /// unless the endpoint acknowledged it.
 pub(super) async fn webhooks_test(args: &WebhooksTestArgs) -> anyhow::Result<ExitCode> {
-    let outbound = Outbound::from_args(&args.outbound)?;
+    let outbound = Outbound::from_settings(&args.outbound.settings())?;
     let Some(endpoint) = outbound.endpoint(&args.endpoint) else {
         anyhow::bail!(
             "--endpoint {:?}: no such endpoint (configured: {})",

@@ -32,7 +32,7 @@ struct PoolEntry {
 #[derive(Debug, thiserror::Error)]
 pub enum PoolsError {
     #[error(transparent)]
-    File(#[from] crate::config::SettingsFileError),
+    File(#[from] crate::settings_file::SettingsFileError),
     #[error("{path}: the mailing's pool {pool:?} is not in the file (pools: {known})")]
     UnknownPool {
         path: PathBuf,
@@ -65,7 +65,7 @@ pub struct PoolRoute {
 /// Read `path` and return the route of `pool`. Every URL of the pool is
 /// checked (scheme and form) before any letter is built.
 pub fn route(path: &Path, pool: &str) -> Result<PoolRoute, PoolsError> {
-    let file: PoolsFile = crate::config::read_toml_file(path)?;
+    let file: PoolsFile = crate::settings_file::read_toml_file(path)?;
     let Some(entry) = file.pools.get(pool) else {
         return Err(PoolsError::UnknownPool {
             path: path.to_owned(),

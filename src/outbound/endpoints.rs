@@ -21,10 +21,13 @@
 //! ```
 
 use super::signature::{Secret, SecretError};
-use crate::config::OutboundArgs;
+use super::OutboundSettings;
 use crate::payload::EVENT_TYPES;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+/// The default AMQP exchange events are published to.
+pub const DEFAULT_AMQP_EXCHANGE: &str = "linktrack.events";
 
 /// Where one endpoint's events go.
 #[derive(Debug, Clone)]
@@ -135,7 +138,7 @@ pub enum EndpointError {
         message: String,
     },
     #[error(transparent)]
-    Unreadable(#[from] crate::config::SettingsFileError),
+    Unreadable(#[from] crate::settings_file::SettingsFileError),
     #[error("{}: {message}", path.display())]
     File { path: PathBuf, message: String },
 }
@@ -162,7 +165,7 @@ struct FileEndpoint {
 }
 
 /// Every endpoint the settings name, checked.
-pub fn from_args(args: &OutboundArgs) -> Result<Vec<Endpoint>, EndpointError> {
+pub fn from_settings(args: &OutboundSettings) -> Result<Vec<Endpoint>, EndpointError> {
     let defaults = Limits {
         concurrency: args.webhook_concurrency.max(1),
         timeout: Duration::from_millis(args.webhook_timeout_ms.max(1)),
@@ -251,7 +254,7 @@ fn setting(setting: &'static str, message: String) -> EndpointError {
 }
 
 fn read_file(path: &Path, defaults: &Limits) -> Result<Vec<Endpoint>, EndpointError> {
-    let file: EndpointsFile = crate::config::read_toml_file(path)?;
+    let file: EndpointsFile = crate::settings_file::read_toml_file(path)?;
     file.endpoint
         .into_iter()
         .enumerate()
@@ -279,7 +282,7 @@ fn file_endpoint(entry: FileEndpoint, defaults: &Limits) -> Result<Endpoint, Str
             url: amqp_url(&entry.url).map_err(|m| format!("url: {m}"))?,
             exchange: entry
                 .exchange
-                .unwrap_or_else(|| crate::config::DEFAULT_AMQP_EXCHANGE.to_owned()),
+                .unwrap_or_else(|| DEFAULT_AMQP_EXCHANGE.to_owned()),
         }
     } else {
         if entry.exchange.is_some() {
@@ -356,7 +359,6 @@ fn amqp_url(text: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
 
     #[test]
     fn redacted_urls_keep_no_credential() {
@@ -380,15 +382,35 @@ mod tests {
         }
     }
 
-    fn args(extra: &[&str]) -> OutboundArgs {
-        #[derive(Parser)]
-        struct Wrapper {
-            #[command(flatten)]
-            outbound: OutboundArgs,
+    /// Settings as the command line's defaults give them, with `extra`'s
+    /// flags (the few these tests use) set.
+    fn args(extra: &[&str]) -> OutboundSettings {
+        let mut settings = OutboundSettings {
+            webhook_url: None,
+            webhook_secret: None,
+            webhooks: None,
+            amqp_url: None,
+            amqp_exchange: DEFAULT_AMQP_EXCHANGE.to_owned(),
+            webhook_timeout_ms: 10_000,
+            webhook_concurrency: 8,
+            webhook_batch: 1,
+            outbound_retry_base_ms: 5_000,
+            outbound_retry_max_secs: 3_600,
+            outbound_give_up_secs: 259_200,
+            outbound_hold_grace_secs: 120,
+        };
+        for pair in extra.chunks(2) {
+            let value = pair[1].to_owned();
+            match pair[0] {
+                "--webhook-url" => settings.webhook_url = Some(value),
+                "--webhook-secret" => settings.webhook_secret = Some(value),
+                "--webhooks" => settings.webhooks = Some(value.into()),
+                "--amqp-url" => settings.amqp_url = Some(value),
+                "--webhook-batch" => settings.webhook_batch = value.parse().unwrap(),
+                flag => panic!("no such flag in these tests: {flag}"),
+            }
         }
-        let mut argv = vec!["linktrack"];
-        argv.extend_from_slice(extra);
-        Wrapper::try_parse_from(argv).unwrap().outbound
+        settings
     }
 
     const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
@@ -399,7 +421,7 @@ mod tests {
 
     #[test]
     fn the_simple_form_is_the_default_endpoint() {
-        let endpoints = from_args(&args(&[
+        let endpoints = from_settings(&args(&[
             "--webhook-url",
             "https://example.com/hook",
             "--webhook-secret",
@@ -413,7 +435,7 @@ mod tests {
 
     #[test]
     fn bad_settings_are_refused_with_their_name() {
-        let bad_scheme = message(from_args(&args(&[
+        let bad_scheme = message(from_settings(&args(&[
             "--webhook-url",
             "ftp://example.com/",
             "--webhook-secret",
@@ -423,7 +445,7 @@ mod tests {
             bad_scheme.starts_with("LINKTRACK_WEBHOOK_URL:"),
             "{bad_scheme}"
         );
-        let bad_secret = message(from_args(&args(&[
+        let bad_secret = message(from_settings(&args(&[
             "--webhook-url",
             "https://example.com/",
             "--webhook-secret",
@@ -433,17 +455,23 @@ mod tests {
             bad_secret.starts_with("LINKTRACK_WEBHOOK_SECRET: not valid base64"),
             "{bad_secret}"
         );
-        let no_secret = message(from_args(&args(&["--webhook-url", "https://example.com/"])));
+        let no_secret = message(from_settings(&args(&[
+            "--webhook-url",
+            "https://example.com/",
+        ])));
         assert!(
             no_secret.starts_with("LINKTRACK_WEBHOOK_SECRET: missing"),
             "{no_secret}"
         );
-        let bad_batch = message(from_args(&args(&["--webhook-batch", "1001"])));
+        let bad_batch = message(from_settings(&args(&["--webhook-batch", "1001"])));
         assert!(
             bad_batch.starts_with("LINKTRACK_WEBHOOK_BATCH: 1001 events per request"),
             "{bad_batch}"
         );
-        let bad_amqp = message(from_args(&args(&["--amqp-url", "amqp://host:notaport"])));
+        let bad_amqp = message(from_settings(&args(&[
+            "--amqp-url",
+            "amqp://host:notaport",
+        ])));
         assert!(bad_amqp.starts_with("LINKTRACK_AMQP_URL:"), "{bad_amqp}");
     }
 
@@ -453,7 +481,7 @@ mod tests {
         let path = dir.path().join("webhooks.toml");
         let write = |text: &str| std::fs::write(&path, text).unwrap();
         let file_arg = path.to_str().unwrap().to_owned();
-        let run = || from_args(&args(&["--webhooks", &file_arg]));
+        let run = || from_settings(&args(&["--webhooks", &file_arg]));
 
         write(&format!(
             "[[endpoint]]\nname = \"crm\"\nurl = \"https://crm.example.com/h\"\nsecret = \"{SECRET}\"\n\

@@ -114,6 +114,33 @@ impl Hold {
     }
 }
 
+/// Where events go out and how (docs/serve.md, "Events out"), as the
+/// command line gives it: the environment variable names in the errors are
+/// the settings' names.
+#[derive(Debug, Clone)]
+pub struct OutboundSettings {
+    /// The endpoint named `default`: POST every event here, signed.
+    pub webhook_url: Option<String>,
+    /// The signing secret of `webhook_url` (`whsec_` + base64).
+    pub webhook_secret: Option<String>,
+    /// A TOML file of endpoints.
+    pub webhooks: Option<std::path::PathBuf>,
+    /// The endpoint named `amqp`: publish every event to RabbitMQ.
+    pub amqp_url: Option<String>,
+    /// The durable topic exchange of `amqp_url`.
+    pub amqp_exchange: String,
+    pub webhook_timeout_ms: u64,
+    /// Deliveries in flight at once per endpoint.
+    pub webhook_concurrency: usize,
+    /// Events per webhook request (1 to 1000).
+    pub webhook_batch: usize,
+    pub outbound_retry_base_ms: u64,
+    pub outbound_retry_max_secs: u64,
+    /// Give up on an event this long after it was queued (dead letters).
+    pub outbound_give_up_secs: u64,
+    /// The safety net of held events.
+    pub outbound_hold_grace_secs: u64,
+}
 /// The configured endpoints and the policy, shared by the replay (which
 /// enqueues) and the senders. Cheap to clone; empty means off.
 #[derive(Debug, Clone, Default)]
@@ -149,7 +176,7 @@ impl Outbound {
 
     /// The endpoints, policy and safety net the settings name, checked (a bad URL,
     /// secret or file entry is an error naming the setting).
-    pub fn from_args(args: &crate::config::OutboundArgs) -> Result<Outbound, EndpointError> {
+    pub fn from_settings(args: &OutboundSettings) -> Result<Outbound, EndpointError> {
         let policy = RetryPolicy {
             base: Duration::from_millis(args.outbound_retry_base_ms.max(1)),
             max: Duration::from_secs(args.outbound_retry_max_secs.max(1)),
@@ -161,7 +188,7 @@ impl Outbound {
             grace: Duration::from_secs(args.outbound_hold_grace_secs),
             ..Hold::default()
         };
-        Ok(Outbound::new(endpoints::from_args(args)?, policy).holding(hold))
+        Ok(Outbound::new(endpoints::from_settings(args)?, policy).holding(hold))
     }
 
     pub fn endpoints(&self) -> &[Endpoint] {

@@ -17,6 +17,9 @@ use sqlx::MySqlPool;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The public base URL tracked links point at when none is configured.
+pub const DEFAULT_BASE_URL: &str = "http://127.0.0.1:8080";
+
 /// Settings of `linktrack serve`.
 #[derive(Debug, Clone)]
 pub struct ServerSettings {
@@ -49,8 +52,8 @@ pub struct ServerSettings {
 impl Default for ServerSettings {
     fn default() -> Self {
         ServerSettings {
-            keep_days: crate::config::DEFAULT_KEEP_DAYS,
-            base_url: crate::config::DEFAULT_BASE_URL.to_owned(),
+            keep_days: crate::store::partitions::DEFAULT_KEEP_DAYS,
+            base_url: DEFAULT_BASE_URL.to_owned(),
             link_cache_entries: 200_000,
             link_cache_ttl: Duration::from_secs(3_600),
             bots: BotRules::default(),

@@ -14,6 +14,13 @@ use sqlx::{Connection, MySqlPool};
 use std::fmt;
 use std::time::Duration;
 
+/// How many days of links and events are kept. Shared by `rotate` (what to
+/// drop) and the server (which tokens are expired without a database read).
+pub const DEFAULT_KEEP_DAYS: u32 = 90;
+
+/// How many days ahead partitions are made.
+pub const DEFAULT_AHEAD_DAYS: u32 = 7;
+
 /// The tables partitioned by day.
 pub const PARTITIONED_TABLES: [&str; 2] = ["links", "events"];
 

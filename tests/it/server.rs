@@ -1121,7 +1121,7 @@ async fn a_scanner_walking_every_link_of_a_letter_is_a_burst() {
 #[test]
 fn serve_flags_parse_with_defaults() {
     use clap::Parser;
-    use linktrack::config::{Cli, Command};
+    use linktrack::cli::args::{Cli, Command};
     let cli = Cli::try_parse_from([
         "linktrack",
         "serve",

@@ -447,7 +447,7 @@ async fn the_erase_and_rollup_commands_run_from_the_command_line() {
     let run = |args: &[&str]| {
         let mut argv = vec!["linktrack", "--database-url", &db.url];
         argv.extend_from_slice(args);
-        linktrack::cli::run(linktrack::config::Cli::try_parse_from(argv).unwrap())
+        linktrack::cli::run(linktrack::cli::args::Cli::try_parse_from(argv).unwrap())
     };
     run(&["stats", "rollup", "--batch", "1"]).await.unwrap();
     let s = stats::summary(&db.pool, MAILING).await.unwrap().unwrap();

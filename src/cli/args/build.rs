@@ -1,0 +1,115 @@
+//! Flags of `build`.
+
+use super::serve::TrackingArgs;
+use clap::Args;
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, Args)]
+pub struct BuildArgs {
+    /// The mailing file (JSON: mailing_id, subject, from, html or html_file, ...).
+    #[arg(long, value_name = "FILE")]
+    pub mailing: PathBuf,
+
+    /// Recipients: JSON Lines or CSV with a header; `email` is required.
+    #[arg(long, value_name = "FILE")]
+    pub recipients: PathBuf,
+
+    /// Where built letters go (JSON Lines); `-` is standard output. A file is
+    /// written as FILE.partial and renamed when the job completes.
+    #[arg(long, value_name = "FILE|-", default_value = "-")]
+    pub out: PathBuf,
+
+    /// Rejected and suppressed recipients with line and reason (JSON Lines).
+    /// Default: FILE.rejects.jsonl beside --out, or rejects.jsonl for stdout.
+    #[arg(long, value_name = "FILE")]
+    pub rejects: Option<PathBuf>,
+
+    /// The summary as JSON: rows read, letters built, suppressed, rejected
+    /// (read = built + suppressed + rejected), reasons, delivery counts.
+    /// Default: FILE.summary.json beside --out, or summary.json for stdout.
+    #[arg(long, value_name = "FILE")]
+    pub summary: Option<PathBuf>,
+
+    /// The most bytes a letter's HTML may have: a larger creative is refused
+    /// before anything is stored, a recipient whose personalised letter
+    /// grows past it is rejected.
+    #[arg(long, value_name = "BYTES", default_value_t = crate::build::DEFAULT_MAX_LETTER_BYTES)]
+    pub max_letter_bytes: usize,
+
+    /// Personalise and rewrite every letter from scratch instead of filling
+    /// in the mailing's plan (compiled once; README "Builder"). The letters
+    /// are the same bytes either way; this is the slower reference path.
+    #[arg(long)]
+    pub letter_by_letter: bool,
+
+    /// Recipients per batch; each batch's links are stored in one transaction.
+    #[arg(long, default_value_t = 1000)]
+    pub batch_size: usize,
+
+    /// Threads building letters (default: one per core).
+    #[arg(long)]
+    pub workers: Option<usize>,
+
+    /// Letter IDs reserved per round trip to the `sequences` table.
+    #[arg(long, default_value_t = 10_000)]
+    pub id_block: u64,
+
+    /// Never draw the progress bar (it is only drawn on a terminal anyway).
+    #[arg(long)]
+    pub no_progress: bool,
+
+    #[command(flatten)]
+    pub tracking: TrackingArgs,
+
+    /// Deliver every letter to this MTA over SMTP, once its links are stored:
+    /// smtp://host:port, smtp://host:port?tls=required (STARTTLS), smtps://…
+    /// (implicit TLS); user:password@ in the URL for AUTH. A re-run delivers
+    /// nothing twice (see README "Delivery").
+    #[arg(
+        long,
+        env = "LINKTRACK_SMTP_URL",
+        hide_env_values = true,
+        value_name = "URL"
+    )]
+    pub smtp: Option<String>,
+
+    /// A pools file (TOML): each pool's SMTP URLs and connections per MTA;
+    /// the mailing's `pool` picks its entry (see README "Delivery"). Checked
+    /// before any letter is built. Takes the place of --smtp.
+    #[arg(
+        long,
+        env = "LINKTRACK_POOLS",
+        value_name = "FILE",
+        conflicts_with = "smtp"
+    )]
+    pub pools: Option<PathBuf>,
+
+    /// SMTP connections used in parallel (per MTA with --pools).
+    #[arg(long, default_value_t = 4)]
+    pub smtp_connections: u32,
+
+    /// Messages sent over one SMTP connection before it is closed (QUIT)
+    /// and a new one opened, for relays that cap messages per session
+    /// (a pool's `messages_per_connection` takes precedence). Default: no limit.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub smtp_messages_per_connection: Option<u32>,
+
+    /// Retries of a temporary failure (4xx, refused, timeout) per letter.
+    #[arg(long, default_value_t = 5)]
+    pub smtp_retries: u32,
+
+    /// Wait before the first retry, in milliseconds; it doubles each time.
+    #[arg(long, default_value_t = 1000)]
+    pub smtp_backoff_ms: u64,
+
+    /// Envelope sender (Return-Path) for bounces; default the mailing's From.
+    #[arg(long, value_name = "ADDRESS")]
+    pub return_path: Option<String>,
+
+    /// Part of the key that seals tokens (docs/token.md): set it to the
+    /// server's LINKTRACK_SECRET, or the server cannot read the tokens'
+    /// kinds and templates. Unset on both is fine (the database's own
+    /// random key then seals alone).
+    #[arg(long, env = "LINKTRACK_SECRET", hide_env_values = true)]
+    pub secret: Option<String>,
+}

@@ -1,0 +1,288 @@
+//! The command line: every flag, its environment variable and default
+//! (flags first, then environment variables, then defaults that work on a
+//! development machine, MariaDB on 127.0.0.1:3306). clap stops here: the
+//! runners in `cli/` turn these into the plain settings structs the layers
+//! below take, and nothing below `cli` imports clap.
+//!
+//! One file per command group: `database` (migrate, partitions, shards,
+//! erase, suppressions, tracking-optouts), `build`, `serve` (and what it
+//! shares with `demo` and `stats`: verdicts, live layer, segments),
+//! `webhooks` (and events out), `stats`, `demo`.
+
+pub mod build;
+pub mod database;
+pub mod demo;
+pub mod serve;
+pub mod stats;
+pub mod webhooks;
+
+use build::BuildArgs;
+use clap::{Args, Parser, Subcommand};
+use database::*;
+use demo::DemoArgs;
+use serve::*;
+use stats::StatsCommand;
+use webhooks::WebhooksCommand;
+
+pub const DEFAULT_DATABASE_URL: &str = "mysql://root@127.0.0.1:3306/linktrack";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "linktrack",
+    version,
+    about = "Email-newsletter link tracking: build tracked letters, serve redirects, rotate daily partitions",
+    long_about = None,
+    propagate_version = true
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+impl Cli {
+    /// The command line as `--help` shows it: every `[env: NAME]` without
+    /// the variable's current value. clap would print `[env: NAME=]` for a
+    /// variable that is unset, which reads as "set to empty", and the value
+    /// of one that is set, which may be a secret.
+    pub fn command_for_help() -> clap::Command {
+        use clap::CommandFactory;
+        hide_env_values(Cli::command())
+    }
+
+    /// Parse the process's arguments (exits with clap's message on an error).
+    pub fn parse_args() -> Cli {
+        use clap::FromArgMatches;
+        let matches = Cli::command_for_help().get_matches();
+        Cli::from_arg_matches(&matches).unwrap_or_else(|err| err.exit())
+    }
+}
+
+fn hide_env_values(command: clap::Command) -> clap::Command {
+    command
+        .mut_args(|arg| arg.hide_env_values(true))
+        .mut_subcommands(hide_env_values)
+}
+
+/// Flags every subcommand accepts.
+#[derive(Debug, Clone, Args)]
+pub struct GlobalArgs {
+    /// MySQL or MariaDB URL (mysql:// or mariadb://; any other scheme is
+    /// refused); the database in it is the one linktrack uses.
+    // The URL may carry a password: never echo the environment's value in --help.
+    #[arg(long, env = "DATABASE_URL", default_value = DEFAULT_DATABASE_URL, global = true, hide_env_values = true)]
+    pub database_url: String,
+
+    /// A Spider cluster's data nodes: comma-separated MySQL URLs (each with
+    /// its database). DATABASE_URL is then the head, the one server every
+    /// command talks to; unset is a single server. See docs/scaling.md.
+    #[arg(
+        long,
+        env = "LINKTRACK_SHARDS",
+        global = true,
+        hide_env_values = true,
+        value_name = "URL,URL,…"
+    )]
+    pub shards: Option<String>,
+
+    /// Log as JSON lines instead of human-readable text (filter with RUST_LOG).
+    #[arg(long, env = "LINKTRACK_LOG_JSON", global = true)]
+    pub log_json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create or upgrade the schema (creates the database if it is missing).
+    Migrate(MigrateArgs),
+    /// Manage the daily partitions of `links` and `events`.
+    #[command(subcommand)]
+    Partitions(PartitionsCommand),
+    /// Build tracked letters for one mailing. Every row is accounted for:
+    /// read = built + suppressed + rejected (see --summary). Exit status:
+    /// 0 all built (suppressed rows included), 2 some recipients rejected or
+    /// refused by the MTA (see the rejects file), 1 failure or a refused
+    /// file (an unterminated or row-swallowing quote, a binary file, a
+    /// creative over --max-letter-bytes).
+    Build(BuildArgs),
+    /// Manage the suppression list (addresses never sent to).
+    #[command(subcommand)]
+    Suppressions(SuppressionsCommand),
+    /// Manage the tracking opt-out list (addresses sent to, never tracked).
+    #[command(subcommand, name = "tracking-optouts")]
+    TrackingOptouts(TrackingOptoutsCommand),
+    /// Run the tracking HTTP server: redirects, open pixel, image proxy, unsubscribe.
+    Serve(ServeArgs),
+    /// The whole loop on the fixtures: migrate, create partitions, build the
+    /// fixture mailing, print tracked URLs to open, then serve them.
+    Demo(DemoArgs),
+    /// Erase an address: anonymise every `links` and `events` row naming it,
+    /// in every partition. Its suppression entry is kept.
+    Erase(EraseArgs),
+    /// Print the addresses that clicked links with the given tags (needs REDIS_URL).
+    Segment(SegmentArgs),
+    /// Statistics maintenance.
+    #[command(subcommand)]
+    Stats(StatsCommand),
+    /// Events out: the webhook and AMQP endpoints, their backlog and dead
+    /// letters (the same settings as `serve`).
+    #[command(subcommand)]
+    Webhooks(WebhooksCommand),
+    /// A Spider cluster's data tables: move them to another data node (how
+    /// a cluster grows; docs/scaling.md "Adding a data node").
+    #[command(subcommand)]
+    Shards(ShardsCommand),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn placeholder_and_short_secrets_are_refused_by_name() {
+        for placeholder in [
+            "change-me",
+            "CHANGE-ME",
+            "changeme",
+            "<secret>",
+            "please-change-me-now",
+        ] {
+            let err = check_secret("LINKTRACK_SECRET", Some(placeholder)).unwrap_err();
+            assert!(
+                matches!(err, WeakSecret::Placeholder { .. }),
+                "{placeholder}: {err}"
+            );
+            assert!(
+                err.to_string()
+                    .starts_with("LINKTRACK_SECRET is a placeholder"),
+                "{err}"
+            );
+        }
+        let err = check_secret("LINKTRACK_API_TOKEN", Some("abc123")).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "LINKTRACK_API_TOKEN has 6 characters, fewer than 16: generate one with \
+             `openssl rand -hex 32` (docs/deploy.md, \"Secrets\")"
+        );
+        assert!(check_secret("LINKTRACK_SECRET", None).is_ok());
+        assert!(check_secret("LINKTRACK_SECRET", Some(&"ab12".repeat(16))).is_ok());
+    }
+
+    #[test]
+    fn serve_derives_its_base_url_from_listen_when_none_is_given() {
+        let parse = |args: &[&str]| match Cli::try_parse_from(args).unwrap().command {
+            Command::Serve(serve) => serve.base_url(),
+            other => panic!("parsed as {other:?}"),
+        };
+        assert_eq!(
+            parse(&["linktrack", "serve", "--listen", "127.0.0.1:9000"]),
+            "http://127.0.0.1:9000"
+        );
+        assert_eq!(
+            parse(&["linktrack", "serve", "--listen", "0.0.0.0:8080"]),
+            "http://localhost:8080"
+        );
+        assert_eq!(
+            parse(&[
+                "linktrack",
+                "serve",
+                "--listen",
+                "[::]:80",
+                "--base-url",
+                "https://t.example.com"
+            ]),
+            "https://t.example.com"
+        );
+    }
+
+    /// Every argument of every subcommand has a help line, and no
+    /// `[env: NAME=]` reads as "set to empty".
+    #[test]
+    fn every_argument_has_help_and_env_names_show_no_value() {
+        fn check(command: &mut clap::Command, path: &str) {
+            let help = command.render_long_help().to_string();
+            assert!(
+                !help.contains("=]"),
+                "{path}: an env value shown in\n{help}"
+            );
+            for arg in command.get_arguments() {
+                let id = arg.get_id().as_str();
+                if matches!(id, "help" | "version") {
+                    continue;
+                }
+                assert!(
+                    arg.get_help().is_some() || arg.get_long_help().is_some(),
+                    "{path}: argument {id} has no help line"
+                );
+            }
+            for sub in command.get_subcommands_mut() {
+                let sub_path = format!("{path} {}", sub.get_name());
+                check(sub, &sub_path);
+            }
+        }
+        let mut command = Cli::command_for_help();
+        command.build();
+        check(&mut command, "linktrack");
+    }
+
+    #[test]
+    fn rotate_flags_parse() {
+        let cli = Cli::try_parse_from([
+            "linktrack",
+            "partitions",
+            "rotate",
+            "--keep-days",
+            "30",
+            "--ahead-days",
+            "3",
+            "--dry-run",
+        ])
+        .unwrap();
+        match cli.command {
+            Command::Partitions(PartitionsCommand::Rotate(args)) => {
+                assert_eq!(
+                    (args.keep_days, args.ahead_days, args.dry_run),
+                    (30, 3, true)
+                );
+            }
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn segment_flags_parse_and_need_a_tag() {
+        let cli = Cli::try_parse_from([
+            "linktrack",
+            "segment",
+            "--mailing",
+            "m1",
+            "--tag",
+            "ruby",
+            "--and",
+            "web",
+            "--not",
+            "erlang",
+            "--not",
+            "go",
+        ])
+        .unwrap();
+        match cli.command {
+            Command::Segment(args) => {
+                assert_eq!(args.mailing, "m1");
+                assert_eq!(
+                    (args.tag, args.and),
+                    (vec!["ruby".into()], vec!["web".into()])
+                );
+                assert_eq!(args.not, ["erlang", "go"]);
+            }
+            other => panic!("parsed as {other:?}"),
+        }
+        assert!(Cli::try_parse_from(["linktrack", "segment", "--mailing", "m1"]).is_err());
+    }
+}

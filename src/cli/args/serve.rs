@@ -1,0 +1,276 @@
+//! Flags of `serve`, and the groups it shares with `demo` and `stats`:
+//! bot verdicts, the live layer, segments; the checks of its secrets.
+
+use super::webhooks::OutboundArgs;
+use crate::server::state::DEFAULT_BASE_URL;
+use crate::store::partitions::DEFAULT_KEEP_DAYS;
+use clap::Args;
+
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+
+/// Where `/metrics` and `/readyz` answer by default: loopback only.
+pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9464";
+
+/// Flags of `linktrack serve` (see docs/serve.md).
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, env = "LINKTRACK_LISTEN", default_value = DEFAULT_LISTEN)]
+    pub listen: std::net::SocketAddr,
+
+    /// Address of the operators' listener: `/metrics` and `/readyz` answer
+    /// there only (the public listener keeps `/healthz`).
+    #[arg(long, env = "LINKTRACK_ADMIN_LISTEN", default_value = DEFAULT_ADMIN_LISTEN)]
+    pub admin_listen: std::net::SocketAddr,
+
+    /// Bearer token `/metrics` and `/readyz` require on the admin listener
+    /// (`Authorization: Bearer TOKEN`); unset leaves them open, and the
+    /// server warns at start when the admin listener is not on loopback.
+    #[arg(long, env = "LINKTRACK_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+
+    /// Public base URL of the tracking server, e.g. https://t.example.com
+    /// (default: http:// + --listen, with localhost for 0.0.0.0 or [::]).
+    #[arg(long, env = "LINKTRACK_BASE_URL", value_name = "URL")]
+    pub base_url: Option<String>,
+
+    /// Days of links kept (as `partitions rotate --keep-days`); older tokens
+    /// answer 410 Gone without a database read.
+    #[arg(long, env = "LINKTRACK_KEEP_DAYS", default_value_t = DEFAULT_KEEP_DAYS)]
+    pub keep_days: u32,
+
+    /// Directory of the event journal: events wait here until they are in
+    /// the database, and are replayed from here after a restart.
+    #[arg(long, env = "LINKTRACK_JOURNAL", default_value = "journal")]
+    pub journal: std::path::PathBuf,
+
+    /// Longest wait for the database (connection, then statement) before a
+    /// request answers 503.
+    #[arg(long, env = "LINKTRACK_DB_TIMEOUT_MS", default_value_t = 1500)]
+    pub db_timeout_ms: u64,
+
+    /// Database connections.
+    #[arg(long, env = "LINKTRACK_DB_CONNECTIONS", default_value_t = 16)]
+    pub db_connections: u32,
+
+    /// Link lookups (link cache misses) sent to the database at once; the
+    /// misses that arrive while all are busy share the next statement, so
+    /// fewer makes larger batches, which cost the database less per click
+    /// (`bench_serve` measured 2 against 8: less database CPU per click and
+    /// a lower p99, with a warm buffer pool and with a cold one).
+    #[arg(long, env = "LINKTRACK_LOOKUPS_IN_FLIGHT", value_name = "N",
+          default_value_t = crate::server::lookups::DEFAULT_IN_FLIGHT as u32,
+          value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub lookups_in_flight: u32,
+
+    /// Close a connection that has not sent a request's complete headers
+    /// within SECS seconds; an idle keep-alive connection is closed after
+    /// the same time (it is waiting for the next request's headers).
+    #[arg(long, env = "LINKTRACK_HEADER_TIMEOUT", default_value_t = 10, value_name = "SECS",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub header_timeout: u64,
+
+    /// Most client connections open at once (each listener); beyond it new
+    /// connections wait in the listen backlog, and the server logs that the
+    /// cap was reached. Keep it below the process's file descriptor limit.
+    #[arg(long, env = "LINKTRACK_MAX_CONNECTIONS", default_value_t = crate::server::listen::DEFAULT_MAX_CONNECTIONS,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub max_connections: usize,
+
+    /// Record the client network from the last X-Forwarded-For entry. Set it
+    /// only behind a reverse proxy or load balancer that appends that header.
+    #[arg(long, env = "LINKTRACK_TRUST_FORWARDED_FOR")]
+    pub trust_forwarded_for: bool,
+
+    /// Bearer token of the stats API and dashboard; unset turns them off (404).
+    #[arg(long, env = "LINKTRACK_API_TOKEN", hide_env_values = true)]
+    pub api_token: Option<String>,
+
+    /// Key that signs dashboard login cookies; unset turns the login form off
+    /// (the API and dashboard then take `Authorization: Bearer` only).
+    #[arg(long, env = "LINKTRACK_SECRET", hide_env_values = true)]
+    pub secret: Option<String>,
+
+    /// Roll events up into the statistics tables every SECS seconds; 0 leaves
+    /// it to a separate `linktrack stats rollup --every` process.
+    #[arg(
+        long,
+        env = "LINKTRACK_ROLLUP_EVERY",
+        default_value_t = 5,
+        value_name = "SECS"
+    )]
+    pub rollup_every: u64,
+
+    #[command(flatten)]
+    pub verdicts: VerdictArgs,
+
+    #[command(flatten)]
+    pub live: LiveArgs,
+
+    #[command(flatten)]
+    pub outbound: OutboundArgs,
+}
+
+/// Where tracked URLs point; used by `build` and `serve`.
+#[derive(Debug, Clone, Args)]
+pub struct TrackingArgs {
+    /// Public base URL of the tracking server, e.g. https://t.example.com.
+    #[arg(long, env = "LINKTRACK_BASE_URL", default_value = DEFAULT_BASE_URL)]
+    pub base_url: String,
+}
+
+impl ServeArgs {
+    /// The base URL tracked links are served under: --base-url, else derived
+    /// from --listen as `demo` does ([`base_url_for_listen`]).
+    pub fn base_url(&self) -> String {
+        self.base_url
+            .clone()
+            .unwrap_or_else(|| base_url_for_listen(self.listen))
+    }
+}
+
+/// `http://` + the listen address; an unspecified address (0.0.0.0, [::])
+/// is not one a browser can open, so it becomes `localhost`.
+pub fn base_url_for_listen(listen: std::net::SocketAddr) -> String {
+    if listen.ip().is_unspecified() {
+        format!("http://localhost:{}", listen.port())
+    } else {
+        format!("http://{listen}")
+    }
+}
+
+/// How bot verdicts settle (docs/serve.md, "Verdicts"); used by `serve`
+/// and `stats rollup`, which settle verdicts as they roll events up.
+#[derive(Debug, Clone, Args)]
+pub struct VerdictArgs {
+    /// A hit's verdict is final this long after it happened: the statistics
+    /// count it, and events out send it, only then (clicks and opens are
+    /// held that long). 0 judges with what is known at the next rollup and
+    /// sends events at once with their first verdict.
+    #[arg(
+        long,
+        env = "LINKTRACK_VERDICT_SETTLE_SECS",
+        default_value_t = 30,
+        value_name = "SECS"
+    )]
+    pub verdict_settle_secs: u64,
+    /// An operator's scanner-networks file (TOML, the format of the shipped
+    /// src/events/networks.toml): its entries are added, its
+    /// `remove = [...]` names or ranges are dropped from the shipped list.
+    #[arg(long, env = "LINKTRACK_BOT_NETWORKS", value_name = "FILE")]
+    pub bot_networks: Option<std::path::PathBuf>,
+}
+
+impl VerdictArgs {
+    /// How long after it happened a hit's verdict is final.
+    pub fn settle(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.verdict_settle_secs)
+    }
+
+    /// The verdict rules these settings name (the networks file is read and
+    /// checked here: a bad entry is an error naming the file and entry).
+    pub fn rules(
+        &self,
+    ) -> Result<crate::bots::verdicts::VerdictRules, crate::bots::networks::NetworksError> {
+        let networks = match &self.bot_networks {
+            Some(path) => crate::bots::networks::Networks::with_operator_file(path)?,
+            None => crate::bots::networks::Networks::shipped(),
+        };
+        Ok(crate::bots::verdicts::VerdictRules {
+            settle: self.settle(),
+            networks,
+            ..Default::default()
+        })
+    }
+}
+
+/// The optional Redis live layer.
+#[derive(Debug, Clone, Args)]
+pub struct LiveArgs {
+    /// Redis URL, e.g. redis://127.0.0.1:6379; unset turns the live layer off.
+    #[arg(long, env = "REDIS_URL", hide_env_values = true)]
+    pub redis_url: Option<String>,
+
+    /// Prefix of every Redis key linktrack writes.
+    #[arg(long, env = "LINKTRACK_REDIS_PREFIX", default_value = crate::live::DEFAULT_PREFIX)]
+    pub redis_prefix: String,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SegmentArgs {
+    /// The mailing id.
+    #[arg(long)]
+    pub mailing: String,
+    /// A tag every selected recipient clicked (repeatable).
+    #[arg(long, required = true, value_name = "T")]
+    pub tag: Vec<String>,
+    /// Another tag they must also have clicked (repeatable).
+    #[arg(long, value_name = "T")]
+    pub and: Vec<String>,
+    /// A tag that selects recipients on its own (union; repeatable).
+    #[arg(long, value_name = "T")]
+    pub or: Vec<String>,
+    /// A tag they must not have clicked (repeatable).
+    #[arg(long, value_name = "T")]
+    pub not: Vec<String>,
+    #[command(flatten)]
+    pub live: LiveArgs,
+}
+
+/// Shortest `LINKTRACK_SECRET` / `LINKTRACK_API_TOKEN` the server accepts:
+/// `openssl rand -hex 32` (the documented one-liner) gives 64 characters.
+pub const MIN_SECRET_LEN: usize = 16;
+
+/// Values people leave in a config file meaning "fill this in".
+const PLACEHOLDERS: &[&str] = &[
+    "change-me",
+    "changeme",
+    "change_me",
+    "changeit",
+    "replace-me",
+    "replaceme",
+    "secret",
+    "password",
+    "token",
+    "example",
+    "xxx",
+    "todo",
+    "test",
+];
+
+/// A secret setting the server refuses to start with.
+#[derive(Debug, thiserror::Error)]
+pub enum WeakSecret {
+    #[error("{name} is a placeholder ({value:?}): generate one with `openssl rand -hex 32` (docs/deploy.md, \"Secrets\")")]
+    Placeholder { name: &'static str, value: String },
+    #[error("{name} has {len} characters, fewer than {MIN_SECRET_LEN}: generate one with `openssl rand -hex 32` (docs/deploy.md, \"Secrets\")")]
+    TooShort { name: &'static str, len: usize },
+}
+
+/// Check one secret setting (`name` is its environment variable, for the
+/// message). Unset is fine (the feature it enables is off); a placeholder
+/// such as `change-me`, or anything shorter than [`MIN_SECRET_LEN`], is not:
+/// a server started with one would sign cookies anybody can forge.
+pub fn check_secret(name: &'static str, value: Option<&str>) -> Result<(), WeakSecret> {
+    let Some(value) = value else {
+        return Ok(());
+    };
+    let lowered = value.trim().to_ascii_lowercase();
+    let is_placeholder = PLACEHOLDERS.contains(&lowered.as_str())
+        || (lowered.starts_with('<') && lowered.ends_with('>'))
+        || lowered.contains("change-me")
+        || lowered.contains("changeme");
+    if is_placeholder {
+        return Err(WeakSecret::Placeholder {
+            name,
+            value: value.to_owned(),
+        });
+    }
+    if value.chars().count() < MIN_SECRET_LEN {
+        return Err(WeakSecret::TooShort {
+            name,
+            len: value.chars().count(),
+        });
+    }
+    Ok(())
+}
