@@ -41,7 +41,7 @@ use process_cpu::{mariadbd_stat, ProcessCpu};
 
 use chrono::{DateTime, NaiveTime, Utc};
 use clap::Parser;
-use linktrack::build::{self, BuildOptions, Output};
+use linktrack::builder::{self, BuildOptions, Output};
 use linktrack::delivery::smtp::SmtpSettings;
 use linktrack::store::{self, partitions, RowFormat};
 use linktrack::token::Token;
@@ -303,7 +303,7 @@ fn bench_cpu_side(args: &Args, dir: &Path) -> anyhow::Result<()> {
             &[false, true][..]
         };
         for (slot, &letter_by_letter) in paths.iter().enumerate() {
-            let composer = build::Composer::load(
+            let composer = builder::Composer::load(
                 &dir.join("mailing.json"),
                 "https://t.example.com",
                 letter_by_letter,
@@ -341,7 +341,7 @@ fn bench_cpu_side(args: &Args, dir: &Path) -> anyhow::Result<()> {
 /// Composes `letters` letters on `workers` threads, each writing its JSON
 /// lines to its own file; returns letters/s.
 fn compose_all(
-    composer: &build::Composer,
+    composer: &builder::Composer,
     letters: usize,
     workers: usize,
     out: &Path,
@@ -453,7 +453,7 @@ async fn run_builder(
     html: &str,
     smtp: Option<SmtpSettings>,
     letter_by_letter: bool,
-) -> anyhow::Result<build::Summary> {
+) -> anyhow::Result<builder::Summary> {
     write_mailing(dir, html)?;
     let mut recipients =
         std::io::BufWriter::new(std::fs::File::create(dir.join("recipients.jsonl"))?);
@@ -478,11 +478,11 @@ async fn run_builder(
         pools: None,
         return_path: None,
         summary: None,
-        max_letter_bytes: build::DEFAULT_MAX_LETTER_BYTES,
+        max_letter_bytes: builder::DEFAULT_MAX_LETTER_BYTES,
         secret: None,
         letter_by_letter,
     };
-    Ok(build::run(pool, &options).await?)
+    Ok(builder::run(pool, &options).await?)
 }
 
 /// Part 3: letters/s delivering over SMTP to `smtp-sink` against the same

@@ -2,8 +2,8 @@
 //! machine. The fixtures are compiled in, so the command works from any
 //! directory.
 
-use crate::build::compose::tracked_url;
-use crate::build::{self, BuildOptions, Output, Summary};
+use crate::builder::compose::tracked_url;
+use crate::builder::{self, BuildOptions, Output, Summary};
 use crate::store::links::LinkKind;
 use crate::store::{self, partitions, suppressions};
 use crate::token::Token;
@@ -116,11 +116,11 @@ pub async fn prepare(
         pools: None,
         return_path: None,
         summary: None,
-        max_letter_bytes: build::DEFAULT_MAX_LETTER_BYTES,
+        max_letter_bytes: builder::DEFAULT_MAX_LETTER_BYTES,
         secret: secret.map(str::to_owned),
         letter_by_letter: false,
     };
-    let summary = build::run(&pool, &options).await?;
+    let summary = builder::run(&pool, &options).await?;
     let sample_urls = sample_urls(&letters, base_url)?;
     Ok(DemoOutcome {
         summary,

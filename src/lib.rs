@@ -71,7 +71,7 @@
 
 pub mod address;
 pub mod bots;
-pub mod build;
+pub mod builder;
 pub mod cli;
 pub mod delivery;
 pub mod demo;

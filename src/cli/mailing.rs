@@ -7,7 +7,7 @@ use super::args::serve::SegmentArgs;
 use super::args::stats::RollupArgs;
 use super::{counted, live_layer, pool, EXIT_REJECTED};
 use crate::address;
-use crate::build::{self, BuildOptions, Output};
+use crate::builder::{self, BuildOptions, Output};
 use crate::live::SegmentQuery;
 use crate::store;
 use crate::store::address_list::{AddressList, SUPPRESSIONS, TRACKING_OPTOUTS};
@@ -61,7 +61,7 @@ pub(super) async fn build(url: &str, args: &BuildArgs) -> anyhow::Result<ExitCod
         secret: args.secret.clone(),
         letter_by_letter: args.letter_by_letter,
     };
-    let summary = build::run(&pool, &options).await?;
+    let summary = builder::run(&pool, &options).await?;
     eprintln!("{summary}");
     if summary.rejected > 0 || summary.suppressed > 0 {
         eprintln!(

@@ -4,7 +4,7 @@
 //! table is these tests.
 
 use crate::common::TestDb;
-use linktrack::build::{self, BuildError, BuildOptions, Output, Summary};
+use linktrack::builder::{self, BuildError, BuildOptions, Output, Summary};
 use proptest::prelude::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -33,7 +33,7 @@ fn options(dir: &Path, recipients: PathBuf) -> BuildOptions {
         pools: None,
         return_path: None,
         summary: Some(dir.join("summary.json")),
-        max_letter_bytes: build::DEFAULT_MAX_LETTER_BYTES,
+        max_letter_bytes: builder::DEFAULT_MAX_LETTER_BYTES,
         secret: None,
         letter_by_letter: false,
     }
@@ -48,7 +48,7 @@ async fn build_file(
 ) -> Result<Summary, BuildError> {
     let path = dir.join(name);
     std::fs::write(&path, contents).unwrap();
-    build::run(&db.pool, &options(dir, path)).await
+    builder::run(&db.pool, &options(dir, path)).await
 }
 
 fn letters(dir: &Path) -> Vec<Value> {
@@ -360,7 +360,7 @@ async fn a_creative_over_the_limit_is_refused_before_any_insert() {
     std::fs::write(&recipients, "email\na@example.com\n").unwrap();
     let mut opts = options(dir.path(), recipients);
     opts.max_letter_bytes = 1_000;
-    let error = build::run(&db.pool, &opts).await.unwrap_err().to_string();
+    let error = builder::run(&db.pool, &opts).await.unwrap_err().to_string();
     assert!(
         error.contains("letter.html")
             && error.contains(&format!("{} bytes", html.len()))
@@ -375,7 +375,7 @@ async fn a_creative_over_the_limit_is_refused_before_any_insert() {
     assert_eq!(saved, 0, "refused before any insert");
     // Raised, the same mailing builds.
     opts.max_letter_bytes = 10_000;
-    let summary = build::run(&db.pool, &opts).await.unwrap();
+    let summary = builder::run(&db.pool, &opts).await.unwrap();
     assert_eq!(summary.letters_built, 1, "{summary}");
 }
 
@@ -399,7 +399,7 @@ async fn a_big_but_allowed_creative_is_stored() {
     std::fs::write(&recipients, "email\na@example.com\n").unwrap();
     let mut opts = options(dir.path(), recipients);
     opts.max_letter_bytes = 12 << 20;
-    let summary = build::run(&db.pool, &opts).await.unwrap();
+    let summary = builder::run(&db.pool, &opts).await.unwrap();
     assert_eq!(summary.letters_built, 1, "{summary}");
     let stored: i64 =
         sqlx::query_scalar("SELECT LENGTH(html) FROM mailings WHERE mailing_id = 'big'")

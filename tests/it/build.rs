@@ -1,5 +1,5 @@
 use crate::common::{today, TestDb};
-use linktrack::build::{self, BuildOptions, Output};
+use linktrack::builder::{self, BuildOptions, Output};
 use linktrack::store::links::{self, LinkKind};
 use linktrack::store::sequences::Sequence;
 use linktrack::store::suppressions;
@@ -29,7 +29,7 @@ pub(crate) fn options(dir: &Path, mailing: PathBuf, recipients: PathBuf) -> Buil
         pools: None,
         return_path: None,
         summary: None,
-        max_letter_bytes: build::DEFAULT_MAX_LETTER_BYTES,
+        max_letter_bytes: builder::DEFAULT_MAX_LETTER_BYTES,
         secret: None,
         letter_by_letter: false,
     }
@@ -75,7 +75,7 @@ async fn the_fixture_mailing_builds_skipping_the_suppressed_and_the_bad() {
         fixtures().join("mailing.json"),
         fixtures().join("recipients.csv"),
     );
-    let summary = build::run(&db.pool, &opts).await.unwrap();
+    let summary = builder::run(&db.pool, &opts).await.unwrap();
 
     assert_eq!(
         (summary.letters_built, summary.suppressed, summary.rejected),
@@ -223,9 +223,9 @@ async fn a_rerun_after_completion_stores_nothing_new_and_writes_the_same_letters
         fixtures().join("mailing.json"),
         fixtures().join("recipients.csv"),
     );
-    build::run(&db.pool, &opts).await.unwrap();
+    builder::run(&db.pool, &opts).await.unwrap();
     let first = read_jsonl(&dir.path().join("letters.jsonl"));
-    let again = build::run(&db.pool, &opts).await.unwrap();
+    let again = builder::run(&db.pool, &opts).await.unwrap();
     assert_eq!(
         (
             again.letters_built,
@@ -255,7 +255,7 @@ async fn a_creative_with_another_engines_tags_is_refused_unless_personalize_is_o
     )
     .unwrap();
 
-    let refused = build::run(
+    let refused = builder::run(
         &db.pool,
         &options(dir.path(), mailing(true), dir.path().join("r.jsonl")),
     )
@@ -267,7 +267,7 @@ async fn a_creative_with_another_engines_tags_is_refused_unless_personalize_is_o
         "{message}"
     );
 
-    let summary = build::run(
+    let summary = builder::run(
         &db.pool,
         &options(dir.path(), mailing(false), dir.path().join("r.jsonl")),
     )
@@ -293,7 +293,7 @@ async fn a_recipient_missing_a_field_is_rejected_by_name() {
         "{\"email\":\"a@example.com\",\"first_name\":\"A\"}\n{\"email\":\"b@example.com\"}\n",
     )
     .unwrap();
-    let summary = build::run(
+    let summary = builder::run(
         &db.pool,
         &options(
             dir.path(),
@@ -327,7 +327,7 @@ async fn track_false_leaves_links_alone_and_stores_only_the_unsubscribe_link() {
         "{\"email\":\"a@example.com\",\"first_name\":\"Ann\"}\n",
     )
     .unwrap();
-    let summary = build::run(
+    let summary = builder::run(
         &db.pool,
         &options(
             dir.path(),
@@ -479,7 +479,7 @@ async fn every_corpus_letter_builds_and_every_token_resolves_to_its_original_url
         let mailing = serde_json::json!({"mailing_id": format!("corpus-{n}"), "subject": "s", "from": "f@example.com", "html": html, "personalize": false});
         let path = dir.path().join(format!("m{n}.json"));
         std::fs::write(&path, mailing.to_string()).unwrap();
-        let summary = build::run(
+        let summary = builder::run(
             &db.pool,
             &options(dir.path(), path, dir.path().join("r.jsonl")),
         )
@@ -651,7 +651,7 @@ async fn link_templates_hold_one_row_per_shared_link_of_a_mailing() {
         fixtures().join("mailing.json"),
         fixtures().join("recipients.csv"),
     );
-    let summary = build::run(&db.pool, &opts).await.unwrap();
+    let summary = builder::run(&db.pool, &opts).await.unwrap();
     let templates: i64 =
         sqlx::query_scalar("SELECT COUNT(*) FROM link_templates WHERE mailing_id = ?")
             .bind(MAILING)

@@ -9,7 +9,7 @@ use crate::build::{options, tracked_tokens, BASE};
 use crate::common::{today, TestDb};
 use crate::image_proxy::upstream;
 use crate::server::{client, server_pool, test_settings, wait_for_events, TestServer};
-use linktrack::build;
+use linktrack::builder;
 use linktrack::server::image::AddressPolicy;
 use linktrack::store::links::LinkKind;
 use linktrack::store::partitions::partition_name;
@@ -84,7 +84,7 @@ async fn a_built_letter_keeps_working_after_its_day_is_dropped_and_names_nobody(
         format!("{{\"email\":\"{READER}\",\"first_name\":\"Ann\"}}\n"),
     )
     .unwrap();
-    let summary = build::run(&db.pool, &options(dir.path(), mailing, recipients))
+    let summary = builder::run(&db.pool, &options(dir.path(), mailing, recipients))
         .await
         .unwrap();
     assert_eq!(summary.letters_built, 1);

@@ -6,7 +6,7 @@ use crate::build::options;
 use crate::common::{RunningApp, TestDb};
 use crate::stats::MAILING;
 use crate::stats_http::{client, rolled_db, TOKEN};
-use linktrack::build::{self, BuildError};
+use linktrack::builder::{self, BuildError};
 use reqwest::StatusCode;
 use std::path::Path;
 
@@ -69,14 +69,14 @@ async fn an_id_the_database_takes_for_another_mailing_is_refused_by_name() {
     std::fs::write(&recipients, "{\"email\":\"a@example.com\"}\n").unwrap();
 
     let lower = write_mailing(dir.path(), "news-a", "lower");
-    let built = build::run(&db.pool, &options(dir.path(), lower, recipients.clone()))
+    let built = builder::run(&db.pool, &options(dir.path(), lower, recipients.clone()))
         .await
         .unwrap();
     assert_eq!(built.letters_built, 1);
 
     let upper_dir = tempfile::tempdir().unwrap();
     let upper = write_mailing(upper_dir.path(), "NEWS-A", "upper");
-    let err = build::run(
+    let err = builder::run(
         &db.pool,
         &options(upper_dir.path(), upper.clone(), recipients.clone()),
     )
@@ -106,7 +106,7 @@ async fn an_id_the_database_takes_for_another_mailing_is_refused_by_name() {
 
     // White space around an id is refused, not trimmed into `news-a`.
     let padded = write_mailing(upper_dir.path(), "news-a ", "padded");
-    let err = build::run(&db.pool, &options(upper_dir.path(), padded, recipients))
+    let err = builder::run(&db.pool, &options(upper_dir.path(), padded, recipients))
         .await
         .unwrap_err();
     assert!(err.to_string().contains("white space"), "{err}");

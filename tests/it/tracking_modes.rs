@@ -2,7 +2,7 @@
 //! and the recipient's own opt-out list, built against a real database.
 
 use crate::common::TestDb;
-use linktrack::build::{self, BuildOptions, Output};
+use linktrack::builder::{self, BuildOptions, Output};
 use linktrack::store::tracking_optouts;
 use serde_json::{json, Value};
 use std::path::Path;
@@ -25,7 +25,7 @@ fn options(dir: &Path) -> BuildOptions {
         pools: None,
         return_path: None,
         summary: None,
-        max_letter_bytes: build::DEFAULT_MAX_LETTER_BYTES,
+        max_letter_bytes: builder::DEFAULT_MAX_LETTER_BYTES,
         secret: None,
         letter_by_letter: false,
     }
@@ -47,7 +47,7 @@ async fn build_with(
     dir: &Path,
     track: Value,
     recipients: &[Value],
-) -> (build::Summary, Vec<Value>) {
+) -> (builder::Summary, Vec<Value>) {
     let mut mailing =
         json!({"mailing_id": "m31", "subject": "s", "from": "f@example.com", "html": HTML});
     if !track.is_null() {
@@ -56,7 +56,7 @@ async fn build_with(
     std::fs::write(dir.join("m.json"), mailing.to_string()).unwrap();
     let lines: Vec<String> = recipients.iter().map(Value::to_string).collect();
     std::fs::write(dir.join("r.jsonl"), lines.join("\n")).unwrap();
-    let summary = build::run(&db.pool, &options(dir)).await.unwrap();
+    let summary = builder::run(&db.pool, &options(dir)).await.unwrap();
     (summary, read_jsonl(&dir.join("letters.jsonl")))
 }
 
@@ -296,7 +296,7 @@ async fn stop_tracking_me_confirms_on_get_records_on_post_and_later_letters_go_u
         "{\"email\":\"Ann@Example.com\"}\n{\"email\":\"bob@example.com\",\"linktrack_track\":\"none\"}\n",
     )
     .unwrap();
-    build::run(&db.pool, &options(dir.path())).await.unwrap();
+    builder::run(&db.pool, &options(dir.path())).await.unwrap();
     let letters = read_jsonl(&dir.path().join("letters.jsonl"));
     let ann = html(&letters[0]);
     // The placed link and the footer's: the same token, never rewritten.
@@ -364,7 +364,7 @@ async fn stop_tracking_me_confirms_on_get_records_on_post_and_later_letters_go_u
         "{\"email\":\"ann@example.com\"}\n",
     )
     .unwrap();
-    let summary = build::run(&db.pool, &options(dir.path())).await.unwrap();
+    let summary = builder::run(&db.pool, &options(dir.path())).await.unwrap();
     let letters = read_jsonl(&dir.path().join("letters.jsonl"));
     assert_eq!((summary.letters_built, summary.letters_untracked), (1, 1));
     assert!(!html(&letters[0]).contains(&format!("{BASE}/c/")));

@@ -33,7 +33,7 @@ pub struct BuildArgs {
     /// The most bytes a letter's HTML may have: a larger creative is refused
     /// before anything is stored, a recipient whose personalised letter
     /// grows past it is rejected.
-    #[arg(long, value_name = "BYTES", default_value_t = crate::build::DEFAULT_MAX_LETTER_BYTES)]
+    #[arg(long, value_name = "BYTES", default_value_t = crate::builder::DEFAULT_MAX_LETTER_BYTES)]
     pub max_letter_bytes: usize,
 
     /// Personalise and rewrite every letter from scratch instead of filling

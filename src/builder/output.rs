@@ -126,10 +126,21 @@ impl RejectsFile {
         self.append(&rejection)
     }
 
-    /// A letter the MTA refused: listed in the file with the reply, but not
-    /// counted as rejected (it was built; `delivery_rejected` counts it).
-    pub(super) fn refused_by_mta(&mut self, rejection: &Rejection) -> Result<(), BuildError> {
-        self.append(rejection)
+    /// The letters the MTA refused, `(line, address, reply)`: listed in the
+    /// file with the reply, but not counted as rejected (they were built;
+    /// `delivery_rejected` counts them).
+    pub(super) fn refused_by_mta(
+        &mut self,
+        refused: &[(u64, String, String)],
+    ) -> Result<(), BuildError> {
+        for (line, email, reply) in refused {
+            self.append(&Rejection {
+                line: *line,
+                email: Some(email.clone()),
+                reason: super::reject::Reject::Delivery(reply.clone()),
+            })?;
+        }
+        Ok(())
     }
 
     fn append(&mut self, rejection: &Rejection) -> Result<(), BuildError> {

@@ -19,6 +19,7 @@
 
 pub(crate) mod compose;
 mod csv_records;
+pub mod delivery;
 pub(crate) mod mailing;
 mod output;
 mod progress;
@@ -135,6 +136,16 @@ pub struct Summary {
 }
 
 impl Summary {
+    /// Take in what delivery did: `retried` is the count of temporary
+    /// failures tried again (the delivery's live counters have it).
+    pub fn add_delivery(&mut self, delivered: delivery::Delivered, retried: u64) {
+        self.delivered = delivered.delivered;
+        self.delivery_rejected = delivered.rejected.len() as u64;
+        self.delivery_skipped = delivered.skipped;
+        self.delivery_retried = retried;
+        self.delivery_resent = delivered.resent;
+    }
+
     /// Every row read is built, suppressed or rejected: never left out.
     pub fn is_conserved(&self) -> bool {
         self.rows_read == self.letters_built + self.suppressed + self.rejected
@@ -279,35 +290,24 @@ struct StoredBatch {
 pub async fn run(pool: &MySqlPool, options: &BuildOptions) -> Result<Summary, BuildError> {
     let started = Instant::now();
     let ctx = prepare_mailing(pool, options).await?;
-    let mut reader =
-        Recipients::open(&options.recipients).map_err(|source| BuildError::Recipients {
-            path: options.recipients.clone(),
-            source,
-        })?;
+    let reader = open_recipients(options)?;
     let progress = progress_bar(options.progress, reader.total_bytes);
     let bytes_read = Arc::clone(&reader.bytes_read);
-    let delivery = match delivery_targets(options, &ctx.mailing.pool)? {
-        targets if targets.is_empty() => None,
-        targets => Some(crate::delivery::Delivery::new(
-            pool.clone(),
-            targets,
-            &ctx.mailing,
-            options.return_path.as_deref(),
-        )?),
-    };
+    let delivery = open_delivery(pool, options, &ctx.mailing)?;
     let mut job = Job::start(pool, ctx, options).await?;
     let delivery_counters = delivery.as_ref().map(|d| d.counters());
     let ticker = delivery_counters
         .clone()
         .map(|counters| spawn_delivery_progress(progress.clone(), counters));
     let (batches, writer) = spawn_writer(pool.clone(), options.out.clone(), delivery);
-    loop {
+    let mut reader = Some(reader);
+    while let Some(recipients) = reader.take() {
         let (entries, recipients_left) =
-            read_batch(reader, options.batch_size, &options.recipients).await?;
-        reader = recipients_left;
+            read_batch(recipients, options.batch_size, &options.recipients).await?;
         if entries.is_empty() {
             break;
         }
+        reader = Some(recipients_left);
         let batch = job.build(entries, options.workers).await?;
         if batches.send(batch).await.is_err() {
             break; // the writer failed; its error is returned below
@@ -315,32 +315,55 @@ pub async fn run(pool: &MySqlPool, options: &BuildOptions) -> Result<Summary, Bu
         progress.set_position(bytes_read.load(Ordering::Relaxed));
     }
     drop(batches);
-    let written = writer
+    let delivered = writer
         .await
-        .map_err(|e| BuildError::Internal(format!("writer task: {e}")))?;
-    let delivered = written?;
+        .map_err(|e| BuildError::Internal(format!("writer task: {e}")))??;
     if job.resumed {
         stats::recount_letters_built(pool, &job.ctx.mailing.mailing_id).await?;
     }
-    for (line, email, reply) in &delivered.rejected {
-        job.rejects.refused_by_mta(&recipients::Rejection {
-            line: *line,
-            email: Some(email.clone()),
-            reason: Reject::Delivery(reply.clone()),
-        })?;
-    }
-    job.summary.delivered = delivered.delivered;
-    job.summary.delivery_rejected = delivered.rejected.len() as u64;
-    job.summary.delivery_skipped = delivered.skipped;
-    job.summary.delivery_retried =
-        delivery_counters.map_or(0, |counters| counters.retried.load(Ordering::Relaxed));
-    job.summary.delivery_resent = delivered.resent;
+    job.rejects.refused_by_mta(&delivered.rejected)?;
+    let retried = delivery_counters.map_or(0, |c| c.retried.load(Ordering::Relaxed));
+    job.summary.add_delivery(delivered, retried);
     job.rejects.finish()?;
     if let Some(ticker) = ticker {
         ticker.abort();
     }
     progress.finish_and_clear();
-    let mut summary = job.summary;
+    finish_summary(job.summary, started, options)
+}
+
+fn open_recipients(options: &BuildOptions) -> Result<Recipients, BuildError> {
+    Recipients::open(&options.recipients).map_err(|source| BuildError::Recipients {
+        path: options.recipients.clone(),
+        source,
+    })
+}
+
+/// The mailing's SMTP delivery, when its pool names MTAs (else letters
+/// are only written out).
+fn open_delivery(
+    pool: &MySqlPool,
+    options: &BuildOptions,
+    mailing: &Mailing,
+) -> Result<Option<delivery::Delivery>, BuildError> {
+    match delivery_targets(options, &mailing.pool)? {
+        targets if targets.is_empty() => Ok(None),
+        targets => Ok(Some(delivery::Delivery::new(
+            pool.clone(),
+            targets,
+            mailing,
+            options.return_path.as_deref(),
+        )?)),
+    }
+}
+
+/// The run's time, the summary file when asked for, and the conservation
+/// check: a summary whose rows do not add up is an error, never printed.
+fn finish_summary(
+    mut summary: Summary,
+    started: Instant,
+    options: &BuildOptions,
+) -> Result<Summary, BuildError> {
     summary.seconds = started.elapsed().as_secs_f64();
     if let Some(path) = &options.summary {
         write_summary(path, &summary)?;
@@ -767,10 +790,10 @@ fn build_one(
 fn spawn_writer(
     pool: MySqlPool,
     out: Output,
-    delivery: Option<crate::delivery::Delivery>,
+    delivery: Option<delivery::Delivery>,
 ) -> (
     tokio::sync::mpsc::Sender<StoredBatch>,
-    tokio::task::JoinHandle<Result<crate::delivery::Delivered, BuildError>>,
+    tokio::task::JoinHandle<Result<delivery::Delivered, BuildError>>,
 ) {
     // One batch in flight while the next builds: bounded, so a slow database
     // holds the builders back instead of filling memory.
@@ -802,7 +825,7 @@ fn spawn_writer(
             Some(handle) => handle
                 .await
                 .map_err(|e| BuildError::Internal(format!("delivery task: {e}")))?,
-            None => Ok(crate::delivery::Delivered::default()),
+            None => Ok(delivery::Delivered::default()),
         }
     });
     (sender, handle)
@@ -810,14 +833,14 @@ fn spawn_writer(
 
 /// The delivery task: delivers each stored batch's letters in turn.
 fn spawn_delivery(
-    delivery: crate::delivery::Delivery,
+    delivery: delivery::Delivery,
 ) -> (
     tokio::sync::mpsc::Sender<Vec<compose::Letter>>,
-    tokio::task::JoinHandle<Result<crate::delivery::Delivered, BuildError>>,
+    tokio::task::JoinHandle<Result<delivery::Delivered, BuildError>>,
 ) {
     let (sender, mut receiver) = tokio::sync::mpsc::channel::<Vec<compose::Letter>>(1);
     let handle = tokio::spawn(async move {
-        let mut delivered = crate::delivery::Delivered::default();
+        let mut delivered = delivery::Delivered::default();
         while let Some(letters) = receiver.recv().await {
             delivery.deliver_batch(&letters, &mut delivered).await?;
         }

@@ -5,7 +5,7 @@
 //! part, whole message).
 
 use super::*;
-use crate::build::track_mode::TrackMode;
+use crate::builder::track_mode::TrackMode;
 use chrono::TimeZone;
 use proptest::prelude::*;
 use std::path::{Path, PathBuf};
