@@ -365,16 +365,12 @@ fn recipient(line: u64, mut fields: Map<String, Value>) -> Entry {
     })
 }
 
-/// Fields that become header text: a control character there (CR and LF
-/// above all) could add a header or break the message.
-pub const HEADER_FIELDS: [&str; 2] = ["email", "name"];
-
 /// The first control character in a field that cannot hold one: any in a
 /// header field, NUL in any field.
 fn control_character(fields: &Map<String, Value>) -> Option<Reject> {
     fields.iter().find_map(|(name, value)| {
         let text = value.as_str()?;
-        let header = HEADER_FIELDS.contains(&name.as_str());
+        let header = super::reject::HEADER_FIELDS.contains(&name.as_str());
         let found = if header {
             // Surrounding whitespace (a trailing CR or tab) is trimmed from
             // an address; inside, or in a name, it is refused.

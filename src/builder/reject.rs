@@ -2,6 +2,10 @@
 //! summary groups rejections by what went wrong ([`Reject::group`]) rather
 //! than by parsing their text; `rejects.jsonl` carries the full message.
 
+/// Fields that become header text: a control character there (CR and LF
+/// above all) could add a header or break the message.
+pub const HEADER_FIELDS: [&str; 2] = ["email", "name"];
+
 /// One reason a recipient is rejected (or skipped, when suppressed).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Reject {
@@ -25,7 +29,7 @@ pub enum Reject {
     #[error(
         "control character U+{:04X} in field `{field}`: {}",
         u32::from(*found),
-        if super::recipients::HEADER_FIELDS.contains(&field.as_str()) || field.starts_with("subject") {
+        if HEADER_FIELDS.contains(&field.as_str()) || field.starts_with("subject") {
             "it goes into a header, which cannot carry one"
         } else {
             "no field may hold a NUL"
