@@ -4,7 +4,7 @@
 
 use super::fallback::JournalHealth;
 use super::journal::Recorder;
-use super::record::Replayable;
+use super::journal_line::Replayable;
 use super::OutboxSink;
 use crate::event::EventRow;
 use sqlx::MySqlPool;

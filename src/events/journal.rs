@@ -119,7 +119,7 @@ impl Recorder {
 
     /// Append `row` to the journal file only, noting whether it wrote.
     pub(crate) fn append_without_fallback(&self, row: &EventRow) -> Result<(), JournalError> {
-        let mut line = super::record::JournalRecord::encode(row)?;
+        let mut line = super::journal_line::JournalLine::encode(row)?;
         line.push(b'\n');
         let written = self.append_line(&line);
         match &written {
@@ -466,7 +466,7 @@ mod tests {
         let text = std::fs::read_to_string(&active).unwrap();
         assert_eq!(text.lines().count(), 3);
         let first =
-            crate::events::record::JournalRecord::decode(text.lines().next().unwrap()).unwrap();
+            crate::events::journal_line::JournalLine::decode(text.lines().next().unwrap()).unwrap();
         assert_eq!(first.event_id, [0; 16]);
 
         stop.send(true).unwrap();

@@ -12,7 +12,7 @@
 mod drain;
 pub mod fallback;
 pub mod journal;
-pub(crate) mod record;
+pub(crate) mod journal_line;
 pub(crate) mod replay;
 
 use crate::event::EventRow;
@@ -101,7 +101,7 @@ impl EventPipeline {
         })
     }
 
-    /// The handle handlers record events with.
+    /// The handle handlers journal their hits with.
     pub fn recorder(&self) -> Recorder {
         self.recorder.clone()
     }
@@ -152,7 +152,7 @@ pub fn default_journal_dir() -> PathBuf {
 /// Append one event; returns once it is in the journal file or, when the
 /// journal cannot write, queued for the database ([`fallback`]), with
 /// `true`; `false` if it is lost.
-pub fn record(recorder: &Recorder, row: EventRow) -> bool {
+pub fn append(recorder: &Recorder, row: EventRow) -> bool {
     match recorder.append(row) {
         Ok(()) => true,
         Err(err) => {

@@ -7,7 +7,7 @@
 //! exactly once whatever crashes in between.
 
 use super::journal::{sealed_segments, JournalError, JournalSettings};
-use super::record::{JournalRecord, RecordError, Replayable};
+use super::journal_line::{JournalLine, JournalLineError, Replayable};
 use super::OutboxSink;
 use crate::event::EventRow;
 use crate::kind::EventKind;
@@ -34,7 +34,7 @@ pub enum ReplayError {
     BadLine {
         segment: std::path::PathBuf,
         line: usize,
-        source: RecordError,
+        source: JournalLineError,
     },
 }
 
@@ -191,7 +191,7 @@ pub(crate) async fn store_events(
 struct Segment {
     events: Vec<Replayable>,
     /// The first unreadable line (1-based) that is not a torn tail.
-    bad_line: Option<(usize, RecordError)>,
+    bad_line: Option<(usize, JournalLineError)>,
 }
 
 /// The events of a segment. Every line the writer finished ends with a
@@ -208,7 +208,7 @@ fn parse_segment(text: &str) -> Segment {
         if line.trim().is_empty() {
             continue;
         }
-        match JournalRecord::decode_replayable(line) {
+        match JournalLine::decode_replayable(line) {
             Ok(event) => segment.events.push(event),
             Err(_) if torn_tail && index + 1 == lines.len() => {
                 tracing::warn!("skipping the torn last line of a journal segment");
@@ -337,7 +337,7 @@ mod tests {
     }
 
     fn line(row: &EventRow) -> String {
-        String::from_utf8(JournalRecord::encode(row).unwrap()).unwrap()
+        String::from_utf8(JournalLine::encode(row).unwrap()).unwrap()
     }
 
     #[test]
@@ -350,7 +350,7 @@ mod tests {
             let segment = parse_segment(&text);
             assert_eq!(segment.events.len(), 2, "every readable line is kept");
             assert!(
-                matches!(segment.bad_line, Some((_, RecordError::Unreadable(_)))),
+                matches!(segment.bad_line, Some((_, JournalLineError::Unreadable(_)))),
                 "{segment:?}"
             );
         }

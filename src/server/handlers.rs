@@ -51,18 +51,18 @@ pub async fn click(
         Tracked::Live { token, link } => {
             if link.kind == LinkKind::Honeypot {
                 // Only machines follow the invisible link: nothing to show them.
-                state.record_honeypot(token, &link, meta);
+                state.journal_honeypot(token, &link, meta);
                 return Ok(no_store(StatusCode::NO_CONTENT.into_response()));
             }
             let location = redirect_target(&link.url)?;
-            state.record(EventKind::Click, token, Some(&link), meta);
+            state.journal_hit(EventKind::Click, token, Some(&link), meta);
             location
         }
         Tracked::Late {
             token, template, ..
         } => {
             let location = redirect_target(&template.url)?;
-            state.record_late(EventKind::Click, token, &template, meta);
+            state.journal_late(EventKind::Click, token, &template, meta);
             location
         }
     };
@@ -115,7 +115,7 @@ pub async fn pixel(
             expired: false,
             ..
         }) => {
-            state.record(EventKind::Open, token, None, meta);
+            state.journal_hit(EventKind::Open, token, None, meta);
         }
         Err(TokenRefusal::WrongKind) => return Err(ServerError::NotFound),
         Ok(_) | Err(TokenRefusal::Malformed) => {}
@@ -176,7 +176,7 @@ pub async fn unsubscribe(
         Err(ServerError::Unavailable(err)) => Some(err),
         Err(err) => return Err(err),
     };
-    let journaled = state.record(EventKind::Unsubscribe, token, Some(&link), meta);
+    let journaled = state.journal_hit(EventKind::Unsubscribe, token, Some(&link), meta);
     if let Some(err) = deferred {
         if !journaled {
             return Err(ServerError::Unavailable(err));
@@ -244,7 +244,7 @@ pub async fn image(
 ) -> Result<Response, ServerError> {
     let url = match &tracked {
         Tracked::Live { token, link } => {
-            state.record(EventKind::Image, *token, Some(link), meta);
+            state.journal_hit(EventKind::Image, *token, Some(link), meta);
             &link.url
         }
         Tracked::Late { template, .. } => &template.url,

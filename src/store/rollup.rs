@@ -76,7 +76,7 @@ const RANGE: &str = "inserted >= ? AND inserted < ? AND id > ? AND id <= ?";
 const COUNTED_AS_BOT: &str = "(bot <> 0 AND kind <> 'unsubscribe')";
 
 /// A mailing's own events, not late ones (issue 27): a late event has
-/// `link_id` 0 (its row was gone, see `server::record::LATE_LINK_ID`) and
+/// `link_id` 0 (its row was gone, see `server::hits::LATE_LINK_ID`) and
 /// is counted in `stats_late` only, so the regular figures of a mailing
 /// never change when an old letter is clicked months later. (`link_id` is
 /// NULL only for events journaled before their link was known.)

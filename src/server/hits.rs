@@ -19,7 +19,7 @@ impl AppState {
     /// for an event journaled with its token only: the replay looks the
     /// link up (journal record version 2). `meta` is taken, so its user
     /// agent moves into the event instead of being copied.
-    pub fn record(
+    pub fn journal_hit(
         &self,
         kind: EventKind,
         token: Token,
@@ -37,7 +37,7 @@ impl AppState {
 
     /// Journal a click on the letter's honeypot link: a bot by definition
     /// (reason `honeypot`); the rollup marks the letter's clicks around it.
-    pub fn record_honeypot(&self, token: Token, link: &StoredLink, meta: RequestMeta) -> bool {
+    pub fn journal_honeypot(&self, token: Token, link: &StoredLink, meta: RequestMeta) -> bool {
         if !self.settings.record_events {
             return true;
         }
@@ -51,7 +51,7 @@ impl AppState {
     /// and nobody: no link, letter or address. `link_id` 0 marks it late
     /// (there is no row for the replay to look up), and the statistics keep
     /// late events apart from the letters' own.
-    pub fn record_late(
+    pub fn journal_late(
         &self,
         kind: EventKind,
         token: Token,
@@ -110,7 +110,7 @@ impl AppState {
             bot: verdict.is_some(),
             bot_reason: verdict,
         };
-        events::record(&self.recorder, row)
+        events::append(&self.recorder, row)
     }
 }
 

@@ -1,4 +1,4 @@
-//! The journal's on-disk line: a record type of its own, versioned, that
+//! The journal line: the on-disk form of one event, a type of its own, versioned, that
 //! converts to the database row ([`EventRow`]). The row may change with the
 //! schema; a line journaled by an older release must still replay after an
 //! upgrade, so the line's format changes only by adding a version.
@@ -23,7 +23,7 @@
 //! for `Option` fields.)
 //!
 //! A later version that adds a field gives it a default here (so versions 0
-//! and 1 still read) and says in [`JournalRecord::into_row`] what an old
+//! and 1 still read) and says in [`JournalLine::into_row`] what an old
 //! line means for it.
 
 use crate::event::EventRow;
@@ -38,7 +38,7 @@ pub const CURRENT_VERSION: u32 = 2;
 /// written (encoding an event copies nothing) and own their text when a
 /// line is read.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct JournalRecord<'a> {
+pub struct JournalLine<'a> {
     /// Absent (0) in lines from before versioning.
     #[serde(default)]
     pub v: u32,
@@ -111,29 +111,29 @@ pub struct Replayable {
 
 /// A line that is not a journal record this release can read.
 #[derive(Debug, thiserror::Error)]
-pub enum RecordError {
+pub enum JournalLineError {
     #[error("not a journal record: {0}")]
     Unreadable(#[from] serde_json::Error),
     #[error("journal record version {0} is newer than this release reads ({CURRENT_VERSION})")]
     NewerVersion(u32),
 }
 
-impl JournalRecord<'_> {
+impl JournalLine<'_> {
     /// The line for `row`, in the current version (no trailing newline).
     pub fn encode(row: &EventRow) -> Result<Vec<u8>, serde_json::Error> {
-        serde_json::to_vec(&JournalRecord::from_row(row))
+        serde_json::to_vec(&JournalLine::from_row(row))
     }
 
     /// Read one line (without its newline).
     #[cfg(test)]
-    pub fn decode(line: &str) -> Result<EventRow, RecordError> {
+    pub fn decode(line: &str) -> Result<EventRow, JournalLineError> {
         Self::decode_replayable(line).map(|event| event.row)
     }
 
     /// Read one line (without its newline), saying whether the replay must
     /// look up its link (see the module docs, version 2).
-    pub fn decode_replayable(line: &str) -> Result<Replayable, RecordError> {
-        let record: JournalRecord<'static> = serde_json::from_str(line)?;
+    pub fn decode_replayable(line: &str) -> Result<Replayable, JournalLineError> {
+        let record: JournalLine<'static> = serde_json::from_str(line)?;
         let resolve_link = record.v >= 2 && record.link_id.is_none();
         Ok(Replayable {
             row: record.into_row()?,
@@ -141,11 +141,11 @@ impl JournalRecord<'_> {
         })
     }
 
-    fn from_row(row: &EventRow) -> JournalRecord<'_> {
+    fn from_row(row: &EventRow) -> JournalLine<'_> {
         fn text(field: &Option<String>) -> Option<Cow<'_, str>> {
             field.as_deref().map(Cow::Borrowed)
         }
-        JournalRecord {
+        JournalLine {
             v: CURRENT_VERSION,
             event_id: row.event_id,
             occurred_at: row.occurred_at,
@@ -164,9 +164,9 @@ impl JournalRecord<'_> {
     }
 
     /// The row this record stands for. Versions 0, 1 and 2 have the same fields.
-    pub fn into_row(self) -> Result<EventRow, RecordError> {
+    pub fn into_row(self) -> Result<EventRow, JournalLineError> {
         if self.v > CURRENT_VERSION {
-            return Err(RecordError::NewerVersion(self.v));
+            return Err(JournalLineError::NewerVersion(self.v));
         }
         let text = |field: Option<Cow<'_, str>>| field.map(Cow::into_owned);
         Ok(EventRow {
@@ -196,7 +196,7 @@ mod tests {
 
     #[test]
     fn a_line_from_before_versioning_reads_as_the_same_row() {
-        let row = JournalRecord::decode(VERSION_0_LINE).unwrap();
+        let row = JournalLine::decode(VERSION_0_LINE).unwrap();
         assert_eq!(row.kind, EventKind::Click);
         assert_eq!(
             hex::encode(row.event_id),
@@ -209,42 +209,42 @@ mod tests {
         );
         assert_eq!(row.email.as_deref(), Some("ann@example.com"));
         // Written again, it is the current version with the same fields.
-        let line = String::from_utf8(JournalRecord::encode(&row).unwrap()).unwrap();
+        let line = String::from_utf8(JournalLine::encode(&row).unwrap()).unwrap();
         assert!(line.starts_with(r#"{"v":2,"#), "{line}");
         assert!(
             line.contains(r#""event_id":"0192f5a0c0de7000800000000000abcd","#)
                 && line.contains(r#""token":"0192f5a0c0de7000800000000000beef","#),
             "{line}"
         );
-        assert_eq!(JournalRecord::decode(&line).unwrap(), row);
+        assert_eq!(JournalLine::decode(&line).unwrap(), row);
     }
 
     #[test]
     fn the_time_is_written_to_the_nanosecond_and_read_back_exactly() {
-        let mut row = JournalRecord::decode(VERSION_0_LINE).unwrap();
+        let mut row = JournalLine::decode(VERSION_0_LINE).unwrap();
         row.occurred_at += chrono::Duration::nanoseconds(123_456_789);
-        let line = String::from_utf8(JournalRecord::encode(&row).unwrap()).unwrap();
+        let line = String::from_utf8(JournalLine::encode(&row).unwrap()).unwrap();
         assert!(
             line.contains(r#""occurred_at":"2026-11-22T10:00:00.123456789Z""#),
             "{line}"
         );
-        assert_eq!(JournalRecord::decode(&line).unwrap(), row);
+        assert_eq!(JournalLine::decode(&line).unwrap(), row);
         // A year fixed widths cannot hold is written by chrono, and read back.
         row.occurred_at = chrono::DateTime::from_timestamp(253_402_300_800, 5).unwrap();
-        let line = String::from_utf8(JournalRecord::encode(&row).unwrap()).unwrap();
+        let line = String::from_utf8(JournalLine::encode(&row).unwrap()).unwrap();
         assert!(
             line.contains(r#""occurred_at":"+10000-01-01T00:00:00.000000005Z""#),
             "{line}"
         );
-        assert_eq!(JournalRecord::decode(&line).unwrap(), row);
+        assert_eq!(JournalLine::decode(&line).unwrap(), row);
     }
 
     #[test]
     fn null_fields_are_left_out_and_read_back_as_null() {
-        let mut row = JournalRecord::decode(VERSION_0_LINE).unwrap();
+        let mut row = JournalLine::decode(VERSION_0_LINE).unwrap();
         (row.link_id, row.mailing_id, row.letter_id) = (None, None, None);
         (row.email, row.position, row.bot_reason) = (None, None, None);
-        let line = String::from_utf8(JournalRecord::encode(&row).unwrap()).unwrap();
+        let line = String::from_utf8(JournalLine::encode(&row).unwrap()).unwrap();
         for absent in [
             "link_id",
             "mailing_id",
@@ -255,7 +255,7 @@ mod tests {
         ] {
             assert!(!line.contains(absent), "{absent}: {line}");
         }
-        let event = JournalRecord::decode_replayable(&line).unwrap();
+        let event = JournalLine::decode_replayable(&line).unwrap();
         assert_eq!(event.row, row);
         assert!(event.resolve_link, "an absent link_id is a null one");
     }
@@ -270,7 +270,7 @@ mod tests {
             (unlinked.replacen('{', r#"{"v":2,"#, 1), true),
             (VERSION_0_LINE.replacen('{', r#"{"v":2,"#, 1), false),
         ] {
-            let event = JournalRecord::decode_replayable(&line).unwrap();
+            let event = JournalLine::decode_replayable(&line).unwrap();
             assert_eq!(event.resolve_link, resolve, "{line}");
         }
     }
@@ -279,13 +279,13 @@ mod tests {
     fn a_newer_version_and_a_foreign_kind_are_errors_not_guesses() {
         let newer = VERSION_0_LINE.replacen('{', r#"{"v":3,"#, 1);
         assert!(matches!(
-            JournalRecord::decode(&newer),
-            Err(RecordError::NewerVersion(3))
+            JournalLine::decode(&newer),
+            Err(JournalLineError::NewerVersion(3))
         ));
         let foreign = VERSION_0_LINE.replace(r#""kind":"click""#, r#""kind":"bogus""#);
         assert!(matches!(
-            JournalRecord::decode(&foreign),
-            Err(RecordError::Unreadable(_))
+            JournalLine::decode(&foreign),
+            Err(JournalLineError::Unreadable(_))
         ));
     }
 }
