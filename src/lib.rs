@@ -16,58 +16,96 @@
 //!
 //! # Layout
 //!
-//! * [`token`] (`src/token.rs`): the tracking token: new, parse, date.
-//! * `timestamp` (`src/timestamp.rs`): an event's UTC time as fixed-width
-//!   digits, for the journal line and the replay's insert.
-//! * [`kind`]: [`kind::LinkKind`] and [`kind::EventKind`], the one spelling
-//!   of every kind (database ENUM, journal, API, Redis counter names).
-//! * [`config`]: command line and environment settings (clap stops here).
-//! * [`cli`]: runs each subcommand (the binary in `main.rs` only parses).
-//! * [`demo`]: `linktrack demo`, the whole loop on the compiled-in fixtures.
-//! * [`error_report`]: how the binary prints a fatal error (each cause once).
-//! * [`store`]: every SQL statement: pool, migrations, links, events,
-//!   suppressions, sequences; partition DDL in `src/store/partitions.rs`;
-//!   connection failures said with target and hint in
-//!   `src/store/connect_error.rs`;
-//!   a MariaDB Spider cluster (`LINKTRACK_SHARDS`: migrate, topology,
-//!   per-node partitions) in `src/store/cluster/`; moving a data table
-//!   to another node (`shards move|rebalance`) in `src/store/shard_move.rs`;
-//!   the rollup's SQL in `src/store/rollup.rs`; stats reads in
-//!   `src/store/stats.rs`; segment lookups in `src/store/segments.rs`.
-//! * [`letter`]: one letter's HTML: personalise (minijinja), rewrite links
-//!   byte-exactly (`src/letter/rewrite.rs`), add the open pixel; a mailing
-//!   compiled once into fixed text and slots (`src/letter/plan.rs`).
-//! * [`build`]: the batch job: mailing and recipients in, letters out;
-//!   `build::compose` composes one letter, `build::reject` names why a
-//!   recipient gets none, `src/build/output.rs` writes the letters and the
-//!   rejects file, `src/build/progress.rs` draws the progress bar.
-//! * [`address`]: address normalisation and validation.
-//! * [`server`]: `linktrack serve`: [`server::App`] (`src/server/app.rs`) is
-//!   the one wiring (listeners, event pipeline, background workers, ordered
-//!   shutdown); connections are served with limits by `src/server/listen.rs`;
-//!   the redirect is `click` in `src/server/handlers.rs`, its cache misses
-//!   shared by `src/server/lookups.rs`;
-//!   `/metrics` and `/readyz` are on the admin listener.
-//! * [`events`]: the event journal (`src/events/journal.rs`, its versioned
-//!   line in `src/events/record.rs`), its replay into `events`, bot verdicts.
-//! * [`rollup`]: the rollup worker loop (`src/rollup.rs`): roll `events`
-//!   into the statistics tables, then publish to Redis.
-//! * [`live`]: the optional Redis live layer (counters, recent clicks, top
-//!   links, per-tag letter sets for segments).
-//! * [`server::stats`]: the stats API and the dashboard (axum router).
-//! * [`delivery`]: each letter as a complete RFC 5322 message
-//!   (`src/delivery/message.rs`), delivered over SMTP (`src/delivery/smtp.rs`)
-//!   and recorded per letter so a re-run delivers nothing twice.
-//! * [`outbound`]: events out, at least once: the replay enqueues each
-//!   event for every matching endpoint in `outbox` (`src/store/outbox.rs`);
-//!   a sender per endpoint (`src/outbound/dispatch.rs`, a worker started in
-//!   `src/server/app.rs`) delivers signed Standard Webhooks POSTs
-//!   (`src/outbound/webhook.rs`, `src/outbound/signature.rs`); the payload
-//!   in `src/outbound/payload.rs`, the endpoints and their settings in
-//!   `src/outbound/endpoints.rs`; senders run at low priority with a pool
-//!   of their own (`Workers::spawn_low_priority` in
-//!   `src/server/workers.rs`); `src/outbound/registry.rs` warns when the
-//!   servers' endpoints differ; `linktrack webhooks list|test|replay`.
+//! The one description of where things are (the README links here). The
+//! modules are listed from the ground up, in layers: **a module uses only
+//! the modules listed before it** (its own files aside). A test
+//! (`layers::lower_modules_never_import_higher_ones`) reads this list and
+//! every `crate::` path of `src/` and fails on an import that points up, so
+//! the list cannot drift from the code.
+//!
+//! Foundations (plain values and plumbing, no SQL, no HTTP):
+//! 1. [`kind`]: [`kind::LinkKind`] and [`kind::EventKind`], the one spelling
+//!    of every kind (database ENUM, journal, API, Redis counter names).
+//! 2. `timestamp`: an event's UTC time as fixed-width digits, for the
+//!    journal line and the replay's insert.
+//! 3. [`error_report`]: how the binary prints a fatal error (each cause once).
+//! 4. [`settings_file`]: reading a TOML settings file (pools, endpoints).
+//! 5. [`workers`]: background workers and their stop signal, joined in order
+//!    at shutdown; the low-priority runtime of the senders and the replay.
+//! 6. [`address`]: address normalisation and validation ([`address::Email`]).
+//! 7. [`letter`]: one letter's HTML: personalise (minijinja,
+//!    `letter/personalize.rs`), rewrite links byte-exactly (`letter/rewrite.rs`,
+//!    start tags in `start_tag.rs`, character references in `charref.rs`),
+//!    a mailing compiled once into fixed text and slots (`letter/plan.rs`).
+//! 8. [`event`]: [`event::EventRow`], one event (click, open, image load,
+//!    unsubscribe) as recorded, journaled, stored and sent.
+//! 9. [`token`]: the tracking token: new, parse, date, sealed kind and link
+//!    template.
+//! 10. [`bots`]: human or bot: the first verdict from the request
+//!     (`bots/mod.rs`), scanner networks (`networks.rs`, `networks.toml`), the
+//!     verdict settled with the whole letter in view (`verdicts.rs`).
+//! 11. [`payload`]: the JSON body every endpoint receives for one event (and
+//!     batches of them): a contract, like the token.
+//!
+//! Storage:
+//! 12. [`store`]: every SQL statement. Pool and migrations (`store/mod.rs`),
+//!     links, link templates, events, suppressions, tracking opt-outs,
+//!     sequences, deliveries, dashboard sessions; partition DDL on one
+//!     server or every Spider node (`partitions.rs`); the rollup's SQL
+//!     (`rollup.rs`, `rolled_batch.rs`, settling verdicts in `verdicts.rs`);
+//!     the outbox (`outbox.rs`); stats reads (`stats.rs`); segments; erasure;
+//!     row formats; a Spider cluster in `store/cluster/` (topology, node
+//!     addresses, routing, id blocks, `migrate --shards`); moving a data
+//!     table to another node (`shard_move.rs`); connection failures said
+//!     with target and hint (`connect_error.rs`).
+//!
+//! Services (each runs beside a job, on the store):
+//! 13. [`live`]: the optional Redis live layer (counters, recent clicks, top
+//!     links, per-tag letter sets for segments).
+//! 14. [`delivery`]: sending mechanics: each letter as a complete RFC 5322
+//!     message (`delivery/message.rs`), SMTP with retries (`smtp.rs`), the
+//!     pools file (`pools.rs`), the per-letter ledger (`ledger.rs`).
+//! 15. [`events`]: the event journal (`events/journal.rs`, its versioned
+//!     line in `journal_line.rs`), the fallback queue when it cannot write
+//!     (`fallback.rs`) and its drain (`drain.rs`), the replay into `events`
+//!     (`replay.rs`), which hands each batch to the [`events::OutboxSink`]
+//!     it is given.
+//! 16. [`outbound`]: events out, at least once: the outbox sink (queues each
+//!     event for every matching endpoint), a sender per endpoint
+//!     (`outbound/dispatch.rs`) of signed Standard Webhooks POSTs
+//!     (`webhook.rs`, `signature.rs`) or AMQP messages (`amqp.rs`), the
+//!     endpoints and their settings (`endpoints.rs`), the registry that
+//!     warns when servers' endpoints differ (`registry.rs`).
+//! 17. [`rollup`]: the rollup worker loop: roll `events` into the statistics
+//!     tables, then publish to Redis.
+//!
+//! Jobs (what the commands run):
+//! 18. [`builder`]: `linktrack build`, the batch job: mailing and recipients
+//!     in (`builder/mailing.rs`, `recipients.rs`, `csv_records.rs`), one
+//!     letter composed (`compose.rs`, tracking modes in `track_mode.rs`),
+//!     why a recipient gets none (`reject.rs`), letters and rejects written
+//!     (`output.rs`), handed to the pool (`delivery.rs`), the progress bar
+//!     (`progress.rs`).
+//! 19. [`demo`]: `linktrack demo`, the whole loop on the compiled-in fixtures.
+//! 20. [`server`]: `linktrack serve`. [`server::App`] (`server/app.rs`) is the
+//!     one wiring (listeners, event pipeline, workers, ordered shutdown);
+//!     connections served with limits (`listen.rs`); thin handlers for `/c`,
+//!     `/o`, `/u`, `/i` and health (`handlers.rs`) with the `Tracked`
+//!     extractor (`request.rs`); shared state and token checks
+//!     (`state.rs`); cache misses of concurrent clicks share one statement
+//!     (`lookups.rs`); a hit classified and journaled (`hits.rs`); the
+//!     SSRF-safe image proxy (`image.rs`); the server's error type and its
+//!     pages (`error.rs`, `pages.rs`); Prometheus metrics (`metrics.rs`,
+//!     `health_gauges.rs`); the stats API and dashboard (`server/stats/`,
+//!     with its own error type for the API's JSON errors). `/metrics` and
+//!     `/readyz` are on the admin listener.
+//!
+//! Command line:
+//! 21. [`cli`]: the command line (clap stops here): its flags in
+//!     `cli/args/`, one file per command group; runners that turn them into
+//!     the settings structs below and print what was done (`cli/mod.rs`
+//!     dispatches; `database.rs`, `mailing.rs`, `serve.rs`, `webhooks.rs`).
+//!     The binary (`src/main.rs`) only parses and calls [`cli::run`].
 
 pub mod address;
 pub mod bots;
@@ -90,3 +128,6 @@ pub mod store;
 pub(crate) mod timestamp;
 pub mod token;
 pub mod workers;
+
+#[cfg(test)]
+mod layers;

@@ -1,15 +1,7 @@
 //! Runs the parsed command line. Each subcommand is a small function that
 //! calls the library and prints what it did, one line per action.
 //!
-//! # Layout
-//!
-//! * `args/`: the command line itself (clap), one file per command group;
-//! * this file: [`run`], which sends each subcommand to its function, and
-//!   what several of them share (logging, the database pool, the live layer);
-//! * `database`: `migrate`, `partitions`, `shards`;
-//! * `mailing`: `build`, `suppressions`, `erase`, `segment`, `stats rollup`;
-//! * `serve`: `serve` and `demo`;
-//! * `webhooks`: `webhooks list`, `test`, `replay`.
+//! Its files are listed in the crate docs' Layout (`src/lib.rs`).
 
 /// `println!` for commands: one line to standard output, as an
 /// `anyhow::Result` to `?` (see [`out_line`]), so that a reader closing

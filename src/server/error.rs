@@ -1,5 +1,7 @@
-//! The one error type of the HTTP layer. Every variant renders as a short
-//! human page with the right status; nothing on a request path panics.
+//! The error type of the tracking routes (`/c`, `/o`, `/u`, `/i`, health).
+//! Every variant renders as a short human page with the right status;
+//! nothing on a request path panics. The stats API and dashboard answer
+//! JSON errors of their own (`stats::StatsError`).
 
 use super::pages;
 use crate::store::StoreError;

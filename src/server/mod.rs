@@ -1,20 +1,7 @@
 //! `linktrack serve`: the tracking HTTP server. How to run and watch it:
 //! `docs/serve.md`.
 //!
-//! * [`app`]: [`App`], the one wiring: listeners, event pipeline, workers,
-//!   ordered shutdown;
-//! * [`listen`]: accepting and serving connections (header timeout,
-//!   connection cap, 431 for oversized headers);
-//! * `workers`: background workers joined at shutdown (rollup; webhook and
-//!   AMQP senders register there);
-//! * `handlers`: thin handlers for `/c`, `/o`, `/u`, `/i` and health;
-//! * [`state`]: shared state, token checks and the link cache;
-//! * `lookups`: cache misses of concurrent requests share one statement;
-//! * `record`: classify a hit and journal it (see [`crate::events`]);
-//! * [`image`]: the SSRF-safe image proxy;
-//! * `error`: the one error type, rendered as small pages;
-//! * `metrics`: Prometheus recorder and request metrics;
-//! * `health_gauges`: database up, partitions ahead, last rotate (for alerts).
+//! Its files are listed in the crate docs' Layout (`src/lib.rs`).
 
 pub mod app;
 pub(crate) mod error;
