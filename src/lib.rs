@@ -107,6 +107,8 @@
 //!     dispatches; `database.rs`, `mailing.rs`, `serve.rs`, `webhooks.rs`).
 //!     The binary (`src/main.rs`) only parses and calls [`cli::run`].
 
+#![warn(unreachable_pub)]
+
 pub mod address;
 pub mod bots;
 pub mod builder;

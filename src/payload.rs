@@ -103,7 +103,11 @@ pub fn waits_for_verdict(kind: EventKind) -> bool {
 
 /// The body for `row`. `settled`: its verdict is final (see [`Bot`]); an
 /// unsubscribe always says so.
-pub fn render(row: &EventRow, link: &LinkDetails, settled: bool) -> String {
+pub fn render(
+    row: &EventRow,
+    link: &LinkDetails,
+    settled: bool,
+) -> Result<String, serde_json::Error> {
     let occurred_at = rfc3339(row.occurred_at);
     let clicked = row.kind == EventKind::Click;
     let payload = Payload {
@@ -128,8 +132,7 @@ pub fn render(row: &EventRow, link: &LinkDetails, settled: bool) -> String {
             ),
         },
     };
-    // Strings, numbers and booleans only: serialising cannot fail.
-    serde_json::to_string(&payload).unwrap_or_else(|_| unreachable!("plain data serialises"))
+    serde_json::to_string(&payload)
 }
 
 fn borrowed(text: &Option<String>) -> Option<Cow<'_, str>> {
@@ -235,7 +238,7 @@ mod tests {
             ..click()
         };
         let body: serde_json::Value =
-            serde_json::from_str(&render(&late, &LinkDetails::default(), false)).unwrap();
+            serde_json::from_str(&render(&late, &LinkDetails::default(), false).unwrap()).unwrap();
         let data = &body["data"];
         assert_eq!(body["type"], "email.clicked");
         assert_eq!(data["email"], serde_json::Value::Null);
@@ -253,7 +256,8 @@ mod tests {
             url: Some("https://example.com/a?b=1&c=2".into()),
             tags: vec!["ruby".into()],
         };
-        let body: serde_json::Value = serde_json::from_str(&render(&click(), &link, true)).unwrap();
+        let body: serde_json::Value =
+            serde_json::from_str(&render(&click(), &link, true).unwrap()).unwrap();
         assert_eq!(
             body,
             serde_json::json!({
@@ -289,7 +293,8 @@ mod tests {
             url: Some("https://t.example.com/o.gif".into()),
             tags: vec![],
         };
-        let body: serde_json::Value = serde_json::from_str(&render(&open, &link, false)).unwrap();
+        let body: serde_json::Value =
+            serde_json::from_str(&render(&open, &link, false).unwrap()).unwrap();
         assert_eq!(body["type"], "email.opened");
         assert!(body["data"].get("url").is_none());
         assert!(body["data"].get("position").is_none());
@@ -314,7 +319,7 @@ mod tests {
             user_agent: Some("Mozilla/5.0 \"quoted\" \\ ,\"bot\":{}".into()),
             ..click()
         };
-        let held = render(&first, &link, false);
+        let held = render(&first, &link, false).unwrap();
         assert!(
             held.ends_with(r#""bot":{"verdict":false,"reasons":[],"settled":false}}}"#),
             "{held}"
@@ -325,7 +330,7 @@ mod tests {
             bot_reason: Some("honeypot_window".into()),
             ..first.clone()
         };
-        assert_eq!(again, render(&settled_row, &link, true));
+        assert_eq!(again, render(&settled_row, &link, true).unwrap());
         // A late event (no letter, no address) and an open (no url) too.
         for row in [
             EventRow {
@@ -340,13 +345,18 @@ mod tests {
                 ..first.clone()
             },
         ] {
-            let again = settled(&render(&row, &link, false), false, Some("proxy:gmail")).unwrap();
+            let again = settled(
+                &render(&row, &link, false).unwrap(),
+                false,
+                Some("proxy:gmail"),
+            )
+            .unwrap();
             let want = EventRow {
                 bot: false,
                 bot_reason: Some("proxy:gmail".into()),
                 ..row
             };
-            assert_eq!(again, render(&want, &link, true));
+            assert_eq!(again, render(&want, &link, true).unwrap());
         }
         assert!(settled("not json", true, None).is_err());
     }
@@ -358,7 +368,8 @@ mod tests {
             ..click()
         };
         let body: serde_json::Value =
-            serde_json::from_str(&render(&unsubscribe, &LinkDetails::default(), false)).unwrap();
+            serde_json::from_str(&render(&unsubscribe, &LinkDetails::default(), false).unwrap())
+                .unwrap();
         assert_eq!(body["data"]["bot"]["settled"], true);
         assert!(!waits_for_verdict(EventKind::Unsubscribe));
         for kind in [EventKind::Click, EventKind::Open, EventKind::Image] {
@@ -368,7 +379,7 @@ mod tests {
 
     #[test]
     fn a_batch_splices_the_bodies_and_is_named_by_its_events() {
-        let first = render(&click(), &LinkDetails::default(), true);
+        let first = render(&click(), &LinkDetails::default(), true).unwrap();
         let second = render(
             &EventRow {
                 event_id: [0xcd; 16],
@@ -376,7 +387,8 @@ mod tests {
             },
             &LinkDetails::default(),
             true,
-        );
+        )
+        .unwrap();
         let newest = "2026-11-23T10:00:01.500Z".parse().unwrap();
         let body = batch_body([first.as_str(), second.as_str()], newest);
         let parsed: serde_json::Value = serde_json::from_str(&body).unwrap();

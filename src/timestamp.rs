@@ -10,7 +10,7 @@ use chrono::{DateTime, Datelike, SecondsFormat, Timelike, Utc};
 
 /// `at` in RFC 3339 with nanoseconds (`2026-11-22T10:00:00.123456789Z`),
 /// handed to `use_text`.
-pub fn with_rfc3339<R>(at: &DateTime<Utc>, use_text: impl FnOnce(&str) -> R) -> R {
+pub(crate) fn with_rfc3339<R>(at: &DateTime<Utc>, use_text: impl FnOnce(&str) -> R) -> R {
     if let Some(digits) = digits(at) {
         let mut text = [b'Z'; 30];
         text[..29].copy_from_slice(&digits);
@@ -24,7 +24,7 @@ pub fn with_rfc3339<R>(at: &DateTime<Utc>, use_text: impl FnOnce(&str) -> R) -> 
 /// `at` as a SQL datetime literal's text with microseconds (`2026-11-22
 /// 10:00:00.123456`, the date first and a space before the time), handed
 /// to `use_text`.
-pub fn with_sql_datetime<R>(at: &DateTime<Utc>, use_text: impl FnOnce(&str) -> R) -> R {
+pub(crate) fn with_sql_datetime<R>(at: &DateTime<Utc>, use_text: impl FnOnce(&str) -> R) -> R {
     if let Some(mut digits) = digits(at) {
         digits[10] = b' ';
         if let Ok(text) = std::str::from_utf8(&digits[..26]) {

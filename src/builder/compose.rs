@@ -40,7 +40,7 @@ pub struct Letter {
 }
 
 /// Everything shared by the letters of one mailing, prepared once.
-pub struct MailingContext {
+pub(crate) struct MailingContext {
     pub mailing: Mailing,
     pub base_url: String,
     /// The most bytes a letter's HTML may have, after personalising.
@@ -61,7 +61,7 @@ pub struct MailingContext {
 /// What decides a letter's structure besides its values: which tracking
 /// steps run and which parts go before `</body>`. One plan per shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LetterShape {
+pub(crate) struct LetterShape {
     rewritten: bool,
     links: bool,
     honeypot: bool,
@@ -92,7 +92,7 @@ pub enum PrepareError {
 impl MailingContext {
     /// Compile the templates once; a creative that is not a valid template
     /// (say, another engine's `{{#each}}`) is refused here with its line.
-    pub fn prepare(
+    pub(crate) fn prepare(
         mailing: Mailing,
         base_url: &str,
         max_letter_bytes: usize,
@@ -235,12 +235,12 @@ impl MailingContext {
 
     /// Whether the letters of `mode` are filled in from a plan (for tests
     /// and the benchmark).
-    pub fn is_planned(&self, mode: TrackMode) -> bool {
+    pub(crate) fn is_planned(&self, mode: TrackMode) -> bool {
         self.plan(self.shape(mode)).is_some()
     }
 
     /// Why letters of `mode` are not planned (`None`: they are).
-    pub fn plan_reason(&self, mode: TrackMode) -> Option<String> {
+    pub(crate) fn plan_reason(&self, mode: TrackMode) -> Option<String> {
         let why = self.compiled(self.shape(mode))?.as_ref().err()?;
         Some(why.to_string())
     }
@@ -248,7 +248,7 @@ impl MailingContext {
     /// Build every letter the old way, personalised and rewritten one by
     /// one (the reference the plans are checked against, and the benchmark's
     /// baseline).
-    pub fn without_plans(mut self) -> Self {
+    pub(crate) fn without_plans(mut self) -> Self {
         self.plans.clear();
         self
     }
@@ -267,7 +267,7 @@ impl MailingContext {
     /// out in the source (no `{{ }}` or `{% %}` in it): a URL made from the
     /// reader's fields is never stored beyond its rows' retention, so it
     /// gets no template (docs/token.md, "Which links get a template").
-    pub fn template_keys(&self) -> Vec<TemplateKey> {
+    pub(crate) fn template_keys(&self) -> Vec<TemplateKey> {
         let mut keys = vec![
             TemplateKey {
                 kind: LinkKind::Pixel,
@@ -307,7 +307,7 @@ impl MailingContext {
     }
 
     /// The ids [`Self::template_keys`] were stored under.
-    pub fn set_templates(&mut self, ids: HashMap<TemplateKey, u32>) {
+    pub(crate) fn set_templates(&mut self, ids: HashMap<TemplateKey, u32>) {
         self.templates.clear();
         for (key, id) in ids {
             self.templates
@@ -343,7 +343,7 @@ impl MailingContext {
 }
 
 /// The template variable holding the letter's "stop tracking me" URL.
-pub const STOP_TRACKING_VARIABLE: &str = "stop_tracking_url";
+pub(crate) const STOP_TRACKING_VARIABLE: &str = "stop_tracking_url";
 
 /// The optional footer (`stop_tracking_footer`): one short line before
 /// `</body>`, its link ours, so never rewritten.
@@ -354,7 +354,7 @@ fn stop_tracking_footer(url: &str) -> String {
 }
 
 /// The tracked URL of a token (the URL contract: `/c/`, `/i/`, `/o/….gif`, `/u/`, `/t/`).
-pub fn tracked_url(base_url: &str, kind: LinkKind, token: &Token) -> String {
+pub(crate) fn tracked_url(base_url: &str, kind: LinkKind, token: &Token) -> String {
     tracked_url_of(base_url, kind, &token.to_string())
 }
 
@@ -404,7 +404,7 @@ fn honeypot_html(url: &str) -> String {
 
 /// Tokens a letter already has from an earlier, interrupted run.
 #[derive(Debug, Default, Clone)]
-pub struct StoredTokens {
+pub(crate) struct StoredTokens {
     /// (kind, position) -> (token, url)
     pub by_position: HashMap<(LinkKind, u32), (Token, String)>,
 }
@@ -413,12 +413,12 @@ pub struct StoredTokens {
 /// So are the click and pixel tokens of anonymous letters: one per (kind,
 /// position, URL), letter 0 and no address, like an image's.
 #[derive(Default)]
-pub struct ImageTokens {
+pub(crate) struct ImageTokens {
     inner: Mutex<ImageState>,
 }
 
 /// A shared row's key: kind, position (0 for images and the pixel), URL.
-pub type SharedKey = (LinkKind, u32, String);
+pub(crate) type SharedKey = (LinkKind, u32, String);
 
 #[derive(Default)]
 struct ImageState {
@@ -427,7 +427,7 @@ struct ImageState {
 }
 
 impl ImageTokens {
-    pub fn with_known(known: HashMap<SharedKey, Token>) -> Self {
+    pub(crate) fn with_known(known: HashMap<SharedKey, Token>) -> Self {
         ImageTokens {
             inner: Mutex::new(ImageState {
                 known,
@@ -474,14 +474,14 @@ impl ImageTokens {
     }
 
     /// Rows for image URLs first seen since the last call.
-    pub fn take_new_rows(&self) -> Vec<NewLink> {
+    pub(crate) fn take_new_rows(&self) -> Vec<NewLink> {
         let mut state = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         std::mem::take(&mut state.new_rows)
     }
 }
 
 /// A letter and the link rows it needs stored before it may be written.
-pub struct Built {
+pub(crate) struct Built {
     pub letter: Letter,
     pub new_links: Vec<NewLink>,
 }
@@ -535,7 +535,7 @@ impl LetterTokens<'_> {
 
 /// Build one letter in tracking mode `mode` (see [`letter_mode`]). `Err`
 /// is the reason the recipient is rejected.
-pub fn build_letter(
+pub(crate) fn build_letter(
     ctx: &MailingContext,
     recipient: &Recipient,
     letter_id: u64,
@@ -729,7 +729,7 @@ fn check_personalised(size: usize, subject: &str, limit: usize) -> Result<(), Re
 /// tracking (`tracking_optouts`), else the recipient's `linktrack_track`
 /// column when it has one (checked when the line was read), else the
 /// mailing's `track`.
-pub fn letter_mode(mailing: &Mailing, recipient: &Recipient, opted_out: bool) -> TrackMode {
+pub(crate) fn letter_mode(mailing: &Mailing, recipient: &Recipient, opted_out: bool) -> TrackMode {
     if opted_out {
         return TrackMode::None;
     }
@@ -741,7 +741,7 @@ pub fn letter_mode(mailing: &Mailing, recipient: &Recipient, opted_out: bool) ->
 
 /// The letter's mode as stored in its unsubscribe row's `meta` (see
 /// [`build_letter`]); `None` for rows stored before modes existed.
-pub fn stored_mode(meta: Option<&Value>) -> Option<TrackMode> {
+pub(crate) fn stored_mode(meta: Option<&Value>) -> Option<TrackMode> {
     let name = meta?.get("track")?.as_str()?;
     TrackMode::parse(name).ok()
 }

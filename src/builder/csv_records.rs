@@ -21,7 +21,7 @@ use std::io::BufRead;
 
 /// One record: its fields as bytes and the lines it covers.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RawRecord {
+pub(super) struct RawRecord {
     /// 1-based physical line the record starts on.
     pub line: u64,
     /// The last physical line of the record (after a quoted line break).
@@ -38,7 +38,7 @@ pub struct RawRecord {
 
 /// Why a CSV file is refused as a whole, before any letter is built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CsvRefusal {
+pub(super) enum CsvRefusal {
     #[error(
         "line {opened}: a quoted field opens here and never closes (it would run to the end of \
          the file, line {last}, swallowing every row after it); nothing was built: close or \
@@ -58,7 +58,7 @@ pub enum CsvRefusal {
 }
 
 /// Reads records from a CSV file, one physical line at a time.
-pub struct CsvRecords<R> {
+pub(super) struct CsvRecords<R> {
     reader: R,
     delimiter: u8,
     /// Fields in the header: a continuation line with as many looks like a row.
@@ -81,7 +81,7 @@ enum State {
 
 impl<R: BufRead> CsvRecords<R> {
     /// `lines_before`: physical lines already consumed (the header).
-    pub fn new(reader: R, delimiter: u8, header_len: usize, lines_before: u64) -> Self {
+    pub(super) fn new(reader: R, delimiter: u8, header_len: usize, lines_before: u64) -> Self {
         CsvRecords {
             reader,
             delimiter,
@@ -92,12 +92,12 @@ impl<R: BufRead> CsvRecords<R> {
     }
 
     /// Set once the header is read: continuation lines are compared with it.
-    pub fn set_header_len(&mut self, header_len: usize) {
+    pub(super) fn set_header_len(&mut self, header_len: usize) {
         self.header_len = header_len;
     }
 
     /// Read every remaining record: the first that makes the file unusable.
-    pub fn check_rest(&mut self) -> std::io::Result<Option<CsvRefusal>> {
+    pub(super) fn check_rest(&mut self) -> std::io::Result<Option<CsvRefusal>> {
         while let Some(record) = self.next_record()? {
             if let Some(refusal) = record.refusal() {
                 return Ok(Some(refusal));
@@ -123,7 +123,7 @@ impl<R: BufRead> CsvRecords<R> {
     }
 
     /// The next record; empty lines are skipped.
-    pub fn next_record(&mut self) -> std::io::Result<Option<RawRecord>> {
+    pub(super) fn next_record(&mut self) -> std::io::Result<Option<RawRecord>> {
         loop {
             if self.next_line()?.is_none() {
                 return Ok(None);
@@ -198,7 +198,7 @@ impl<R: BufRead> CsvRecords<R> {
 
 impl RawRecord {
     /// Whether this record makes the whole file unusable.
-    pub fn refusal(&self) -> Option<CsvRefusal> {
+    pub(super) fn refusal(&self) -> Option<CsvRefusal> {
         if let Some(opened) = self.unterminated {
             return Some(CsvRefusal::Unterminated {
                 opened,

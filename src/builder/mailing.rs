@@ -124,7 +124,7 @@ pub enum MailingError {
 }
 
 /// The longest mailing id the `links.mailing_id` column holds.
-pub const MAX_MAILING_ID: usize = 64;
+pub(crate) const MAX_MAILING_ID: usize = 64;
 
 impl Mailing {
     /// Read and check a mailing file; `html_file` is relative to it.

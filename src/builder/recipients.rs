@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 /// One usable recipient.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Recipient {
+pub(crate) struct Recipient {
     /// 1-based line in the file.
     pub line: u64,
     /// Normalised address.
@@ -26,23 +26,23 @@ pub struct Recipient {
 
 /// A line that cannot be used, and why.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct Rejection {
+pub(crate) struct Rejection {
     pub line: u64,
     pub email: Option<String>,
     pub reason: Reject,
 }
 
-pub type Entry = Result<Recipient, Rejection>;
+pub(crate) type Entry = Result<Recipient, Rejection>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
+pub(crate) enum Format {
     JsonLines,
     Csv,
 }
 
 impl Format {
     /// By extension; anything else is sniffed from the first byte (`{` means JSON Lines).
-    pub fn detect(path: &Path, first_byte: Option<u8>) -> Format {
+    pub(crate) fn detect(path: &Path, first_byte: Option<u8>) -> Format {
         match path
             .extension()
             .and_then(|e| e.to_str())
@@ -72,7 +72,7 @@ impl<R: Read> Read for Counting<R> {
 }
 
 /// An open recipients file.
-pub struct Recipients {
+pub(crate) struct Recipients {
     entries: Box<dyn Iterator<Item = std::io::Result<Entry>> + Send>,
     /// Bytes consumed so far.
     pub bytes_read: Arc<AtomicU64>,
@@ -84,7 +84,7 @@ impl Recipients {
     /// Open a recipients file. A CSV file is read through once first: a
     /// quote that never closes or that swallows further rows refuses the
     /// whole file here, before any letter is built (see [`csv_records`]).
-    pub fn open(path: &Path) -> std::io::Result<Recipients> {
+    pub(crate) fn open(path: &Path) -> std::io::Result<Recipients> {
         let (mut reader, bytes_read, total_bytes) = open_counted(path)?;
         let first = reader
             .fill_buf()?

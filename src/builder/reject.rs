@@ -4,7 +4,7 @@
 
 /// Fields that become header text: a control character there (CR and LF
 /// above all) could add a header or break the message.
-pub const HEADER_FIELDS: [&str; 2] = ["email", "name"];
+pub(crate) const HEADER_FIELDS: [&str; 2] = ["email", "name"];
 
 /// One reason a recipient is rejected (or skipped, when suppressed).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

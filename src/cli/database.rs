@@ -190,7 +190,7 @@ pub(super) async fn shards_rebalance(
     let mut conn = pool.acquire().await?;
     let mut servers = Vec::new();
     for node in store::cluster::parse_shards(shards)? {
-        servers.push(store::shard_move::resolve_node(&mut conn, &node.url()).await?);
+        servers.push(store::shard_move::resolve_node(&mut conn, &node.url()?).await?);
     }
     let placements = store::cluster::placements(&mut conn).await?;
     drop(conn);

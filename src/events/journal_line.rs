@@ -32,13 +32,13 @@ use chrono::{DateTime, Utc};
 use std::borrow::Cow;
 
 /// The version this release writes.
-pub const CURRENT_VERSION: u32 = 2;
+pub(crate) const CURRENT_VERSION: u32 = 2;
 
 /// One journal line. The text fields borrow from the row when a line is
 /// written (encoding an event copies nothing) and own their text when a
 /// line is read.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct JournalLine<'a> {
+pub(crate) struct JournalLine<'a> {
     /// Absent (0) in lines from before versioning.
     #[serde(default)]
     pub v: u32,
@@ -72,9 +72,9 @@ pub struct JournalLine<'a> {
 /// them, but written from a buffer on the stack: `hex::serde` made a String
 /// per id, two per event on the request path.
 mod hex_id {
-    pub use hex::serde::deserialize;
+    pub(super) use hex::serde::deserialize;
 
-    pub fn serialize<S: serde::Serializer>(id: &[u8; 16], to: S) -> Result<S::Ok, S::Error> {
+    pub(super) fn serialize<S: serde::Serializer>(id: &[u8; 16], to: S) -> Result<S::Ok, S::Error> {
         use serde::ser::Error;
         let mut digits = [0u8; 32];
         // Neither can fail: the buffer is twice the id, and hex digits are ASCII.
@@ -90,11 +90,14 @@ mod rfc3339 {
     use chrono::{DateTime, Utc};
     use serde::Deserialize;
 
-    pub fn serialize<S: serde::Serializer>(at: &DateTime<Utc>, to: S) -> Result<S::Ok, S::Error> {
+    pub(super) fn serialize<S: serde::Serializer>(
+        at: &DateTime<Utc>,
+        to: S,
+    ) -> Result<S::Ok, S::Error> {
         crate::timestamp::with_rfc3339(at, |text| to.serialize_str(text))
     }
 
-    pub fn deserialize<'de, D: serde::Deserializer<'de>>(
+    pub(super) fn deserialize<'de, D: serde::Deserializer<'de>>(
         from: D,
     ) -> Result<DateTime<Utc>, D::Error> {
         DateTime::<Utc>::deserialize(from)
@@ -103,7 +106,7 @@ mod rfc3339 {
 
 /// A journaled event on its way into the database.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Replayable {
+pub(crate) struct Replayable {
     pub row: EventRow,
     /// The link's fields are to be looked up by the token at replay.
     pub resolve_link: bool,
@@ -111,7 +114,7 @@ pub struct Replayable {
 
 /// A line that is not a journal record this release can read.
 #[derive(Debug, thiserror::Error)]
-pub enum JournalLineError {
+pub(crate) enum JournalLineError {
     #[error("not a journal record: {0}")]
     Unreadable(#[from] serde_json::Error),
     #[error("journal record version {0} is newer than this release reads ({CURRENT_VERSION})")]
@@ -120,19 +123,19 @@ pub enum JournalLineError {
 
 impl JournalLine<'_> {
     /// The line for `row`, in the current version (no trailing newline).
-    pub fn encode(row: &EventRow) -> Result<Vec<u8>, serde_json::Error> {
+    pub(crate) fn encode(row: &EventRow) -> Result<Vec<u8>, serde_json::Error> {
         serde_json::to_vec(&JournalLine::from_row(row))
     }
 
     /// Read one line (without its newline).
     #[cfg(test)]
-    pub fn decode(line: &str) -> Result<EventRow, JournalLineError> {
+    pub(crate) fn decode(line: &str) -> Result<EventRow, JournalLineError> {
         Self::decode_replayable(line).map(|event| event.row)
     }
 
     /// Read one line (without its newline), saying whether the replay must
     /// look up its link (see the module docs, version 2).
-    pub fn decode_replayable(line: &str) -> Result<Replayable, JournalLineError> {
+    pub(crate) fn decode_replayable(line: &str) -> Result<Replayable, JournalLineError> {
         let record: JournalLine<'static> = serde_json::from_str(line)?;
         let resolve_link = record.v >= 2 && record.link_id.is_none();
         Ok(Replayable {
@@ -164,7 +167,7 @@ impl JournalLine<'_> {
     }
 
     /// The row this record stands for. Versions 0, 1 and 2 have the same fields.
-    pub fn into_row(self) -> Result<EventRow, JournalLineError> {
+    pub(crate) fn into_row(self) -> Result<EventRow, JournalLineError> {
         if self.v > CURRENT_VERSION {
             return Err(JournalLineError::NewerVersion(self.v));
         }

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use tokio::sync::{watch, Notify};
 
 #[derive(Debug, thiserror::Error)]
-pub enum ReplayError {
+pub(crate) enum ReplayError {
     #[error(transparent)]
     Journal(#[from] JournalError),
     #[error(transparent)]
@@ -48,7 +48,7 @@ impl ReplayError {
 }
 
 /// Replay until told to stop, then make one final pass.
-pub async fn run(
+pub(crate) async fn run(
     pool: MySqlPool,
     settings: JournalSettings,
     outbox: Arc<dyn OutboxSink>,
@@ -84,7 +84,7 @@ pub async fn run(
 /// the order of commits follows the order of the journal. A segment whose
 /// data the database rejects is set aside (renamed `.failed`, for an
 /// operator to inspect) so that it cannot block every later event.
-pub async fn replay_all(
+pub(crate) async fn replay_all(
     pool: &MySqlPool,
     dir: &Path,
     outbox: &dyn OutboxSink,

@@ -38,14 +38,14 @@ pub(crate) struct RawAttribute<'t> {
 
 impl<'t> RawAttribute<'t> {
     /// The raw (still entity-encoded) value, or `""` for a valueless attribute.
-    pub fn raw_value<'a>(&self, tag: &'a str) -> &'a str {
+    pub(super) fn raw_value<'a>(&self, tag: &'a str) -> &'a str {
         self.value
             .as_ref()
             .and_then(|(range, _)| tag.get(range.clone()))
             .unwrap_or("")
     }
 
-    pub fn is_named(&self, name: &str) -> bool {
+    pub(super) fn is_named(&self, name: &str) -> bool {
         self.name.eq_ignore_ascii_case(name)
     }
 }

@@ -43,7 +43,7 @@ const REQUESTS_PER_LANE: usize = 8;
 /// Rows claimed per round at most.
 const MAX_ROWS_PER_ROUND: usize = 2_000;
 /// The database connections of one sender: its own, never the server's.
-pub const SENDER_CONNECTIONS: u32 = 2;
+pub(crate) const SENDER_CONNECTIONS: u32 = 2;
 /// Log a permanent refusal at most this often per endpoint (each is counted).
 const PERMANENT_LOG_EVERY: Duration = Duration::from_secs(60);
 /// How often the lag gauge is refreshed (one index dive).
@@ -234,7 +234,7 @@ impl Settlement {
 }
 
 /// One endpoint's sender.
-pub struct Sender {
+pub(crate) struct Sender {
     /// The server's pool: only its connect options are used, for the
     /// sender's own small pool.
     server_pool: MySqlPool,
@@ -250,7 +250,7 @@ struct Running {
 }
 
 impl Sender {
-    pub fn new(server_pool: MySqlPool, endpoint: Endpoint, outbound: Outbound) -> Sender {
+    pub(crate) fn new(server_pool: MySqlPool, endpoint: Endpoint, outbound: Outbound) -> Sender {
         Sender {
             server_pool,
             endpoint,
@@ -261,7 +261,7 @@ impl Sender {
 
     /// Send until asked to stop; a round in flight is finished first (its
     /// rows are leased, so even an abort loses nothing).
-    pub async fn run(self, mut stopping: Stopping) {
+    pub(crate) async fn run(self, mut stopping: Stopping) {
         let name = self.endpoint.name.clone();
         let running = Running {
             pool: crate::store::side_pool(&self.server_pool, SENDER_CONNECTIONS),

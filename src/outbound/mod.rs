@@ -257,7 +257,10 @@ pub async fn enqueue(
         // Rendered with the first verdict, `"settled": false` (an
         // unsubscribe says true: nothing revises it); a held row is
         // rendered again when its verdict settles.
-        let body = payload::render(row, &link, false);
+        let body = payload::render(row, &link, false).map_err(|err| StoreError::Corrupt {
+            table: "outbox",
+            detail: format!("an event's payload: {err}"),
+        })?;
         for endpoint in endpoints {
             queued.push(outbox::NewOutboxRow {
                 endpoint: endpoint.name.clone(),

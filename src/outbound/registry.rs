@@ -26,7 +26,7 @@ const RECENT: Duration = Duration::from_secs(24 * 3_600);
 
 /// This server's name in the registry: host name and journal directory
 /// (each server has a journal of its own; both outlive a restart).
-pub fn server_id(journal: &Path) -> String {
+pub(crate) fn server_id(journal: &Path) -> String {
     let uname = rustix::system::uname();
     let host = uname.nodename().to_string_lossy().into_owned();
     let dir = std::path::absolute(journal).unwrap_or_else(|_| journal.to_owned());
@@ -52,7 +52,7 @@ fn registrations(outbound: &Outbound, server: &str) -> Vec<Registered> {
 
 /// One sentence per endpoint of `others` that `own` lacks or describes
 /// differently.
-pub fn differences(own: &[Registered], others: &[Registered]) -> Vec<String> {
+pub(crate) fn differences(own: &[Registered], others: &[Registered]) -> Vec<String> {
     others
         .iter()
         .filter_map(|other| match own.iter().find(|e| e.name == other.name) {
@@ -79,7 +79,7 @@ pub(crate) struct Registry {
 }
 
 impl Registry {
-    pub fn new(server_pool: MySqlPool, outbound: Outbound, server: String) -> Registry {
+    pub(crate) fn new(server_pool: MySqlPool, outbound: Outbound, server: String) -> Registry {
         Registry {
             server_pool,
             outbound,
@@ -88,7 +88,7 @@ impl Registry {
     }
 
     /// Register and compare (until it once succeeds), then refresh hourly.
-    pub async fn run(self, mut stopping: Stopping) {
+    pub(crate) async fn run(self, mut stopping: Stopping) {
         let pool = crate::store::side_pool(&self.server_pool, 1);
         let mut registered = false;
         loop {

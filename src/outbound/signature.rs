@@ -12,9 +12,21 @@ use sha2::Sha256;
 /// The prefix the specification serialises secrets with.
 pub const SECRET_PREFIX: &str = "whsec_";
 
-/// A signing key, decoded. `Debug` never shows it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(Vec<u8>);
+/// A signing key, decoded, with its HMAC keyed once. `Debug` never shows it.
+#[derive(Clone)]
+pub struct Secret {
+    key: Vec<u8>,
+    // Boxed: the keyed state is 200-odd bytes, and endpoints hold secrets.
+    mac: Box<Hmac<Sha256>>,
+}
+
+impl PartialEq for Secret {
+    fn eq(&self, other: &Secret) -> bool {
+        self.key == other.key
+    }
+}
+
+impl Eq for Secret {}
 
 impl std::fmt::Debug for Secret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -42,7 +54,12 @@ impl Secret {
         if !(24..=64).contains(&key.len()) {
             return Err(SecretError::BadLength(key.len()));
         }
-        Ok(Secret(key))
+        let mac = <Hmac<Sha256> as Mac>::new_from_slice(&key)
+            .map_err(|_| SecretError::BadLength(key.len()))?;
+        Ok(Secret {
+            key,
+            mac: Box::new(mac),
+        })
     }
 
     /// A fresh random secret, serialised (for operators setting one up).
@@ -53,9 +70,7 @@ impl Secret {
 
     /// The `webhook-signature` header value for one delivery.
     pub fn sign(&self, id: &str, timestamp: i64, body: &[u8]) -> String {
-        // HMAC accepts keys of any length: this cannot fail.
-        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.0)
-            .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
+        let mut mac = (*self.mac).clone();
         mac.update(id.as_bytes());
         mac.update(b".");
         mac.update(timestamp.to_string().as_bytes());

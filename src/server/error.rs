@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use std::time::Duration;
 
 /// Seconds a client should wait before retrying while the database is away.
-pub const RETRY_AFTER_SECS: u64 = 5;
+pub(crate) const RETRY_AFTER_SECS: u64 = 5;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {

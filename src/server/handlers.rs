@@ -17,7 +17,7 @@ use axum::Json;
 use std::time::Duration;
 
 /// The smallest transparent GIF: 1×1, 43 bytes.
-pub const PIXEL_GIF: [u8; 43] = [
+pub(crate) const PIXEL_GIF: [u8; 43] = [
     0x47, 0x49, 0x46, 0x38, 0x39, 0x61, 0x01, 0x00, 0x01, 0x00, 0x80, 0x00, 0x00, 0x00, 0x00, 0x00,
     0xff, 0xff, 0xff, 0x21, 0xf9, 0x04, 0x01, 0x00, 0x00, 0x00, 0x00, 0x2c, 0x00, 0x00, 0x00, 0x00,
     0x01, 0x00, 0x01, 0x00, 0x00, 0x02, 0x02, 0x44, 0x01, 0x00, 0x3b,
@@ -42,7 +42,7 @@ fn no_store(mut response: Response) -> Response {
 /// Once the link's row is gone, a token sealed with a link template still
 /// leads where it did (issue 27), recorded as a late click: mailing and
 /// position only, nobody's address.
-pub async fn click(
+pub(crate) async fn click(
     State(state): State<AppState>,
     meta: RequestMeta,
     tracked: Tracked<ClickRoute>,
@@ -104,7 +104,7 @@ fn header_safe_url(url: &str) -> String {
 /// drops the open if the token names none. A token of another kind is 404
 /// and records nothing (the one kind check, [`RouteToken`]); a malformed
 /// one, or one past retention, gets the pixel and records nothing.
-pub async fn pixel(
+pub(crate) async fn pixel(
     State(state): State<AppState>,
     meta: RequestMeta,
     token: Result<RouteToken<PixelRoute>, TokenRefusal>,
@@ -127,7 +127,7 @@ pub async fn pixel(
 /// `GET /u/{token}`: the confirmation page (a GET never unsubscribes).
 /// Once the row is gone, nobody can be unsubscribed by this link: the page
 /// says so and names the mailing's list-management contact, if it has one.
-pub async fn unsubscribe_page(
+pub(crate) async fn unsubscribe_page(
     State(state): State<AppState>,
     tracked: Tracked<UnsubscribeRoute>,
 ) -> Result<Response, ServerError> {
@@ -156,7 +156,7 @@ async fn late_unsubscribe_page(
 /// If the link is cached but the database is away, the unsubscribe event in
 /// the journal carries the address, and the replay applies the suppression
 /// later: a one-click unsubscribe is sent once and must not be lost.
-pub async fn unsubscribe(
+pub(crate) async fn unsubscribe(
     State(state): State<AppState>,
     meta: RequestMeta,
     tracked: Tracked<UnsubscribeRoute>,
@@ -199,7 +199,9 @@ fn unsubscribe_target(link: &crate::store::links::StoredLink) -> pages::Unsubscr
 
 /// `GET /t/{token}`: "stop tracking me", the confirmation page. A GET
 /// records nothing (link scanners follow every link).
-pub async fn stop_tracking_page(tracked: Tracked<OptOutRoute>) -> Result<Response, ServerError> {
+pub(crate) async fn stop_tracking_page(
+    tracked: Tracked<OptOutRoute>,
+) -> Result<Response, ServerError> {
     opted_out_address(tracked)?;
     Ok(no_store(pages::stop_tracking_confirm().into_response()))
 }
@@ -207,7 +209,7 @@ pub async fn stop_tracking_page(tracked: Tracked<OptOutRoute>) -> Result<Respons
 /// `POST /t/{token}`: the recipient withdraws from tracking (not from the
 /// mailing list): the address goes on `tracking_optouts`, and later builds
 /// send it untracked. Idempotent; records no event (it is not a hit).
-pub async fn stop_tracking(
+pub(crate) async fn stop_tracking(
     State(state): State<AppState>,
     tracked: Tracked<OptOutRoute>,
 ) -> Result<Response, ServerError> {
@@ -237,7 +239,7 @@ fn opted_out_address(tracked: Tracked<OptOutRoute>) -> Result<String, ServerErro
 ///
 /// Once the row is gone, an image sealed with its template is still
 /// proxied (the letter keeps its pictures), recording nothing.
-pub async fn image(
+pub(crate) async fn image(
     State(state): State<AppState>,
     meta: RequestMeta,
     tracked: Tracked<ImageRoute>,
@@ -277,7 +279,7 @@ pub async fn image(
 }
 
 /// `GET /healthz`: the process is up.
-pub async fn healthz() -> &'static str {
+pub(crate) async fn healthz() -> &'static str {
     "ok\n"
 }
 
@@ -285,7 +287,7 @@ pub async fn healthz() -> &'static str {
 /// journal writes, else 503 (naming what is down, never the database's
 /// error text: that goes to the log) (a node whose journal cannot write is drained:
 /// its events go the slower way, `events::fallback`).
-pub async fn readyz(State(state): State<AppState>) -> Response {
+pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
     let journal_writes = state.recorder.health().is_writable();
     let probe = crate::store::ping(&state.pool);
     let database = match tokio::time::timeout(Duration::from_secs(1), probe).await {
@@ -321,7 +323,7 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
 }
 
 /// `GET /metrics`: Prometheus text format.
-pub async fn metrics(State(state): State<AppState>) -> Response {
+pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         state.metrics.render(),
@@ -332,7 +334,7 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
 /// `GET /demo/{file}`: a picture of the demo's letters, on the demo's
 /// stand-in CDN ([`super::serve_demo_images`]), so its proxied images show
 /// something.
-pub async fn demo_image(
+pub(crate) async fn demo_image(
     axum::extract::Path(file): axum::extract::Path<String>,
 ) -> Result<Response, ServerError> {
     let bytes = crate::demo::image(&file).ok_or(ServerError::NotFound)?;
@@ -340,7 +342,7 @@ pub async fn demo_image(
 }
 
 /// Anything else.
-pub async fn not_found() -> ServerError {
+pub(crate) async fn not_found() -> ServerError {
     ServerError::NotFound
 }
 

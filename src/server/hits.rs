@@ -148,4 +148,4 @@ impl Named {
 }
 
 /// `events.link_id` of a late event: no `links` row has id 0.
-pub const LATE_LINK_ID: u64 = 0;
+pub(crate) const LATE_LINK_ID: u64 = 0;

@@ -43,7 +43,7 @@ pub(crate) const DEFAULT_IN_FLIGHT: usize = 2;
 
 /// How lookups are shared.
 #[derive(Debug, Clone, Copy)]
-pub struct LookupSettings {
+pub(crate) struct LookupSettings {
     /// Statements running at once; fewer makes larger batches.
     pub in_flight: usize,
     /// Most tokens in one statement.
@@ -65,7 +65,7 @@ impl Default for LookupSettings {
 /// The handle requests look links up with. Cheap to clone; the task stops
 /// when the last handle is dropped.
 #[derive(Clone)]
-pub struct LinkLookups {
+pub(crate) struct LinkLookups {
     tx: mpsc::Sender<Waiting>,
 }
 
@@ -73,7 +73,11 @@ impl LinkLookups {
     /// Start the batching task on the current runtime; it reads on the data
     /// nodes through `router` when there is one (a Spider head in the shard
     /// layout), past the head.
-    pub fn start(pool: MySqlPool, router: Option<Router>, settings: LookupSettings) -> LinkLookups {
+    pub(crate) fn start(
+        pool: MySqlPool,
+        router: Option<Router>,
+        settings: LookupSettings,
+    ) -> LinkLookups {
         let (tx, rx) = mpsc::channel(settings.max_batch.max(1) * 16);
         tokio::spawn(batch_misses(Lookup { pool, router }, rx, settings));
         LinkLookups { tx }
@@ -82,7 +86,7 @@ impl LinkLookups {
     /// The link `token` names; `Ok(None)` if it names none. Waits no
     /// longer than `db_timeout` from now in all: queued for a slot and in
     /// the statement together.
-    pub async fn lookup(
+    pub(crate) async fn lookup(
         &self,
         token: Token,
         db_timeout: Duration,

@@ -15,7 +15,7 @@ const LATENCY: &str = "linktrack_http_request_duration_seconds";
 /// The process-wide recorder's handle. The first call installs the recorder;
 /// later calls (several servers in one test process) share it. If another
 /// recorder was installed first, ours still renders, just without data.
-pub fn prometheus() -> PrometheusHandle {
+pub(crate) fn prometheus() -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE
         .get_or_init(|| {
@@ -112,7 +112,7 @@ fn route_metrics(route: &str) -> Arc<RouteMetrics> {
 /// (`/c/{token}`), never the raw path, so label cardinality stays bounded.
 /// Handles are registered once per route ([`route_metrics`]), after the
 /// recorder is installed ([`prometheus`] runs when a server is built).
-pub async fn track(request: Request, next: Next) -> Response {
+pub(crate) async fn track(request: Request, next: Next) -> Response {
     let route = route_metrics(
         request
             .extensions()

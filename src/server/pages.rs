@@ -3,7 +3,7 @@
 use axum::response::Html;
 
 /// A minimal page. `title` and `text` are our own constants, never user input.
-pub fn page(title: &str, text: &str) -> Html<String> {
+pub(crate) fn page(title: &str, text: &str) -> Html<String> {
     Html(format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width\">\
@@ -16,7 +16,7 @@ pub fn page(title: &str, text: &str) -> Html<String> {
 /// the mailing it came from, so a person forwarded a letter (or holding
 /// several addresses) can tell which subscription the button ends, without
 /// the page showing the whole address to whoever holds the link.
-pub struct UnsubscribeTarget<'a> {
+pub(crate) struct UnsubscribeTarget<'a> {
     pub email: &'a str,
     pub mailing_id: &'a str,
 }
@@ -39,7 +39,7 @@ impl UnsubscribeTarget<'_> {
 /// `ann@example.com` → `a***@example.com`: the local part's first character,
 /// then `***`, then the whole domain. The address is normalized first (as
 /// the suppression stores it). `None` for an empty address.
-pub fn mask_address(email: &str) -> Option<String> {
+pub(crate) fn mask_address(email: &str) -> Option<String> {
     let email = crate::address::normalize(email);
     let (local, domain) = match email.rsplit_once('@') {
         Some((local, domain)) => (local, Some(domain)),
@@ -54,7 +54,7 @@ pub fn mask_address(email: &str) -> Option<String> {
 
 /// The unsubscribe confirmation: a GET never unsubscribes (link scanners
 /// follow every link), the button POSTs the RFC 8058 one-click body.
-pub fn unsubscribe_confirm(target: &UnsubscribeTarget<'_>) -> Html<String> {
+pub(crate) fn unsubscribe_confirm(target: &UnsubscribeTarget<'_>) -> Html<String> {
     let whom = target.paragraph();
     Html(format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
@@ -69,7 +69,7 @@ pub fn unsubscribe_confirm(target: &UnsubscribeTarget<'_>) -> Html<String> {
 /// An unsubscribe link whose row has expired: it no longer knows who it was
 /// sent to, so it cannot unsubscribe anyone; the mailing's list-management
 /// URL or address (the sender's own, from the mailing file) is offered.
-pub fn unsubscribe_expired(list_manage_url: Option<&String>) -> Html<String> {
+pub(crate) fn unsubscribe_expired(list_manage_url: Option<&String>) -> Html<String> {
     let title = "This unsubscribe link has expired";
     let text = "This link is too old to unsubscribe anyone: for your privacy, we no longer \
                 keep the address it was sent to.";
@@ -91,7 +91,7 @@ pub fn unsubscribe_expired(list_manage_url: Option<&String>) -> Html<String> {
     ))
 }
 
-pub fn unsubscribed(target: &UnsubscribeTarget<'_>) -> Html<String> {
+pub(crate) fn unsubscribed(target: &UnsubscribeTarget<'_>) -> Html<String> {
     let title = "You are unsubscribed";
     let whom = target.paragraph();
     Html(format!(
@@ -105,7 +105,7 @@ pub fn unsubscribed(target: &UnsubscribeTarget<'_>) -> Html<String> {
 
 /// "Stop tracking me": a GET never records (scanners follow every link);
 /// the button POSTs.
-pub fn stop_tracking_confirm() -> Html<String> {
+pub(crate) fn stop_tracking_confirm() -> Html<String> {
     Html(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width\">\
@@ -118,7 +118,7 @@ pub fn stop_tracking_confirm() -> Html<String> {
     )
 }
 
-pub fn tracking_stopped() -> Html<String> {
+pub(crate) fn tracking_stopped() -> Html<String> {
     page(
         "Tracking stopped",
         "Your next emails will not record opens or clicks. You still receive them.",

@@ -16,7 +16,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 
 /// Longest user agent stored (the column is VARCHAR(512)).
-pub const MAX_USER_AGENT_CHARS: usize = 512;
+pub(crate) const MAX_USER_AGENT_CHARS: usize = 512;
 
 #[derive(Debug, Clone)]
 pub struct RequestMeta {
@@ -78,7 +78,7 @@ fn truncate_chars(text: &str, max: usize) -> String {
 }
 
 /// Zero the host part: keep a /24 of IPv4 and a /48 of IPv6.
-pub fn truncate_ip(ip: IpAddr) -> IpAddr {
+pub(crate) fn truncate_ip(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V4(v4) => {
             let [a, b, c, _] = v4.octets();
@@ -92,7 +92,7 @@ pub fn truncate_ip(ip: IpAddr) -> IpAddr {
 }
 
 /// A route's token kind: the one place a route says which tokens it serves.
-pub trait Route: Send + Sync + 'static {
+pub(crate) trait Route: Send + Sync + 'static {
     /// The kinds of token the route serves.
     const KINDS: &'static [TokenKind];
     /// The link kind of its rows (legacy tokens are checked against it).
@@ -107,15 +107,15 @@ pub trait Route: Send + Sync + 'static {
 }
 
 /// `/c/`: clicks (and, once issued, honeypot links, which `/c/` serves).
-pub struct ClickRoute;
+pub(crate) struct ClickRoute;
 /// `/o/{token}.gif`: the open pixel.
-pub struct PixelRoute;
+pub(crate) struct PixelRoute;
 /// `/i/`: proxied images.
-pub struct ImageRoute;
+pub(crate) struct ImageRoute;
 /// `/u/` (GET and POST): unsubscribe.
-pub struct UnsubscribeRoute;
+pub(crate) struct UnsubscribeRoute;
 /// `/t/` (GET and POST): "stop tracking me".
-pub struct OptOutRoute;
+pub(crate) struct OptOutRoute;
 
 impl Route for ClickRoute {
     const KINDS: &'static [TokenKind] = &[TokenKind::Click, TokenKind::Honeypot];
@@ -146,7 +146,7 @@ impl Route for OptOutRoute {
 /// well-formed, not dated after tomorrow, and, if sealed, of one of the
 /// route's kinds. A wrong kind is 404 before anything is read or recorded.
 /// `expired` says its day is past the retention window (its row is gone).
-pub struct RouteToken<R> {
+pub(crate) struct RouteToken<R> {
     pub token: Token,
     /// What the token seals; `None` for a legacy token, or while the seal
     /// is not yet loaded (the database has not answered since the start).
@@ -215,7 +215,7 @@ impl<R: Route> FromRequestParts<AppState> for RouteToken<R> {
 
 /// What a token of route `R` names: its stored link (the row), or, once the
 /// row is gone, the link template it was made from (issue 27).
-pub enum Tracked<R> {
+pub(crate) enum Tracked<R> {
     Live {
         token: Token,
         link: Arc<StoredLink>,

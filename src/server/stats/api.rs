@@ -14,7 +14,7 @@ use axum::Json;
 
 /// The JSON answer of the stats endpoint.
 #[derive(Debug, serde::Serialize)]
-pub struct StatsResponse {
+pub(crate) struct StatsResponse {
     #[serde(flatten)]
     pub summary: MailingSummary,
     /// Opens and clicks by class: real opens apart from machine and scanner
@@ -26,7 +26,7 @@ pub struct StatsResponse {
 }
 
 /// `GET /api/mailings/{id}/stats`.
-pub async fn stats(
+pub(crate) async fn stats(
     State(state): State<StatsState>,
     Path(id): Path<String>,
 ) -> Result<Json<StatsResponse>, StatsError> {
@@ -54,7 +54,7 @@ pub async fn stats(
 /// Query of the segment endpoint: each parameter holds one tag or several
 /// separated by commas: `?tag=ruby&and=web&not=erlang`.
 #[derive(Debug, Default, serde::Deserialize)]
-pub struct SegmentParams {
+pub(crate) struct SegmentParams {
     #[serde(default)]
     pub tag: String,
     #[serde(default)]
@@ -75,7 +75,7 @@ fn tags(list: &str) -> Vec<String> {
 
 impl SegmentParams {
     /// `tag` and `and` must all match, `or` may match instead, `not` must not.
-    pub fn query(&self) -> Result<SegmentQuery, StatsError> {
+    pub(crate) fn query(&self) -> Result<SegmentQuery, StatsError> {
         let mut all = tags(&self.tag);
         all.extend(tags(&self.and));
         let query = SegmentQuery {
@@ -94,14 +94,14 @@ impl SegmentParams {
 
 /// The addresses a segment selects.
 #[derive(Debug, serde::Serialize)]
-pub struct SegmentResponse {
+pub(crate) struct SegmentResponse {
     pub mailing_id: String,
     pub count: usize,
     pub addresses: Vec<String>,
 }
 
 /// `GET /api/mailings/{id}/segment?tag=…&and=…&or=…&not=…`.
-pub async fn segment(
+pub(crate) async fn segment(
     State(state): State<StatsState>,
     Path(id): Path<String>,
     Query(params): Query<SegmentParams>,

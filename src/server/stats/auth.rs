@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The session cookie's name.
-pub const COOKIE: &str = "lt_session";
+pub(crate) const COOKIE: &str = "lt_session";
 
 /// How long a login lasts unless the browser logs out first.
 pub const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
@@ -175,7 +175,11 @@ fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
 
 /// Middleware on every protected route: 404 when off; 401 for the API and a
 /// redirect to the login form for pages when the request lacks credentials.
-pub async fn require(State(state): State<StatsState>, request: Request, next: Next) -> Response {
+pub(crate) async fn require(
+    State(state): State<StatsState>,
+    request: Request,
+    next: Next,
+) -> Response {
     if !state.auth.enabled() {
         return StatsError::Off.into_response();
     }
@@ -202,7 +206,9 @@ const TOO_MANY_MESSAGE: &str =
     "<p role=\"alert\" style=\"color:#b00020\">Too many wrong tokens from this address. Wait and try again.</p>\n<form";
 
 /// `GET /login`: the form (404 when the API or the login is off).
-pub async fn login_form(State(state): State<StatsState>) -> Result<Html<&'static str>, StatsError> {
+pub(crate) async fn login_form(
+    State(state): State<StatsState>,
+) -> Result<Html<&'static str>, StatsError> {
     if !state.auth.login {
         return Err(StatsError::Off);
     }
@@ -210,7 +216,7 @@ pub async fn login_form(State(state): State<StatsState>) -> Result<Html<&'static
 }
 
 #[derive(serde::Deserialize)]
-pub struct LoginForm {
+pub(crate) struct LoginForm {
     token: String,
 }
 
@@ -231,7 +237,7 @@ fn client_address(auth: &Auth, extensions: &Extensions, headers: &HeaderMap) -> 
 /// `POST /login`: a correct token starts a new session (a new random id on
 /// every login) and goes to the index; wrong tokens are counted per client
 /// address and answered 429 with `Retry-After` past the limit.
-pub async fn login(
+pub(crate) async fn login(
     State(state): State<StatsState>,
     extensions: Extensions,
     headers: HeaderMap,
@@ -277,7 +283,7 @@ pub async fn login(
 }
 
 /// `POST /logout`: ends the session on the server and clears the cookie.
-pub async fn logout(
+pub(crate) async fn logout(
     State(state): State<StatsState>,
     headers: HeaderMap,
 ) -> Result<Response, StatsError> {

@@ -17,13 +17,13 @@ const TOP: f64 = 12.0;
 /// At most this many hours are drawn (the most recent ones): two weeks.
 const MAX_HOURS: usize = 24 * 14;
 /// While all data lies within this many hours, the chart draws minutes.
-pub const MINUTE_VIEW_HOURS: i64 = 6;
+pub(crate) const MINUTE_VIEW_HOURS: i64 = 6;
 /// Dots are drawn while the series is this short (beyond, they would merge).
 const MAX_DOTS: usize = 120;
 
 /// The resolution of one chart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Resolution {
+pub(crate) enum Resolution {
     Hour,
     Minute,
 }
@@ -53,7 +53,7 @@ impl Resolution {
 
 /// Minutes when every hour with data lies within [`MINUTE_VIEW_HOURS`] (and
 /// minutes were rolled up), hours otherwise.
-pub fn resolution(hours: &[HourStats], minutes: &[HourStats]) -> Resolution {
+pub(crate) fn resolution(hours: &[HourStats], minutes: &[HourStats]) -> Resolution {
     match (hours.first(), hours.last()) {
         (Some(first), Some(last))
             if !minutes.is_empty()
@@ -116,7 +116,7 @@ fn dots(points: &[(f64, f64)], colour: &str) -> String {
 
 /// The SVG for the human opens and clicks of `buckets` (sorted by time, one
 /// per hour or per minute as `resolution` says).
-pub fn svg(buckets: &[HourStats], resolution: Resolution) -> String {
+pub(crate) fn svg(buckets: &[HourStats], resolution: Resolution) -> String {
     let series = contiguous_by(buckets, resolution);
     let per = match resolution {
         Resolution::Hour => "hour",

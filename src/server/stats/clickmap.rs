@@ -56,7 +56,7 @@ fn heat(clicks: u64, max: u64) -> usize {
 
 /// The copy of `html` with a badge per link: `clicks` is human clicks by
 /// position.
-pub fn render(html: &str, clicks: &BTreeMap<u32, u64>) -> Result<String, RewriteError> {
+pub(crate) fn render(html: &str, clicks: &BTreeMap<u32, u64>) -> Result<String, RewriteError> {
     let total: u64 = clicks.values().sum();
     let max = clicks.values().copied().max().unwrap_or(0);
     let mut urls: BTreeMap<u32, String> = BTreeMap::new();

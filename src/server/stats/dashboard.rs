@@ -23,7 +23,7 @@ use tokio::sync::Semaphore;
 const CSS: &str = include_str!("templates/base.css");
 
 /// The dashboard's templates.
-pub fn templates() -> Result<Environment<'static>, minijinja::Error> {
+pub(crate) fn templates() -> Result<Environment<'static>, minijinja::Error> {
     let mut env = Environment::new();
     // Subjects are templates: shown with placeholders, never as `{{ … }}`,
     // and never run (the index lists 500 of them per request).
@@ -54,7 +54,7 @@ fn page(html: String) -> Page {
 const INDEX_LIMIT: u32 = 500;
 
 /// `GET /mailings`.
-pub async fn index(State(state): State<StatsState>) -> Result<Page, StatsError> {
+pub(crate) async fn index(State(state): State<StatsState>) -> Result<Page, StatsError> {
     let mailings = stats::list_mailings(&state.pool, INDEX_LIMIT).await?;
     let html = state.templates.get_template("index.html")?.render(
         context! { css => CSS, csp => super::headers::page_policy(), mailings => Serde(mailings) },
@@ -71,7 +71,7 @@ struct LinkRow<'a> {
 }
 
 /// `GET /mailings/{id}`.
-pub async fn mailing(
+pub(crate) async fn mailing(
     State(state): State<StatsState>,
     Path(id): Path<String>,
 ) -> Result<Page, StatsError> {

@@ -119,7 +119,9 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// The head's `links` layout, from its partitioning.
-pub async fn link_layout(conn: &mut sqlx::MySqlConnection) -> Result<LinkLayout, StoreError> {
+pub(super) async fn link_layout(
+    conn: &mut sqlx::MySqlConnection,
+) -> Result<LinkLayout, StoreError> {
     let rows: Vec<(String, String)> = sqlx::query_as(
         "SELECT CAST(PARTITION_METHOD AS CHAR), CAST(COALESCE(PARTITION_EXPRESSION, '') AS CHAR) \
          FROM information_schema.PARTITIONS \

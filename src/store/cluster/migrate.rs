@@ -316,7 +316,7 @@ async fn prepare_node(
     row_format: &crate::store::RowFormatOptions,
     by_shard: bool,
 ) -> Result<Vec<String>, StoreError> {
-    let pool = crate::store::migrate(&node.url()).await?;
+    let pool = crate::store::migrate(&node.url()?).await?;
     let mut said = Vec::new();
     for line in crate::store::set_row_format(&pool, row_format).await? {
         said.push(format!("node {node}: template {line}"));

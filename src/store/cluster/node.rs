@@ -64,8 +64,9 @@ impl NodeAddress {
     }
 
     /// The URL to connect with (password included).
-    pub fn url(&self) -> String {
-        let mut url = url::Url::parse("mysql://localhost/").unwrap_or_else(|_| unreachable!());
+    pub fn url(&self) -> Result<String, StoreError> {
+        let mut url = url::Url::parse("mysql://localhost/")
+            .map_err(|err| StoreError::Refused(format!("node URL: {err}")))?;
         url.set_path(&self.database);
         let _ = url.set_host(Some(&self.host));
         let _ = url.set_port(Some(self.port));
@@ -73,7 +74,7 @@ impl NodeAddress {
         if !self.password.is_empty() {
             let _ = url.set_password(Some(&self.password));
         }
-        url.to_string()
+        Ok(url.to_string())
     }
 
     /// The same server and database (credentials may differ).
@@ -84,7 +85,7 @@ impl NodeAddress {
     /// One connection (not a pool): the partition commands and `migrate`
     /// talk to each node briefly.
     pub async fn connect(&self) -> Result<MySqlConnection, StoreError> {
-        let options = connect_options(&self.url())?;
+        let options = connect_options(&self.url()?)?;
         options
             .connect()
             .await
@@ -182,7 +183,7 @@ mod tests {
     #[test]
     fn a_node_url_round_trips() {
         let node = NodeAddress::parse("mysql://u:p%40ss@h:3310/db").unwrap();
-        assert_eq!(NodeAddress::parse(&node.url()).unwrap(), node);
+        assert_eq!(NodeAddress::parse(&node.url().unwrap()).unwrap(), node);
         assert_eq!(node.to_string(), "u@h:3310/db");
     }
 }

@@ -238,7 +238,7 @@ impl Router {
             max_connections: NODE_CONNECTIONS,
             acquire_timeout: NODE_ACQUIRE_TIMEOUT,
         };
-        let pool = crate::store::connect_lazy(&node.url(), &settings)?;
+        let pool = crate::store::connect_lazy(&node.url()?, &settings)?;
         nodes.push((node.clone(), pool.clone()));
         Ok(pool)
     }
