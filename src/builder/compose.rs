@@ -544,7 +544,6 @@ pub(crate) fn build_letter(
     made_at: DateTime<Utc>,
     mode: TrackMode,
 ) -> Result<Built, Reject> {
-    let mailing = &ctx.mailing;
     let mut tokens = LetterTokens {
         ctx,
         stored,
@@ -552,11 +551,63 @@ pub(crate) fn build_letter(
         rows: Vec::new(),
         mismatch: None,
         letter_id,
-        mailing_id: &mailing.mailing_id,
+        mailing_id: &ctx.mailing.mailing_id,
         email: &recipient.email,
     };
-    let mut headers = BTreeMap::from([("From".to_owned(), mailing.from.clone())]);
     let mut context = recipient.fields.clone();
+    let fixed = fixed_links(ctx, &mut tokens, images, mode, &mut context);
+    let mut link_url = |found: &FoundLink| match found.kind {
+        FoundKind::Click => {
+            let meta = link_meta(found.tag.as_deref(), &ctx.mailing.tags);
+            let (position, url) = (found.position, found.url.as_str());
+            let token = if mode == TrackMode::Anonymous {
+                images.shared_token(ctx, LinkKind::Click, position, url, meta, made_at)
+            } else {
+                tokens.token(LinkKind::Click, position, url, meta)
+            };
+            tracked_url(&ctx.base_url, LinkKind::Click, &token)
+        }
+        FoundKind::Image => {
+            let token = images.token_for(ctx, &found.url, made_at);
+            tracked_url(&ctx.base_url, LinkKind::Image, &token)
+        }
+    };
+    let content = letter_content(
+        ctx,
+        ctx.shape(mode),
+        &context,
+        &fixed.tail_urls,
+        &mut link_url,
+    )?;
+    if let Some(mismatch) = tokens.mismatch {
+        return Err(mismatch);
+    }
+    let letter = assemble(ctx, recipient, letter_id, mode, fixed, content)?;
+    Ok(Built {
+        letter,
+        new_links: tokens.rows,
+    })
+}
+
+/// The letter's own links, minted before its content's (the order a
+/// resumed run relies on): the unsubscribe link and its headers, the
+/// stop-tracking link, the honeypot and the pixel, as the shape has them.
+struct FixedLinks {
+    headers: BTreeMap<String, String>,
+    /// The message's Date: the unsubscribe token's time.
+    sent_at: DateTime<Utc>,
+    /// The tail's URLs, by `TAIL_FOOTER`, `TAIL_HONEYPOT`, `TAIL_PIXEL`.
+    tail_urls: [String; 3],
+}
+
+fn fixed_links(
+    ctx: &MailingContext,
+    tokens: &mut LetterTokens<'_>,
+    images: &ImageTokens,
+    mode: TrackMode,
+    context: &mut Map<String, Value>,
+) -> FixedLinks {
+    let mut headers = BTreeMap::from([("From".to_owned(), ctx.mailing.from.clone())]);
     // The message's Date is the unsubscribe token's time (below), which a
     // resumed run reuses, so a re-run writes the same message bytes.
     // Every mode has the unsubscribe link and header (unsubscribing is not
@@ -596,7 +647,7 @@ pub(crate) fn build_letter(
     }
     if shape.pixel {
         let pixel = if mode == TrackMode::Anonymous {
-            images.shared_token(ctx, LinkKind::Pixel, 0, "", None, made_at)
+            images.shared_token(ctx, LinkKind::Pixel, 0, "", None, tokens.made_at)
         } else {
             tokens.token(LinkKind::Pixel, 0, "", None)
         };
@@ -604,64 +655,84 @@ pub(crate) fn build_letter(
     }
     context.insert(
         "mailing_id".into(),
-        Value::String(mailing.mailing_id.clone()),
+        Value::String(ctx.mailing.mailing_id.clone()),
     );
+    FixedLinks {
+        headers,
+        sent_at,
+        tail_urls,
+    }
+}
 
-    let mut link_url = |found: &FoundLink| match found.kind {
-        FoundKind::Click => {
-            let meta = link_meta(found.tag.as_deref(), &mailing.tags);
-            let (position, url) = (found.position, found.url.as_str());
-            let token = if mode == TrackMode::Anonymous {
-                images.shared_token(ctx, LinkKind::Click, position, url, meta, made_at)
-            } else {
-                tokens.token(LinkKind::Click, position, url, meta)
-            };
-            tracked_url(&ctx.base_url, LinkKind::Click, &token)
-        }
-        FoundKind::Image => {
-            let token = images.token_for(ctx, &found.url, made_at);
-            tracked_url(&ctx.base_url, LinkKind::Image, &token)
-        }
-    };
+/// A letter's personalised, rewritten content.
+struct LetterContent {
+    html: String,
+    text: String,
+    subject: String,
+}
+
+/// Personalise and rewrite: from the mailing's compiled plan when it has
+/// one for this shape and these values, else letter by letter (render,
+/// rewrite, derive the text part). Both make the same bytes.
+fn letter_content(
+    ctx: &MailingContext,
+    shape: LetterShape,
+    context: &Map<String, Value>,
+    tail_urls: &[String; 3],
+    link_url: &mut impl FnMut(&FoundLink) -> String,
+) -> Result<LetterContent, Reject> {
     let planned = ctx
         .plan(shape)
-        .and_then(|plan| plan.values(&context).map(|values| (plan, values)));
-    let (html, text, subject) = match planned {
-        Some((plan, values)) => {
-            // The old path checks the personalised HTML before rewriting it.
-            let subject = render_subject(ctx, &context)?;
-            check_personalised(
-                plan.personalised_len(&values),
-                &subject,
-                ctx.max_letter_bytes,
-            )?;
-            let link_urls: Vec<String> = plan.links().iter().map(&mut link_url).collect();
-            let (html, text) = plan.fill(&values, &link_urls, &tail_urls);
-            (html, text, subject)
-        }
-        None => {
-            let html = match &ctx.html {
-                Some(template) => template
-                    .render(&context)
-                    .map_err(|e| Reject::PersonaliseLetter(e.to_string()))?,
-                None => mailing.html.clone(),
-            };
-            let subject = render_subject(ctx, &context)?;
-            check_personalised(html.len(), &subject, ctx.max_letter_bytes)?;
-            let tail = tail_html(shape, &tail_urls);
-            let html = if shape.rewritten {
-                rewrite(&html, &ctx.rewrite_options(shape, &tail), &mut link_url)
-                    .map_err(|e| Reject::Rewrite(e.to_string()))?
-            } else {
-                html
-            };
-            let text = message::text_part(&html);
-            (html, text, subject)
-        }
-    };
-    if let Some(mismatch) = tokens.mismatch {
-        return Err(mismatch);
+        .and_then(|plan| plan.values(context).map(|values| (plan, values)));
+    if let Some((plan, values)) = planned {
+        // The old path checks the personalised HTML before rewriting it.
+        let subject = render_subject(ctx, context)?;
+        check_personalised(
+            plan.personalised_len(&values),
+            &subject,
+            ctx.max_letter_bytes,
+        )?;
+        let link_urls: Vec<String> = plan.links().iter().map(link_url).collect();
+        let (html, text) = plan.fill(&values, &link_urls, tail_urls);
+        return Ok(LetterContent {
+            html,
+            text,
+            subject,
+        });
     }
+    let html = match &ctx.html {
+        Some(template) => template
+            .render(context)
+            .map_err(|e| Reject::PersonaliseLetter(e.to_string()))?,
+        None => ctx.mailing.html.clone(),
+    };
+    let subject = render_subject(ctx, context)?;
+    check_personalised(html.len(), &subject, ctx.max_letter_bytes)?;
+    let tail = tail_html(shape, tail_urls);
+    let html = if shape.rewritten {
+        rewrite(&html, &ctx.rewrite_options(shape, &tail), link_url)
+            .map_err(|e| Reject::Rewrite(e.to_string()))?
+    } else {
+        html
+    };
+    let text = message::text_part(&html);
+    Ok(LetterContent {
+        html,
+        text,
+        subject,
+    })
+}
+
+/// The letter as a complete message, and the record of it.
+fn assemble(
+    ctx: &MailingContext,
+    recipient: &Recipient,
+    letter_id: u64,
+    mode: TrackMode,
+    fixed: FixedLinks,
+    content: LetterContent,
+) -> Result<Letter, Reject> {
+    let mailing = &ctx.mailing;
     let to_name = recipient
         .fields
         .get("name")
@@ -675,28 +746,25 @@ pub(crate) fn build_letter(
         to_email: &recipient.email,
         to_name,
         reply_to: None,
-        subject: &subject,
-        html: &html,
-        text: &text,
-        list_headers: &headers,
-        date: sent_at.into(),
+        subject: &content.subject,
+        html: &content.html,
+        text: &content.text,
+        list_headers: &fixed.headers,
+        date: fixed.sent_at.into(),
     })
     .map_err(|e| Reject::Message(e.to_string()))?;
-    Ok(Built {
-        letter: Letter {
-            letter_id,
-            mailing_id: mailing.mailing_id.clone(),
-            email: recipient.email.clone(),
-            pool: mailing.pool.clone(),
-            subject,
-            headers,
-            html,
-            message_id: built.message_id,
-            message: built.message,
-            line: recipient.line,
-            track: mode,
-        },
-        new_links: tokens.rows,
+    Ok(Letter {
+        letter_id,
+        mailing_id: mailing.mailing_id.clone(),
+        email: recipient.email.clone(),
+        pool: mailing.pool.clone(),
+        subject: content.subject,
+        headers: fixed.headers,
+        html: content.html,
+        message_id: built.message_id,
+        message: built.message,
+        line: recipient.line,
+        track: mode,
     })
 }
 

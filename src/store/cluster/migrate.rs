@@ -26,14 +26,7 @@ pub struct ClusterMigrate {
 /// one line per thing it did or found.
 pub async fn migrate(head_url: &str, plan: &ClusterMigrate) -> Result<Vec<String>, StoreError> {
     let mut said = Vec::new();
-    let shards = plan.virtual_shards;
-    if shards == 0 || shards.is_multiple_of(2) {
-        return Err(StoreError::Refused(format!(
-            "--virtual-shards {shards}: use an odd number (15, 31, …): Spider's KEY hashing \
-             of UUIDv7 tokens puts a third of the rows on one side with 2 partitions and \
-             is within ±5 % with odd counts"
-        )));
-    }
+    check_virtual_shards(plan.virtual_shards)?;
     let head = crate::store::create_database_and_connect(head_url).await?;
     let mut conn = head.acquire().await?;
     said.extend(install_spider(&mut conn).await?);
@@ -62,32 +55,75 @@ pub async fn migrate(head_url: &str, plan: &ClusterMigrate) -> Result<Vec<String
     }
     let servers = define_servers(&mut conn, &database, &plan.nodes, existing.as_deref()).await?;
     said.extend(servers.lines.iter().cloned());
-    // Placement: kept from the head when it has one, else round-robin.
-    let layout: Vec<(String, u32, usize)> = match &existing {
-        Some(current) => {
-            let count = current.iter().filter(|p| p.table == "links").count() as u32;
-            if count != shards && plan.virtual_shards != DEFAULT_VIRTUAL_SHARDS {
-                said.push(format!(
-                    "--virtual-shards {shards} ignored: the head already has {count} \
-                     (fixed at the first migrate)"
-                ));
-            }
-            current
-                .iter()
-                .filter_map(|p| {
-                    let node = servers.names.iter().position(|s| *s == p.server)?;
-                    let n = p.data_table.rsplit('_').next()?.parse().ok()?;
-                    Some((p.table.clone(), n, node))
-                })
-                .collect()
-        }
-        None => SHARDED_TABLES
+    let layout = shard_layout(plan, existing.as_deref(), &servers, &mut said);
+    said.extend(prepare_nodes(plan, &layout, &servers, by_shard).await?);
+    match existing {
+        None => said.extend(create_head_tables(&mut conn, plan, &layout, &servers).await?),
+        Some(_) => said.push(format!(
+            "head: `links` and `events` already spread over {} data tables",
+            layout.len() / 2
+        )),
+    }
+    drop(conn);
+    crate::store::MIGRATOR.run(&head).await?;
+    for (table, _) in SHARDED_TABLES {
+        said.push(seed_ids(&head, table, &plan.nodes, &layout).await?);
+    }
+    Ok(said)
+}
+
+fn check_virtual_shards(shards: u32) -> Result<(), StoreError> {
+    if shards == 0 || shards.is_multiple_of(2) {
+        return Err(StoreError::Refused(format!(
+            "--virtual-shards {shards}: use an odd number (15, 31, …): Spider's KEY hashing \
+             of UUIDv7 tokens puts a third of the rows on one side with 2 partitions and \
+             is within ±5 % with odd counts"
+        )));
+    }
+    Ok(())
+}
+
+/// Where each data table lives, `(table, shard, node index)`: kept from
+/// the head when it has a placement, else round-robin over the nodes.
+fn shard_layout(
+    plan: &ClusterMigrate,
+    existing: Option<&[Placement]>,
+    servers: &Servers,
+    said: &mut Vec<String>,
+) -> Vec<(String, u32, usize)> {
+    let shards = plan.virtual_shards;
+    let Some(current) = existing else {
+        return SHARDED_TABLES
             .iter()
             .flat_map(|(table, _)| {
                 (0..shards).map(|n| ((*table).to_owned(), n, n as usize % plan.nodes.len()))
             })
-            .collect(),
+            .collect();
     };
+    let count = current.iter().filter(|p| p.table == "links").count() as u32;
+    if count != shards && plan.virtual_shards != DEFAULT_VIRTUAL_SHARDS {
+        said.push(format!(
+            "--virtual-shards {shards} ignored: the head already has {count} \
+             (fixed at the first migrate)"
+        ));
+    }
+    current
+        .iter()
+        .filter_map(|p| {
+            let node = servers.names.iter().position(|s| *s == p.server)?;
+            let n = p.data_table.rsplit('_').next()?.parse().ok()?;
+            Some((p.table.clone(), n, node))
+        })
+        .collect()
+}
+
+/// Every node made ready for its data tables, the nodes at the same time.
+async fn prepare_nodes(
+    plan: &ClusterMigrate,
+    layout: &[(String, u32, usize)],
+    servers: &Servers,
+    by_shard: bool,
+) -> Result<Vec<String>, StoreError> {
     let prepared: Vec<_> = plan
         .nodes
         .iter()
@@ -110,35 +146,36 @@ pub async fn migrate(head_url: &str, plan: &ClusterMigrate) -> Result<Vec<String
             })
         })
         .collect();
+    let mut said = Vec::new();
     for node in prepared {
         let lines = node
             .await
             .map_err(|e| StoreError::Refused(format!("preparing a node failed: {e}")))??;
         said.extend(lines);
     }
-    if existing.is_none() {
-        for (table, key) in SHARDED_TABLES {
-            let ddl = head_table_ddl(&plan.nodes[0], table, key, &layout, &servers.names).await?;
-            let ddl = match table {
-                "links" => by_shard_ddl(&ddl)?,
-                _ => ddl,
-            };
-            sqlx::query(&ddl).execute(&mut *conn).await?;
-            said.push(format!(
-                "head: `{table}` is a Spider table over {shards} data tables on {} nodes",
-                plan.nodes.len()
-            ));
-        }
-    } else {
+    Ok(said)
+}
+
+/// A new head's Spider tables over the data tables of `layout`.
+async fn create_head_tables(
+    conn: &mut MySqlConnection,
+    plan: &ClusterMigrate,
+    layout: &[(String, u32, usize)],
+    servers: &Servers,
+) -> Result<Vec<String>, StoreError> {
+    let mut said = Vec::new();
+    for (table, key) in SHARDED_TABLES {
+        let ddl = head_table_ddl(&plan.nodes[0], table, key, layout, &servers.names).await?;
+        let ddl = match table {
+            "links" => by_shard_ddl(&ddl)?,
+            _ => ddl,
+        };
+        sqlx::query(&ddl).execute(&mut *conn).await?;
         said.push(format!(
-            "head: `links` and `events` already spread over {} data tables",
-            layout.len() / 2
+            "head: `{table}` is a Spider table over {} data tables on {} nodes",
+            plan.virtual_shards,
+            plan.nodes.len()
         ));
-    }
-    drop(conn);
-    crate::store::MIGRATOR.run(&head).await?;
-    for (table, _) in SHARDED_TABLES {
-        said.push(seed_ids(&head, table, &plan.nodes, &layout).await?);
     }
     Ok(said)
 }
