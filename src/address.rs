@@ -39,6 +39,18 @@ impl fmt::Display for Email {
     }
 }
 
+impl PartialEq<str> for Email {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for Email {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
 impl AsRef<str> for Email {
     fn as_ref(&self) -> &str {
         &self.0

@@ -552,7 +552,7 @@ pub(crate) fn build_letter(
         mismatch: None,
         letter_id,
         mailing_id: &ctx.mailing.mailing_id,
-        email: &recipient.email,
+        email: recipient.email.as_str(),
     };
     let mut context = recipient.fields.clone();
     let fixed = fixed_links(ctx, &mut tokens, images, mode, &mut context);
@@ -743,7 +743,7 @@ fn assemble(
         mailing_id: &mailing.mailing_id,
         pool: &mailing.pool,
         from: &mailing.from,
-        to_email: &recipient.email,
+        to_email: recipient.email.as_str(),
         to_name,
         reply_to: None,
         subject: &content.subject,
@@ -756,7 +756,7 @@ fn assemble(
     Ok(Letter {
         letter_id,
         mailing_id: mailing.mailing_id.clone(),
-        email: recipient.email.clone(),
+        email: recipient.email.as_str().to_owned(),
         pool: mailing.pool.clone(),
         subject: content.subject,
         headers: fixed.headers,

@@ -50,7 +50,7 @@ fn reader(line: u64, fields: serde_json::Value) -> Recipient {
     fields.insert("email".into(), Value::String(email.clone()));
     Recipient {
         line,
-        email,
+        email: crate::address::Email::parse(&email).unwrap(),
         fields,
     }
 }

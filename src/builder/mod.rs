@@ -540,7 +540,7 @@ impl<'a> Job<'a> {
         let jobs = self.assign_ids(accepted).await?;
         let resumed_ids: Vec<u64> = jobs
             .iter()
-            .filter(|(recipient, _)| self.existing.contains_key(&recipient.email))
+            .filter(|(recipient, _)| self.existing.contains_key(recipient.email.as_str()))
             .map(|(_, id)| *id)
             .collect();
         let stored = stored_tokens(self.pool, &self.ctx.mailing.mailing_id, &resumed_ids).await?;
@@ -570,17 +570,18 @@ impl<'a> Job<'a> {
         self.summary.rows_read += entries.len() as u64;
         for entry in entries {
             match entry {
-                Ok(recipient) => match self.seen.get(&recipient.email) {
+                Ok(recipient) => match self.seen.get(recipient.email.as_str()) {
                     Some(first) => self.rejects.write(
                         &mut self.summary,
                         &Rejection {
                             line: recipient.line,
-                            email: Some(recipient.email.clone()),
+                            email: Some(recipient.email.as_str().to_owned()),
                             reason: Reject::Duplicate { first: *first },
                         },
                     )?,
                     None => {
-                        self.seen.insert(recipient.email.clone(), recipient.line);
+                        self.seen
+                            .insert(recipient.email.as_str().to_owned(), recipient.line);
                         accepted.push(recipient);
                     }
                 },
@@ -597,10 +598,13 @@ impl<'a> Job<'a> {
     ) -> Result<Vec<Recipient>, BuildError> {
         let emails: Vec<&str> = accepted.iter().map(|r| r.email.as_str()).collect();
         let suppressed = suppressions::suppressed_among(self.pool, &emails).await?;
-        for recipient in accepted.iter().filter(|r| suppressed.contains(&r.email)) {
+        for recipient in accepted
+            .iter()
+            .filter(|r| suppressed.contains(r.email.as_str()))
+        {
             self.rejects.skip(&mut self.summary, recipient)?;
         }
-        accepted.retain(|r| !suppressed.contains(&r.email));
+        accepted.retain(|r| !suppressed.contains(r.email.as_str()));
         Ok(accepted)
     }
 
@@ -612,7 +616,7 @@ impl<'a> Job<'a> {
     ) -> Result<Vec<(Recipient, u64)>, BuildError> {
         let mut jobs = Vec::with_capacity(accepted.len());
         for recipient in accepted {
-            let letter_id = match self.existing.get(&recipient.email) {
+            let letter_id = match self.existing.get(recipient.email.as_str()) {
                 Some(id) => *id,
                 None => self.sequence.next(self.pool).await?,
             };
@@ -723,7 +727,7 @@ async fn build_batch(
                     scope.spawn(move || {
                         part.iter()
                             .map(|(recipient, letter_id)| {
-                                let opted_out = opted_out.contains(&recipient.email);
+                                let opted_out = opted_out.contains(recipient.email.as_str());
                                 let result = build_one(
                                     ctx,
                                     recipient,
@@ -733,7 +737,7 @@ async fn build_batch(
                                     made_at,
                                     letter_mode(&ctx.mailing, recipient, opted_out),
                                 );
-                                (recipient.line, recipient.email.clone(), result)
+                                (recipient.line, recipient.email.as_str().to_owned(), result)
                             })
                             .collect::<Vec<_>>()
                     })
@@ -955,11 +959,11 @@ impl Composer {
         fields: serde_json::Map<String, serde_json::Value>,
         letter_id: u64,
     ) -> Result<String, String> {
-        let email = fields
+        let raw = fields
             .get("email")
             .and_then(serde_json::Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
+            .unwrap_or_default();
+        let email = crate::address::Email::parse(raw).map_err(|e| e.to_string())?;
         let recipient = Recipient {
             line: letter_id,
             email,

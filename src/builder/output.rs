@@ -120,7 +120,7 @@ impl RejectsFile {
         summary.suppressed += 1;
         let rejection = Rejection {
             line: recipient.line,
-            email: Some(recipient.email.clone()),
+            email: Some(recipient.email.as_str().to_owned()),
             reason: Reject::Suppressed,
         };
         self.append(&rejection)

@@ -6,7 +6,7 @@
 
 use super::csv_records::{CsvRecords, RawRecord};
 use super::reject::Reject;
-use crate::address;
+use crate::address::Email;
 use serde_json::{Map, Value};
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
@@ -18,8 +18,8 @@ use std::sync::Arc;
 pub(crate) struct Recipient {
     /// 1-based line in the file.
     pub line: u64,
-    /// Normalised address.
-    pub email: String,
+    /// The address, normalised and checked.
+    pub email: Email,
     /// Every field of the line, `email` included (as normalised).
     pub fields: Map<String, Value>,
 }
@@ -350,14 +350,14 @@ fn recipient(line: u64, mut fields: Map<String, Value>) -> Entry {
     if let Some(reason) = control_character(&fields) {
         return reject(line, Some(raw), reason);
     }
-    let email = address::normalize(&raw);
-    if let Err(e) = address::validate(&email) {
-        return reject(line, Some(raw), Reject::InvalidAddress(e.to_string()));
-    }
+    let email = match Email::parse(&raw) {
+        Ok(email) => email,
+        Err(e) => return reject(line, Some(raw), Reject::InvalidAddress(e.to_string())),
+    };
     if let Err(reason) = super::track_mode::recipient_mode(&fields) {
-        return reject(line, Some(email), reason);
+        return reject(line, Some(email.into_string()), reason);
     }
-    fields.insert("email".to_owned(), Value::String(email.clone()));
+    fields.insert("email".to_owned(), Value::String(email.as_str().to_owned()));
     Ok(Recipient {
         line,
         email,

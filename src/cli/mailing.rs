@@ -98,10 +98,13 @@ pub(super) async fn suppressions(
     let command = match command {
         SuppressionsCommand::Add { addresses, reason } => ListCommand::Add {
             addresses,
-            note: reason,
+            note: reason.to_string(),
         },
         SuppressionsCommand::Remove { addresses } => ListCommand::Remove { addresses },
-        SuppressionsCommand::Import { file, reason } => ListCommand::Import { file, note: reason },
+        SuppressionsCommand::Import { file, reason } => ListCommand::Import {
+            file,
+            note: reason.to_string(),
+        },
         SuppressionsCommand::List { limit } => ListCommand::List { limit },
     };
     address_list(url, "suppressions", SUPPRESSIONS, command).await

@@ -173,7 +173,7 @@ pub async fn suppress_unsubscribed(pool: &MySqlPool, emails: &[&str]) -> Result<
             // The one normalisation, as the build and `suppressions add`
             // use it: the entry is the key the next build looks up.
             b.push_bind(crate::address::normalize(email))
-                .push_bind("unsubscribe");
+                .push_bind(super::suppressions::SuppressionReason::Unsubscribe.as_str());
         });
         query.build().execute(pool).await?;
     }

@@ -8,11 +8,77 @@ use chrono::NaiveDateTime;
 use sqlx::MySqlPool;
 use std::collections::HashSet;
 
+/// Why an address is on the list, as `suppressions.reason` stores it.
+/// The words linktrack writes itself are variants; an operator's own word
+/// (`suppressions add --reason bounce`) is kept as it was given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SuppressionReason {
+    /// The recipient unsubscribed (the replay writes it): `unsubscribe`.
+    Unsubscribe,
+    /// Added by hand, `suppressions add`'s default: `manual`.
+    Manual,
+    /// Imported from a file, `suppressions import`'s default: `import`.
+    Import,
+    /// Any other word.
+    Other(String),
+}
+
+impl SuppressionReason {
+    /// The stored word.
+    pub fn as_str(&self) -> &str {
+        match self {
+            SuppressionReason::Unsubscribe => "unsubscribe",
+            SuppressionReason::Manual => "manual",
+            SuppressionReason::Import => "import",
+            SuppressionReason::Other(word) => word,
+        }
+    }
+}
+
+impl From<&str> for SuppressionReason {
+    fn from(word: &str) -> SuppressionReason {
+        match word {
+            "unsubscribe" => SuppressionReason::Unsubscribe,
+            "manual" => SuppressionReason::Manual,
+            "import" => SuppressionReason::Import,
+            other => SuppressionReason::Other(other.to_owned()),
+        }
+    }
+}
+
+impl From<String> for SuppressionReason {
+    fn from(word: String) -> SuppressionReason {
+        SuppressionReason::from(word.as_str())
+    }
+}
+
+/// Every word is a reason: parsing a flag's value cannot fail.
+impl std::str::FromStr for SuppressionReason {
+    type Err = std::convert::Infallible;
+
+    fn from_str(word: &str) -> Result<SuppressionReason, Self::Err> {
+        Ok(SuppressionReason::from(word))
+    }
+}
+
+impl std::fmt::Display for SuppressionReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Serialised as the stored word.
+impl serde::Serialize for SuppressionReason {
+    fn serialize<S: serde::Serializer>(&self, to: S) -> Result<S::Ok, S::Error> {
+        to.serialize_str(self.as_str())
+    }
+}
+
 /// One entry of the list.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Suppression {
     pub email: String,
-    pub reason: String,
+    pub reason: SuppressionReason,
     pub created_at: NaiveDateTime,
 }
 
@@ -20,8 +86,12 @@ const LIST: AddressList = SUPPRESSIONS;
 
 /// Add addresses; an address already on the list keeps its first reason.
 /// Returns how many were new.
-pub async fn add(pool: &MySqlPool, emails: &[String], reason: &str) -> Result<u64, StoreError> {
-    LIST.add(pool, emails, reason).await
+pub async fn add(
+    pool: &MySqlPool,
+    emails: &[String],
+    reason: impl Into<SuppressionReason>,
+) -> Result<u64, StoreError> {
+    LIST.add(pool, emails, reason.into().as_str()).await
 }
 
 /// Remove addresses; returns how many were on the list.
@@ -48,8 +118,30 @@ pub async fn list(
         .into_iter()
         .map(|entry| Suppression {
             email: entry.email,
-            reason: entry.note,
+            reason: SuppressionReason::from(entry.note),
             created_at: entry.created_at,
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SuppressionReason;
+
+    #[test]
+    fn reasons_keep_their_word() {
+        for word in ["unsubscribe", "manual", "import", "bounce", ""] {
+            let reason: SuppressionReason = word.parse().unwrap();
+            assert_eq!(reason.as_str(), word);
+            assert_eq!(serde_json::to_string(&reason).unwrap(), format!("{word:?}"));
+        }
+        assert_eq!(
+            SuppressionReason::from("unsubscribe"),
+            SuppressionReason::Unsubscribe
+        );
+        assert_eq!(
+            SuppressionReason::from("bounce"),
+            SuppressionReason::Other("bounce".into())
+        );
+    }
 }

@@ -2,6 +2,7 @@
 //! `erase`, `suppressions`, `tracking-optouts`.
 
 use crate::store::partitions::{DEFAULT_AHEAD_DAYS, DEFAULT_KEEP_DAYS};
+use crate::store::suppressions::SuppressionReason;
 use crate::store::RowFormat;
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
@@ -137,7 +138,7 @@ pub enum SuppressionsCommand {
         addresses: Vec<String>,
         /// Why they are suppressed.
         #[arg(long, default_value = "manual")]
-        reason: String,
+        reason: SuppressionReason,
     },
     /// Remove addresses.
     Remove {
@@ -153,7 +154,7 @@ pub enum SuppressionsCommand {
         file: PathBuf,
         /// The reason stored with every imported address (`list` shows it).
         #[arg(long, default_value = "import")]
-        reason: String,
+        reason: SuppressionReason,
     },
     /// Print the list: address, reason, time added (tab-separated).
     List {
