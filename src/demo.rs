@@ -63,7 +63,7 @@ pub struct DemoOutcome {
 
 /// Migrate, create partitions, load the suppression list, build the fixture
 /// mailing into `dir/letters.jsonl`, its pictures at `image_base` if given
-/// ([`newsletter_for`]).
+/// (`newsletter_for`).
 pub async fn prepare(
     database_url: &str,
     base_url: &str,

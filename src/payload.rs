@@ -101,7 +101,7 @@ pub fn waits_for_verdict(kind: EventKind) -> bool {
     kind != EventKind::Unsubscribe
 }
 
-/// The body for `row`. `settled`: its verdict is final (see [`Bot`]); an
+/// The body for `row`. `settled`: its verdict is final (see `Bot`); an
 /// unsubscribe always says so.
 pub fn render(
     row: &EventRow,

@@ -7,7 +7,7 @@
 //! (before the segment is deleted), which renders each event's payload once
 //! and inserts one `outbox` row per endpoint whose filter matches
 //! (`store::outbox`, idempotent per endpoint and event). A sender per
-//! endpoint ([`dispatch`]) claims due rows, sends them, and deletes them on
+//! endpoint (`dispatch`) claims due rows, sends them, and deletes them on
 //! acknowledgement, backs off exponentially with jitter on failure, and
 //! moves them to `outbox_dead` after the give-up age or a permanent refusal.
 

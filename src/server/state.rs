@@ -45,7 +45,7 @@ pub struct ServerSettings {
     /// this only behind a proxy that appends it); otherwise the peer address.
     pub trust_forwarded_for: bool,
     /// Link lookups running at once; cache misses that arrive while all of
-    /// them are busy share the next statement ([`LinkLookups`]).
+    /// them are busy share the next statement (`LinkLookups`).
     pub lookups_in_flight: usize,
 }
 

@@ -171,7 +171,7 @@ pub async fn release_settled(
     Ok(released)
 }
 
-/// Delete acknowledged rows (one statement per [`super::IN_LIST_CHUNK`]).
+/// Delete acknowledged rows (one statement per `IN_LIST_CHUNK`).
 pub async fn delivered(pool: &MySqlPool, ids: &[u64]) -> Result<(), StoreError> {
     for chunk in ids.chunks(super::IN_LIST_CHUNK) {
         let mut query = QueryBuilder::<MySql>::new("DELETE FROM outbox WHERE id IN ");

@@ -9,6 +9,10 @@
 //! shares with `demo` and `stats`: verdicts, live layer, segments),
 //! `webhooks` (and events out), `stats`, `demo`.
 
+// These doc comments are clap's --help text, written for a terminal:
+// `[::]` is an address, not a link, and a URL is shown as it is.
+#![allow(rustdoc::broken_intra_doc_links, rustdoc::bare_urls)]
+
 pub mod build;
 pub mod database;
 pub mod demo;
