@@ -155,7 +155,7 @@ pub struct VerdictArgs {
     )]
     pub verdict_settle_secs: u64,
     /// An operator's scanner-networks file (TOML, the format of the shipped
-    /// src/events/networks.toml): its entries are added, its
+    /// src/bots/networks.toml): its entries are added, its
     /// `remove = [...]` names or ranges are dropped from the shipped list.
     #[arg(long, env = "LINKTRACK_BOT_NETWORKS", value_name = "FILE")]
     pub bot_networks: Option<std::path::PathBuf>,
