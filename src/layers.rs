@@ -1,7 +1,8 @@
 //! The layering rule of the crate docs' Layout section, checked: a module
 //! uses only the modules listed before it. The list is read from `lib.rs`
 //! itself and the imports from every file under `src/`, so neither can
-//! drift from the other unnoticed.
+//! drift from the other unnoticed. And clap, the command line's, stays in
+//! `cli/`: the layers below take plain settings structs.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -197,5 +198,29 @@ fn the_layout_order_is_read_from_numbered_items() {
     assert_eq!(
         declared_modules(lib_rs),
         BTreeSet::from(["kind".to_owned()])
+    );
+}
+
+#[test]
+fn clap_stops_at_the_command_line() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    source_files(&src, &src, &mut files);
+    let below_cli: Vec<&PathBuf> = files
+        .iter()
+        .filter(|(path, _)| !path.starts_with("cli") && path != Path::new("main.rs"))
+        // This file names what it looks for.
+        .filter(|(path, _)| path != Path::new("layers.rs"))
+        .filter(|(_, code)| {
+            code.lines()
+                .filter(|line| !line.trim_start().starts_with("//"))
+                .any(|line| line.contains("clap::") || line.contains("use clap"))
+        })
+        .map(|(path, _)| path)
+        .collect();
+    assert!(files.len() > 50, "only {} files read", files.len());
+    assert!(
+        below_cli.is_empty(),
+        "clap is used below the command line (cli/): {below_cli:?}"
     );
 }
