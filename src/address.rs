@@ -39,6 +39,13 @@ impl fmt::Display for Email {
     }
 }
 
+/// Serialised as the address itself.
+impl serde::Serialize for Email {
+    fn serialize<S: serde::Serializer>(&self, to: S) -> Result<S::Ok, S::Error> {
+        to.serialize_str(&self.0)
+    }
+}
+
 impl PartialEq<str> for Email {
     fn eq(&self, other: &str) -> bool {
         self.0 == other

@@ -6,6 +6,7 @@ use super::mailing::Mailing;
 use super::recipients::Recipient;
 use super::reject::Reject;
 use super::track_mode::TrackMode;
+use crate::address::Email;
 use crate::delivery::message;
 use crate::letter::plan::{Plan, PlanSource, Slot, Unplannable};
 use crate::letter::{rewrite, FoundKind, FoundLink, RewriteOptions, Template};
@@ -22,7 +23,7 @@ use std::sync::Mutex;
 pub struct Letter {
     pub letter_id: u64,
     pub mailing_id: String,
-    pub email: String,
+    pub email: Email,
     pub pool: String,
     pub subject: String,
     pub headers: BTreeMap<String, String>,
@@ -756,7 +757,7 @@ fn assemble(
     Ok(Letter {
         letter_id,
         mailing_id: mailing.mailing_id.clone(),
-        email: recipient.email.as_str().to_owned(),
+        email: recipient.email.clone(),
         pool: mailing.pool.clone(),
         subject: content.subject,
         headers: fixed.headers,

@@ -4,6 +4,7 @@
 use super::compose::Letter;
 use super::mailing::Mailing;
 use super::BuildError;
+use crate::address::Email;
 use crate::delivery::ledger;
 use crate::delivery::smtp::{self, Deliverer, Outcome, SmtpSettings};
 use crate::delivery::DeliveryCounters;
@@ -148,7 +149,7 @@ impl Delivery {
             );
             delivered
                 .resent
-                .push((letter.letter_id, letter.email.clone()));
+                .push((letter.letter_id, letter.email.to_string()));
         }
         Ok(letters
             .iter()
@@ -191,8 +192,15 @@ impl Delivery {
             );
             tasks.spawn(async move {
                 let host = deliverer.host().to_owned();
-                let outcome =
-                    hand_over(&deliverer, &ledger, letter_id, &sender, &email, &message).await;
+                let outcome = hand_over(
+                    &deliverer,
+                    &ledger,
+                    letter_id,
+                    &sender,
+                    email.as_str(),
+                    &message,
+                )
+                .await;
                 drop(permit);
                 HandedOver {
                     letter_id,
@@ -231,13 +239,13 @@ impl Delivery {
                 Outcome::Rejected(reply) => {
                     metrics::counter!("linktrack_smtp_rejected_total").increment(1);
                     self.counters.rejected.fetch_add(1, Ordering::Relaxed);
-                    delivered.rejected.push((line, email, reply));
+                    delivered.rejected.push((line, email.into_string(), reply));
                 }
                 Outcome::Failed(reply) => {
                     failure.get_or_insert(BuildError::Delivery {
                         host,
                         letter_id,
-                        email,
+                        email: email.into_string(),
                         reply,
                     });
                 }
@@ -254,7 +262,7 @@ impl Delivery {
 struct HandedOver {
     letter_id: u64,
     line: u64,
-    email: String,
+    email: Email,
     outcome: Result<Outcome, crate::store::StoreError>,
     host: String,
 }
