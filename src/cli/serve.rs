@@ -111,6 +111,29 @@ pub(super) async fn demo(url: &str, args: &DemoArgs) -> anyhow::Result<()> {
     let cdn_base = format!("http://{}", cdn.local_addr()?);
     let outcome =
         crate::demo::prepare(url, &base_url, Some(&cdn_base), &args.dir, Some(&secret)).await?;
+    print_outcome(&outcome, args);
+    if args.no_serve {
+        return Ok(());
+    }
+    // The dashboard needs a token; the demo makes one once and keeps it in
+    // its directory, so a bookmark or a browser's login survives a rerun.
+    let api_token = match &args.api_token {
+        Some(token) => token.clone(),
+        None => saved_random_hex(&args.dir.join("dashboard-token"), args.new_token)?,
+    };
+    println!(
+        "  the dashboard: http://{}/login (token {api_token}), then /mailings",
+        args.listen
+    );
+    let serve_args = demo_serve_args(args, base_url, api_token, secret).await?;
+    let cdn = tokio::spawn(crate::server::serve_demo_images(cdn));
+    let served = run_server(url, &serve_args, true).await;
+    cdn.abort();
+    served
+}
+
+/// What the demo built, and the links to open (served or not).
+fn print_outcome(outcome: &crate::demo::DemoOutcome, args: &DemoArgs) {
     println!("{}", outcome.summary);
     println!("letters: {}", outcome.letters.display());
     if let Some(dir) = outcome.letters.parent() {
@@ -123,7 +146,7 @@ pub(super) async fn demo(url: &str, args: &DemoArgs) -> anyhow::Result<()> {
         for (label, link) in &outcome.sample_urls {
             println!("{label}: {link}");
         }
-        return Ok(());
+        return;
     }
     println!(
         "serving on http://{} (Ctrl-C to stop); open these:",
@@ -132,17 +155,18 @@ pub(super) async fn demo(url: &str, args: &DemoArgs) -> anyhow::Result<()> {
     for (label, link) in &outcome.sample_urls {
         println!("  {label}: {link}");
     }
-    // The dashboard needs a token; the demo makes one once and keeps it in
-    // its directory, so a bookmark or a browser's login survives a rerun.
-    let api_token = match &args.api_token {
-        Some(token) => token.clone(),
-        None => saved_random_hex(&args.dir.join("dashboard-token"), args.new_token)?,
-    };
-    println!(
-        "  the dashboard: http://{}/login (token {api_token}), then /mailings",
-        args.listen
-    );
-    let serve_args = ServeArgs {
+}
+
+/// `serve`'s settings for the demo: its directory's journal, its secret
+/// and dashboard token, verdicts at once, Redis when one answers, events
+/// out as the environment says.
+async fn demo_serve_args(
+    args: &DemoArgs,
+    base_url: String,
+    api_token: String,
+    secret: String,
+) -> anyhow::Result<ServeArgs> {
+    Ok(ServeArgs {
         listen: args.listen,
         admin_listen: args.admin_listen,
         admin_token: None,
@@ -168,11 +192,7 @@ pub(super) async fn demo(url: &str, args: &DemoArgs) -> anyhow::Result<()> {
             redis_prefix: crate::live::DEFAULT_PREFIX.to_owned(),
         },
         outbound: outbound_from_env()?,
-    };
-    let cdn = tokio::spawn(crate::server::serve_demo_images(cdn));
-    let served = run_server(url, &serve_args, true).await;
-    cdn.abort();
-    served
+    })
 }
 
 /// The image proxy's settings. `serve` fetches public addresses only; the
