@@ -3,7 +3,7 @@
 //! hosts, and a `/readyz` that names the database as unavailable without
 //! its error text (the log keeps the detail). Real sockets, real MariaDB.
 
-use crate::common::{RunningApp, TestDb};
+use crate::common::{TestDb, TestServer};
 use reqwest::StatusCode;
 use std::time::{Duration, Instant};
 
@@ -12,7 +12,7 @@ const ADMIN_TOKEN: &str = "admin-token-0123456789abcdef0123456789";
 #[tokio::test]
 async fn the_admin_token_guards_metrics_and_readyz_not_healthz() {
     let db = TestDb::new().await;
-    let app = RunningApp::start(db.pool.clone(), |settings| linktrack::server::AppSettings {
+    let app = TestServer::start(db.pool.clone(), |settings| linktrack::server::AppSettings {
         admin_token: Some(ADMIN_TOKEN.to_owned()),
         ..settings
     })
@@ -59,7 +59,7 @@ async fn the_admin_token_guards_metrics_and_readyz_not_healthz() {
 #[tokio::test]
 async fn without_a_token_the_admin_listener_stays_open() {
     let db = TestDb::new().await;
-    let app = RunningApp::start(db.pool.clone(), |settings| settings).await;
+    let app = TestServer::start(db.pool.clone(), |settings| settings).await;
     let metrics = reqwest::get(format!("{}/metrics", app.admin))
         .await
         .unwrap();
@@ -67,33 +67,30 @@ async fn without_a_token_the_admin_listener_stays_open() {
     app.stop().await;
 }
 
-/// A free port on `ip` (the probe closes before the server binds it).
-fn free_port(ip: &str) -> u16 {
-    let probe = std::net::TcpListener::bind((ip, 0)).unwrap();
-    probe.local_addr().unwrap().port()
-}
-
 #[tokio::test]
 async fn the_binary_warns_on_an_exposed_admin_listener_and_readyz_hides_the_database_error() {
     let journal = tempfile::tempdir().unwrap();
-    let (public, admin) = (free_port("127.0.0.1"), free_port("0.0.0.0"));
     // A password the database refuses: its error names the user.
     let refused = format!(
         "{}/linktrack_nowhere",
         crate::common::server_url().replace("://root@", "://lt_refused_user:wrong-pass@")
     );
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_linktrack"))
-        .args(["serve", "--listen", &format!("127.0.0.1:{public}")])
-        .args(["--admin-listen", &format!("0.0.0.0:{admin}")])
-        .arg("--journal")
-        .arg(journal.path())
-        .env("LINKTRACK_ADMIN_TOKEN", ADMIN_TOKEN)
-        .env("DATABASE_URL", &refused)
-        .env("RUST_LOG", "warn")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    // The public listener on port 0; the admin listener's bound port is not
+    // logged (the configured address is), so it is picked, and picked again
+    // if it was taken before the child bound it.
+    let (mut child, admin) = crate::common::spawn_retrying("0.0.0.0", |admin| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_linktrack"));
+        command
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(["--admin-listen", &format!("0.0.0.0:{admin}")])
+            .arg("--journal")
+            .arg(journal.path())
+            .env("LINKTRACK_ADMIN_TOKEN", ADMIN_TOKEN)
+            .env("DATABASE_URL", &refused)
+            .env("RUST_LOG", "warn,linktrack=info");
+        command
+    })
+    .await;
     let http = reqwest::Client::new();
     let readyz = format!("http://127.0.0.1:{admin}/readyz");
     let deadline = Instant::now() + Duration::from_secs(15);
@@ -112,17 +109,8 @@ async fn the_binary_warns_on_an_exposed_admin_listener_and_readyz_hides_the_data
     for secret in ["Access denied", "lt_refused_user", "wrong-pass"] {
         assert!(!body.contains(secret), "/readyz leaks {secret:?}: {body}");
     }
-    let killed = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    let output = child.wait_with_output().unwrap();
-    let log = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
+    child.terminate().await;
+    let log = child.log();
     assert!(
         log.contains("reachable from other hosts"),
         "no warning about 0.0.0.0: {log}"

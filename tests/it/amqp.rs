@@ -2,7 +2,7 @@
 //! scripts/prepare.d/50-rabbitmq.sh): a queue bound to the exchange gets
 //! every event, routed by type, and the outbox empties only on confirms.
 
-use crate::common::{days_ago, linktrack, RunningApp, TestDb};
+use crate::common::{days_ago, linktrack, TestDb, TestServer};
 use crate::webhooks::{fast_retries, hit_everything, letter};
 use lapin::options::{
     BasicGetOptions, ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions,
@@ -83,7 +83,7 @@ async fn a_queue_bound_to_the_exchange_gets_every_event_by_type() {
     let name = endpoint.name.clone();
     // Unsubscribes go to this exchange too, but no queue takes them: they
     // must stay queued (returned as unroutable), not vanish.
-    let app = RunningApp::start(db.pool.clone(), |settings| {
+    let app = TestServer::start(db.pool.clone(), |settings| {
         let mut journal = settings.journal.clone();
         journal.seal_after = Duration::from_millis(50);
         linktrack::server::AppSettings {

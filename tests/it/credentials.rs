@@ -6,7 +6,7 @@
 
 use crate::common::TestDb;
 use linktrack::store::outbox::{self, Registered};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 const PASSWORD: &str = "planted-password-7f3a";
@@ -61,19 +61,19 @@ async fn a_webhook_urls_credentials_appear_in_no_output() {
     .unwrap();
 
     let journal = tempfile::tempdir().unwrap();
-    let admin = {
-        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        probe.local_addr().unwrap()
-    };
-    let server = linktrack(&db, &secret)
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .args(["--admin-listen", &admin.to_string()])
-        .arg("--journal")
-        .arg(journal.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    // The admin listener's bound port is not logged (the configured address
+    // is), so it is picked, and picked again if it was taken before the
+    // child bound it.
+    let (mut server, admin) = crate::common::spawn_retrying("127.0.0.1", |admin| {
+        let mut command = linktrack(&db, &secret);
+        command
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(["--admin-listen", &format!("127.0.0.1:{admin}")])
+            .arg("--journal")
+            .arg(journal.path());
+        command
+    })
+    .await;
     let deadline = Instant::now() + Duration::from_secs(20);
     let stored = loop {
         let stored: Option<String> = sqlx::query_scalar(
@@ -91,7 +91,7 @@ async fn a_webhook_urls_credentials_appear_in_no_output() {
     };
     assert_eq!(stored, "http://hookuser:***@127.0.0.1:9/hook?key=*** all");
     // The warning is logged as its gauge is set: wait for the gauge.
-    let admin = format!("http://{admin}");
+    let admin = format!("http://127.0.0.1:{admin}");
     loop {
         let text = match reqwest::get(format!("{admin}/metrics")).await {
             Ok(response) => response.text().await.unwrap_or_default(),
@@ -107,12 +107,8 @@ async fn a_webhook_urls_credentials_appear_in_no_output() {
         assert!(Instant::now() < deadline, "no difference counted:\n{text}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let killed = Command::new("kill")
-        .args(["-TERM", &server.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    let log = text_of(&server.wait_with_output().unwrap());
+    server.terminate().await;
+    let log = server.log();
     assert!(
         log.contains("differs from server"),
         "no drift warning:\n{log}"

@@ -3,8 +3,8 @@
 //! blocking pool and says so, subjects are never run, and a click sent
 //! while ten dashboard requests run is answered before they all are.
 
-use crate::common::{days_ago, RunningApp, TestDb};
-use crate::server::add_link;
+use crate::common::add_link;
+use crate::common::{days_ago, TestDb, TestServer};
 use crate::stats::{letters, record, traffic, MAILING};
 use linktrack::store::links::LinkKind;
 use linktrack::store::{rollup, stats};
@@ -33,7 +33,7 @@ async fn a_click_is_answered_while_ten_dashboards_preview_a_runaway_creative() {
         .await
         .unwrap();
     let click = add_link(&db.pool, LinkKind::Click, "https://example.com/c", 1).await;
-    let app = RunningApp::with_stats(db.pool.clone(), Some(TOKEN), None, None).await;
+    let app = TestServer::with_stats(db.pool.clone(), Some(TOKEN), None, None).await;
     let http = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()

@@ -2,7 +2,7 @@
 //! expire, end on logout and are new at every login; wrong tokens are
 //! rate-limited per client address.
 
-use crate::common::RunningApp;
+use crate::common::TestServer;
 use crate::stats_http::{client, rolled_db, SECRET, TOKEN};
 use reqwest::header;
 use reqwest::StatusCode;
@@ -10,8 +10,8 @@ use sqlx::MySqlPool;
 
 /// Serves the dashboard with login on, trusting `X-Forwarded-For` so each
 /// test can speak from several client addresses.
-async fn serve(pool: MySqlPool) -> RunningApp {
-    RunningApp::start(pool, |settings| linktrack::server::AppSettings {
+async fn serve(pool: MySqlPool) -> TestServer {
+    TestServer::start(pool, |settings| linktrack::server::AppSettings {
         api_token: Some(TOKEN.to_owned()),
         secret: Some(SECRET.to_owned()),
         server: linktrack::server::state::ServerSettings {

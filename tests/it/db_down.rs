@@ -10,8 +10,8 @@
 //! 1 s bucket, i.e. no click waited for two timeouts. That is a correctness
 //! bound (2×), not a speed figure; the client-side latencies are printed.
 
+use crate::common::{client, quick_with, test_settings, TestServer};
 use crate::common::{metrics_text, route_latency_bucket};
-use crate::server::{client, test_settings, TestServer};
 use chrono::Utc;
 use linktrack::store::{self, PoolSettings};
 use linktrack::token::Token;
@@ -85,7 +85,7 @@ async fn no_click_waits_for_two_timeouts(database: &str, what: &str) {
         db_timeout: DB_TIMEOUT,
         ..test_settings()
     };
-    let server = TestServer::start_with(pool, journal.path(), settings).await;
+    let server = TestServer::start_in(pool, journal.path(), quick_with(settings)).await;
     let mut answered = 0;
     for concurrency in [8, 32, 128] {
         let latencies = uncached_clicks(&server, concurrency).await;

@@ -20,25 +20,33 @@ impl SmtpSink {
     /// `extra`: smtp-sink options, e.g. `-f RCPT` to refuse every recipient.
     fn start(extra: &[&str]) -> SmtpSink {
         let dir = tempfile::tempdir().unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
         let template = format!("{}/%H%M%S.", dir.path().display());
-        let child = Command::new("smtp-sink")
-            .args(["-u", "root", "-d", &template])
-            .args(extra)
-            .arg(format!("127.0.0.1:{port}"))
-            .arg("100")
-            .spawn()
-            .expect("smtp-sink runs (Debian's postfix; scripts/test installs it)");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "smtp-sink did not listen");
-            std::thread::sleep(Duration::from_millis(20));
+        // smtp-sink cannot be handed a bound socket, and it says nothing of
+        // a port 0's number: a port is picked, and when smtp-sink exits
+        // because it was taken meanwhile (it cannot bind), another is
+        // picked and smtp-sink started again.
+        for _ in 0..3 {
+            let port = crate::common::pick_port("127.0.0.1");
+            let mut child = Command::new("smtp-sink")
+                .args(["-u", "root", "-d", &template])
+                .args(extra)
+                .arg(format!("127.0.0.1:{port}"))
+                .arg("100")
+                .spawn()
+                .expect("smtp-sink runs (Debian's postfix; scripts/test installs it)");
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                if child.try_wait().unwrap().is_some() {
+                    break; // it could not bind: another port
+                }
+                if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                    return SmtpSink { child, port, dir };
+                }
+                assert!(Instant::now() < deadline, "smtp-sink did not listen");
+                std::thread::sleep(Duration::from_millis(20));
+            }
         }
-        SmtpSink { child, port, dir }
+        panic!("smtp-sink exited on three picked ports");
     }
 
     fn url(&self) -> String {
@@ -200,11 +208,10 @@ async fn a_refusing_mta_puts_each_letter_in_the_rejects_file_with_its_reply() {
 #[tokio::test]
 async fn an_unreachable_mta_fails_the_job_naming_it_and_leaves_everything_re_runnable() {
     let db = TestDb::new().await;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    // A port held by a socket that does not listen: connections to it are
+    // refused for as long as the test runs.
+    let (_unreachable, addr) = crate::common::down_socket();
+    let port = addr.port();
     let dir = tempfile::tempdir().unwrap();
     let output = build(
         &db,

@@ -66,13 +66,6 @@ async fn the_demo_command_prints_urls_and_exits_with_no_serve() {
     assert!(dir.path().join("letters.jsonl").exists());
 }
 
-/// A free loopback address for a child process to listen on (the demo
-/// prints URLs made from its `--listen`, so port 0 would not do).
-fn free_loopback_addr() -> String {
-    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    probe.local_addr().unwrap().to_string()
-}
-
 /// The demo serves its letters' pictures itself: the proxied image URL it
 /// prints answers a PNG through the image proxy (it pointed at a CDN that
 /// does not exist, and answered 502).
@@ -82,49 +75,82 @@ async fn the_demos_printed_image_url_answers_a_picture() {
     let db = TestDb::new().await;
     let dir = tempfile::tempdir().unwrap();
     let dir_arg = dir.path().to_str().expect("a UTF-8 temporary path");
-    let (listen, admin) = (free_loopback_addr(), free_loopback_addr());
-    let mut demo = tokio::process::Command::new(env!("CARGO_BIN_EXE_linktrack"))
-        .args(["demo", "--listen", &listen, "--admin-listen", &admin])
-        .args(["--dir", dir_arg])
-        .env("DATABASE_URL", &db.url)
-        .env("RUST_LOG", "warn")
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("starting linktrack demo");
-    let mut lines = tokio::io::BufReader::new(demo.stdout.take().unwrap()).lines();
-    let printed = async {
-        loop {
-            let line = lines
-                .next_line()
-                .await
-                .unwrap()
-                .expect("the demo printed no proxied image URL");
-            if line.trim_start().starts_with("a proxied image") {
-                break line.split_once(": ").unwrap().1.to_owned();
+    // The demo prints URLs made from its `--listen`, so port 0 would not do:
+    // a port is picked, and the demo is run again on another when the one
+    // picked was taken before it bound it (it exits saying so).
+    for _ in 0..3 {
+        let listen = format!("127.0.0.1:{}", crate::common::pick_port("127.0.0.1"));
+        let mut demo = tokio::process::Command::new(env!("CARGO_BIN_EXE_linktrack"))
+            .args(["demo", "--listen", &listen, "--admin-listen", "127.0.0.1:0"])
+            .args(["--dir", dir_arg])
+            .env("DATABASE_URL", &db.url)
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("starting linktrack demo");
+        let mut lines = tokio::io::BufReader::new(demo.stdout.take().unwrap()).lines();
+        let printed = async {
+            loop {
+                let line = lines
+                    .next_line()
+                    .await
+                    .unwrap()
+                    .expect("the demo printed no proxied image URL");
+                if line.trim_start().starts_with("a proxied image") {
+                    break line.split_once(": ").unwrap().1.to_owned();
+                }
             }
-        }
-    };
-    let image_url = tokio::time::timeout(std::time::Duration::from_secs(120), printed)
-        .await
-        .expect("the demo printed no proxied image URL within 2 minutes");
-    assert!(
-        image_url.starts_with(&format!("http://{listen}/i/")),
-        "{image_url}"
-    );
+        };
+        let image_url = tokio::time::timeout(std::time::Duration::from_secs(120), printed)
+            .await
+            .expect("the demo printed no proxied image URL within 2 minutes");
+        assert!(
+            image_url.starts_with(&format!("http://{listen}/i/")),
+            "{image_url}"
+        );
 
-    // The URLs are printed before the server listens: wait for it.
-    let http = reqwest::Client::new();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let response = loop {
-        match http.get(&image_url).send().await {
-            Ok(response) => break response,
-            Err(err) if err.is_connect() && std::time::Instant::now() < deadline => {
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        // The URLs are printed before the server listens: wait for it (or
+        // for the demo to exit: the port was taken).
+        let http = reqwest::Client::new();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let response = loop {
+            if demo.try_wait().unwrap().is_some() {
+                break None;
             }
-            Err(err) => panic!("{image_url}: {err}"),
-        }
-    };
+            match http.get(&image_url).send().await {
+                Ok(response) => break Some(response),
+                Err(err) if err.is_connect() && std::time::Instant::now() < deadline => {
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+                Err(err) => panic!("{image_url}: {err}"),
+            }
+        };
+        let Some(response) = response else {
+            let mut stderr = String::new();
+            use tokio::io::AsyncReadExt;
+            demo.stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut stderr)
+                .await
+                .unwrap();
+            assert!(
+                crate::common::port_was_taken(&stderr),
+                "the demo exited: {stderr}"
+            );
+            continue;
+        };
+        assert_picture(&image_url, response).await;
+        demo.kill().await.unwrap();
+        return;
+    }
+    panic!("three picked ports were taken");
+}
+
+/// The image proxy's answer: a PNG.
+async fn assert_picture(image_url: &str, response: reqwest::Response) {
     assert_eq!(response.status(), reqwest::StatusCode::OK, "{image_url}");
     let content_type = response.headers()[reqwest::header::CONTENT_TYPE].clone();
     assert_eq!(content_type, "image/png");
@@ -134,5 +160,4 @@ async fn the_demos_printed_image_url_answers_a_picture() {
         "{} bytes",
         body.len()
     );
-    demo.kill().await.unwrap();
 }

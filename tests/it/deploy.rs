@@ -282,7 +282,7 @@ fn serve_refuses_a_placeholder_secret_before_starting() {
 /// (written by the real binary).
 #[tokio::test]
 async fn serve_exports_the_gauges_the_alerts_read() {
-    use crate::common::{linktrack, metric_value, metrics_text, RunningApp, TestDb};
+    use crate::common::{linktrack, metric_value, metrics_text, TestDb, TestServer};
     let db = TestDb::new().await;
     let out = linktrack(&db, &["partitions", "rotate", "--ahead-days", "5"]);
     assert!(
@@ -291,7 +291,7 @@ async fn serve_exports_the_gauges_the_alerts_read() {
         String::from_utf8_lossy(&out.stderr)
     );
     let rotated_at = chrono::Utc::now().timestamp() as f64;
-    let app = RunningApp::start(db.pool.clone(), |settings| settings).await;
+    let app = TestServer::start(db.pool.clone(), |settings| settings).await;
     // The worker reads the gauges as the server starts: wait for them.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     let text = loop {
@@ -400,8 +400,8 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
 /// and the events came along.
 #[tokio::test]
 async fn a_dump_restored_into_another_database_still_redirects_old_links() {
-    use crate::common::{server_url, RunningApp, TestDb};
-    use crate::server::{add_link, client, db, wait_for_events};
+    use crate::common::{add_link, client, db, wait_for_events};
+    use crate::common::{server_url, TestDb, TestServer};
     use linktrack::store::links::LinkKind;
     require("mariadb-dump", "mariadb-client");
     let source = db().await;
@@ -412,7 +412,7 @@ async fn a_dump_restored_into_another_database_still_redirects_old_links() {
         1,
     )
     .await;
-    let app = RunningApp::start(source.pool.clone(), |settings| settings).await;
+    let app = TestServer::start(source.pool.clone(), |settings| settings).await;
     let clicked = client()
         .get(format!("{}/c/{token}", app.base))
         .send()
@@ -459,7 +459,7 @@ async fn a_dump_restored_into_another_database_still_redirects_old_links() {
     );
 
     assert_eq!(wait_for_events(&restored.pool, 1).await, events_before);
-    let app = RunningApp::start(restored.pool.clone(), |settings| settings).await;
+    let app = TestServer::start(restored.pool.clone(), |settings| settings).await;
     let response = client()
         .get(format!("{}/c/{token}", app.base))
         .send()

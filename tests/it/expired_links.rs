@@ -6,9 +6,9 @@
 //! of the letter again.
 
 use crate::build::{options, tracked_tokens, BASE};
+use crate::common::{client, quick_with, server_pool, test_settings, wait_for_events, TestServer};
 use crate::common::{today, TestDb};
 use crate::image_proxy::upstream;
-use crate::server::{client, server_pool, test_settings, wait_for_events, TestServer};
 use linktrack::builder;
 use linktrack::server::image::AddressPolicy;
 use linktrack::store::links::LinkKind;
@@ -111,8 +111,12 @@ async fn a_built_letter_keeps_working_after_its_day_is_dropped_and_names_nobody(
     let http = client();
 
     // While the row lives: a click of the reader, recorded with the address.
-    let server =
-        TestServer::start_with(server_pool(&db).await, journal.path(), settings.clone()).await;
+    let server = TestServer::start_in(
+        server_pool(&db).await,
+        journal.path(),
+        quick_with(settings.clone()),
+    )
+    .await;
     let live = http
         .get(server.url(&format!("/c/{click}")))
         .send()
@@ -134,7 +138,8 @@ async fn a_built_letter_keeps_working_after_its_day_is_dropped_and_names_nobody(
             .unwrap();
     }
 
-    let server = TestServer::start_with(server_pool(&db).await, journal.path(), settings).await;
+    let server =
+        TestServer::start_in(server_pool(&db).await, journal.path(), quick_with(settings)).await;
     let late = http
         .get(server.url(&format!("/c/{click}")))
         .send()

@@ -5,7 +5,7 @@
 //! settles goes anyway after settle + grace (the safety net). Real server,
 //! real receiver on a socket, real MariaDB.
 
-use crate::common::{days_ago, RunningApp, TestDb};
+use crate::common::{days_ago, TestDb, TestServer};
 use crate::webhooks::{endpoint, fast_retries, http, letter, metric, Delivery, Receiver};
 use linktrack::bots::verdicts::VerdictRules;
 use linktrack::outbound::{Hold, Outbound};
@@ -28,9 +28,9 @@ async fn app(
     name: &str,
     hold: Hold,
     rollup_every: Option<Duration>,
-) -> RunningApp {
+) -> TestServer {
     let outbound = Outbound::new(vec![endpoint(name, &receiver.url())], fast_retries());
-    RunningApp::start(db.pool.clone(), |settings| {
+    TestServer::start(db.pool.clone(), |settings| {
         let mut journal = settings.journal.clone();
         journal.seal_after = Duration::from_millis(50);
         linktrack::server::AppSettings {

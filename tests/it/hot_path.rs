@@ -4,7 +4,7 @@
 //! concurrent clicks share their lookups.
 
 use crate::common::{
-    days_ago, seal_of, sealed_token, today, token_on, CountedUser, RunningApp, Statements, TestDb,
+    days_ago, seal_of, sealed_token, today, token_on, CountedUser, Statements, TestDb, TestServer,
 };
 use chrono::{NaiveDate, Timelike, Utc};
 use linktrack::events::journal::JournalSettings;
@@ -45,13 +45,13 @@ fn link(token: Token, kind: LinkKind, n: u32) -> NewLink {
 /// The server under test on a pool of the counted user. The journal is
 /// sealed only on stop, so every statement before the stop is the request
 /// path's.
-async fn counted_app(user: &CountedUser) -> RunningApp {
+async fn counted_app(user: &CountedUser) -> TestServer {
     let settings = PoolSettings {
         max_connections: 16,
         acquire_timeout: Duration::from_secs(5),
     };
     let pool = store::connect(&user.url, &settings).await.unwrap();
-    RunningApp::start(pool, |settings| AppSettings {
+    TestServer::start(pool, |settings| AppSettings {
         journal: JournalSettings {
             seal_after: Duration::from_secs(3_600),
             ..settings.journal

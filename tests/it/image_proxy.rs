@@ -1,8 +1,9 @@
 //! The image proxy over real sockets: a local upstream image server, the
 //! addresses the proxy refuses, what it serves, checks and caches.
 
-use crate::server::{
-    add_link, client, db, header, server_pool, test_settings, wait_for_events, TestServer,
+use crate::common::{
+    add_link, client, db, header, quick, quick_with, server_pool, test_settings, wait_for_events,
+    TestServer,
 };
 use linktrack::server::image::AddressPolicy;
 use linktrack::store::links::LinkKind;
@@ -112,7 +113,7 @@ async fn the_image_proxy_refuses_non_public_targets() {
         tokens.push(add_link(&db.pool, LinkKind::Image, target, n as u32).await);
     }
     // Default settings: the strict address policy.
-    let server = TestServer::start(server_pool(&db).await, dir.path()).await;
+    let server = TestServer::start_in(server_pool(&db).await, dir.path(), quick).await;
     let http = client();
     for (token, target) in tokens.iter().zip(&targets) {
         let response = http
@@ -176,7 +177,8 @@ async fn the_image_proxy_serves_checks_and_caches_images() {
     .await;
     let mut settings = test_settings();
     settings.images.policy = AddressPolicy::AllowLoopback;
-    let server = TestServer::start_with(server_pool(&db).await, dir.path(), settings).await;
+    let server =
+        TestServer::start_in(server_pool(&db).await, dir.path(), quick_with(settings)).await;
     let http = client();
     let get = |token: Token| http.get(server.url(&format!("/i/{token}"))).send();
     let hits = || up.hits.load(Ordering::SeqCst);

@@ -6,8 +6,8 @@
 //! as `scripts/test` runs here); where mounting is refused the test says
 //! so and stops.
 
+use crate::common::{add_link, client, db, events, quick, TestServer};
 use crate::common::{metric_value, metrics_text};
-use crate::server::{add_link, client, db, events, TestServer};
 use linktrack::store::links::LinkKind;
 use reqwest::StatusCode;
 use std::io::Write;
@@ -102,7 +102,7 @@ async fn a_full_journal_disk_loses_no_answered_click_and_makes_the_node_unready(
     let db = db().await;
     let token = add_link(&db.pool, LinkKind::Click, "https://example.com/", 1).await;
     let journal = filesystem.path().join("journal");
-    let server = TestServer::start(db.pool.clone(), &journal).await;
+    let server = TestServer::start_in(db.pool.clone(), &journal, quick).await;
     let path = format!("/c/{token}");
     assert_eq!(readyz(&server).await.0, StatusCode::OK);
 

@@ -3,7 +3,7 @@
 //! and the builder refuses an id the database would take for another.
 
 use crate::build::options;
-use crate::common::{RunningApp, TestDb};
+use crate::common::{TestDb, TestServer};
 use crate::stats::MAILING;
 use crate::stats_http::{client, rolled_db, TOKEN};
 use linktrack::builder::{self, BuildError};
@@ -13,7 +13,7 @@ use std::path::Path;
 #[tokio::test]
 async fn the_stats_routes_answer_only_the_exact_id() {
     let db = rolled_db().await;
-    let app = RunningApp::with_stats(db.pool.clone(), Some(TOKEN), None, None).await;
+    let app = TestServer::with_stats(db.pool.clone(), Some(TOKEN), None, None).await;
     let status = |id: String| {
         let url = format!("{}/api/mailings/{id}/stats", app.base);
         async move {

@@ -101,11 +101,56 @@ async fn concurrent_rotations_take_turns_and_drop_once() {
         ..RunOptions::default()
     };
     let policy = rotate_policy(3);
-    let (a, b) = tokio::join!(
-        partitions::run(&db.pool, &policy, &options),
-        partitions::run(&db.pool, &policy, &options)
+    let before = days(&db, "links").await;
+    // The partition lock (GET_LOCK, named for the database) held by a third
+    // connection, so the two runs cannot miss each other: both must wait.
+    use sqlx::Connection;
+    let mut holder = sqlx::MySqlConnection::connect(&db.url).await.unwrap();
+    let mut lock = format!("linktrack.partitions.{}", db.name);
+    lock.truncate(64);
+    let got: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, 0)")
+        .bind(&lock)
+        .fetch_one(&mut holder)
+        .await
+        .unwrap();
+    assert_eq!(got, Some(1));
+    let runs = [(); 2].map(|()| {
+        let (pool, policy, options) = (db.pool.clone(), policy, options.clone());
+        tokio::spawn(async move { partitions::run(&pool, &policy, &options).await })
+    });
+    // Both are waiting for the lock (MariaDB's "User lock" state).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
+             WHERE DB = ? AND STATE = 'User lock'",
+        )
+        .bind(&db.name)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        if waiting == 2 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{waiting} runs wait for the lock"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        days(&db, "links").await,
+        before,
+        "nothing ran while it was held"
     );
-    let (a, b) = (a.unwrap(), b.unwrap());
+    let released: Option<i64> = sqlx::query_scalar("SELECT RELEASE_LOCK(?)")
+        .bind(&lock)
+        .fetch_one(&mut holder)
+        .await
+        .unwrap();
+    assert_eq!(released, Some(1));
+    let [a, b] = runs;
+    let (a, b) = (a.await.unwrap().unwrap(), b.await.unwrap().unwrap());
     let changed = |r: &Vec<partitions::TableReport>| r.iter().any(|t| !t.plan.is_empty());
     assert!(
         changed(&a) ^ changed(&b),

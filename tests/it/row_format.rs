@@ -1,7 +1,7 @@
 //! Storage formats through the real binary: `migrate --row-format`, then the
 //! builder, the redirect and the daily rotation on page-compressed tables.
 
-use crate::common::{days_ago, RunningApp, TestDb};
+use crate::common::{days_ago, TestDb, TestServer};
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -102,7 +102,7 @@ async fn page_compressed_tables_build_redirect_and_rotate() {
             .unwrap();
 
     // Redirect from the page-compressed table.
-    let app = RunningApp::start(db.pool.clone(), |settings| settings).await;
+    let app = TestServer::start(db.pool.clone(), |settings| settings).await;
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()

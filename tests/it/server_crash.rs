@@ -1,66 +1,13 @@
 //! `kill -9` the real server binary under load: every click it answered with
 //! a 302 must reach `events`, from the journal, once a new server starts.
 
-use crate::common::{click_link, days_ago, TestDb};
+use crate::common::{click_link, days_ago, serve_command, Serving, TestDb};
 use linktrack::store::links::{self, LinkKind, NewLink};
 use linktrack::token::Token;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-pub fn free_port() -> std::net::SocketAddr {
-    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    probe.local_addr().unwrap()
-}
-
-fn serve(
-    db: &TestDb,
-    addr: std::net::SocketAddr,
-    journal: &std::path::Path,
-) -> std::process::Child {
-    serve_with_env(db, addr, journal, &[])
-}
-
-/// `linktrack serve` on `addr` with `journal`, plus environment settings.
-pub fn serve_with_env(
-    db: &TestDb,
-    addr: std::net::SocketAddr,
-    journal: &std::path::Path,
-    env: &[(&str, &str)],
-) -> std::process::Child {
-    std::process::Command::new(env!("CARGO_BIN_EXE_linktrack"))
-        .args([
-            "serve",
-            "--rollup-every",
-            "0",
-            "--listen",
-            &addr.to_string(),
-            // Tests run in parallel: any free port.
-            "--admin-listen",
-            "127.0.0.1:0",
-            "--journal",
-        ])
-        .arg(journal)
-        .env("DATABASE_URL", &db.url)
-        .env("RUST_LOG", "error")
-        .envs(env.iter().copied())
-        .spawn()
-        .unwrap()
-}
-
-pub async fn wait_until_up(http: &reqwest::Client, addr: std::net::SocketAddr) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while http
-        .get(format!("http://{addr}/healthz"))
-        .send()
-        .await
-        .is_err()
-    {
-        assert!(Instant::now() < deadline, "server did not come up");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 async fn clicks_in_db(db: &TestDb) -> i64 {
     sqlx::query_scalar("SELECT COUNT(*) FROM events WHERE kind = 'click'")
@@ -81,13 +28,12 @@ async fn kill_9_under_load_loses_no_answered_click() {
     let tokens: Arc<Vec<Token>> = Arc::new(rows.iter().map(|r| r.token).collect());
 
     let journal = tempfile::tempdir().unwrap();
-    let addr = free_port();
-    let mut server = serve(&db, addr, journal.path());
+    let mut server = Serving::spawn(serve_command(&db, journal.path(), &[])).await;
+    let addr = server.addr;
     let http = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .unwrap();
-    wait_until_up(&http, addr).await;
 
     // 16 clients click as fast as they can. Every request carries its own
     // user agent (client and sequence number), which its event stores, so
@@ -117,9 +63,18 @@ async fn kill_9_under_load_loses_no_answered_click() {
             }
         }));
     }
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    server.kill().unwrap(); // SIGKILL, mid-load: no flush, no clean stop
-    server.wait().unwrap();
+    // Killed mid-load: once 200 clicks were answered (the load has reached
+    // the server, whatever the machine's speed), while it goes on.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while answered.lock().unwrap().len() < 200 {
+        assert!(
+            Instant::now() < deadline,
+            "the load did not reach the server"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    server.child.kill().unwrap(); // SIGKILL, mid-load: no flush, no clean stop
+    server.child.wait().unwrap();
     stop.store(true, Ordering::Relaxed);
     for client in clients {
         client.await.unwrap();
@@ -139,16 +94,12 @@ async fn kill_9_under_load_loses_no_answered_click() {
     );
 
     // A new server on the same journal replays what the dead one journaled.
-    let mut restarted = serve(&db, addr, journal.path());
-    wait_until_up(&http, addr).await;
+    let mut restarted = Serving::spawn(serve_command(&db, journal.path(), &[])).await;
     let deadline = Instant::now() + Duration::from_secs(30);
     while clicks_in_db(&db).await < answered_count && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let _ = std::process::Command::new("kill")
-        .args(["-TERM", &restarted.id().to_string()])
-        .status();
-    let _ = restarted.wait();
+    restarted.terminate().await;
     let agents: Vec<String> =
         sqlx::query_scalar("SELECT user_agent FROM events WHERE kind = 'click'")
             .fetch_all(&db.pool)

@@ -4,14 +4,14 @@
 //! served; oversized headers get 431; the connection cap holds new
 //! connections back until one closes.
 
-use crate::common::{RunningApp, TestDb};
+use crate::common::{metric_value, TestDb, TestServer};
 use linktrack::server::listen::ConnectionLimits;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-async fn app_with(db: &TestDb, limits: ConnectionLimits) -> RunningApp {
-    RunningApp::start(db.pool.clone(), |settings| linktrack::server::AppSettings {
+async fn app_with(db: &TestDb, limits: ConnectionLimits) -> TestServer {
+    TestServer::start(db.pool.clone(), |settings| linktrack::server::AppSettings {
         connections: limits,
         ..settings
     })
@@ -19,7 +19,7 @@ async fn app_with(db: &TestDb, limits: ConnectionLimits) -> RunningApp {
 }
 
 /// A raw connection to the app that has sent `bytes`.
-async fn connect_and_send(app: &RunningApp, bytes: &[u8]) -> TcpStream {
+async fn connect_and_send(app: &TestServer, bytes: &[u8]) -> TcpStream {
     let mut stream = TcpStream::connect(app.base.trim_start_matches("http://"))
         .await
         .unwrap();
@@ -28,7 +28,7 @@ async fn connect_and_send(app: &RunningApp, bytes: &[u8]) -> TcpStream {
 }
 
 /// The admin listener's `/metrics` text.
-async fn metrics(app: &RunningApp) -> String {
+async fn metrics(app: &TestServer) -> String {
     crate::common::metrics_text(&app.admin).await
 }
 
@@ -143,18 +143,35 @@ async fn at_the_connection_cap_new_connections_wait_until_one_closes() {
         assert_eq!(&status, b"HTTP/1.1 200");
         held.push(stream);
     }
-    let http = reqwest::Client::new();
-    let url = format!("{}/healthz", app.base);
-    let waiting = tokio::spawn(async move { http.get(url).send().await.map(|r| r.status()) });
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(!waiting.is_finished(), "a third connection is not served");
+    // The accept loop found no permit and waits for one: its own counter,
+    // counted just before it waits, says so (rather than a while waited).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let text = metrics(&app).await;
+        let reached = metric_value(&text, "linktrack_connection_cap_reached_total");
+        if reached.is_some_and(|n| n >= 1.0) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the cap was never reached: {text}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A third connection (the kernel completes its handshake) sends its
+    // request: nothing comes back while both others are held.
+    let mut third = connect_and_send(&app, COMPLETE).await;
+    let mut status = [0u8; 12];
+    assert!(
+        matches!(third.try_read(&mut status), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "a third connection is not served"
+    );
     drop(held.pop());
-    let status = tokio::time::timeout(Duration::from_secs(5), waiting)
+    tokio::time::timeout(Duration::from_secs(5), third.read_exact(&mut status))
         .await
         .expect("served once a connection closed")
-        .unwrap()
         .unwrap();
-    assert_eq!(status, reqwest::StatusCode::OK);
+    assert_eq!(&status, b"HTTP/1.1 200");
     let text = metrics(&app).await;
     assert!(
         text.contains("linktrack_connection_cap_reached_total"),

@@ -246,8 +246,49 @@ async fn concurrent_rollups_count_each_event_once() {
     let db = TestDb::with_days_since(d1).await;
     let letters = letters(&db.pool, d1, 3).await;
     record(&db.pool, &traffic(&letters, d1, d2)).await;
-    let (a, b) = tokio::join!(rollup::rollup(&db.pool, 1), rollup::rollup(&db.pool, 1));
-    assert_eq!(a.unwrap().events() + b.unwrap().events(), 10);
+    // The row lock that serialises rollups (d1's watermark row, FOR UPDATE)
+    // held by a third connection, so the two runs cannot miss each other:
+    // both must wait for it.
+    sqlx::query("INSERT IGNORE INTO rollup_state (day, last_id) VALUES (?, 0)")
+        .bind(d1)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let mut holder = db.pool.begin().await.unwrap();
+    sqlx::query("SELECT last_id FROM rollup_state WHERE day = ? FOR UPDATE")
+        .bind(d1)
+        .fetch_one(&mut *holder)
+        .await
+        .unwrap();
+    let runs = [(); 2].map(|()| {
+        let pool = db.pool.clone();
+        tokio::spawn(async move { rollup::rollup(&pool, 1).await })
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM information_schema.INNODB_TRX t \
+             JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id \
+             WHERE t.trx_state = 'LOCK WAIT' AND p.DB = ?",
+        )
+        .bind(&db.name)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        if waiting == 2 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{waiting} rollups wait for the lock"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(watermark_total(&db.pool).await, 0, "nothing rolled yet");
+    holder.rollback().await.unwrap();
+    let [a, b] = runs;
+    let (a, b) = (a.await.unwrap().unwrap(), b.await.unwrap().unwrap());
+    assert_eq!(a.events() + b.events(), 10);
     let s = stats::summary(&db.pool, MAILING).await.unwrap().unwrap();
     assert_eq!(as_naive(&s), naive(&db.pool).await);
     let max_id: u64 = sqlx::query_scalar("SELECT MAX(id) FROM events")
@@ -314,7 +355,29 @@ async fn out_of_order_commit(settle: Duration) -> (TestDb, u64, u64) {
         .unwrap()
         .events();
     slow.commit().await.unwrap();
-    tokio::time::sleep(settle + Duration::from_millis(50)).await;
+    if !settle.is_zero() {
+        // The run in between observed the partition's largest visible id;
+        // it becomes safe to roll once that observation is `settle` old by
+        // the database's clock (the clock the rollup reads): polled.
+        let micros = u64::try_from(settle.as_micros()).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let ripe: i64 = sqlx::query_scalar(
+                "SELECT COALESCE(seen_at <= NOW(3) - INTERVAL ? MICROSECOND, 0) \
+                 FROM rollup_state WHERE day = ?",
+            )
+            .bind(micros)
+            .bind(d1)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+            if ripe == 1 {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "never settled");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
     let after = rollup::rollup_with(&db.pool, &options)
         .await
         .unwrap()

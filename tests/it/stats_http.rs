@@ -1,7 +1,7 @@
 //! The stats router over real HTTP: access rules, the JSON API, the login
 //! cookie, and the dashboard rendered by a real browser (headless Chromium).
 
-use crate::common::{days_ago, RunningApp, TestDb};
+use crate::common::{days_ago, TestDb, TestServer};
 use crate::stats::{letters, record, traffic, LINKS, MAILING};
 use linktrack::store::{rollup, stats};
 use reqwest::header;
@@ -12,8 +12,8 @@ pub(crate) const TOKEN: &str = "test-token-0123456789";
 pub(crate) const SECRET: &str = "test-secret";
 
 /// Serve the app with these stats settings on a free port.
-async fn spawn(db: &TestDb, api_token: Option<&str>, secret: Option<&str>) -> RunningApp {
-    RunningApp::with_stats(db.pool.clone(), api_token, secret, None).await
+async fn spawn(db: &TestDb, api_token: Option<&str>, secret: Option<&str>) -> TestServer {
+    TestServer::with_stats(db.pool.clone(), api_token, secret, None).await
 }
 
 pub(crate) fn client() -> reqwest::Client {
@@ -490,7 +490,7 @@ async fn unsubscribes_are_counted_whatever_the_user_agent() {
         let response = one_click(token, agent).await.unwrap();
         assert_eq!(response.status(), StatusCode::OK);
     }
-    let stored = crate::server::wait_for_events(&db.pool, 5).await;
+    let stored = crate::common::wait_for_events(&db.pool, 5).await;
     assert_eq!(stored.len(), 5, "{stored:?}");
     rollup::rollup(&db.pool, 1000).await.unwrap();
 
@@ -732,7 +732,7 @@ async fn opens_are_shown_by_class_and_clicks_without_bots() {
 #[tokio::test]
 async fn the_session_cookie_is_secure_when_the_base_url_is_https() {
     let db = rolled_db().await;
-    let app = RunningApp::start(db.pool.clone(), |settings| linktrack::server::AppSettings {
+    let app = TestServer::start(db.pool.clone(), |settings| linktrack::server::AppSettings {
         api_token: Some(TOKEN.to_owned()),
         secret: Some(SECRET.to_owned()),
         server: linktrack::server::state::ServerSettings {

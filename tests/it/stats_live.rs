@@ -2,7 +2,7 @@
 //! `LINKTRACK_TEST_REDIS`), each test under its own key prefix, removed at
 //! the end.
 
-use crate::common::{days_ago, RunningApp, TestDb};
+use crate::common::{days_ago, TestDb, TestServer};
 use crate::stats::{letters, record, traffic, MAILING};
 use linktrack::live::{self, Live, SegmentQuery};
 use linktrack::store::{erase, rollup, segments};
@@ -121,7 +121,7 @@ async fn the_rollup_keeps_live_counters_recent_clicks_top_links_and_segments() {
     );
 
     // The same through the HTTP API, with the live section in the stats.
-    let app = RunningApp::with_stats(db.pool.clone(), Some("tok"), None, Some(live.clone())).await;
+    let app = TestServer::with_stats(db.pool.clone(), Some("tok"), None, Some(live.clone())).await;
     let base = app.base.clone();
     let get = |path: String| {
         let url = format!("{base}{path}");
@@ -187,7 +187,7 @@ async fn with_redis_down_the_rollup_and_the_api_keep_working() {
     assert_eq!(report.events(), 10);
     assert!(!live.is_up());
 
-    let app = RunningApp::with_stats(db.pool.clone(), Some("tok"), None, Some(live)).await;
+    let app = TestServer::with_stats(db.pool.clone(), Some("tok"), None, Some(live)).await;
     let base = app.base.clone();
     let client = reqwest::Client::new();
     let stats = client

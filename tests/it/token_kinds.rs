@@ -3,8 +3,8 @@
 //! and recording nothing (issue 29), and a token whose row is gone still
 //! answers from its link template (issue 27).
 
+use crate::common::{add_link, client, db, quick, server_pool, TestServer};
 use crate::common::{days_ago, seal_of, TestDb};
-use crate::server::{add_link, client, db, server_pool, TestServer};
 use chrono::Utc;
 use linktrack::kind::TokenKind;
 use linktrack::store::link_templates::{self, TemplateKey};
@@ -105,7 +105,7 @@ async fn every_route_refuses_every_other_kind_and_records_nothing() {
         .into_iter()
         .map(|code| (code, token_of_code(&seal, code, 0)))
         .collect();
-    let server = TestServer::start(server_pool(&db).await, dir.path()).await;
+    let server = TestServer::start_in(server_pool(&db).await, dir.path(), quick).await;
     let http = client();
     let mut tried = 0;
     for route in routes() {
@@ -145,7 +145,7 @@ async fn every_route_refuses_every_other_kind_and_records_nothing() {
     );
 
     // The right kinds are served (so the 404s above were the kind check).
-    let server = TestServer::start(server_pool(&db).await, dir.path()).await;
+    let server = TestServer::start_in(server_pool(&db).await, dir.path(), quick).await;
     let http = client();
     for (kind, token) in &stored {
         let serves = match kind {
@@ -219,7 +219,7 @@ async fn an_expired_letter_still_leads_where_it_did_and_names_nobody() {
     let pixel_as_click = Token::parse(&pixel.to_string()).unwrap();
 
     let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(server_pool(&db).await, dir.path()).await;
+    let server = TestServer::start_in(server_pool(&db).await, dir.path(), quick).await;
     let http = client();
     for _ in 0..2 {
         let response = http

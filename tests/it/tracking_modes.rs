@@ -283,7 +283,7 @@ fn token_after<'a>(text: &'a str, route: &str) -> &'a str {
 
 #[tokio::test]
 async fn stop_tracking_me_confirms_on_get_records_on_post_and_later_letters_go_untracked() {
-    use crate::server::{client, server_pool, TestServer};
+    use crate::common::{client, quick, server_pool, TestServer};
     use reqwest::StatusCode;
     let db = TestDb::new().await;
     let dir = tempfile::tempdir().unwrap();
@@ -309,7 +309,7 @@ async fn stop_tracking_me_confirms_on_get_records_on_post_and_later_letters_go_u
     let bob = html(&letters[1]);
     assert_eq!(bob.matches(&format!("{BASE}/t/")).count(), 1, "{bob}");
 
-    let server = TestServer::start(server_pool(&db).await, dir.path()).await;
+    let server = TestServer::start_in(server_pool(&db).await, dir.path(), quick).await;
     let http = client();
     let url = server.url(&format!("/t/{}", token_after(ann, "/t/")));
     let optouts = || async { tracking_optouts::list(&db.pool, None, 10).await.unwrap() };
@@ -372,7 +372,7 @@ async fn stop_tracking_me_confirms_on_get_records_on_post_and_later_letters_go_u
 
 #[tokio::test]
 async fn the_stats_api_and_dashboard_say_the_mode_and_the_untracked_and_anonymous_letters() {
-    use crate::common::RunningApp;
+    use crate::common::TestServer;
     let db = TestDb::new().await;
     let dir = tempfile::tempdir().unwrap();
     let recipients = [
@@ -383,7 +383,7 @@ async fn the_stats_api_and_dashboard_say_the_mode_and_the_untracked_and_anonymou
     ];
     build_with(&db, dir.path(), json!("clicks"), &recipients).await;
     let token = "test-token-0123456789";
-    let app = RunningApp::with_stats(db.pool.clone(), Some(token), None, None).await;
+    let app = TestServer::with_stats(db.pool.clone(), Some(token), None, None).await;
     let http = reqwest::Client::new();
     let get = |path: &str| {
         http.get(format!("{}{path}", app.base))

@@ -177,7 +177,7 @@ async fn bot_replay_set_precision_and_recall() {
         }
     }
     links::insert(&db.pool, &rows).await.unwrap();
-    let app = crate::common::RunningApp::start(db.pool.clone(), |settings| {
+    let app = crate::common::TestServer::start(db.pool.clone(), |settings| {
         linktrack::server::AppSettings {
             server: linktrack::server::state::ServerSettings {
                 trust_forwarded_for: true,

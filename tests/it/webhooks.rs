@@ -2,7 +2,7 @@
 //! verifies every delivery with the reference `standardwebhooks` library,
 //! the real server (in-process, or the binary for `kill -9`), real MariaDB.
 
-use crate::common::{days_ago, linktrack, RunningApp, TestDb};
+use crate::common::{days_ago, linktrack, TestDb, TestServer};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
@@ -49,13 +49,18 @@ impl Receiver {
     /// Listen on `addr` (port 0: any); refuse the first `fail_first`
     /// deliveries with `failing`, then answer 200.
     pub async fn start(addr: SocketAddr, fail_first: usize, failing: u16) -> Receiver {
+        let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+        Receiver::on(listener, fail_first, failing)
+    }
+
+    /// [`Receiver::start`] on a listener the test bound.
+    pub fn on(listener: tokio::net::TcpListener, fail_first: usize, failing: u16) -> Receiver {
         let state = Arc::new(ReceiverState::default());
         state.fail_first.store(fail_first, Ordering::SeqCst);
         state.status.store(failing, Ordering::SeqCst);
         let app = Router::new()
             .route("/hook", post(receive))
             .with_state(state.clone());
-        let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let task = tokio::spawn(async move {
             axum::serve(listener, app).await.unwrap();
@@ -241,8 +246,8 @@ pub fn fast_retries() -> RetryPolicy {
     }
 }
 
-async fn app_with(db: &TestDb, endpoints: Vec<Endpoint>, policy: RetryPolicy) -> RunningApp {
-    RunningApp::start(db.pool.clone(), |settings| {
+async fn app_with(db: &TestDb, endpoints: Vec<Endpoint>, policy: RetryPolicy) -> TestServer {
+    TestServer::start(db.pool.clone(), |settings| {
         let mut journal = settings.journal.clone();
         journal.seal_after = Duration::from_millis(50);
         linktrack::server::AppSettings {
@@ -321,10 +326,10 @@ async fn every_event_is_signed_and_a_503_gets_the_same_id_until_200() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_made_while_the_receiver_is_down_survive_a_kill_9_and_arrive() {
-    use crate::server_crash::{free_port, serve_with_env, wait_until_up};
+    use crate::common::{down_socket, serve_command, Serving};
     let db = TestDb::with_days_since(days_ago(1)).await;
     let letters = [letter(&db, 1).await, letter(&db, 2).await];
-    let receiver_addr = free_port(); // nothing listens there yet
+    let (receiver_socket, receiver_addr) = down_socket(); // nothing listens there yet
     let hook = format!("http://{receiver_addr}/hook");
     let env = [
         ("LINKTRACK_WEBHOOK_URL", hook.as_str()),
@@ -338,11 +343,8 @@ async fn events_made_while_the_receiver_is_down_survive_a_kill_9_and_arrive() {
         ("LINKTRACK_VERDICT_SETTLE_SECS", "0"),
     ];
     let journal = tempfile::tempdir().unwrap();
-    let addr = free_port();
-    let mut server = serve_with_env(&db, addr, journal.path(), &env);
-    let http = http();
-    wait_until_up(&http, addr).await;
-    let base = format!("http://{addr}");
+    let mut server = Serving::spawn(serve_command(&db, journal.path(), &env)).await;
+    let base = server.base();
 
     // The first letter's events reach the outbox and fail against the
     // receiver that is down...
@@ -362,12 +364,11 @@ async fn events_made_while_the_receiver_is_down_survive_a_kill_9_and_arrive() {
     // ...the second letter's are answered, then the server dies at once,
     // most of them in the journal only.
     hit_everything(&base, &letters[1]).await;
-    server.kill().unwrap(); // SIGKILL: no flush, no clean stop
-    server.wait().unwrap();
+    server.child.kill().unwrap(); // SIGKILL: no flush, no clean stop
+    server.child.wait().unwrap();
 
-    let receiver = Receiver::start(receiver_addr, 0, 200).await;
-    let mut restarted = serve_with_env(&db, addr, journal.path(), &env);
-    wait_until_up(&http, addr).await;
+    let receiver = Receiver::on(receiver_socket.listen(1024).unwrap(), 0, 200);
+    let mut restarted = Serving::spawn(serve_command(&db, journal.path(), &env)).await;
     let acknowledged = receiver.wait_for(8, Duration::from_secs(60)).await;
     receiver.assert_all_verified();
     let stored: Vec<Vec<u8>> = sqlx::query_scalar("SELECT event_id FROM events")
@@ -377,10 +378,7 @@ async fn events_made_while_the_receiver_is_down_survive_a_kill_9_and_arrive() {
     assert_eq!(stored.len(), 8, "four events per letter");
     let stored: BTreeSet<String> = stored.iter().map(hex::encode).collect();
     assert_eq!(acknowledged, stored, "every stored event arrived");
-    let _ = std::process::Command::new("kill")
-        .args(["-TERM", &restarted.id().to_string()])
-        .status();
-    let _ = restarted.wait();
+    restarted.terminate().await;
     receiver.stop();
 }
 
@@ -431,10 +429,9 @@ async fn count(db: &TestDb, sql: &str) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_lag_metric_grows_while_the_receiver_is_down_and_falls_to_zero() {
-    use crate::server_crash::free_port;
     let db = TestDb::with_days_since(days_ago(1)).await;
     let letter = letter(&db, 3).await;
-    let receiver_addr = free_port(); // down for now
+    let (receiver_socket, receiver_addr) = crate::common::down_socket(); // down for now
     let name = unique("lag");
     let hook = format!("http://{receiver_addr}/hook");
     let app = app_with(&db, vec![endpoint(&name, &hook)], fast_retries()).await;
@@ -468,7 +465,7 @@ async fn the_lag_metric_grows_while_the_receiver_is_down_and_falls_to_zero() {
         .unwrap_or_else(|| panic!("{name} in {stdout}"));
     assert!(line.contains("\t4\t"), "{line}");
 
-    let receiver = Receiver::start(receiver_addr, 0, 200).await;
+    let receiver = Receiver::on(receiver_socket.listen(1024).unwrap(), 0, 200);
     receiver.wait_for(4, Duration::from_secs(30)).await;
     receiver.assert_all_verified();
     wait_for_metric(&app.admin, "linktrack_outbound_lag_seconds", &name, |v| {

@@ -3,7 +3,7 @@
 //! stats API that the same server mounts, and see Redis in `/readyz` on the
 //! admin listener.
 
-use crate::common::TestDb;
+use crate::common::{TestDb, TestServer};
 use linktrack::events::journal::JournalSettings;
 use linktrack::live::Live;
 use linktrack::server::{App, AppSettings};
@@ -39,13 +39,10 @@ async fn a_click_on_a_built_letter_shows_in_the_stats_api_of_the_same_server() {
             JournalSettings::new(dir.path().join("journal")),
         )
     };
-    let server = App::build(settings, listener).await.unwrap();
-    assert_eq!(server.worker_names(), ["rollup", "health-gauges"]);
-    let admin = format!("http://{}", server.admin_addr().unwrap());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(server.run(async move {
-        let _ = stopped.await;
-    }));
+    let app = App::build(settings, listener).await.unwrap();
+    assert_eq!(app.worker_names(), ["rollup", "health-gauges"]);
+    let server = TestServer::running(app);
+    let admin = &server.admin;
 
     let http = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
@@ -118,7 +115,6 @@ async fn a_click_on_a_built_letter_shows_in_the_stats_api_of_the_same_server() {
         "{ready}"
     );
 
-    let _ = stop.send(());
-    running.await.unwrap().unwrap();
+    server.stop().await;
     redis.clear().await.unwrap();
 }

@@ -9,6 +9,13 @@ use linktrack::token::Token;
 use rand::RngExt;
 use sqlx::MySqlPool;
 
+mod child;
+pub mod cluster;
+mod server;
+pub mod spider;
+pub use child::*;
+pub use server::*;
+
 /// The server the tests use; override with `LINKTRACK_TEST_MYSQL` (no database part).
 pub fn server_url() -> String {
     std::env::var("LINKTRACK_TEST_MYSQL")
@@ -189,71 +196,6 @@ pub fn linktrack(db: &TestDb, args: &[&str]) -> std::process::Output {
         .expect("running linktrack")
 }
 
-/// A server wired by `App::build` (the one wiring `serve` uses) on free
-/// loopback ports, running on a task, with a journal of its own.
-pub struct RunningApp {
-    pub base: String,
-    /// The admin listener: `/readyz`, `/metrics`.
-    pub admin: String,
-    stop: tokio::sync::oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<Result<(), linktrack::server::ServeError>>,
-    _journal: tempfile::TempDir,
-}
-
-impl RunningApp {
-    /// Build and run the app on `pool`; `configure` adjusts the defaults.
-    pub async fn start(
-        pool: MySqlPool,
-        configure: impl FnOnce(linktrack::server::AppSettings) -> linktrack::server::AppSettings,
-    ) -> RunningApp {
-        use linktrack::events::journal::JournalSettings;
-        use linktrack::server::{App, AppSettings};
-        let journal = tempfile::tempdir().expect("a journal directory");
-        let settings = configure(AppSettings::new(pool, JournalSettings::new(journal.path())));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let app = App::build(settings, listener).await.expect("app builds");
-        let base = format!("http://{}", app.local_addr().unwrap());
-        let admin = format!("http://{}", app.admin_addr().expect("an admin listener"));
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(app.run(async move {
-            let _ = stopped.await;
-        }));
-        RunningApp {
-            base,
-            admin,
-            stop,
-            task,
-            _journal: journal,
-        }
-    }
-
-    /// A running app with the stats API and dashboard on.
-    pub async fn with_stats(
-        pool: MySqlPool,
-        api_token: Option<&str>,
-        secret: Option<&str>,
-        live: Option<linktrack::live::Live>,
-    ) -> RunningApp {
-        RunningApp::start(pool, |settings| linktrack::server::AppSettings {
-            api_token: api_token.map(str::to_owned),
-            secret: secret.map(str::to_owned),
-            live,
-            ..settings
-        })
-        .await
-    }
-
-    /// Graceful stop; panics if the app did not run cleanly.
-    pub async fn stop(self) {
-        let _ = self.stop.send(());
-        tokio::time::timeout(std::time::Duration::from_secs(10), self.task)
-            .await
-            .expect("app stops within 10s")
-            .expect("app task")
-            .expect("app ran cleanly");
-    }
-}
-
 /// A MySQL user of its own for the server under test, whose statements
 /// MariaDB counts itself (`userstat`, `information_schema.USER_STATISTICS`):
 /// statement counts measured by the database, not by the code under test.
@@ -398,4 +340,25 @@ pub fn metric_value(text: &str, name: &str) -> Option<f64> {
     text.lines()
         .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
         .and_then(|value| value.trim().parse().ok())
+}
+
+/// The server's count of failed journal replays (`0` before the first).
+pub async fn replay_failures(admin: &str) -> f64 {
+    let text = metrics_text(admin).await;
+    metric_value(&text, "linktrack_replay_failures_total").unwrap_or(0.0)
+}
+
+/// Wait (10 s at most) until the server's replay has failed more often
+/// than `since` (its own counter): it tried to store the journal and
+/// could not, so whatever is not stored by now was held back, not late.
+pub async fn wait_for_replay_failure(admin: &str, since: f64) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while replay_failures(admin).await <= since {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the replay never tried (and failed): {}",
+            metrics_text(admin).await
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }

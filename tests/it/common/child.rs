@@ -1,0 +1,189 @@
+//! `linktrack serve` (or `demo`) as a child process. The public listener is
+//! bound by the child on port 0, and the address it got is read from its
+//! own start-up log line (`serving listen=<addr> ...`), so no port number is
+//! picked here and reused later.
+//!
+//! The admin listener's bound address is not in that log line (it logs the
+//! configured `--admin-listen`), so a test that must reach a child's admin
+//! listener picks a port for it with [`spawn_retrying`], which starts the
+//! child again on a new port when the one picked was taken meanwhile.
+
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A running child and everything it wrote to stderr so far.
+pub struct Serving {
+    pub child: Child,
+    /// The public listener, as the child logged it.
+    pub addr: SocketAddr,
+    log: Arc<Mutex<String>>,
+}
+
+/// What the child logged before it exited without serving.
+pub struct Exited(pub String);
+
+impl Serving {
+    /// Spawn `command` (a `serve` with `--listen 127.0.0.1:0`, its stderr
+    /// is taken here; its `RUST_LOG` must let `linktrack`'s info through)
+    /// and wait (15 s at most) for the `serving listen=` line.
+    pub async fn spawn(command: Command) -> Serving {
+        match Serving::try_spawn(command).await {
+            Ok(serving) => serving,
+            Err(Exited(log)) => panic!("the server exited before serving: {log}"),
+        }
+    }
+
+    /// [`Serving::spawn`], or the child's log when it exited first.
+    pub async fn try_spawn(mut command: Command) -> Result<Serving, Exited> {
+        let mut child = command
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawning linktrack");
+        let log = Arc::new(Mutex::new(String::new()));
+        let stderr = child.stderr.take().expect("piped stderr");
+        let sink = log.clone();
+        // Drained to the end, so a chatty child never blocks on a full pipe.
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                let mut log = sink.lock().unwrap();
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let found = listen_addr(&log.lock().unwrap());
+            if let Some(addr) = found {
+                return Ok(Serving { child, addr, log });
+            }
+            if child.try_wait().unwrap().is_some() {
+                // Let the drain thread read what is left.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                return Err(Exited(log.lock().unwrap().clone()));
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!(
+                    "the server did not log its address: {}",
+                    log.lock().unwrap()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// `http://<addr>`.
+    pub fn base(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Everything the child wrote to stderr so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// SIGTERM, then wait (15 s at most) for the exit.
+    pub async fn terminate(&mut self) -> std::process::ExitStatus {
+        let killed = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        self.wait_exit().await
+    }
+
+    /// Wait (15 s at most) for the child to exit.
+    pub async fn wait_exit(&mut self) -> std::process::ExitStatus {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                // The drain thread reads the last lines.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("the server did not exit: {}", self.log());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// The address of a `serving listen=<addr>` log line in `log`.
+fn listen_addr(log: &str) -> Option<SocketAddr> {
+    log.lines()
+        .filter(|line| line.contains("serving"))
+        .find_map(|line| {
+            let rest = line.split(" listen=").nth(1)?;
+            rest.split_whitespace().next()?.parse().ok()
+        })
+}
+
+/// A port on `ip` nobody listens on now. Only for what cannot be handed a
+/// bound socket and does not report the port it bound (an external daemon,
+/// a child's admin listener): the port may be taken again before it is
+/// used, so use it through [`spawn_retrying`] or a retry of the caller's.
+pub fn pick_port(ip: &str) -> u16 {
+    let probe = std::net::TcpListener::bind((ip, 0)).unwrap();
+    probe.local_addr().unwrap().port()
+}
+
+/// Whether a child's log says a port it was given was taken.
+pub fn port_was_taken(log: &str) -> bool {
+    log.contains("Address already in use") || log.contains("address already in use")
+}
+
+/// Spawn the command `make` builds for a picked port (its argument, from
+/// [`pick_port`]); when the child exits because that port was taken
+/// meanwhile, pick another and spawn again (3 tries). Returns the child and
+/// the port it got.
+pub async fn spawn_retrying(ip: &str, mut make: impl FnMut(u16) -> Command) -> (Serving, u16) {
+    let mut last = String::new();
+    for _ in 0..3 {
+        let port = pick_port(ip);
+        match Serving::try_spawn(make(port)).await {
+            Ok(serving) => return (serving, port),
+            Err(Exited(log)) if port_was_taken(&log) => last = log,
+            Err(Exited(log)) => panic!("the server exited before serving: {log}"),
+        }
+    }
+    panic!("three picked ports were taken: {last}")
+}
+
+/// `linktrack serve --listen 127.0.0.1:0` on `db` with `journal`, no rollup
+/// worker, any free admin port, plus environment settings; for
+/// [`Serving::spawn`] (its log lets the start line through).
+pub fn serve_command(
+    db: &super::TestDb,
+    journal: &std::path::Path,
+    env: &[(&str, &str)],
+) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_linktrack"));
+    command
+        .args(["serve", "--rollup-every", "0", "--listen", "127.0.0.1:0"])
+        // Tests run in parallel: any free port.
+        .args(["--admin-listen", "127.0.0.1:0", "--journal"])
+        .arg(journal)
+        .env("DATABASE_URL", &db.url)
+        .env("RUST_LOG", "error,linktrack=info")
+        .envs(env.iter().copied());
+    command
+}
+
+/// A TCP socket bound to a free loopback port and not listening: connects
+/// to it are refused (a receiver that is down) until [`listen`]ing on the
+/// same socket brings it up at the same address. The port is held all
+/// along, never given up and picked again.
+///
+/// [`listen`]: tokio::net::TcpSocket::listen
+pub fn down_socket() -> (tokio::net::TcpSocket, SocketAddr) {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = socket.local_addr().unwrap();
+    (socket, addr)
+}

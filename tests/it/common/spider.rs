@@ -1,0 +1,124 @@
+//! What the Spider cluster tests share: running linktrack on a cluster,
+//! reading its nodes' data tables, polling for counts.
+
+use super::cluster::Cluster;
+
+pub fn stdout(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Run a linktrack command on the cluster and insist it succeeds.
+pub fn ok(cluster: &Cluster, args: &[&str]) -> String {
+    let out = cluster.linktrack(args);
+    assert!(
+        out.status.success(),
+        "linktrack {args:?} failed: {}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    stdout(&out)
+}
+
+/// Partition names of a data table on a node.
+pub async fn days_of(pool: &sqlx::MySqlPool, table: &str) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT CAST(PARTITION_NAME AS CHAR) FROM information_schema.PARTITIONS \
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? ORDER BY PARTITION_ORDINAL_POSITION",
+    )
+    .bind(table)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+/// The data tables of `kind` on a node.
+pub async fn data_tables(pool: &sqlx::MySqlPool, kind: &str) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT CAST(TABLE_NAME AS CHAR) FROM information_schema.TABLES \
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME LIKE CONCAT(?, '\\_%') ORDER BY 1",
+    )
+    .bind(kind)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+/// (uuid, id) of every link row stored on a node.
+pub async fn link_rows(pool: &sqlx::MySqlPool) -> Vec<(Vec<u8>, u64)> {
+    let mut rows = Vec::new();
+    for table in data_tables(pool, "links").await {
+        let mut part: Vec<(Vec<u8>, u64)> =
+            sqlx::query_as(&format!("SELECT uuid, id FROM `{table}`"))
+                .fetch_all(pool)
+                .await
+                .unwrap();
+        rows.append(&mut part);
+    }
+    rows
+}
+
+pub async fn com_select(pool: &sqlx::MySqlPool) -> u64 {
+    let (_, value): (String, String) = sqlx::query_as("SHOW GLOBAL STATUS LIKE 'Com_select'")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    value.parse().unwrap()
+}
+
+pub const BASE: &str = "https://t.example.test";
+
+/// The click tokens of a built letter, in order.
+pub fn click_tokens(letter: &serde_json::Value) -> Vec<String> {
+    let html = letter["html"].as_str().unwrap();
+    let needle = format!("{BASE}/c/");
+    html.match_indices(&needle)
+        .map(|(at, _)| &html[at + needle.len()..])
+        // The honeypot link is served on /c/ too, but it is no link of the
+        // creative's.
+        .filter(|rest| !rest[32..].starts_with("\" aria-hidden"))
+        .map(|rest| rest[..32].to_owned())
+        .collect()
+}
+
+/// Poll `probe` until it returns `want` (or fail after 30 s, saying what it saw).
+pub async fn until<F, Fut>(what: &str, want: i64, mut probe: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<i64>>,
+{
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut seen = None;
+    while std::time::Instant::now() < deadline {
+        seen = probe().await;
+        if seen == Some(want) {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    panic!("{what}: wanted {want}, last saw {seen:?}");
+}
+
+pub async fn count(pool: &sqlx::MySqlPool, sql: &str) -> Option<i64> {
+    sqlx::query_scalar::<_, Option<i64>>(sql)
+        .fetch_one(pool)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// Events stored on a node, over its data tables.
+pub async fn node_events(pool: &sqlx::MySqlPool) -> Vec<u64> {
+    let mut ids = Vec::new();
+    for table in data_tables(pool, "events").await {
+        let mut part: Vec<u64> = sqlx::query_scalar(&format!("SELECT id FROM `{table}`"))
+            .fetch_all(pool)
+            .await
+            .unwrap();
+        ids.append(&mut part);
+    }
+    ids
+}

@@ -1,0 +1,223 @@
+//! linktrack on a real Spider cluster (a head and two data nodes started by
+//! `common::cluster::Cluster`): migrating, partitioning and spreading links.
+//! Each test starts its own cluster (a few seconds of the machine), so
+//! there are few of them and each covers a whole story.
+
+use crate::common::cluster::Cluster;
+use crate::common::spider::{com_select, data_tables, days_of, link_rows, ok, stderr, stdout};
+use crate::common::{click_link, days_ago, today, token_on};
+use linktrack::store::{self, links, partitions};
+use std::collections::HashSet;
+
+#[tokio::test]
+async fn a_cluster_migrates_twice_partitions_every_data_table_and_spreads_links() {
+    let mut cluster = Cluster::start().await;
+
+    // An even count is refused before anything is made.
+    let even = cluster.linktrack(&["migrate", "--virtual-shards", "4"]);
+    assert!(!even.status.success());
+    assert!(stderr(&even).contains("odd"), "{}", stderr(&even));
+
+    let first = ok(&cluster, &["migrate"]);
+    assert!(first.contains("installed Spider"), "{first}");
+    assert!(
+        first.contains("set spider_conn_recycle_mode = 1"),
+        "{first}"
+    );
+    let second = ok(&cluster, &["migrate"]);
+    assert!(second.contains("Spider is loaded"), "{second}");
+    assert!(second.contains("already spread over 15"), "{second}");
+    assert!(second.contains("spider_conn_recycle_mode = 1"), "{second}");
+
+    // A head whose tables use a node LINKTRACK_SHARDS leaves out says so;
+    // a node that cannot be reached is named.
+    let short = cluster.linktrack_with_shards(&cluster.nodes[0].url(), &["migrate"]);
+    assert!(!short.status.success());
+    let said = stderr(&short);
+    assert!(said.contains("LINKTRACK_SHARDS does not name"), "{said}");
+    assert!(
+        said.contains(&format!("127.0.0.1:{}", cluster.nodes[1].port)),
+        "{said}"
+    );
+    let unreachable = format!(
+        "{},mysql://root@127.0.0.1:1/{}",
+        cluster.shards(),
+        crate::common::cluster::DATABASE
+    );
+    let out = cluster.linktrack_with_shards(&unreachable, &["migrate"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("127.0.0.1:1/"), "{}", stderr(&out));
+
+    let nodes = [cluster.node_pool(0).await, cluster.node_pool(1).await];
+    let on_nodes = [
+        data_tables(&nodes[0], "links").await,
+        data_tables(&nodes[1], "links").await,
+    ];
+    assert_eq!(on_nodes[0].len() + on_nodes[1].len(), 15, "{on_nodes:?}");
+    assert!(on_nodes.iter().all(|t| t.len() >= 7), "{on_nodes:?}");
+
+    // Days from four days ago (for rotate below) through +2 with the
+    // library's policy, then `ensure` adds +3: every data table of both nodes.
+    let head = store::connect(&cluster.head.url(), &store::PoolSettings::default())
+        .await
+        .unwrap();
+    let back = partitions::Policy {
+        today: days_ago(4),
+        ahead_days: 6,
+        keep_days: None,
+    };
+    partitions::run(&head, &back, &partitions::RunOptions::default())
+        .await
+        .unwrap();
+    ok(&cluster, &["partitions", "ensure", "--ahead-days", "3"]);
+    let want: Vec<String> = std::iter::once("p19700101".to_owned())
+        .chain((0..=7).map(|n| partitions::partition_name(days_ago(4) + chrono::Days::new(n))))
+        .collect();
+    for (n, pool) in nodes.iter().enumerate() {
+        for kind in ["links", "events"] {
+            for table in data_tables(pool, kind).await {
+                assert_eq!(days_of(pool, &table).await, want, "node{n} {table}");
+            }
+        }
+    }
+    let listed = ok(&cluster, &["partitions", "list"]);
+    assert_eq!(listed.lines().count(), 30 * want.len(), "{listed}");
+    assert!(listed.contains("\tlinks_14\t") && listed.contains("\tevents_00\t"));
+
+    // Links through the head: spread over both nodes, every token once,
+    // ids unique across the data tables.
+    // Ids come from linktrack (the head's column has no default: an insert
+    // without one is refused) and increase batch after batch.
+    let rows: Vec<_> = (0..3000u32)
+        .map(|n| click_link(token_on(today()), n))
+        .collect();
+    for batch in rows.chunks(1000) {
+        links::insert(&head, batch).await.unwrap();
+    }
+    let no_id = sqlx::query(
+        "INSERT INTO links (uuid, inserted, kind, mailing_id, letter_id, email, position, url) \
+         VALUES (X'00000000000000000000000000000001', CURRENT_DATE, 'click', 'm', 1, 'e', 1, 'u')",
+    )
+    .execute(&head)
+    .await;
+    assert!(no_id.is_err(), "an insert without an id is refused");
+    let stored = [link_rows(&nodes[0]).await, link_rows(&nodes[1]).await];
+    let id_of: std::collections::HashMap<&[u8], u64> = stored
+        .iter()
+        .flatten()
+        .map(|(uuid, id)| (uuid.as_slice(), *id))
+        .collect();
+    let ids_of = |batch: &[links::NewLink]| -> Vec<u64> {
+        batch
+            .iter()
+            .map(|r| id_of[&r.token.as_bytes()[..]])
+            .collect()
+    };
+    for pair in rows.chunks(1000).collect::<Vec<_>>().windows(2) {
+        let (earlier, later) = (ids_of(pair[0]), ids_of(pair[1]));
+        assert!(
+            earlier.iter().max() < later.iter().min(),
+            "a later batch's ids are all higher"
+        );
+    }
+    let share = stored[0].len() as f64 / 3000.0;
+    assert!(
+        (0.425..=0.575).contains(&share),
+        "node0 holds {share:.3} of the rows"
+    );
+    let all: Vec<_> = stored.iter().flatten().collect();
+    assert_eq!(all.len(), 3000);
+    assert_eq!(
+        all.iter().map(|(u, _)| u).collect::<HashSet<_>>().len(),
+        3000
+    );
+    assert_eq!(
+        all.iter().map(|(_, id)| id).collect::<HashSet<_>>().len(),
+        3000
+    );
+
+    // The head is in the shard layout: each row sits in the data table of
+    // its token's virtual shard, so linktrack can route a lookup by itself.
+    for (n, pool) in nodes.iter().enumerate() {
+        for table in data_tables(pool, "links").await {
+            let shard: u32 = table["links_".len()..].parse().unwrap();
+            let uuids: Vec<Vec<u8>> = sqlx::query_scalar(&format!("SELECT uuid FROM `{table}`"))
+                .fetch_all(pool)
+                .await
+                .unwrap();
+            for uuid in uuids {
+                let bytes: [u8; 16] = uuid.try_into().unwrap();
+                assert_eq!(
+                    store::cluster::shard_of(&bytes, 15),
+                    shard,
+                    "node{n} {table}"
+                );
+            }
+        }
+    }
+    // One routed lookup reaches exactly one data node, the head none.
+    let router = store::cluster::Router::discover(&head)
+        .await
+        .expect("a head in the shard layout routes");
+    for row in rows.iter().take(5) {
+        let before = [com_select(&nodes[0]).await, com_select(&nodes[1]).await];
+        let head_before = com_select(&head).await;
+        let found = router.lookup_many(&[row.token]).await.unwrap();
+        let found = &found[&row.token];
+        assert_eq!(
+            com_select(&head).await,
+            head_before,
+            "the head reads nothing"
+        );
+        assert_eq!(found.url, row.url);
+        let after = [com_select(&nodes[0]).await, com_select(&nodes[1]).await];
+        // Each probe's own SHOW STATUS is not a SELECT; the lookup is.
+        let reached: Vec<u64> = (0..2).map(|n| after[n] - before[n]).collect();
+        assert_eq!(reached.iter().sum::<u64>(), 1, "{reached:?}");
+    }
+
+    // rotate: days older than --keep-days go from every data table.
+    links::insert(&head, &[click_link(token_on(days_ago(4)), 9)])
+        .await
+        .unwrap();
+    ok(
+        &cluster,
+        &[
+            "partitions",
+            "rotate",
+            "--keep-days",
+            "2",
+            "--ahead-days",
+            "3",
+        ],
+    );
+    let old = partitions::partition_name(days_ago(4));
+    let kept = partitions::partition_name(days_ago(2));
+    for pool in &nodes {
+        for table in data_tables(pool, "links").await {
+            let days = days_of(pool, &table).await;
+            assert!(!days.contains(&old), "{table}: {days:?}");
+            assert!(days.contains(&kept), "{table}: {days:?}");
+        }
+    }
+    assert_eq!(
+        link_rows(&nodes[0]).await.len() + link_rows(&nodes[1]).await.len(),
+        3000
+    );
+
+    // A node down: the other node's tables are done, the command fails
+    // naming the dead one.
+    cluster.nodes[1].kill();
+    let out = cluster.linktrack(&["partitions", "ensure", "--ahead-days", "4"]);
+    assert!(!out.status.success());
+    let said = stderr(&out);
+    assert!(
+        said.contains(&format!("127.0.0.1:{}", cluster.nodes[1].port)),
+        "{said}"
+    );
+    assert!(stdout(&out).contains("added partition"), "{}", stdout(&out));
+    let ahead = partitions::partition_name(today() + chrono::Days::new(4));
+    for table in data_tables(&nodes[0], "events").await {
+        assert!(days_of(&nodes[0], &table).await.contains(&ahead), "{table}");
+    }
+}

@@ -1,0 +1,328 @@
+//! Serving from a real Spider cluster: building, clicking, counting, and
+//! riding out a dead data node or a dead head (the journal keeps the
+//! events until the cluster is whole again).
+
+use crate::common::cluster::Cluster;
+use crate::common::spider::{
+    click_tokens, count, data_tables, link_rows, node_events, ok, until, BASE,
+};
+use crate::common::{click_link, today};
+use linktrack::store::{self, links};
+use std::collections::HashSet;
+
+#[tokio::test]
+async fn a_cluster_builds_serves_counts_and_outlives_a_dead_node() {
+    let mut cluster = Cluster::start().await;
+    ok(&cluster, &["migrate"]);
+
+    // Build 300 letters of two links each through the head (the builder
+    // makes today's partitions on every node itself).
+    let dir = tempfile::tempdir().unwrap();
+    let mailing = dir.path().join("mailing.json");
+    std::fs::write(
+        &mailing,
+        serde_json::json!({
+            "mailing_id": "spider", "subject": "s", "from": "f@example.com",
+            "html": "<p>Hi</p><a href=\"https://example.com/a\">a</a> <a href=\"https://example.com/b\">b</a>",
+            "personalize": false, "proxy_images": false
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let recipients = dir.path().join("recipients.csv");
+    let lines: Vec<String> = (0..300).map(|n| format!("r{n}@example.com")).collect();
+    std::fs::write(&recipients, format!("email\n{}\n", lines.join("\n"))).unwrap();
+    let out = dir.path().join("letters.jsonl");
+    ok(
+        &cluster,
+        &[
+            "build",
+            "--mailing",
+            mailing.to_str().unwrap(),
+            "--recipients",
+            recipients.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--base-url",
+            BASE,
+            "--no-progress",
+            "--batch-size",
+            "100",
+        ],
+    );
+    let letters: Vec<serde_json::Value> = std::fs::read_to_string(&out)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(letters.len(), 300);
+
+    // 300 letters x (2 clicks, honeypot, pixel, unsubscribe): on both nodes,
+    // each token once.
+    let nodes = [cluster.node_pool(0).await, cluster.node_pool(1).await];
+    let stored = [link_rows(&nodes[0]).await, link_rows(&nodes[1]).await];
+    let total = stored[0].len() + stored[1].len();
+    assert_eq!(total, 1500);
+    let share = stored[0].len() as f64 / total as f64;
+    assert!((0.425..=0.575).contains(&share), "node0 holds {share:.3}");
+    let node_of: std::collections::HashMap<String, usize> = stored
+        .iter()
+        .enumerate()
+        .flat_map(|(n, rows)| rows.iter().map(move |(uuid, _)| (hex::encode(uuid), n)))
+        .collect();
+    assert_eq!(node_of.len(), 1500, "no token twice");
+
+    let head = store::connect(&cluster.head.url(), &store::PoolSettings::default())
+        .await
+        .unwrap();
+    let app =
+        crate::common::TestServer::start(head.clone(), |settings| linktrack::server::AppSettings {
+            rollup_every: Some(std::time::Duration::from_millis(200)),
+            ..settings
+        })
+        .await;
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let click = |token: &str| http.get(format!("{}/c/{token}", app.base)).send();
+
+    // Every click of the first 100 letters redirects; the rollup counts them.
+    for letter in &letters[..100] {
+        let token = &click_tokens(letter)[0];
+        let answer = click(token).await.unwrap();
+        assert_eq!(answer.status(), 302);
+        assert_eq!(answer.headers()["location"], "https://example.com/a");
+    }
+    until("events through the head", 100, || {
+        count(&head, "SELECT COUNT(*) FROM events WHERE kind = 'click'")
+    })
+    .await;
+    until("clicks rolled up", 100, || {
+        count(
+            &head,
+            "SELECT CAST(SUM(total) AS SIGNED) FROM stats_totals \
+             WHERE mailing_id = 'spider' AND kind = 'click'",
+        )
+    })
+    .await;
+    let before_outage = node_events(&nodes[0]).await.len();
+
+    // node1 dies: node0's links still redirect, node1's answer 503 at once
+    // (the node refuses the connection; no waiting for a timeout), and
+    // opens of node1's letters are journaled all the same.
+    let failures = crate::common::replay_failures(&app.admin).await;
+    cluster.nodes[1].kill();
+    let (mut live, mut dead) = (0, 0);
+    for letter in &letters[100..] {
+        let token = &click_tokens(letter)[1];
+        let before = crate::common::metrics_text(&app.admin).await;
+        let answer = click(token).await.unwrap();
+        if node_of[token] == 0 {
+            assert_eq!(answer.status(), 302, "node0's link {token}");
+            live += 1;
+        } else {
+            assert_eq!(answer.status(), 503, "node1's link {token}");
+            // This click's own latency, from the server's histogram: it
+            // fell in the 1 s bucket (a dead node is given up on quickly).
+            let after = crate::common::metrics_text(&app.admin).await;
+            let added = |le: &str| {
+                crate::common::route_latency_bucket(&after, "/c/{token}", le)
+                    - crate::common::route_latency_bucket(&before, "/c/{token}", le)
+            };
+            assert_eq!((added("+Inf"), added("1")), (1, 1), "a dead node's 503");
+            dead += 1;
+            let pixel = letter["html"].as_str().unwrap();
+            let at = pixel.find(&format!("{BASE}/o/")).unwrap() + BASE.len() + 3;
+            let open = http
+                .get(format!("{}/o/{}", app.base, &pixel[at..at + 36]))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(open.status(), 200);
+        }
+    }
+    assert!(live > 50 && dead > 50, "{live} live, {dead} dead");
+    // The writer's batches touch node1's events tables: they fail whole and
+    // stay in the journal, leaving nothing on node0: checked once the
+    // replay has tried them and failed (its own counter).
+    crate::common::wait_for_replay_failure(&app.admin, failures).await;
+    assert_eq!(node_events(&nodes[0]).await.len(), before_outage);
+
+    // node1 is back: the journal lands, every event once, ids unique.
+    cluster.nodes[1].start().await;
+    let want = 100 + live + dead;
+    until("events after the node returned", want, || {
+        count(&head, "SELECT COUNT(*) FROM events")
+    })
+    .await;
+    let mut ids = node_events(&nodes[0]).await;
+    ids.extend(node_events(&cluster.node_pool(1).await).await);
+    assert_eq!(ids.len() as i64, want);
+    assert_eq!(ids.iter().collect::<HashSet<_>>().len() as i64, want);
+    until("clicks rolled up after the outage", 100 + live, || {
+        count(
+            &head,
+            "SELECT CAST(SUM(total) AS SIGNED) FROM stats_totals \
+             WHERE mailing_id = 'spider' AND kind = 'click'",
+        )
+    })
+    .await;
+    // erase through the head: the address is blanked on whichever node holds it.
+    let erased = ok(&cluster, &["erase", "--email", "r7@example.com"]);
+    assert!(erased.contains("links: 5 rows anonymised"), "{erased}");
+    let mut left = 0;
+    for pool in [&nodes[0], &cluster.node_pool(1).await] {
+        for table in data_tables(pool, "links").await {
+            left += count(
+                pool,
+                &format!("SELECT COUNT(*) FROM `{table}` WHERE email = 'r7@example.com'"),
+            )
+            .await
+            .unwrap();
+        }
+    }
+    assert_eq!(left, 0);
+    let token = letters[100..]
+        .iter()
+        .map(|l| click_tokens(l)[1].clone())
+        .find(|t| node_of[t] == 1)
+        .unwrap();
+    assert_eq!(click(&token).await.unwrap().status(), 302);
+    app.stop().await;
+}
+
+/// Redirects are routed by linktrack straight to the data nodes, so the
+/// head is no part of a click: its general log shows no link lookup during
+/// a click load (the clicks' events do reach it), and with the head killed, every link on a live
+/// node still redirects (links never looked up before, so each is a routed
+/// lookup, not the cache) and its click waits in the journal; when the head
+/// returns, the journal lands, each click exactly once.
+#[tokio::test]
+async fn a_cluster_answers_clicks_while_the_head_is_down_and_lands_them_later() {
+    let mut cluster = Cluster::start().await;
+    ok(&cluster, &["migrate"]);
+    ok(&cluster, &["partitions", "ensure"]);
+    let head = store::connect(&cluster.head.url(), &store::PoolSettings::default())
+        .await
+        .unwrap();
+    // Sealed as the builder seals them: the server checks a token's kind.
+    let seal = crate::common::seal_of(&head).await;
+    let noon = today().and_hms_opt(12, 0, 0).unwrap().and_utc();
+    let rows: Vec<_> = (0..40u32)
+        .map(|n| {
+            let token = crate::common::sealed_token(&seal, noon, links::LinkKind::Click);
+            click_link(token, n)
+        })
+        .collect();
+    links::insert(&head, &rows).await.unwrap();
+    let nodes = [cluster.node_pool(0).await, cluster.node_pool(1).await];
+    let on_node0: HashSet<Vec<u8>> = link_rows(&nodes[0])
+        .await
+        .into_iter()
+        .map(|(uuid, _)| uuid)
+        .collect();
+
+    // The head's general log, in a table, from before the server starts:
+    // everything the server sends the head during a click load is in it.
+    for set in [
+        "SET GLOBAL log_output = 'TABLE'",
+        "TRUNCATE TABLE mysql.general_log",
+        "SET GLOBAL general_log = ON",
+    ] {
+        sqlx::query(set).execute(&head).await.unwrap();
+    }
+    let app = crate::common::TestServer::start(head.clone(), |settings| settings).await;
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let click = |row: &links::NewLink| http.get(format!("{}/c/{}", app.base, row.token)).send();
+    // A click load: five clicks at once, each token's first, so each is a
+    // cache miss and a lookup somewhere.
+    let mut load = tokio::task::JoinSet::new();
+    for row in &rows[..5] {
+        load.spawn(click(row));
+    }
+    while let Some(answer) = load.join_next().await {
+        assert_eq!(answer.unwrap().unwrap().status(), 302);
+    }
+    until("clicks before the outage", 5, || {
+        count(&head, "SELECT COUNT(*) FROM events WHERE kind = 'click'")
+    })
+    .await;
+    assert!(
+        head_link_lookups(&head).await.is_empty(),
+        "the head's general log saw a link lookup"
+    );
+    // The log would have shown one: a lookup through the head is there.
+    links::lookup(&head, &rows[0].token).await.unwrap().unwrap();
+    assert!(!head_link_lookups(&head).await.is_empty());
+    sqlx::query("SET GLOBAL general_log = OFF")
+        .execute(&head)
+        .await
+        .unwrap();
+
+    let failures = crate::common::replay_failures(&app.admin).await;
+    cluster.head.kill();
+    let mut per_node = [0, 0];
+    for row in &rows[5..] {
+        let answer = click(row).await.unwrap();
+        assert_eq!(answer.status(), 302, "{} with the head down", row.token);
+        assert_eq!(answer.headers()["location"], row.url.as_str());
+        per_node[usize::from(!on_node0.contains(&row.token.as_bytes()[..]))] += 1;
+    }
+    assert!(
+        per_node.iter().all(|&n| n > 5),
+        "links of both nodes clicked: {per_node:?}"
+    );
+    // Nothing reaches the nodes' events tables without the head: the
+    // clicks wait in the journal: checked once the replay has tried them
+    // and failed (its own counter).
+    crate::common::wait_for_replay_failure(&app.admin, failures).await;
+    let stored = node_events(&nodes[0]).await.len() + node_events(&nodes[1]).await.len();
+    assert_eq!(stored, 5, "no event written while the head is down");
+
+    // The head returns (on the same port). Spider's settings are reset by a
+    // restart: `migrate` sets them again, as the head's server config would.
+    cluster.head.start().await;
+    ok(&cluster, &["migrate"]);
+    until("clicks after the head returned", 40, || {
+        count(&head, "SELECT COUNT(*) FROM events WHERE kind = 'click'")
+    })
+    .await;
+    let mut ids = node_events(&nodes[0]).await;
+    ids.extend(node_events(&nodes[1]).await);
+    assert_eq!(ids.len(), 40, "each click once");
+    assert_eq!(ids.iter().collect::<HashSet<_>>().len(), 40);
+    let per_link: Vec<(u64, i64)> = sqlx::query_as(
+        "SELECT l.letter_id, COUNT(*) FROM events e JOIN links l ON l.id = e.link_id \
+         GROUP BY l.letter_id ORDER BY l.letter_id",
+    )
+    .fetch_all(&head)
+    .await
+    .unwrap();
+    assert_eq!(per_link, (0..40).map(|n| (n, 1)).collect::<Vec<_>>());
+    app.stop().await;
+}
+
+/// The link lookups (by token) in the head's general log: statements on
+/// `links` naming `uuid`. The router's topology reads and the event
+/// writer's inserts are other statements.
+async fn head_link_lookups(head: &sqlx::MySqlPool) -> Vec<String> {
+    let logged: Vec<String> = sqlx::query_scalar(
+        "SELECT CAST(argument AS CHAR) FROM mysql.general_log \
+         WHERE command_type IN ('Query', 'Execute', 'Prepare')",
+    )
+    .fetch_all(head)
+    .await
+    .unwrap();
+    assert!(
+        logged.iter().any(|s| s.contains("INSERT INTO events")),
+        "the general log holds the clicks' events: {logged:?}"
+    );
+    logged
+        .into_iter()
+        .filter(|s| s.contains("FROM links ") && s.contains("uuid") && !s.contains("general_log"))
+        .collect()
+}
