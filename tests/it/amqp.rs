@@ -2,8 +2,8 @@
 //! scripts/prepare.d/50-rabbitmq.sh): a queue bound to the exchange gets
 //! every event, routed by type, and the outbox empties only on confirms.
 
+use crate::common::webhooks::{fast_retries, hit_everything, letter};
 use crate::common::{days_ago, linktrack, TestDb, TestServer};
-use crate::webhooks::{fast_retries, hit_everything, letter};
 use lapin::options::{
     BasicGetOptions, ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions,
     QueueDeclareOptions,

@@ -1,38 +1,15 @@
+use crate::common::build::{options, tracked_tokens, BASE};
 use crate::common::{today, TestDb};
-use linktrack::builder::{self, BuildOptions, Output};
+use linktrack::builder;
 use linktrack::store::links::{self, LinkKind};
 use linktrack::store::sequences::Sequence;
 use linktrack::store::suppressions;
-use linktrack::token::Token;
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
-pub(crate) const BASE: &str = "https://t.example.test";
-
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
-}
-
-pub(crate) fn options(dir: &Path, mailing: PathBuf, recipients: PathBuf) -> BuildOptions {
-    BuildOptions {
-        mailing,
-        recipients,
-        out: Output::File(dir.join("letters.jsonl")),
-        rejects: dir.join("rejects.jsonl"),
-        base_url: BASE.into(),
-        batch_size: 3,
-        workers: 2,
-        id_block: 4,
-        progress: false,
-        smtp: None,
-        pools: None,
-        return_path: None,
-        summary: None,
-        max_letter_bytes: builder::DEFAULT_MAX_LETTER_BYTES,
-        secret: None,
-        letter_by_letter: false,
-    }
 }
 
 fn read_jsonl(path: &Path) -> Vec<Value> {
@@ -41,26 +18,6 @@ fn read_jsonl(path: &Path) -> Vec<Value> {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
-}
-
-/// Every tracked token in a letter's HTML and headers, with its kind.
-pub(crate) fn tracked_tokens(text: &str) -> Vec<(LinkKind, Token)> {
-    let mut found = Vec::new();
-    for (marker, kind) in [
-        ("/c/", LinkKind::Click),
-        ("/i/", LinkKind::Image),
-        ("/o/", LinkKind::Pixel),
-        ("/u/", LinkKind::Unsubscribe),
-    ] {
-        let needle = format!("{BASE}{marker}");
-        for (at, _) in text.match_indices(&needle) {
-            let start = at + needle.len();
-            if let Some(hex) = text.get(start..start + 32) {
-                found.push((kind, Token::parse(hex).expect("a valid token")));
-            }
-        }
-    }
-    found
 }
 
 #[tokio::test]

@@ -4,8 +4,8 @@
 //! while ten dashboard requests run is answered before they all are.
 
 use crate::common::add_link;
+use crate::common::stats::{letters, record, traffic, MAILING};
 use crate::common::{days_ago, TestDb, TestServer};
-use crate::stats::{letters, record, traffic, MAILING};
 use linktrack::store::links::LinkKind;
 use linktrack::store::{rollup, stats};
 use reqwest::StatusCode;

@@ -2,8 +2,8 @@
 //! expire, end on logout and are new at every login; wrong tokens are
 //! rate-limited per client address.
 
+use crate::common::stats_api::{client, rolled_db, SECRET, TOKEN};
 use crate::common::TestServer;
-use crate::stats_http::{client, rolled_db, SECRET, TOKEN};
 use reqwest::header;
 use reqwest::StatusCode;
 use sqlx::MySqlPool;
@@ -129,7 +129,7 @@ async fn an_expired_session_is_refused_and_cleaned_at_the_next_login() {
     let api = client()
         .get(format!(
             "{base}/api/mailings/{}/stats",
-            crate::stats::MAILING
+            crate::common::stats::MAILING
         ))
         .header(header::COOKIE, &pair)
         .send()

@@ -5,10 +5,10 @@
 //! start a fresh server (a cold cache, as months later) and use every link
 //! of the letter again.
 
-use crate::build::{options, tracked_tokens, BASE};
+use crate::common::build::{options, tracked_tokens, BASE};
+use crate::common::image_upstream::upstream;
 use crate::common::{client, quick_with, server_pool, test_settings, wait_for_events, TestServer};
 use crate::common::{today, TestDb};
-use crate::image_proxy::upstream;
 use linktrack::builder;
 use linktrack::server::image::AddressPolicy;
 use linktrack::store::links::LinkKind;

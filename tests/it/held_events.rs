@@ -5,8 +5,8 @@
 //! settles goes anyway after settle + grace (the safety net). Real server,
 //! real receiver on a socket, real MariaDB.
 
+use crate::common::webhooks::{endpoint, fast_retries, http, letter, metric, Delivery, Receiver};
 use crate::common::{days_ago, TestDb, TestServer};
-use crate::webhooks::{endpoint, fast_retries, http, letter, metric, Delivery, Receiver};
 use linktrack::bots::verdicts::VerdictRules;
 use linktrack::outbound::{Hold, Outbound};
 use linktrack::store::rollup::RollupOptions;

@@ -2,10 +2,10 @@
 //! without case and trailing padding, so the stats routes check the bytes
 //! and the builder refuses an id the database would take for another.
 
-use crate::build::options;
+use crate::common::build::options;
+use crate::common::stats::MAILING;
+use crate::common::stats_api::{client, rolled_db, TOKEN};
 use crate::common::{TestDb, TestServer};
-use crate::stats::MAILING;
-use crate::stats_http::{client, rolled_db, TOKEN};
 use linktrack::builder::{self, BuildError};
 use reqwest::StatusCode;
 use std::path::Path;

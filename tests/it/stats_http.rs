@@ -1,40 +1,17 @@
 //! The stats router over real HTTP: access rules, the JSON API, the login
 //! cookie, and the dashboard rendered by a real browser (headless Chromium).
 
+use crate::common::stats::{letters, record, traffic, LINKS, MAILING};
+use crate::common::stats_api::{client, fixture_letter, rolled_db, SECRET, TOKEN};
 use crate::common::{days_ago, TestDb, TestServer};
-use crate::stats::{letters, record, traffic, LINKS, MAILING};
 use linktrack::store::{rollup, stats};
 use reqwest::header;
 use reqwest::StatusCode;
 use std::path::{Path, PathBuf};
 
-pub(crate) const TOKEN: &str = "test-token-0123456789";
-pub(crate) const SECRET: &str = "test-secret";
-
 /// Serve the app with these stats settings on a free port.
 async fn spawn(db: &TestDb, api_token: Option<&str>, secret: Option<&str>) -> TestServer {
     TestServer::with_stats(db.pool.clone(), api_token, secret, None).await
-}
-
-pub(crate) fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap()
-}
-
-/// A database with the fixture mailing, its traffic rolled up, and its HTML saved.
-pub(crate) async fn rolled_db() -> TestDb {
-    let (d1, d2) = (days_ago(1), days_ago(0));
-    let db = TestDb::with_days_since(d1).await;
-    let letters = letters(&db.pool, d1, 3).await;
-    record(&db.pool, &traffic(&letters, d1, d2)).await;
-    rollup::rollup(&db.pool, 1000).await.unwrap();
-    let html = std::fs::read_to_string(fixture_letter()).unwrap();
-    stats::save_mailing(&db.pool, MAILING, "November news", &html)
-        .await
-        .unwrap();
-    db
 }
 
 /// The same mailing minutes after its send: every hit within the last
@@ -59,10 +36,6 @@ async fn just_sent_db() -> TestDb {
         .await
         .unwrap();
     db
-}
-
-fn fixture_letter() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/stats_letter.html")
 }
 
 #[tokio::test]
@@ -666,7 +639,7 @@ async fn the_click_map_makes_the_browser_contact_nobody() {
 /// without bots, with the bots' share.
 #[tokio::test]
 async fn opens_are_shown_by_class_and_clicks_without_bots() {
-    use crate::stats::{at, Hit};
+    use crate::common::stats::{at, Hit};
     let d1 = days_ago(1);
     let db = TestDb::with_days_since(d1).await;
     let l = letters(&db.pool, d1, 3).await;

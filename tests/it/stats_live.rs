@@ -2,8 +2,8 @@
 //! `LINKTRACK_TEST_REDIS`), each test under its own key prefix, removed at
 //! the end.
 
+use crate::common::stats::{letters, record, traffic, MAILING};
 use crate::common::{days_ago, TestDb, TestServer};
-use crate::stats::{letters, record, traffic, MAILING};
 use linktrack::live::{self, Live, SegmentQuery};
 use linktrack::store::{erase, rollup, segments};
 

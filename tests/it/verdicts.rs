@@ -2,8 +2,8 @@
 //! once their window has closed and counts only final verdicts; and the
 //! labelled replay set played against a real server.
 
+use crate::common::stats::{letters, record, Hit, MAILING};
 use crate::common::{days_ago, TestDb};
-use crate::stats::{letters, record, Hit, MAILING};
 use chrono::{NaiveDateTime, Utc};
 use linktrack::bots::verdicts::VerdictRules;
 use linktrack::store::{rollup, stats};

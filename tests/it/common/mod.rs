@@ -9,10 +9,15 @@ use linktrack::token::Token;
 use rand::RngExt;
 use sqlx::MySqlPool;
 
+pub mod build;
 mod child;
 pub mod cluster;
+pub mod image_upstream;
 mod server;
 pub mod spider;
+pub mod stats;
+pub mod stats_api;
+pub mod webhooks;
 pub use child::*;
 pub use server::*;
 
