@@ -66,7 +66,8 @@ async fn run_server(url: &str, args: &ServeArgs, demo: bool) -> anyhow::Result<(
         .context("starting the server")?;
     tracing::info!(
         listen = %app.local_addr()?,
-        admin = %args.admin_listen,
+        // The bound address: with port 0 the port is only known here.
+        admin = %app.admin_addr().unwrap_or(args.admin_listen),
         base_url = %base_url,
         base_url_from = if args.base_url.is_some() { "--base-url" } else { "--listen" },
         workers = ?app.worker_names(),

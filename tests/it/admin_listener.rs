@@ -75,24 +75,21 @@ async fn the_binary_warns_on_an_exposed_admin_listener_and_readyz_hides_the_data
         "{}/linktrack_nowhere",
         crate::common::server_url().replace("://root@", "://lt_refused_user:wrong-pass@")
     );
-    // The public listener on port 0; the admin listener's bound port is not
-    // logged (the configured address is), so it is picked, and picked again
-    // if it was taken before the child bound it.
-    let (mut child, admin) = crate::common::spawn_retrying("0.0.0.0", |admin| {
-        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_linktrack"));
-        command
-            .args(["serve", "--listen", "127.0.0.1:0"])
-            .args(["--admin-listen", &format!("0.0.0.0:{admin}")])
-            .arg("--journal")
-            .arg(journal.path())
-            .env("LINKTRACK_ADMIN_TOKEN", ADMIN_TOKEN)
-            .env("DATABASE_URL", &refused)
-            .env("RUST_LOG", "warn,linktrack=info");
-        command
-    })
-    .await;
+    // Both listeners on port 0; the child logs the addresses it bound.
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_linktrack"));
+    command
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(["--admin-listen", "0.0.0.0:0"])
+        .arg("--journal")
+        .arg(journal.path())
+        .env("LINKTRACK_ADMIN_TOKEN", ADMIN_TOKEN)
+        .env("DATABASE_URL", &refused)
+        .env("RUST_LOG", "warn,linktrack=info");
+    let mut child = crate::common::Serving::spawn(command).await;
+    let admin = child.admin.expect("the admin listener's address is logged");
+    assert!(admin.ip().is_unspecified(), "bound as asked: {admin}");
     let http = reqwest::Client::new();
-    let readyz = format!("http://127.0.0.1:{admin}/readyz");
+    let readyz = format!("{}/readyz", crate::common::loopback_url(admin));
     let deadline = Instant::now() + Duration::from_secs(15);
     let response = loop {
         match http.get(&readyz).bearer_auth(ADMIN_TOKEN).send().await {

@@ -61,19 +61,17 @@ async fn a_webhook_urls_credentials_appear_in_no_output() {
     .unwrap();
 
     let journal = tempfile::tempdir().unwrap();
-    // The admin listener's bound port is not logged (the configured address
-    // is), so it is picked, and picked again if it was taken before the
-    // child bound it.
-    let (mut server, admin) = crate::common::spawn_retrying("127.0.0.1", |admin| {
-        let mut command = linktrack(&db, &secret);
-        command
-            .args(["serve", "--listen", "127.0.0.1:0"])
-            .args(["--admin-listen", &format!("127.0.0.1:{admin}")])
-            .arg("--journal")
-            .arg(journal.path());
-        command
-    })
-    .await;
+    // Both listeners on port 0; the child logs the addresses it bound.
+    let mut command = linktrack(&db, &secret);
+    command
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(["--admin-listen", "127.0.0.1:0"])
+        .arg("--journal")
+        .arg(journal.path());
+    let mut server = crate::common::Serving::spawn(command).await;
+    let admin = server
+        .admin
+        .expect("the admin listener's address is logged");
     let deadline = Instant::now() + Duration::from_secs(20);
     let stored = loop {
         let stored: Option<String> = sqlx::query_scalar(
@@ -91,7 +89,7 @@ async fn a_webhook_urls_credentials_appear_in_no_output() {
     };
     assert_eq!(stored, "http://hookuser:***@127.0.0.1:9/hook?key=*** all");
     // The warning is logged as its gauge is set: wait for the gauge.
-    let admin = format!("http://127.0.0.1:{admin}");
+    let admin = crate::common::loopback_url(admin);
     loop {
         let text = match reqwest::get(format!("{admin}/metrics")).await {
             Ok(response) => response.text().await.unwrap_or_default(),

@@ -3,10 +3,10 @@
 //! own start-up log line (`serving listen=<addr> ...`), so no port number is
 //! picked here and reused later.
 //!
-//! The admin listener's bound address is not in that log line (it logs the
-//! configured `--admin-listen`), so a test that must reach a child's admin
-//! listener picks a port for it with [`spawn_retrying`], which starts the
-//! child again on a new port when the one picked was taken meanwhile.
+//! The admin listener is bound on port 0 too, and its bound address is in
+//! the same line (`admin=<addr>`). What cannot report the port it bound (an
+//! external daemon, `demo`'s public listener) gets a picked port and starts
+//! again on another when it was taken meanwhile (see `demo.rs`).
 
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -18,6 +18,8 @@ pub struct Serving {
     pub child: Child,
     /// The public listener, as the child logged it.
     pub addr: SocketAddr,
+    /// The admin listener, as the child logged it (`admin=`).
+    pub admin: Option<SocketAddr>,
     log: Arc<Mutex<String>>,
 }
 
@@ -56,9 +58,15 @@ impl Serving {
         });
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
-            let found = listen_addr(&log.lock().unwrap());
+            let found = logged_addr(&log.lock().unwrap(), "listen");
             if let Some(addr) = found {
-                return Ok(Serving { child, addr, log });
+                let admin = logged_addr(&log.lock().unwrap(), "admin");
+                return Ok(Serving {
+                    child,
+                    addr,
+                    admin,
+                    log,
+                });
             }
             if child.try_wait().unwrap().is_some() {
                 // Let the drain thread read what is left.
@@ -114,20 +122,28 @@ impl Serving {
     }
 }
 
-/// The address of a `serving listen=<addr>` log line in `log`.
-fn listen_addr(log: &str) -> Option<SocketAddr> {
+/// The address named `field` (`listen`, `admin`) of the `serving` log
+/// line in `log`.
+fn logged_addr(log: &str, field: &str) -> Option<SocketAddr> {
+    let key = format!(" {field}=");
     log.lines()
         .filter(|line| line.contains("serving"))
         .find_map(|line| {
-            let rest = line.split(" listen=").nth(1)?;
+            let rest = line.split(key.as_str()).nth(1)?;
             rest.split_whitespace().next()?.parse().ok()
         })
 }
 
+/// `http://127.0.0.1:<port>` of a logged admin address (the loopback when
+/// it listens on every address).
+pub fn loopback_url(addr: SocketAddr) -> String {
+    format!("http://127.0.0.1:{}", addr.port())
+}
+
 /// A port on `ip` nobody listens on now. Only for what cannot be handed a
 /// bound socket and does not report the port it bound (an external daemon,
-/// a child's admin listener): the port may be taken again before it is
-/// used, so use it through [`spawn_retrying`] or a retry of the caller's.
+/// `demo`'s listener): the port may be taken again before it is used, so
+/// use it with a retry of the caller's ([`port_was_taken`]).
 pub fn pick_port(ip: &str) -> u16 {
     let probe = std::net::TcpListener::bind((ip, 0)).unwrap();
     probe.local_addr().unwrap().port()
@@ -136,23 +152,6 @@ pub fn pick_port(ip: &str) -> u16 {
 /// Whether a child's log says a port it was given was taken.
 pub fn port_was_taken(log: &str) -> bool {
     log.contains("Address already in use") || log.contains("address already in use")
-}
-
-/// Spawn the command `make` builds for a picked port (its argument, from
-/// [`pick_port`]); when the child exits because that port was taken
-/// meanwhile, pick another and spawn again (3 tries). Returns the child and
-/// the port it got.
-pub async fn spawn_retrying(ip: &str, mut make: impl FnMut(u16) -> Command) -> (Serving, u16) {
-    let mut last = String::new();
-    for _ in 0..3 {
-        let port = pick_port(ip);
-        match Serving::try_spawn(make(port)).await {
-            Ok(serving) => return (serving, port),
-            Err(Exited(log)) if port_was_taken(&log) => last = log,
-            Err(Exited(log)) => panic!("the server exited before serving: {log}"),
-        }
-    }
-    panic!("three picked ports were taken: {last}")
 }
 
 /// `linktrack serve --listen 127.0.0.1:0` on `db` with `journal`, no rollup
