@@ -458,10 +458,13 @@ async fn messages_per_connection_caps_each_smtp_session() {
     let (_, unlimited) = sessions_by_limit[0];
     let (delivered, capped) = sessions_by_limit[1];
     assert_eq!(unlimited, 1, "one connection carries every message");
-    // Refused letters (SMTPUTF8) are refused before a message is sent, so
-    // at least one session per two delivered messages.
+    // Each session carries at most 2 sends. The delivered messages alone
+    // need ceil(5 / 2) = 3 sessions; the fixtures' 7 letters, if the 2
+    // refused ones (SMTPUTF8, refused by lettre before or after it takes a
+    // lane: its internals decide) took their turn on a lane too, 4.
+    let letters: usize = 7;
     assert!(
-        capped >= delivered.div_ceil(2),
-        "{capped} sessions for {delivered} messages at 2 per session"
+        (delivered.div_ceil(2)..=letters.div_ceil(2)).contains(&capped),
+        "{capped} sessions for {delivered} delivered of {letters} letters at 2 per session"
     );
 }
