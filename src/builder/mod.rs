@@ -15,7 +15,7 @@
 //! twice. On a Spider cluster a failed commit can keep part of a batch (the
 //! nodes commit one by one): a letter with some rows kept gets only its
 //! missing rows, and a resumed run recounts the mailing's letters from the
-//! rows at the end (`tests/it/spider.rs` makes such a commit happen).
+//! rows at the end (`tests/it/spider_grow.rs` makes such a commit happen).
 
 pub(crate) mod compose;
 mod csv_records;
