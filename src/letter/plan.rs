@@ -37,7 +37,7 @@
 //! doubled space, only letters, digits, punctuation and single spaces
 //! (whitespace is collapsed by the text part, other characters may be
 //! dropped). Any other value sends that one letter down the old path, which
-//! is the definition the plan must match (`tests/it/plan.rs` checks both
+//! is the definition the plan must match (`src/builder/compose_plan_tests.rs` checks both
 //! paths against each other on every creative of `fixtures/email-corpus/`).
 
 use std::ops::Range;
