@@ -4,7 +4,7 @@
 //! table is these tests.
 
 use crate::common::TestDb;
-use linktrack::builder::{self, BuildError, BuildOptions, Output, Summary};
+use linktrack::builder::{self, BuildError, BuildOptions, Summary};
 use proptest::prelude::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -20,22 +20,10 @@ fn options(dir: &Path, recipients: PathBuf) -> BuildOptions {
         std::fs::write(&mailing, MAILING).unwrap();
     }
     BuildOptions {
-        mailing,
-        recipients,
-        out: Output::File(dir.join("letters.jsonl")),
-        rejects: dir.join("rejects.jsonl"),
-        base_url: "https://t.example.test".into(),
         batch_size: 500,
-        workers: 2,
         id_block: 1000,
-        progress: false,
-        smtp: None,
-        pools: None,
-        return_path: None,
         summary: Some(dir.join("summary.json")),
-        max_letter_bytes: builder::DEFAULT_MAX_LETTER_BYTES,
-        secret: None,
-        letter_by_letter: false,
+        ..crate::common::build::options(dir, mailing, recipients)
     }
 }
 

@@ -2,32 +2,18 @@
 //! and the recipient's own opt-out list, built against a real database.
 
 use crate::common::TestDb;
-use linktrack::builder::{self, BuildOptions, Output};
+use linktrack::builder::{self, BuildOptions};
 use linktrack::store::tracking_optouts;
 use serde_json::{json, Value};
 use std::path::Path;
 
-const BASE: &str = "https://t.example.test";
+use crate::common::build::BASE;
 const HTML: &str = "<p>Hi</p><a href=\"https://example.com/a\">a</a><a href=\"https://example.com/b\">b</a><img src=\"https://example.com/i.png\"></body>";
 
 fn options(dir: &Path) -> BuildOptions {
     BuildOptions {
-        mailing: dir.join("m.json"),
-        recipients: dir.join("r.jsonl"),
-        out: Output::File(dir.join("letters.jsonl")),
-        rejects: dir.join("rejects.jsonl"),
-        base_url: BASE.into(),
         batch_size: 2,
-        workers: 2,
-        id_block: 4,
-        progress: false,
-        smtp: None,
-        pools: None,
-        return_path: None,
-        summary: None,
-        max_letter_bytes: builder::DEFAULT_MAX_LETTER_BYTES,
-        secret: None,
-        letter_by_letter: false,
+        ..crate::common::build::options(dir, dir.join("m.json"), dir.join("r.jsonl"))
     }
 }
 
