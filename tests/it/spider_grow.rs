@@ -4,7 +4,8 @@
 
 use crate::common::cluster::Cluster;
 use crate::common::spider::{
-    click_tokens, count, data_tables, days_of, link_rows, ok, stderr, stdout, until, BASE,
+    click_tokens, count, data_tables, days_of, head_partitioned_from_four_days_ago, link_rows, ok,
+    ok_with_shards, stderr, until, BASE,
 };
 use crate::common::{click_link, days_ago, today, token_on};
 use linktrack::store::{self, links, partitions};
@@ -26,29 +27,10 @@ async fn tokens_on(pool: &sqlx::MySqlPool) -> Vec<Vec<u8>> {
 async fn a_cluster_grows_by_a_node_and_moves_tables_while_links_are_written() {
     let cluster = Cluster::with_nodes(3).await;
     let two = cluster.shards_of(2);
-    let run = |shards: &str, args: &[&str]| {
-        let out = cluster.linktrack_with_shards(shards, args);
-        assert!(
-            out.status.success(),
-            "linktrack {args:?} failed: {}{}",
-            stdout(&out),
-            stderr(&out)
-        );
-        stdout(&out)
-    };
+    let run = |shards: &str, args: &[&str]| ok_with_shards(&cluster, shards, args);
     run(&two, &["migrate"]);
-    let head = store::connect(&cluster.head.url(), &store::PoolSettings::default())
-        .await
-        .unwrap();
     // Days from four days ago through +2, so rotate has a day to drop.
-    let back = partitions::Policy {
-        today: days_ago(4),
-        ahead_days: 6,
-        keep_days: None,
-    };
-    partitions::run(&head, &back, &partitions::RunOptions::default())
-        .await
-        .unwrap();
+    let head = head_partitioned_from_four_days_ago(&cluster).await;
     let mut written: Vec<_> = (0..3000u32)
         .map(|n| click_link(token_on(today()), n))
         .collect();

@@ -4,7 +4,10 @@
 //! there are few of them and each covers a whole story.
 
 use crate::common::cluster::Cluster;
-use crate::common::spider::{com_select, data_tables, days_of, link_rows, ok, stderr, stdout};
+use crate::common::spider::{
+    com_select, data_tables, days_of, head_partitioned_from_four_days_ago, link_rows, ok, stderr,
+    stdout,
+};
 use crate::common::{click_link, days_ago, today, token_on};
 use linktrack::store::{self, links, partitions};
 use std::collections::HashSet;
@@ -58,17 +61,7 @@ async fn a_cluster_migrates_twice_partitions_every_data_table_and_spreads_links(
 
     // Days from four days ago (for rotate below) through +2 with the
     // library's policy, then `ensure` adds +3: every data table of both nodes.
-    let head = store::connect(&cluster.head.url(), &store::PoolSettings::default())
-        .await
-        .unwrap();
-    let back = partitions::Policy {
-        today: days_ago(4),
-        ahead_days: 6,
-        keep_days: None,
-    };
-    partitions::run(&head, &back, &partitions::RunOptions::default())
-        .await
-        .unwrap();
+    let head = head_partitioned_from_four_days_ago(&cluster).await;
     ok(&cluster, &["partitions", "ensure", "--ahead-days", "3"]);
     let want: Vec<String> = std::iter::once("p19700101".to_owned())
         .chain((0..=7).map(|n| partitions::partition_name(days_ago(4) + chrono::Days::new(n))))

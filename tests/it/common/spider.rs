@@ -13,7 +13,15 @@ pub fn stderr(out: &std::process::Output) -> String {
 
 /// Run a linktrack command on the cluster and insist it succeeds.
 pub fn ok(cluster: &Cluster, args: &[&str]) -> String {
-    let out = cluster.linktrack(args);
+    succeeded(args, cluster.linktrack(args))
+}
+
+/// [`ok`] with another LINKTRACK_SHARDS (a cluster growing node by node).
+pub fn ok_with_shards(cluster: &Cluster, shards: &str, args: &[&str]) -> String {
+    succeeded(args, cluster.linktrack_with_shards(shards, args))
+}
+
+fn succeeded(args: &[&str], out: std::process::Output) -> String {
     assert!(
         out.status.success(),
         "linktrack {args:?} failed: {}{}",
@@ -21,6 +29,24 @@ pub fn ok(cluster: &Cluster, args: &[&str]) -> String {
         stderr(&out)
     );
     stdout(&out)
+}
+
+/// A pool on the head, its tables partitioned from four days ago through
+/// two days ahead (so a rotate has a day to drop), by the library's policy.
+pub async fn head_partitioned_from_four_days_ago(cluster: &Cluster) -> sqlx::MySqlPool {
+    use linktrack::store::{self, partitions};
+    let head = store::connect(&cluster.head.url(), &store::PoolSettings::default())
+        .await
+        .unwrap();
+    let back = partitions::Policy {
+        today: super::days_ago(4),
+        ahead_days: 6,
+        keep_days: None,
+    };
+    partitions::run(&head, &back, &partitions::RunOptions::default())
+        .await
+        .unwrap();
+    head
 }
 
 /// Partition names of a data table on a node.
