@@ -119,25 +119,7 @@ async fn concurrent_rotations_take_turns_and_drop_once() {
         tokio::spawn(async move { partitions::run(&pool, &policy, &options).await })
     });
     // Both are waiting for the lock (MariaDB's "User lock" state).
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
-             WHERE DB = ? AND STATE = 'User lock'",
-        )
-        .bind(&db.name)
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
-        if waiting == 2 {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{waiting} runs wait for the lock"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    crate::common::wait_for_sessions(&db, "STATE = 'User lock'", 2).await;
     assert_eq!(
         days(&db, "links").await,
         before,

@@ -132,37 +132,17 @@ async fn concurrent_rollups_count_each_event_once() {
         let pool = db.pool.clone();
         tokio::spawn(async move { rollup::rollup(&pool, 1).await })
     });
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        // Both runs are inside their statement on d1's watermark row (the
-        // INSERT IGNORE that makes sure it exists, or the FOR UPDATE), which
-        // cannot finish while the row is locked: they wait. (InnoDB's
-        // INNODB_TRX did not show these waits as LOCK WAIT here.)
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
-             WHERE DB = ? AND ID <> CONNECTION_ID() \
-             AND (INFO LIKE 'INSERT IGNORE INTO rollup_state%' \
-                  OR INFO LIKE 'SELECT last_id FROM rollup_state%FOR UPDATE')",
-        )
-        .bind(&db.name)
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
-        if waiting == 2 {
-            break;
-        }
-        if std::time::Instant::now() > deadline {
-            let sessions: Vec<(Option<String>, Option<String>)> = sqlx::query_as(
-                "SELECT STATE, INFO FROM information_schema.PROCESSLIST WHERE DB = ?",
-            )
-            .bind(&db.name)
-            .fetch_all(&db.pool)
-            .await
-            .unwrap();
-            panic!("{waiting} rollups wait for the lock: {sessions:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // Both runs are inside their statement on d1's watermark row (the
+    // INSERT IGNORE that makes sure it exists, or the FOR UPDATE), which
+    // cannot finish while the row is locked: they wait. (InnoDB's
+    // INNODB_TRX did not show these waits as LOCK WAIT here.)
+    crate::common::wait_for_sessions(
+        &db,
+        "INFO LIKE 'INSERT IGNORE INTO rollup_state%' \
+         OR INFO LIKE 'SELECT last_id FROM rollup_state%FOR UPDATE'",
+        2,
+    )
+    .await;
     assert_eq!(watermark_total(&db.pool).await, 0, "nothing rolled yet");
     holder.rollback().await.unwrap();
     let [a, b] = runs;

@@ -367,3 +367,36 @@ pub async fn wait_for_replay_failure(admin: &str, since: f64) {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
+
+/// Wait (10 s at most) until exactly `n` other sessions on `db`'s database
+/// match `condition` (SQL over `information_schema.PROCESSLIST`): the runs a
+/// lock held by a third connection keeps waiting. Times out with every
+/// session's state and statement.
+pub async fn wait_for_sessions(db: &TestDb, condition: &str, n: i64) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let count = format!(
+        "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
+         WHERE DB = ? AND ID <> CONNECTION_ID() AND ({condition})"
+    );
+    loop {
+        let matching: i64 = sqlx::query_scalar(&count)
+            .bind(&db.name)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        if matching == n {
+            return;
+        }
+        if std::time::Instant::now() > deadline {
+            let sessions: Vec<(Option<String>, Option<String>)> = sqlx::query_as(
+                "SELECT STATE, INFO FROM information_schema.PROCESSLIST WHERE DB = ?",
+            )
+            .bind(&db.name)
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+            panic!("{matching} sessions, not {n}, match {condition}: {sessions:?}");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
