@@ -39,10 +39,8 @@ fn declared_modules(lib_rs: &str) -> BTreeSet<String> {
         .lines()
         .filter(|line| !line.starts_with("//"))
         .filter_map(|line| {
-            let rest = line.trim().strip_suffix(';')?;
-            let name = rest.rsplit_once("mod ")?.1;
-            let prefix = rest.rsplit_once("mod ")?.0.trim();
-            matches!(prefix, "pub" | "pub(crate)" | "").then(|| name.to_owned())
+            let (prefix, name) = line.trim().strip_suffix(';')?.rsplit_once("mod ")?;
+            matches!(prefix.trim(), "pub" | "pub(crate)" | "").then(|| name.to_owned())
         })
         .filter(|name| name != "layers")
         .collect()

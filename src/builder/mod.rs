@@ -290,7 +290,7 @@ struct StoredBatch {
 pub async fn run(pool: &MySqlPool, options: &BuildOptions) -> Result<Summary, BuildError> {
     let started = Instant::now();
     let ctx = prepare_mailing(pool, options).await?;
-    let reader = open_recipients(options)?;
+    let mut reader = open_recipients(options)?;
     let progress = progress_bar(options.progress, reader.total_bytes);
     let bytes_read = Arc::clone(&reader.bytes_read);
     let delivery = open_delivery(pool, options, &ctx.mailing)?;
@@ -300,14 +300,13 @@ pub async fn run(pool: &MySqlPool, options: &BuildOptions) -> Result<Summary, Bu
         .clone()
         .map(|counters| spawn_delivery_progress(progress.clone(), counters));
     let (batches, writer) = spawn_writer(pool.clone(), options.out.clone(), delivery);
-    let mut reader = Some(reader);
-    while let Some(recipients) = reader.take() {
+    loop {
         let (entries, recipients_left) =
-            read_batch(recipients, options.batch_size, &options.recipients).await?;
+            read_batch(reader, options.batch_size, &options.recipients).await?;
+        reader = recipients_left;
         if entries.is_empty() {
             break;
         }
-        reader = Some(recipients_left);
         let batch = job.build(entries, options.workers).await?;
         if batches.send(batch).await.is_err() {
             break; // the writer failed; its error is returned below

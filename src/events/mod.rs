@@ -34,12 +34,12 @@ use tokio::task::JoinHandle;
 /// exists before the rollup can settle the event; idempotent, as the
 /// replay is.
 pub trait OutboxSink: Send + Sync {
-    fn enqueue<'a>(
-        &'a self,
-        pool: &'a MySqlPool,
-        rows: &'a [EventRow],
-    ) -> Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + 'a>>;
+    fn enqueue<'a>(&'a self, pool: &'a MySqlPool, rows: &'a [EventRow]) -> Enqueued<'a>;
 }
+
+/// What [`OutboxSink::enqueue`] returns: boxed, so the pipeline can hold
+/// the sink as a trait object (one allocation per replayed batch).
+pub type Enqueued<'a> = Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + 'a>>;
 
 /// The running journal sealer and replayer, and the handle handlers record with.
 pub struct EventPipeline {

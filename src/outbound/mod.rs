@@ -19,6 +19,7 @@ pub mod signature;
 pub mod webhook;
 
 use crate::event::EventRow;
+use crate::events::Enqueued;
 use crate::payload::{self, LinkDetails};
 use crate::store::{outbox, StoreError};
 pub use endpoints::{Endpoint, EndpointError, Target};
@@ -206,12 +207,7 @@ impl Outbound {
 }
 
 impl crate::events::OutboxSink for Outbound {
-    fn enqueue<'a>(
-        &'a self,
-        pool: &'a MySqlPool,
-        rows: &'a [EventRow],
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), StoreError>> + Send + 'a>>
-    {
+    fn enqueue<'a>(&'a self, pool: &'a MySqlPool, rows: &'a [EventRow]) -> Enqueued<'a> {
         Box::pin(enqueue(pool, self, rows))
     }
 }
