@@ -61,6 +61,14 @@ pub struct DemoOutcome {
     pub sample_urls: Vec<(String, String)>,
 }
 
+/// The seal key the demo builds with: its secret, and whether it is new
+/// (made by this run: recorded as the current key).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DemoSeal<'a> {
+    pub secret: Option<&'a str>,
+    pub new_secret: bool,
+}
+
 /// Migrate, create partitions, load the suppression list, build the fixture
 /// mailing into `dir/letters.jsonl`, its pictures at `image_base` if given
 /// (`newsletter_for`).
@@ -69,7 +77,7 @@ pub async fn prepare(
     base_url: &str,
     image_base: Option<&str>,
     dir: &Path,
-    secret: Option<&str>,
+    seal: DemoSeal<'_>,
 ) -> anyhow::Result<DemoOutcome> {
     let pool = store::migrate(database_url)
         .await
@@ -117,7 +125,9 @@ pub async fn prepare(
         return_path: None,
         summary: None,
         max_letter_bytes: builder::DEFAULT_MAX_LETTER_BYTES,
-        secret: secret.map(str::to_owned),
+        secret: seal.secret.map(str::to_owned),
+        new_secret: seal.new_secret,
+        columns: Vec::new(),
         letter_by_letter: false,
     };
     let summary = builder::run(&pool, &options).await?;

@@ -58,7 +58,9 @@ pub(super) async fn build(url: &str, args: &BuildArgs) -> anyhow::Result<ExitCod
         return_path: args.return_path.clone(),
         summary: Some(summary_path),
         max_letter_bytes: args.max_letter_bytes,
-        secret: args.secret.clone(),
+        secret: args.seal.secret.clone(),
+        new_secret: args.seal.new_secret,
+        columns: args.column.clone(),
         letter_by_letter: args.letter_by_letter,
     };
     let summary = builder::run(&pool, &options).await?;

@@ -12,7 +12,7 @@ use std::time::Duration;
 /// `linktrack serve`: refuses a placeholder or short secret before anything
 /// starts (a compose file's `change-me` must not reach production).
 pub(super) async fn serve(url: &str, args: &ServeArgs) -> anyhow::Result<()> {
-    super::args::serve::check_secret("LINKTRACK_SECRET", args.secret.as_deref())?;
+    super::args::serve::check_secret("LINKTRACK_SECRET", args.seal.current.secret.as_deref())?;
     super::args::serve::check_secret("LINKTRACK_API_TOKEN", args.api_token.as_deref())?;
     super::args::serve::check_secret("LINKTRACK_ADMIN_TOKEN", args.admin_token.as_deref())?;
     run_server(url, args, false).await
@@ -41,7 +41,9 @@ async fn run_server(url: &str, args: &ServeArgs, demo: bool) -> anyhow::Result<(
             ..ServerSettings::default()
         },
         api_token: args.api_token.clone(),
-        secret: args.secret.clone(),
+        secret: args.seal.current.secret.clone(),
+        previous_secrets: args.seal.secrets()?.previous,
+        new_secret: args.seal.current.new_secret,
         live: live_layer(&args.live)?,
         rollup_every: (args.rollup_every > 0).then(|| Duration::from_secs(args.rollup_every)),
         rollup: crate::store::rollup::RollupOptions {
@@ -100,9 +102,9 @@ pub(super) async fn demo(url: &str, args: &DemoArgs) -> anyhow::Result<()> {
     // another for the server made every printed link 404).
     std::fs::create_dir_all(&args.dir)
         .with_context(|| format!("creating {}", args.dir.display()))?;
-    let secret = match std::env::var("LINKTRACK_SECRET") {
-        Ok(secret) => secret,
-        Err(_) => saved_random_hex(&args.dir.join("cookie-key"), args.new_token)?,
+    let (secret, new_secret) = match std::env::var("LINKTRACK_SECRET") {
+        Ok(secret) => (secret, false),
+        Err(_) => demo_secret(&args.dir, args.new_token)?,
     };
     // The fixture's pictures come from a stand-in CDN on a free loopback
     // port, so the proxied image shows a picture.
@@ -110,8 +112,11 @@ pub(super) async fn demo(url: &str, args: &DemoArgs) -> anyhow::Result<()> {
         .await
         .context("listening for the demo's pictures")?;
     let cdn_base = format!("http://{}", cdn.local_addr()?);
-    let outcome =
-        crate::demo::prepare(url, &base_url, Some(&cdn_base), &args.dir, Some(&secret)).await?;
+    let seal = crate::demo::DemoSeal {
+        secret: Some(&secret),
+        new_secret,
+    };
+    let outcome = crate::demo::prepare(url, &base_url, Some(&cdn_base), &args.dir, seal).await?;
     print_outcome(&outcome, args);
     if args.no_serve {
         return Ok(());
@@ -181,7 +186,15 @@ async fn demo_serve_args(
         max_connections: crate::server::listen::DEFAULT_MAX_CONNECTIONS,
         trust_forwarded_for: false,
         api_token: Some(api_token),
-        secret: Some(secret),
+        seal: super::args::secrets::RingArgs {
+            current: super::args::secrets::SecretArgs {
+                secret: Some(secret),
+                new_secret: false,
+            },
+            previous_secrets: None,
+            previous_secrets_file: Some(args.dir.join(DEMO_PREVIOUS_SECRETS))
+                .filter(|path| path.exists()),
+        },
         rollup_every: 2,
         // The demo's clicks show within seconds.
         verdicts: super::args::serve::VerdictArgs {
@@ -245,16 +258,48 @@ fn outbound_from_env() -> anyhow::Result<OutboundArgs> {
     Ok(OutboundArgs::from_arg_matches(&matches)?)
 }
 
+/// Where the demo keeps its secret (the seal key's and the login
+/// cookies'), and the secrets `--new-token` replaced: the demo's server
+/// opens the tokens of earlier runs with them (its key ring).
+const DEMO_SECRET: &str = "cookie-key";
+const DEMO_PREVIOUS_SECRETS: &str = "previous-secrets";
+
+/// The demo's secret, and whether it is new (made now): a replaced one
+/// goes to the ring's file.
+fn demo_secret(dir: &std::path::Path, renew: bool) -> anyhow::Result<(String, bool)> {
+    let path = dir.join(DEMO_SECRET);
+    let before = read_saved_hex(&path);
+    if let (Some(saved), false) = (&before, renew) {
+        return Ok((saved.clone(), false));
+    }
+    let made = saved_random_hex(&path, true)?;
+    if let Some(old) = before {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let ring = dir.join(DEMO_PREVIOUS_SECRETS);
+        std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .open(&ring)
+            .and_then(|mut file| writeln!(file, "{old}"))
+            .with_context(|| format!("saving {}", ring.display()))?;
+    }
+    Ok((made, true))
+}
+
+/// The 128-bit hex value saved in `path`, if it holds one.
+fn read_saved_hex(path: &std::path::Path) -> Option<String> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let saved = text.trim();
+    (saved.len() == 32 && saved.bytes().all(|b| b.is_ascii_hexdigit())).then(|| saved.to_owned())
+}
+
 /// The 128-bit hex value saved in `path`, made (and saved) when the file is
 /// missing, unreadable as one, or `renew` is set.
 fn saved_random_hex(path: &std::path::Path, renew: bool) -> anyhow::Result<String> {
-    if !renew {
-        if let Ok(text) = std::fs::read_to_string(path) {
-            let saved = text.trim();
-            if saved.len() == 32 && saved.bytes().all(|b| b.is_ascii_hexdigit()) {
-                return Ok(saved.to_owned());
-            }
-        }
+    if let (Some(saved), false) = (read_saved_hex(path), renew) {
+        return Ok(saved);
     }
     let made = random_hex();
     // Readable by its owner only: the token opens the dashboard.

@@ -13,7 +13,7 @@
 //!    a worker reading `events` sees every event of this run on its way out.
 
 use super::listen::{self, ConnectionLimits};
-use super::state::{AppState, ServerSettings};
+use super::state::{AppState, SealLoadError, ServerSettings};
 use super::stats::{StatsError, StatsState};
 use super::{handlers, metrics, public_router, ServeError};
 use crate::events::journal::JournalSettings;
@@ -21,6 +21,7 @@ use crate::events::EventPipeline;
 use crate::live::Live;
 use crate::outbound::Outbound;
 use crate::store::rollup::RollupOptions;
+use crate::store::seal_keys::RingSecrets;
 use crate::workers::Workers;
 use axum::routing::get;
 use axum::Router;
@@ -40,8 +41,13 @@ pub struct AppSettings {
     pub journal: JournalSettings,
     /// Bearer token of the stats API and dashboard; `None` turns them off.
     pub api_token: Option<String>,
-    /// Key of the dashboard login cookie; `None` turns the login form off.
+    /// `LINKTRACK_SECRET`: the current seal key's secret, and the key of
+    /// the dashboard login; `None` turns the login form off.
     pub secret: Option<String>,
+    /// Earlier keys' secrets: tokens sealed with them still open.
+    pub previous_secrets: Vec<String>,
+    /// `secret` is a new key: record it as the current one.
+    pub new_secret: bool,
     /// The Redis live layer, when configured.
     pub live: Option<Live>,
     /// Run the rollup worker in this process this often; `None`: not here.
@@ -68,6 +74,8 @@ impl AppSettings {
             journal,
             api_token: None,
             secret: None,
+            previous_secrets: Vec::new(),
+            new_secret: false,
             live: None,
             rollup_every: None,
             rollup: RollupOptions::default(),
@@ -139,7 +147,12 @@ impl App {
         )?;
         stats.auth.secure_cookie = settings.server.base_url.starts_with("https://");
         stats.auth.trust_forwarded_for = settings.server.trust_forwarded_for;
-        load_seal(&state, settings.secret.clone()).await;
+        let secrets = crate::store::seal_keys::RingSecrets {
+            current: settings.secret.clone(),
+            previous: settings.previous_secrets.clone(),
+            new_secret: settings.new_secret,
+        };
+        load_seal(&state, secrets).await?;
         start_workers(&settings, &mut workers);
         Ok(App {
             public: listener,
@@ -272,21 +285,37 @@ fn start_workers(settings: &AppSettings, workers: &mut Workers) {
     crate::outbound::start_senders(&settings.pool, &settings.outbound, server, workers);
 }
 
-/// Read the token seal now if the database answers, else keep trying in
-/// the background: the server starts while the database is down, and
-/// serves tokens as legacy ones (kind from the row) until the seal is read.
-async fn load_seal(state: &AppState, secret: Option<String>) {
-    let Err(err) = state.load_seal(secret.as_deref()).await else {
-        return;
+/// Open the token seal key ring now if the database answers, else keep
+/// trying in the background: the server starts while the database is
+/// down, and serves tokens as legacy ones (kind from the row) until the
+/// ring is read. A ring the database refuses stops the start here; found
+/// refused later (the database was down at the start), it is logged and
+/// never loaded, and tokens go on being served by their rows alone.
+async fn load_seal(state: &AppState, secrets: RingSecrets) -> Result<(), ServeError> {
+    let err = match state.load_seal(&secrets).await {
+        Ok(()) => return Ok(()),
+        Err(SealLoadError::Refused(refusal)) => return Err(ServeError::SealKey(refusal)),
+        Err(SealLoadError::Unavailable(err)) => err,
     };
     tracing::warn!(%err, "token seal not read; retrying every second");
     let state = state.clone();
     tokio::spawn(async move {
-        while state.load_seal(secret.as_deref()).await.is_err() {
-            tokio::time::sleep(Duration::from_secs(1)).await;
+        loop {
+            match state.load_seal(&secrets).await {
+                Ok(()) => break tracing::info!("token seal read"),
+                Err(SealLoadError::Refused(refusal)) => {
+                    break tracing::error!(
+                        "{refusal}; until restarted with a ring the database knows, tokens are \
+                         served by their rows alone (expired links answer 410)"
+                    )
+                }
+                Err(SealLoadError::Unavailable(_)) => {
+                    tokio::time::sleep(Duration::from_secs(1)).await
+                }
+            }
         }
-        tracing::info!("token seal read");
     });
+    Ok(())
 }
 
 /// The operators' listener: readiness and metrics, off the public host;

@@ -1,5 +1,6 @@
 //! Flags of `build`.
 
+use super::secrets::SecretArgs;
 use super::serve::TrackingArgs;
 use clap::Args;
 use std::path::PathBuf;
@@ -106,10 +107,15 @@ pub struct BuildArgs {
     #[arg(long, value_name = "ADDRESS")]
     pub return_path: Option<String>,
 
-    /// Part of the key that seals tokens (docs/token.md): set it to the
-    /// server's LINKTRACK_SECRET, or the server cannot read the tokens'
-    /// kinds and templates. Unset on both is fine (the database's own
-    /// random key then seals alone).
-    #[arg(long, env = "LINKTRACK_SECRET", hide_env_values = true)]
-    pub secret: Option<String>,
+    #[command(flatten)]
+    pub seal: SecretArgs,
+
+    /// Which recipients column gives a field: FIELD=HEADER, repeatable
+    /// (`--column email="Contact Email" --column first_name=FNAME`).
+    /// Without it, headers match fields without case, padding or the
+    /// difference between spaces, underscores and hyphens, and the address
+    /// column of the common platforms' exports is found by its name
+    /// (docs/build.md, "Recipients").
+    #[arg(long, value_name = "FIELD=HEADER")]
+    pub column: Vec<crate::builder::ColumnMapping>,
 }

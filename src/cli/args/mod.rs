@@ -16,6 +16,7 @@
 pub mod build;
 pub mod database;
 pub mod demo;
+pub mod secrets;
 pub mod serve;
 pub mod stats;
 pub mod webhooks;
@@ -132,6 +133,11 @@ pub enum Command {
     /// letters (the same settings as `serve`).
     #[command(subcommand)]
     Webhooks(WebhooksCommand),
+    /// The seal keys of tracking tokens: list them, rotate to a new
+    /// LINKTRACK_SECRET, retire one whose secret is lost (docs/token.md,
+    /// "Rotating the secret").
+    #[command(subcommand)]
+    Secrets(secrets::SecretsCommand),
     /// A Spider cluster's data tables: move them to another data node (how
     /// a cluster grows; docs/scaling.md "Adding a data node").
     #[command(subcommand)]

@@ -86,10 +86,10 @@ pub struct ServeArgs {
     #[arg(long, env = "LINKTRACK_API_TOKEN", hide_env_values = true)]
     pub api_token: Option<String>,
 
-    /// Key that signs dashboard login cookies; unset turns the login form off
-    /// (the API and dashboard then take `Authorization: Bearer` only).
-    #[arg(long, env = "LINKTRACK_SECRET", hide_env_values = true)]
-    pub secret: Option<String>,
+    /// The seal key ring (LINKTRACK_SECRET, which also signs dashboard
+    /// logins: unset turns the login form off; and the previous secrets).
+    #[command(flatten)]
+    pub seal: super::secrets::RingArgs,
 
     /// Roll events up into the statistics tables every SECS seconds; 0 leaves
     /// it to a separate `linktrack stats rollup --every` process.
