@@ -22,4 +22,4 @@ CREATE TABLE IF NOT EXISTS seal_keys (
   how            VARCHAR(16) NOT NULL,
   retired_at     DATETIME(3) NULL     COMMENT 'UTC',
   PRIMARY KEY (fingerprint)
-) ENGINE=InnoDB DEFAULT CHARSET=ascii COLLATE=ascii_bin;
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_unicode_ci;

@@ -290,19 +290,19 @@ impl CheckedAddresses {
 
 pub(super) async fn erase(url: &str, args: &EraseArgs) -> anyhow::Result<()> {
     let pool = pool(url).await?;
-    let email = address::normalize(&args.email);
-    let report = store::erase::erase(&pool, &email).await?;
-    say!("{report}")?;
+    for address in args.addresses() {
+        let email = address::normalize(address);
+        let report = store::erase::erase(&pool, &email).await?;
+        say!("{report}")?;
+    }
     Ok(())
 }
 
 pub(super) async fn segment(url: &str, args: &SegmentArgs) -> anyhow::Result<()> {
     let live = live_layer(&args.live)?.context("segments need the live layer: set REDIS_URL")?;
     let pool = pool(url).await?;
-    let mut all = args.tag.clone();
-    all.extend(args.and.iter().cloned());
     let query = SegmentQuery {
-        all,
+        all: args.tag.clone(),
         any: args.or.clone(),
         none: args.not.clone(),
     };

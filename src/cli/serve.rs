@@ -38,6 +38,7 @@ async fn run_server(url: &str, args: &ServeArgs, demo: bool) -> anyhow::Result<(
             trust_forwarded_for: args.trust_forwarded_for,
             lookups_in_flight: args.lookups_in_flight as usize,
             images: demo_image_settings(demo),
+            bots: demo_bot_rules(demo),
             ..ServerSettings::default()
         },
         api_token: args.api_token.clone(),
@@ -47,7 +48,7 @@ async fn run_server(url: &str, args: &ServeArgs, demo: bool) -> anyhow::Result<(
         live: live_layer(&args.live)?,
         rollup_every: (args.rollup_every > 0).then(|| Duration::from_secs(args.rollup_every)),
         rollup: crate::store::rollup::RollupOptions {
-            verdicts: std::sync::Arc::new(args.verdicts.rules()?),
+            verdicts: std::sync::Arc::new(demo_verdict_rules(args.verdicts.rules()?, demo)),
             ..Default::default()
         },
         admin_listen: Some(args.admin_listen),
@@ -106,11 +107,10 @@ pub(super) async fn demo(url: &str, args: &DemoArgs) -> anyhow::Result<()> {
         Ok(secret) => (secret, false),
         Err(_) => demo_secret(&args.dir, args.new_token)?,
     };
-    // The fixture's pictures come from a stand-in CDN on a free loopback
-    // port, so the proxied image shows a picture.
-    let cdn = tokio::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
-        .await
-        .context("listening for the demo's pictures")?;
+    // The fixture's pictures come from a stand-in CDN on a loopback port,
+    // so the proxied image shows a picture; the same port as last time, so
+    // the image links of earlier runs keep working.
+    let cdn = demo_cdn_listener(&args.dir).await?;
     let cdn_base = format!("http://{}", cdn.local_addr()?);
     let seal = crate::demo::DemoSeal {
         secret: Some(&secret),
@@ -132,10 +132,38 @@ pub(super) async fn demo(url: &str, args: &DemoArgs) -> anyhow::Result<()> {
         args.listen
     );
     let serve_args = demo_serve_args(args, base_url, api_token, secret).await?;
+    crate::demo::deliver_now(url, &outcome).await?;
     let cdn = tokio::spawn(crate::server::serve_demo_images(cdn));
     let served = run_server(url, &serve_args, true).await;
     cdn.abort();
     served
+}
+
+/// Where the demo's stand-in CDN listens: the port saved in
+/// `DIR/cdn-port` by an earlier run when it is free, else a free one
+/// (saved for the next run; earlier runs' image links then answer 502).
+async fn demo_cdn_listener(dir: &std::path::Path) -> anyhow::Result<tokio::net::TcpListener> {
+    use std::net::Ipv4Addr;
+    let path = dir.join("cdn-port");
+    let saved: Option<u16> = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|text| text.trim().parse().ok());
+    if let Some(port) = saved.filter(|port| *port != 0) {
+        match tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, port)).await {
+            Ok(listener) => return Ok(listener),
+            Err(err) => println!(
+                "  the demo's pictures moved: port {port} is taken ({err}); the image links of \
+                 earlier runs answer 502"
+            ),
+        }
+    }
+    let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .await
+        .context("listening for the demo's pictures")?;
+    let port = listener.local_addr()?.port();
+    std::fs::write(&path, format!("{port}\n"))
+        .with_context(|| format!("saving {}", path.display()))?;
+    Ok(listener)
 }
 
 /// What the demo built, and the links to open (served or not).
@@ -207,6 +235,35 @@ async fn demo_serve_args(
         },
         outbound: outbound_from_env()?,
     })
+}
+
+/// The demo's letters are "delivered" as it starts serving and its
+/// reader clicks the printed links soon after: a click counts as a bot's
+/// (`too_fast`) only within [`crate::demo::DEMO_MIN_CLICK_DELAY`].
+fn demo_bot_rules(demo: bool) -> crate::bots::BotRules {
+    let rules = crate::bots::BotRules::default();
+    if demo {
+        crate::bots::BotRules {
+            min_click_delay: crate::demo::DEMO_MIN_CLICK_DELAY,
+            ..rules
+        }
+    } else {
+        rules
+    }
+}
+
+fn demo_verdict_rules(
+    rules: crate::bots::verdicts::VerdictRules,
+    demo: bool,
+) -> crate::bots::verdicts::VerdictRules {
+    if demo {
+        crate::bots::verdicts::VerdictRules {
+            min_click_delay: crate::demo::DEMO_MIN_CLICK_DELAY,
+            ..rules
+        }
+    } else {
+        rules
+    }
 }
 
 /// The image proxy's settings. `serve` fetches public addresses only; the
@@ -326,7 +383,38 @@ fn random_hex() -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::saved_random_hex;
+    use super::{demo_cdn_listener, demo_secret, saved_random_hex};
+
+    #[tokio::test]
+    async fn the_demo_cdn_keeps_its_port_across_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = demo_cdn_listener(dir.path()).await.unwrap();
+        let port = first.local_addr().unwrap().port();
+        drop(first);
+        let again = demo_cdn_listener(dir.path()).await.unwrap();
+        assert_eq!(again.local_addr().unwrap().port(), port);
+        // Taken (the first still listening): another port, saved.
+        let moved = demo_cdn_listener(dir.path()).await.unwrap();
+        let other = moved.local_addr().unwrap().port();
+        assert_ne!(other, port);
+        let saved = std::fs::read_to_string(dir.path().join("cdn-port")).unwrap();
+        assert_eq!(saved.trim(), other.to_string());
+    }
+
+    #[test]
+    fn a_new_demo_secret_keeps_the_old_one_in_the_ring() {
+        let dir = tempfile::tempdir().unwrap();
+        let (first, new) = demo_secret(dir.path(), false).unwrap();
+        assert!(new, "the first run makes the secret");
+        assert_eq!(
+            demo_secret(dir.path(), false).unwrap(),
+            (first.clone(), false)
+        );
+        let (second, new) = demo_secret(dir.path(), true).unwrap();
+        assert!(new && second != first);
+        let ring = std::fs::read_to_string(dir.path().join("previous-secrets")).unwrap();
+        assert_eq!(ring.trim(), first);
+    }
     use std::os::unix::fs::PermissionsExt;
 
     #[test]

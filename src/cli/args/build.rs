@@ -38,21 +38,21 @@ pub struct BuildArgs {
     pub max_letter_bytes: usize,
 
     /// Personalise and rewrite every letter from scratch instead of filling
-    /// in the mailing's plan (compiled once; README "Builder"). The letters
+    /// in the mailing's plan (compiled once; docs/build.md "The plan"). The letters
     /// are the same bytes either way; this is the slower reference path.
     #[arg(long)]
     pub letter_by_letter: bool,
 
     /// Recipients per batch; each batch's links are stored in one transaction.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, value_name = "N")]
     pub batch_size: usize,
 
     /// Threads building letters (default: one per core).
-    #[arg(long)]
+    #[arg(long, value_name = "N")]
     pub workers: Option<usize>,
 
     /// Letter IDs reserved per round trip to the `sequences` table.
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = 10_000, value_name = "N")]
     pub id_block: u64,
 
     /// Never draw the progress bar (it is only drawn on a terminal anyway).
@@ -65,7 +65,7 @@ pub struct BuildArgs {
     /// Deliver every letter to this MTA over SMTP, once its links are stored:
     /// smtp://host:port, smtp://host:port?tls=required (STARTTLS), smtps://…
     /// (implicit TLS); user:password@ in the URL for AUTH. A re-run delivers
-    /// nothing twice (see README "Delivery").
+    /// nothing twice (see docs/build.md "Delivery over SMTP").
     #[arg(
         long,
         env = "LINKTRACK_SMTP_URL",
@@ -75,7 +75,7 @@ pub struct BuildArgs {
     pub smtp: Option<String>,
 
     /// A pools file (TOML): each pool's SMTP URLs and connections per MTA;
-    /// the mailing's `pool` picks its entry (see README "Delivery"). Checked
+    /// the mailing's `pool` picks its entry (see docs/build.md "Delivery over SMTP"). Checked
     /// before any letter is built. Takes the place of --smtp.
     #[arg(
         long,
@@ -86,7 +86,7 @@ pub struct BuildArgs {
     pub pools: Option<PathBuf>,
 
     /// SMTP connections used in parallel (per MTA with --pools).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_name = "N")]
     pub smtp_connections: u32,
 
     /// Messages sent over one SMTP connection before it is closed (QUIT)
@@ -96,11 +96,11 @@ pub struct BuildArgs {
     pub smtp_messages_per_connection: Option<u32>,
 
     /// Retries of a temporary failure (4xx, refused, timeout) per letter.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_name = "N")]
     pub smtp_retries: u32,
 
     /// Wait before the first retry, in milliseconds; it doubles each time.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, value_name = "MS")]
     pub smtp_backoff_ms: u64,
 
     /// Envelope sender (Return-Path) for bounces; default the mailing's From.

@@ -12,7 +12,12 @@ pub struct SecretArgs {
     /// logins. The database records each key's fingerprint: a key it does
     /// not know is refused, naming the fix, unless --new-secret says it is
     /// new. Unset is a key too (the database's random key alone).
-    #[arg(long, env = "LINKTRACK_SECRET", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "LINKTRACK_SECRET",
+        hide_env_values = true,
+        value_name = "SECRET"
+    )]
     pub secret: Option<String>,
 
     /// LINKTRACK_SECRET is a new key: record it as the current one (as

@@ -66,7 +66,7 @@ impl TestDb {
 /// Data node servers (no database part, comma-separated) from
 /// `LINKTRACK_TEST_SHARDS`: when set, every test database is a Spider head
 /// on `LINKTRACK_TEST_MYSQL` over databases of the same name on these
-/// nodes, so the whole suite runs against a cluster (README "Testing on a
+/// nodes, so the whole suite runs against a cluster (docs/scaling.md "Testing on a
 /// cluster"). Unset: a single server.
 fn test_shards() -> Option<Vec<String>> {
     std::env::var("LINKTRACK_TEST_SHARDS")
