@@ -23,3 +23,12 @@ CREATE TABLE IF NOT EXISTS seal_keys (
   retired_at     DATETIME(3) NULL     COMMENT 'UTC',
   PRIMARY KEY (fingerprint)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_unicode_ci;
+
+-- From when keys are recorded: 0 when `links` was empty at this migration
+-- (a fresh install: its first key is recorded as it is), else this
+-- moment: the first key an upgraded install meets is recorded only if it
+-- opens the tokens stored before it (src/store/seal_keys.rs).
+ALTER TABLE token_format ADD COLUMN keys_recorded_since_ms BIGINT UNSIGNED NOT NULL DEFAULT 0;
+UPDATE token_format
+   SET keys_recorded_since_ms =
+       IF(EXISTS (SELECT 1 FROM links LIMIT 1), FLOOR(UNIX_TIMESTAMP(NOW(3)) * 1000), 0);

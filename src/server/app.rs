@@ -103,6 +103,14 @@ impl App {
     /// Recover the journal, start the event pipeline and the background
     /// workers, bind the admin listener.
     pub async fn build(settings: AppSettings, listener: TcpListener) -> Result<App, ServeError> {
+        // The seal key ring first: a ring the database refuses stops the
+        // start before anything runs.
+        let secrets = RingSecrets {
+            current: settings.secret.clone(),
+            previous: settings.previous_secrets.clone(),
+            new_secret: settings.new_secret,
+        };
+        let ring = first_seal(&settings.pool, &secrets, settings.server.keep_days).await?;
         let admin = match settings.admin_listen {
             Some(addr) => Some(
                 TcpListener::bind(addr)
@@ -147,12 +155,10 @@ impl App {
         )?;
         stats.auth.secure_cookie = settings.server.base_url.starts_with("https://");
         stats.auth.trust_forwarded_for = settings.server.trust_forwarded_for;
-        let secrets = crate::store::seal_keys::RingSecrets {
-            current: settings.secret.clone(),
-            previous: settings.previous_secrets.clone(),
-            new_secret: settings.new_secret,
-        };
-        load_seal(&state, secrets).await?;
+        match ring {
+            Some(opened) => state.set_seal(opened),
+            None => load_seal_later(&state, secrets),
+        }
         start_workers(&settings, &mut workers);
         Ok(App {
             public: listener,
@@ -285,19 +291,35 @@ fn start_workers(settings: &AppSettings, workers: &mut Workers) {
     crate::outbound::start_senders(&settings.pool, &settings.outbound, server, workers);
 }
 
-/// Open the token seal key ring now if the database answers, else keep
-/// trying in the background: the server starts while the database is
-/// down, and serves tokens as legacy ones (kind from the row) until the
-/// ring is read. A ring the database refuses stops the start here; found
-/// refused later (the database was down at the start), it is logged and
-/// never loaded, and tokens go on being served by their rows alone.
-async fn load_seal(state: &AppState, secrets: RingSecrets) -> Result<(), ServeError> {
-    let err = match state.load_seal(&secrets).await {
-        Ok(()) => return Ok(()),
-        Err(SealLoadError::Refused(refusal)) => return Err(ServeError::SealKey(refusal)),
-        Err(SealLoadError::Unavailable(err)) => err,
-    };
-    tracing::warn!(%err, "token seal not read; retrying every second");
+/// Open the token seal key ring now if the database answers (`None`
+/// when it does not: [`load_seal_later`]). A ring the database refuses
+/// stops the start.
+async fn first_seal(
+    pool: &MySqlPool,
+    secrets: &RingSecrets,
+    keep_days: u32,
+) -> Result<Option<crate::store::seal_keys::OpenedRing>, ServeError> {
+    let purpose = crate::store::seal_keys::Purpose::Serve { keep_days };
+    let open = crate::store::seal_keys::open_ring(pool, secrets, purpose);
+    match tokio::time::timeout(Duration::from_secs(5), open).await {
+        Ok(Ok(opened)) => Ok(Some(opened)),
+        Ok(Err(crate::store::StoreError::SealKey(refusal))) => Err(ServeError::SealKey(refusal)),
+        Ok(Err(err)) => {
+            tracing::warn!(%err, "token seal not read; retrying every second");
+            Ok(None)
+        }
+        Err(_) => {
+            tracing::warn!("token seal not read (no answer in 5 s); retrying every second");
+            Ok(None)
+        }
+    }
+}
+
+/// The server started while the database was down: keep trying in the
+/// background, serving tokens as legacy ones (kind from the row) until the
+/// ring is read. Refused then, the refusal is logged and the ring never
+/// loaded: tokens go on being served by their rows alone.
+fn load_seal_later(state: &AppState, secrets: RingSecrets) {
     let state = state.clone();
     tokio::spawn(async move {
         loop {
@@ -315,7 +337,6 @@ async fn load_seal(state: &AppState, secrets: RingSecrets) -> Result<(), ServeEr
             }
         }
     });
-    Ok(())
 }
 
 /// The operators' listener: readiness and metrics, off the public host;

@@ -159,6 +159,14 @@ impl AppState {
         self.seal.get()
     }
 
+    /// Use `opened` as the seal key ring (its warnings are logged here).
+    pub fn set_seal(&self, opened: seal_keys::OpenedRing) {
+        for warning in &opened.warnings {
+            tracing::warn!("{warning}");
+        }
+        let _ = self.seal.set(opened.ring);
+    }
+
     /// Open the seal key ring (`token_format`, `seal_keys`). Until it is
     /// read, tokens are served as legacy ones (kind from the row). A ring
     /// the database refuses is never loaded: tokens are then served by
@@ -178,10 +186,7 @@ impl AppState {
                 return Err(SealLoadError::Unavailable(err));
             }
         };
-        for warning in &opened.warnings {
-            tracing::warn!("{warning}");
-        }
-        let _ = self.seal.set(opened.ring);
+        self.set_seal(opened);
         Ok(())
     }
 

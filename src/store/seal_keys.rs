@@ -256,7 +256,8 @@ pub struct OpenedRing {
     pub warnings: Vec<String>,
 }
 
-/// Tokens a first-seen key is checked against: the newest sealed ones.
+/// Tokens a first-seen key is checked against: the newest sealed ones
+/// made before keys were recorded.
 const SAMPLE: usize = 16;
 
 /// Open `secrets`' ring for `purpose`: derive its keys from
@@ -269,22 +270,43 @@ pub async fn open_ring(
     purpose: Purpose,
 ) -> Result<OpenedRing, StoreError> {
     let mut tx = pool.begin().await?;
+    match decide_and_record(&mut tx, secrets, purpose).await {
+        Ok(opened) => {
+            tx.commit().await?;
+            Ok(opened)
+        }
+        Err(err) => {
+            // Now, not when the connection is next used: the transaction
+            // holds token_format's row, which every other ring check waits for.
+            let _ = tx.rollback().await;
+            Err(err)
+        }
+    }
+}
+
+async fn decide_and_record(
+    tx: &mut MySqlConnection,
+    secrets: &RingSecrets,
+    purpose: Purpose,
+) -> Result<OpenedRing, StoreError> {
     // Holding token_format's one row: ring checks and records take turns.
-    let row: Option<(u64, Vec<u8>)> = sqlx::query_as(
-        "SELECT sealed_since_ms, install_key FROM token_format WHERE id = 1 FOR UPDATE",
+    let row: Option<(u64, Vec<u8>, u64)> = sqlx::query_as(
+        "SELECT sealed_since_ms, install_key, keys_recorded_since_ms FROM token_format \
+         WHERE id = 1 FOR UPDATE",
     )
     .fetch_optional(&mut *tx)
     .await?;
-    let (sealed_since_ms, install_key) = row.ok_or_else(|| StoreError::Corrupt {
-        table: "token_format",
-        detail: "its one row is missing (run `linktrack migrate`)".into(),
-    })?;
+    let (sealed_since_ms, install_key, recorded_since_ms) =
+        row.ok_or_else(|| StoreError::Corrupt {
+            table: "token_format",
+            detail: "its one row is missing (run `linktrack migrate`)".into(),
+        })?;
     let derive = |secret: Option<&str>| TokenSeal::derive(secret, &install_key, sealed_since_ms);
     let current = derive(secrets.current.as_deref());
     let previous = secrets.previous.iter().map(|s| derive(Some(s))).collect();
     let ring = SealRing::new(current, previous);
     let fingerprints: Vec<String> = ring.keys().iter().map(TokenSeal::fingerprint).collect();
-    let records = list_in(&mut tx).await?;
+    let records = list_in(&mut *tx).await?;
     let today = Utc::now().date_naive();
     let unset = secrets.current.is_none();
     let verdict = decide(
@@ -298,9 +320,10 @@ pub async fn open_ring(
     .map_err(StoreError::SealKey)?;
     match verdict.decision {
         Decision::Known => {}
-        Decision::MakeCurrent { how } => make_current(&mut tx, &fingerprints[0], how).await?,
+        Decision::MakeCurrent { how } => make_current(&mut *tx, &fingerprints[0], how).await?,
         Decision::FirstSeen => {
-            let (opened, sampled) = opens_stored_tokens(&mut tx, ring.current()).await?;
+            let (opened, sampled) =
+                opens_stored_tokens(&mut *tx, ring.current(), recorded_since_ms).await?;
             if opened < sampled {
                 return Err(StoreError::SealKey(KeyRefusal::OpensNoStoredToken {
                     unset,
@@ -309,13 +332,12 @@ pub async fn open_ring(
                 }));
             }
             let how = if sampled == 0 { "first" } else { "adopted" };
-            make_current(&mut tx, &fingerprints[0], how).await?;
+            make_current(&mut *tx, &fingerprints[0], how).await?;
         }
     }
     if purpose == Purpose::Build {
-        mark_sealed_on(&mut tx, &fingerprints[0], today).await?;
+        mark_sealed_on(&mut *tx, &fingerprints[0], today).await?;
     }
-    tx.commit().await?;
     Ok(OpenedRing {
         ring,
         warnings: verdict.warnings,
@@ -402,16 +424,20 @@ pub async fn sealed_on(
     mark_sealed_on(&mut conn, &seal.fingerprint(), day).await
 }
 
-/// Of the newest sealed tokens in `links` (at most [`SAMPLE`]), how many
-/// `seal` opens to their row's kind, and how many there were. A wrong key
-/// opens a token to a random 3-bit kind: all of 16 match by chance once
-/// in 2^48.
+/// Of the newest sealed tokens stored before keys were recorded (at most
+/// [`SAMPLE`]; none on an install that had no links then), how many `seal`
+/// opens to their row's kind, and how many there were. A wrong key opens a
+/// token to a random 3-bit kind: all of 16 match by chance once in 2^48.
 async fn opens_stored_tokens(
     conn: &mut MySqlConnection,
     seal: &TokenSeal,
+    recorded_since_ms: u64,
 ) -> Result<(usize, usize), StoreError> {
+    if recorded_since_ms == 0 {
+        return Ok((0, 0));
+    }
     let rows: Vec<(Vec<u8>, LinkKind)> =
-        sqlx::query_as("SELECT uuid, kind FROM links ORDER BY id DESC LIMIT 64")
+        sqlx::query_as("SELECT uuid, kind FROM links ORDER BY id DESC LIMIT 256")
             .fetch_all(&mut *conn)
             .await?;
     let mut sampled = 0;
@@ -420,6 +446,9 @@ async fn opens_stored_tokens(
         let Ok(token) = Token::from_bytes(&bytes) else {
             continue;
         };
+        if token.unix_millis() >= recorded_since_ms {
+            continue;
+        }
         let Opened::Sealed(plain) = seal.open(&token) else {
             continue; // legacy: plain random bits, no key opens them
         };

@@ -137,7 +137,7 @@ async fn the_command_line_maps_columns_and_refuses_with_exit_1() {
     let dir = tempfile::tempdir().unwrap();
     let path = mailing(dir.path(), MAILING);
     let run = |extra: &[&str]| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_linktrack"))
+        std::process::Command::new(crate::common::linktrack_binary())
             .env("DATABASE_URL", &db.url)
             .env("RUST_LOG", "warn")
             .env_remove("LINKTRACK_SECRET")

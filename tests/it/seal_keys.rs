@@ -43,7 +43,7 @@ async fn build_with(db: &TestDb, dir: &Path, secret: &str) -> Vec<(LinkKind, Tok
 
 /// The binary with the test's database and these secrets.
 fn linktrack_with(db: &TestDb, secret: &str, previous: Option<&str>) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_linktrack"));
+    let mut command = Command::new(crate::common::linktrack_binary());
     command
         .env("DATABASE_URL", &db.url)
         .env("RUST_LOG", "warn")
@@ -334,8 +334,9 @@ async fn a_server_with_an_unknown_secret_does_not_start() {
     build_with(&db, dir.path(), OLD).await;
     let refusal = start_refused(&db, NEW, &[]).await;
     assert!(matches!(refusal, KeyRefusal::Unknown { .. }), "{refusal}");
-    // The binary: exit 1 before listening, the fix in the message.
-    let out = linktrack_with(&db, NEW, None)
+    // The binary: exit 1 before listening, the fix in the message (killed
+    // after 60 s if it serves instead, so the test fails rather than hangs).
+    let mut child = linktrack_with(&db, NEW, None)
         .args([
             "serve",
             "--listen",
@@ -343,8 +344,19 @@ async fn a_server_with_an_unknown_secret_does_not_start() {
             "--admin-listen",
             "127.0.0.1:0",
         ])
-        .output()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
@@ -398,10 +410,18 @@ async fn an_upgraded_installation_adopts_only_the_key_its_tokens_were_sealed_wit
     let db = TestDb::new().await;
     let dir = tempfile::tempdir().unwrap();
     build_with(&db, dir.path(), OLD).await;
+    // As the migration leaves an install that had links: no key recorded,
+    // keys recorded from now.
     sqlx::query("DELETE FROM seal_keys")
         .execute(&db.pool)
         .await
         .unwrap();
+    sqlx::query(
+        "UPDATE token_format SET keys_recorded_since_ms = FLOOR(UNIX_TIMESTAMP(NOW(3)) * 1000) + 1",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
     let refusal = start_refused(&db, NEW, &[]).await;
     assert_eq!(
         refusal,
