@@ -32,7 +32,8 @@ fn main() {
     let current = tokens_of(&seal);
     let old = tokens_of(&oldest);
     let fits = |kind: TokenKind| matches!(kind, TokenKind::Click | TokenKind::Honeypot);
-    let rounds: [(&str, &dyn Fn(&Token) -> Option<Opened>, &[Token]); 3] = [
+    type Open<'a> = &'a dyn Fn(&Token) -> Option<Opened>;
+    let rounds: [(&str, Open, &[Token]); 3] = [
         ("one key", &|t| Some(seal.open(t)), &current),
         (
             "ring of 3, current key's token",

@@ -170,7 +170,7 @@ pub enum SuppressionsCommand {
     /// Print the list: address, reason, time added (tab-separated).
     List {
         /// Print at most this many.
-        #[arg(long)]
+        #[arg(long, value_name = "N")]
         limit: Option<u64>,
     },
 }
@@ -209,7 +209,7 @@ pub enum TrackingOptoutsCommand {
     /// Print the list: address, source, time added (tab-separated).
     List {
         /// Print at most this many.
-        #[arg(long)]
+        #[arg(long, value_name = "N")]
         limit: Option<u64>,
     },
 }

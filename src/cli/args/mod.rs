@@ -320,9 +320,14 @@ mod tests {
             .chain(text.match_indices("docs/"))
         {
             let rest = &text[at..];
-            let Some(file_end) = rest.find(|c: char| c == ' ' || c == ',' || c == '"') else {
+            // `README "X"`, `docs/x.md, "X"`, `docs/x.md ("X"`: the name
+            // ends at a space or a comma, then the quoted section follows.
+            let Some(file_end) = rest.find([' ', ',', '"']) else {
                 continue;
             };
+            if rest[file_end..].starts_with('"') {
+                continue;
+            }
             let file = &rest[..file_end];
             let after = rest[file_end..].trim_start_matches([',', ' ', '(']);
             let Some(quoted) = after.strip_prefix('"') else {
