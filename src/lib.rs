@@ -65,7 +65,8 @@
 //! 13. [`live`]: the optional Redis live layer (counters, recent clicks, top
 //!     links, per-tag letter sets for segments).
 //! 14. [`delivery`]: sending mechanics: each letter as a complete RFC 5322
-//!     message (`delivery/message.rs`), SMTP with retries (`smtp.rs`), the
+//!     message (`delivery/message.rs`), SMTP sessions with pipelining and
+//!     retries (`smtp/`), the
 //!     pools file (`pools.rs`), the per-letter ledger (`ledger.rs`).
 //! 15. [`events`]: the event journal (`events/journal.rs`, its versioned
 //!     line in `journal_line.rs`), the fallback queue when it cannot write
