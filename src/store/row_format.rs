@@ -260,7 +260,7 @@ async fn algorithm_note(pool: &MySqlPool) -> Result<String, StoreError> {
     .await?;
     Ok(format!(
         "pages are compressed with the server's innodb_compression_algorithm = {algorithm} \
-         (server-wide; also loaded: {}); see README \"Storage\" for the figures",
+         (server-wide; also loaded: {}); see docs/design.md \"Storage: page compression\" for the figures",
         if providers.is_empty() {
             "none".to_owned()
         } else {

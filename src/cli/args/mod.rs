@@ -320,8 +320,8 @@ mod tests {
             .chain(text.match_indices("docs/"))
         {
             let rest = &text[at..];
-            // `README "X"`, `docs/x.md, "X"`, `docs/x.md ("X"`: the name
-            // ends at a space or a comma, then the quoted section follows.
+            // The file's name ends at a space or a comma (never a quote:
+            // that is a file named in code), then the quoted section follows.
             let Some(file_end) = rest.find([' ', ',', '"']) else {
                 continue;
             };
@@ -342,7 +342,8 @@ mod tests {
         found
     }
 
-    /// The headings of a Markdown file of the repository, lowercased.
+    /// The headings (and bold run-in titles) of a Markdown file of the
+    /// repository, lowercased.
     fn headings(file: &str) -> Vec<String> {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
         let text = std::fs::read_to_string(&path)
@@ -356,6 +357,20 @@ mod tests {
                 found.push(
                     line.trim_start_matches('#')
                         .trim()
+                        .replace('`', "")
+                        .to_lowercase(),
+                );
+            } else if let Some(run_in) = line
+                .trim_start_matches(['-', ' '])
+                .strip_prefix("**")
+                .and_then(|rest| rest.split_once("**"))
+                .filter(|_| !in_code)
+            {
+                // A paragraph's bold run-in title (`**From the KEY layout.**`).
+                found.push(
+                    run_in
+                        .0
+                        .trim_end_matches('.')
                         .replace('`', "")
                         .to_lowercase(),
                 );
@@ -416,7 +431,11 @@ mod tests {
                 .filter(|line| {
                     !line.contains("README \"Section\"") && !line.contains("match_indices")
                 })
-                .map(|line| line.trim_start_matches([' ', '/', '!']).to_owned() + "\n")
+                .map(|line| {
+                    line.trim_start_matches([' ', '/', '!'])
+                        .replace("\\\"", "\"")
+                        + "\n"
+                })
                 .collect();
             followed += assert_sections_exist(&file.display().to_string(), &text);
         }
