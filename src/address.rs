@@ -201,6 +201,84 @@ pub fn validate(address: &str) -> Result<(), AddressError> {
     Ok(())
 }
 
+/// Every spelling of a normalised address a row may hold: as normalised
+/// (A-labels) and with its domain's U-labels, the form releases before the
+/// A-label rule stored. Each once.
+pub fn spellings(address: &str) -> Vec<String> {
+    let normalised = normalize(address);
+    let unicode = for_display(&normalised);
+    if unicode == normalised {
+        vec![normalised]
+    } else {
+        vec![normalised, unicode]
+    }
+}
+
+/// The forms an address takes in stored text (a personalised URL, an MTA's
+/// reply, a payload): each spelling as it is, percent-encoded whole
+/// (every byte but `A-Z a-z 0-9 - . _ ~`), and with only `@` and non-ASCII
+/// bytes encoded (what most URL builders do).
+pub fn text_forms(address: &str) -> Vec<String> {
+    let mut forms = Vec::new();
+    for spelling in spellings(address) {
+        let whole = percent_encode(&spelling, |b| {
+            b.is_ascii_alphanumeric() || b"-._~".contains(&b)
+        });
+        let light = percent_encode(&spelling, |b| b.is_ascii() && b != b'@');
+        for form in [spelling, whole, light] {
+            if !forms.contains(&form) {
+                forms.push(form);
+            }
+        }
+    }
+    forms
+}
+
+/// `text` with every byte `keep` refuses written as `%XX`.
+fn percent_encode(text: &str, keep: impl Fn(u8) -> bool) -> String {
+    let mut out = String::with_capacity(text.len() * 3);
+    for byte in text.bytes() {
+        if keep(byte) {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+/// `text` with every form of `address` ([`text_forms`], ASCII case and the
+/// case of percent-escapes ignored) removed; `None` when it holds none.
+pub fn scrub(text: &str, address: &str) -> Option<String> {
+    let forms = text_forms(address);
+    let finder = aho_corasick::AhoCorasick::builder()
+        .ascii_case_insensitive(true)
+        .match_kind(aho_corasick::MatchKind::LeftmostLongest)
+        .build(&forms)
+        .ok()?;
+    if !finder.is_match(text) {
+        return None;
+    }
+    let nothing = vec![""; forms.len()];
+    Some(finder.replace_all(text, &nothing))
+}
+
+/// A piece of `address` long enough to find the rows that may hold it
+/// with a `LIKE '%…%'` (which the text columns' collation makes
+/// case-insensitive): its local part's longest run of ASCII letters and
+/// digits, which every form of [`text_forms`] contains.
+pub fn search_piece(address: &str) -> String {
+    let normalised = normalize(address);
+    let local = normalised
+        .rsplit_once('@')
+        .map_or(normalised.as_str(), |(l, _)| l);
+    local
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .max_by_key(|run| run.len())
+        .unwrap_or_default()
+        .to_owned()
+}
+
 /// The installation's key for hashing addresses (HMAC-SHA256): 32 random
 /// bytes made by the first `linktrack migrate` (`privacy_key`). What the
 /// suppression and opt-out lists keep of an erased address is its
@@ -374,9 +452,35 @@ mod tests {
 
     #[test]
     fn a_domain_idna_refuses_is_no_address() {
-        for bad in ["ann@xn--zz-.example", "ann@ex%ample.com", "ann@exa mple.com"] {
+        for bad in [
+            "ann@xn--zz-.example",
+            "ann@ex%ample.com",
+            "ann@exa mple.com",
+        ] {
             assert!(Email::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn scrub_takes_out_every_spelling_and_encoding() {
+        let url = "https://shop.example/?u=Carol%40xn--bcher-kva.example&v=carol%40b%C3%BCcher.example&w=carol@bücher.example#x";
+        let scrubbed = scrub(url, "carol@bücher.example").unwrap();
+        assert_eq!(scrubbed, "https://shop.example/?u=&v=&w=#x");
+        assert_eq!(scrub("nothing here", "carol@bücher.example"), None);
+        let reply = "550 5.1.1 <O'Brien@Example.ie>: Recipient address rejected";
+        assert_eq!(
+            scrub(reply, "o'brien@example.ie").as_deref(),
+            Some("550 5.1.1 <>: Recipient address rejected")
+        );
+        assert_eq!(
+            scrub("x=o%27brien%40example.ie", "o'brien@example.ie").as_deref(),
+            Some("x=")
+        );
+        assert_eq!(search_piece("o'brien@example.ie"), "brien");
+        assert_eq!(
+            spellings("carol@xn--bcher-kva.example"),
+            ["carol@xn--bcher-kva.example", "carol@bücher.example"]
+        );
     }
 
     #[test]
