@@ -61,7 +61,8 @@ impl EventPipeline {
     /// Recover the journal directory (segments a previous process left
     /// behind become replayable), then start the writer and the replayer.
     /// `outbox` takes each replayed batch (events out); every event is
-    /// screened with `privacy` (opt-outs, erasures) before it is stored.
+    /// screened with `privacy` (opt-outs, erasures) before it is stored;
+    /// links are read through `router` when there is one (a Spider head).
     /// The replayer runs on `replay_on` when given (the server's
     /// low-priority runtime), else on the current runtime.
     pub async fn start(
@@ -69,9 +70,14 @@ impl EventPipeline {
         settings: JournalSettings,
         outbox: Arc<dyn OutboxSink>,
         privacy: crate::privacy::Privacy,
+        router: Option<crate::store::cluster::Router>,
         replay_on: Option<tokio::runtime::Handle>,
     ) -> Result<Self, JournalError> {
-        let sinks = replay::Sinks { outbox, privacy };
+        let sinks = replay::Sinks {
+            outbox,
+            privacy,
+            router,
+        };
         let (next_segment, lock) = journal::recover(&settings.dir).await?;
         let (stop_writer, writer_stopped) = watch::channel(false);
         let (stop_replayer, replayer_stopped) = watch::channel(false);

@@ -50,11 +50,13 @@ impl ReplayError {
 }
 
 /// Where replayed events go besides `events`: the outbox, and the
-/// privacy view every event is screened with.
+/// privacy view every event is screened with; and where their links are
+/// read (on a Spider cluster, the data nodes, past the head).
 #[derive(Clone)]
 pub(crate) struct Sinks {
     pub outbox: Arc<dyn OutboxSink>,
     pub privacy: Privacy,
+    pub router: Option<crate::store::cluster::Router>,
 }
 
 /// Replay until told to stop, then make one final pass.
@@ -184,7 +186,7 @@ pub(crate) async fn store_events(
     // The view the whole batch is screened with; `erase` waits for
     // batches begun before its erasure (`Privacy::begin_store`).
     let view = sinks.privacy.begin_store(pool).await?;
-    let resolved = resolve_links(pool, events).await?;
+    let resolved = resolve_links(pool, sinks.router.as_ref(), events).await?;
     let screened = screen(view.privacy(), resolved);
     // Suppressions first: they matter more than the statistics, and once
     // the events are visible the suppressions are too.
@@ -234,13 +236,17 @@ fn screen(privacy: &Privacy, resolved: Vec<(EventRow, bool)>) -> Screened {
             out.rows.push(row);
             continue;
         }
-        let email = row.email.take().filter(|email| !email.is_empty());
-        let Some(email) = email.filter(|_| row.has_letter()) else {
-            row.forget_request();
-            if !last_open {
-                out.rows.push(row);
+        let email = match row.email.take() {
+            Some(email) if !email.is_empty() && row.has_letter() => email,
+            kept => {
+                // Nobody's letter: a shared row, a late hit, an erased letter.
+                row.email = kept;
+                row.forget_request();
+                if !last_open {
+                    out.rows.push(row);
+                }
+                continue;
             }
-            continue;
         };
         let made_at = Token::from_bytes(&row.token).map_or(row.occurred_at, |t| t.created_at());
         let unsubscribe = row.kind == EventKind::Unsubscribe;
@@ -334,6 +340,7 @@ const RESOLVE_STATEMENTS: usize = 4;
 /// deleted), the event is a late one, nobody's.
 async fn resolve_links(
     pool: &MySqlPool,
+    router: Option<&crate::store::cluster::Router>,
     events: Vec<Replayable>,
 ) -> Result<Vec<(EventRow, bool)>, StoreError> {
     let mut tokens: Vec<Token> = events
@@ -346,7 +353,10 @@ async fn resolve_links(
     }
     tokens.sort_unstable();
     tokens.dedup();
-    let found = links::lookup_many_concurrently(pool, &tokens, RESOLVE_STATEMENTS).await?;
+    let found = match router {
+        Some(router) => router.lookup_many(&tokens).await?,
+        None => links::lookup_many_concurrently(pool, &tokens, RESOLVE_STATEMENTS).await?,
+    };
     let mut rows = Vec::with_capacity(events.len());
     let mut unknown = 0u64;
     for Replayable { mut row, resolve } in events {

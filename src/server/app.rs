@@ -123,6 +123,9 @@ impl App {
         if let Err(err) = privacy.refresh(&pool).await {
             tracing::warn!(%err, "opt-outs and erasures not read yet; retrying in the background");
         }
+        // On a Spider head in the shard layout, lookups go to the data
+        // nodes: the requests' and the replay's.
+        let router = crate::store::cluster::Router::discover(&pool).await;
         // The replay runs with the senders at low priority: during a burst
         // the requests get the CPU, and the journal holds the events until
         // the replay catches up.
@@ -131,11 +134,10 @@ impl App {
             settings.journal.clone(),
             std::sync::Arc::new(settings.outbound.clone()),
             privacy.clone(),
+            router.clone(),
             workers.low_priority_runtime(),
         )
         .await?;
-        // On a Spider head in the shard layout, lookups go to the data nodes.
-        let router = crate::store::cluster::Router::discover(&pool).await;
         let state = AppState::new(
             pool.clone(),
             settings.server.clone(),
