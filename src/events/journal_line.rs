@@ -18,11 +18,10 @@
 //!
 //! * 3: the same fields, and a line no longer carries the reader's address
 //!   (issue 38: an address erased before the replay must not be written
-//!   back from the journal). A click, image load or honeypot click on one
-//!   reader's letter (`letter_id` above 0) without an `email` has it read
+//!   back from the journal). A hit on one reader's letter (`letter_id` above 0) without an `email` has it read
 //!   from the link's row at replay, by token; a row gone by then makes it
-//!   a late event, nobody's. An unsubscribe the server could not apply
-//!   carries the address still (the replay applies it). A line whose
+//!   a late event, nobody's (an unsubscribe too: the replay applies the
+//!   suppression of one the server could not, from the row). A line whose
 //!   token is all zeros was journaled for nobody (the reader withdrew from
 //!   tracking, `EventRow::withhold`) and is stored as it is.
 //!

@@ -240,7 +240,7 @@ fn screen(privacy: &Privacy, resolved: Vec<(EventRow, bool)>) -> Screened {
             Some(email) if !email.is_empty() && row.has_letter() => email,
             kept => {
                 // Nobody's letter: a shared row, a late hit, an erased letter.
-                row.email = kept;
+                row.email = kept.filter(|email| !email.is_empty());
                 row.forget_request();
                 if !last_open {
                     out.rows.push(row);

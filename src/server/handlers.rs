@@ -166,9 +166,10 @@ async fn nobodys_unsubscribe_page(
 /// the confirmation form. Any body is accepted: the POST itself is the
 /// request. Idempotent.
 ///
-/// If the link is cached but the database is away, the unsubscribe event in
-/// the journal carries the address, and the replay applies the suppression
-/// later: a one-click unsubscribe is sent once and must not be lost.
+/// If the link is cached but the database is away, the replay applies the
+/// suppression later, reading the address from the link's row (the journal
+/// holds no address): a one-click unsubscribe is sent once and must not be
+/// lost.
 pub(crate) async fn unsubscribe(
     State(state): State<AppState>,
     meta: RequestMeta,
@@ -194,7 +195,7 @@ pub(crate) async fn unsubscribe(
         Err(ServerError::Unavailable(err)) => Some(err),
         Err(err) => return Err(err),
     };
-    let journaled = state.journal_unsubscribe(token, &link, meta, deferred.is_some());
+    let journaled = state.journal_hit(EventKind::Unsubscribe, token, Some(&*link), meta);
     if let Some(err) = deferred {
         if !journaled {
             return Err(ServerError::Unavailable(err));

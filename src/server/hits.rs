@@ -1,9 +1,9 @@
 //! Turning a hit into an event: classify it, fill the row, journal it.
 //!
 //! What a journaled event holds about the person (docs/privacy.md):
-//! * never the address, but for an unsubscribe the server could not apply
-//!   itself (the database away): the replay reads it from the link's row,
-//!   so an address erased meanwhile is not written back;
+//! * never the address: the replay reads it from the link's row (and
+//!   applies an unsubscribe the server could not, the database away), so
+//!   an address erased meanwhile is not written back;
 //! * the request's network (/24, /48) and user agent only for a hit on one
 //!   reader's letter whose reader has not withdrawn: not for a row every
 //!   letter of a mailing shares (images, anonymous letters), a late hit
@@ -47,29 +47,7 @@ impl AppState {
         let letter = link.map(|l| (l.mailing_id.as_str(), l.letter_id, l.position));
         let verdict = self.classify(kind, token, letter, &meta, now);
         let row = self.event(kind, token, Named::link(link), meta, now, verdict);
-        self.journal(self.screened(row, link, None))
-    }
-
-    /// Journal an unsubscribe. The address goes into the journal only when
-    /// the handler could not suppress it (`deferred`: the database away),
-    /// for the replay to do it; otherwise the replay reads it from the row.
-    pub fn journal_unsubscribe(
-        &self,
-        token: Token,
-        link: &ServedLink,
-        meta: RequestMeta,
-        deferred: bool,
-    ) -> bool {
-        if !self.settings.record_events {
-            return true;
-        }
-        let now = Utc::now();
-        let kind = EventKind::Unsubscribe;
-        let letter = Some((link.mailing_id.as_str(), link.letter_id, link.position));
-        let verdict = self.classify(kind, token, letter, &meta, now);
-        let row = self.event(kind, token, Named::link(Some(link)), meta, now, verdict);
-        let email = deferred.then(|| link.email.clone());
-        self.journal(self.screened(row, Some(link), email))
+        self.journal(self.screened(row, link))
     }
 
     /// Journal a click on the letter's honeypot link: a bot by definition
@@ -81,7 +59,7 @@ impl AppState {
         let verdict = Some(crate::bots::verdicts::HONEYPOT.to_owned());
         let named = Named::link(Some(link));
         let row = self.event(EventKind::Click, token, named, meta, Utc::now(), verdict);
-        self.journal(self.screened(row, Some(link), None))
+        self.journal(self.screened(row, Some(link)))
     }
 
     /// Journal a late hit (issue 27): a token whose row is gone, answered
@@ -154,14 +132,8 @@ impl AppState {
     }
 
     /// What of `row` may be journaled, by whose letter `link` is (see the
-    /// module docs). `email`: the address an unsubscribe carries for the
-    /// replay (never withheld: the instruction is honoured, whoever asks).
-    fn screened(
-        &self,
-        mut row: EventRow,
-        link: Option<&ServedLink>,
-        email: Option<String>,
-    ) -> EventRow {
+    /// module docs).
+    fn screened(&self, mut row: EventRow, link: Option<&ServedLink>) -> EventRow {
         let Some(link) = link else {
             // An open, journaled with its token only: the replay screens it.
             return row;
@@ -184,7 +156,6 @@ impl AppState {
                 }
             }
         }
-        row.email = email.filter(|_| !row.is_withheld());
         row
     }
 
