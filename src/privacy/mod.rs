@@ -236,13 +236,24 @@ impl Privacy {
         self.read().opted_out.len()
     }
 
-    /// The heap the view's sets take, from their capacities (a hashbrown
-    /// table: 8 bytes a slot for the fingerprint and one control byte).
+    /// The heap the view's sets take: a hashbrown table of `buckets` slots
+    /// (a power of two, 7/8 of it usable) of the entry and one control byte.
     pub fn heap_bytes(&self) -> usize {
+        fn table(capacity: usize, entry: usize) -> usize {
+            if capacity == 0 {
+                return 0;
+            }
+            let buckets = (capacity * 8 / 7).next_power_of_two();
+            buckets * (entry + 1) + 16
+        }
         let view = self.read();
-        let slot = std::mem::size_of::<Fingerprint>() + 1;
-        let erased_slot = std::mem::size_of::<(Fingerprint, DateTime<Utc>)>() + 1;
-        view.opted_out.capacity() * slot + view.erased.capacity() * erased_slot
+        table(
+            view.opted_out.capacity(),
+            std::mem::size_of::<Fingerprint>(),
+        ) + table(
+            view.erased.capacity(),
+            std::mem::size_of::<(Fingerprint, DateTime<Utc>)>(),
+        )
     }
 
     /// Call `listener` with the fingerprints of erasures this server learns
