@@ -390,8 +390,10 @@ impl Privacy {
                     view.opted_out.remove(&row.fingerprint);
                 }
                 Change::Erase => {
-                    if !view.erased.contains_key(&row.fingerprint) {
-                        view.erased.insert(row.fingerprint, row.at);
+                    if let std::collections::hash_map::Entry::Vacant(entry) =
+                        view.erased.entry(row.fingerprint)
+                    {
+                        entry.insert(row.at);
                         newly_erased.push(row.fingerprint);
                     }
                 }

@@ -1,6 +1,6 @@
 //! Erasing an address (a data-subject request) from every table that can
 //! hold it (docs/privacy.md, "The copies"). `linktrack erase` runs
-//! [`crate::privacy::erase`], which records the erasure, waits for the
+//! [`crate::privacy::erase()`], which records the erasure, waits for the
 //! running servers to take it in, clears Redis and then calls [`scrub`];
 //! [`erase`] here is the database part alone.
 //!
@@ -136,7 +136,7 @@ fn said(entry: HashedEntry, meaning: &str) -> String {
 }
 
 /// Record the erasure and scrub the database, without waiting for running
-/// servers or touching Redis (see [`crate::privacy::erase`]).
+/// servers or touching Redis (see [`crate::privacy::erase()`]).
 pub async fn erase(pool: &MySqlPool, email: &str) -> Result<EraseReport, StoreError> {
     let key = super::privacy::load_key(pool).await?;
     let email = address::normalize(email);

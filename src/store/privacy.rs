@@ -157,7 +157,7 @@ pub async fn prune_changes(pool: &MySqlPool, age: Duration, limit: u32) -> Resul
 const FULL_LOAD_PAGE: u32 = 50_000;
 
 /// Call `each` with the fingerprint of every opted-out address, clear and
-/// hashed (a server's full load), a page of [`FULL_LOAD_PAGE`] entries at
+/// hashed (a server's full load), a page of `FULL_LOAD_PAGE` entries at
 /// a time by key (the list may hold millions). Returns how many.
 pub async fn for_each_opted_out(
     pool: &MySqlPool,

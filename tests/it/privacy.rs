@@ -534,6 +534,16 @@ async fn erase_leaves_the_address_in_no_table_no_redis_key_and_no_journal() {
     let _ = live.clear().await;
 }
 
+/// An event as stored: kind, address, letter, token (hex), network, user agent.
+type StoredRow = (
+    String,
+    Option<String>,
+    Option<u64>,
+    String,
+    Option<String>,
+    Option<String>,
+);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_opt_out_reaches_the_letters_already_sent_on_every_server() {
     let db = TestDb::with_days_since(days_ago(1)).await;
@@ -637,14 +647,7 @@ async fn an_opt_out_reaches_the_letters_already_sent_on_every_server() {
 
     // Stored: Ann's one click before, and after it nothing naming her:
     // no address, token, letter, network or user agent.
-    let rows: Vec<(
-        String,
-        Option<String>,
-        Option<u64>,
-        String,
-        Option<String>,
-        Option<String>,
-    )> = sqlx::query_as(
+    let rows: Vec<StoredRow> = sqlx::query_as(
         "SELECT CAST(kind AS CHAR), email, letter_id, LOWER(HEX(uuid)), ip, user_agent \
              FROM events WHERE mailing_id = 'm-opt' ORDER BY occurred_at, id",
     )
