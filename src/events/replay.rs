@@ -495,6 +495,83 @@ mod tests {
     }
 
     #[test]
+    fn the_screen_keeps_of_each_event_what_its_readers_choices_allow() {
+        use crate::address::AddressKey;
+        let key = AddressKey::new(&[3; 32]);
+        let made = Utc::now() - chrono::Duration::hours(1);
+        let privacy = Privacy::in_memory(
+            key.clone(),
+            &["out@example.com"],
+            &[("gone@example.com", Utc::now())],
+        );
+        let token = *crate::token::Token::at(made).as_bytes();
+        let hit = |kind, letter: u64, email: &str| EventRow {
+            kind,
+            token,
+            link_id: Some(9),
+            mailing_id: Some("m".into()),
+            letter_id: Some(letter),
+            email: Some(email.into()),
+            ip: Some("192.0.2.0".into()),
+            ..row()
+        };
+        let screened = screen(
+            &privacy,
+            vec![
+                (hit(EventKind::Click, 5, "in@example.com"), false),
+                (hit(EventKind::Click, 6, "out@example.com"), false),
+                (hit(EventKind::Unsubscribe, 6, "OUT@example.com"), false),
+                (hit(EventKind::Click, 7, "gone@example.com"), false),
+                (hit(EventKind::Unsubscribe, 7, "gone@example.com"), false),
+                (hit(EventKind::Image, 0, ""), false),
+                (hit(EventKind::Open, 5, "in@example.com"), true),
+                (hit(EventKind::Open, 6, "out@example.com"), true),
+            ],
+        );
+        let kept: Vec<(EventKind, Option<u64>, Option<&str>, bool, bool)> = screened
+            .rows
+            .iter()
+            .map(|r| {
+                let request = r.ip.is_some() || r.user_agent.is_some();
+                (
+                    r.kind,
+                    r.letter_id,
+                    r.email.as_deref(),
+                    request,
+                    r.is_withheld(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            kept,
+            [
+                (
+                    EventKind::Click,
+                    Some(5),
+                    Some("in@example.com"),
+                    true,
+                    false
+                ),
+                (EventKind::Click, Some(0), None, false, true),
+                (
+                    EventKind::Unsubscribe,
+                    Some(6),
+                    Some("OUT@example.com"),
+                    false,
+                    false
+                ),
+                (EventKind::Click, Some(7), None, false, false),
+                (EventKind::Unsubscribe, Some(7), None, false, false),
+                (EventKind::Image, Some(0), None, false, false),
+            ]
+        );
+        assert_eq!(screened.suppress, ["OUT@example.com"]);
+        assert_eq!(screened.suppress_hashed, [key.digest("gone@example.com")]);
+        let today = Utc::now().date_naive();
+        assert_eq!(screened.last_opens, [("in@example.com".to_owned(), today)]);
+    }
+
+    #[test]
     fn a_torn_tail_line_is_skipped() {
         let row = row();
         let line = line(&row);

@@ -472,6 +472,28 @@ impl Privacy {
         }
     }
 
+    /// A loaded view of these opt-outs and erasures, for tests of what
+    /// uses it (no database).
+    #[cfg(test)]
+    pub(crate) fn in_memory(
+        key: AddressKey,
+        opted_out: &[&str],
+        erased: &[(&str, DateTime<Utc>)],
+    ) -> Privacy {
+        let privacy = Privacy::new("test", PrivacySettings::default());
+        {
+            let mut view = privacy.write();
+            view.opted_out = opted_out.iter().map(|e| key.fingerprint(e)).collect();
+            view.erased = erased
+                .iter()
+                .map(|(e, at)| (key.fingerprint(e), *at))
+                .collect();
+            view.loaded = true;
+        }
+        let _ = privacy.0.key.set(key);
+        privacy
+    }
+
     fn read(&self) -> std::sync::RwLockReadGuard<'_, View> {
         // A panic while writing (none is known) leaves whole entries only.
         self.0.view.read().unwrap_or_else(|p| p.into_inner())
