@@ -528,7 +528,9 @@ mod tests {
                 (hit(EventKind::Open, 6, "out@example.com"), true),
             ],
         );
-        let kept: Vec<(EventKind, Option<u64>, Option<&str>, bool, bool)> = screened
+        /// Kind, letter, address, request details kept, withheld.
+        type Kept<'a> = (EventKind, Option<u64>, Option<&'a str>, bool, bool);
+        let kept: Vec<Kept<'_>> = screened
             .rows
             .iter()
             .map(|r| {
