@@ -68,7 +68,8 @@
 //!     journal replay; and `erase` across servers, tables and Redis
 //!     (`privacy/erase.rs`).
 //! 15. [`delivery`]: sending mechanics: each letter as a complete RFC 5322
-//!     message (`delivery/message.rs`), SMTP with retries (`smtp.rs`), the
+//!     message (`delivery/message.rs`), SMTP sessions with pipelining and
+//!     retries (`smtp/`), the
 //!     pools file (`pools.rs`), the per-letter ledger (`ledger.rs`).
 //! 16. [`events`]: the event journal (`events/journal.rs`, its versioned
 //!     line in `journal_line.rs`), the fallback queue when it cannot write

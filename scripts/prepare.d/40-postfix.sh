@@ -1,13 +1,27 @@
 #!/usr/bin/env bash
-# Postfix's smtp-sink: the delivery tests hand every letter to a real SMTP
-# server they start on a free port (no Postfix daemon is started or
-# configured on the machine).
+# Postfix: the delivery tests hand letters to real SMTP servers they start
+# themselves on free loopback ports: Postfix's smtp-sink, and private
+# Postfix instances (tests/it/common/postfix.rs: their own configuration,
+# queue and maildir in a temporary directory; STARTTLS with a certificate
+# made by openssl, AUTH through Cyrus SASL's sasldb). No Postfix daemon is
+# started or configured on the machine itself.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh.inc"
-if ! command -v smtp-sink >/dev/null && [ ! -x /usr/sbin/smtp-sink ]; then
-  say "smtp-sink is missing: installing Debian's postfix (no configuration)"
+if ! command -v postfix >/dev/null && [ ! -x /usr/sbin/postfix ]; then
+  say "postfix is missing: installing Debian's postfix (no configuration)"
   command -v debconf-set-selections >/dev/null \
     && echo "postfix postfix/main_mailer_type select No configuration" | debconf-set-selections
   apt_install postfix
 fi
+missing=()
+command -v saslpasswd2 >/dev/null || [ -x /usr/sbin/saslpasswd2 ] || missing+=(sasl2-bin)
+ls /usr/lib/*/sasl2/libplain.so >/dev/null 2>&1 || missing+=(libsasl2-modules)
+ls /usr/lib/*/sasl2/libsasldb.so >/dev/null 2>&1 || missing+=(libsasl2-modules-db)
+command -v openssl >/dev/null || missing+=(openssl)
+if [ ${#missing[@]} -gt 0 ]; then
+  say "for the Postfix instances' AUTH and STARTTLS: installing ${missing[*]}"
+  apt_install "${missing[@]}"
+fi
+getent passwd postfix >/dev/null || die "Debian's postfix package left no 'postfix' user"
 say "smtp-sink: $(command -v smtp-sink || echo /usr/sbin/smtp-sink)"
+say "postfix: $(/usr/sbin/postconf -d -h mail_version 2>/dev/null || echo '?'), saslpasswd2: $(command -v saslpasswd2 || echo /usr/sbin/saslpasswd2)"

@@ -6,11 +6,11 @@ use super::mailing::Mailing;
 use super::BuildError;
 use crate::address::Email;
 use crate::delivery::ledger;
-use crate::delivery::smtp::{self, Deliverer, Outcome, SmtpSettings};
+use crate::delivery::smtp::{self, Deliverer, Envelope, Lane, Outcome, SmtpSettings};
 use crate::delivery::DeliveryCounters;
 use crate::store::deliveries::{self, DeliveryStatus};
 use sqlx::MySqlPool;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tokio::task::JoinSet;
 
@@ -30,35 +30,105 @@ pub struct Delivered {
 /// Letters are marked `sending` this many rounds of connections ahead.
 const MARK_AHEAD: usize = 4;
 
-/// Hand one letter (already marked `sending`) to the MTA and record the
-/// outcome right after the reply, before its connection takes the next
-/// letter: a kill can leave at most the messages in flight (one per
-/// connection) handed over and unrecorded. The ledger commits the records
-/// of parallel letters together. A letter that was not taken is forgotten
-/// (nothing to doubt on the next run).
-async fn hand_over(
-    deliverer: &Deliverer,
+/// One letter waiting for a lane.
+struct Queued {
+    letter_id: u64,
+    line: u64,
+    email: Email,
+    message: String,
+}
+
+impl Queued {
+    fn envelope<'a>(&'a self, sender: &'a lettre::Address) -> Envelope<'a> {
+        Envelope {
+            from: sender,
+            to: self.email.as_str(),
+            message: self.message.as_bytes(),
+        }
+    }
+}
+
+/// What a lane worker needs besides its lane.
+#[derive(Clone)]
+struct LaneWork {
+    queue: async_channel::Receiver<Queued>,
+    ledger: ledger::Ledger,
+    sender: lettre::Address,
+    results: tokio::sync::mpsc::UnboundedSender<HandedOver>,
+    /// Set by the first letter that keeps failing: every lane stops taking
+    /// letters.
+    stop: Arc<AtomicBool>,
+}
+
+/// One lane's worker: take a letter from its MTA's queue, hand it over and
+/// record the outcome right after the reply, before the lane hands over
+/// the next letter: a kill can leave at most one handed-over letter per
+/// lane unrecorded. The ledger commits the records of parallel lanes
+/// together. The next letter, when already queued, is announced to the
+/// lane so its envelope travels with this letter's data. A letter that was
+/// not taken is forgotten (nothing to doubt on the next run); so is every
+/// letter left queued once the lanes stop.
+async fn lane_worker(mut lane: Lane, work: LaneWork) {
+    let mut next = work.queue.recv().await.ok();
+    while let Some(letter) = next.take() {
+        if work.stop.load(Ordering::Relaxed) {
+            report_not_attempted(&work, letter);
+            continue;
+        }
+        next = work.queue.try_recv().ok();
+        let outcome = lane
+            .deliver(
+                letter.envelope(&work.sender),
+                next.as_ref().map(|next| next.envelope(&work.sender)),
+            )
+            .await;
+        let recorded = record(&work.ledger, letter.letter_id, &outcome).await;
+        if matches!(outcome, Outcome::Failed(_)) || recorded.is_err() {
+            work.stop.store(true, Ordering::Relaxed);
+        }
+        let _ = work.results.send(HandedOver {
+            letter_id: letter.letter_id,
+            line: letter.line,
+            email: letter.email,
+            outcome: recorded.map(|()| Some(outcome)),
+            host: lane.host().to_owned(),
+        });
+        if next.is_none() {
+            next = work.queue.recv().await.ok();
+        }
+    }
+}
+
+/// A letter no lane tried: its `sending` mark goes, and its result says so.
+fn report_not_attempted(work: &LaneWork, letter: Queued) {
+    let _ = work.results.send(HandedOver {
+        letter_id: letter.letter_id,
+        line: letter.line,
+        email: letter.email,
+        outcome: Ok(None),
+        host: String::new(),
+    });
+}
+
+/// The ledger's record of one outcome, committed before the lane moves on.
+async fn record(
     ledger: &ledger::Ledger,
     letter_id: u64,
-    sender: &lettre::Address,
-    email: &str,
-    message: &str,
-) -> Result<Outcome, crate::store::StoreError> {
-    let outcome = deliverer.deliver(sender, email, message.as_bytes()).await;
-    match &outcome {
+    outcome: &Outcome,
+) -> Result<(), crate::store::StoreError> {
+    match outcome {
         Outcome::Delivered(reply) => {
             ledger
                 .outcome(letter_id, DeliveryStatus::Delivered, reply)
-                .await?
+                .await
         }
         Outcome::Rejected(reply) => {
             ledger
                 .outcome(letter_id, DeliveryStatus::Rejected, reply)
-                .await?
+                .await
         }
-        Outcome::Failed(_) => ledger.forget(letter_id).await?,
+        Outcome::Failed(_) => ledger.forget(letter_id).await,
     }
-    Ok(outcome)
 }
 
 /// SMTP delivery of one mailing's letters, recorded per letter.
@@ -122,8 +192,8 @@ impl Delivery {
         delivered: &mut Delivered,
     ) -> Result<(), BuildError> {
         let to_send = self.unsettled(letters, delivered).await?;
-        let tasks = self.hand_over_all(&to_send).await?;
-        self.count_outcomes(tasks, delivered).await
+        let handed_over = self.hand_over_all(&to_send).await?;
+        self.count_outcomes(handed_over, delivered).await
     }
 
     /// The letters no earlier run settled; the settled ones are counted as
@@ -157,91 +227,104 @@ impl Delivery {
             .collect())
     }
 
-    /// Start handing `to_send` over, `connections` at a time, each marked
-    /// `sending` a wave ahead; the tasks answer with their outcomes.
-    async fn hand_over_all(&self, to_send: &[&Letter]) -> Result<JoinSet<HandedOver>, BuildError> {
-        let permits = Arc::new(tokio::sync::Semaphore::new(self.connections));
+    /// Hand `to_send` over: one worker per lane of each MTA, each letter
+    /// queued for its MTA once it is marked `sending` (a wave of letters
+    /// per statement, ahead of the lanes). Stops queueing once a letter
+    /// keeps failing; returns every letter's result.
+    async fn hand_over_all(&self, to_send: &[&Letter]) -> Result<Vec<HandedOver>, BuildError> {
         let ledger = ledger::Ledger::start(self.pool.clone(), self.mailing_id.clone());
-        let mut tasks = JoinSet::new();
-        let wave_size = (self.connections * MARK_AHEAD).max(1);
-        for (n, letter) in to_send.iter().copied().enumerate() {
-            // Marked `sending` a wave ahead, in one statement per wave.
-            if n % wave_size == 0 {
-                let wave = to_send[n..].iter().take(wave_size);
-                ledger.sending(wave.map(|l| l.letter_id).collect()).await?;
-            }
-            let permit = Arc::clone(&permits)
-                .acquire_owned()
-                .await
-                .map_err(|e| BuildError::Internal(format!("delivery permits: {e}")))?;
-            // Spread over the pool's MTAs by letter id (stable across runs).
-            let Some(deliverer) = self
-                .deliverers
-                .get((letter.letter_id % self.deliverers.len().max(1) as u64) as usize)
-                .cloned()
-            else {
-                return Err(BuildError::Internal("a delivery without an MTA".into()));
+        let (results, mut answered) = tokio::sync::mpsc::unbounded_channel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut queues = Vec::with_capacity(self.deliverers.len());
+        let mut workers = JoinSet::new();
+        for deliverer in &self.deliverers {
+            let (queue, taken) = async_channel::bounded(deliverer.connections() * 2);
+            let work = LaneWork {
+                queue: taken,
+                ledger: ledger.clone(),
+                sender: self.sender.clone(),
+                results: results.clone(),
+                stop: Arc::clone(&stop),
             };
-            let sender = self.sender.clone();
-            let ledger = ledger.clone();
-            let (letter_id, line, email, message) = (
-                letter.letter_id,
-                letter.line,
-                letter.email.clone(),
-                letter.message.clone(),
-            );
-            tasks.spawn(async move {
-                let host = deliverer.host().to_owned();
-                let outcome = hand_over(
-                    &deliverer,
-                    &ledger,
-                    letter_id,
-                    &sender,
-                    email.as_str(),
-                    &message,
-                )
-                .await;
-                drop(permit);
-                HandedOver {
-                    letter_id,
-                    line,
-                    email,
-                    outcome,
-                    host,
-                }
-            });
+            for _ in 0..deliverer.connections() {
+                workers.spawn(lane_worker(deliverer.lane(), work.clone()));
+            }
+            queues.push(queue);
         }
-        Ok(tasks)
+        drop(results);
+        let wave_size = (self.connections * MARK_AHEAD).max(1);
+        let mut queued = 0;
+        for wave in to_send.chunks(wave_size) {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            ledger
+                .sending(wave.iter().map(|l| l.letter_id).collect())
+                .await?;
+            for letter in wave {
+                // Spread over the pool's MTAs by letter id (stable across runs).
+                let mta = (letter.letter_id % queues.len().max(1) as u64) as usize;
+                let Some(queue) = queues.get(mta) else {
+                    return Err(BuildError::Internal("a delivery without an MTA".into()));
+                };
+                let letter = Queued {
+                    letter_id: letter.letter_id,
+                    line: letter.line,
+                    email: letter.email.clone(),
+                    message: letter.message.clone(),
+                };
+                // Closed only if every lane of the MTA has ended, which
+                // they do only once the queues close.
+                if queue.send(letter).await.is_err() {
+                    break;
+                }
+            }
+            queued += wave.len();
+        }
+        drop(queues);
+        // Marked but never queued (the lanes stopped): not handed over.
+        for letter in to_send.iter().skip(queued) {
+            ledger.forget(letter.letter_id).await?;
+        }
+        while workers.join_next().await.is_some() {}
+        let mut handed_over = Vec::with_capacity(to_send.len());
+        while let Some(result) = answered.recv().await {
+            handed_over.push(result);
+        }
+        Ok(handed_over)
     }
 
-    /// Count each outcome as its task ends; the first temporary failure
-    /// is the batch's error, once every letter in flight has finished.
+    /// Count each outcome; the first temporary failure is the batch's
+    /// error, once every letter in flight has finished. A letter no lane
+    /// tried loses its `sending` mark.
     async fn count_outcomes(
         &self,
-        mut tasks: JoinSet<HandedOver>,
+        handed_over: Vec<HandedOver>,
         delivered: &mut Delivered,
     ) -> Result<(), BuildError> {
         let mut failure = None;
-        while let Some(joined) = tasks.join_next().await {
-            let HandedOver {
-                letter_id,
-                line,
-                email,
-                outcome,
-                host,
-            } = joined.map_err(|e| BuildError::Internal(format!("delivery task: {e}")))?;
+        let mut not_attempted = Vec::new();
+        for HandedOver {
+            letter_id,
+            line,
+            email,
+            outcome,
+            host,
+        } in handed_over
+        {
             match outcome? {
-                Outcome::Delivered(_) => {
+                None => not_attempted.push(letter_id),
+                Some(Outcome::Delivered(_)) => {
                     metrics::counter!("linktrack_smtp_delivered_total").increment(1);
                     self.counters.delivered.fetch_add(1, Ordering::Relaxed);
                     delivered.delivered += 1;
                 }
-                Outcome::Rejected(reply) => {
+                Some(Outcome::Rejected(reply)) => {
                     metrics::counter!("linktrack_smtp_rejected_total").increment(1);
                     self.counters.rejected.fetch_add(1, Ordering::Relaxed);
                     delivered.rejected.push((line, email.into_string(), reply));
                 }
-                Outcome::Failed(reply) => {
+                Some(Outcome::Failed(reply)) => {
                     failure.get_or_insert(BuildError::Delivery {
                         host,
                         letter_id,
@@ -251,6 +334,12 @@ impl Delivery {
                 }
             }
         }
+        if !not_attempted.is_empty() {
+            let ledger = ledger::Ledger::start(self.pool.clone(), self.mailing_id.clone());
+            for letter_id in not_attempted {
+                ledger.forget(letter_id).await?;
+            }
+        }
         match failure {
             Some(err) => Err(err),
             None => Ok(()),
@@ -258,11 +347,12 @@ impl Delivery {
     }
 }
 
-/// One letter's hand-over, as its task answers it.
+/// One letter's hand-over, as its lane answers it: `Ok(None)`, no lane
+/// tried it (the lanes had stopped).
 struct HandedOver {
     letter_id: u64,
     line: u64,
     email: Email,
-    outcome: Result<Outcome, crate::store::StoreError>,
+    outcome: Result<Option<Outcome>, crate::store::StoreError>,
     host: String,
 }

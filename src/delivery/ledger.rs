@@ -9,7 +9,8 @@
 
 use crate::store::deliveries::{self, DeliveryStatus, LedgerWrites};
 use crate::store::StoreError;
-use sqlx::MySqlPool;
+use sqlx::pool::PoolConnection;
+use sqlx::{MySql, MySqlPool};
 use tokio::sync::{mpsc, oneshot};
 
 enum Write {
@@ -75,8 +76,11 @@ impl Ledger {
 }
 
 /// Take one request, then every other one already waiting; write them
-/// together; answer each.
+/// together; answer each. The writes go over one connection held for the
+/// whole run (sqlx pings a connection each time it goes back to the pool:
+/// a second round trip per write), replaced when a write fails.
 async fn write_loop(pool: MySqlPool, mailing_id: String, mut receiver: mpsc::Receiver<Request>) {
+    let mut held: Option<PoolConnection<MySql>> = None;
     while let Some(first) = receiver.recv().await {
         let mut waiting = vec![first];
         while let Ok(more) = receiver.try_recv() {
@@ -94,12 +98,29 @@ async fn write_loop(pool: MySqlPool, mailing_id: String, mut receiver: mpsc::Rec
         }
         metrics::histogram!("linktrack_delivery_ledger_writes_per_commit")
             .record(answers.len() as f64);
-        let result = deliveries::write_ledger(&pool, &mailing_id, &writes)
-            .await
-            .map_err(|e| e.to_string());
+        let result = write_on_held(&pool, &mut held, &mailing_id, &writes).await;
         for answer in answers {
             // A task that gave up waiting needs no answer.
             let _ = answer.send(result.clone());
         }
     }
+}
+
+/// `writes` on the held connection (taken from the pool when there is
+/// none); a connection whose write failed is dropped, not kept.
+async fn write_on_held(
+    pool: &MySqlPool,
+    held: &mut Option<PoolConnection<MySql>>,
+    mailing_id: &str,
+    writes: &LedgerWrites,
+) -> Result<(), String> {
+    let mut conn = match held.take() {
+        Some(conn) => conn,
+        None => pool.acquire().await.map_err(|e| e.to_string())?,
+    };
+    deliveries::write_ledger(&mut conn, mailing_id, writes)
+        .await
+        .map_err(|e| e.to_string())?;
+    *held = Some(conn);
+    Ok(())
 }

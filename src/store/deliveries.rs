@@ -1,7 +1,7 @@
 //! What the SMTP delivery has handed over, per letter: a re-run skips it.
 
 use super::StoreError;
-use sqlx::{MySql, MySqlPool, QueryBuilder};
+use sqlx::{Connection, MySql, MySqlConnection, MySqlPool, QueryBuilder};
 use std::collections::HashSet;
 
 /// How the MTA took a letter.
@@ -63,14 +63,37 @@ pub struct LedgerWrites {
     pub forgotten: Vec<u64>,
 }
 
-/// Write `writes` in one transaction: one statement per kind of write,
-/// whatever the number of letters (up to `IN_LIST_CHUNK` each).
+/// Write `writes` on `conn`: one statement per kind of write, whatever the
+/// number of letters (up to `IN_LIST_CHUNK` each). A single statement (the
+/// usual case: the outcomes of the letters in flight) runs on its own, one
+/// round trip; several run in one transaction.
 pub async fn write_ledger(
-    pool: &MySqlPool,
+    conn: &mut MySqlConnection,
     mailing_id: &str,
     writes: &LedgerWrites,
 ) -> Result<(), StoreError> {
-    let mut tx = pool.begin().await?;
+    let mut statements = ledger_statements(mailing_id, writes);
+    if statements.len() == 1 {
+        if let Some(mut only) = statements.pop() {
+            only.build().execute(&mut *conn).await?;
+        }
+        return Ok(());
+    }
+    let mut tx = conn.begin().await?;
+    for mut statement in statements {
+        statement.build().execute(&mut *tx).await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// The statements that write `writes`: marks, then outcomes, then
+/// forgotten marks.
+fn ledger_statements<'a>(
+    mailing_id: &'a str,
+    writes: &'a LedgerWrites,
+) -> Vec<QueryBuilder<'a, MySql>> {
+    let mut statements = Vec::new();
     for chunk in writes.sending.chunks(super::IN_LIST_CHUNK) {
         let mut query = QueryBuilder::<MySql>::new(
             "INSERT IGNORE INTO deliveries (mailing_id, letter_id, status, reply, at) ",
@@ -80,7 +103,7 @@ pub async fn write_ledger(
                 .push_bind(*letter_id)
                 .push("'sending', '', UTC_TIMESTAMP()");
         });
-        query.build().execute(&mut *tx).await?;
+        statements.push(query);
     }
     for chunk in writes.outcomes.chunks(super::IN_LIST_CHUNK) {
         let mut query = QueryBuilder::<MySql>::new("UPDATE deliveries SET status = CASE letter_id");
@@ -105,15 +128,14 @@ pub async fn write_ledger(
             .push_bind(mailing_id);
         query.push(" AND letter_id IN ");
         super::push_in_list(&mut query, chunk.iter().map(|(id, ..)| *id));
-        query.build().execute(&mut *tx).await?;
+        statements.push(query);
     }
     for chunk in writes.forgotten.chunks(super::IN_LIST_CHUNK) {
         let mut query = QueryBuilder::<MySql>::new("DELETE FROM deliveries WHERE mailing_id = ");
         query.push_bind(mailing_id);
         query.push(" AND status = 'sending' AND letter_id IN ");
         super::push_in_list(&mut query, chunk.iter().copied());
-        query.build().execute(&mut *tx).await?;
+        statements.push(query);
     }
-    tx.commit().await?;
-    Ok(())
+    statements
 }

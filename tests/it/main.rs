@@ -33,6 +33,7 @@ mod server_outages;
 mod server_routes;
 mod server_shutdown;
 mod slow_clients;
+mod smtp_sessions;
 mod spider_grow;
 mod spider_migrate;
 mod spider_serve;

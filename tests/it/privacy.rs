@@ -222,9 +222,11 @@ async fn erase_leaves_the_address_in_no_table_no_redis_key_and_no_journal() {
         )],
         forgotten: vec![],
     };
-    store::deliveries::write_ledger(&db.pool, "m38", &writes)
+    let mut conn = db.pool.acquire().await.unwrap();
+    store::deliveries::write_ledger(&mut conn, "m38", &writes)
         .await
         .unwrap();
+    drop(conn);
 
     // Server A: events out to a receiver that keeps failing (the outbox
     // holds the rows) and one that refuses for good (dead letters), the
