@@ -25,6 +25,7 @@ mod links;
 mod mailing_ids;
 mod messages;
 mod partitions;
+mod privacy;
 mod row_format;
 mod server_crash;
 mod server_journal;

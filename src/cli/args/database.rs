@@ -121,9 +121,26 @@ pub struct ShardsRebalanceArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct EraseArgs {
-    /// The address (normalised: trimmed, lowercased) to erase.
+    /// The address to erase (normalised: trimmed, lowercased, an
+    /// international domain in either spelling).
     #[arg(long, value_name = "ADDRESS")]
     pub email: String,
+
+    /// Wait at most this long for every running server (seen in the last
+    /// minute) to take the erasure in before the tables are scrubbed;
+    /// servers that did not are named, and erase can be run again.
+    #[arg(
+        long,
+        env = "LINKTRACK_ERASE_WAIT_SECS",
+        default_value_t = 30,
+        value_name = "SECS"
+    )]
+    pub wait_secs: u64,
+
+    /// The Redis live layer to clear the address's letters from (segments,
+    /// latest clicks); unset leaves Redis as it is.
+    #[command(flatten)]
+    pub live: super::serve::LiveArgs,
 }
 
 #[derive(Debug, Subcommand)]
