@@ -8,6 +8,22 @@
 //! `suppressions add|import`, the unsubscribe handler and `erase` all go
 //! through [`normalize`], so an address written with a byte-order mark, a
 //! zero-width space or a non-breaking space is the same address as without.
+//!
+//! # One identity per address
+//!
+//! An internationalised domain has two spellings, its Unicode labels
+//! (`bücher.example`) and their ASCII form (`xn--bcher-kva.example`, the
+//! A-labels of IDNA). [`normalize`] maps every domain to its **A-labels**
+//! (UTS #46 processing, as browsers and the `url` crate do), so both
+//! spellings are one suppression, one opt-out, one duplicate and one
+//! erasure. A-labels because they are what DNS and SMTP use: an address
+//! whose local part is ASCII is then deliverable by an MTA without
+//! SMTPUTF8. The local part keeps its characters (lowercased, in Unicode
+//! NFC, so a composed and a decomposed `é` are the same character).
+//!
+//! [`AddressKey`] is the installation's keyed hash of a normalised address:
+//! what the suppression and opt-out lists keep of an erased address, and
+//! what servers compare hits against (docs/privacy.md).
 
 use std::fmt;
 
@@ -84,13 +100,46 @@ pub fn trim(raw: &str) -> &str {
     raw.trim_matches(|c: char| c.is_whitespace() || is_invisible(c))
 }
 
-/// Trimmed ([`trim`]) and lowercased, local part included: the form stored
-/// in `suppressions` and used to recognise the same recipient twice. Never
+/// Trimmed ([`trim`]), lowercased, the local part in Unicode NFC and the
+/// domain in A-labels (see the module docs): the form stored in
+/// `suppressions` and used to recognise the same recipient twice. Never
 /// fails: commands that must act on whatever they are given (`suppressions
 /// remove`, `erase`, an unsubscribe) use it directly; [`Email::parse`] adds
-/// the check.
+/// the check. A domain IDNA refuses is kept lowercased as it was (and
+/// [`validate`] refuses it).
 pub fn normalize(address: &str) -> String {
-    trim(address).to_lowercase()
+    use unicode_normalization::UnicodeNormalization;
+    let lowered = trim(address).to_lowercase();
+    let Some((local, domain)) = lowered.rsplit_once('@') else {
+        return lowered.nfc().collect();
+    };
+    let local: String = local.nfc().collect();
+    match a_labels(domain) {
+        Some(domain) => format!("{local}@{domain}"),
+        None => format!("{local}@{domain}"),
+    }
+}
+
+/// The domain in A-labels (`bücher.example` → `xn--bcher-kva.example`),
+/// lowercased; `None` when IDNA refuses it (a bad `xn--` label, a
+/// character no domain may hold).
+fn a_labels(domain: &str) -> Option<String> {
+    idna::domain_to_ascii_cow(domain.as_bytes(), idna::AsciiDenyList::URL)
+        .ok()
+        .map(std::borrow::Cow::into_owned)
+}
+
+/// The domain of a normalised address as people read it (its U-labels),
+/// for pages shown to the recipient: `carol@xn--bcher-kva.example` →
+/// `carol@bücher.example`. An address IDNA cannot read back is shown as it is.
+pub fn for_display(address: &str) -> String {
+    let Some((local, domain)) = address.rsplit_once('@') else {
+        return address.to_owned();
+    };
+    match idna::domain_to_unicode(domain) {
+        (unicode, Ok(())) => format!("{local}@{unicode}"),
+        _ => address.to_owned(),
+    }
 }
 
 /// Why an address cannot be sent to.
@@ -143,10 +192,147 @@ pub fn validate(address: &str) -> Result<(), AddressError> {
     let labels_ok = domain
         .split('.')
         .all(|label| !label.is_empty() && !label.starts_with('-') && !label.ends_with('-'));
-    if !domain.contains('.') || !labels_ok {
+    // A normalised domain is its own A-labels: anything else is a spelling
+    // IDNA refuses (or an address that was not normalised).
+    let idna_ok = a_labels(domain).as_deref() == Some(domain);
+    if !domain.contains('.') || !labels_ok || !idna_ok {
         return Err(AddressError::BadDomain(domain.to_owned()));
     }
     Ok(())
+}
+
+/// Every spelling of a normalised address a row may hold: as normalised
+/// (A-labels) and with its domain's U-labels, the form releases before the
+/// A-label rule stored. Each once.
+pub fn spellings(address: &str) -> Vec<String> {
+    let normalised = normalize(address);
+    let unicode = for_display(&normalised);
+    if unicode == normalised {
+        vec![normalised]
+    } else {
+        vec![normalised, unicode]
+    }
+}
+
+/// The forms an address takes in stored text (a personalised URL, an MTA's
+/// reply, a payload): each spelling as it is, percent-encoded whole
+/// (every byte but `A-Z a-z 0-9 - . _ ~`), and with only `@` and non-ASCII
+/// bytes encoded (what most URL builders do).
+pub fn text_forms(address: &str) -> Vec<String> {
+    let mut forms = Vec::new();
+    for spelling in spellings(address) {
+        let whole = percent_encode(&spelling, |b| {
+            b.is_ascii_alphanumeric() || b"-._~".contains(&b)
+        });
+        let light = percent_encode(&spelling, |b| b.is_ascii() && b != b'@');
+        for form in [spelling, whole, light] {
+            if !forms.contains(&form) {
+                forms.push(form);
+            }
+        }
+    }
+    forms
+}
+
+/// `text` with every byte `keep` refuses written as `%XX`.
+fn percent_encode(text: &str, keep: impl Fn(u8) -> bool) -> String {
+    let mut out = String::with_capacity(text.len() * 3);
+    for byte in text.bytes() {
+        if keep(byte) {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+/// `text` with every form of `address` ([`text_forms`], ASCII case and the
+/// case of percent-escapes ignored) removed; `None` when it holds none.
+pub fn scrub(text: &str, address: &str) -> Option<String> {
+    let forms = text_forms(address);
+    let finder = aho_corasick::AhoCorasick::builder()
+        .ascii_case_insensitive(true)
+        .match_kind(aho_corasick::MatchKind::LeftmostLongest)
+        .build(&forms)
+        .ok()?;
+    if !finder.is_match(text) {
+        return None;
+    }
+    let nothing = vec![""; forms.len()];
+    Some(finder.replace_all(text, &nothing))
+}
+
+/// A piece of `address` long enough to find the rows that may hold it
+/// with a `LIKE '%…%'` (which the text columns' collation makes
+/// case-insensitive): its local part's longest run of ASCII letters and
+/// digits, which every form of [`text_forms`] contains.
+pub fn search_piece(address: &str) -> String {
+    let normalised = normalize(address);
+    let local = normalised
+        .rsplit_once('@')
+        .map_or(normalised.as_str(), |(l, _)| l);
+    local
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .max_by_key(|run| run.len())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// The installation's key for hashing addresses (HMAC-SHA256): 32 random
+/// bytes made by the first `linktrack migrate` (`privacy_key`). What the
+/// suppression and opt-out lists keep of an erased address is its
+/// [`AddressKey::digest`]; servers hold [`AddressKey::fingerprint`]s.
+/// Without the key a digest cannot be checked against a guessed address.
+#[derive(Clone)]
+pub struct AddressKey {
+    mac: hmac::Hmac<sha2::Sha256>,
+}
+
+impl std::fmt::Debug for AddressKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("AddressKey(..)")
+    }
+}
+
+/// The first 8 bytes of an address's [`AddressKey::digest`], as a number:
+/// what a server's in-memory opt-out and erasure sets hold (a false match
+/// between two of a billion addresses is about one in 2^34).
+pub type Fingerprint = u64;
+
+impl AddressKey {
+    /// The key from its bytes (any length works for HMAC; the table holds 32).
+    pub fn new(key: &[u8]) -> AddressKey {
+        use hmac::Mac;
+        // HMAC takes keys of every length: this cannot fail.
+        let mac = <hmac::Hmac<sha2::Sha256> as Mac>::new_from_slice(key)
+            .unwrap_or_else(|_| unreachable!("HMAC accepts keys of any length"));
+        AddressKey { mac }
+    }
+
+    /// HMAC-SHA256 of the address in its normalised form ([`normalize`]
+    /// first, so both spellings of an address give the same digest).
+    pub fn digest(&self, address: &str) -> [u8; 32] {
+        use hmac::Mac;
+        let mut mac = self.mac.clone();
+        mac.update(normalize(address).as_bytes());
+        mac.finalize().into_bytes().into()
+    }
+
+    /// The address's [`Fingerprint`].
+    pub fn fingerprint(&self, address: &str) -> Fingerprint {
+        fingerprint_of(&self.digest(address))
+    }
+}
+
+/// The [`Fingerprint`] a digest stands for (a digest of any other length
+/// than 32 bytes, which linktrack never writes, is read as far as it goes).
+pub fn fingerprint_of(digest: &[u8]) -> Fingerprint {
+    let mut first = [0u8; 8];
+    for (to, from) in first.iter_mut().zip(digest) {
+        *to = *from;
+    }
+    u64::from_be_bytes(first)
 }
 
 #[cfg(test)]
@@ -227,8 +413,87 @@ mod tests {
             "山田@例え.jp",
             "o'brien@example.ie",
         ] {
-            assert_eq!(validate(ok), Ok(()), "{ok}");
+            assert_eq!(validate(&normalize(ok)), Ok(()), "{ok}");
         }
+    }
+
+    #[test]
+    fn both_spellings_of_an_international_domain_are_one_address() {
+        for spelling in [
+            "carol@bücher.example",
+            "carol@xn--bcher-kva.example",
+            "Carol@BÜCHER.example",
+            "CAROL@XN--BCHER-KVA.EXAMPLE",
+            // A full-width dot and letters, mapped by UTS #46.
+            "carol@ｂücher．example",
+        ] {
+            assert_eq!(
+                Email::parse(spelling).map(Email::into_string),
+                Ok("carol@xn--bcher-kva.example".to_owned()),
+                "{spelling}"
+            );
+        }
+        assert_eq!(
+            normalize("山田@例え.jp"),
+            "山田@xn--r8jz45g.jp",
+            "the local part keeps its characters"
+        );
+        assert_eq!(
+            for_display("carol@xn--bcher-kva.example"),
+            "carol@bücher.example"
+        );
+    }
+
+    #[test]
+    fn a_composed_and_a_decomposed_accent_are_one_address() {
+        assert_eq!(normalize("jose\u{301}@example.es"), "jos\u{e9}@example.es");
+        assert_ne!(normalize("josé@example.es"), normalize("jose@example.es"));
+    }
+
+    #[test]
+    fn a_domain_idna_refuses_is_no_address() {
+        for bad in [
+            "ann@xn--zz-.example",
+            "ann@ex%ample.com",
+            "ann@exa mple.com",
+        ] {
+            assert!(Email::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn scrub_takes_out_every_spelling_and_encoding() {
+        let url = "https://shop.example/?u=Carol%40xn--bcher-kva.example&v=carol%40b%C3%BCcher.example&w=carol@bücher.example#x";
+        let scrubbed = scrub(url, "carol@bücher.example").unwrap();
+        assert_eq!(scrubbed, "https://shop.example/?u=&v=&w=#x");
+        assert_eq!(scrub("nothing here", "carol@bücher.example"), None);
+        let reply = "550 5.1.1 <O'Brien@Example.ie>: Recipient address rejected";
+        assert_eq!(
+            scrub(reply, "o'brien@example.ie").as_deref(),
+            Some("550 5.1.1 <>: Recipient address rejected")
+        );
+        assert_eq!(
+            scrub("x=o%27brien%40example.ie", "o'brien@example.ie").as_deref(),
+            Some("x=")
+        );
+        assert_eq!(search_piece("o'brien@example.ie"), "brien");
+        assert_eq!(
+            spellings("carol@xn--bcher-kva.example"),
+            ["carol@xn--bcher-kva.example", "carol@bücher.example"]
+        );
+    }
+
+    #[test]
+    fn the_keyed_hash_is_the_same_for_both_spellings_and_differs_by_key() {
+        let key = AddressKey::new(&[7; 32]);
+        let a = key.digest("carol@bücher.example");
+        assert_eq!(a, key.digest(" CAROL@xn--bcher-kva.example "));
+        assert_ne!(a, key.digest("carol@bucher.example"));
+        assert_ne!(a, AddressKey::new(&[8; 32]).digest("carol@bücher.example"));
+        assert_eq!(
+            key.fingerprint("carol@bücher.example"),
+            u64::from_be_bytes(a[..8].try_into().unwrap())
+        );
     }
 
     #[test]

@@ -28,9 +28,44 @@ pub struct EventRow {
     pub bot_reason: Option<String>,
 }
 
+/// `events.uuid` of an event stored for nobody ([`EventRow::withhold`]):
+/// the token would lead to the letter's row and its address.
+pub const WITHHELD_TOKEN: [u8; 16] = [0; 16];
+
 impl EventRow {
     /// The partition key.
     pub fn inserted(&self) -> NaiveDate {
         self.occurred_at.date_naive()
+    }
+
+    /// Keep only what an anonymous count needs (a hit of an address that
+    /// withdrew from tracking, docs/privacy.md): kind, time, mailing,
+    /// position and the request's bot verdict. No token, link, letter,
+    /// address, network or user agent; letter 0, as the shared rows of an
+    /// anonymous letter. Such an event is counted, never sent out.
+    pub fn withhold(&mut self) {
+        self.token = WITHHELD_TOKEN;
+        self.link_id = None;
+        self.letter_id = Some(0);
+        self.email = None;
+        self.forget_request();
+    }
+
+    /// Whether the event was stored for nobody ([`EventRow::withhold`]).
+    pub fn is_withheld(&self) -> bool {
+        self.token == WITHHELD_TOKEN
+    }
+
+    /// Drop the request's network and user agent: kept only with a
+    /// letter whose reader has not withdrawn (an event of a shared row,
+    /// a late hit or an erased letter names no one they could be kept for).
+    pub fn forget_request(&mut self) {
+        self.ip = None;
+        self.user_agent = None;
+    }
+
+    /// Whether the event belongs to one reader's letter (letter id above 0).
+    pub fn has_letter(&self) -> bool {
+        self.letter_id.is_some_and(|id| id > 0)
     }
 }

@@ -64,34 +64,39 @@
 //! Services (each runs beside a job, on the store):
 //! 13. [`live`]: the optional Redis live layer (counters, recent clicks, top
 //!     links, per-tag letter sets for segments).
-//! 14. [`delivery`]: sending mechanics: each letter as a complete RFC 5322
+//! 14. [`privacy`]: what every server holds in memory about people's
+//!     choices: the opt-out list and the erasures as fingerprints, kept
+//!     current from the change log, checked on every hit and by the
+//!     journal replay; and `erase` across servers, tables and Redis
+//!     (`privacy/erase.rs`).
+//! 15. [`delivery`]: sending mechanics: each letter as a complete RFC 5322
 //!     message (`delivery/message.rs`), SMTP sessions with pipelining and
 //!     retries (`smtp/`), the
 //!     pools file (`pools.rs`), the per-letter ledger (`ledger.rs`).
-//! 15. [`events`]: the event journal (`events/journal.rs`, its versioned
+//! 16. [`events`]: the event journal (`events/journal.rs`, its versioned
 //!     line in `journal_line.rs`), the fallback queue when it cannot write
 //!     (`fallback.rs`) and its drain (`drain.rs`), the replay into `events`
 //!     (`replay.rs`), which hands each batch to the [`events::OutboxSink`]
 //!     it is given.
-//! 16. [`outbound`]: events out, at least once: the outbox sink (queues each
+//! 17. [`outbound`]: events out, at least once: the outbox sink (queues each
 //!     event for every matching endpoint), a sender per endpoint
 //!     (`outbound/dispatch.rs`) of signed Standard Webhooks POSTs
 //!     (`webhook.rs`, `signature.rs`) or AMQP messages (`amqp.rs`), the
 //!     endpoints and their settings (`endpoints.rs`), the registry that
 //!     warns when servers' endpoints differ (`registry.rs`).
-//! 17. [`rollup`]: the rollup worker loop: roll `events` into the statistics
+//! 18. [`rollup`]: the rollup worker loop: roll `events` into the statistics
 //!     tables, then publish to Redis.
 //!
 //! Jobs (what the commands run):
-//! 18. [`builder`]: `linktrack build`, the batch job: mailing and recipients
+//! 19. [`builder`]: `linktrack build`, the batch job: mailing and recipients
 //!     in (`builder/mailing.rs`, `recipients.rs`, `csv_records.rs`; which
 //!     column is which field in `columns.rs`), one
 //!     letter composed (`compose.rs`, tracking modes in `track_mode.rs`),
 //!     why a recipient gets none (`reject.rs`), letters and rejects written
 //!     (`output.rs`), handed to the pool (`delivery.rs`), the progress bar
 //!     (`progress.rs`).
-//! 19. [`demo`]: `linktrack demo`, the whole loop on the compiled-in fixtures.
-//! 20. [`server`]: `linktrack serve`. [`server::App`] (`server/app.rs`) is the
+//! 20. [`demo`]: `linktrack demo`, the whole loop on the compiled-in fixtures.
+//! 21. [`server`]: `linktrack serve`. [`server::App`] (`server/app.rs`) is the
 //!     one wiring (listeners, event pipeline, workers, ordered shutdown);
 //!     connections served with limits (`listen.rs`); thin handlers for `/c`,
 //!     `/o`, `/u`, `/i` and health (`handlers.rs`) with the `Tracked`
@@ -105,7 +110,7 @@
 //!     `/readyz` are on the admin listener.
 //!
 //! Command line:
-//! 21. [`cli`]: the command line (clap stops here): its flags in
+//! 22. [`cli`]: the command line (clap stops here): its flags in
 //!     `cli/args/`, one file per command group; runners that turn them into
 //!     the settings structs below and print what was done (`cli/mod.rs`
 //!     dispatches; `database.rs`, `mailing.rs`, `secrets.rs`, `serve.rs`,
@@ -128,6 +133,7 @@ pub mod letter;
 pub mod live;
 pub mod outbound;
 pub mod payload;
+pub mod privacy;
 pub mod rollup;
 pub mod server;
 pub mod settings_file;

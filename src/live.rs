@@ -231,6 +231,45 @@ impl Live {
         Ok(ids)
     }
 
+    /// Take `letters` (mailing, letter id: an erased address's) out of the
+    /// live layer: out of every tag set of their mailings (segments) and
+    /// out of the latest clicks. Counters, which count nobody, stay.
+    pub async fn forget_letters(&self, letters: &[(String, u64)]) -> Result<Forgotten, LiveError> {
+        let mut by_mailing: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+        for (mailing, letter) in letters {
+            by_mailing.entry(mailing).or_default().push(*letter);
+        }
+        let mut forgotten = Forgotten::default();
+        let mut conn = self.conn.clone();
+        for (mailing, ids) in by_mailing {
+            let pattern = format!("{}tag:*", glob_escape(&self.key(mailing, "")));
+            let tag_keys: Vec<String> = {
+                let mut iter = self.note(conn.scan_match::<_, String>(&pattern).await)?;
+                let mut keys = Vec::new();
+                while let Some(key) = next_key(&mut iter).await {
+                    keys.push(key);
+                }
+                keys
+            };
+            for key in tag_keys {
+                let removed: u64 = self.note(conn.srem(&key, &ids).await)?;
+                forgotten.segment_members += removed;
+            }
+            let recent = self.key(mailing, "recent");
+            let entries: Vec<String> = self.note(conn.lrange(&recent, 0, -1).await)?;
+            for entry in entries {
+                let letter = serde_json::from_str::<serde_json::Value>(&entry)
+                    .ok()
+                    .and_then(|v| v.get("letter_id").and_then(serde_json::Value::as_u64));
+                if letter.is_some_and(|id| ids.contains(&id)) {
+                    let removed: u64 = self.note(conn.lrem(&recent, 0, &entry).await)?;
+                    forgotten.recent_clicks += removed;
+                }
+            }
+        }
+        Ok(forgotten)
+    }
+
     /// Delete every key under this prefix (tests, and resetting a prefix).
     /// The prefix is used as a SCAN pattern, so it must not contain `*?[`.
     pub async fn clear(&self) -> Result<u64, LiveError> {
@@ -250,6 +289,27 @@ impl Live {
         let n: u64 = conn.del(&keys).await?;
         Ok(n)
     }
+}
+
+/// What [`Live::forget_letters`] took out.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Forgotten {
+    /// Letter ids removed from tag sets (segments).
+    pub segment_members: u64,
+    /// Entries removed from the latest clicks.
+    pub recent_clicks: u64,
+}
+
+/// `text` with the glob characters of a `SCAN MATCH` pattern escaped.
+fn glob_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// The counter of a kind, human or bot: `opens`, `bot_opens` (key suffix

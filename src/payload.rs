@@ -153,6 +153,51 @@ pub fn settled(
     serde_json::to_string(&payload)
 }
 
+/// A stored body with a person taken out (`linktrack erase`): `email`,
+/// `ip` and `user_agent` null when the event was theirs (it names the
+/// address in any spelling, or one of `letters`), and every form of the
+/// address taken out of the URL and tags (a personalised link). Every
+/// other field stays as stored. `None`: the body did not name them.
+pub fn without_person(
+    stored: &str,
+    email: &str,
+    letters: &std::collections::HashSet<u64>,
+) -> Result<Option<String>, serde_json::Error> {
+    let mut payload: Payload<'_> = serde_json::from_str(stored)?;
+    let data = &mut payload.data;
+    let named = data
+        .email
+        .as_deref()
+        .is_some_and(|named| crate::address::normalize(named) == crate::address::normalize(email));
+    let theirs = named || data.letter_id.is_some_and(|id| letters.contains(&id));
+    if theirs {
+        data.email = None;
+        data.ip = None;
+        data.user_agent = None;
+    }
+    if let Some(url) = data
+        .url
+        .as_deref()
+        .and_then(|u| crate::address::scrub(u, email))
+    {
+        data.url = Some(Cow::Owned(url));
+    }
+    if data
+        .tags
+        .iter()
+        .any(|tag| crate::address::scrub(tag, email).is_some())
+    {
+        let tags: Vec<String> = data
+            .tags
+            .iter()
+            .map(|tag| crate::address::scrub(tag, email).unwrap_or_else(|| tag.clone()))
+            .collect();
+        data.tags = Cow::Owned(tags);
+    }
+    let rendered = serde_json::to_string(&payload)?;
+    Ok((rendered != stored).then_some(rendered))
+}
+
 /// A `webhook.test` body for `linktrack webhooks test`.
 pub fn test_body(endpoint: &str) -> String {
     serde_json::json!({

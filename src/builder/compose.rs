@@ -11,7 +11,7 @@ use crate::delivery::message;
 use crate::letter::plan::{Plan, PlanSource, Slot, Unplannable};
 use crate::letter::{rewrite, FoundKind, FoundLink, RewriteOptions, Template};
 use crate::store::link_templates::TemplateKey;
-use crate::store::links::{LinkKind, NewLink};
+use crate::store::links::{self, LinkKind, NewLink};
 use crate::token::{Plaintext, Token, TokenSeal};
 use chrono::{DateTime, Utc};
 use serde_json::{json, Map, Value};
@@ -65,6 +65,8 @@ pub(crate) struct MailingContext {
 pub(crate) struct LetterShape {
     rewritten: bool,
     links: bool,
+    /// Images through the proxy (not in `last_open_day` letters).
+    images: bool,
     honeypot: bool,
     footer: bool,
     pixel: bool,
@@ -177,6 +179,7 @@ impl MailingContext {
         LetterShape {
             rewritten: mode.is_tracked(),
             links: mode.tracks_clicks(),
+            images: mode.proxies_images(),
             honeypot: self.mailing.honeypot && mode.tracks_clicks() && mode != TrackMode::Anonymous,
             footer: offers_stop && mode.is_tracked() && self.mailing.stop_tracking_footer,
             pixel: mode.tracks_opens(),
@@ -237,7 +240,7 @@ impl MailingContext {
     fn rewrite_options<'a>(&'a self, shape: LetterShape, tail_html: &'a str) -> RewriteOptions<'a> {
         RewriteOptions {
             track_links: shape.rewritten && shape.links,
-            proxy_images: shape.rewritten && self.mailing.proxy_images,
+            proxy_images: shape.rewritten && shape.images && self.mailing.proxy_images,
             own_base_url: &self.base_url,
             pixel_html: (shape.rewritten && !tail_html.is_empty()).then_some(tail_html),
         }
@@ -668,10 +671,15 @@ fn fixed_links(
         tail_urls[TAIL_HONEYPOT] = tracked_url(&ctx.base_url, LinkKind::Honeypot, &honeypot);
     }
     if shape.pixel {
-        let pixel = if mode == TrackMode::Anonymous {
-            images.shared_token(ctx, LinkKind::Pixel, 0, "", None, tokens.made_at)
-        } else {
-            tokens.token(LinkKind::Pixel, 0, "", None)
+        let pixel = match mode {
+            TrackMode::Anonymous => {
+                images.shared_token(ctx, LinkKind::Pixel, 0, "", None, tokens.made_at)
+            }
+            // Its row's URL says what its opens keep: the day only.
+            TrackMode::LastOpenDay => {
+                tokens.token(LinkKind::Pixel, 0, links::LAST_OPEN_DAY_PIXEL, None)
+            }
+            _ => tokens.token(LinkKind::Pixel, 0, "", None),
         };
         tail_urls[TAIL_PIXEL] = tracked_url(&ctx.base_url, LinkKind::Pixel, &pixel);
     }

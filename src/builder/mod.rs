@@ -137,6 +137,10 @@ pub struct Summary {
     /// Letters built anonymously (shared rows, no address in any but the
     /// unsubscribe row).
     pub letters_anonymous: u64,
+    /// Letters built in `last_open_day` mode (the pixel keeps the day of
+    /// the address's last open, nothing else); counted as untracked in the
+    /// statistics, since their opens and clicks are no events.
+    pub letters_last_open_day: u64,
     /// Letters sent again because a killed run handed them over without
     /// recording the reply (letter id, address): they may arrive twice.
     pub delivery_resent: Vec<(u64, String)>,
@@ -216,6 +220,13 @@ impl std::fmt::Display for Summary {
                 f,
                 "\n{} letters built untracked, {} anonymous",
                 self.letters_untracked, self.letters_anonymous
+            )?;
+        }
+        if self.letters_last_open_day > 0 {
+            write!(
+                f,
+                "\n{} letters built keeping only the day of the last open (last_open_day)",
+                self.letters_last_open_day
             )?;
         }
         for (letter_id, email) in &self.delivery_resent {
@@ -674,6 +685,8 @@ impl<'a> Job<'a> {
                     self.summary.letters_untracked += u64::from(letter.track == TrackMode::None);
                     self.summary.letters_anonymous +=
                         u64::from(letter.track == TrackMode::Anonymous);
+                    self.summary.letters_last_open_day +=
+                        u64::from(letter.track == TrackMode::LastOpenDay);
                     batch.rows.extend(new_links);
                     batch.letters.push(letter);
                 }
@@ -933,7 +946,9 @@ async fn count_new_letters(
         let counts = per_mailing.entry(row.mailing_id.as_str()).or_default();
         counts.letters += 1;
         match compose::stored_mode(row.meta.as_ref()) {
-            Some(TrackMode::None) => counts.untracked += 1,
+            // A last-open-day letter's opens and clicks are no events:
+            // rates must not count it either.
+            Some(TrackMode::None | TrackMode::LastOpenDay) => counts.untracked += 1,
             Some(TrackMode::Anonymous) => counts.anonymous += 1,
             _ => {}
         }

@@ -42,7 +42,7 @@ pub enum Reject {
     Panicked(String),
     #[error("invalid address: {0}")]
     InvalidAddress(String),
-    #[error("field `linktrack_track`: unknown tracking mode {0:?} (expected clicks, opens, all, none, anonymous, true or false)")]
+    #[error("field `linktrack_track`: unknown tracking mode {0:?} (expected clicks, opens, all, none, anonymous, last_open_day, true or false)")]
     TrackMode(String),
     #[error("duplicate address: first at line {first}")]
     Duplicate { first: u64 },

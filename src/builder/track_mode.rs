@@ -23,22 +23,28 @@ pub enum TrackMode {
     /// Clicks and opens counted per mailing and link, but every letter
     /// shares one row per link, so no row or event names the recipient.
     Anonymous,
+    /// The CNIL's deliverability exemption (docs/privacy.md): the pixel
+    /// only, and of its opens only the UTC day of the address's last one,
+    /// one row per address, overwritten. No events, links as written, no
+    /// images proxied.
+    LastOpenDay,
 }
 
 /// A `track` value that is none of the names.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown tracking mode {0:?} (expected clicks, opens, all, none, anonymous, true or false)"
+    "unknown tracking mode {0:?} (expected clicks, opens, all, none, anonymous, last_open_day, true or false)"
 )]
 pub struct UnknownMode(pub String);
 
 impl TrackMode {
-    pub const ALL: [TrackMode; 5] = [
+    pub const ALL: [TrackMode; 6] = [
         TrackMode::All,
         TrackMode::Clicks,
         TrackMode::Opens,
         TrackMode::None,
         TrackMode::Anonymous,
+        TrackMode::LastOpenDay,
     ];
 
     /// The name stored and shown (`all`, `clicks`, …).
@@ -49,6 +55,7 @@ impl TrackMode {
             TrackMode::Opens => "opens",
             TrackMode::None => "none",
             TrackMode::Anonymous => "anonymous",
+            TrackMode::LastOpenDay => "last_open_day",
         }
     }
 
@@ -85,8 +92,14 @@ impl TrackMode {
     pub fn tracks_opens(self) -> bool {
         matches!(
             self,
-            TrackMode::All | TrackMode::Opens | TrackMode::Anonymous
+            TrackMode::All | TrackMode::Opens | TrackMode::Anonymous | TrackMode::LastOpenDay
         )
+    }
+
+    /// Images go through the proxy (whose loads are events): not in
+    /// `last_open_day` letters, which record nothing but the day.
+    pub fn proxies_images(self) -> bool {
+        self.is_tracked() && self != TrackMode::LastOpenDay
     }
 
     /// Anything at all is tracked (the letter can offer "stop tracking me").
@@ -140,7 +153,7 @@ mod tests {
         assert_eq!(TrackMode::from_json(&json!(true)), Ok(TrackMode::All));
         assert_eq!(
             TrackMode::parse("cliks").unwrap_err().to_string(),
-            "unknown tracking mode \"cliks\" (expected clicks, opens, all, none, anonymous, true or false)"
+            "unknown tracking mode \"cliks\" (expected clicks, opens, all, none, anonymous, last_open_day, true or false)"
         );
         assert!(TrackMode::from_json(&json!(1)).is_err());
     }
@@ -158,7 +171,8 @@ mod tests {
                 (true, false),
                 (false, true),
                 (false, false),
-                (true, true)
+                (true, true),
+                (false, true)
             ]
         );
     }
@@ -178,7 +192,7 @@ mod tests {
         let reject = recipient_mode(&fields(json!({"linktrack_track": "maybe"}))).unwrap_err();
         assert_eq!(
             reject.to_string(),
-            "field `linktrack_track`: unknown tracking mode \"maybe\" (expected clicks, opens, all, none, anonymous, true or false)"
+            "field `linktrack_track`: unknown tracking mode \"maybe\" (expected clicks, opens, all, none, anonymous, last_open_day, true or false)"
         );
     }
 }

@@ -213,6 +213,14 @@ async fn address_list(
                 }
                 left = left.saturating_sub(page.len() as u64);
             }
+            let hashed = list.hashed_count(&pool).await?;
+            if hashed > 0 {
+                // Standard error: the listing's lines stay address, note, time.
+                eprintln!(
+                    "{name}: and {} of erased addresses, kept as keyed hashes (still honoured, not listable)",
+                    counted(hashed, "entry", "entries")
+                );
+            }
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -289,10 +297,11 @@ impl CheckedAddresses {
 }
 
 pub(super) async fn erase(url: &str, args: &EraseArgs) -> anyhow::Result<()> {
+    let live = live_layer(&args.live)?;
     let pool = pool(url).await?;
+    let wait = Duration::from_secs(args.wait_secs);
     for address in args.addresses() {
-        let email = address::normalize(address);
-        let report = store::erase::erase(&pool, &email).await?;
+        let report = crate::privacy::erase(&pool, live.as_ref(), address, wait).await?;
         say!("{report}")?;
     }
     Ok(())

@@ -5,11 +5,10 @@
 use super::fallback::JournalHealth;
 use super::journal::Recorder;
 use super::journal_line::Replayable;
-use super::OutboxSink;
+use super::replay::Sinks;
 use crate::event::EventRow;
 use sqlx::MySqlPool;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 
@@ -19,7 +18,7 @@ const DRAIN_BATCH: usize = 1_000;
 /// Move queued events on until told to stop, then once more.
 pub(crate) async fn drain(
     pool: MySqlPool,
-    outbox: Arc<dyn OutboxSink>,
+    sinks: Sinks,
     recorder: Recorder,
     dir: PathBuf,
     retry_after: Duration,
@@ -27,7 +26,7 @@ pub(crate) async fn drain(
 ) {
     let queue = recorder.fallback();
     loop {
-        let failed = drain_once(&pool, outbox.as_ref(), &recorder).await.is_err();
+        let failed = drain_once(&pool, &sinks, &recorder).await.is_err();
         if !recorder.health().is_writable() && queue.is_empty() {
             // No event is coming to try the journal with (a drained node
             // gets no traffic): try the directory itself.
@@ -43,7 +42,7 @@ pub(crate) async fn drain(
             changed = stop.changed() => if changed.is_err() { break },
         }
     }
-    let _ = drain_once(&pool, outbox.as_ref(), &recorder).await;
+    let _ = drain_once(&pool, &sinks, &recorder).await;
     let left = queue.len();
     if left > 0 {
         metrics::counter!("linktrack_events_lost_total").increment(left as u64);
@@ -56,11 +55,7 @@ pub(crate) async fn drain(
 
 /// One pass: every queued event into the journal if it writes, else into
 /// the database; stops at the first batch neither takes.
-async fn drain_once(
-    pool: &MySqlPool,
-    outbox: &dyn OutboxSink,
-    recorder: &Recorder,
-) -> Result<(), ()> {
+async fn drain_once(pool: &MySqlPool, sinks: &Sinks, recorder: &Recorder) -> Result<(), ()> {
     let queue = recorder.fallback();
     loop {
         let batch = queue.peek(DRAIN_BATCH);
@@ -74,17 +69,10 @@ async fn drain_once(
                 .increment(journaled as u64);
             continue;
         }
-        let events: Vec<Replayable> = batch
-            .into_iter()
-            .map(|row| Replayable {
-                // As in the journal (record version 2): an event without
-                // its link (an open) has its link looked up.
-                resolve_link: row.link_id.is_none(),
-                row,
-            })
-            .collect();
+        // As in the journal: what the line would say is looked up.
+        let events: Vec<Replayable> = batch.into_iter().map(Replayable::current).collect();
         let n = events.len();
-        match super::replay::store_events(pool, outbox, events).await {
+        match super::replay::store_events(pool, sinks, events).await {
             Ok(_) => {
                 queue.forget(n);
                 metrics::counter!("linktrack_journal_fallback_stored_total", "to" => "database")

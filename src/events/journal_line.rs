@@ -16,6 +16,15 @@
 //!   versions 0 and 1 a null `link_id` meant the link was unknown for good,
 //!   and such a line is stored as it is.
 //!
+//! * 3: the same fields, and a line no longer carries the reader's address
+//!   (issue 38: an address erased before the replay must not be written
+//!   back from the journal). A hit on one reader's letter (`letter_id` above 0) without an `email` has it read
+//!   from the link's row at replay, by token; a row gone by then makes it
+//!   a late event, nobody's (an unsubscribe too: the replay applies the
+//!   suppression of one the server could not, from the row). A line whose
+//!   token is all zeros was journaled for nobody (the reader withdrew from
+//!   tracking, `EventRow::withhold`) and is stored as it is.
+//!
 //! In every version a null field may be left out of the line, and this
 //! release leaves out each one: an open, journaled before its link is
 //! known, has five fewer fields to write, read and store. (Readers of every
@@ -32,7 +41,7 @@ use chrono::{DateTime, Utc};
 use std::borrow::Cow;
 
 /// The version this release writes.
-pub(crate) const CURRENT_VERSION: u32 = 2;
+pub(crate) const CURRENT_VERSION: u32 = 3;
 
 /// One journal line. The text fields borrow from the row when a line is
 /// written (encoding an event copies nothing) and own their text when a
@@ -108,8 +117,41 @@ mod rfc3339 {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Replayable {
     pub row: EventRow,
-    /// The link's fields are to be looked up by the token at replay.
-    pub resolve_link: bool,
+    /// What the replay must read from the link's row, by token.
+    pub resolve: Resolve,
+}
+
+impl Replayable {
+    /// A row as a line of version `v` means it (see the module docs).
+    pub(crate) fn of(row: EventRow, v: u32) -> Replayable {
+        let resolve = if row.is_withheld() && v >= 3 {
+            Resolve::Nothing
+        } else if v >= 2 && row.link_id.is_none() {
+            Resolve::Link
+        } else if v >= 3 && row.has_letter() && row.email.is_none() && row.link_id != Some(0) {
+            Resolve::Reader
+        } else {
+            Resolve::Nothing
+        };
+        Replayable { row, resolve }
+    }
+
+    /// A row this release made (the fallback queue's, never journaled).
+    pub(crate) fn current(row: EventRow) -> Replayable {
+        Replayable::of(row, CURRENT_VERSION)
+    }
+}
+
+/// What the replay reads from a journaled event's link row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Resolve {
+    /// Nothing: the line is stored as it is.
+    Nothing,
+    /// Every link field (an open journaled with its token only, version
+    /// 2): no row means no event (a forged pixel URL is no open).
+    Link,
+    /// The reader's address (version 3): no row means a late event.
+    Reader,
 }
 
 /// A line that is not a journal record this release can read.
@@ -133,15 +175,13 @@ impl JournalLine<'_> {
         Self::decode_replayable(line).map(|event| event.row)
     }
 
-    /// Read one line (without its newline), saying whether the replay must
-    /// look up its link (see the module docs, version 2).
+    /// Read one line (without its newline), saying what the replay must
+    /// look up (see the module docs, versions 2 and 3).
     pub(crate) fn decode_replayable(line: &str) -> Result<Replayable, JournalLineError> {
         let record: JournalLine<'static> = serde_json::from_str(line)?;
-        let resolve_link = record.v >= 2 && record.link_id.is_none();
-        Ok(Replayable {
-            row: record.into_row()?,
-            resolve_link,
-        })
+        let v = record.v;
+        let row = record.into_row()?;
+        Ok(Replayable::of(row, v))
     }
 
     fn from_row(row: &EventRow) -> JournalLine<'_> {
@@ -166,7 +206,7 @@ impl JournalLine<'_> {
         }
     }
 
-    /// The row this record stands for. Versions 0, 1 and 2 have the same fields.
+    /// The row this record stands for. Versions 0 to 3 have the same fields.
     pub(crate) fn into_row(self) -> Result<EventRow, JournalLineError> {
         if self.v > CURRENT_VERSION {
             return Err(JournalLineError::NewerVersion(self.v));
@@ -213,7 +253,7 @@ mod tests {
         assert_eq!(row.email.as_deref(), Some("ann@example.com"));
         // Written again, it is the current version with the same fields.
         let line = String::from_utf8(JournalLine::encode(&row).unwrap()).unwrap();
-        assert!(line.starts_with(r#"{"v":2,"#), "{line}");
+        assert!(line.starts_with(r#"{"v":3,"#), "{line}");
         assert!(
             line.contains(r#""event_id":"0192f5a0c0de7000800000000000abcd","#)
                 && line.contains(r#""token":"0192f5a0c0de7000800000000000beef","#),
@@ -260,30 +300,49 @@ mod tests {
         }
         let event = JournalLine::decode_replayable(&line).unwrap();
         assert_eq!(event.row, row);
-        assert!(event.resolve_link, "an absent link_id is a null one");
+        assert_eq!(
+            event.resolve,
+            Resolve::Link,
+            "an absent link_id is a null one"
+        );
     }
 
     #[test]
     fn only_current_lines_without_a_link_are_resolved_at_replay() {
         let unlinked = VERSION_0_LINE.replace(r#""link_id":42"#, r#""link_id":null"#);
+        let no_address = VERSION_0_LINE.replace(r#""email":"ann@example.com","#, "");
+        let withheld = no_address
+            .replace("0192f5a0c0de7000800000000000beef", &"0".repeat(32))
+            .replace(r#""link_id":42"#, r#""link_id":null"#)
+            .replace(r#""letter_id":7"#, r#""letter_id":0"#);
         for (line, resolve) in [
-            (VERSION_0_LINE.to_owned(), false),
-            (unlinked.clone(), false),
-            (unlinked.replacen('{', r#"{"v":1,"#, 1), false),
-            (unlinked.replacen('{', r#"{"v":2,"#, 1), true),
-            (VERSION_0_LINE.replacen('{', r#"{"v":2,"#, 1), false),
+            (VERSION_0_LINE.to_owned(), Resolve::Nothing),
+            (unlinked.clone(), Resolve::Nothing),
+            (unlinked.replacen('{', r#"{"v":1,"#, 1), Resolve::Nothing),
+            (unlinked.replacen('{', r#"{"v":2,"#, 1), Resolve::Link),
+            (
+                VERSION_0_LINE.replacen('{', r#"{"v":2,"#, 1),
+                Resolve::Nothing,
+            ),
+            (no_address.replacen('{', r#"{"v":2,"#, 1), Resolve::Nothing),
+            (no_address.replacen('{', r#"{"v":3,"#, 1), Resolve::Reader),
+            (
+                VERSION_0_LINE.replacen('{', r#"{"v":3,"#, 1),
+                Resolve::Nothing,
+            ),
+            (withheld.replacen('{', r#"{"v":3,"#, 1), Resolve::Nothing),
         ] {
             let event = JournalLine::decode_replayable(&line).unwrap();
-            assert_eq!(event.resolve_link, resolve, "{line}");
+            assert_eq!(event.resolve, resolve, "{line}");
         }
     }
 
     #[test]
     fn a_newer_version_and_a_foreign_kind_are_errors_not_guesses() {
-        let newer = VERSION_0_LINE.replacen('{', r#"{"v":3,"#, 1);
+        let newer = VERSION_0_LINE.replacen('{', r#"{"v":4,"#, 1);
         assert!(matches!(
             JournalLine::decode(&newer),
-            Err(JournalLineError::NewerVersion(3))
+            Err(JournalLineError::NewerVersion(4))
         ));
         let foreign = VERSION_0_LINE.replace(r#""kind":"click""#, r#""kind":"bogus""#);
         assert!(matches!(

@@ -60,15 +60,24 @@ pub struct EventPipeline {
 impl EventPipeline {
     /// Recover the journal directory (segments a previous process left
     /// behind become replayable), then start the writer and the replayer.
-    /// `outbox` takes each replayed batch (events out).
+    /// `outbox` takes each replayed batch (events out); every event is
+    /// screened with `privacy` (opt-outs, erasures) before it is stored;
+    /// links are read through `router` when there is one (a Spider head).
     /// The replayer runs on `replay_on` when given (the server's
     /// low-priority runtime), else on the current runtime.
     pub async fn start(
         pool: MySqlPool,
         settings: JournalSettings,
         outbox: Arc<dyn OutboxSink>,
+        privacy: crate::privacy::Privacy,
+        router: Option<crate::store::cluster::Router>,
         replay_on: Option<tokio::runtime::Handle>,
     ) -> Result<Self, JournalError> {
+        let sinks = replay::Sinks {
+            outbox,
+            privacy,
+            router,
+        };
         let (next_segment, lock) = journal::recover(&settings.dir).await?;
         let (stop_writer, writer_stopped) = watch::channel(false);
         let (stop_replayer, replayer_stopped) = watch::channel(false);
@@ -78,13 +87,13 @@ impl EventPipeline {
         let (stop_drain, drain_stopped) = watch::channel(false);
         let drain = tokio::spawn(drain::drain(
             pool.clone(),
-            outbox.clone(),
+            sinks.clone(),
             recorder.clone(),
             settings.dir.clone(),
             settings.retry_after,
             drain_stopped,
         ));
-        let replay = replay::run(pool, settings, outbox, sealed, replayer_stopped);
+        let replay = replay::run(pool, settings, sinks, sealed, replayer_stopped);
         let replayer = match replay_on {
             Some(runtime) => runtime.spawn(replay),
             None => tokio::spawn(replay),

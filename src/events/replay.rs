@@ -7,15 +7,17 @@
 //! exactly once whatever crashes in between.
 
 use super::journal::{sealed_segments, JournalError, JournalSettings};
-use super::journal_line::{JournalLine, JournalLineError, Replayable};
+use super::journal_line::{JournalLine, JournalLineError, Replayable, Resolve};
 use super::OutboxSink;
 use crate::event::EventRow;
-use crate::kind::EventKind;
+use crate::kind::{EventKind, LinkKind};
+use crate::privacy::{Privacy, Withheld};
+use crate::store::address_list::SUPPRESSIONS;
 use crate::store::events::{insert_idempotent, suppress_unsubscribed};
 use crate::store::links::{self, StoredLink};
 use crate::store::{partitions, StoreError};
 use crate::token::Token;
-use chrono::Utc;
+use chrono::{NaiveDate, Utc};
 use sqlx::MySqlPool;
 use std::path::Path;
 use std::sync::Arc;
@@ -47,18 +49,26 @@ impl ReplayError {
     }
 }
 
+/// Where replayed events go besides `events`: the outbox, and the
+/// privacy view every event is screened with; and where their links are
+/// read (on a Spider cluster, the data nodes, past the head).
+#[derive(Clone)]
+pub(crate) struct Sinks {
+    pub outbox: Arc<dyn OutboxSink>,
+    pub privacy: Privacy,
+    pub router: Option<crate::store::cluster::Router>,
+}
+
 /// Replay until told to stop, then make one final pass.
 pub(crate) async fn run(
     pool: MySqlPool,
     settings: JournalSettings,
-    outbox: Arc<dyn OutboxSink>,
+    sinks: Sinks,
     sealed: Arc<Notify>,
     mut stop: watch::Receiver<bool>,
 ) {
     loop {
-        let failed = replay_all(&pool, &settings.dir, outbox.as_ref())
-            .await
-            .is_err();
+        let failed = replay_all(&pool, &settings.dir, &sinks).await.is_err();
         if *stop.borrow() {
             break;
         }
@@ -77,7 +87,7 @@ pub(crate) async fn run(
     }
     // The writer has sealed its last segment before we were told to stop
     // (see `EventPipeline::shutdown`), so this pass sees everything journaled.
-    let _ = replay_all(&pool, &settings.dir, outbox.as_ref()).await;
+    let _ = replay_all(&pool, &settings.dir, &sinks).await;
 }
 
 /// Replay every sealed segment, oldest first; stop at the first failure so
@@ -87,10 +97,10 @@ pub(crate) async fn run(
 pub(crate) async fn replay_all(
     pool: &MySqlPool,
     dir: &Path,
-    outbox: &dyn OutboxSink,
+    sinks: &Sinks,
 ) -> Result<(), ReplayError> {
     for segment in sealed_segments(dir).await? {
-        match replay_segment(pool, &segment, outbox).await {
+        match replay_segment(pool, &segment, sinks).await {
             Ok(()) => {}
             Err(err) if err.is_rejected_data() => quarantine(&segment, &err, "rejected").await?,
             Err(err @ ReplayError::BadLine { .. }) => {
@@ -133,7 +143,7 @@ async fn quarantine(
 async fn replay_segment(
     pool: &MySqlPool,
     segment: &Path,
-    outbox: &dyn OutboxSink,
+    sinks: &Sinks,
 ) -> Result<(), ReplayError> {
     let text = tokio::fs::read_to_string(segment)
         .await
@@ -143,7 +153,7 @@ async fn replay_segment(
         })?;
     let Segment { events, bad_line } = parse_segment(&text);
     let journaled = events.len();
-    let stored = store_events(pool, outbox, events).await?;
+    let stored = store_events(pool, sinks, events).await?;
     if let Some((line, source)) = bad_line {
         // The readable events are in; the file stays whole for inspection
         // (replaying it again later is a no-op for those events).
@@ -164,26 +174,115 @@ async fn replay_segment(
     Ok(())
 }
 
-/// Store journaled (or fallback-queued) events: links resolved,
-/// unsubscribes applied, rows inserted, outbound queued. Idempotent on the
-/// event ids. Returns how many rows were stored.
+/// Store journaled (or fallback-queued) events: links resolved, screened
+/// for people's choices ([`screen`]), unsubscribes applied, last open days
+/// noted, rows inserted, outbound queued. Idempotent on the event ids.
+/// Returns how many rows were stored.
 pub(crate) async fn store_events(
     pool: &MySqlPool,
-    outbox: &dyn OutboxSink,
+    sinks: &Sinks,
     events: Vec<Replayable>,
 ) -> Result<usize, StoreError> {
-    let rows = resolve_links(pool, events).await?;
+    // The view the whole batch is screened with; `erase` waits for
+    // batches begun before its erasure (`Privacy::begin_store`).
+    let view = sinks.privacy.begin_store(pool).await?;
+    let resolved = resolve_links(pool, sinks.router.as_ref(), events).await?;
+    let screened = screen(view.privacy(), resolved);
     // Suppressions first: they matter more than the statistics, and once
     // the events are visible the suppressions are too.
-    apply_unsubscribes(pool, &rows).await?;
+    apply_unsubscribes(pool, view.privacy(), &screened).await?;
+    crate::store::privacy::note_last_opens(pool, &screened.last_opens).await?;
+    let rows = screened.rows;
     // Events out: queued before the segment goes, so none is lost; and
     // before the events are visible, so the rollup's settle pass, which
     // releases held rows of the events it rolls, never rolls an event
     // whose row is not queued yet (that row would wait for the safety net).
-    outbox.enqueue(pool, &rows).await?;
+    sinks.outbox.enqueue(pool, &rows).await?;
     insert_with_partitions(pool, &rows).await?;
+    drop(view);
     metrics::counter!("linktrack_events_written_total").increment(rows.len() as u64);
     Ok(rows.len())
+}
+
+/// A batch's rows once screened.
+#[derive(Debug, Default)]
+struct Screened {
+    /// What is stored (and sent, but for withheld rows).
+    rows: Vec<EventRow>,
+    /// `track: "last_open_day"` opens: (address, UTC day), no event.
+    last_opens: Vec<(String, NaiveDate)>,
+    /// Addresses to suppress (unsubscribes).
+    suppress: Vec<String>,
+    /// Erased addresses that unsubscribed: suppressed as their keyed hash.
+    suppress_hashed: Vec<[u8; 32]>,
+}
+
+/// What the replay keeps of each resolved event, by whose letter it is
+/// (docs/privacy.md):
+/// * no letter (a shared row, a late hit) or an erased letter's row (its
+///   address blanked): no network or user agent;
+/// * the reader withdrew from tracking: the event is kept for nobody
+///   ([`EventRow::withhold`]) and not sent out; an unsubscribe still
+///   names whom it unsubscribes, without the request's details;
+/// * the reader was erased after the letter was made (the erase ran while
+///   the event waited): stored without address, network or user agent;
+/// * a `last_open_day` letter's open: only the day, as the address's last
+///   open; no event.
+fn screen(privacy: &Privacy, resolved: Vec<(EventRow, bool)>) -> Screened {
+    let mut out = Screened::default();
+    for (mut row, last_open_pixel) in resolved {
+        let last_open = last_open_pixel && row.kind == EventKind::Open;
+        if row.is_withheld() {
+            out.rows.push(row);
+            continue;
+        }
+        let email = match row.email.take() {
+            Some(email) if !email.is_empty() && row.has_letter() => email,
+            kept => {
+                // Nobody's letter: a shared row, a late hit, an erased letter.
+                row.email = kept.filter(|email| !email.is_empty());
+                row.forget_request();
+                if !last_open {
+                    out.rows.push(row);
+                }
+                continue;
+            }
+        };
+        let made_at = Token::from_bytes(&row.token).map_or(row.occurred_at, |t| t.created_at());
+        let unsubscribe = row.kind == EventKind::Unsubscribe;
+        match privacy.withholds_address(&email, made_at) {
+            Withheld::No if last_open => {
+                let day = row.occurred_at.date_naive();
+                out.last_opens
+                    .push((crate::address::normalize(&email), day));
+                continue;
+            }
+            Withheld::No => {
+                if unsubscribe {
+                    out.suppress.push(email.clone());
+                }
+                row.email = Some(email);
+            }
+            Withheld::OptedOut if unsubscribe => {
+                row.forget_request();
+                out.suppress.push(email.clone());
+                row.email = Some(email);
+            }
+            Withheld::OptedOut => row.withhold(),
+            Withheld::Erased => {
+                row.forget_request();
+                if unsubscribe {
+                    if let Some(key) = privacy.key() {
+                        out.suppress_hashed.push(key.digest(&email));
+                    }
+                }
+            }
+        }
+        if !last_open {
+            out.rows.push(row);
+        }
+    }
+    out
 }
 
 /// What a segment file holds.
@@ -234,45 +333,70 @@ const RESOLVE_STATEMENTS: usize = 4;
 /// once (a segment may name thousands of links). An event
 /// whose token names no link is dropped and counted: a forged or mistyped
 /// pixel URL is no open.
+/// Each row comes back with whether its link is a `last_open_day` letter's
+/// pixel (its row's URL says so, [`links::LAST_OPEN_DAY_PIXEL`]).
+/// A row journaled without its reader's address (version 3) gets it from
+/// the link's row; when that row is gone (its day dropped since the hit, or
+/// deleted), the event is a late one, nobody's.
 async fn resolve_links(
     pool: &MySqlPool,
+    router: Option<&crate::store::cluster::Router>,
     events: Vec<Replayable>,
-) -> Result<Vec<EventRow>, StoreError> {
+) -> Result<Vec<(EventRow, bool)>, StoreError> {
     let mut tokens: Vec<Token> = events
         .iter()
-        .filter(|event| event.resolve_link)
+        .filter(|event| event.resolve != Resolve::Nothing)
         .filter_map(|event| Token::from_bytes(&event.row.token).ok())
         .collect();
     if tokens.is_empty() {
-        return Ok(events.into_iter().map(|event| event.row).collect());
+        return Ok(events.into_iter().map(|event| (event.row, false)).collect());
     }
     tokens.sort_unstable();
     tokens.dedup();
-    let found = links::lookup_many_concurrently(pool, &tokens, RESOLVE_STATEMENTS).await?;
+    let found = match router {
+        Some(router) => router.lookup_many(&tokens).await?,
+        None => links::lookup_many_concurrently(pool, &tokens, RESOLVE_STATEMENTS).await?,
+    };
     let mut rows = Vec::with_capacity(events.len());
     let mut unknown = 0u64;
-    for Replayable {
-        mut row,
-        resolve_link,
-    } in events
-    {
-        if resolve_link {
-            let link = Token::from_bytes(&row.token)
-                .ok()
-                .and_then(|token| found.get(&token));
-            let Some(link) = link else {
-                unknown += 1;
+    for Replayable { mut row, resolve } in events {
+        let link = match resolve {
+            Resolve::Nothing => {
+                rows.push((row, false));
                 continue;
-            };
-            fill_link(&mut row, link);
+            }
+            Resolve::Link | Resolve::Reader => Token::from_bytes(&row.token)
+                .ok()
+                .and_then(|token| found.get(&token)),
+        };
+        match (link, resolve) {
+            (Some(link), _) => {
+                fill_link(&mut row, link);
+                let last_open_pixel =
+                    link.kind == LinkKind::Pixel && link.url == links::LAST_OPEN_DAY_PIXEL;
+                rows.push((row, last_open_pixel));
+            }
+            (None, Resolve::Reader) => {
+                make_late(&mut row);
+                rows.push((row, false));
+            }
+            (None, _) => unknown += 1,
         }
-        rows.push(row);
     }
     if unknown > 0 {
         tracing::debug!(unknown, "dropped events whose token names no link");
         metrics::counter!("linktrack_replay_unknown_tokens_total").increment(unknown);
     }
     Ok(rows)
+}
+
+/// A hit whose link row is gone by the replay: a late event, as an
+/// uncached hit on it would have been (mailing and position, nobody).
+fn make_late(row: &mut EventRow) {
+    row.link_id = Some(0);
+    row.letter_id = None;
+    row.email = None;
+    row.forget_request();
 }
 
 /// The event's copy of its link's fields (`events` is denormalised so the
@@ -287,17 +411,24 @@ fn fill_link(row: &mut EventRow, link: &StoredLink) {
 
 /// Suppress the addresses of unsubscribe events. Usually the handler did it
 /// already (this is then a no-op); while the database was away, this is
-/// where the suppression happens.
-async fn apply_unsubscribes(pool: &MySqlPool, rows: &[EventRow]) -> Result<(), StoreError> {
-    let emails: Vec<&str> = rows
-        .iter()
-        .filter(|row| row.kind == EventKind::Unsubscribe)
-        .filter_map(|row| row.email.as_deref())
-        .collect();
-    if emails.is_empty() {
-        return Ok(());
+/// where the suppression happens. An address erased meanwhile is
+/// suppressed as its keyed hash.
+async fn apply_unsubscribes(
+    pool: &MySqlPool,
+    privacy: &Privacy,
+    screened: &Screened,
+) -> Result<(), StoreError> {
+    if !screened.suppress.is_empty() {
+        let emails: Vec<&str> = screened.suppress.iter().map(String::as_str).collect();
+        suppress_unsubscribed(pool, &emails).await?;
     }
-    suppress_unsubscribed(pool, &emails).await
+    if !screened.suppress_hashed.is_empty() && privacy.key().is_some() {
+        let reason = crate::store::suppressions::SuppressionReason::Unsubscribe;
+        SUPPRESSIONS
+            .add_hashed(pool, &screened.suppress_hashed, reason.as_str())
+            .await?;
+    }
+    Ok(())
 }
 
 /// Insert `rows`; when a day has no partition yet, create the partitions
@@ -361,6 +492,85 @@ mod tests {
                 .0,
             2
         );
+    }
+
+    #[test]
+    fn the_screen_keeps_of_each_event_what_its_readers_choices_allow() {
+        use crate::address::AddressKey;
+        let key = AddressKey::new(&[3; 32]);
+        let made = Utc::now() - chrono::Duration::hours(1);
+        let privacy = Privacy::in_memory(
+            key.clone(),
+            &["out@example.com"],
+            &[("gone@example.com", Utc::now())],
+        );
+        let token = *crate::token::Token::at(made).as_bytes();
+        let hit = |kind, letter: u64, email: &str| EventRow {
+            kind,
+            token,
+            link_id: Some(9),
+            mailing_id: Some("m".into()),
+            letter_id: Some(letter),
+            email: Some(email.into()),
+            ip: Some("192.0.2.0".into()),
+            ..row()
+        };
+        let screened = screen(
+            &privacy,
+            vec![
+                (hit(EventKind::Click, 5, "in@example.com"), false),
+                (hit(EventKind::Click, 6, "out@example.com"), false),
+                (hit(EventKind::Unsubscribe, 6, "OUT@example.com"), false),
+                (hit(EventKind::Click, 7, "gone@example.com"), false),
+                (hit(EventKind::Unsubscribe, 7, "gone@example.com"), false),
+                (hit(EventKind::Image, 0, ""), false),
+                (hit(EventKind::Open, 5, "in@example.com"), true),
+                (hit(EventKind::Open, 6, "out@example.com"), true),
+            ],
+        );
+        /// Kind, letter, address, request details kept, withheld.
+        type Kept<'a> = (EventKind, Option<u64>, Option<&'a str>, bool, bool);
+        let kept: Vec<Kept<'_>> = screened
+            .rows
+            .iter()
+            .map(|r| {
+                let request = r.ip.is_some() || r.user_agent.is_some();
+                (
+                    r.kind,
+                    r.letter_id,
+                    r.email.as_deref(),
+                    request,
+                    r.is_withheld(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            kept,
+            [
+                (
+                    EventKind::Click,
+                    Some(5),
+                    Some("in@example.com"),
+                    true,
+                    false
+                ),
+                (EventKind::Click, Some(0), None, false, true),
+                (
+                    EventKind::Unsubscribe,
+                    Some(6),
+                    Some("OUT@example.com"),
+                    false,
+                    false
+                ),
+                (EventKind::Click, Some(7), None, false, false),
+                (EventKind::Unsubscribe, Some(7), None, false, false),
+                (EventKind::Image, Some(0), None, false, false),
+            ]
+        );
+        assert_eq!(screened.suppress, ["OUT@example.com"]);
+        assert_eq!(screened.suppress_hashed, [key.digest("gone@example.com")]);
+        let today = Utc::now().date_naive();
+        assert_eq!(screened.last_opens, [("in@example.com".to_owned(), today)]);
     }
 
     #[test]

@@ -225,8 +225,12 @@ pub async fn enqueue(
     if outbound.is_empty() {
         return Ok(());
     }
+    // An event kept for nobody (its reader withdrew from tracking) is
+    // counted, never sent: a message per hit would say when one of the
+    // readers who withdrew read the letter.
     let wanted: Vec<(&EventRow, Vec<&Endpoint>)> = rows
         .iter()
+        .filter(|row| !row.is_withheld())
         .map(|row| {
             let event_type = payload::event_type(row.kind);
             let endpoints = outbound

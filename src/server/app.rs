@@ -20,6 +20,7 @@ use crate::events::journal::JournalSettings;
 use crate::events::EventPipeline;
 use crate::live::Live;
 use crate::outbound::Outbound;
+use crate::privacy::{Privacy, PrivacySettings};
 use crate::store::rollup::RollupOptions;
 use crate::store::seal_keys::RingSecrets;
 use crate::workers::Workers;
@@ -62,6 +63,8 @@ pub struct AppSettings {
     pub connections: ConnectionLimits,
     /// Webhook and AMQP endpoints events go out to; empty: none.
     pub outbound: Outbound,
+    /// How the server follows opt-outs and erasures (docs/privacy.md).
+    pub privacy: PrivacySettings,
 }
 
 impl AppSettings {
@@ -83,6 +86,7 @@ impl AppSettings {
             admin_token: None,
             connections: ConnectionLimits::default(),
             outbound: Outbound::default(),
+            privacy: PrivacySettings::default(),
         }
     }
 }
@@ -127,6 +131,17 @@ impl App {
         // no recorder installed (the journal keeps its gauge's) stays mute.
         let prometheus = metrics::prometheus();
         let mut workers = Workers::new();
+        let server = crate::outbound::registry::server_id(&settings.journal.dir);
+        let privacy = Privacy::new(server, settings.privacy);
+        // Loaded before the first hit when the database answers; otherwise
+        // the worker keeps trying, and the replay stores nothing before it
+        // has the view.
+        if let Err(err) = privacy.refresh(&pool).await {
+            tracing::warn!(%err, "opt-outs and erasures not read yet; retrying in the background");
+        }
+        // On a Spider head in the shard layout, lookups go to the data
+        // nodes: the requests' and the replay's.
+        let router = crate::store::cluster::Router::discover(&pool).await;
         // The replay runs with the senders at low priority: during a burst
         // the requests get the CPU, and the journal holds the events until
         // the replay catches up.
@@ -134,11 +149,11 @@ impl App {
             pool.clone(),
             settings.journal.clone(),
             std::sync::Arc::new(settings.outbound.clone()),
+            privacy.clone(),
+            router.clone(),
             workers.low_priority_runtime(),
         )
         .await?;
-        // On a Spider head in the shard layout, lookups go to the data nodes.
-        let router = crate::store::cluster::Router::discover(&pool).await;
         let state = AppState::new(
             pool.clone(),
             settings.server.clone(),
@@ -146,6 +161,7 @@ impl App {
             prometheus,
             settings.live.clone(),
             router,
+            privacy.clone(),
         )?;
         let mut stats = StatsState::new(
             pool,
@@ -159,7 +175,7 @@ impl App {
             Some(opened) => state.set_seal(opened),
             None => load_seal_later(&state, secrets),
         }
-        start_workers(&settings, &mut workers);
+        start_workers(&settings, &mut workers, privacy);
         Ok(App {
             public: listener,
             admin,
@@ -273,7 +289,9 @@ impl App {
 /// `workers.spawn("name", |stopping| your_loop(.., stopping))`.
 /// Each is stopped and joined by [`App::run`] after the event pipeline has
 /// flushed (see the module docs).
-fn start_workers(settings: &AppSettings, workers: &mut Workers) {
+fn start_workers(settings: &AppSettings, workers: &mut Workers, privacy: Privacy) {
+    let pool = settings.pool.clone();
+    workers.spawn("privacy", move |stopping| privacy.run(pool, stopping));
     if let Some(every) = settings.rollup_every {
         let pool = settings.pool.clone();
         let live = settings.live.clone();

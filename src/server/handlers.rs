@@ -55,7 +55,7 @@ pub(crate) async fn click(
                 return Ok(no_store(StatusCode::NO_CONTENT.into_response()));
             }
             let location = redirect_target(&link.url)?;
-            state.journal_hit(EventKind::Click, token, Some(&link), meta);
+            state.journal_hit(EventKind::Click, token, Some(&*link), meta);
             location
         }
         Tracked::Late {
@@ -132,7 +132,10 @@ pub(crate) async fn unsubscribe_page(
     tracked: Tracked<UnsubscribeRoute>,
 ) -> Result<Response, ServerError> {
     let page = match tracked {
-        Tracked::Live { link, .. } => pages::unsubscribe_confirm(&unsubscribe_target(&link)),
+        Tracked::Live { link, .. } if !link.email.is_empty() => {
+            pages::unsubscribe_confirm(&unsubscribe_target(&link))
+        }
+        Tracked::Live { link, .. } => nobodys_unsubscribe_page(&state, &link.mailing_id).await,
         Tracked::Late { template, .. } => late_unsubscribe_page(&state, &template).await,
     };
     Ok(no_store(page.into_response()))
@@ -143,7 +146,17 @@ async fn late_unsubscribe_page(
     state: &AppState,
     template: &crate::store::link_templates::LinkTemplate,
 ) -> axum::response::Html<String> {
-    let contact = crate::store::stats::list_management(&state.pool, &template.mailing_id);
+    nobodys_unsubscribe_page(state, &template.mailing_id).await
+}
+
+/// The page of an unsubscribe link that names nobody any more (its row
+/// gone, or its address erased): it unsubscribed nobody, and says where
+/// the mailing's readers manage their subscription.
+async fn nobodys_unsubscribe_page(
+    state: &AppState,
+    mailing_id: &str,
+) -> axum::response::Html<String> {
+    let contact = crate::store::stats::list_management(&state.pool, mailing_id);
     // The page is shown even when the contact cannot be read.
     let contact = state.bounded(contact).await.ok().flatten();
     pages::unsubscribe_expired(contact.as_ref())
@@ -153,15 +166,21 @@ async fn late_unsubscribe_page(
 /// the confirmation form. Any body is accepted: the POST itself is the
 /// request. Idempotent.
 ///
-/// If the link is cached but the database is away, the unsubscribe event in
-/// the journal carries the address, and the replay applies the suppression
-/// later: a one-click unsubscribe is sent once and must not be lost.
+/// If the link is cached but the database is away, the replay applies the
+/// suppression later, reading the address from the link's row (the journal
+/// holds no address): a one-click unsubscribe is sent once and must not be
+/// lost.
 pub(crate) async fn unsubscribe(
     State(state): State<AppState>,
     meta: RequestMeta,
     tracked: Tracked<UnsubscribeRoute>,
 ) -> Result<Response, ServerError> {
     let (token, link) = match tracked {
+        // An erased letter's link names nobody: nothing to do or record.
+        Tracked::Live { link, .. } if link.email.is_empty() => {
+            let page = nobodys_unsubscribe_page(&state, &link.mailing_id).await;
+            return Ok(no_store(page.into_response()));
+        }
         Tracked::Live { token, link } => (token, link),
         // Nobody to unsubscribe, and nothing recorded: say what happened.
         Tracked::Late { template, .. } => {
@@ -176,7 +195,7 @@ pub(crate) async fn unsubscribe(
         Err(ServerError::Unavailable(err)) => Some(err),
         Err(err) => return Err(err),
     };
-    let journaled = state.journal_hit(EventKind::Unsubscribe, token, Some(&link), meta);
+    let journaled = state.journal_hit(EventKind::Unsubscribe, token, Some(&*link), meta);
     if let Some(err) = deferred {
         if !journaled {
             return Err(ServerError::Unavailable(err));
@@ -190,7 +209,7 @@ pub(crate) async fn unsubscribe(
 
 /// Whom the unsubscribe pages name: the link's address (masked by the
 /// page) and its mailing.
-fn unsubscribe_target(link: &crate::store::links::StoredLink) -> pages::UnsubscribeTarget<'_> {
+fn unsubscribe_target(link: &super::state::ServedLink) -> pages::UnsubscribeTarget<'_> {
     pages::UnsubscribeTarget {
         email: &link.email,
         mailing_id: &link.mailing_id,
@@ -221,6 +240,9 @@ pub(crate) async fn stop_tracking(
             "link",
         ))
         .await?;
+    // This server's own hits honour it at once; the others within their
+    // refresh (docs/privacy.md).
+    state.privacy.note_opt_out(&email[0]);
     Ok(no_store(pages::tracking_stopped().into_response()))
 }
 
@@ -246,7 +268,7 @@ pub(crate) async fn image(
 ) -> Result<Response, ServerError> {
     let url = match &tracked {
         Tracked::Live { token, link } => {
-            state.journal_hit(EventKind::Image, *token, Some(link), meta);
+            state.journal_hit(EventKind::Image, *token, Some(&**link), meta);
             &link.url
         }
         Tracked::Late { template, .. } => &template.url,

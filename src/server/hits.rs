@@ -1,13 +1,27 @@
 //! Turning a hit into an event: classify it, fill the row, journal it.
+//!
+//! What a journaled event holds about the person (docs/privacy.md):
+//! * never the address: the replay reads it from the link's row (and
+//!   applies an unsubscribe the server could not, the database away), so
+//!   an address erased meanwhile is not written back;
+//! * the request's network (/24, /48) and user agent only for a hit on one
+//!   reader's letter whose reader has not withdrawn: not for a row every
+//!   letter of a mailing shares (images, anonymous letters), a late hit
+//!   or an erased letter;
+//! * a hit on the letter of an address that withdrew from tracking (or was
+//!   erased after the letter was made) is journaled for nobody
+//!   ([`EventRow::withhold`]), checked in memory ([`crate::privacy`]).
+//!   Opens are journaled with their token only (the pixel reads nothing),
+//!   so the replay makes that check for them.
 
 use super::request::RequestMeta;
-use super::state::AppState;
+use super::state::{AppState, Reader, ServedLink};
 use crate::bots::Hit;
 use crate::event::EventRow;
 use crate::events;
 use crate::kind::EventKind;
+use crate::privacy::Withheld;
 use crate::store::link_templates::LinkTemplate;
-use crate::store::links::StoredLink;
 use crate::token::Token;
 use chrono::Utc;
 
@@ -23,7 +37,7 @@ impl AppState {
         &self,
         kind: EventKind,
         token: Token,
-        link: Option<&StoredLink>,
+        link: Option<&ServedLink>,
         meta: RequestMeta,
     ) -> bool {
         if !self.settings.record_events {
@@ -32,25 +46,27 @@ impl AppState {
         let now = Utc::now();
         let letter = link.map(|l| (l.mailing_id.as_str(), l.letter_id, l.position));
         let verdict = self.classify(kind, token, letter, &meta, now);
-        self.journal(kind, token, Named::link(link), meta, now, verdict)
+        let row = self.event(kind, token, Named::link(link), meta, now, verdict);
+        self.journal(self.screened(row, link))
     }
 
     /// Journal a click on the letter's honeypot link: a bot by definition
     /// (reason `honeypot`); the rollup marks the letter's clicks around it.
-    pub fn journal_honeypot(&self, token: Token, link: &StoredLink, meta: RequestMeta) -> bool {
+    pub fn journal_honeypot(&self, token: Token, link: &ServedLink, meta: RequestMeta) -> bool {
         if !self.settings.record_events {
             return true;
         }
         let verdict = Some(crate::bots::verdicts::HONEYPOT.to_owned());
         let named = Named::link(Some(link));
-        self.journal(EventKind::Click, token, named, meta, Utc::now(), verdict)
+        let row = self.event(EventKind::Click, token, named, meta, Utc::now(), verdict);
+        self.journal(self.screened(row, Some(link)))
     }
 
     /// Journal a late hit (issue 27): a token whose row is gone, answered
     /// from its link template. The event names the mailing and position
-    /// and nobody: no link, letter or address. `link_id` 0 marks it late
-    /// (there is no row for the replay to look up), and the statistics keep
-    /// late events apart from the letters' own.
+    /// and nobody: no link, letter, address, network or user agent.
+    /// `link_id` 0 marks it late (there is no row for the replay to look
+    /// up), and the statistics keep late events apart from the letters' own.
     pub fn journal_late(
         &self,
         kind: EventKind,
@@ -63,7 +79,9 @@ impl AppState {
         }
         let now = Utc::now();
         let verdict = self.classify(kind, token, None, &meta, now);
-        self.journal(kind, token, Named::late(template), meta, now, verdict)
+        let mut row = self.event(kind, token, Named::late(template), meta, now, verdict);
+        row.forget_request();
+        self.journal(row)
     }
 
     /// The request-time bot verdict of a hit (the rollup may revise it).
@@ -86,7 +104,8 @@ impl AppState {
         })
     }
 
-    fn journal(
+    /// The row of a hit, as the request and its link name it.
+    fn event(
         &self,
         kind: EventKind,
         token: Token,
@@ -94,8 +113,8 @@ impl AppState {
         meta: RequestMeta,
         now: chrono::DateTime<Utc>,
         verdict: Option<String>,
-    ) -> bool {
-        let row = EventRow {
+    ) -> EventRow {
+        EventRow {
             event_id: *uuid::Uuid::now_v7().as_bytes(),
             occurred_at: now,
             kind,
@@ -103,34 +122,63 @@ impl AppState {
             link_id: named.link_id,
             mailing_id: named.mailing_id,
             letter_id: named.letter_id,
-            email: named.email,
+            email: None,
             position: named.position,
             ip: meta.network.map(|net| net.to_string()),
             user_agent: meta.user_agent,
             bot: verdict.is_some(),
             bot_reason: verdict,
+        }
+    }
+
+    /// What of `row` may be journaled, by whose letter `link` is (see the
+    /// module docs).
+    fn screened(&self, mut row: EventRow, link: Option<&ServedLink>) -> EventRow {
+        let Some(link) = link else {
+            // An open, journaled with its token only: the replay screens it.
+            return row;
         };
+        match link.reader {
+            Reader::Nobody => row.forget_request(),
+            Reader::Person(None) => {}
+            Reader::Person(Some(fingerprint)) => {
+                let made_at = Token::from_bytes(&row.token)
+                    .map(|t| t.created_at())
+                    .unwrap_or_else(|_| Utc::now());
+                match self.privacy.withholds(fingerprint, made_at) {
+                    Withheld::No => {}
+                    // Unsubscribing is no tracking: it still names whom it
+                    // unsubscribes, without the request's details.
+                    Withheld::OptedOut | Withheld::Erased if row.kind == EventKind::Unsubscribe => {
+                        row.forget_request()
+                    }
+                    Withheld::OptedOut | Withheld::Erased => row.withhold(),
+                }
+            }
+        }
+        row
+    }
+
+    fn journal(&self, row: EventRow) -> bool {
         events::append(&self.recorder, row)
     }
 }
 
 /// What an event names: its link's row, a late hit's template, or nothing
-/// yet (an open journaled with its token only).
+/// yet (an open journaled with its token only). Never the address.
 struct Named {
     link_id: Option<u64>,
     mailing_id: Option<String>,
     letter_id: Option<u64>,
-    email: Option<String>,
     position: Option<u32>,
 }
 
 impl Named {
-    fn link(link: Option<&StoredLink>) -> Named {
+    fn link(link: Option<&ServedLink>) -> Named {
         Named {
             link_id: link.map(|l| l.id),
             mailing_id: link.map(|l| l.mailing_id.clone()),
             letter_id: link.map(|l| l.letter_id),
-            email: link.map(|l| l.email.clone()),
             position: link.map(|l| l.position),
         }
     }
@@ -141,7 +189,6 @@ impl Named {
             link_id: Some(LATE_LINK_ID),
             mailing_id: Some(template.mailing_id.clone()),
             letter_id: None,
-            email: None,
             position: Some(template.position),
         }
     }

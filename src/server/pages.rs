@@ -37,10 +37,11 @@ impl UnsubscribeTarget<'_> {
 }
 
 /// `ann@example.com` → `a***@example.com`: the local part's first character,
-/// then `***`, then the whole domain. The address is normalized first (as
-/// the suppression stores it). `None` for an empty address.
+/// then `***`, then the whole domain, as people read it (`bücher.example`,
+/// not its A-labels). The address is normalized first (as the suppression
+/// stores it). `None` for an empty address.
 pub(crate) fn mask_address(email: &str) -> Option<String> {
-    let email = crate::address::normalize(email);
+    let email = crate::address::for_display(&crate::address::normalize(email));
     let (local, domain) = match email.rsplit_once('@') {
         Some((local, domain)) => (local, Some(domain)),
         None => (email.as_str(), None),
@@ -139,6 +140,10 @@ mod tests {
         assert_eq!(
             mask_address("émile@exemple.fr").as_deref(),
             Some("é***@exemple.fr")
+        );
+        assert_eq!(
+            mask_address("carol@xn--bcher-kva.example").as_deref(),
+            Some("c***@bücher.example")
         );
         assert_eq!(mask_address("no-at-sign").as_deref(), Some("n***"));
         assert_eq!(

@@ -2,10 +2,9 @@
 //! privacy), user agent (truncated), and whether it was a `HEAD`.
 
 use super::error::ServerError;
-use super::state::AppState;
+use super::state::{AppState, ServedLink};
 use crate::kind::{LinkKind, TokenKind};
 use crate::store::link_templates::LinkTemplate;
-use crate::store::links::StoredLink;
 use crate::token::{Opened, Plaintext, Token};
 use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::request::Parts;
@@ -222,7 +221,7 @@ impl<R: Route> FromRequestParts<AppState> for RouteToken<R> {
 pub(crate) enum Tracked<R> {
     Live {
         token: Token,
-        link: Arc<StoredLink>,
+        link: Arc<ServedLink>,
     },
     /// The row is gone (its partition dropped); the token's template says
     /// where the link led, and nothing about who it was sent to.

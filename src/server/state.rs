@@ -3,9 +3,11 @@
 use super::error::{within, ServerError};
 use super::image::{ImageProxy, ImageSettings};
 use super::lookups::{LinkLookups, LookupSettings};
+use crate::address::Fingerprint;
 use crate::bots::{BotDetector, BotRules};
 use crate::events::journal::Recorder;
 use crate::kind::LinkKind;
+use crate::privacy::Privacy;
 use crate::store::link_templates::LinkTemplate;
 use crate::store::links::StoredLink;
 use crate::store::seal_keys::{self, KeyRefusal, RingSecrets};
@@ -68,6 +70,72 @@ impl Default for ServerSettings {
     }
 }
 
+/// A link as the server holds it (and caches it): its row without the
+/// address, unless its route acts for the person (an unsubscribe or a
+/// "stop tracking me" link must work from the cache while the database is
+/// away), and whose letter it is as a [`Reader`]. So a server's link cache
+/// holds addresses only for the links that act on them, and an erasure
+/// drops those (docs/privacy.md).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServedLink {
+    pub link: StoredLink,
+    pub reader: Reader,
+}
+
+/// Whose letter a link is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reader {
+    /// Nobody's: a row every letter of a mailing shares (letter 0), or an
+    /// erased letter's (its address blanked).
+    Nobody,
+    /// One reader's letter, by the address's fingerprint (`None` while the
+    /// address key is not read yet: the replay decides then).
+    Person(Option<Fingerprint>),
+}
+
+impl ServedLink {
+    /// The row as served: its reader's fingerprint taken, its address
+    /// dropped unless the route needs it.
+    pub fn of(mut link: StoredLink, privacy: &Privacy) -> ServedLink {
+        let reader = if link.letter_id == 0 || link.email.is_empty() {
+            Reader::Nobody
+        } else {
+            Reader::Person(privacy.fingerprint(&link.email))
+        };
+        if !matches!(link.kind, LinkKind::Unsubscribe | LinkKind::OptOut) {
+            link.email = String::new();
+        }
+        ServedLink { link, reader }
+    }
+}
+
+impl std::ops::Deref for ServedLink {
+    type Target = StoredLink;
+
+    fn deref(&self) -> &StoredLink {
+        &self.link
+    }
+}
+
+/// Drop the cached links of addresses erased from now on (an unsubscribe
+/// link holds its address), and those cached before the key was read
+/// (their reader is unknown).
+fn drop_erased_from(links: &Cache<Token, Arc<ServedLink>>, privacy: &Privacy) {
+    let links = links.clone();
+    privacy.on_erasure(move |erased| {
+        let erased: crate::privacy::FingerprintSet = erased.iter().copied().collect();
+        let dropped = links.invalidate_entries_if(move |_, link| match link.reader {
+            Reader::Person(Some(fingerprint)) => erased.contains(&fingerprint),
+            Reader::Person(None) => true,
+            Reader::Nobody => false,
+        });
+        if let Err(err) = dropped {
+            // Only when the cache was built without invalidation closures.
+            tracing::error!(%err, "erased addresses' links not dropped from the cache");
+        }
+    });
+}
+
 /// Shared state: one pointer, so the clones axum makes per request (its
 /// middleware and the handler each take one) cost one atomic increment,
 /// not one per field (cloning the fields was 5% of an open's CPU).
@@ -86,7 +154,9 @@ impl std::ops::Deref for AppState {
 pub struct Shared {
     pub pool: MySqlPool,
     pub settings: Arc<ServerSettings>,
-    pub links: Cache<Token, Arc<StoredLink>>,
+    pub links: Cache<Token, Arc<ServedLink>>,
+    /// Who withdrew from tracking, who was erased ([`Privacy`]).
+    pub privacy: Privacy,
     /// Where cache misses are read, together with concurrent ones.
     pub(crate) lookups: LinkLookups,
     pub recorder: Recorder,
@@ -110,11 +180,14 @@ impl AppState {
         metrics: PrometheusHandle,
         live: Option<crate::live::Live>,
         router: Option<crate::store::cluster::Router>,
+        privacy: Privacy,
     ) -> Result<Self, reqwest::Error> {
-        let links = Cache::builder()
+        let links: Cache<Token, Arc<ServedLink>> = Cache::builder()
             .max_capacity(settings.link_cache_entries)
             .time_to_live(settings.link_cache_ttl)
+            .support_invalidation_closures()
             .build();
+        drop_erased_from(&links, &privacy);
         let lookups = LinkLookups::start(
             pool.clone(),
             router,
@@ -127,6 +200,7 @@ impl AppState {
         Ok(AppState(Arc::new(Shared {
             pool,
             links,
+            privacy,
             lookups,
             recorder,
             bots: Arc::new(BotDetector::new(settings.bots.clone())),
@@ -257,7 +331,7 @@ impl AppState {
     }
 
     /// The link behind a token: from the cache, else one single-partition read.
-    pub async fn find_link(&self, token: Token) -> Result<Arc<StoredLink>, ServerError> {
+    pub async fn find_link(&self, token: Token) -> Result<Arc<ServedLink>, ServerError> {
         if let Some(link) = self.links.get(&token).await {
             metrics::counter!("linktrack_link_cache_total", "result" => "hit").increment(1);
             return Ok(link);
@@ -268,7 +342,8 @@ impl AppState {
         // batch statement ([`LinkLookups`]). moka's `try_get_with`, which
         // would make them share one lookup, was 10% of a redirect's server
         // CPU (perf); a plain insert is about half of that.
-        let link = self.lookup(token).await?;
+        let row = self.lookup(token).await?;
+        let link = Arc::new(ServedLink::of(StoredLink::clone(&row), &self.privacy));
         self.links.insert(token, link.clone()).await;
         Ok(link)
     }

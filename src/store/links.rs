@@ -10,6 +10,12 @@ use std::collections::HashMap;
 
 pub use crate::kind::LinkKind;
 
+/// The `url` of the pixel row of a `track: "last_open_day"` letter (a
+/// pixel row's URL is otherwise empty): its opens keep only the UTC day of
+/// the address's last open (`last_open_days`), never an event. Read by the
+/// journal replay with the rest of the row, so it costs no extra read.
+pub const LAST_OPEN_DAY_PIXEL: &str = "last_open_day";
+
 /// A row to insert. `inserted` is always the token's date.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewLink {

@@ -13,6 +13,7 @@ pub mod links;
 pub mod maintenance;
 pub mod outbox;
 pub mod partitions;
+pub mod privacy;
 pub mod rolled_batch;
 pub mod rollup;
 pub mod row_format;
@@ -304,7 +305,21 @@ fn connect_failed(options: &MySqlConnectOptions, err: &sqlx::Error) -> StoreErro
 pub async fn migrate(url: &str) -> Result<MySqlPool, StoreError> {
     let pool = create_database_and_connect(url).await?;
     MIGRATOR.run(&pool).await?;
+    after_migrations(&pool).await?;
     Ok(pool)
+}
+
+/// What the SQL migrations cannot do: address-list entries stored before
+/// addresses had one form (IDN domains in A-labels, issue 38) move to it.
+/// Cheap when there is nothing to move (one scan of each list's key).
+pub(crate) async fn after_migrations(pool: &MySqlPool) -> Result<(), StoreError> {
+    for list in [address_list::SUPPRESSIONS, address_list::TRACKING_OPTOUTS] {
+        let moved = list.renormalise(pool).await?;
+        if moved > 0 {
+            tracing::info!(moved, "address list entries moved to their normalised form");
+        }
+    }
+    Ok(())
 }
 
 /// Create the database named in `url` if it is missing, and connect.

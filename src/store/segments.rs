@@ -4,7 +4,8 @@ use super::StoreError;
 use sqlx::{MySql, MySqlPool, QueryBuilder};
 
 /// Addresses of the given letters of a mailing (from their pixel rows),
-/// skipping erased ones.
+/// skipping erased ones and those that withdrew from tracking (a segment
+/// is built from their clicks: docs/privacy.md).
 pub async fn addresses_of_letters(
     pool: &MySqlPool,
     mailing_id: &str,
@@ -22,5 +23,8 @@ pub async fn addresses_of_letters(
     }
     found.sort();
     found.dedup();
+    let listed: Vec<&str> = found.iter().map(String::as_str).collect();
+    let withheld = super::privacy::withheld_among(pool, &listed).await?;
+    found.retain(|email| !withheld.contains(email));
     Ok(found)
 }

@@ -43,9 +43,9 @@ fn link(token: Token, kind: LinkKind, n: u32) -> NewLink {
 }
 
 /// The server under test on a pool of the counted user. The journal is
-/// sealed only on stop, so every statement before the stop is the request
-/// path's.
-async fn counted_app(user: &CountedUser) -> TestServer {
+/// sealed only on stop, and the privacy view read at the start only, so
+/// every statement before the stop is the request path's.
+pub(crate) async fn counted_app(user: &CountedUser) -> TestServer {
     let settings = PoolSettings {
         max_connections: 16,
         acquire_timeout: Duration::from_secs(5),
@@ -55,6 +55,10 @@ async fn counted_app(user: &CountedUser) -> TestServer {
         journal: JournalSettings {
             seal_after: Duration::from_secs(3_600),
             ..settings.journal
+        },
+        privacy: linktrack::privacy::PrivacySettings {
+            refresh_every: Duration::from_secs(3_600),
+            ..Default::default()
         },
         ..settings
     })

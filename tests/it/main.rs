@@ -27,6 +27,7 @@ mod mailing_ids;
 mod messages;
 mod partitions;
 mod platform_exports;
+mod privacy;
 mod row_format;
 mod seal_keys;
 mod server_crash;

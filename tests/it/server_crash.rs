@@ -21,7 +21,9 @@ async fn kill_9_under_load_loses_no_answered_click() {
     let db = TestDb::with_days_since(days_ago(1)).await;
     let made = chrono::Utc::now() - chrono::Duration::hours(1);
     let seal = crate::common::seal_of(&db.pool).await;
-    let rows: Vec<NewLink> = (0..50)
+    // Letters 1..=50: each click is one reader's, so its event keeps the
+    // user agent (letter 0 is a shared row's, which keeps none).
+    let rows: Vec<NewLink> = (1..=50)
         .map(|n| click_link(crate::common::sealed_token(&seal, made, LinkKind::Click), n))
         .collect();
     links::insert(&db.pool, &rows).await.unwrap();

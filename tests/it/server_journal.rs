@@ -185,13 +185,14 @@ async fn a_segment_the_database_rejects_is_set_aside_and_does_not_block_the_rest
     let db = db().await;
     let dir = tempfile::tempdir().unwrap();
     let line = old_format_line;
-    // An older segment the database refuses (a readable line whose user
-    // agent is longer than the column: strict mode rejects it), then a good
+    // An older segment the database refuses (a readable line whose mailing
+    // id is longer than the column: strict mode rejects it), then a good
     // one. (A kind the database has no ENUM value for no longer gets that
-    // far: the journal record does not read, see the quarantine test.)
+    // far: the journal record does not read, see the quarantine test; and
+    // a user agent is not stored with an event of no letter.)
     let too_long = line("open", 1).replace(
-        "\"user_agent\":null",
-        &format!("\"user_agent\":\"{}\"", "a".repeat(600)),
+        "\"mailing_id\":null",
+        &format!("\"mailing_id\":\"{}\"", "a".repeat(600)),
     );
     std::fs::write(dir.path().join("00000000000000000001.jsonl"), too_long).unwrap();
     std::fs::write(

@@ -10,7 +10,9 @@ use crate::common::{click_link, today};
 use linktrack::store::{self, links};
 use std::collections::HashSet;
 
-#[tokio::test]
+// Two threads: the server under test keeps running (and confirms the
+// erasure) while the test waits for a command it runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_builds_serves_counts_and_outlives_a_dead_node() {
     let mut cluster = Cluster::start().await;
     ok(&cluster, &["migrate"]);
@@ -168,9 +170,52 @@ async fn a_cluster_builds_serves_counts_and_outlives_a_dead_node() {
         )
     })
     .await;
-    // erase through the head: the address is blanked on whichever node holds it.
+    // erase through the head: the address is blanked on whichever node
+    // holds it, the running server confirms it first, the suppression is
+    // kept as a keyed hash on the head.
+    ok(&cluster, &["suppressions", "add", "r7@example.com"]);
     let erased = ok(&cluster, &["erase", "--email", "r7@example.com"]);
     assert!(erased.contains("links: 5 rows anonymised"), "{erased}");
+    assert!(erased.contains("erase: servers: 1 confirmed"), "{erased}");
+    assert!(
+        erased.contains("erase: events: 1 row anonymised"),
+        "{erased}"
+    );
+    assert!(
+        erased.contains("erase: suppressions: entry kept as a keyed hash"),
+        "{erased}"
+    );
+    // r7's click after the erase is stored, nobody's.
+    let r7 = click_tokens(&letters[7])[1].clone();
+    assert_eq!(click(&r7).await.unwrap().status(), 302);
+    let r7_letter = letters[7]["letter_id"].as_u64().unwrap();
+    let r7_events = format!(
+        "SELECT COUNT(*) FROM events WHERE letter_id = {r7_letter} AND email IS NULL AND ip IS NULL"
+    );
+    until("r7's click after the erase", 2, || count(&head, &r7_events)).await;
+    let needles = crate::common::privacy::needles("r7@example.com", None);
+    for (name, pool) in [
+        ("head", &head),
+        ("node0", &nodes[0]),
+        ("node1", &cluster.node_pool(1).await),
+    ] {
+        let hits = crate::common::privacy::sweep_database(pool, &needles).await;
+        assert!(hits.is_empty(), "{name}: {hits:?}");
+    }
+    let kept = crate::common::privacy::sweep_database(
+        &nodes[0],
+        &crate::common::privacy::needles("r8@example.com", None),
+    )
+    .await;
+    let kept_too = crate::common::privacy::sweep_database(
+        &cluster.node_pool(1).await,
+        &crate::common::privacy::needles("r8@example.com", None),
+    )
+    .await;
+    assert!(
+        !kept.is_empty() || !kept_too.is_empty(),
+        "the sweep sees r8"
+    );
     let mut left = 0;
     for pool in [&nodes[0], &cluster.node_pool(1).await] {
         for table in data_tables(pool, "links").await {

@@ -331,7 +331,11 @@ async fn erase_leaves_no_row_naming_the_address_and_keeps_the_suppression() {
     assert_eq!(report.links, 4, "pixel and three links of letter 1");
     assert_eq!(report.events, 5, "letter 1's events on both days");
     assert!(report.suppressed);
-    assert!(report.to_string().contains("entry kept"));
+    assert!(report.to_string().contains("entry kept as a keyed hash"));
+    // Again: nothing left to change, and it says so.
+    let again = erase::erase(&db.pool, &target).await.unwrap();
+    assert_eq!((again.links, again.events), (0, 0));
+    assert!(again.to_string().contains("(already)"), "{again}");
 
     for table in ["links", "events"] {
         let n: i64 = sqlx::query_scalar(&format!(
@@ -350,10 +354,16 @@ async fn erase_leaves_no_row_naming_the_address_and_keeps_the_suppression() {
     .await
     .unwrap();
     assert_eq!(other, 4, "a different address is not erased");
+    // The suppression outlives the readable address: no entry in clear,
+    // and the address is still suppressed.
     let listed = linktrack::store::suppressions::list(&db.pool, None, 10)
         .await
         .unwrap();
-    assert_eq!(listed.len(), 1, "the suppression entry stays");
+    assert!(listed.is_empty(), "{listed:?}");
+    let suppressed = linktrack::store::suppressions::suppressed_among(&db.pool, &[&target])
+        .await
+        .unwrap();
+    assert!(suppressed.contains(&target), "the suppression entry stays");
     // Statistics stay: the counts were anonymous already.
     let after = stats::summary(&db.pool, MAILING).await.unwrap().unwrap();
     assert_eq!(after.clicks, before.clicks);

@@ -115,10 +115,19 @@ async fn the_rollup_keeps_live_counters_recent_clicks_top_links_and_segments() {
         ..SegmentQuery::default()
     };
     assert_eq!(
-        segment(&live, &db, ruby).await,
+        segment(&live, &db, ruby.clone()).await,
         ["user1@example.com", "user2@example.com"],
         "letter 3's ruby click was a link scanner: bots never join segments"
     );
+    // An address that withdrew from tracking leaves every segment (its
+    // earlier clicks stay counted, not listed).
+    linktrack::store::tracking_optouts::add(&db.pool, &["user2@example.com".into()], "test")
+        .await
+        .unwrap();
+    assert_eq!(segment(&live, &db, ruby).await, ["user1@example.com"]);
+    linktrack::store::tracking_optouts::remove(&db.pool, &["user2@example.com".into()])
+        .await
+        .unwrap();
 
     // The same through the HTTP API, with the live section in the stats.
     let app = TestServer::with_stats(db.pool.clone(), Some("tok"), None, Some(live.clone())).await;

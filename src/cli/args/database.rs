@@ -121,13 +121,31 @@ pub struct ShardsRebalanceArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct EraseArgs {
-    /// The addresses to erase (normalised as suppressions are).
+    /// The addresses to erase (normalised: trimmed, lowercased, an
+    /// international domain in either spelling).
     #[arg(value_name = "ADDRESS", required_unless_present = "email")]
     pub addresses: Vec<String>,
+
     /// The same as an address argument (`erase --email ADDRESS`, kept for
     /// scripts that use it).
     #[arg(long, hide = true, value_name = "ADDRESS")]
     pub email: Vec<String>,
+
+    /// Wait at most this long for every running server (seen in the last
+    /// minute) to take the erasure in before the tables are scrubbed;
+    /// servers that did not are named, and erase can be run again.
+    #[arg(
+        long,
+        env = "LINKTRACK_ERASE_WAIT_SECS",
+        default_value_t = 30,
+        value_name = "SECS"
+    )]
+    pub wait_secs: u64,
+
+    /// The Redis live layer to clear the address's letters from (segments,
+    /// latest clicks); unset leaves Redis as it is.
+    #[command(flatten)]
+    pub live: super::serve::LiveArgs,
 }
 
 impl EraseArgs {

@@ -121,8 +121,12 @@ pub enum Command {
     /// The whole loop on the fixtures: migrate, create partitions, build the
     /// fixture mailing, print tracked URLs to open, then serve them.
     Demo(DemoArgs),
-    /// Erase an address: anonymise every `links` and `events` row naming it,
-    /// in every partition. Its suppression entry is kept.
+    /// Erase an address from every copy: links, events, the outbox and its
+    /// dead letters, MTA replies, personalised URLs, last open days, Redis
+    /// (with REDIS_URL) and every running server's cache and journal (it
+    /// waits for them). Its suppression and tracking opt-out entries are
+    /// kept as a keyed hash. Prints what it changed per table; safe to repeat.
+    /// See docs/privacy.md.
     Erase(EraseArgs),
     /// Print the addresses that clicked links with the given tags (needs REDIS_URL).
     Segment(SegmentArgs),

@@ -66,6 +66,7 @@ pub async fn migrate(head_url: &str, plan: &ClusterMigrate) -> Result<Vec<String
     }
     drop(conn);
     crate::store::MIGRATOR.run(&head).await?;
+    crate::store::after_migrations(&head).await?;
     for (table, _) in SHARDED_TABLES {
         said.push(seed_ids(&head, table, &plan.nodes, &layout).await?);
     }

@@ -14,6 +14,7 @@ mod child;
 pub mod cluster;
 pub mod image_upstream;
 pub mod postfix;
+pub mod privacy;
 mod server;
 pub mod spider;
 pub mod stats;
