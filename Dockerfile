@@ -4,7 +4,8 @@
 FROM rust:1-bookworm AS build
 WORKDIR /src
 COPY . .
-RUN cargo build --release --locked && cp target/release/linktrack /usr/local/bin/linktrack
+# The install step of docs/deploy.md: /usr/local/bin/linktrack.
+RUN cargo install --path . --locked --root /usr/local
 
 FROM debian:bookworm-slim
 RUN apt-get update \

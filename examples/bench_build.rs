@@ -516,6 +516,8 @@ async fn run_builder(
         summary: None,
         max_letter_bytes: builder::DEFAULT_MAX_LETTER_BYTES,
         secret: None,
+        new_secret: false,
+        columns: Vec::new(),
         letter_by_letter,
     };
     Ok(builder::run(pool, &options).await?)

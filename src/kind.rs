@@ -37,7 +37,7 @@ pub enum LinkKind {
     /// `/t/{token}`: "stop tracking me" (withdraw from tracking, keep the mail).
     OptOut,
     /// `/c/{token}`: the letter's invisible honeypot link; only machines
-    /// follow it (docs/serve.md, "Verdicts").
+    /// follow it (docs/serve.md, "Bot verdicts").
     Honeypot,
 }
 

@@ -4,7 +4,8 @@
 //! three places: the batch letter builder (`linktrack build`), the tracking
 //! HTTP server (`linktrack serve`) and the daily partition cron
 //! (`linktrack partitions rotate`). The contracts users script against
-//! (token, URLs, command line, file formats) are in the README.
+//! (token, URLs, command line, file formats) are in docs/ (the README
+//! points to each).
 //!
 //! # Storage design
 //!
@@ -40,7 +41,7 @@
 //! 8. [`event`]: [`event::EventRow`], one event (click, open, image load,
 //!    unsubscribe) as recorded, journaled, stored and sent.
 //! 9. [`token`]: the tracking token: new, parse, date, sealed kind and link
-//!    template.
+//!    template; the seal key ring and its keys' fingerprints.
 //! 10. [`bots`]: human or bot: the first verdict from the request
 //!     (`bots/mod.rs`), scanner networks (`networks.rs`, `networks.toml`), the
 //!     verdict settled with the whole letter in view (`verdicts.rs`).
@@ -54,7 +55,8 @@
 //!     server or every Spider node (`partitions.rs`); the rollup's SQL
 //!     (`rollup.rs`, `rolled_batch.rs`, settling verdicts in `verdicts.rs`);
 //!     the outbox (`outbox.rs`); stats reads (`stats.rs`); segments; erasure;
-//!     row formats; a Spider cluster in `store/cluster/` (topology, node
+//!     row formats; the seal keys seen and the ring checks (`seal_keys.rs`);
+//!     a Spider cluster in `store/cluster/` (topology, node
 //!     addresses, routing, id blocks, `migrate --shards`); moving a data
 //!     table to another node (`shard_move.rs`); connection failures said
 //!     with target and hint (`connect_error.rs`).
@@ -87,7 +89,8 @@
 //!
 //! Jobs (what the commands run):
 //! 19. [`builder`]: `linktrack build`, the batch job: mailing and recipients
-//!     in (`builder/mailing.rs`, `recipients.rs`, `csv_records.rs`), one
+//!     in (`builder/mailing.rs`, `recipients.rs`, `csv_records.rs`; which
+//!     column is which field in `columns.rs`), one
 //!     letter composed (`compose.rs`, tracking modes in `track_mode.rs`),
 //!     why a recipient gets none (`reject.rs`), letters and rejects written
 //!     (`output.rs`), handed to the pool (`delivery.rs`), the progress bar
@@ -110,7 +113,8 @@
 //! 22. [`cli`]: the command line (clap stops here): its flags in
 //!     `cli/args/`, one file per command group; runners that turn them into
 //!     the settings structs below and print what was done (`cli/mod.rs`
-//!     dispatches; `database.rs`, `mailing.rs`, `serve.rs`, `webhooks.rs`).
+//!     dispatches; `database.rs`, `mailing.rs`, `secrets.rs`, `serve.rs`,
+//!     `webhooks.rs`).
 //!     The binary (`src/main.rs`) only parses and calls [`cli::run`].
 
 #![warn(unreachable_pub)]

@@ -328,6 +328,93 @@ impl TokenSeal {
     }
 }
 
+/// The label a key's fingerprint is made under: the fingerprint names a
+/// key in the database and in messages, and never gives the key away.
+const FINGERPRINT_LABEL: &[u8] = b"linktrack seal key fingerprint v1";
+
+impl TokenSeal {
+    /// A name for this seal's key (16 hex digits): HMAC-SHA256 keyed with
+    /// the key over a label, cut to 64 bits. The database records it
+    /// (`seal_keys`) so that a builder or server with another secret is
+    /// told so before it seals or opens anything; it says nothing of the
+    /// key (recovering a 128-bit key from it is a brute force of 2^128).
+    pub fn fingerprint(&self) -> String {
+        use hmac::{Hmac, Mac};
+        let digest =
+            <Hmac<sha2::Sha256> as Mac>::new_from_slice(&self.feistel.key).map(|mut mac| {
+                mac.update(FINGERPRINT_LABEL);
+                mac.finalize().into_bytes()
+            });
+        match digest {
+            Ok(digest) => hex::encode(&digest[..8]),
+            // HMAC takes a key of any length: not reached.
+            Err(_) => String::new(),
+        }
+    }
+}
+
+/// The seal keys a server opens tokens with (docs/token.md, "Rotating the
+/// secret"): the current one (`LINKTRACK_SECRET`), which the builder
+/// seals new tokens with, then the previous ones
+/// (`LINKTRACK_PREVIOUS_SECRETS`), which opened tokens made before a
+/// rotation. Opening tries the current key first and the others only when
+/// it does not give a kind the route serves, so a token of the current key
+/// costs one open, as before rotation.
+#[derive(Clone, Debug)]
+pub struct SealRing {
+    keys: Vec<TokenSeal>,
+}
+
+impl SealRing {
+    /// A ring of `current` then `previous`, in that order (a key given
+    /// twice is kept once).
+    pub fn new(current: TokenSeal, previous: Vec<TokenSeal>) -> SealRing {
+        let mut keys = vec![current];
+        for seal in previous {
+            let fingerprint = seal.fingerprint();
+            if keys.iter().all(|k| k.fingerprint() != fingerprint) {
+                keys.push(seal);
+            }
+        }
+        SealRing { keys }
+    }
+
+    /// The key new tokens are sealed with.
+    pub fn current(&self) -> &TokenSeal {
+        &self.keys[0]
+    }
+
+    /// Every key, the current one first.
+    pub fn keys(&self) -> &[TokenSeal] {
+        &self.keys
+    }
+
+    /// The first opening of `token` whose kind `fits`, trying the current
+    /// key first; `None` when no key of the ring gives a fitting kind (a
+    /// forged token, or one sealed by a key not in the ring). A legacy
+    /// token opens as [`Opened::Legacy`] under every key.
+    pub fn open_fitting(&self, token: &Token, fits: impl Fn(TokenKind) -> bool) -> Option<Opened> {
+        self.openings(token, fits).next()
+    }
+
+    /// Every opening of `token` whose kind `fits`, the current key's first:
+    /// a late link's template is looked for under each in turn (a wrong
+    /// key's opening may fit by chance, and then names no template).
+    pub fn openings<'a>(
+        &'a self,
+        token: &'a Token,
+        fits: impl Fn(TokenKind) -> bool + 'a,
+    ) -> impl Iterator<Item = Opened> + 'a {
+        self.keys
+            .iter()
+            .map(move |seal| seal.open(token))
+            .filter(move |opened| match opened {
+                Opened::Legacy => true,
+                Opened::Sealed(plain) => plain.token_kind().is_some_and(&fits),
+            })
+    }
+}
+
 /// A tweakable permutation of 74-bit strings: a balanced Feistel network
 /// over two 37-bit halves, [`ROUNDS`] rounds, each round's function
 /// SipHash-2-4 (a keyed PRF) of the tweak, the round number and one half.
@@ -645,5 +732,47 @@ mod tests {
         assert!(!at(today).is_expired(today, 90));
         assert!(!at(day(90)).is_expired(today, 90));
         assert!(at(day(91)).is_expired(today, 90));
+    }
+
+    #[test]
+    fn a_ring_opens_tokens_of_every_key_and_the_current_key_first() {
+        let old = TokenSeal::derive(Some("old secret"), b"install", 0);
+        let new = TokenSeal::derive(Some("new secret"), b"install", 0);
+        assert_ne!(old.fingerprint(), new.fingerprint());
+        assert_eq!(old.fingerprint().len(), 16);
+        assert_eq!(
+            old.fingerprint(),
+            TokenSeal::derive(Some("old secret"), b"install", 5).fingerprint(),
+            "the fingerprint names the key alone"
+        );
+        let ring = SealRing::new(new.clone(), vec![old.clone(), new.clone()]);
+        assert_eq!(ring.keys().len(), 2, "a key given twice is kept once");
+        let at = Utc.timestamp_millis_opt(1_790_000_000_000).unwrap();
+        let click = |kind: TokenKind| matches!(kind, TokenKind::Click | TokenKind::Honeypot);
+        for n in 0..500u64 {
+            let plain = Plaintext::issue(TokenKind::Click, 7, n);
+            // A new token opens under the current key, at the first try.
+            let fresh = new.seal(at, plain);
+            assert_eq!(
+                ring.open_fitting(&fresh, click),
+                Some(Opened::Sealed(plain))
+            );
+            // An old one is among the openings, whatever the current key
+            // makes of it first.
+            let before = old.seal(at, plain);
+            assert!(ring
+                .openings(&before, click)
+                .any(|o| o == Opened::Sealed(plain)));
+            assert!(ring.open_fitting(&before, click).is_some());
+        }
+        // A token of a key outside the ring mostly fits nothing.
+        let stray = TokenSeal::derive(Some("stray"), b"install", 0);
+        let refused = (0..500u64)
+            .filter(|n| {
+                let token = stray.seal(at, Plaintext::issue(TokenKind::Click, 7, *n));
+                ring.open_fitting(&token, click).is_none()
+            })
+            .count();
+        assert!(refused > 250, "{refused} of 500 refused");
     }
 }

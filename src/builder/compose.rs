@@ -152,6 +152,27 @@ impl MailingContext {
         Ok(context)
     }
 
+    /// The key the letters' tokens are sealed with.
+    pub(crate) fn seal(&self) -> &TokenSeal {
+        &self.seal
+    }
+
+    /// The fields the creative reads from each recipient (the subject's
+    /// and the HTML's variables but the ones the builder fills in), with
+    /// where it reads them: a recipients header is checked against these
+    /// before any letter is built.
+    pub(crate) fn recipient_fields(&self) -> std::collections::BTreeMap<String, &'static str> {
+        let mut fields = std::collections::BTreeMap::new();
+        for (template, place) in [(&self.subject, "subject"), (&self.html, "html")] {
+            for field in template.iter().flat_map(Template::variables) {
+                if !super::columns::BUILDER_FIELDS.contains(&field.as_str()) {
+                    fields.entry(field).or_insert(place);
+                }
+            }
+        }
+        fields
+    }
+
     /// The shape of a letter in `mode`.
     fn shape(&self, mode: TrackMode) -> LetterShape {
         let offers_stop = self.offers_stop_tracking(mode);

@@ -17,6 +17,7 @@
 //! missing rows, and a resumed run recounts the mailing's letters from the
 //! rows at the end (`tests/it/spider_grow.rs` makes such a commit happen).
 
+mod columns;
 pub(crate) mod compose;
 mod csv_records;
 pub mod delivery;
@@ -27,6 +28,7 @@ pub(crate) mod recipients;
 pub(crate) mod reject;
 pub mod track_mode;
 
+pub use columns::ColumnMapping;
 pub use output::partial_path;
 use output::{LetterSink, RejectsFile};
 use progress::{progress_bar, spawn_delivery_progress};
@@ -34,6 +36,7 @@ use progress::{progress_bar, spawn_delivery_progress};
 use crate::store::link_templates;
 use crate::store::links::{self, LinkKind};
 use crate::store::partitions;
+use crate::store::seal_keys;
 use crate::store::sequences::Sequence;
 use crate::store::{stats, suppressions, tracking_optouts, StoreError};
 use compose::{build_letter, letter_mode, Built, ImageTokens, MailingContext, StoredTokens};
@@ -88,8 +91,12 @@ pub struct BuildOptions {
     /// letter, each letter after personalising).
     pub max_letter_bytes: usize,
     /// `LINKTRACK_SECRET`: part of the token seal key, as the server's
-    /// (docs/token.md); the builder and the server must agree on it.
+    /// (docs/token.md); the database must know its key (`seal_keys`).
     pub secret: Option<String>,
+    /// `--new-secret`: `secret` is a new key; make it the current one.
+    pub new_secret: bool,
+    /// `--column FIELD=HEADER`: which recipients column gives a field.
+    pub columns: Vec<ColumnMapping>,
     /// Build every letter the old way (no plan): the reference path.
     pub letter_by_letter: bool,
 }
@@ -300,8 +307,15 @@ struct StoredBatch {
 /// Run the job.
 pub async fn run(pool: &MySqlPool, options: &BuildOptions) -> Result<Summary, BuildError> {
     let started = Instant::now();
-    let ctx = prepare_mailing(pool, options).await?;
-    let mut reader = open_recipients(options)?;
+    let ctx = load_mailing(pool, options).await?;
+    // The header is checked against what the creative reads before
+    // anything of the mailing is stored.
+    let plan = columns::HeaderPlan {
+        mappings: options.columns.clone(),
+        needed: ctx.recipient_fields(),
+    };
+    let mut reader = open_recipients(options, &plan)?;
+    let ctx = store_mailing(pool, options, ctx).await?;
     let progress = progress_bar(options.progress, reader.total_bytes);
     let bytes_read = Arc::clone(&reader.bytes_read);
     let delivery = open_delivery(pool, options, &ctx.mailing)?;
@@ -331,6 +345,9 @@ pub async fn run(pool: &MySqlPool, options: &BuildOptions) -> Result<Summary, Bu
     if job.resumed {
         stats::recount_letters_built(pool, &job.ctx.mailing.mailing_id).await?;
     }
+    // A build that ran past midnight sealed tokens on this day too.
+    let today = chrono::Utc::now().date_naive();
+    seal_keys::sealed_on(pool, job.ctx.seal(), today).await?;
     job.rejects.refused_by_mta(&delivered.rejected)?;
     let retried = delivery_counters.map_or(0, |c| c.retried.load(Ordering::Relaxed));
     job.summary.add_delivery(delivered, retried);
@@ -342,8 +359,11 @@ pub async fn run(pool: &MySqlPool, options: &BuildOptions) -> Result<Summary, Bu
     finish_summary(job.summary, started, options)
 }
 
-fn open_recipients(options: &BuildOptions) -> Result<Recipients, BuildError> {
-    Recipients::open(&options.recipients).map_err(|source| BuildError::Recipients {
+fn open_recipients(
+    options: &BuildOptions,
+    columns: &columns::HeaderPlan,
+) -> Result<Recipients, BuildError> {
+    Recipients::open(&options.recipients, columns).map_err(|source| BuildError::Recipients {
         path: options.recipients.clone(),
         source,
     })
@@ -433,15 +453,21 @@ fn delivery_targets(
     }
 }
 
-/// Load and check the mailing, make sure today's partitions exist (every
-/// mode stores at least the unsubscribe rows) and save the creative (the
-/// dashboard's click map) and the mailing's tracking mode.
-async fn prepare_mailing(
+/// Load and check the mailing, and the seal key it is built with: a key
+/// the database does not know, or not its current one, is refused here,
+/// before anything is written (`store::seal_keys`).
+async fn load_mailing(
     pool: &MySqlPool,
     options: &BuildOptions,
-) -> Result<Arc<MailingContext>, BuildError> {
+) -> Result<MailingContext, BuildError> {
     let mailing = Mailing::load(&options.mailing)?;
-    let seal = link_templates::load_seal(pool, options.secret.as_deref()).await?;
+    let secrets = seal_keys::RingSecrets {
+        current: options.secret.clone(),
+        previous: Vec::new(),
+        new_secret: options.new_secret,
+    };
+    let ring = seal_keys::open_ring(pool, &secrets, seal_keys::Purpose::Build).await?;
+    let seal = ring.ring.current().clone();
     let creative = mailing.html_source.clone();
     let mut ctx =
         MailingContext::prepare(mailing, &options.base_url, options.max_letter_bytes, seal)
@@ -460,6 +486,18 @@ async fn prepare_mailing(
     if options.letter_by_letter {
         ctx = ctx.without_plans();
     }
+    Ok(ctx)
+}
+
+/// Make sure today's partitions exist (every mode stores at least the
+/// unsubscribe rows) and save the creative (the dashboard's click map),
+/// the mailing's tracking mode and its link templates.
+async fn store_mailing(
+    pool: &MySqlPool,
+    options: &BuildOptions,
+    mut ctx: MailingContext,
+) -> Result<Arc<MailingContext>, BuildError> {
+    let creative = ctx.mailing.html_source.clone();
     // Every mode stores rows (at least the unsubscribe link), so the
     // creative must fit one statement and today's partitions must exist.
     let room = stats::largest_creative(pool).await?;

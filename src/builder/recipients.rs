@@ -4,6 +4,7 @@
 //! A bad line never stops the job: it becomes a [`Rejection`] naming its line
 //! and reason, and reading goes on with the next line.
 
+use super::columns::HeaderPlan;
 use super::csv_records::{CsvRecords, RawRecord};
 use super::reject::Reject;
 use crate::address::Email;
@@ -84,7 +85,7 @@ impl Recipients {
     /// Open a recipients file. A CSV file is read through once first: a
     /// quote that never closes or that swallows further rows refuses the
     /// whole file here, before any letter is built (see [`csv_records`]).
-    pub(crate) fn open(path: &Path) -> std::io::Result<Recipients> {
+    pub(crate) fn open(path: &Path, columns: &HeaderPlan) -> std::io::Result<Recipients> {
         let (mut reader, bytes_read, total_bytes) = open_counted(path)?;
         let first = reader
             .fill_buf()?
@@ -93,14 +94,14 @@ impl Recipients {
             .find(|b| !b.is_ascii_whitespace());
         let entries: Box<dyn Iterator<Item = std::io::Result<Entry>> + Send> =
             match Format::detect(path, first) {
-                Format::JsonLines => Box::new(json_lines(reader)),
+                Format::JsonLines => Box::new(json_lines(reader, columns.clone())),
                 Format::Csv => {
                     let (check, _, _) = open_counted(path)?;
-                    let (_, mut records) = csv_header(check)?;
+                    let (_, mut records) = csv_header(check, columns)?;
                     if let Some(refusal) = records.check_rest()? {
                         return Err(invalid_data(refusal.to_string()));
                     }
-                    let (header, records) = csv_header(reader)?;
+                    let (header, records) = csv_header(reader, columns)?;
                     Box::new(csv_rows(records, header))
                 }
             };
@@ -183,8 +184,9 @@ impl Iterator for Recipients {
 
 fn json_lines<R: BufRead + Send + 'static>(
     reader: R,
+    columns: HeaderPlan,
 ) -> impl Iterator<Item = std::io::Result<Entry>> {
-    reader.lines().enumerate().filter_map(|(index, line)| {
+    reader.lines().enumerate().filter_map(move |(index, line)| {
         let number = index as u64 + 1;
         match line {
             Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
@@ -192,14 +194,17 @@ fn json_lines<R: BufRead + Send + 'static>(
             }
             Err(e) => Some(Err(e)),
             Ok(text) if text.trim().is_empty() => None,
-            Ok(text) => Some(Ok(parse_json_line(number, &text))),
+            Ok(text) => Some(Ok(parse_json_line(number, &text, &columns))),
         }
     })
 }
 
-fn parse_json_line(line: u64, text: &str) -> Entry {
+fn parse_json_line(line: u64, text: &str, columns: &HeaderPlan) -> Entry {
     match serde_json::from_str::<Value>(text) {
-        Ok(Value::Object(fields)) => recipient(line, fields),
+        Ok(Value::Object(mut fields)) => {
+            columns.rename_json(&mut fields);
+            recipient(line, fields)
+        }
         Ok(_) => reject(line, None, Reject::NotJsonObject),
         Err(e) => reject(line, None, Reject::BadJson(e.to_string())),
     }
@@ -219,11 +224,12 @@ fn first_line(buffer: &[u8]) -> &[u8] {
     &buffer[..end]
 }
 
-/// The delimiter under which the header row has an `email` column (any
-/// case, any padding). A header without one under any delimiter is refused
-/// before any letter is built: otherwise every line would be rejected, one
-/// by one, for "no `email`".
-fn csv_delimiter(header: &[u8]) -> std::io::Result<u8> {
+/// The delimiter under which the header row has an address column (an
+/// `email` column in any case or padding, a platform's name for it, or the
+/// one `--column email=…` names: `columns.rs`). A header without one under
+/// any delimiter is refused before any letter is built: otherwise every
+/// line would be rejected, one by one, for "no `email`".
+fn csv_delimiter(header: &[u8], columns: &HeaderPlan) -> std::io::Result<u8> {
     let header = String::from_utf8_lossy(header);
     let header = header.strip_suffix('\r').unwrap_or(&header);
     if header.contains('\r') {
@@ -236,32 +242,26 @@ fn csv_delimiter(header: &[u8]) -> std::io::Result<u8> {
     for (delimiter, _) in CSV_DELIMITERS {
         let has_email = header
             .split(char::from(delimiter))
-            .any(|field| is_column(field.trim().trim_matches('"'), "email"));
+            .any(|field| columns.is_email_column(field.trim().trim_matches('"')));
         if has_email {
             return Ok(delimiter);
         }
     }
     let shown: String = header.chars().take(120).collect();
     Err(invalid_data(format!(
-        "line 1: the CSV header has no `email` column (read with comma, semicolon and tab \
+        "line 1: the CSV header has no address column (read with comma, semicolon and tab \
          as the delimiter): {shown:?}; the first line must name the columns, one of them \
-         `email`"
+         `email` (or `Email Address`, `E-mail`, …), or name it with --column email=HEADER"
     )))
 }
 
-/// Header names are matched without case or padding: ` EMAIL ` is `email`.
-fn is_column(name: &str, canonical: &str) -> bool {
-    name.trim().eq_ignore_ascii_case(canonical)
-}
-
-/// The columns whose names linktrack reads itself; every other column keeps
-/// its name as written (trimmed), since templates use it.
-const KNOWN_COLUMNS: [&str; 2] = ["email", "name"];
-
 /// Read the header row: the column names, and the reader positioned on the
 /// first row.
-fn csv_header<R: BufRead>(mut reader: R) -> std::io::Result<(Vec<String>, CsvRecords<R>)> {
-    let delimiter = csv_delimiter(first_line(reader.fill_buf()?))?;
+fn csv_header<R: BufRead>(
+    mut reader: R,
+    columns: &HeaderPlan,
+) -> std::io::Result<(Vec<String>, CsvRecords<R>)> {
+    let delimiter = csv_delimiter(first_line(reader.fill_buf()?), columns)?;
     let mut records = CsvRecords::new(reader, delimiter, 0, 0);
     let Some(header) = records.next_record()? else {
         return Err(invalid_data("the file is empty".into()));
@@ -273,13 +273,16 @@ fn csv_header<R: BufRead>(mut reader: R) -> std::io::Result<(Vec<String>, CsvRec
             header.line
         )));
     }
-    let mut names: Vec<String> = Vec::with_capacity(header.fields.len());
-    for raw in &header.fields {
-        let name = String::from_utf8_lossy(raw).trim().to_owned();
-        let name = KNOWN_COLUMNS
-            .iter()
-            .find(|known| is_column(&name, known))
-            .map_or(name, |known| (*known).to_owned());
+    let written: Vec<String> = header
+        .fields
+        .iter()
+        .map(|raw| String::from_utf8_lossy(raw).trim().to_owned())
+        .collect();
+    let fields = columns
+        .field_names(&written)
+        .map_err(|reason| invalid_data(format!("line 1: {reason}")))?;
+    let mut names: Vec<String> = Vec::with_capacity(fields.len());
+    for name in fields {
         if !name.is_empty() && names.contains(&name) {
             return Err(invalid_data(format!(
                 "line 1: the CSV header names the column `{name}` twice"
@@ -402,7 +405,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(name);
         std::fs::write(&path, text).unwrap();
-        Recipients::open(&path)
+        Recipients::open(&path, &HeaderPlan::default())
             .unwrap()
             .map(|e| e.unwrap())
             .collect()
@@ -527,10 +530,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("r.csv");
         std::fs::write(&path, "mail|name\na@example.com|Jo\n").unwrap();
-        let err = Recipients::open(&path).err().expect("refused");
+        let err = Recipients::open(&path, &HeaderPlan::default())
+            .err()
+            .expect("refused");
         let text = err.to_string();
         assert!(
-            text.contains("line 1") && text.contains("no `email` column"),
+            text.contains("line 1") && text.contains("no address column"),
             "{text}"
         );
         assert!(text.contains("mail|name"), "{text}");

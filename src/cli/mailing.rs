@@ -58,7 +58,9 @@ pub(super) async fn build(url: &str, args: &BuildArgs) -> anyhow::Result<ExitCod
         return_path: args.return_path.clone(),
         summary: Some(summary_path),
         max_letter_bytes: args.max_letter_bytes,
-        secret: args.secret.clone(),
+        secret: args.seal.secret.clone(),
+        new_secret: args.seal.new_secret,
+        columns: args.column.clone(),
         letter_by_letter: args.letter_by_letter,
     };
     let summary = builder::run(&pool, &options).await?;
@@ -298,18 +300,18 @@ pub(super) async fn erase(url: &str, args: &EraseArgs) -> anyhow::Result<()> {
     let live = live_layer(&args.live)?;
     let pool = pool(url).await?;
     let wait = Duration::from_secs(args.wait_secs);
-    let report = crate::privacy::erase(&pool, live.as_ref(), &args.email, wait).await?;
-    say!("{report}")?;
+    for address in args.addresses() {
+        let report = crate::privacy::erase(&pool, live.as_ref(), address, wait).await?;
+        say!("{report}")?;
+    }
     Ok(())
 }
 
 pub(super) async fn segment(url: &str, args: &SegmentArgs) -> anyhow::Result<()> {
     let live = live_layer(&args.live)?.context("segments need the live layer: set REDIS_URL")?;
     let pool = pool(url).await?;
-    let mut all = args.tag.clone();
-    all.extend(args.and.iter().cloned());
     let query = SegmentQuery {
-        all,
+        all: args.tag.clone(),
         any: args.or.clone(),
         none: args.not.clone(),
     };

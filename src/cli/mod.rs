@@ -16,6 +16,7 @@ macro_rules! say {
 pub mod args;
 mod database;
 mod mailing;
+mod secrets;
 mod serve;
 mod webhooks;
 
@@ -104,6 +105,7 @@ async fn run_command(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Shards(ShardsCommand::Rebalance(args)) => {
             database::shards_rebalance(url, cli.global.shards.as_deref(), &args).await?
         }
+        Command::Secrets(command) => secrets::run(url, command).await?,
         Command::Webhooks(WebhooksCommand::NewSecret) => {
             say!("{}", crate::outbound::signature::Secret::generate())?;
         }

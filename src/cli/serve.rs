@@ -12,7 +12,7 @@ use std::time::Duration;
 /// `linktrack serve`: refuses a placeholder or short secret before anything
 /// starts (a compose file's `change-me` must not reach production).
 pub(super) async fn serve(url: &str, args: &ServeArgs) -> anyhow::Result<()> {
-    super::args::serve::check_secret("LINKTRACK_SECRET", args.secret.as_deref())?;
+    super::args::serve::check_secret("LINKTRACK_SECRET", args.seal.current.secret.as_deref())?;
     super::args::serve::check_secret("LINKTRACK_API_TOKEN", args.api_token.as_deref())?;
     super::args::serve::check_secret("LINKTRACK_ADMIN_TOKEN", args.admin_token.as_deref())?;
     run_server(url, args, false).await
@@ -38,14 +38,17 @@ async fn run_server(url: &str, args: &ServeArgs, demo: bool) -> anyhow::Result<(
             trust_forwarded_for: args.trust_forwarded_for,
             lookups_in_flight: args.lookups_in_flight as usize,
             images: demo_image_settings(demo),
+            bots: demo_bot_rules(demo),
             ..ServerSettings::default()
         },
         api_token: args.api_token.clone(),
-        secret: args.secret.clone(),
+        secret: args.seal.current.secret.clone(),
+        previous_secrets: args.seal.secrets()?.previous,
+        new_secret: args.seal.current.new_secret,
         live: live_layer(&args.live)?,
         rollup_every: (args.rollup_every > 0).then(|| Duration::from_secs(args.rollup_every)),
         rollup: crate::store::rollup::RollupOptions {
-            verdicts: std::sync::Arc::new(args.verdicts.rules()?),
+            verdicts: std::sync::Arc::new(demo_verdict_rules(args.verdicts.rules()?, demo)),
             ..Default::default()
         },
         admin_listen: Some(args.admin_listen),
@@ -100,18 +103,20 @@ pub(super) async fn demo(url: &str, args: &DemoArgs) -> anyhow::Result<()> {
     // another for the server made every printed link 404).
     std::fs::create_dir_all(&args.dir)
         .with_context(|| format!("creating {}", args.dir.display()))?;
-    let secret = match std::env::var("LINKTRACK_SECRET") {
-        Ok(secret) => secret,
-        Err(_) => saved_random_hex(&args.dir.join("cookie-key"), args.new_token)?,
+    let (secret, new_secret) = match std::env::var("LINKTRACK_SECRET") {
+        Ok(secret) => (secret, false),
+        Err(_) => demo_secret(&args.dir, args.new_token)?,
     };
-    // The fixture's pictures come from a stand-in CDN on a free loopback
-    // port, so the proxied image shows a picture.
-    let cdn = tokio::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
-        .await
-        .context("listening for the demo's pictures")?;
+    // The fixture's pictures come from a stand-in CDN on a loopback port,
+    // so the proxied image shows a picture; the same port as last time, so
+    // the image links of earlier runs keep working.
+    let cdn = demo_cdn_listener(&args.dir).await?;
     let cdn_base = format!("http://{}", cdn.local_addr()?);
-    let outcome =
-        crate::demo::prepare(url, &base_url, Some(&cdn_base), &args.dir, Some(&secret)).await?;
+    let seal = crate::demo::DemoSeal {
+        secret: Some(&secret),
+        new_secret,
+    };
+    let outcome = crate::demo::prepare(url, &base_url, Some(&cdn_base), &args.dir, seal).await?;
     print_outcome(&outcome, args);
     if args.no_serve {
         return Ok(());
@@ -127,10 +132,38 @@ pub(super) async fn demo(url: &str, args: &DemoArgs) -> anyhow::Result<()> {
         args.listen
     );
     let serve_args = demo_serve_args(args, base_url, api_token, secret).await?;
+    crate::demo::deliver_now(url, &outcome).await?;
     let cdn = tokio::spawn(crate::server::serve_demo_images(cdn));
     let served = run_server(url, &serve_args, true).await;
     cdn.abort();
     served
+}
+
+/// Where the demo's stand-in CDN listens: the port saved in
+/// `DIR/cdn-port` by an earlier run when it is free, else a free one
+/// (saved for the next run; earlier runs' image links then answer 502).
+async fn demo_cdn_listener(dir: &std::path::Path) -> anyhow::Result<tokio::net::TcpListener> {
+    use std::net::Ipv4Addr;
+    let path = dir.join("cdn-port");
+    let saved: Option<u16> = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|text| text.trim().parse().ok());
+    if let Some(port) = saved.filter(|port| *port != 0) {
+        match tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, port)).await {
+            Ok(listener) => return Ok(listener),
+            Err(err) => println!(
+                "  the demo's pictures moved: port {port} is taken ({err}); the image links of \
+                 earlier runs answer 502"
+            ),
+        }
+    }
+    let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .await
+        .context("listening for the demo's pictures")?;
+    let port = listener.local_addr()?.port();
+    std::fs::write(&path, format!("{port}\n"))
+        .with_context(|| format!("saving {}", path.display()))?;
+    Ok(listener)
 }
 
 /// What the demo built, and the links to open (served or not).
@@ -181,7 +214,15 @@ async fn demo_serve_args(
         max_connections: crate::server::listen::DEFAULT_MAX_CONNECTIONS,
         trust_forwarded_for: false,
         api_token: Some(api_token),
-        secret: Some(secret),
+        seal: super::args::secrets::RingArgs {
+            current: super::args::secrets::SecretArgs {
+                secret: Some(secret),
+                new_secret: false,
+            },
+            previous_secrets: None,
+            previous_secrets_file: Some(args.dir.join(DEMO_PREVIOUS_SECRETS))
+                .filter(|path| path.exists()),
+        },
         rollup_every: 2,
         // The demo's clicks show within seconds.
         verdicts: super::args::serve::VerdictArgs {
@@ -194,6 +235,35 @@ async fn demo_serve_args(
         },
         outbound: outbound_from_env()?,
     })
+}
+
+/// The demo's letters are "delivered" as it starts serving and its
+/// reader clicks the printed links soon after: a click counts as a bot's
+/// (`too_fast`) only within [`crate::demo::DEMO_MIN_CLICK_DELAY`].
+fn demo_bot_rules(demo: bool) -> crate::bots::BotRules {
+    let rules = crate::bots::BotRules::default();
+    if demo {
+        crate::bots::BotRules {
+            min_click_delay: crate::demo::DEMO_MIN_CLICK_DELAY,
+            ..rules
+        }
+    } else {
+        rules
+    }
+}
+
+fn demo_verdict_rules(
+    rules: crate::bots::verdicts::VerdictRules,
+    demo: bool,
+) -> crate::bots::verdicts::VerdictRules {
+    if demo {
+        crate::bots::verdicts::VerdictRules {
+            min_click_delay: crate::demo::DEMO_MIN_CLICK_DELAY,
+            ..rules
+        }
+    } else {
+        rules
+    }
 }
 
 /// The image proxy's settings. `serve` fetches public addresses only; the
@@ -245,16 +315,48 @@ fn outbound_from_env() -> anyhow::Result<OutboundArgs> {
     Ok(OutboundArgs::from_arg_matches(&matches)?)
 }
 
+/// Where the demo keeps its secret (the seal key's and the login
+/// cookies'), and the secrets `--new-token` replaced: the demo's server
+/// opens the tokens of earlier runs with them (its key ring).
+const DEMO_SECRET: &str = "cookie-key";
+const DEMO_PREVIOUS_SECRETS: &str = "previous-secrets";
+
+/// The demo's secret, and whether it is new (made now): a replaced one
+/// goes to the ring's file.
+fn demo_secret(dir: &std::path::Path, renew: bool) -> anyhow::Result<(String, bool)> {
+    let path = dir.join(DEMO_SECRET);
+    let before = read_saved_hex(&path);
+    if let (Some(saved), false) = (&before, renew) {
+        return Ok((saved.clone(), false));
+    }
+    let made = saved_random_hex(&path, true)?;
+    if let Some(old) = before {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let ring = dir.join(DEMO_PREVIOUS_SECRETS);
+        std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .open(&ring)
+            .and_then(|mut file| writeln!(file, "{old}"))
+            .with_context(|| format!("saving {}", ring.display()))?;
+    }
+    Ok((made, true))
+}
+
+/// The 128-bit hex value saved in `path`, if it holds one.
+fn read_saved_hex(path: &std::path::Path) -> Option<String> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let saved = text.trim();
+    (saved.len() == 32 && saved.bytes().all(|b| b.is_ascii_hexdigit())).then(|| saved.to_owned())
+}
+
 /// The 128-bit hex value saved in `path`, made (and saved) when the file is
 /// missing, unreadable as one, or `renew` is set.
 fn saved_random_hex(path: &std::path::Path, renew: bool) -> anyhow::Result<String> {
-    if !renew {
-        if let Ok(text) = std::fs::read_to_string(path) {
-            let saved = text.trim();
-            if saved.len() == 32 && saved.bytes().all(|b| b.is_ascii_hexdigit()) {
-                return Ok(saved.to_owned());
-            }
-        }
+    if let (Some(saved), false) = (read_saved_hex(path), renew) {
+        return Ok(saved);
     }
     let made = random_hex();
     // Readable by its owner only: the token opens the dashboard.
@@ -281,7 +383,38 @@ fn random_hex() -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::saved_random_hex;
+    use super::{demo_cdn_listener, demo_secret, saved_random_hex};
+
+    #[tokio::test]
+    async fn the_demo_cdn_keeps_its_port_across_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = demo_cdn_listener(dir.path()).await.unwrap();
+        let port = first.local_addr().unwrap().port();
+        drop(first);
+        let again = demo_cdn_listener(dir.path()).await.unwrap();
+        assert_eq!(again.local_addr().unwrap().port(), port);
+        // Taken (the first still listening): another port, saved.
+        let moved = demo_cdn_listener(dir.path()).await.unwrap();
+        let other = moved.local_addr().unwrap().port();
+        assert_ne!(other, port);
+        let saved = std::fs::read_to_string(dir.path().join("cdn-port")).unwrap();
+        assert_eq!(saved.trim(), other.to_string());
+    }
+
+    #[test]
+    fn a_new_demo_secret_keeps_the_old_one_in_the_ring() {
+        let dir = tempfile::tempdir().unwrap();
+        let (first, new) = demo_secret(dir.path(), false).unwrap();
+        assert!(new, "the first run makes the secret");
+        assert_eq!(
+            demo_secret(dir.path(), false).unwrap(),
+            (first.clone(), false)
+        );
+        let (second, new) = demo_secret(dir.path(), true).unwrap();
+        assert!(new && second != first);
+        let ring = std::fs::read_to_string(dir.path().join("previous-secrets")).unwrap();
+        assert_eq!(ring.trim(), first);
+    }
     use std::os::unix::fs::PermissionsExt;
 
     #[test]

@@ -13,7 +13,7 @@
 //!    a worker reading `events` sees every event of this run on its way out.
 
 use super::listen::{self, ConnectionLimits};
-use super::state::{AppState, ServerSettings};
+use super::state::{AppState, SealLoadError, ServerSettings};
 use super::stats::{StatsError, StatsState};
 use super::{handlers, metrics, public_router, ServeError};
 use crate::events::journal::JournalSettings;
@@ -22,6 +22,7 @@ use crate::live::Live;
 use crate::outbound::Outbound;
 use crate::privacy::{Privacy, PrivacySettings};
 use crate::store::rollup::RollupOptions;
+use crate::store::seal_keys::RingSecrets;
 use crate::workers::Workers;
 use axum::routing::get;
 use axum::Router;
@@ -41,8 +42,13 @@ pub struct AppSettings {
     pub journal: JournalSettings,
     /// Bearer token of the stats API and dashboard; `None` turns them off.
     pub api_token: Option<String>,
-    /// Key of the dashboard login cookie; `None` turns the login form off.
+    /// `LINKTRACK_SECRET`: the current seal key's secret, and the key of
+    /// the dashboard login; `None` turns the login form off.
     pub secret: Option<String>,
+    /// Earlier keys' secrets: tokens sealed with them still open.
+    pub previous_secrets: Vec<String>,
+    /// `secret` is a new key: record it as the current one.
+    pub new_secret: bool,
     /// The Redis live layer, when configured.
     pub live: Option<Live>,
     /// Run the rollup worker in this process this often; `None`: not here.
@@ -71,6 +77,8 @@ impl AppSettings {
             journal,
             api_token: None,
             secret: None,
+            previous_secrets: Vec::new(),
+            new_secret: false,
             live: None,
             rollup_every: None,
             rollup: RollupOptions::default(),
@@ -99,6 +107,14 @@ impl App {
     /// Recover the journal, start the event pipeline and the background
     /// workers, bind the admin listener.
     pub async fn build(settings: AppSettings, listener: TcpListener) -> Result<App, ServeError> {
+        // The seal key ring first: a ring the database refuses stops the
+        // start before anything runs.
+        let secrets = RingSecrets {
+            current: settings.secret.clone(),
+            previous: settings.previous_secrets.clone(),
+            new_secret: settings.new_secret,
+        };
+        let ring = first_seal(&settings.pool, &secrets, settings.server.keep_days).await?;
         let admin = match settings.admin_listen {
             Some(addr) => Some(
                 TcpListener::bind(addr)
@@ -155,7 +171,10 @@ impl App {
         )?;
         stats.auth.secure_cookie = settings.server.base_url.starts_with("https://");
         stats.auth.trust_forwarded_for = settings.server.trust_forwarded_for;
-        load_seal(&state, settings.secret.clone()).await;
+        match ring {
+            Some(opened) => state.set_seal(opened),
+            None => load_seal_later(&state, secrets),
+        }
         start_workers(&settings, &mut workers, privacy);
         Ok(App {
             public: listener,
@@ -290,20 +309,51 @@ fn start_workers(settings: &AppSettings, workers: &mut Workers, privacy: Privacy
     crate::outbound::start_senders(&settings.pool, &settings.outbound, server, workers);
 }
 
-/// Read the token seal now if the database answers, else keep trying in
-/// the background: the server starts while the database is down, and
-/// serves tokens as legacy ones (kind from the row) until the seal is read.
-async fn load_seal(state: &AppState, secret: Option<String>) {
-    let Err(err) = state.load_seal(secret.as_deref()).await else {
-        return;
-    };
-    tracing::warn!(%err, "token seal not read; retrying every second");
+/// Open the token seal key ring now if the database answers (`None`
+/// when it does not: [`load_seal_later`]). A ring the database refuses
+/// stops the start.
+async fn first_seal(
+    pool: &MySqlPool,
+    secrets: &RingSecrets,
+    keep_days: u32,
+) -> Result<Option<crate::store::seal_keys::OpenedRing>, ServeError> {
+    let purpose = crate::store::seal_keys::Purpose::Serve { keep_days };
+    let open = crate::store::seal_keys::open_ring(pool, secrets, purpose);
+    match tokio::time::timeout(Duration::from_secs(5), open).await {
+        Ok(Ok(opened)) => Ok(Some(opened)),
+        Ok(Err(crate::store::StoreError::SealKey(refusal))) => Err(ServeError::SealKey(refusal)),
+        Ok(Err(err)) => {
+            tracing::warn!(%err, "token seal not read; retrying every second");
+            Ok(None)
+        }
+        Err(_) => {
+            tracing::warn!("token seal not read (no answer in 5 s); retrying every second");
+            Ok(None)
+        }
+    }
+}
+
+/// The server started while the database was down: keep trying in the
+/// background, serving tokens as legacy ones (kind from the row) until the
+/// ring is read. Refused then, the refusal is logged and the ring never
+/// loaded: tokens go on being served by their rows alone.
+fn load_seal_later(state: &AppState, secrets: RingSecrets) {
     let state = state.clone();
     tokio::spawn(async move {
-        while state.load_seal(secret.as_deref()).await.is_err() {
-            tokio::time::sleep(Duration::from_secs(1)).await;
+        loop {
+            match state.load_seal(&secrets).await {
+                Ok(()) => break tracing::info!("token seal read"),
+                Err(SealLoadError::Refused(refusal)) => {
+                    break tracing::error!(
+                        "{refusal}; until restarted with a ring the database knows, tokens are \
+                         served by their rows alone (expired links answer 410)"
+                    )
+                }
+                Err(SealLoadError::Unavailable(_)) => {
+                    tokio::time::sleep(Duration::from_secs(1)).await
+                }
+            }
         }
-        tracing::info!("token seal read");
     });
 }
 

@@ -1,7 +1,7 @@
 //! Gauges for alerting on what no request shows (docs/deploy.md, "Alerts";
 //! deploy/prometheus/alerts.yml): whether the database answers, how many
-//! days of partitions lie ahead, and when `partitions rotate` last
-//! succeeded. A worker reads them at start and every [`EVERY`].
+//! days of partitions lie ahead, when `partitions rotate` last succeeded
+//! and when the schema was installed. A worker reads them at start and every [`EVERY`].
 
 use crate::store::{self, maintenance, partitions};
 use crate::workers::Stopping;
@@ -16,6 +16,7 @@ pub const EVERY: Duration = Duration::from_secs(15);
 pub const DATABASE_UP: &str = "linktrack_database_up";
 pub const DAYS_AHEAD: &str = "linktrack_partitions_days_ahead";
 pub const ROTATE_LAST_SUCCESS: &str = "linktrack_partitions_rotate_last_success_timestamp_seconds";
+pub const SCHEMA_INSTALLED: &str = "linktrack_schema_installed_timestamp_seconds";
 
 /// Read the gauges until stopping is asked for.
 pub async fn run(pool: MySqlPool, mut stopping: Stopping) {
@@ -43,9 +44,16 @@ async fn update(pool: &MySqlPool) {
         Ok(Some(at)) => {
             metrics::gauge!(ROTATE_LAST_SUCCESS).set(at.timestamp_millis() as f64 / 1000.0)
         }
-        // Never run: 0, so `time() - gauge` is huge and the alert fires.
+        // Never run: 0; the alert then counts from the schema's install.
         Ok(None) => metrics::gauge!(ROTATE_LAST_SUCCESS).set(0.0),
         Err(err) => tracing::warn!(%err, "last rotate not read"),
+    }
+    match maintenance::schema_installed(pool).await {
+        Ok(Some(at)) => {
+            metrics::gauge!(SCHEMA_INSTALLED).set(at.timestamp_millis() as f64 / 1000.0)
+        }
+        Ok(None) => {}
+        Err(err) => tracing::warn!(%err, "schema install time not read"),
     }
 }
 

@@ -39,6 +39,9 @@ pub enum ServeError {
     Bind(SocketAddr, std::io::Error),
     #[error("serving HTTP: {0}")]
     Io(#[from] std::io::Error),
+    /// The seal key ring is refused (`store::seal_keys`).
+    #[error(transparent)]
+    SealKey(crate::store::seal_keys::KeyRefusal),
 }
 
 /// The public host: tracking routes, `/healthz`, the stats API and

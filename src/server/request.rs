@@ -193,15 +193,19 @@ impl<R: Route> FromRequestParts<AppState> for RouteToken<R> {
         let (token, expired) = state
             .check_token(text)
             .map_err(|_| TokenRefusal::Malformed)?;
-        let sealed = match state.seal().map(|seal| seal.open(&token)) {
-            Some(Opened::Sealed(plain)) => match plain.token_kind() {
-                Some(kind) if R::KINDS.contains(&kind) => Some(plain),
-                _ => {
+        // The current key opens every token sealed since the last rotation
+        // at the first try; the ring's other keys are tried only when it
+        // gives a kind this route does not serve (docs/token.md).
+        let sealed = match state.seal() {
+            Some(ring) => match ring.open_fitting(&token, |kind| R::KINDS.contains(&kind)) {
+                Some(Opened::Sealed(plain)) => Some(plain),
+                Some(Opened::Legacy) => None,
+                None => {
                     metrics::counter!("linktrack_wrong_kind_tokens_total").increment(1);
                     return Err(TokenRefusal::WrongKind);
                 }
             },
-            Some(Opened::Legacy) | None => None,
+            None => None,
         };
         Ok(RouteToken {
             token,
@@ -248,7 +252,10 @@ impl<R: Route> FromRequestParts<AppState> for Tracked<R> {
             Ok(_) => Err(ServerError::NotFound),
             Err(gone @ (ServerError::NotFound | ServerError::Gone)) => {
                 let template = match checked.sealed {
-                    Some(plain) => state.find_template(&token, plain, R::LINK).await?,
+                    Some(_) => {
+                        let fits = |kind| R::KINDS.contains(&kind);
+                        state.find_late_template(&token, R::LINK, fits).await?
+                    }
                     None => None,
                 };
                 match template {

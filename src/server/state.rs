@@ -10,8 +10,9 @@ use crate::kind::LinkKind;
 use crate::privacy::Privacy;
 use crate::store::link_templates::LinkTemplate;
 use crate::store::links::StoredLink;
+use crate::store::seal_keys::{self, KeyRefusal, RingSecrets};
 use crate::store::StoreError;
-use crate::token::{Plaintext, Token, TokenSeal};
+use crate::token::{Plaintext, SealRing, Token};
 use chrono::Utc;
 use metrics_exporter_prometheus::PrometheusHandle;
 use moka::future::Cache;
@@ -164,8 +165,9 @@ pub struct Shared {
     pub metrics: PrometheusHandle,
     /// The Redis live layer, when configured; `/readyz` reports on it.
     pub live: Option<crate::live::Live>,
-    /// The token seal (docs/token.md), once `token_format` has been read.
-    seal: std::sync::OnceLock<TokenSeal>,
+    /// The token seal keys (docs/token.md), once `token_format` has been
+    /// read and the ring checked against `seal_keys`.
+    seal: std::sync::OnceLock<SealRing>,
     /// Link templates read by late hits (issue 27); they never change.
     templates: Cache<u32, Arc<LinkTemplate>>,
 }
@@ -226,19 +228,64 @@ impl AppState {
         Ok((token, token.is_expired(today, self.settings.keep_days)))
     }
 
-    /// The token seal, once loaded ([`AppState::load_seal`]).
-    pub fn seal(&self) -> Option<&TokenSeal> {
+    /// The token seal keys, once loaded ([`AppState::load_seal`]).
+    pub fn seal(&self) -> Option<&SealRing> {
         self.seal.get()
     }
 
-    /// Read the seal from `token_format` (with `LINKTRACK_SECRET`). Until
-    /// it is read, tokens are served as legacy ones (kind from the row).
-    pub async fn load_seal(&self, secret: Option<&str>) -> Result<(), ServerError> {
-        let seal = self
-            .bounded(crate::store::link_templates::load_seal(&self.pool, secret))
-            .await?;
-        let _ = self.seal.set(seal);
+    /// Use `opened` as the seal key ring (its warnings are logged here).
+    pub fn set_seal(&self, opened: seal_keys::OpenedRing) {
+        for warning in &opened.warnings {
+            tracing::warn!("{warning}");
+        }
+        let _ = self.seal.set(opened.ring);
+    }
+
+    /// Open the seal key ring (`token_format`, `seal_keys`). Until it is
+    /// read, tokens are served as legacy ones (kind from the row). A ring
+    /// the database refuses is never loaded: tokens are then served by
+    /// their rows alone, which a wrong key cannot mislead.
+    pub async fn load_seal(&self, secrets: &RingSecrets) -> Result<(), SealLoadError> {
+        let purpose = seal_keys::Purpose::Serve {
+            keep_days: self.settings.keep_days,
+        };
+        let open = seal_keys::open_ring(&self.pool, secrets, purpose);
+        let opened = match tokio::time::timeout(self.settings.db_timeout, open).await {
+            Ok(Ok(opened)) => opened,
+            Ok(Err(StoreError::SealKey(refusal))) => return Err(SealLoadError::Refused(refusal)),
+            Ok(Err(err)) => return Err(SealLoadError::Unavailable(err.into())),
+            Err(_) => {
+                let waited = self.settings.db_timeout;
+                let err = ServerError::Unavailable(format!("no answer within {waited:?}"));
+                return Err(SealLoadError::Unavailable(err));
+            }
+        };
+        self.set_seal(opened);
         Ok(())
+    }
+
+    /// The template a late `token` names under any key of the ring: the
+    /// first opening whose kind fits `kind` and whose template passes the
+    /// checks of [`AppState::find_template`]. A token of a previous key may
+    /// open under the current one to a fitting kind by chance; its
+    /// template then does not pass, and the next key is tried.
+    pub async fn find_late_template(
+        &self,
+        token: &Token,
+        kind: LinkKind,
+        fits: impl Fn(crate::kind::TokenKind) -> bool,
+    ) -> Result<Option<Arc<LinkTemplate>>, ServerError> {
+        let Some(ring) = self.seal() else {
+            return Ok(None);
+        };
+        for opened in ring.openings(token, fits) {
+            if let crate::token::Opened::Sealed(plain) = opened {
+                if let Some(template) = self.find_template(token, plain, kind).await? {
+                    return Ok(Some(template));
+                }
+            }
+        }
+        Ok(None)
     }
 
     /// The template a sealed token names, if it passes the checks of
@@ -310,4 +357,15 @@ impl AppState {
             .await?
             .ok_or(ServerError::NotFound)
     }
+}
+
+/// Why the seal key ring was not loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum SealLoadError {
+    /// The database refuses the ring: the server must not start with it.
+    #[error(transparent)]
+    Refused(KeyRefusal),
+    /// The database did not answer; try again.
+    #[error(transparent)]
+    Unavailable(ServerError),
 }

@@ -32,3 +32,14 @@ pub async fn last_success(
             .await?;
     Ok(row.map(|(at,)| at.and_utc()))
 }
+
+/// When the schema was first installed (the first migration's time): the
+/// rotate alert waits as long after it as after a rotate, so a fresh
+/// install is not alerted on before its first rotate is due.
+pub async fn schema_installed(pool: &MySqlPool) -> Result<Option<DateTime<Utc>>, StoreError> {
+    let row: (Option<DateTime<Utc>>,) =
+        sqlx::query_as("SELECT MIN(installed_on) FROM _sqlx_migrations")
+            .fetch_one(pool)
+            .await?;
+    Ok(row.0)
+}

@@ -17,6 +17,7 @@ pub mod privacy;
 pub mod rolled_batch;
 pub mod rollup;
 pub mod row_format;
+pub mod seal_keys;
 pub mod segments;
 pub mod sequences;
 pub mod shard_move;
@@ -78,6 +79,9 @@ pub enum StoreError {
     },
     #[error("another `partitions` runner held the lock for `{lock}` longer than {waited:?}")]
     LockBusy { lock: String, waited: Duration },
+    /// A seal key ring refused (`seal_keys`): says what to do.
+    #[error(transparent)]
+    SealKey(seal_keys::KeyRefusal),
     #[error("unexpected data in `{table}`: {detail}")]
     Corrupt { table: &'static str, detail: String },
     /// A Spider cluster's data node failed (`store::cluster`).

@@ -21,7 +21,7 @@ use std::str::FromStr;
 /// The format `migrate` gives new (empty) tables when `--row-format` is not
 /// given: page compression stored the same link rows in 0.52 of
 /// `compressed`'s allocated bytes, took `LOAD DATA` 2.2 times as fast and the
-/// builder's inserts 1.3 times as fast (README "Storage"). A server that
+/// builder's inserts 1.3 times as fast (docs/design.md "Storage"). A server that
 /// cannot punch holes gets `compressed` instead.
 pub const DEFAULT_ROW_FORMAT: RowFormat = RowFormat::PageCompressed;
 
@@ -260,7 +260,7 @@ async fn algorithm_note(pool: &MySqlPool) -> Result<String, StoreError> {
     .await?;
     Ok(format!(
         "pages are compressed with the server's innodb_compression_algorithm = {algorithm} \
-         (server-wide; also loaded: {}); see README \"Storage\" for the figures",
+         (server-wide; also loaded: {}); see docs/design.md \"Storage: page compression\" for the figures",
         if providers.is_empty() {
             "none".to_owned()
         } else {

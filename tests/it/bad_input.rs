@@ -1,6 +1,6 @@
 //! Bad recipients files (issue 23): every row accounted for, nothing
 //! swallowed or leaked, no panic. Each case runs the real `build::run`
-//! against its own database; the README's "What happens to bad input"
+//! against its own database; docs/build.md's "What happens to bad input"
 //! table is these tests.
 
 use crate::common::TestDb;

@@ -6,9 +6,15 @@ use linktrack::token::Token;
 async fn the_demo_builds_the_fixtures_and_its_sample_urls_resolve() {
     let db = TestDb::new().await;
     let dir = tempfile::tempdir().unwrap();
-    let outcome = linktrack::demo::prepare(&db.url, "http://127.0.0.1:9", None, dir.path(), None)
-        .await
-        .unwrap();
+    let outcome = linktrack::demo::prepare(
+        &db.url,
+        "http://127.0.0.1:9",
+        None,
+        dir.path(),
+        Default::default(),
+    )
+    .await
+    .unwrap();
     assert_eq!(
         (
             outcome.summary.letters_built,
@@ -27,9 +33,15 @@ async fn the_demo_builds_the_fixtures_and_its_sample_urls_resolve() {
         );
     }
     // Running it again is safe: same letters, nothing stored twice.
-    let again = linktrack::demo::prepare(&db.url, "http://127.0.0.1:9", None, dir.path(), None)
-        .await
-        .unwrap();
+    let again = linktrack::demo::prepare(
+        &db.url,
+        "http://127.0.0.1:9",
+        None,
+        dir.path(),
+        Default::default(),
+    )
+    .await
+    .unwrap();
     assert_eq!(
         (again.summary.letters_built, again.summary.links_stored),
         (6, 0)

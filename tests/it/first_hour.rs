@@ -149,7 +149,7 @@ async fn a_csv_without_an_email_column_is_refused_before_any_letter() {
     let text = stderr(&output);
     assert_eq!(output.status.code(), Some(1), "{text}");
     assert!(
-        text.contains("people.csv") && text.contains("no `email` column"),
+        text.contains("people.csv") && text.contains("no address column"),
         "{text}"
     );
     assert!(output.stdout.is_empty(), "letters were written");

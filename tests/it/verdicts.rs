@@ -135,7 +135,7 @@ fn precision_recall(pairs: &[(bool, bool)]) -> (f64, f64) {
 /// settled by the rollup, and scored: precision and recall of `bot` for
 /// clicks (the honeypot's own clicks left out: they are bots by
 /// construction) and for opens. Takes about 50 s: the hits are played on
-/// their own clock. Figures in README ("Bot verdicts").
+/// their own clock. Figures in docs/operate.md ("Serving in one page").
 #[tokio::test]
 async fn bot_replay_set_precision_and_recall() {
     use linktrack::store::links::{self, LinkKind, NewLink};

@@ -16,9 +16,15 @@ async fn a_click_on_a_built_letter_shows_in_the_stats_api_of_the_same_server() {
     let dir = tempfile::tempdir().unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
-    let built = linktrack::demo::prepare(&db.url, &base, None, &dir.path().join("demo"), None)
-        .await
-        .unwrap();
+    let built = linktrack::demo::prepare(
+        &db.url,
+        &base,
+        None,
+        &dir.path().join("demo"),
+        Default::default(),
+    )
+    .await
+    .unwrap();
     let click = built
         .sample_urls
         .iter()

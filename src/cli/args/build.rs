@@ -1,5 +1,6 @@
 //! Flags of `build`.
 
+use super::secrets::SecretArgs;
 use super::serve::TrackingArgs;
 use clap::Args;
 use std::path::PathBuf;
@@ -37,21 +38,21 @@ pub struct BuildArgs {
     pub max_letter_bytes: usize,
 
     /// Personalise and rewrite every letter from scratch instead of filling
-    /// in the mailing's plan (compiled once; README "Builder"). The letters
+    /// in the mailing's plan (compiled once; docs/build.md "The plan"). The letters
     /// are the same bytes either way; this is the slower reference path.
     #[arg(long)]
     pub letter_by_letter: bool,
 
     /// Recipients per batch; each batch's links are stored in one transaction.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, value_name = "N")]
     pub batch_size: usize,
 
     /// Threads building letters (default: one per core).
-    #[arg(long)]
+    #[arg(long, value_name = "N")]
     pub workers: Option<usize>,
 
     /// Letter IDs reserved per round trip to the `sequences` table.
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = 10_000, value_name = "N")]
     pub id_block: u64,
 
     /// Never draw the progress bar (it is only drawn on a terminal anyway).
@@ -64,7 +65,7 @@ pub struct BuildArgs {
     /// Deliver every letter to this MTA over SMTP, once its links are stored:
     /// smtp://host:port, smtp://host:port?tls=required (STARTTLS), smtps://…
     /// (implicit TLS); user:password@ in the URL for AUTH. A re-run delivers
-    /// nothing twice (see README "Delivery").
+    /// nothing twice (see docs/build.md "Delivery over SMTP").
     #[arg(
         long,
         env = "LINKTRACK_SMTP_URL",
@@ -74,7 +75,7 @@ pub struct BuildArgs {
     pub smtp: Option<String>,
 
     /// A pools file (TOML): each pool's SMTP URLs and connections per MTA;
-    /// the mailing's `pool` picks its entry (see README "Delivery"). Checked
+    /// the mailing's `pool` picks its entry (see docs/build.md "Delivery over SMTP"). Checked
     /// before any letter is built. Takes the place of --smtp.
     #[arg(
         long,
@@ -85,7 +86,7 @@ pub struct BuildArgs {
     pub pools: Option<PathBuf>,
 
     /// SMTP connections used in parallel (per MTA with --pools).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_name = "N")]
     pub smtp_connections: u32,
 
     /// Messages sent over one SMTP connection before it is closed (QUIT)
@@ -95,21 +96,26 @@ pub struct BuildArgs {
     pub smtp_messages_per_connection: Option<u32>,
 
     /// Retries of a temporary failure (4xx, refused, timeout) per letter.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_name = "N")]
     pub smtp_retries: u32,
 
     /// Wait before the first retry, in milliseconds; it doubles each time.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, value_name = "MS")]
     pub smtp_backoff_ms: u64,
 
     /// Envelope sender (Return-Path) for bounces; default the mailing's From.
     #[arg(long, value_name = "ADDRESS")]
     pub return_path: Option<String>,
 
-    /// Part of the key that seals tokens (docs/token.md): set it to the
-    /// server's LINKTRACK_SECRET, or the server cannot read the tokens'
-    /// kinds and templates. Unset on both is fine (the database's own
-    /// random key then seals alone).
-    #[arg(long, env = "LINKTRACK_SECRET", hide_env_values = true)]
-    pub secret: Option<String>,
+    #[command(flatten)]
+    pub seal: SecretArgs,
+
+    /// Which recipients column gives a field: FIELD=HEADER, repeatable
+    /// (`--column email="Contact Email" --column first_name=FNAME`).
+    /// Without it, headers match fields without case, padding or the
+    /// difference between spaces, underscores and hyphens, and the address
+    /// column of the common platforms' exports is found by its name
+    /// (docs/build.md, "Recipients").
+    #[arg(long, value_name = "FIELD=HEADER")]
+    pub column: Vec<crate::builder::ColumnMapping>,
 }

@@ -12,14 +12,14 @@ pub struct MigrateArgs {
     /// Row format of `links` and `events`: page-compressed (least disk, fast
     /// inserts; needs a filesystem that punches holes, checked), compressed
     /// (half of dynamic's disk, slowest inserts), dynamic (fastest, largest).
-    /// See README "Storage". Empty tables switch at once; tables with rows
+    /// See docs/design.md "Storage". Empty tables switch at once; tables with rows
     /// only with --rebuild. Default: page-compressed for new tables.
-    #[arg(long, value_parser = row_format_parser())]
+    #[arg(long, value_parser = row_format_parser(), value_name = "FORMAT")]
     pub row_format: Option<RowFormat>,
 
     /// zlib level (1-9) of page-compressed tables on MariaDB (default: the
     /// server's innodb_compression_level).
-    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=9))]
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=9), value_name = "N")]
     pub page_compression_level: Option<u8>,
 
     /// Rebuild tables that already hold rows to --row-format (every
@@ -30,7 +30,7 @@ pub struct MigrateArgs {
     /// With --shards: how many data tables (`links_NN`, `events_NN`) the
     /// head's Spider tables spread over the data nodes. Odd (KEY hashing of
     /// UUIDv7 is skewed with even counts); fixed at the first migrate.
-    #[arg(long, default_value_t = crate::store::cluster::DEFAULT_VIRTUAL_SHARDS)]
+    #[arg(long, default_value_t = crate::store::cluster::DEFAULT_VIRTUAL_SHARDS, value_name = "N")]
     pub virtual_shards: u32,
 }
 
@@ -55,18 +55,18 @@ pub enum PartitionsCommand {
 #[derive(Debug, Clone, Args)]
 pub struct EnsureArgs {
     /// Days after today to create partitions for.
-    #[arg(long, env = "LINKTRACK_AHEAD_DAYS", default_value_t = DEFAULT_AHEAD_DAYS)]
+    #[arg(long, env = "LINKTRACK_AHEAD_DAYS", default_value_t = DEFAULT_AHEAD_DAYS, value_name = "DAYS")]
     pub ahead_days: u32,
 }
 
 #[derive(Debug, Clone, Args)]
 pub struct RotateArgs {
     /// Keep this many days before today; partitions whose every day is older are dropped.
-    #[arg(long, env = "LINKTRACK_KEEP_DAYS", default_value_t = DEFAULT_KEEP_DAYS)]
+    #[arg(long, env = "LINKTRACK_KEEP_DAYS", default_value_t = DEFAULT_KEEP_DAYS, value_name = "DAYS")]
     pub keep_days: u32,
 
     /// Days after today to create partitions for.
-    #[arg(long, env = "LINKTRACK_AHEAD_DAYS", default_value_t = DEFAULT_AHEAD_DAYS)]
+    #[arg(long, env = "LINKTRACK_AHEAD_DAYS", default_value_t = DEFAULT_AHEAD_DAYS, value_name = "DAYS")]
     pub ahead_days: u32,
 
     /// Print the DDL that would run and change nothing.
@@ -75,7 +75,7 @@ pub struct RotateArgs {
 
     /// Refuse to drop more than this many partitions of one table in one run
     /// (the days ahead are still created; the run exits 1).
-    #[arg(long, default_value_t = 7)]
+    #[arg(long, default_value_t = 7, value_name = "N")]
     pub max_drop: usize,
 
     /// Drop even when the plan exceeds --max-drop.
@@ -83,7 +83,7 @@ pub struct RotateArgs {
     pub force: bool,
 
     /// Seconds to wait for another runner to finish before giving up.
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = 30, value_name = "SECS")]
     pub lock_wait_secs: u64,
 }
 
@@ -121,10 +121,15 @@ pub struct ShardsRebalanceArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct EraseArgs {
-    /// The address to erase (normalised: trimmed, lowercased, an
+    /// The addresses to erase (normalised: trimmed, lowercased, an
     /// international domain in either spelling).
-    #[arg(long, value_name = "ADDRESS")]
-    pub email: String,
+    #[arg(value_name = "ADDRESS", required_unless_present = "email")]
+    pub addresses: Vec<String>,
+
+    /// The same as an address argument (`erase --email ADDRESS`, kept for
+    /// scripts that use it).
+    #[arg(long, hide = true, value_name = "ADDRESS")]
+    pub email: Vec<String>,
 
     /// Wait at most this long for every running server (seen in the last
     /// minute) to take the erasure in before the tables are scrubbed;
@@ -141,6 +146,13 @@ pub struct EraseArgs {
     /// latest clicks); unset leaves Redis as it is.
     #[command(flatten)]
     pub live: super::serve::LiveArgs,
+}
+
+impl EraseArgs {
+    /// Every address given, as arguments or with `--email`.
+    pub fn addresses(&self) -> impl Iterator<Item = &str> {
+        self.addresses.iter().chain(&self.email).map(String::as_str)
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -176,7 +188,7 @@ pub enum SuppressionsCommand {
     /// Print the list: address, reason, time added (tab-separated).
     List {
         /// Print at most this many.
-        #[arg(long)]
+        #[arg(long, value_name = "N")]
         limit: Option<u64>,
     },
 }
@@ -215,7 +227,7 @@ pub enum TrackingOptoutsCommand {
     /// Print the list: address, source, time added (tab-separated).
     List {
         /// Print at most this many.
-        #[arg(long)]
+        #[arg(long, value_name = "N")]
         limit: Option<u64>,
     },
 }

@@ -7,15 +7,15 @@ use std::path::PathBuf;
 #[derive(Debug, Clone, Args)]
 pub struct DemoArgs {
     /// Where the demo writes its files: mailing, letters, rejects, journal.
-    #[arg(long, default_value = "demo-out")]
+    #[arg(long, default_value = "demo-out", value_name = "DIR")]
     pub dir: PathBuf,
 
     /// Address the demo's server listens on.
-    #[arg(long, env = "LINKTRACK_LISTEN", default_value = DEFAULT_LISTEN)]
+    #[arg(long, env = "LINKTRACK_LISTEN", default_value = DEFAULT_LISTEN, value_name = "ADDR")]
     pub listen: std::net::SocketAddr,
 
     /// Address of the demo server's `/metrics` and `/readyz`.
-    #[arg(long, env = "LINKTRACK_ADMIN_LISTEN", default_value = DEFAULT_ADMIN_LISTEN)]
+    #[arg(long, env = "LINKTRACK_ADMIN_LISTEN", default_value = DEFAULT_ADMIN_LISTEN, value_name = "ADDR")]
     pub admin_listen: std::net::SocketAddr,
 
     /// Base URL in the built letters (default: http:// + --listen, with
@@ -29,7 +29,12 @@ pub struct DemoArgs {
 
     /// The dashboard's login token. Default: the one an earlier run saved
     /// in DIR/dashboard-token (made on the first run), so it stays the same.
-    #[arg(long, env = "LINKTRACK_API_TOKEN", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "LINKTRACK_API_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
     pub api_token: Option<String>,
 
     /// Make a new dashboard token (and login cookie key) instead of reusing

@@ -16,6 +16,7 @@
 pub mod build;
 pub mod database;
 pub mod demo;
+pub mod secrets;
 pub mod serve;
 pub mod stats;
 pub mod webhooks;
@@ -75,7 +76,7 @@ pub struct GlobalArgs {
     /// MySQL or MariaDB URL (mysql:// or mariadb://; any other scheme is
     /// refused); the database in it is the one linktrack uses.
     // The URL may carry a password: never echo the environment's value in --help.
-    #[arg(long, env = "DATABASE_URL", default_value = DEFAULT_DATABASE_URL, global = true, hide_env_values = true)]
+    #[arg(long, env = "DATABASE_URL", default_value = DEFAULT_DATABASE_URL, global = true, hide_env_values = true, value_name = "URL")]
     pub database_url: String,
 
     /// A Spider cluster's data nodes: comma-separated MySQL URLs (each with
@@ -136,6 +137,11 @@ pub enum Command {
     /// letters (the same settings as `serve`).
     #[command(subcommand)]
     Webhooks(WebhooksCommand),
+    /// The seal keys of tracking tokens: list them, rotate to a new
+    /// LINKTRACK_SECRET, retire one whose secret is lost (docs/token.md,
+    /// "Rotating the secret").
+    #[command(subcommand)]
+    Secrets(secrets::SecretsCommand),
     /// A Spider cluster's data tables: move them to another data node (how
     /// a cluster grows; docs/scaling.md "Adding a data node").
     #[command(subcommand)]
@@ -283,14 +289,213 @@ mod tests {
         match cli.command {
             Command::Segment(args) => {
                 assert_eq!(args.mailing, "m1");
-                assert_eq!(
-                    (args.tag, args.and),
-                    (vec!["ruby".into()], vec!["web".into()])
-                );
+                // `--and` is `--tag` again (kept for scripts that use it).
+                assert_eq!(args.tag, ["ruby", "web"]);
                 assert_eq!(args.not, ["erlang", "go"]);
             }
             other => panic!("parsed as {other:?}"),
         }
         assert!(Cli::try_parse_from(["linktrack", "segment", "--mailing", "m1"]).is_err());
+    }
+
+    /// Every help text of every command, long form.
+    fn every_help() -> Vec<(String, String)> {
+        fn walk(command: &mut clap::Command, path: String, out: &mut Vec<(String, String)>) {
+            out.push((path.clone(), command.render_long_help().to_string()));
+            for sub in command.get_subcommands_mut() {
+                let sub_path = format!("{path} {}", sub.get_name());
+                walk(sub, sub_path, out);
+            }
+        }
+        let mut command = Cli::command_for_help();
+        command.build();
+        let mut out = Vec::new();
+        walk(&mut command, "linktrack".into(), &mut out);
+        out
+    }
+
+    /// `README "Section"`, `docs/serve.md, "Section"`: where a text sends
+    /// its reader.
+    fn references(text: &str) -> Vec<(String, String)> {
+        let mut found = Vec::new();
+        let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        for (at, _) in text
+            .match_indices("README")
+            .chain(text.match_indices("docs/"))
+        {
+            let rest = &text[at..];
+            // The file's name ends at a space or a comma (never a quote:
+            // that is a file named in code), then the quoted section follows.
+            let Some(file_end) = rest.find([' ', ',', '"']) else {
+                continue;
+            };
+            if rest[file_end..].starts_with('"') {
+                continue;
+            }
+            let file = &rest[..file_end];
+            let after = rest[file_end..].trim_start_matches([',', ' ', '(']);
+            let Some(quoted) = after.strip_prefix('"') else {
+                continue;
+            };
+            let Some(end) = quoted.find('"') else {
+                continue;
+            };
+            let file = if file == "README" { "README.md" } else { file };
+            found.push((file.to_owned(), quoted[..end].to_owned()));
+        }
+        found
+    }
+
+    /// The headings (and bold run-in titles) of a Markdown file of the
+    /// repository, lowercased.
+    fn headings(file: &str) -> Vec<String> {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|err| panic!("{file} is named but cannot be read: {err}"));
+        let mut in_code = false;
+        let mut found = Vec::new();
+        for line in text.lines() {
+            if line.starts_with("```") {
+                in_code = !in_code;
+            } else if !in_code && line.starts_with('#') {
+                found.push(
+                    line.trim_start_matches('#')
+                        .trim()
+                        .replace('`', "")
+                        .to_lowercase(),
+                );
+            } else if let Some(run_in) = line
+                .trim_start_matches(['-', ' '])
+                .strip_prefix("**")
+                .and_then(|rest| rest.split_once("**"))
+                .filter(|_| !in_code)
+            {
+                // A paragraph's bold run-in title (`**From the KEY layout.**`).
+                found.push(
+                    run_in
+                        .0
+                        .trim_end_matches('.')
+                        .replace('`', "")
+                        .to_lowercase(),
+                );
+            }
+        }
+        found
+    }
+
+    fn assert_sections_exist(origin: &str, text: &str) -> usize {
+        let mut followed = 0;
+        for (file, section) in references(text) {
+            let wanted = section.replace('`', "").to_lowercase();
+            let found = headings(&file);
+            assert!(
+                found.iter().any(|h| h.starts_with(&wanted)),
+                "{origin} sends the reader to {file} \"{section}\", which has no such section; \
+                 its sections: {found:?}"
+            );
+            followed += 1;
+        }
+        followed
+    }
+
+    /// Issue 39: every README or docs/ section `--help` names exists.
+    #[test]
+    fn every_section_the_help_names_exists() {
+        let followed: usize = every_help()
+            .iter()
+            .map(|(path, help)| assert_sections_exist(&format!("`{path} --help`"), help))
+            .sum();
+        assert!(followed >= 5, "only {followed} references followed");
+    }
+
+    /// The same for the messages and comments of the source.
+    #[test]
+    fn every_section_the_source_names_exists() {
+        fn walk(dir: &std::path::Path, files: &mut Vec<std::path::PathBuf>) {
+            for entry in std::fs::read_dir(dir).unwrap().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    walk(&path, files);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    files.push(path);
+                }
+            }
+        }
+        let mut files = Vec::new();
+        walk(
+            &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+            &mut files,
+        );
+        let mut followed = 0;
+        for file in files {
+            let text = std::fs::read_to_string(&file).unwrap();
+            // The lines that write references, not this test's own.
+            let text: String = text
+                .lines()
+                .filter(|line| {
+                    !line.contains("README \"Section\"") && !line.contains("match_indices")
+                })
+                .map(|line| {
+                    line.trim_start_matches([' ', '/', '!'])
+                        .replace("\\\"", "\"")
+                        + "\n"
+                })
+                .collect();
+            followed += assert_sections_exist(&file.display().to_string(), &text);
+        }
+        assert!(followed >= 10, "only {followed} references followed");
+    }
+
+    /// One placeholder per kind of value (issue 39): a flag's value is
+    /// shown by what it is, never by the flag's own name.
+    #[test]
+    fn placeholders_name_kinds_of_values() {
+        const KINDS: &[&str] = &[
+            "URL",
+            "URL,URL,…",
+            "ADDR",
+            "SECS",
+            "MS",
+            "DAYS",
+            "N",
+            "BYTES",
+            "FILE",
+            "FILE|-",
+            "DIR",
+            "TOKEN",
+            "SECRET",
+            "SECRET,SECRET,…",
+            "NAME",
+            "ID",
+            "TAG",
+            "PREFIX",
+            "REASON",
+            "SOURCE",
+            "ADDRESS",
+            "TIME",
+            "DATA_TABLE",
+            "SERVER|URL",
+            "FIELD=HEADER",
+            "FINGERPRINT",
+            "FORMAT",
+        ];
+        for (path, help) in every_help() {
+            for line in help.lines() {
+                let line = line.trim_start();
+                if !line.starts_with("--") && !line.starts_with('<') {
+                    continue;
+                }
+                for (at, _) in line.match_indices('<') {
+                    let Some(end) = line[at..].find('>') else {
+                        continue;
+                    };
+                    let placeholder = &line[at + 1..at + end];
+                    assert!(
+                        KINDS.contains(&placeholder),
+                        "{path}: <{placeholder}> in {line:?} is not one of {KINDS:?}"
+                    );
+                }
+            }
+        }
     }
 }

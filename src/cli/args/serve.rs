@@ -15,18 +15,23 @@ pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9464";
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
     /// Address to listen on.
-    #[arg(long, env = "LINKTRACK_LISTEN", default_value = DEFAULT_LISTEN)]
+    #[arg(long, env = "LINKTRACK_LISTEN", default_value = DEFAULT_LISTEN, value_name = "ADDR")]
     pub listen: std::net::SocketAddr,
 
     /// Address of the operators' listener: `/metrics` and `/readyz` answer
     /// there only (the public listener keeps `/healthz`).
-    #[arg(long, env = "LINKTRACK_ADMIN_LISTEN", default_value = DEFAULT_ADMIN_LISTEN)]
+    #[arg(long, env = "LINKTRACK_ADMIN_LISTEN", default_value = DEFAULT_ADMIN_LISTEN, value_name = "ADDR")]
     pub admin_listen: std::net::SocketAddr,
 
     /// Bearer token `/metrics` and `/readyz` require on the admin listener
     /// (`Authorization: Bearer TOKEN`); unset leaves them open, and the
     /// server warns at start when the admin listener is not on loopback.
-    #[arg(long, env = "LINKTRACK_ADMIN_TOKEN", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "LINKTRACK_ADMIN_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
     pub admin_token: Option<String>,
 
     /// Public base URL of the tracking server, e.g. https://t.example.com
@@ -36,21 +41,36 @@ pub struct ServeArgs {
 
     /// Days of links kept (as `partitions rotate --keep-days`); older tokens
     /// answer 410 Gone without a database read.
-    #[arg(long, env = "LINKTRACK_KEEP_DAYS", default_value_t = DEFAULT_KEEP_DAYS)]
+    #[arg(long, env = "LINKTRACK_KEEP_DAYS", default_value_t = DEFAULT_KEEP_DAYS, value_name = "DAYS")]
     pub keep_days: u32,
 
     /// Directory of the event journal: events wait here until they are in
     /// the database, and are replayed from here after a restart.
-    #[arg(long, env = "LINKTRACK_JOURNAL", default_value = "journal")]
+    #[arg(
+        long,
+        env = "LINKTRACK_JOURNAL",
+        default_value = "journal",
+        value_name = "DIR"
+    )]
     pub journal: std::path::PathBuf,
 
     /// Longest wait for the database (connection, then statement) before a
     /// request answers 503.
-    #[arg(long, env = "LINKTRACK_DB_TIMEOUT_MS", default_value_t = 1500)]
+    #[arg(
+        long,
+        env = "LINKTRACK_DB_TIMEOUT_MS",
+        default_value_t = 1500,
+        value_name = "MS"
+    )]
     pub db_timeout_ms: u64,
 
     /// Database connections.
-    #[arg(long, env = "LINKTRACK_DB_CONNECTIONS", default_value_t = 16)]
+    #[arg(
+        long,
+        env = "LINKTRACK_DB_CONNECTIONS",
+        default_value_t = 16,
+        value_name = "N"
+    )]
     pub db_connections: u32,
 
     /// Link lookups (link cache misses) sent to the database at once; the
@@ -74,7 +94,7 @@ pub struct ServeArgs {
     /// connections wait in the listen backlog, and the server logs that the
     /// cap was reached. Keep it below the process's file descriptor limit.
     #[arg(long, env = "LINKTRACK_MAX_CONNECTIONS", default_value_t = crate::server::listen::DEFAULT_MAX_CONNECTIONS,
-          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..), value_name = "N")]
     pub max_connections: usize,
 
     /// Record the client network from the last X-Forwarded-For entry. Set it
@@ -83,13 +103,18 @@ pub struct ServeArgs {
     pub trust_forwarded_for: bool,
 
     /// Bearer token of the stats API and dashboard; unset turns them off (404).
-    #[arg(long, env = "LINKTRACK_API_TOKEN", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "LINKTRACK_API_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
     pub api_token: Option<String>,
 
-    /// Key that signs dashboard login cookies; unset turns the login form off
-    /// (the API and dashboard then take `Authorization: Bearer` only).
-    #[arg(long, env = "LINKTRACK_SECRET", hide_env_values = true)]
-    pub secret: Option<String>,
+    /// The seal key ring (LINKTRACK_SECRET, which also signs dashboard
+    /// logins: unset turns the login form off; and the previous secrets).
+    #[command(flatten)]
+    pub seal: super::secrets::RingArgs,
 
     /// Roll events up into the statistics tables every SECS seconds; 0 leaves
     /// it to a separate `linktrack stats rollup --every` process.
@@ -115,7 +140,7 @@ pub struct ServeArgs {
 #[derive(Debug, Clone, Args)]
 pub struct TrackingArgs {
     /// Public base URL of the tracking server, e.g. https://t.example.com.
-    #[arg(long, env = "LINKTRACK_BASE_URL", default_value = DEFAULT_BASE_URL)]
+    #[arg(long, env = "LINKTRACK_BASE_URL", default_value = DEFAULT_BASE_URL, value_name = "URL")]
     pub base_url: String,
 }
 
@@ -139,7 +164,7 @@ pub fn base_url_for_listen(listen: std::net::SocketAddr) -> String {
     }
 }
 
-/// How bot verdicts settle (docs/serve.md, "Verdicts"); used by `serve`
+/// How bot verdicts settle (docs/serve.md, "Bot verdicts"); used by `serve`
 /// and `stats rollup`, which settle verdicts as they roll events up.
 #[derive(Debug, Clone, Args)]
 pub struct VerdictArgs {
@@ -188,30 +213,28 @@ impl VerdictArgs {
 #[derive(Debug, Clone, Args)]
 pub struct LiveArgs {
     /// Redis URL, e.g. redis://127.0.0.1:6379; unset turns the live layer off.
-    #[arg(long, env = "REDIS_URL", hide_env_values = true)]
+    #[arg(long, env = "REDIS_URL", hide_env_values = true, value_name = "URL")]
     pub redis_url: Option<String>,
 
     /// Prefix of every Redis key linktrack writes.
-    #[arg(long, env = "LINKTRACK_REDIS_PREFIX", default_value = crate::live::DEFAULT_PREFIX)]
+    #[arg(long, env = "LINKTRACK_REDIS_PREFIX", default_value = crate::live::DEFAULT_PREFIX, value_name = "PREFIX")]
     pub redis_prefix: String,
 }
 
 #[derive(Debug, Clone, Args)]
 pub struct SegmentArgs {
     /// The mailing id.
-    #[arg(long)]
+    #[arg(long, value_name = "ID")]
     pub mailing: String,
-    /// A tag every selected recipient clicked (repeatable).
-    #[arg(long, required = true, value_name = "T")]
+    /// A tag every selected recipient clicked; repeat it for each further
+    /// tag they must all have clicked (`--and TAG` is the same flag).
+    #[arg(long, alias = "and", required = true, value_name = "TAG")]
     pub tag: Vec<String>,
-    /// Another tag they must also have clicked (repeatable).
-    #[arg(long, value_name = "T")]
-    pub and: Vec<String>,
     /// A tag that selects recipients on its own (union; repeatable).
-    #[arg(long, value_name = "T")]
+    #[arg(long, value_name = "TAG")]
     pub or: Vec<String>,
     /// A tag they must not have clicked (repeatable).
-    #[arg(long, value_name = "T")]
+    #[arg(long, value_name = "TAG")]
     pub not: Vec<String>,
     #[command(flatten)]
     pub live: LiveArgs,

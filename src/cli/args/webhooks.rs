@@ -26,7 +26,7 @@ pub struct WebhooksListArgs {
 #[derive(Debug, Clone, Args)]
 pub struct WebhooksTestArgs {
     /// The endpoint's name (`default` for LINKTRACK_WEBHOOK_URL).
-    #[arg(long, default_value = "default")]
+    #[arg(long, default_value = "default", value_name = "NAME")]
     pub endpoint: String,
     #[command(flatten)]
     pub outbound: OutboundArgs,
@@ -35,7 +35,7 @@ pub struct WebhooksTestArgs {
 #[derive(Debug, Clone, Args)]
 pub struct WebhooksReplayArgs {
     /// The endpoint's name (`default` for LINKTRACK_WEBHOOK_URL, `amqp` for LINKTRACK_AMQP_URL).
-    #[arg(long)]
+    #[arg(long, value_name = "NAME")]
     pub endpoint: String,
     /// Only events that happened at or after this UTC time: RFC 3339
     /// (2026-11-23T10:00:00Z) or a date (2026-11-23).
@@ -48,12 +48,17 @@ pub struct WebhooksReplayArgs {
 pub struct OutboundArgs {
     /// POST every event to this http(s) URL, signed per Standard Webhooks
     /// (the endpoint named `default`).
-    #[arg(long, env = "LINKTRACK_WEBHOOK_URL")]
+    #[arg(long, env = "LINKTRACK_WEBHOOK_URL", value_name = "URL")]
     pub webhook_url: Option<String>,
 
     /// The signing secret of --webhook-url: `whsec_` + base64 of 24 to 64
     /// bytes (`linktrack webhooks new-secret` makes one).
-    #[arg(long, env = "LINKTRACK_WEBHOOK_SECRET", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "LINKTRACK_WEBHOOK_SECRET",
+        hide_env_values = true,
+        value_name = "SECRET"
+    )]
     pub webhook_secret: Option<String>,
 
     /// A TOML file of endpoints, each with its URL, secret and optional
@@ -63,24 +68,44 @@ pub struct OutboundArgs {
 
     /// Publish every event to RabbitMQ, e.g.
     /// amqp://guest:guest@127.0.0.1:5672/%2f (the endpoint named `amqp`).
-    #[arg(long, env = "LINKTRACK_AMQP_URL", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "LINKTRACK_AMQP_URL",
+        hide_env_values = true,
+        value_name = "URL"
+    )]
     pub amqp_url: Option<String>,
 
     /// The durable topic exchange of --amqp-url (routing key = event type).
-    #[arg(long, env = "LINKTRACK_AMQP_EXCHANGE", default_value = crate::outbound::endpoints::DEFAULT_AMQP_EXCHANGE)]
+    #[arg(long, env = "LINKTRACK_AMQP_EXCHANGE", default_value = crate::outbound::endpoints::DEFAULT_AMQP_EXCHANGE, value_name = "NAME")]
     pub amqp_exchange: String,
 
     /// Longest wait for an endpoint's answer, in milliseconds.
-    #[arg(long, env = "LINKTRACK_WEBHOOK_TIMEOUT_MS", default_value_t = 10_000)]
+    #[arg(
+        long,
+        env = "LINKTRACK_WEBHOOK_TIMEOUT_MS",
+        default_value_t = 10_000,
+        value_name = "MS"
+    )]
     pub webhook_timeout_ms: u64,
 
     /// Deliveries in flight at once per endpoint (and server).
-    #[arg(long, env = "LINKTRACK_WEBHOOK_CONCURRENCY", default_value_t = 8)]
+    #[arg(
+        long,
+        env = "LINKTRACK_WEBHOOK_CONCURRENCY",
+        default_value_t = 8,
+        value_name = "N"
+    )]
     pub webhook_concurrency: usize,
 
     /// Events per webhook request: 1 sends each event on its own; N from 2
     /// to 1000 sends up to N in one `"type": "batch"` body (docs/serve.md).
-    #[arg(long, env = "LINKTRACK_WEBHOOK_BATCH", default_value_t = 1)]
+    #[arg(
+        long,
+        env = "LINKTRACK_WEBHOOK_BATCH",
+        default_value_t = 1,
+        value_name = "N"
+    )]
     pub webhook_batch: usize,
 
     /// Delay before the first retry, in milliseconds; each further retry
@@ -88,7 +113,8 @@ pub struct OutboundArgs {
     #[arg(
         long,
         env = "LINKTRACK_OUTBOUND_RETRY_BASE_MS",
-        default_value_t = 5_000
+        default_value_t = 5_000,
+        value_name = "MS"
     )]
     pub outbound_retry_base_ms: u64,
 
@@ -96,7 +122,8 @@ pub struct OutboundArgs {
     #[arg(
         long,
         env = "LINKTRACK_OUTBOUND_RETRY_MAX_SECS",
-        default_value_t = 3_600
+        default_value_t = 3_600,
+        value_name = "SECS"
     )]
     pub outbound_retry_max_secs: u64,
 
@@ -105,7 +132,8 @@ pub struct OutboundArgs {
     #[arg(
         long,
         env = "LINKTRACK_OUTBOUND_GIVE_UP_SECS",
-        default_value_t = 259_200
+        default_value_t = 259_200,
+        value_name = "SECS"
     )]
     pub outbound_give_up_secs: u64,
 
@@ -116,7 +144,8 @@ pub struct OutboundArgs {
     #[arg(
         long,
         env = "LINKTRACK_OUTBOUND_HOLD_GRACE_SECS",
-        default_value_t = 120
+        default_value_t = 120,
+        value_name = "SECS"
     )]
     pub outbound_hold_grace_secs: u64,
 }

@@ -215,6 +215,17 @@ pub(crate) async fn login_form(
     Ok(Html(LOGIN_PAGE))
 }
 
+/// `GET /`: where the dashboard is, when it is on: the login form, or,
+/// without one (no `LINKTRACK_SECRET`), the mailings page, which takes the
+/// bearer token. Off, `/` is unknown (404) like every dashboard path.
+pub(crate) async fn home(State(state): State<StatsState>) -> Result<Redirect, StatsError> {
+    match (state.auth.enabled(), state.auth.login) {
+        (false, _) => Err(StatsError::Off),
+        (true, true) => Ok(Redirect::to("/login")),
+        (true, false) => Ok(Redirect::to("/mailings")),
+    }
+}
+
 #[derive(serde::Deserialize)]
 pub(crate) struct LoginForm {
     token: String,

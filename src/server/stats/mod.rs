@@ -74,6 +74,7 @@ pub fn router(state: StatsState) -> Router {
         .route("/mailings/{id}", get(dashboard::mailing))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::require));
     Router::new()
+        .route("/", get(auth::home))
         .route("/login", get(auth::login_form).post(auth::login))
         .route("/logout", post(auth::logout))
         .merge(protected)

@@ -3,7 +3,7 @@
 //! The id of a `links` or `events` row on a cluster comes from linktrack,
 //! never from the head's column default: MariaDB 10.11 crashed evaluating
 //! `DEFAULT NEXT VALUE FOR links_ids` under large prepared inserts through a
-//! Spider table (docs/scaling.md, "The head crash"). The ids are reserved
+//! Spider table (docs/scaling.md, "The old head crash"). The ids are reserved
 //! in the head's `sequences` table (one `UPDATE … LAST_INSERT_ID(id + n)`,
 //! see [`crate::store::sequences`]), which is a plain InnoDB table there:
 //!

@@ -25,6 +25,8 @@ pub fn options(dir: &Path, mailing: PathBuf, recipients: PathBuf) -> BuildOption
         summary: None,
         max_letter_bytes: builder::DEFAULT_MAX_LETTER_BYTES,
         secret: None,
+        new_secret: false,
+        columns: Vec::new(),
         letter_by_letter: false,
     }
 }

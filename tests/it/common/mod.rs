@@ -68,7 +68,7 @@ impl TestDb {
 /// Data node servers (no database part, comma-separated) from
 /// `LINKTRACK_TEST_SHARDS`: when set, every test database is a Spider head
 /// on `LINKTRACK_TEST_MYSQL` over databases of the same name on these
-/// nodes, so the whole suite runs against a cluster (README "Testing on a
+/// nodes, so the whole suite runs against a cluster (docs/scaling.md "Testing on a
 /// cluster"). Unset: a single server.
 fn test_shards() -> Option<Vec<String>> {
     std::env::var("LINKTRACK_TEST_SHARDS")
@@ -193,9 +193,18 @@ pub fn click_link(token: Token, n: u32) -> NewLink {
     }
 }
 
+/// The `linktrack` binary under test: cargo's, or `LINKTRACK_TEST_BIN`
+/// where several checkouts share one target directory and another's build
+/// may replace cargo's copy between the build and the run.
+pub fn linktrack_binary() -> std::path::PathBuf {
+    std::env::var_os("LINKTRACK_TEST_BIN")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_linktrack").into())
+}
+
 /// Run the `linktrack` binary on the test's database and wait for it.
 pub fn linktrack(db: &TestDb, args: &[&str]) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_linktrack"))
+    std::process::Command::new(linktrack_binary())
         .args(args)
         .env("DATABASE_URL", &db.url)
         .env("RUST_LOG", "warn")
