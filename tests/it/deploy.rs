@@ -491,7 +491,11 @@ async fn a_dump_restored_into_another_database_still_redirects_old_links() {
 /// the dependencies this test run built and compiles only linktrack
 /// itself (a release install would build every dependency again, minutes
 /// on 2 cores); what is tested is the install command, the lock file and
-/// the binary target, which the profile does not change.
+/// the binary target, which the profile does not change. It turns on
+/// `test-hooks` as the test build does: cargo's install also puts its
+/// build at the path every other test runs (`CARGO_BIN_EXE_linktrack`),
+/// while they run, and without the hooks the tests that kill a server
+/// through them would fail.
 #[test]
 fn the_install_step_installs_a_binary_that_runs() {
     let root = tempfile::tempdir().unwrap();
@@ -510,6 +514,8 @@ fn the_install_step_installs_a_binary_that_runs() {
             "--locked",
             "--debug",
             "--offline",
+            "--features",
+            "test-hooks",
             "--root",
         ])
         .arg(root.path())
