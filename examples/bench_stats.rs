@@ -17,12 +17,24 @@
 //! against 48 s. With 1M events and the URL copy in `stats_link_urls`:
 //! 3.8 ms against 5.6 s.
 //!
-//! 1. Loads `--events` events over three days and `--mailings` mailings
-//!    (the first gets half the traffic) with `LOAD DATA LOCAL INFILE`
-//!    through the `mysql` client, streamed from this process (no temp file),
-//!    plus the link rows of the first mailing (`--letters` letters of 1
-//!    pixel + 10 links) so "letters built" has real index entries to count.
-//! 2. Runs the rollup and reports events/s.
+//! 1. Loads `--events` events spread over the last `--span-secs` (two days
+//!    by default; `--span-secs 600` is a send's first burst) and
+//!    `--mailings` mailings (the first gets half the traffic) with
+//!    `LOAD DATA LOCAL INFILE` through the `mysql` client, streamed from
+//!    this process (no temp file), plus the link rows of the first
+//!    mailing (up to 100,000 letters of 1 pixel + 10 links) so "letters
+//!    built" has real index entries to count. `--letters` sets how many
+//!    letters the hits fall on: hits per letter is what makes a letter
+//!    "hot" for the settle pass (realistic: 1-3 hits; hot: 100+).
+//! 2. Intake: `--intake` more events written the way the server's replay
+//!    writes them (`store::events::insert_idempotent`, batches of 1,000),
+//!    their pace printed beside `LOAD DATA`'s.
+//! 3. Runs the rollup as `serve` does, verdicts settled with the default
+//!    rules (the settle pass reads each batch's letters' clicks), and
+//!    reports events/s, its ratio to the intake pace, and MariaDB's CPU
+//!    per rolled event (from /proc, when the server is on this machine).
+//!    With `--explain`, the settle pass's context read is EXPLAINed for
+//!    the first 1,000 letters.
 //! 3. Times, median of `--runs`, the API's summary of the first mailing
 //!    (`store::stats::summary`: rollup tables + letters built), the letters
 //!    built count alone, and the naive equivalent straight from `events`.
@@ -33,10 +45,16 @@
 
 #[path = "support/mysql_client.rs"]
 mod mysql_client;
+#[path = "support/process_cpu.rs"]
+mod process_cpu;
 
 use chrono::{Days, NaiveDate, Utc};
 use clap::Parser;
+use linktrack::bots::verdicts::VerdictRules;
+use linktrack::event::EventRow;
+use linktrack::kind::EventKind;
 use linktrack::store::{self, partitions, rollup, stats};
+use process_cpu::ProcessCpu;
 use rand::{Rng, RngExt};
 use sqlx::MySqlPool;
 use std::io::Write;
@@ -52,9 +70,19 @@ struct Args {
     events: u64,
     #[arg(long, default_value_t = 5)]
     mailings: u32,
-    /// Letters of the measured mailing.
+    /// Letters the hits fall on (each mailing's letter ids are 1..=this).
     #[arg(long, default_value_t = 100_000)]
     letters: u64,
+    /// The events happened within this many seconds before now (at most
+    /// two days: the partitions the bench makes).
+    #[arg(long, default_value_t = 172_000)]
+    span_secs: u64,
+    /// Events written through the replay's insert to measure the intake.
+    #[arg(long, default_value_t = 200_000)]
+    intake: u64,
+    /// Print EXPLAIN of the settle pass's context read.
+    #[arg(long)]
+    explain: bool,
     /// Events per rollup transaction.
     #[arg(long, default_value_t = 50_000)]
     batch: u32,
@@ -67,6 +95,8 @@ struct Args {
 }
 
 const DAYS: u64 = 3;
+/// Letters of bench-0 given link rows (the "letters built" count).
+const MAX_LINK_LETTERS: u64 = 100_000;
 const LINKS_PER_LETTER: u32 = 10;
 /// Rows per LOAD DATA statement (one transaction each).
 const LOAD_CHUNK: u64 = 1_000_000;
@@ -98,8 +128,21 @@ async fn run(args: &Args, db: &str, pool: &MySqlPool, first: NaiveDate) -> anyho
         "bench_stats: {} events, {} mailings, {} days; {} letters x {} links for mailing bench-0",
         args.events, args.mailings, DAYS, args.letters, LINKS_PER_LETTER
     );
+    anyhow::ensure!(
+        args.span_secs <= 172_000,
+        "--span-secs {} reaches before the bench's partitions (at most 172000)",
+        args.span_secs
+    );
+    anyhow::ensure!(
+        args.intake <= 250_000,
+        "--intake {} is over 250000 (one a millisecond, settled before the rollup)",
+        args.intake
+    );
+    // The loaded events end here and the intake's (one a millisecond)
+    // follow, all older than the verdicts' settle time when the rollup runs.
+    let end = Utc::now().naive_utc() - chrono::Duration::seconds(300);
     let started = Instant::now();
-    load_links(db, args.letters, first)?;
+    load_links(db, args.letters.min(MAX_LINK_LETTERS), first)?;
     println!(
         "load links           {:>8.1} s",
         started.elapsed().as_secs_f64()
@@ -108,7 +151,7 @@ async fn run(args: &Args, db: &str, pool: &MySqlPool, first: NaiveDate) -> anyho
     let mut loaded = 0;
     while loaded < args.events {
         let n = LOAD_CHUNK.min(args.events - loaded);
-        load_events(db, args, first, loaded, n)?;
+        load_events(db, args, end, loaded, n)?;
         loaded += n;
     }
     let load = started.elapsed().as_secs_f64();
@@ -117,16 +160,49 @@ async fn run(args: &Args, db: &str, pool: &MySqlPool, first: NaiveDate) -> anyho
         args.events as f64 / load
     );
 
-    let started = Instant::now();
-    let report = rollup::rollup(pool, args.batch).await?;
-    let rollup = started.elapsed().as_secs_f64();
-    anyhow::ensure!(report.events() == args.events, "rolled {}", report.events());
+    let intake = intake(pool, args, end).await?;
     println!(
-        "rollup               {rollup:>8.1} s  ({:.0} events/s, {} batches of <= {})",
-        args.events as f64 / rollup,
+        "intake (replay)      {:>8.1} s  ({intake:.0} events/s, {} events in batches of 1,000)",
+        args.intake as f64 / intake,
+        args.intake
+    );
+    if args.explain {
+        explain_settle_read(pool, end).await?;
+    }
+
+    let total = args.events + args.intake;
+    // serve's defaults: verdicts final 30 s after the hit.
+    let options = rollup::RollupOptions {
+        limit: args.batch,
+        verdicts: std::sync::Arc::new(VerdictRules {
+            settle: Duration::from_secs(30),
+            ..VerdictRules::default()
+        }),
+        ..rollup::RollupOptions::default()
+    };
+    let db_cpu = process_cpu::mariadbd_stat(pool).await;
+    let cpu_before = db_cpu.as_deref().map(ProcessCpu::read).transpose()?;
+    let started = Instant::now();
+    let report = rollup::rollup_with(pool, &options).await?;
+    let rollup = started.elapsed().as_secs_f64();
+    let cpu_after = db_cpu.as_deref().map(ProcessCpu::read).transpose()?;
+    anyhow::ensure!(report.events() == total, "rolled {}", report.events());
+    let pace = total as f64 / rollup;
+    println!(
+        "rollup               {rollup:>8.1} s  ({pace:.0} events/s, {} batches of <= {}, verdicts settled)",
         report.batches.len(),
         args.batch
     );
+    println!(
+        "ratio rollup/intake  {:>8.2}   (aim >= 1: the rollup keeps up with what is recorded)",
+        pace / intake
+    );
+    if let (Some(before), Some(after)) = (cpu_before, cpu_after) {
+        println!(
+            "MariaDB CPU          {:>8.1} us per rolled event",
+            (after.own - before.own) / total as f64 * 1e6
+        );
+    }
 
     let mailing = "bench-0";
     let summary = stats::summary(pool, mailing)
@@ -300,21 +376,110 @@ fn load_links(db: &str, letters: u64, day: NaiveDate) -> anyhow::Result<()> {
     })
 }
 
-/// Events `from..from + n`: spread over the days in order (ids grow with
-/// time, as the writer produces them), half for mailing bench-0.
-fn load_events(db: &str, args: &Args, first: NaiveDate, from: u64, n: u64) -> anyhow::Result<()> {
+/// Where event `i` of `total` happened: spread evenly over the `span`
+/// seconds before now, in order (ids grow with time, as the writer produces
+/// them).
+fn occurred(i: u64, total: u64, span: u64, now: chrono::NaiveDateTime) -> chrono::NaiveDateTime {
+    let back = span as f64 * (1.0 - i as f64 / total.max(1) as f64);
+    now - chrono::Duration::milliseconds((back * 1000.0) as i64)
+}
+
+/// `--intake` events through the replay's insert, after the loaded ones;
+/// returns events per second.
+async fn intake(
+    pool: &MySqlPool,
+    args: &Args,
+    after: chrono::NaiveDateTime,
+) -> anyhow::Result<f64> {
+    let mut rng = rand::rng();
+    let rows: Vec<EventRow> = (0..args.intake)
+        .map(|i| {
+            let letter = rng.random_range(1..=args.letters);
+            EventRow {
+                event_id: rng.random(),
+                occurred_at: (after + chrono::Duration::milliseconds(i as i64 + 1)).and_utc(),
+                kind: EventKind::Click,
+                token: rng.random(),
+                link_id: Some(rng.random_range(1..1_000_000)),
+                mailing_id: Some("bench-0".to_owned()),
+                letter_id: Some(letter),
+                email: Some(format!("u{letter}@example.com")),
+                position: Some(rng.random_range(1..=LINKS_PER_LETTER)),
+                ip: Some("192.0.2.0".to_owned()),
+                user_agent: Some("Mozilla/5.0".to_owned()),
+                bot: false,
+                bot_reason: None,
+            }
+        })
+        .collect();
+    let started = Instant::now();
+    for batch in rows.chunks(1_000) {
+        store::events::insert_idempotent(pool, batch).await?;
+    }
+    Ok(args.intake as f64 / started.elapsed().as_secs_f64())
+}
+
+/// EXPLAIN of the settle pass's context read (store/verdicts.rs) for the
+/// first 1,000 letters of bench-0, within a 70 s window before `end`.
+async fn explain_settle_read(pool: &MySqlPool, end: chrono::NaiveDateTime) -> anyhow::Result<()> {
+    let from = end - chrono::Duration::seconds(70);
+    let mut sql = store::verdicts::context_read_sql(1_000);
+    let values = [
+        "'bench-0'".to_owned(),
+        format!("'{}'", from.date()),
+        format!("'{}'", end.date()),
+        format!("'{from}'"),
+        format!("'{end}'"),
+    ];
+    for value in values
+        .into_iter()
+        .chain((1..=1_000).map(|l: u32| l.to_string()))
+    {
+        sql = sql.replacen('?', &value, 1);
+    }
+    let rows = sqlx::query(&format!("EXPLAIN {sql}"))
+        .fetch_all(pool)
+        .await?;
+    for row in rows {
+        use sqlx::Row;
+        let column = |n: &str| -> String {
+            row.try_get::<Option<String>, _>(n)
+                .ok()
+                .flatten()
+                .unwrap_or_default()
+        };
+        println!(
+            "EXPLAIN settle read  type={} key={} rows={} extra={}",
+            column("type"),
+            column("key"),
+            row.try_get::<Option<u64>, _>("rows")
+                .ok()
+                .flatten()
+                .unwrap_or(0),
+            column("Extra")
+        );
+    }
+    Ok(())
+}
+
+/// Events `from..from + n`: spread over the last `--span-secs` in order,
+/// half for mailing bench-0.
+fn load_events(
+    db: &str,
+    args: &Args,
+    end: chrono::NaiveDateTime,
+    from: u64,
+    n: u64,
+) -> anyhow::Result<()> {
     let sql = "LOAD DATA LOCAL INFILE '/dev/stdin' INTO TABLE events \
                (inserted, @eid, occurred_at, kind, @uuid, link_id, mailing_id, letter_id, email, \
                 position, ip, user_agent, bot, @reason) \
                SET event_id = UNHEX(@eid), uuid = UNHEX(@uuid), bot_reason = NULLIF(@reason, '')";
-    let per_day = args.events.div_ceil(DAYS).max(1);
     load(db, sql, |out| {
         let mut rng = rand::rng();
         for i in from..from + n {
-            let day = first + Days::new(i / per_day);
-            let second = (i % per_day) * 86_400 / per_day;
-            let at = day.and_hms_opt(0, 0, 0).unwrap_or_default()
-                + chrono::Duration::seconds(second as i64);
+            let at = occurred(i, args.events, args.span_secs, end);
+            let day = at.date();
             let mailing = if rng.random_bool(0.5) {
                 0
             } else {

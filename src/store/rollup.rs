@@ -139,7 +139,10 @@ pub async fn rollup_with(
             upper: partition.upper,
             day: partition.last_day(),
         };
-        while let Some((batch, released)) = rollup_batch(pool, &range, &options).await? {
+        let mut verdicts_settled = None;
+        while let Some((batch, released)) =
+            rollup_batch(pool, &range, &options, &mut verdicts_settled).await?
+        {
             report.batches.push(batch);
             report.released += released;
         }
@@ -173,10 +176,14 @@ struct PartitionRange {
 /// Roll the next at most `limit` events of one partition, and release the
 /// held outbox rows of its events (how many is returned with the batch).
 /// `None` when it is caught up (or nothing more has settled).
+/// `verdicts_settled` keeps [`verdicts_cap`] between the batches of one
+/// pass: every id under it was settled when it was read and stays so, and
+/// reading it again costs a walk over the partition's settled backlog.
 async fn rollup_batch(
     pool: &MySqlPool,
     range: &PartitionRange,
     options: &RollupOptions,
+    verdicts_settled: &mut Option<u64>,
 ) -> Result<Option<(RolledBatch, u64)>, StoreError> {
     let mut conn = pool.acquire().await?;
     sqlx::query("INSERT IGNORE INTO rollup_state (day, last_id) VALUES (?, 0)")
@@ -200,7 +207,15 @@ async fn rollup_batch(
     } else {
         settled_cap(&mut tx, range, options.settle).await?
     };
-    let cap = cap.min(verdicts_cap(&mut tx, range, after_id, options.verdicts.settle).await?);
+    let settled = match *verdicts_settled {
+        Some(known) if known > after_id => known,
+        _ => {
+            let read = verdicts_cap(&mut tx, range, after_id, options.verdicts.settle).await?;
+            *verdicts_settled = Some(read);
+            read
+        }
+    };
+    let cap = cap.min(settled);
     let (events, last_id): (i64, Option<u64>) = sqlx::query_as(
         "SELECT COUNT(*), MAX(id) FROM (SELECT id FROM events \
          WHERE inserted >= ? AND inserted < ? AND id > ? AND id <= ? ORDER BY id LIMIT ?) AS batch",
@@ -296,15 +311,16 @@ async fn verdicts_cap(
         return Ok(u64::MAX);
     }
     let cutoff = Utc::now() - chrono::Duration::from_std(settle).unwrap_or_default();
+    // The first in id order, not MIN(): the primary-key walk stops there.
     let unsettled: Option<u64> = sqlx::query_scalar(
-        "SELECT MIN(id) FROM events WHERE inserted >= ? AND inserted < ? AND id > ? \
-           AND occurred_at > ?",
+        "SELECT id FROM events WHERE inserted >= ? AND inserted < ? AND id > ? \
+           AND occurred_at > ? ORDER BY id LIMIT 1",
     )
     .bind(range.lower)
     .bind(range.upper)
     .bind(after_id)
     .bind(cutoff.naive_utc())
-    .fetch_one(&mut *conn)
+    .fetch_optional(&mut *conn)
     .await?;
     Ok(unsettled.map_or(u64::MAX, |id| id.saturating_sub(1)))
 }

@@ -123,7 +123,7 @@ async fn links_of_thirteen_days() -> (TestDb, Vec<NewLink>) {
 }
 
 /// The partition lists (sorted) of a plan from `EXPLAIN FORMAT=JSON`.
-fn partitions_of(plan: &str) -> Vec<Vec<String>> {
+pub(crate) fn partitions_of(plan: &str) -> Vec<Vec<String>> {
     let plan: Value = serde_json::from_str(plan).unwrap();
     let mut found = Vec::new();
     partitions_in(&plan, &mut found);

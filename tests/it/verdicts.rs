@@ -307,3 +307,89 @@ async fn bot_replay_set_precision_and_recall() {
         assert!(figure >= 0.95, "below the floor: {figure}");
     }
 }
+
+/// The settle pass's read of a batch's letters' clicks (issue 45): on a
+/// hot mailing it walked every click of the mailing in the window. Now one
+/// range per letter on `mailing_letter`, in the window's day partitions
+/// only: a window across midnight reads yesterday's and today's.
+#[tokio::test]
+async fn the_settle_read_takes_the_letters_index_in_the_windows_partitions() {
+    let db = TestDb::with_days_since(days_ago(6)).await;
+    let fixture = letters(&db.pool, days_ago(6), 60).await;
+    let mut hits = Vec::new();
+    for (n, letter) in fixture.iter().enumerate() {
+        for day in 0..=6 {
+            hits.push(Hit {
+                link: &letter.clicks[0],
+                kind: "click",
+                at: days_ago(day).and_hms_opt(0, 0, 5).unwrap()
+                    + chrono::Duration::seconds(n as i64),
+                bot: None,
+                event_id: (u128::from(day) << 32) | n as u128,
+            });
+        }
+    }
+    assert_eq!(record(&db.pool, &hits).await, 60 * 7);
+    sqlx::query("ANALYZE TABLE events")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+
+    let midnight = days_ago(0).and_hms_opt(0, 0, 0).unwrap();
+    let (from, to) = (
+        midnight - chrono::Duration::seconds(10),
+        midnight + chrono::Duration::seconds(10),
+    );
+    let letters: Vec<String> = (1..=20).map(|l: u32| l.to_string()).collect();
+    // The values written in: EXPLAIN FORMAT=JSON of the same statement.
+    let mut sql = linktrack::store::verdicts::context_read_sql(letters.len());
+    for value in [
+        format!("'{MAILING}'"),
+        format!("'{}'", from.date()),
+        format!("'{}'", to.date()),
+        format!("'{from}'"),
+        format!("'{to}'"),
+    ]
+    .into_iter()
+    .chain(letters)
+    {
+        sql = sql.replacen('?', &value, 1);
+    }
+    let plan: String = sqlx::query_scalar(&format!("EXPLAIN FORMAT=JSON {sql}"))
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let mut window = vec![
+        linktrack::store::partitions::partition_name(days_ago(1)),
+        linktrack::store::partitions::partition_name(days_ago(0)),
+    ];
+    window.sort();
+    assert_eq!(
+        crate::links::partitions_of(&plan),
+        vec![window],
+        "plan: {plan}"
+    );
+    let keys: Vec<&str> = plan
+        .split("\"key\":")
+        .skip(1)
+        .filter_map(|rest| rest.split('"').nth(1))
+        .collect();
+    assert_eq!(keys, ["mailing_letter"], "plan: {plan}");
+
+    // And the read finds exactly the clicks in the window.
+    let counted = format!(
+        "SELECT COUNT(*), COUNT(DISTINCT letter_id) FROM ({}) AS w",
+        linktrack::store::verdicts::context_read_sql(60)
+    );
+    let mut query = sqlx::query_as::<_, (i64, i64)>(&counted)
+    .bind(MAILING)
+    .bind(from.date())
+    .bind(to.date())
+    .bind(from)
+    .bind(to);
+    for letter in 1..=60u64 {
+        query = query.bind(letter);
+    }
+    // Today's clicks at 00:00:05 + n s, n < 60: those with n <= 5.
+    assert_eq!(query.fetch_one(&db.pool).await.unwrap(), (6, 6));
+}

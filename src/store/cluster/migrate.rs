@@ -374,6 +374,17 @@ async fn prepare_node(
                 .await?;
             created.push(table.clone());
         }
+        if template == "events" {
+            // The settle pass's index (migration 20261207000001), which
+            // that migration leaves to this step on a cluster: data tables
+            // made LIKE an older template still have `mailing_kind`.
+            sqlx::query(&format!(
+                "ALTER TABLE `{table}` DROP INDEX IF EXISTS mailing_kind, \
+                 ADD INDEX IF NOT EXISTS mailing_letter (mailing_id, letter_id, kind, occurred_at)"
+            ))
+            .execute(&pool)
+            .await?;
+        }
         if by_shard && template == "links" {
             // The head partitions on it; instant on InnoDB (a last column).
             sqlx::query(&format!(
