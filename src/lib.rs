@@ -102,7 +102,8 @@
 //!     `/o`, `/u`, `/i` and health (`handlers.rs`) with the `Tracked`
 //!     extractor (`request.rs`); shared state and token checks
 //!     (`state.rs`); cache misses of concurrent clicks share one statement
-//!     (`lookups.rs`); a hit classified and journaled (`hits.rs`); the
+//!     (`lookups.rs`); a hit classified and journaled (`hits.rs`); one
+//!     limiter of wrong secrets per client network (`guesses.rs`); the
 //!     SSRF-safe image proxy (`image.rs`); the server's error type and its
 //!     pages (`error.rs`, `pages.rs`); Prometheus metrics (`metrics.rs`,
 //!     `health_gauges.rs`); the stats API and dashboard (`server/stats/`,

@@ -17,6 +17,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 pub(super) async fn build(url: &str, args: &BuildArgs) -> anyhow::Result<ExitCode> {
+    super::args::serve::check_unpadded("LINKTRACK_SECRET", args.seal.secret.as_deref())?;
     let pool = pool(url).await?;
     let out = if args.out.as_os_str() == "-" {
         Output::Stdout

@@ -185,6 +185,16 @@ mod tests {
              `openssl rand -hex 32` (docs/deploy.md, \"Secrets\")"
         );
         assert!(check_secret("LINKTRACK_SECRET", None).is_ok());
+        // Issue 43: padding and blanks are refused, naming the setting.
+        let err =
+            check_secret("LINKTRACK_ADMIN_TOKEN", Some("  padded-admin-token-0123  ")).unwrap_err();
+        assert!(matches!(err, WeakSecret::Padded { .. }), "{err}");
+        assert!(err
+            .to_string()
+            .starts_with("LINKTRACK_ADMIN_TOKEN has white space"));
+        let err = check_secret("LINKTRACK_API_TOKEN", Some(&" ".repeat(16))).unwrap_err();
+        assert!(matches!(err, WeakSecret::Blank { .. }), "{err}");
+        assert!(check_secret("LINKTRACK_SECRET", Some("tab\tinside-0123456789")).is_ok());
         assert!(check_secret("LINKTRACK_SECRET", Some(&"ab12".repeat(16))).is_ok());
     }
 
