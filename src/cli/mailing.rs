@@ -210,7 +210,14 @@ async fn address_list(
                 let Some(last) = page.last() else { break };
                 after = Some(last.email.clone());
                 for entry in &page {
-                    say!("{}\t{}\t{}", entry.email, entry.note, entry.created_at)?;
+                    // Read into spreadsheets: a formula-like value is
+                    // neutralised (`address::csv_safe`, issue 43).
+                    say!(
+                        "{}\t{}\t{}",
+                        crate::address::csv_safe(&entry.email),
+                        crate::address::csv_safe(&entry.note),
+                        entry.created_at
+                    )?;
                 }
                 left = left.saturating_sub(page.len() as u64);
             }

@@ -30,6 +30,10 @@ async fn run_server(url: &str, args: &ServeArgs, demo: bool) -> anyhow::Result<(
     // the database is down, and catches up once it is back.
     let pool = store::connect_lazy(url, &pool_settings)?;
     let base_url = args.base_url();
+    // Every webhook endpoint's host resolved and checked before anything
+    // starts (issue 43); the senders check again at each connection.
+    let outbound = Outbound::from_settings(&args.outbound.settings())?;
+    outbound.check_destinations().await?;
     let settings = AppSettings {
         server: ServerSettings {
             keep_days: args.keep_days,
@@ -58,7 +62,7 @@ async fn run_server(url: &str, args: &ServeArgs, demo: bool) -> anyhow::Result<(
             max_connections: args.max_connections,
             ..Default::default()
         },
-        outbound: hold_until_settled(Outbound::from_settings(&args.outbound.settings())?, args),
+        outbound: hold_until_settled(outbound, args),
         ..AppSettings::new(
             pool,
             JournalSettings {

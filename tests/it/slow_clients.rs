@@ -193,6 +193,8 @@ async fn slow_request_bodies_are_cut_while_clicks_are_answered() {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::sync::Arc;
     let db = TestDb::with_days_since(crate::common::days_ago(1)).await;
+    // The link first: the server then opens the seal key it was made with.
+    let click = add_link(&db.pool, LinkKind::Click, "https://example.com/c", 1).await;
     let limits = ConnectionLimits {
         header_timeout: Duration::from_secs(2),
         ..ConnectionLimits::default()
@@ -204,7 +206,6 @@ async fn slow_request_bodies_are_cut_while_clicks_are_answered() {
         ..settings
     })
     .await;
-    let click = add_link(&db.pool, LinkKind::Click, "https://example.com/c", 1).await;
     let click_url = app.url(&format!("/c/{click}"));
     let http = client();
     // Warm: the link cached, so clicks measure the server, not a first read.
@@ -235,13 +236,22 @@ async fn slow_request_bodies_are_cut_while_clicks_are_answered() {
     let loaded_after = metrics(&app).await;
     stop.store(true, Ordering::Relaxed);
     slow.join_all().await;
+    // Idle again: the machine is shared, so the baseline is the larger of
+    // two idle runs around the loaded one, not one taken at a quiet moment.
+    let again_before = metrics(&app).await;
+    let again_answered = click_many(&http, &click_url, 1_000).await;
+    let again_after = metrics(&app).await;
 
-    assert_eq!(idle_answered, 1_000, "every idle click answered");
+    assert_eq!(
+        idle_answered + again_answered,
+        2_000,
+        "every idle click answered"
+    );
     assert_eq!(
         loaded_answered, 1_000,
         "every click answered beside the slow bodies"
     );
-    let idle = click_p99(&idle_before, &idle_after);
+    let idle = click_p99(&idle_before, &idle_after).max(click_p99(&again_before, &again_after));
     let loaded = click_p99(&loaded_before, &loaded_after);
     let cut = cut_with_408.load(Ordering::Relaxed);
     println!("click p99 idle {idle:.6} s, beside 200 slow bodies {loaded:.6} s; {cut} slow bodies cut with 408");

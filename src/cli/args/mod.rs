@@ -96,6 +96,8 @@ pub struct GlobalArgs {
     pub log_json: bool,
 }
 
+// Parsed once per run, so a variant's size costs nothing worth boxing it.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Create or upgrade the schema (creates the database if it is missing).
@@ -487,6 +489,7 @@ mod tests {
             "SERVER|URL",
             "FIELD=HEADER",
             "FINGERPRINT",
+            "CIDR",
             "FORMAT",
         ];
         for (path, help) in every_help() {
