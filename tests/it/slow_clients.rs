@@ -188,13 +188,24 @@ async fn at_the_connection_cap_new_connections_wait_until_one_closes() {
 /// 2x of the same server's idle p99.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_request_bodies_are_cut_while_clicks_are_answered() {
-    use crate::common::{add_link, client, stats_api::SECRET};
+    use crate::common::{client, stats_api::SECRET};
     use linktrack::store::links::LinkKind;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::sync::Arc;
     let db = TestDb::with_days_since(crate::common::days_ago(1)).await;
-    // The link first: the server then opens the seal key it was made with.
-    let click = add_link(&db.pool, LinkKind::Click, "https://example.com/c", 1).await;
+    // The login is on, so LINKTRACK_SECRET is set: it keys the token seal
+    // too, and the click's token is sealed with it.
+    let seal = linktrack::store::link_templates::load_seal(&db.pool, Some(SECRET))
+        .await
+        .unwrap();
+    let click = crate::common::sealed_token(
+        &seal,
+        chrono::Utc::now() - chrono::Duration::hours(1),
+        LinkKind::Click,
+    );
+    linktrack::store::links::insert(&db.pool, &[crate::common::click_link(click, 1)])
+        .await
+        .unwrap();
     let limits = ConnectionLimits {
         header_timeout: Duration::from_secs(2),
         ..ConnectionLimits::default()
