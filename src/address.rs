@@ -163,7 +163,13 @@ pub enum AddressError {
     Special(char),
     #[error("address is longer than 254 bytes")]
     TooLong,
+    #[error("address starts with {0:?}, which a spreadsheet would run as a formula")]
+    FormulaStart(char),
 }
+
+/// What a spreadsheet opening a CSV or TSV file takes for a formula when a
+/// cell starts with it (CSV injection).
+const FORMULA_STARTS: &[char] = &['=', '+', '-', '@'];
 
 /// Check a normalised address.
 pub fn validate(address: &str) -> Result<(), AddressError> {
@@ -188,6 +194,15 @@ pub fn validate(address: &str) -> Result<(), AddressError> {
     }
     if local.is_empty() {
         return Err(AddressError::EmptyLocal);
+    }
+    // Valid in RFC 5321, but a list is opened in a spreadsheet sooner or
+    // later: refused as an address (issue 43), so none is ever stored.
+    if let Some(c) = address
+        .chars()
+        .next()
+        .filter(|c| FORMULA_STARTS.contains(c))
+    {
+        return Err(AddressError::FormulaStart(c));
     }
     let labels_ok = domain
         .split('.')
@@ -333,6 +348,30 @@ pub fn fingerprint_of(digest: &[u8]) -> Fingerprint {
         *to = *from;
     }
     u64::from_be_bytes(first)
+}
+
+/// A value as every CSV or TSV linktrack writes holds it (lists, exports):
+/// one that starts with `=`, `+`, `-`, `@`, a tab or a carriage return gets
+/// a leading `'`, which spreadsheets show and do not run (OWASP's advice
+/// for CSV injection); tabs and line breaks inside become spaces, so a
+/// value stays one field on one line.
+pub fn csv_safe(value: &str) -> std::borrow::Cow<'_, str> {
+    // A lone `-` (the listings' "none") is no formula.
+    let starts_like_a_formula = value != "-"
+        && value
+            .chars()
+            .next()
+            .is_some_and(|c| FORMULA_STARTS.contains(&c) || c == '\t' || c == '\r');
+    let breaks_the_line = value.contains(['\t', '\r', '\n']);
+    if !starts_like_a_formula && !breaks_the_line {
+        return std::borrow::Cow::Borrowed(value);
+    }
+    let flat = value.replace(['\t', '\r', '\n'], " ");
+    if starts_like_a_formula {
+        std::borrow::Cow::Owned(format!("'{flat}"))
+    } else {
+        std::borrow::Cow::Owned(flat)
+    }
 }
 
 #[cfg(test)]
@@ -516,5 +555,32 @@ mod tests {
             validate(&format!("{}@example.com", "a".repeat(250))),
             Err(AddressError::TooLong)
         );
+    }
+
+    #[test]
+    fn formula_starts_are_refused_and_neutralised() {
+        for bad in [
+            "=cmd|'/ccalc'!a0@example.com",
+            "+1@example.com",
+            "-x@example.com",
+        ] {
+            assert!(
+                matches!(validate(bad), Err(AddressError::FormulaStart(_))),
+                "{bad}"
+            );
+        }
+        assert_eq!(validate("@example.com"), Err(AddressError::EmptyLocal));
+        assert_eq!(
+            csv_safe("=cmd|'/ccalc'!a0@example.com"),
+            "'=cmd|'/ccalc'!a0@example.com"
+        );
+        assert_eq!(csv_safe("@SUM(1)"), "'@SUM(1)");
+        assert_eq!(csv_safe("a\tb\nc"), "a b c");
+        assert_eq!(csv_safe("ann@example.com"), "ann@example.com");
+        assert_eq!(csv_safe("-"), "-");
+        assert!(matches!(
+            csv_safe("plain note"),
+            std::borrow::Cow::Borrowed(_)
+        ));
     }
 }

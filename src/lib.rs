@@ -34,22 +34,25 @@
 //! 5. [`workers`]: background workers and their stop signal, joined in order
 //!    at shutdown; the low-priority runtime of the senders and the replay.
 //! 6. [`address`]: address normalisation and validation ([`address::Email`]).
-//! 7. [`letter`]: one letter's HTML: personalise (minijinja,
+//! 7. [`destinations`]: which addresses a request made on someone's
+//!    behalf may reach (public ones and the networks the operator
+//!    names), for the image proxy and events out (SSRF).
+//! 8. [`letter`]: one letter's HTML: personalise (minijinja,
 //!    `letter/personalize.rs`), rewrite links byte-exactly (`letter/rewrite.rs`,
 //!    start tags in `start_tag.rs`, character references in `charref.rs`),
 //!    a mailing compiled once into fixed text and slots (`letter/plan.rs`).
-//! 8. [`event`]: [`event::EventRow`], one event (click, open, image load,
+//! 9. [`event`]: [`event::EventRow`], one event (click, open, image load,
 //!    unsubscribe) as recorded, journaled, stored and sent.
-//! 9. [`token`]: the tracking token: new, parse, date, sealed kind and link
-//!    template; the seal key ring and its keys' fingerprints.
-//! 10. [`bots`]: human or bot: the first verdict from the request
+//! 10. [`token`]: the tracking token: new, parse, date, sealed kind and link
+//!     template; the seal key ring and its keys' fingerprints.
+//! 11. [`bots`]: human or bot: the first verdict from the request
 //!     (`bots/mod.rs`), scanner networks (`networks.rs`, `networks.toml`), the
 //!     verdict settled with the whole letter in view (`verdicts.rs`).
-//! 11. [`payload`]: the JSON body every endpoint receives for one event (and
+//! 12. [`payload`]: the JSON body every endpoint receives for one event (and
 //!     batches of them): a contract, like the token.
 //!
 //! Storage:
-//! 12. [`store`]: every SQL statement. Pool and migrations (`store/mod.rs`),
+//! 13. [`store`]: every SQL statement. Pool and migrations (`store/mod.rs`),
 //!     links, link templates, events, suppressions, tracking opt-outs,
 //!     sequences, deliveries, dashboard sessions; partition DDL on one
 //!     server or every Spider node (`partitions.rs`); the rollup's SQL
@@ -62,47 +65,48 @@
 //!     with target and hint (`connect_error.rs`).
 //!
 //! Services (each runs beside a job, on the store):
-//! 13. [`live`]: the optional Redis live layer (counters, recent clicks, top
+//! 14. [`live`]: the optional Redis live layer (counters, recent clicks, top
 //!     links, per-tag letter sets for segments).
-//! 14. [`privacy`]: what every server holds in memory about people's
+//! 15. [`privacy`]: what every server holds in memory about people's
 //!     choices: the opt-out list and the erasures as fingerprints, kept
 //!     current from the change log, checked on every hit and by the
 //!     journal replay; and `erase` across servers, tables and Redis
 //!     (`privacy/erase.rs`).
-//! 15. [`delivery`]: sending mechanics: each letter as a complete RFC 5322
+//! 16. [`delivery`]: sending mechanics: each letter as a complete RFC 5322
 //!     message (`delivery/message.rs`), SMTP sessions with pipelining and
 //!     retries (`smtp/`), the
 //!     pools file (`pools.rs`), the per-letter ledger (`ledger.rs`).
-//! 16. [`events`]: the event journal (`events/journal.rs`, its versioned
+//! 17. [`events`]: the event journal (`events/journal.rs`, its versioned
 //!     line in `journal_line.rs`), the fallback queue when it cannot write
 //!     (`fallback.rs`) and its drain (`drain.rs`), the replay into `events`
 //!     (`replay.rs`), which hands each batch to the [`events::OutboxSink`]
 //!     it is given.
-//! 17. [`outbound`]: events out, at least once: the outbox sink (queues each
+//! 18. [`outbound`]: events out, at least once: the outbox sink (queues each
 //!     event for every matching endpoint), a sender per endpoint
 //!     (`outbound/dispatch.rs`) of signed Standard Webhooks POSTs
 //!     (`webhook.rs`, `signature.rs`) or AMQP messages (`amqp.rs`), the
 //!     endpoints and their settings (`endpoints.rs`), the registry that
 //!     warns when servers' endpoints differ (`registry.rs`).
-//! 18. [`rollup`]: the rollup worker loop: roll `events` into the statistics
+//! 19. [`rollup`]: the rollup worker loop: roll `events` into the statistics
 //!     tables, then publish to Redis.
 //!
 //! Jobs (what the commands run):
-//! 19. [`builder`]: `linktrack build`, the batch job: mailing and recipients
+//! 20. [`builder`]: `linktrack build`, the batch job: mailing and recipients
 //!     in (`builder/mailing.rs`, `recipients.rs`, `csv_records.rs`; which
 //!     column is which field in `columns.rs`), one
 //!     letter composed (`compose.rs`, tracking modes in `track_mode.rs`),
 //!     why a recipient gets none (`reject.rs`), letters and rejects written
 //!     (`output.rs`), handed to the pool (`delivery.rs`), the progress bar
 //!     (`progress.rs`).
-//! 20. [`demo`]: `linktrack demo`, the whole loop on the compiled-in fixtures.
-//! 21. [`server`]: `linktrack serve`. [`server::App`] (`server/app.rs`) is the
+//! 21. [`demo`]: `linktrack demo`, the whole loop on the compiled-in fixtures.
+//! 22. [`server`]: `linktrack serve`. [`server::App`] (`server/app.rs`) is the
 //!     one wiring (listeners, event pipeline, workers, ordered shutdown);
 //!     connections served with limits (`listen.rs`); thin handlers for `/c`,
 //!     `/o`, `/u`, `/i` and health (`handlers.rs`) with the `Tracked`
 //!     extractor (`request.rs`); shared state and token checks
 //!     (`state.rs`); cache misses of concurrent clicks share one statement
-//!     (`lookups.rs`); a hit classified and journaled (`hits.rs`); the
+//!     (`lookups.rs`); a hit classified and journaled (`hits.rs`); one
+//!     limiter of wrong secrets per client network (`guesses.rs`); the
 //!     SSRF-safe image proxy (`image.rs`); the server's error type and its
 //!     pages (`error.rs`, `pages.rs`); Prometheus metrics (`metrics.rs`,
 //!     `health_gauges.rs`); the stats API and dashboard (`server/stats/`,
@@ -110,7 +114,7 @@
 //!     `/readyz` are on the admin listener.
 //!
 //! Command line:
-//! 22. [`cli`]: the command line (clap stops here): its flags in
+//! 23. [`cli`]: the command line (clap stops here): its flags in
 //!     `cli/args/`, one file per command group; runners that turn them into
 //!     the settings structs below and print what was done (`cli/mod.rs`
 //!     dispatches; `database.rs`, `mailing.rs`, `secrets.rs`, `serve.rs`,
@@ -125,6 +129,7 @@ pub mod builder;
 pub mod cli;
 pub mod delivery;
 pub mod demo;
+pub mod destinations;
 pub mod error_report;
 pub mod event;
 pub mod events;

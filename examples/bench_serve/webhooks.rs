@@ -96,6 +96,8 @@ impl Receiver {
             concurrency: 8,
             timeout: Duration::from_secs(10),
             batch,
+            // The bench's receiver is on loopback: allowed explicitly.
+            destinations: linktrack::destinations::Destinations::allowing_loopback(),
         })
     }
 

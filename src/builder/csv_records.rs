@@ -17,7 +17,7 @@
 //! Empty lines are not rows. A quote opens a quoted field only at the start
 //! of a field; elsewhere it is an ordinary character.
 
-use std::io::BufRead;
+use std::io::{BufRead, Read};
 
 /// One record: its fields as bytes and the lines it covers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +55,23 @@ pub(super) enum CsvRefusal {
         line: u64,
         text: String,
     },
+}
+
+/// The most bytes one record (a line, or the lines a quoted field spans)
+/// may hold: a field of 50 MB peaked at 423 MB of memory (issue 43). A
+/// letter's fields are names and short values; 1 MiB is far beyond them.
+pub(super) const MAX_RECORD_BYTES: usize = 1 << 20;
+
+/// A record over [`MAX_RECORD_BYTES`]: the file is refused before anything
+/// is built, naming the line and the field.
+fn too_long(line: u64, field: usize) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        format!(
+            "line {line}, field {field}: the record is longer than {MAX_RECORD_BYTES} bytes \
+             (the most a recipient's row may hold); nothing was built"
+        ),
+    )
 }
 
 /// Reads records from a CSV file, one physical line at a time.
@@ -107,12 +124,23 @@ impl<R: BufRead> CsvRecords<R> {
     }
 
     /// The next physical line without its line end; `None` at the end.
-    fn next_line(&mut self) -> std::io::Result<Option<()>> {
+    /// At most `room` bytes are read: a longer line is an error naming it
+    /// (and the field it was in), read no further.
+    fn next_line(&mut self, room: usize) -> std::io::Result<Option<()>> {
         self.buffer.clear();
-        if self.reader.read_until(b'\n', &mut self.buffer)? == 0 {
+        let limit = room as u64 + 1;
+        if (&mut self.reader)
+            .take(limit)
+            .read_until(b'\n', &mut self.buffer)?
+            == 0
+        {
             return Ok(None);
         }
         self.lines += 1;
+        if self.buffer.len() > room {
+            let fields_before = self.buffer.iter().filter(|&&b| b == self.delimiter).count();
+            return Err(too_long(self.lines, fields_before + 1));
+        }
         if self.buffer.last() == Some(&b'\n') {
             self.buffer.pop();
             if self.buffer.last() == Some(&b'\r') {
@@ -125,13 +153,14 @@ impl<R: BufRead> CsvRecords<R> {
     /// The next record; empty lines are skipped.
     pub(super) fn next_record(&mut self) -> std::io::Result<Option<RawRecord>> {
         loop {
-            if self.next_line()?.is_none() {
+            if self.next_line(MAX_RECORD_BYTES)?.is_none() {
                 return Ok(None);
             }
             if !self.buffer.is_empty() {
                 break;
             }
         }
+        let mut record_bytes = self.buffer.len();
         let mut record = RawRecord {
             line: self.lines,
             last_line: self.lines,
@@ -177,11 +206,21 @@ impl<R: BufRead> CsvRecords<R> {
             if state != State::Quoted {
                 break;
             }
-            // The quoted field goes on over the line break.
-            if self.next_line()?.is_none() {
+            // The quoted field goes on over the line break, within what is
+            // left of the record's bytes.
+            let room = MAX_RECORD_BYTES.saturating_sub(record_bytes);
+            let next = self.next_line(room).map_err(|err| {
+                if err.kind() == std::io::ErrorKind::InvalidData {
+                    too_long(record.line, record.fields.len() + 1)
+                } else {
+                    err
+                }
+            })?;
+            if next.is_none() {
                 record.unterminated = Some(quote_opened);
                 break;
             }
+            record_bytes += self.buffer.len() + 1;
             record.last_line = self.lines;
             field.push(b'\n');
             if looks_like_a_record(&self.buffer, self.delimiter, self.header_len) {
@@ -314,5 +353,31 @@ mod tests {
             .check_rest()
             .unwrap()
             .is_some());
+    }
+
+    /// Issue 43: a row of 50 MB was read whole; now a record over the
+    /// limit stops the read at the limit, naming its line and field.
+    #[test]
+    fn a_record_over_the_limit_is_refused_naming_line_and_field() {
+        let long = "x".repeat(MAX_RECORD_BYTES + 10);
+        let text = format!("a@example.com,ok\nb@example.com,{long}\n");
+        let mut reader = CsvRecords::new(text.as_bytes(), b',', 2, 0);
+        assert!(reader.next_record().unwrap().is_some());
+        let err = reader.next_record().unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("line 2, field 2: the record is longer than 1048576 bytes"),
+            "{err}"
+        );
+        // The same spread over many lines by a quoted field.
+        let many = vec!["y".repeat(1000); 1100].join("\n");
+        let text = format!("c@example.com,\"{many}\"\n");
+        let mut reader = CsvRecords::new(text.as_bytes(), b',', 2, 0);
+        let err = reader.next_record().unwrap_err();
+        assert!(err.to_string().starts_with("line 1, field 2: "), "{err}");
+        // At the limit is fine.
+        let fits = format!("d@example.com,{}\n", "z".repeat(MAX_RECORD_BYTES - 20));
+        let mut reader = CsvRecords::new(fits.as_bytes(), b',', 2, 0);
+        assert_eq!(reader.next_record().unwrap().unwrap().fields.len(), 2);
     }
 }

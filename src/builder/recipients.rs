@@ -182,21 +182,67 @@ impl Iterator for Recipients {
     }
 }
 
+/// JSON Lines, each line read to at most
+/// `csv_records::MAX_RECORD_BYTES`: a longer one is a rejected row (the
+/// rest of it skipped unread into memory), the others go on (issue 43).
 fn json_lines<R: BufRead + Send + 'static>(
-    reader: R,
+    mut reader: R,
     columns: HeaderPlan,
 ) -> impl Iterator<Item = std::io::Result<Entry>> {
-    reader.lines().enumerate().filter_map(move |(index, line)| {
-        let number = index as u64 + 1;
-        match line {
-            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
-                Some(Ok(reject(number, None, Reject::NotUtf8)))
-            }
-            Err(e) => Some(Err(e)),
-            Ok(text) if text.trim().is_empty() => None,
-            Ok(text) => Some(Ok(parse_json_line(number, &text, &columns))),
+    use std::io::Read;
+    const MAX: usize = super::csv_records::MAX_RECORD_BYTES;
+    let mut number = 0u64;
+    std::iter::from_fn(move || loop {
+        let mut bytes = Vec::new();
+        match (&mut reader)
+            .take(MAX as u64 + 1)
+            .read_until(b'\n', &mut bytes)
+        {
+            Err(e) => return Some(Err(e)),
+            Ok(0) => return None,
+            Ok(_) => number += 1,
         }
+        if bytes.len() > MAX && bytes.last() != Some(&b'\n') {
+            if let Err(e) = skip_line(&mut reader) {
+                return Some(Err(e));
+            }
+            let reason = format!("the line is longer than {MAX} bytes");
+            return Some(Ok(reject(number, None, Reject::BadJson(reason))));
+        }
+        if bytes.last() == Some(&b'\n') {
+            bytes.pop();
+            if bytes.last() == Some(&b'\r') {
+                bytes.pop();
+            }
+        }
+        let Ok(text) = String::from_utf8(bytes) else {
+            return Some(Ok(reject(number, None, Reject::NotUtf8)));
+        };
+        if text.trim().is_empty() {
+            continue;
+        }
+        return Some(Ok(parse_json_line(number, &text, &columns)));
     })
+}
+
+/// Consume the rest of the current line without keeping it.
+fn skip_line<R: BufRead>(reader: &mut R) -> std::io::Result<()> {
+    loop {
+        let buffer = reader.fill_buf()?;
+        if buffer.is_empty() {
+            return Ok(());
+        }
+        match memchr::memchr(b'\n', buffer) {
+            Some(at) => {
+                reader.consume(at + 1);
+                return Ok(());
+            }
+            None => {
+                let len = buffer.len();
+                reader.consume(len);
+            }
+        }
+    }
 }
 
 fn parse_json_line(line: u64, text: &str, columns: &HeaderPlan) -> Entry {
@@ -281,15 +327,17 @@ fn csv_header<R: BufRead>(
     let fields = columns
         .field_names(&written)
         .map_err(|reason| invalid_data(format!("line 1: {reason}")))?;
-    let mut names: Vec<String> = Vec::with_capacity(fields.len());
-    for name in fields {
-        if !name.is_empty() && names.contains(&name) {
+    // A set, not a scan of the names so far: a hostile header of 100,000
+    // names was quadratic (83 s; issue 43).
+    let mut seen = std::collections::HashSet::with_capacity(fields.len());
+    for name in &fields {
+        if !name.is_empty() && !seen.insert(name.as_str()) {
             return Err(invalid_data(format!(
                 "line 1: the CSV header names the column `{name}` twice"
             )));
         }
-        names.push(name);
     }
+    let names = fields;
     records.set_header_len(names.len());
     Ok((names, records))
 }
@@ -539,5 +587,25 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("mail|name"), "{text}");
+    }
+
+    #[test]
+    fn a_json_line_over_the_limit_is_a_rejected_row_and_the_rest_go_on() {
+        let long = format!(
+            "{{\"email\":\"a@example.com\",\"x\":\"{}\"}}",
+            "x".repeat(2 << 20)
+        );
+        let text = format!("{long}\n{{\"email\":\"b@example.com\"}}\n");
+        let entries: Vec<Entry> = json_lines(
+            std::io::Cursor::new(text.into_bytes()),
+            HeaderPlan::default(),
+        )
+        .map(Result::unwrap)
+        .collect();
+        assert_eq!(entries.len(), 2);
+        let first = format!("{:?}", entries[0]);
+        assert!(first.contains("longer than 1048576 bytes"), "{first}");
+        let second = format!("{:?}", entries[1]);
+        assert!(second.contains("b@example.com"), "{second}");
     }
 }

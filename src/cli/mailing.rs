@@ -17,6 +17,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 pub(super) async fn build(url: &str, args: &BuildArgs) -> anyhow::Result<ExitCode> {
+    super::args::serve::check_unpadded("LINKTRACK_SECRET", args.seal.secret.as_deref())?;
     let pool = pool(url).await?;
     let out = if args.out.as_os_str() == "-" {
         Output::Stdout
@@ -209,7 +210,14 @@ async fn address_list(
                 let Some(last) = page.last() else { break };
                 after = Some(last.email.clone());
                 for entry in &page {
-                    say!("{}\t{}\t{}", entry.email, entry.note, entry.created_at)?;
+                    // Read into spreadsheets: a formula-like value is
+                    // neutralised (`address::csv_safe`, issue 43).
+                    say!(
+                        "{}\t{}\t{}",
+                        crate::address::csv_safe(&entry.email),
+                        crate::address::csv_safe(&entry.note),
+                        entry.created_at
+                    )?;
                 }
                 left = left.saturating_sub(page.len() as u64);
             }

@@ -30,6 +30,10 @@ async fn run_server(url: &str, args: &ServeArgs, demo: bool) -> anyhow::Result<(
     // the database is down, and catches up once it is back.
     let pool = store::connect_lazy(url, &pool_settings)?;
     let base_url = args.base_url();
+    // Every webhook endpoint's host resolved and checked before anything
+    // starts (issue 43); the senders check again at each connection.
+    let outbound = Outbound::from_settings(&args.outbound.settings())?;
+    outbound.check_destinations().await?;
     let settings = AppSettings {
         server: ServerSettings {
             keep_days: args.keep_days,
@@ -58,8 +62,15 @@ async fn run_server(url: &str, args: &ServeArgs, demo: bool) -> anyhow::Result<(
             max_connections: args.max_connections,
             ..Default::default()
         },
-        outbound: hold_until_settled(Outbound::from_settings(&args.outbound.settings())?, args),
-        ..AppSettings::new(pool, JournalSettings::new(&args.journal))
+        outbound: hold_until_settled(outbound, args),
+        ..AppSettings::new(
+            pool,
+            JournalSettings {
+                min_free_bytes: args.journal_min_free_bytes,
+                resume_free_bytes: args.journal_resume_free_bytes,
+                ..JournalSettings::new(&args.journal)
+            },
+        )
     };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
@@ -207,6 +218,8 @@ async fn demo_serve_args(
         base_url: Some(base_url),
         keep_days: crate::store::partitions::DEFAULT_KEEP_DAYS,
         journal: args.dir.join("journal"),
+        journal_min_free_bytes: crate::events::journal::DEFAULT_MIN_FREE_BYTES,
+        journal_resume_free_bytes: crate::events::journal::DEFAULT_RESUME_FREE_BYTES,
         db_timeout_ms: 1500,
         db_connections: 16,
         lookups_in_flight: crate::server::lookups::DEFAULT_IN_FLIGHT as u32,

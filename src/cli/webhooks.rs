@@ -11,6 +11,7 @@ use std::process::ExitCode;
 /// `webhooks list`: every endpoint with its backlog.
 pub(super) async fn webhooks_list(url: &str, args: &OutboundArgs) -> anyhow::Result<()> {
     let outbound = Outbound::from_settings(&args.settings())?;
+    outbound.check_destinations().await?;
     let pool = pool(url).await?;
     let backlog = store::outbox::backlog(&pool).await?;
     let now = Utc::now().naive_utc();
@@ -25,6 +26,7 @@ pub(super) async fn webhooks_list(url: &str, args: &OutboundArgs) -> anyhow::Res
 /// unless the endpoint acknowledged it.
 pub(super) async fn webhooks_test(args: &WebhooksTestArgs) -> anyhow::Result<ExitCode> {
     let outbound = Outbound::from_settings(&args.outbound.settings())?;
+    outbound.check_destinations().await?;
     let Some(endpoint) = outbound.endpoint(&args.endpoint) else {
         anyhow::bail!(
             "--endpoint {:?}: no such endpoint (configured: {})",

@@ -63,6 +63,85 @@ impl JournalHealth {
     }
 }
 
+/// Free space on the journal's filesystem, with hysteresis (issue 43: a
+/// node with a few KB left answered ready and unready by turns while its
+/// writes failed and succeeded): below `min` it is low, and stays low until
+/// more than `resume` is free.
+pub struct SpaceGate {
+    dir: std::path::PathBuf,
+    min: u64,
+    resume: u64,
+    low: AtomicBool,
+    gauge: metrics::Gauge,
+}
+
+/// Why the journal's filesystem counts as full.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the journal's filesystem has {free} bytes free, under {min}: unready until over {resume}")]
+pub struct LowSpace {
+    pub free: u64,
+    pub min: u64,
+    pub resume: u64,
+}
+
+impl SpaceGate {
+    pub(crate) fn new(dir: &std::path::Path, min: u64, resume: u64) -> SpaceGate {
+        SpaceGate {
+            dir: dir.to_owned(),
+            min,
+            resume: resume.max(min),
+            low: AtomicBool::new(false),
+            gauge: metrics::gauge!("linktrack_journal_free_bytes"),
+        }
+    }
+
+    /// Measure now (one `statvfs`) and apply the hysteresis. A filesystem
+    /// that cannot be measured is not held against the node (the writes
+    /// say whether it works).
+    pub fn check(&self) -> Result<(), LowSpace> {
+        let Some(free) = free_bytes(&self.dir) else {
+            return Ok(());
+        };
+        self.gauge.set(free as f64);
+        self.after_measuring(free)
+    }
+
+    fn after_measuring(&self, free: u64) -> Result<(), LowSpace> {
+        let was_low = self.low.load(Ordering::Relaxed);
+        let low = if was_low {
+            free <= self.resume
+        } else {
+            free < self.min
+        };
+        if low != was_low {
+            self.low.store(low, Ordering::Relaxed);
+            if low {
+                tracing::error!(free, min = self.min, resume = self.resume,
+                    "the journal's filesystem is nearly full: /readyz answers 503 until more is free");
+            } else {
+                tracing::info!(
+                    free,
+                    "the journal's filesystem has room again; /readyz is ready"
+                );
+            }
+        }
+        match low {
+            true => Err(LowSpace {
+                free,
+                min: self.min,
+                resume: self.resume,
+            }),
+            false => Ok(()),
+        }
+    }
+}
+
+/// Bytes an unprivileged process may still write on `dir`'s filesystem.
+fn free_bytes(dir: &std::path::Path) -> Option<u64> {
+    let stat = rustix::fs::statvfs(dir).ok()?;
+    Some(stat.f_bavail.saturating_mul(stat.f_frsize))
+}
+
 /// Events waiting for the journal or the database.
 pub struct FallbackQueue {
     events: Mutex<VecDeque<EventRow>>,
@@ -122,5 +201,43 @@ impl FallbackQueue {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn low_space_has_hysteresis() {
+        let gate = SpaceGate::new(std::path::Path::new("/"), 100, 300);
+        assert!(gate.after_measuring(500).is_ok());
+        assert!(
+            gate.after_measuring(100).is_ok(),
+            "at the threshold: not yet"
+        );
+        let low = gate.after_measuring(99).unwrap_err();
+        assert_eq!(
+            low,
+            LowSpace {
+                free: 99,
+                min: 100,
+                resume: 300
+            }
+        );
+        // Back over the low threshold is not enough: it flapped there.
+        assert!(gate.after_measuring(200).is_err());
+        assert!(gate.after_measuring(300).is_err());
+        assert!(gate.after_measuring(301).is_ok());
+        assert!(
+            gate.after_measuring(150).is_ok(),
+            "ready until under 100 again"
+        );
+    }
+
+    #[test]
+    fn a_real_filesystem_is_measured() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(free_bytes(dir.path()).is_some_and(|free| free > 0));
     }
 }

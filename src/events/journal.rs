@@ -43,7 +43,18 @@ pub struct JournalSettings {
     pub max_segment_events: usize,
     /// Wait between replay attempts while the database fails.
     pub retry_after: Duration,
+    /// `/readyz` turns unready when the journal's filesystem has less
+    /// free space than this (bytes)…
+    pub min_free_bytes: u64,
+    /// …and ready again only once it has more than this (hysteresis: a node
+    /// at the edge does not flap).
+    pub resume_free_bytes: u64,
 }
+
+/// Default of `--journal-min-free-bytes`: about 200,000 events of headroom.
+pub const DEFAULT_MIN_FREE_BYTES: u64 = 64 << 20;
+/// Default of `--journal-resume-free-bytes`.
+pub const DEFAULT_RESUME_FREE_BYTES: u64 = 256 << 20;
 
 impl JournalSettings {
     pub fn new(dir: impl Into<PathBuf>) -> Self {
@@ -52,6 +63,8 @@ impl JournalSettings {
             seal_after: Duration::from_millis(250),
             max_segment_events: 20_000,
             retry_after: Duration::from_secs(1),
+            min_free_bytes: DEFAULT_MIN_FREE_BYTES,
+            resume_free_bytes: DEFAULT_RESUME_FREE_BYTES,
         }
     }
 }
@@ -96,6 +109,7 @@ pub struct Recorder {
     /// Where an event the journal cannot write waits ([`super::fallback`]).
     fallback: Arc<FallbackQueue>,
     health: Arc<JournalHealth>,
+    space: Arc<super::fallback::SpaceGate>,
 }
 
 impl Recorder {
@@ -133,6 +147,12 @@ impl Recorder {
     /// Whether the journal's last write succeeded (`/readyz`).
     pub fn health(&self) -> &JournalHealth {
         &self.health
+    }
+
+    /// Whether the journal's filesystem has room, with hysteresis
+    /// (`/readyz`): `Err` says how much is free and what it waits for.
+    pub fn space(&self) -> Result<(), super::fallback::LowSpace> {
+        self.space.check()
     }
 
     pub(crate) fn fallback(&self) -> &FallbackQueue {
@@ -279,6 +299,11 @@ pub fn spawn_writer(
 ) -> (Recorder, Writer) {
     let sealed = Arc::new(Notify::new());
     let tick = settings.seal_after / 2 + Duration::from_millis(1);
+    let space = super::fallback::SpaceGate::new(
+        &settings.dir,
+        settings.min_free_bytes,
+        settings.resume_free_bytes,
+    );
     let segment = Arc::new(Mutex::new(SegmentState {
         settings,
         seq: next_seq,
@@ -292,6 +317,7 @@ pub fn spawn_writer(
         segment,
         fallback: Arc::new(FallbackQueue::new(QUEUE_CAPACITY)),
         health: Arc::new(JournalHealth::new()),
+        space: Arc::new(space),
     };
     (recorder, Writer { task, sealed })
 }

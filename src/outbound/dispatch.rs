@@ -72,6 +72,7 @@ impl Sink {
                 secret.clone(),
                 endpoint.timeout,
                 endpoint.concurrency,
+                endpoint.destinations.clone(),
             ) {
                 Ok(sink) => Sink::Webhook(sink),
                 Err(err) => Sink::Broken(format!("HTTP client: {err}")),

@@ -54,6 +54,10 @@ pub struct Endpoint {
     /// Events per request: 1 sends each on its own; more sends up to this
     /// many in one `"type": "batch"` body (webhooks only).
     pub batch: usize,
+    /// The addresses its webhooks may go to: public ones, and the networks
+    /// of `--outbound-allow-private` (issue 43). AMQP brokers are the
+    /// operator's own infrastructure and are not held to it.
+    pub destinations: crate::destinations::Destinations,
 }
 
 /// The most events one batch may carry (a batch's row count is kept in 16
@@ -141,6 +145,12 @@ pub enum EndpointError {
     Unreadable(#[from] crate::settings_file::SettingsFileError),
     #[error("{}: {message}", path.display())]
     File { path: PathBuf, message: String },
+    #[error("endpoint {endpoint:?} ({target}): {refused}")]
+    Destination {
+        endpoint: String,
+        target: String,
+        refused: crate::destinations::Refused,
+    },
 }
 
 #[derive(Debug, serde::Deserialize)]
@@ -166,7 +176,17 @@ struct FileEndpoint {
 
 /// Every endpoint the settings name, checked.
 pub fn from_settings(args: &OutboundSettings) -> Result<Vec<Endpoint>, EndpointError> {
+    let allowed = args
+        .outbound_allow_private
+        .iter()
+        .flat_map(|text| text.split(','))
+        .filter(|text| !text.trim().is_empty())
+        .map(str::parse)
+        .collect::<Result<Vec<crate::destinations::Network>, String>>()
+        .map_err(|message| setting("LINKTRACK_OUTBOUND_ALLOW_PRIVATE", message))?;
+    let destinations = crate::destinations::Destinations::allowing(allowed);
     let defaults = Limits {
+        destinations: destinations.clone(),
         concurrency: args.webhook_concurrency.max(1),
         timeout: Duration::from_millis(args.webhook_timeout_ms.max(1)),
         batch: checked_batch(args.webhook_batch)
@@ -186,6 +206,7 @@ pub fn from_settings(args: &OutboundSettings) -> Result<Vec<Endpoint>, EndpointE
             concurrency: defaults.concurrency,
             timeout: defaults.timeout,
             batch: defaults.batch,
+            destinations: destinations.clone(),
         }),
         (Some(_), None) => {
             return Err(setting(
@@ -213,10 +234,24 @@ pub fn from_settings(args: &OutboundSettings) -> Result<Vec<Endpoint>, EndpointE
             concurrency: 1,
             timeout: defaults.timeout,
             batch: 1,
+            destinations: destinations.clone(),
         });
     }
     if let Some(path) = &args.webhooks {
         endpoints.extend(read_file(path, &defaults)?);
+    }
+    // A literal address is known now: refused at start, naming the setting.
+    for endpoint in &endpoints {
+        if let Target::Webhook { url, .. } = &endpoint.target {
+            endpoint
+                .destinations
+                .check_literal(url)
+                .map_err(|refused| EndpointError::Destination {
+                    endpoint: endpoint.name.clone(),
+                    target: endpoint.target_text(),
+                    refused,
+                })?;
+        }
     }
     let mut names: Vec<&str> = endpoints.iter().map(|e| e.name.as_str()).collect();
     names.sort_unstable();
@@ -233,6 +268,7 @@ pub fn from_settings(args: &OutboundSettings) -> Result<Vec<Endpoint>, EndpointE
 }
 
 struct Limits {
+    destinations: crate::destinations::Destinations,
     concurrency: usize,
     timeout: Duration,
     batch: usize,
@@ -318,6 +354,7 @@ fn file_endpoint(entry: FileEndpoint, defaults: &Limits) -> Result<Endpoint, Str
             Some(batch) => checked_batch(batch).map_err(|m| format!("batch: {m}"))?,
             None => defaults.batch,
         },
+        destinations: defaults.destinations.clone(),
     })
 }
 
@@ -398,6 +435,7 @@ mod tests {
             outbound_retry_max_secs: 3_600,
             outbound_give_up_secs: 259_200,
             outbound_hold_grace_secs: 120,
+            outbound_allow_private: Vec::new(),
         };
         for pair in extra.chunks(2) {
             let value = pair[1].to_owned();
@@ -407,6 +445,7 @@ mod tests {
                 "--webhooks" => settings.webhooks = Some(value.into()),
                 "--amqp-url" => settings.amqp_url = Some(value),
                 "--webhook-batch" => settings.webhook_batch = value.parse().unwrap(),
+                "--outbound-allow-private" => settings.outbound_allow_private.push(value),
                 flag => panic!("no such flag in these tests: {flag}"),
             }
         }
@@ -532,5 +571,46 @@ mod tests {
 
         write("[[endpoint]]\nname = \"x\"\nurl = \"https://x/\"\nsecrte = \"typo\"\n");
         assert!(message(run()).contains("secrte"), "an unknown key is named");
+    }
+
+    /// Issue 43: a webhook to a private address is refused at start, naming
+    /// the endpoint, unless its network is allowed; a bad network is
+    /// refused naming the setting.
+    #[test]
+    fn private_webhook_addresses_are_refused_unless_allowed() {
+        for url in [
+            "http://2130706433:18555/x",
+            "http://[fd00::1]/x",
+            "http://127.1/x",
+        ] {
+            let err = message(from_settings(&args(&[
+                "--webhook-url",
+                url,
+                "--webhook-secret",
+                SECRET,
+            ])));
+            assert!(err.starts_with("endpoint \"default\""), "{err}");
+            assert!(err.contains("not a public address"), "{err}");
+            assert!(err.contains("--outbound-allow-private"), "{err}");
+        }
+        let allowed = from_settings(&args(&[
+            "--webhook-url",
+            "http://2130706433:18555/x",
+            "--webhook-secret",
+            SECRET,
+            "--outbound-allow-private",
+            "127.0.0.0/8,fd00::/8",
+        ]))
+        .unwrap();
+        assert!(allowed[0].destinations.allows("127.0.0.1".parse().unwrap()));
+        assert!(!allowed[0].destinations.allows("10.0.0.1".parse().unwrap()));
+        let err = message(from_settings(&args(&[
+            "--outbound-allow-private",
+            "10.0.0.0/40",
+        ])));
+        assert!(
+            err.starts_with("LINKTRACK_OUTBOUND_ALLOW_PRIVATE: "),
+            "{err}"
+        );
     }
 }

@@ -141,6 +141,9 @@ pub struct OutboundSettings {
     pub outbound_give_up_secs: u64,
     /// The safety net of held events.
     pub outbound_hold_grace_secs: u64,
+    /// Private networks webhooks may go to besides public addresses
+    /// (`10.0.0.0/8`, `fd00::/8`, one address), as given.
+    pub outbound_allow_private: Vec<String>,
 }
 /// The configured endpoints and the policy, shared by the replay (which
 /// enqueues) and the senders. Cheap to clone; empty means off.
@@ -203,6 +206,32 @@ impl Outbound {
     /// The endpoint named `name`.
     pub fn endpoint(&self, name: &str) -> Option<&Endpoint> {
         self.endpoints.iter().find(|e| e.name == name)
+    }
+
+    /// Resolve every webhook endpoint's host now and refuse one that
+    /// leads to an address its policy does not allow (at start and in the
+    /// `webhooks` commands; the senders' resolver checks again at each
+    /// connection). A name that does not resolve now is left to send time.
+    pub async fn check_destinations(&self) -> Result<(), EndpointError> {
+        for endpoint in self.endpoints.iter() {
+            if let Target::Webhook { url, .. } = &endpoint.target {
+                match endpoint.destinations.check_url(url).await {
+                    Ok(true) => {}
+                    Ok(false) => tracing::warn!(
+                        endpoint = %endpoint.name,
+                        "the endpoint's host does not resolve now; its addresses are checked at send"
+                    ),
+                    Err(refused) => {
+                        return Err(EndpointError::Destination {
+                            endpoint: endpoint.name.clone(),
+                            target: endpoint.target_text(),
+                            refused,
+                        })
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -336,8 +365,12 @@ pub fn list_lines(
             .oldest
             .map_or(0, |oldest| (now - oldest).num_seconds().max(0));
         format!(
-            "{name}\t{target}\t{filter}\t{}\t{lag}\t{}",
-            b.queued, b.dead
+            "{}\t{}\t{}\t{}\t{lag}\t{}",
+            crate::address::csv_safe(name),
+            crate::address::csv_safe(&target),
+            crate::address::csv_safe(&filter),
+            b.queued,
+            b.dead
         )
     };
     let mut lines: Vec<String> = outbound
@@ -359,7 +392,13 @@ pub async fn send_test(endpoint: &Endpoint) -> anyhow::Result<webhook::Outcome> 
     let id = format!("test_{}", hex::encode(rand::random::<[u8; 8]>()));
     match &endpoint.target {
         Target::Webhook { url, secret } => {
-            let sink = webhook::WebhookSink::new(url.clone(), secret.clone(), endpoint.timeout, 1)?;
+            let sink = webhook::WebhookSink::new(
+                url.clone(),
+                secret.clone(),
+                endpoint.timeout,
+                1,
+                endpoint.destinations.clone(),
+            )?;
             Ok(sink.send(&id, &body).await)
         }
         Target::Amqp { url, exchange } => {

@@ -1,6 +1,7 @@
 //! One Standard Webhooks delivery: a signed POST of the stored body.
 
 use super::signature::Secret;
+use crate::destinations::Destinations;
 use std::time::Duration;
 
 /// What one attempt came to.
@@ -20,18 +21,25 @@ pub struct WebhookSink {
     client: reqwest::Client,
     url: reqwest::Url,
     secret: Secret,
+    destinations: Destinations,
 }
 
 impl WebhookSink {
     /// A client for `url`: no redirects (a receiver's 3xx is a failure to
-    /// fix, not a place to send signed events), `timeout` per request.
+    /// fix, not a place to send signed events), `timeout` per request, and
+    /// only to the addresses `destinations` allows (a name is resolved
+    /// through the checking resolver; a literal is checked at each send).
     pub fn new(
         url: reqwest::Url,
         secret: Secret,
         timeout: Duration,
         connections: usize,
+        destinations: Destinations,
     ) -> Result<WebhookSink, reqwest::Error> {
         let client = reqwest::Client::builder()
+            .dns_resolver(crate::destinations::checked_resolver(destinations.clone()))
+            // Environment proxies would connect on our behalf, unchecked.
+            .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
             .timeout(timeout)
             .connect_timeout(timeout)
@@ -42,6 +50,7 @@ impl WebhookSink {
             client,
             url,
             secret,
+            destinations,
         })
     }
 
@@ -52,6 +61,9 @@ impl WebhookSink {
     /// POST `body` with the Standard Webhooks headers: `id` is the event's
     /// own id (the same on every retry), the timestamp is this attempt's.
     pub async fn send(&self, id: &str, body: &str) -> Outcome {
+        if let Err(refused) = self.destinations.check_literal(&self.url) {
+            return Outcome::Retry(refused.to_string());
+        }
         let timestamp = chrono::Utc::now().timestamp();
         let signature = self.secret.sign(id, timestamp, body.as_bytes());
         let sent = self

@@ -171,6 +171,8 @@ impl App {
         )?;
         stats.auth.secure_cookie = settings.server.base_url.starts_with("https://");
         stats.auth.trust_forwarded_for = settings.server.trust_forwarded_for;
+        // A slow body holds a connection no longer than slow headers could.
+        stats.auth.body_deadline = Some(settings.connections.header_timeout);
         match ring {
             Some(opened) => state.set_seal(opened),
             None => load_seal_later(&state, secrets),
@@ -223,7 +225,7 @@ impl App {
         // One shutdown signal for both listeners.
         let (stop, stopped) = watch::channel(false);
         let admin_task = admin.map(|listener| {
-            let app = admin_router(state.clone(), admin_token);
+            let app = admin_router(state.clone(), admin_guard(admin_token, &stats));
             let mut stopped = stopped.clone();
             tokio::spawn(listen::serve(listener, app, limits, async move {
                 let _ = stopped.wait_for(|s| *s).await;
@@ -267,7 +269,7 @@ impl App {
         let mut handles = pipeline.abort_handles();
         handles.extend(workers.abort_handles());
         if let Some(listener) = admin {
-            let app = admin_router(state.clone(), admin_token);
+            let app = admin_router(state.clone(), admin_guard(admin_token, &stats));
             let serving = listen::serve(listener, app, limits, std::future::pending());
             handles.push(tokio::spawn(serving).abort_handle());
         }
@@ -357,16 +359,33 @@ fn load_seal_later(state: &AppState, secrets: RingSecrets) {
     });
 }
 
+/// The admin token and the limiter its wrong guesses count in (the one
+/// the stats routes use).
+#[derive(Clone)]
+struct AdminGuard {
+    token: std::sync::Arc<str>,
+    guesses: super::guesses::GuessLimiter,
+    trust_forwarded_for: bool,
+}
+
+fn admin_guard(token: Option<String>, stats: &StatsState) -> Option<AdminGuard> {
+    token.map(|token| AdminGuard {
+        token: token.into(),
+        guesses: stats.auth.guesses.clone(),
+        trust_forwarded_for: stats.auth.trust_forwarded_for,
+    })
+}
+
 /// The operators' listener: readiness and metrics, off the public host;
 /// with a token, `/readyz` and `/metrics` require `Authorization: Bearer`
 /// (`/healthz` stays open: it says nothing but "the process is up").
-fn admin_router(state: AppState, token: Option<String>) -> Router {
+fn admin_router(state: AppState, guard: Option<AdminGuard>) -> Router {
     let guarded = Router::new()
         .route("/readyz", get(handlers::readyz))
         .route("/metrics", get(handlers::metrics));
-    let guarded = match token {
-        Some(token) => guarded.layer(axum::middleware::from_fn_with_state(
-            std::sync::Arc::<str>::from(token),
+    let guarded = match guard {
+        Some(guard) => guarded.layer(axum::middleware::from_fn_with_state(
+            guard,
             require_admin_token,
         )),
         None => guarded,
@@ -377,21 +396,33 @@ fn admin_router(state: AppState, token: Option<String>) -> Router {
         .with_state(state)
 }
 
-/// 401 unless the request carries `Authorization: Bearer <the admin token>`.
+/// 401 unless the request carries `Authorization: Bearer <the admin token>`;
+/// 429 from a network that guessed wrong too often (checked first).
 async fn require_admin_token(
-    axum::extract::State(token): axum::extract::State<std::sync::Arc<str>>,
+    axum::extract::State(guard): axum::extract::State<AdminGuard>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
+    let client = super::guesses::client_address(
+        guard.trust_forwarded_for,
+        request.extensions(),
+        request.headers(),
+    );
+    if let Err(blocked) = guard.guesses.check(client).await {
+        return super::guesses::too_many(blocked, "too many wrong admin tokens\n");
+    }
     let given = request
         .headers()
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.strip_prefix("Bearer "));
     let allowed = given.is_some_and(|given| {
-        super::stats::auth::constant_time_eq(given.trim().as_bytes(), token.as_bytes())
+        super::stats::auth::constant_time_eq(given.trim().as_bytes(), guard.token.as_bytes())
     });
+    if given.is_some() && !allowed {
+        guard.guesses.wrong(client, "admin_token").await;
+    }
     if allowed {
         next.run(request).await
     } else {

@@ -11,7 +11,7 @@ use super::state::AppState;
 use crate::kind::{EventKind, LinkKind};
 use crate::store::events::suppress_unsubscribed;
 use axum::extract::State;
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use std::time::Duration;
@@ -228,11 +228,23 @@ pub(crate) async fn stop_tracking_page(
 /// `POST /t/{token}`: the recipient withdraws from tracking (not from the
 /// mailing list): the address goes on `tracking_optouts`, and later builds
 /// send it untracked. Idempotent; records no event (it is not a hit).
+///
+/// A browser's POST from another site (`Sec-Fetch-Site: cross-site`, or an
+/// `Origin` other than the base URL's) records nothing: it gets the
+/// confirmation page of this site instead (403). Unlike `/u/`, whose RFC
+/// 8058 one-click POSTs come from mailbox providers, nothing needs this
+/// route cross-site.
 pub(crate) async fn stop_tracking(
     State(state): State<AppState>,
+    headers: HeaderMap,
     tracked: Tracked<OptOutRoute>,
 ) -> Result<Response, ServerError> {
-    let email = [crate::address::normalize(&opted_out_address(tracked)?)];
+    let address = opted_out_address(tracked)?;
+    if is_cross_site(&headers, &state.settings.base_url) {
+        let page = (StatusCode::FORBIDDEN, pages::stop_tracking_from_elsewhere());
+        return Ok(no_store(page.into_response()));
+    }
+    let email = [crate::address::normalize(&address)];
     state
         .bounded(crate::store::tracking_optouts::add(
             &state.pool,
@@ -244,6 +256,30 @@ pub(crate) async fn stop_tracking(
     // refresh (docs/privacy.md).
     state.privacy.note_opt_out(&email[0]);
     Ok(no_store(pages::tracking_stopped().into_response()))
+}
+
+/// Whether a browser sent this request from another site's page: it says
+/// so (`Sec-Fetch-Site: cross-site`), or its `Origin` is not the origin of
+/// `base_url` (`null`, the origin of sandboxed and privacy-sensitive
+/// contexts, is foreign too). A request without either header (a script,
+/// an old browser) is not refused on this ground.
+fn is_cross_site(headers: &HeaderMap, base_url: &str) -> bool {
+    let fetch_site = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok());
+    if fetch_site.is_some_and(|site| site.eq_ignore_ascii_case("cross-site")) {
+        return true;
+    }
+    let Some(origin) = headers.get(header::ORIGIN) else {
+        return false;
+    };
+    let origin_of = |text: &str| {
+        url::Url::parse(text)
+            .ok()
+            .map(|url| url.origin())
+            .filter(url::Origin::is_tuple)
+    };
+    let ours = origin_of(base_url);
+    let theirs = origin.to_str().ok().and_then(origin_of);
+    ours.is_none() || theirs.is_none() || ours != theirs
 }
 
 /// The address a "stop tracking me" token names. Its kind was checked by
@@ -305,22 +341,39 @@ pub(crate) async fn healthz() -> &'static str {
     "ok\n"
 }
 
-/// `GET /readyz`: 200 when the database answers within a second and the
-/// journal writes, else 503 (naming what is down, never the database's
-/// error text: that goes to the log) (a node whose journal cannot write is drained:
-/// its events go the slower way, `events::fallback`).
+/// `GET /readyz`: 200 when the database answers within a second, the
+/// journal writes and its filesystem has room, else 503 (naming what is
+/// down, never the database's error text: that goes to the log) (a node
+/// whose journal cannot write is drained: its events go the slower way,
+/// `events::fallback`). Room has hysteresis: under the low threshold the
+/// node is unready until space is back over the higher one, and `detail`
+/// says so with the figures.
 pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
     let journal_writes = state.recorder.health().is_writable();
+    let space = state.recorder.space();
     let probe = crate::store::ping(&state.pool);
     let database = match tokio::time::timeout(Duration::from_secs(1), probe).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(err)) => Err(err.to_string()),
         Err(_) => Err("no answer within 1s".to_owned()),
     };
+    let journal = match (journal_writes, &space) {
+        (false, _) => "unwritable",
+        (true, Err(_)) => "low_space",
+        (true, Ok(())) => "ok",
+    };
     let mut body = serde_json::json!({
         "database": if database.is_ok() { "ok" } else { "unavailable" },
-        "journal": if journal_writes { "ok" } else { "unwritable" },
+        "journal": journal,
     });
+    if let Err(low) = &space {
+        body["journal_space"] = serde_json::json!({
+            "free_bytes": low.free,
+            "unready_under_bytes": low.min,
+            "ready_over_bytes": low.resume,
+        });
+        body["detail"] = serde_json::Value::from(low.to_string());
+    }
     // The database's error text (user names, hosts) stays in the log.
     if let Err(detail) = &database {
         tracing::warn!(error = %detail, "/readyz: the database is unavailable");
@@ -336,7 +389,7 @@ pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
         };
         body["redis"] = serde_json::Value::from(redis);
     }
-    let status = if database.is_ok() && journal_writes {
+    let status = if database.is_ok() && journal_writes && space.is_ok() {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
@@ -409,5 +462,30 @@ mod tests {
             header_safe_url("https://a.example/a b"),
             "https://a.example/a%20b"
         );
+    }
+
+    #[test]
+    fn cross_site_posts_are_told_apart() {
+        let base = "https://t.example.com";
+        let with = |pairs: &[(&'static str, &'static str)]| {
+            let mut headers = HeaderMap::new();
+            for (name, value) in pairs {
+                headers.insert(*name, HeaderValue::from_static(value));
+            }
+            is_cross_site(&headers, base)
+        };
+        assert!(!with(&[]), "no browser headers: not refused on this ground");
+        assert!(!with(&[
+            ("sec-fetch-site", "same-origin"),
+            ("origin", "https://t.example.com")
+        ]));
+        assert!(!with(&[("origin", "https://T.example.com:443")]));
+        assert!(with(&[("sec-fetch-site", "cross-site")]));
+        assert!(with(&[("origin", "https://evil.example")]));
+        assert!(
+            with(&[("origin", "http://t.example.com")]),
+            "another scheme"
+        );
+        assert!(with(&[("origin", "null")]));
     }
 }

@@ -3,19 +3,20 @@
 //!
 //! * http(s) only; every address a host resolves to is checked, and the
 //!   connection goes only to checked addresses (a filtering DNS resolver, so
-//!   there is no gap between check and connect for DNS rebinding);
+//!   there is no gap between check and connect for DNS rebinding): the
+//!   policy of `crate::destinations`, which events out share;
 //! * redirects are followed by hand, at most [`ImageSettings::max_redirects`],
 //!   each hop checked again;
 //! * size, total time and content type (`image/*` only) are capped;
 //! * bodies are cached in memory by URL, bounded by total bytes, honouring
 //!   upstream `Cache-Control: max-age` and `no-store`.
 
+use crate::destinations::Destinations;
 use axum::body::Bytes;
 use moka::future::Cache;
-use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use reqwest::header::{CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, LOCATION};
 use reqwest::{Client, Url};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,80 +31,15 @@ pub enum AddressPolicy {
 
 impl AddressPolicy {
     pub fn allows(self, ip: IpAddr) -> bool {
-        let ip = canonical(ip);
-        is_public(ip) || (self == AddressPolicy::AllowLoopback && ip.is_loopback())
+        self.destinations().allows(ip)
     }
-}
 
-/// IPv4-mapped IPv6 addresses (`::ffff:a.b.c.d`) are judged as IPv4.
-fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
-    }
-}
-
-fn is_public(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v4) => is_public_v4(v4),
-        IpAddr::V6(v6) => is_public_v6(v6),
-    }
-}
-
-fn is_public_v4(ip: Ipv4Addr) -> bool {
-    let [a, b, c, _] = ip.octets();
-    let special = ip.is_unspecified()
-        || ip.is_loopback()
-        || ip.is_private()
-        || ip.is_link_local()
-        || ip.is_multicast()
-        || ip.is_broadcast()
-        || ip.is_documentation()
-        || a == 0 // "this network"
-        || (a == 100 && (64..128).contains(&b)) // CGNAT 100.64/10
-        || (a == 192 && b == 0 && c == 0) // IETF protocol assignments
-        || (a == 198 && (18..20).contains(&b)) // benchmarking 198.18/15
-        || a >= 240; // reserved
-    !special
-}
-
-fn is_public_v6(ip: Ipv6Addr) -> bool {
-    let first = ip.segments()[0];
-    // Global unicast is 2000::/3; everything else (loopback, unspecified,
-    // unique-local fc00::/7, link-local fe80::/10, multicast ff00::/8) is not.
-    let global_unicast = (first & 0xe000) == 0x2000;
-    let documentation = first == 0x2001 && ip.segments()[1] == 0x0db8;
-    // 6to4 (2002::/16) and Teredo (2001::/32) embed IPv4 addresses we would
-    // have to check too; refuse them rather than decode them.
-    let tunnel = first == 0x2002 || (first == 0x2001 && ip.segments()[1] == 0);
-    global_unicast && !documentation && !tunnel
-}
-
-/// Our resolver's refusal; found again by type in reqwest's error chain.
-#[derive(Debug, thiserror::Error)]
-#[error("{host} resolves to a non-public address")]
-struct NonPublicAddress {
-    host: String,
-}
-
-/// A DNS resolver that answers only with addresses the policy allows, and
-/// refuses a name if *any* of its addresses is not allowed.
-struct CheckedResolver {
-    policy: AddressPolicy,
-}
-
-impl Resolve for CheckedResolver {
-    fn resolve(&self, name: Name) -> Resolving {
-        let policy = self.policy;
-        let host = name.as_str().to_owned();
-        Box::pin(async move {
-            let addrs: Vec<SocketAddr> =
-                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
-            if addrs.is_empty() || addrs.iter().any(|a| !policy.allows(a.ip())) {
-                return Err(Box::new(NonPublicAddress { host }) as _);
-            }
-            Ok(Box::new(addrs.into_iter()) as Addrs)
-        })
+    /// The shared destination policy (`crate::destinations`) this names.
+    pub fn destinations(self) -> Destinations {
+        match self {
+            AddressPolicy::PublicOnly => Destinations::public_only(),
+            AddressPolicy::AllowLoopback => Destinations::allowing_loopback(),
+        }
     }
 }
 
@@ -186,9 +122,9 @@ pub struct ImageProxy {
 impl ImageProxy {
     pub fn new(settings: ImageSettings) -> Result<Self, reqwest::Error> {
         let client = Client::builder()
-            .dns_resolver(Arc::new(CheckedResolver {
-                policy: settings.policy,
-            }))
+            .dns_resolver(crate::destinations::checked_resolver(
+                settings.policy.destinations(),
+            ))
             // Environment proxies would connect on our behalf, unchecked.
             .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
@@ -330,7 +266,7 @@ fn upstream_error(err: &reqwest::Error) -> ProxyError {
     let mut refused = false;
     let mut source = std::error::Error::source(err);
     while let Some(cause) = source {
-        refused |= cause.is::<NonPublicAddress>();
+        refused |= cause.is::<crate::destinations::NonPublicAddress>();
         text.push_str(": ");
         text.push_str(&cause.to_string());
         source = cause.source();

@@ -5,6 +5,7 @@
 
 pub mod app;
 pub(crate) mod error;
+pub mod guesses;
 pub(crate) mod handlers;
 pub mod health_gauges;
 pub(crate) mod hits;

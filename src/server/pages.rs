@@ -119,6 +119,22 @@ pub(crate) fn stop_tracking_confirm() -> Html<String> {
     )
 }
 
+/// The answer to a "stop tracking me" POST another site's page sent (issue
+/// 43): nothing is recorded; the same button, on this site, does it.
+pub(crate) fn stop_tracking_from_elsewhere() -> Html<String> {
+    Html(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width\">\
+         <meta name=\"robots\" content=\"noindex\"><title>Stop tracking</title></head>\
+         <body><h1>Stop tracking</h1><p>This request came from another website, so \
+         nothing was changed. If you want us to stop recording when you open these \
+         emails or click their links, confirm here. You will keep receiving them.</p>\
+         <form method=\"post\"><button type=\"submit\">Stop tracking me</button></form>\
+         </body></html>"
+            .to_owned(),
+    )
+}
+
 pub(crate) fn tracking_stopped() -> Html<String> {
     page(
         "Tracking stopped",

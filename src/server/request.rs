@@ -90,6 +90,68 @@ pub(crate) fn truncate_ip(ip: IpAddr) -> IpAddr {
     }
 }
 
+/// Longest a request body may take to arrive, first byte to last, unless
+/// the server's settings say otherwise (the header timeout: a slow body
+/// holds a connection no longer than slow headers could).
+pub(crate) const DEFAULT_BODY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Largest form body the server reads (the login form's token).
+pub(crate) const MAX_FORM_BYTES: usize = 4 * 1024;
+
+/// Why a request body was not read (issue 43: a body trickled in a byte at
+/// a time must not hold a connection).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum BodyRefused {
+    #[error("the request body did not arrive within {} s", .0.as_secs())]
+    TooSlow(std::time::Duration),
+    #[error("the request body is larger than {0} bytes")]
+    TooLarge(usize),
+    #[error("the request body could not be read: {0}")]
+    Unreadable(String),
+}
+
+impl axum::response::IntoResponse for BodyRefused {
+    fn into_response(self) -> axum::response::Response {
+        use axum::http::StatusCode;
+        let status = match self {
+            BodyRefused::TooSlow(_) => StatusCode::REQUEST_TIMEOUT,
+            BodyRefused::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            BodyRefused::Unreadable(_) => StatusCode::BAD_REQUEST,
+        };
+        let reason = match self {
+            BodyRefused::TooSlow(_) => "too_slow",
+            BodyRefused::TooLarge(_) => "too_large",
+            BodyRefused::Unreadable(_) => "unreadable",
+        };
+        metrics::counter!("linktrack_request_bodies_refused_total", "reason" => reason)
+            .increment(1);
+        // The rest of the body is never read: the connection closes.
+        (status, [(header::CONNECTION, "close")], format!("{self}\n")).into_response()
+    }
+}
+
+/// The whole body of a request, within `limit` bytes and `deadline` from
+/// now; a `Content-Length` over the limit is refused before any byte is read.
+pub(crate) async fn read_body(
+    headers: &HeaderMap,
+    body: axum::body::Body,
+    limit: usize,
+    deadline: std::time::Duration,
+) -> Result<axum::body::Bytes, BodyRefused> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(BodyRefused::TooLarge(limit));
+    }
+    match tokio::time::timeout(deadline, axum::body::to_bytes(body, limit)).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(err)) => Err(BodyRefused::Unreadable(err.to_string())),
+        Err(_) => Err(BodyRefused::TooSlow(deadline)),
+    }
+}
+
 /// A route's token kind: the one place a route says which tokens it serves.
 pub(crate) trait Route: Send + Sync + 'static {
     /// The kinds of token the route serves.

@@ -28,6 +28,7 @@ fn amqp_endpoint(exchange: &str) -> Endpoint {
         concurrency: 1,
         batch: 1,
         timeout: Duration::from_secs(5),
+        destinations: linktrack::destinations::Destinations::public_only(),
     }
 }
 

@@ -23,6 +23,8 @@ fn linktrack(db: &TestDb, secret: &str) -> Command {
         .env("DATABASE_URL", &db.url)
         .env("LINKTRACK_WEBHOOK_URL", hook_url())
         .env("LINKTRACK_WEBHOOK_SECRET", secret)
+        // A loopback URL: allowed explicitly (issue 43).
+        .env("LINKTRACK_OUTBOUND_ALLOW_PRIVATE", "127.0.0.1")
         .env("RUST_LOG", "info");
     command
 }

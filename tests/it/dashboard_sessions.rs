@@ -148,7 +148,7 @@ async fn an_expired_session_is_refused_and_cleaned_at_the_next_login() {
 }
 
 #[tokio::test]
-async fn wrong_tokens_are_limited_per_client_address() {
+async fn wrong_tokens_are_limited_per_client_network() {
     let db = rolled_db().await;
     let app = serve(db.pool.clone()).await;
     let base = &app.base;
@@ -179,8 +179,12 @@ async fn wrong_tokens_are_limited_per_client_address() {
             .contains("Too many wrong tokens"));
     }
     assert_eq!(sessions_in_table(&db.pool).await.len(), 0);
-    // Another address is not held back by the first one's guesses.
-    let other = session_pair(&login(base, "192.0.2.67", TOKEN, None).await);
+    // The limit is the network's (issue 43): another address of the same
+    // /24 is held back too, and its right token with it.
+    let neighbour = login(base, "192.0.2.67", TOKEN, None).await;
+    assert_eq!(neighbour.status(), StatusCode::TOO_MANY_REQUESTS);
+    // Another network is not held back by the first one's guesses.
+    let other = session_pair(&login(base, "198.51.100.67", TOKEN, None).await);
     assert_eq!(index_status(base, &other).await, StatusCode::OK);
     app.stop().await;
 }

@@ -280,6 +280,42 @@ fn serve_refuses_a_placeholder_secret_before_starting() {
     );
 }
 
+/// Issue 43: a padded admin token, or one of only spaces, is refused at
+/// start, naming the setting (accepted, nothing could ever authenticate).
+#[test]
+fn serve_refuses_padded_and_blank_tokens_before_starting() {
+    for (name, value, says) in [
+        (
+            "LINKTRACK_ADMIN_TOKEN",
+            "  padded-admin-token-0123  ",
+            "LINKTRACK_ADMIN_TOKEN has white space at its start or end",
+        ),
+        (
+            "LINKTRACK_API_TOKEN",
+            "                ",
+            "LINKTRACK_API_TOKEN is only white space",
+        ),
+    ] {
+        let out = Command::new(crate::common::linktrack_binary())
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(["--admin-listen", "127.0.0.1:0"])
+            .env("DATABASE_URL", "mysql://nobody@127.0.0.1:1/none")
+            .env_remove("LINKTRACK_SECRET")
+            .env_remove("LINKTRACK_API_TOKEN")
+            .env_remove("LINKTRACK_ADMIN_TOKEN")
+            .env(name, value)
+            .output()
+            .expect("running linktrack");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{name}={value:?} accepted: {stderr}");
+        assert!(stderr.contains(says), "{stderr}");
+        assert!(
+            !stderr.contains(value.trim()) || value.trim().is_empty(),
+            "never printed: {stderr}"
+        );
+    }
+}
+
 /// The gauges the alert rules use come from a running server: database up,
 /// days of partitions ahead, and the last successful `partitions rotate`
 /// (written by the real binary).

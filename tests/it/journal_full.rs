@@ -8,6 +8,8 @@
 
 use crate::common::{add_link, client, db, events, quick, TestServer};
 use crate::common::{metric_value, metrics_text};
+use linktrack::events::journal::JournalSettings;
+use linktrack::server::AppSettings;
 use linktrack::store::links::LinkKind;
 use reqwest::StatusCode;
 use std::io::Write;
@@ -102,7 +104,20 @@ async fn a_full_journal_disk_loses_no_answered_click_and_makes_the_node_unready(
     let db = db().await;
     let token = add_link(&db.pool, LinkKind::Click, "https://example.com/", 1).await;
     let journal = filesystem.path().join("journal");
-    let server = TestServer::start_in(db.pool.clone(), &journal, quick).await;
+    // Free-space thresholds that fit a 256 KiB filesystem: this test is
+    // about failing writes (the thresholds have their own test below).
+    let server = TestServer::start_in(db.pool.clone(), &journal, |settings| {
+        let settings = quick(settings);
+        AppSettings {
+            journal: JournalSettings {
+                min_free_bytes: 16 << 10,
+                resume_free_bytes: 32 << 10,
+                ..settings.journal
+            },
+            ..settings
+        }
+    })
+    .await;
     let path = format!("/c/{token}");
     assert_eq!(readyz(&server).await.0, StatusCode::OK);
 
@@ -140,4 +155,81 @@ async fn a_full_journal_disk_loses_no_answered_click_and_makes_the_node_unready(
     assert_eq!(metric_value(&metrics, "linktrack_events_lost_total"), None);
     server.stop().await;
     assert_eq!(wait_for_clicks(&db.pool, 250).await, 250, "none twice");
+}
+
+/// Bytes the filesystem at `path` has available (`stat -f`: what a user
+/// process may still write).
+fn available(path: &Path) -> u64 {
+    let out = std::process::Command::new("stat")
+        .args(["-f", "-c", "%a %S"])
+        .arg(path)
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let (blocks, size) = text.trim().split_once(' ').unwrap();
+    blocks.parse::<u64>().unwrap() * size.parse::<u64>().unwrap()
+}
+
+/// Write (or cut) `filler` so that about `free` bytes stay available.
+fn leave_free(fs: &SmallFilesystem, filler: &Path, free: u64) {
+    let current = std::fs::metadata(filler).map_or(0, |m| m.len());
+    let now = available(fs.path());
+    let target = (current + now).saturating_sub(free);
+    // Rewritten with real bytes: tmpfs counts written pages, not length.
+    std::fs::write(filler, vec![1u8; target as usize]).unwrap();
+}
+
+/// Issue 43, item 7: `/readyz` turns unready under the low threshold of
+/// free space, says why with the figures, and stays unready until space
+/// is back over the higher threshold: a node at the edge does not flap.
+#[tokio::test]
+async fn readyz_turns_unready_on_low_space_with_hysteresis_and_says_why() {
+    let filesystem = match SmallFilesystem::mount("4m") {
+        Ok(fs) => fs,
+        Err(why) => {
+            eprintln!("SKIPPED: cannot mount a small tmpfs for the journal (needs root): {why}");
+            return;
+        }
+    };
+    let db = db().await;
+    let journal = filesystem.path().join("journal");
+    let (min, resume) = (1u64 << 20, 2u64 << 20);
+    let server = TestServer::start_in(db.pool.clone(), &journal, |settings| {
+        let settings = quick(settings);
+        AppSettings {
+            journal: JournalSettings {
+                min_free_bytes: min,
+                resume_free_bytes: resume,
+                ..settings.journal
+            },
+            ..settings
+        }
+    })
+    .await;
+    assert_eq!(readyz(&server).await.0, StatusCode::OK);
+    let filler = filesystem.path().join("filler");
+
+    // Under the low threshold: unready, and why.
+    leave_free(&filesystem, &filler, min / 2);
+    let (status, body) = readyz(&server).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(body["journal"], "low_space", "{body}");
+    assert_eq!(body["journal_space"]["unready_under_bytes"], min, "{body}");
+    assert_eq!(body["journal_space"]["ready_over_bytes"], resume, "{body}");
+    let detail = body["detail"].as_str().unwrap();
+    assert!(detail.contains("unready until over"), "{detail}");
+
+    // Between the thresholds: still unready (it was low), many times over.
+    leave_free(&filesystem, &filler, (min + resume) / 2);
+    for _ in 0..20 {
+        assert_eq!(readyz(&server).await.0, StatusCode::SERVICE_UNAVAILABLE);
+    }
+    // Over the higher one: ready, and between them it stays ready.
+    leave_free(&filesystem, &filler, resume + (512 << 10));
+    assert_eq!(readyz(&server).await.0, StatusCode::OK);
+    leave_free(&filesystem, &filler, (min + resume) / 2);
+    for _ in 0..20 {
+        assert_eq!(readyz(&server).await.0, StatusCode::OK);
+    }
+    server.stop().await;
 }

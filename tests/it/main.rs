@@ -18,6 +18,7 @@ mod deploy;
 mod expired_links;
 mod first_hour;
 mod first_run;
+mod guessing;
 mod held_events;
 mod hot_path;
 mod image_proxy;

@@ -993,3 +993,73 @@ async fn both_spellings_of_an_idn_address_are_one_person_in_every_path() {
     assert!(removed.contains("removed 1"), "{removed}");
     assert!(!privacy::is_suppressed(&db.pool, both[0]).await.unwrap());
 }
+
+/// Issue 43, item 8: another site's page cannot opt a reader out of
+/// tracking with a POST to `/t/` (it gets this site's confirmation page,
+/// 403, nothing recorded), while `/u/` keeps taking RFC 8058 one-click
+/// POSTs, which mailbox providers send from their own origin.
+#[tokio::test]
+async fn a_cross_site_post_to_stop_tracking_records_nothing() {
+    let db = TestDb::with_days_since(days_ago(1)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (_, letters) = build(
+        &db,
+        dir.path(),
+        json!({"mailing_id": "m-xs", "subject": "S", "from": "news@example.com",
+            "html": "<a href=\"https://example.com/a\">a</a><a href=\"{{ stop_tracking_url }}\">stop</a>", "honeypot": false}),
+        &[json!({"email": "ann@example.com"})],
+    )
+    .await;
+    let app = TestServer::start(db.pool.clone(), configured).await;
+    let http = client();
+    let stop_url = app.url(&format!("/t/{}", stop_token(&letters[0])));
+    let opted_out = "SELECT COUNT(*) FROM tracking_optouts";
+    for (name, value) in [
+        ("sec-fetch-site", "cross-site"),
+        ("origin", "https://evil.example"),
+        ("origin", "null"),
+    ] {
+        let refused = http
+            .post(&stop_url)
+            .header(name, value)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), 403, "{name}: {value}");
+        let page = refused.text().await.unwrap();
+        assert!(page.contains("came from another website"), "{page}");
+        assert!(
+            page.contains("<form method=\"post\">"),
+            "the confirm button: {page}"
+        );
+        assert_eq!(count(&db.pool, opted_out).await, 0, "{name}: {value}");
+    }
+    // The button of this site's page (same origin) records it.
+    let origin = server_settings().base_url;
+    let confirmed = http
+        .post(&stop_url)
+        .header("sec-fetch-site", "same-origin")
+        .header("origin", origin.trim_end_matches('/'))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(confirmed.status(), 200);
+    assert_eq!(count(&db.pool, opted_out).await, 1);
+
+    // A one-click unsubscribe from a mailbox provider is still taken.
+    let unsubscribe = tokens(&letters[0], LinkKind::Unsubscribe)[0];
+    let one_click = http
+        .post(app.url(&format!("/u/{unsubscribe}")))
+        .header("sec-fetch-site", "cross-site")
+        .header("origin", "https://mail.provider.example")
+        .body("List-Unsubscribe=One-Click")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(one_click.status(), 200);
+    assert_eq!(
+        count(&db.pool, "SELECT COUNT(*) FROM suppressions").await,
+        1
+    );
+    app.stop().await;
+}

@@ -243,3 +243,46 @@ async fn an_unsubscribe_suppresses_the_normalised_address() {
         .unwrap();
     assert_eq!(listed(&db), ["ann@example.com"]);
 }
+
+/// Issue 43: a formula-like address is refused as an address, and one
+/// stored before (a row of an older release) is listed neutralised, never
+/// at the start of a line where a spreadsheet would run it.
+#[tokio::test]
+async fn formula_like_addresses_are_refused_and_listed_neutralised() {
+    let db = TestDb::new().await;
+    let formula = "=cmd|'/ccalc'!a0@example.com";
+    let added = linktrack(
+        &db,
+        &[
+            "suppressions",
+            "add",
+            formula,
+            "+1@example.com",
+            "ok@example.com",
+        ],
+    );
+    assert_eq!(added.status.code(), Some(2), "{added:?}");
+    let stderr = String::from_utf8_lossy(&added.stderr);
+    assert!(
+        stderr.contains("address starts with '=', which a spreadsheet would run as a formula"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("address starts with '+'"), "{stderr}");
+
+    sqlx::query("INSERT INTO suppressions (email, reason) VALUES (?, '@SUM(1)')")
+        .bind(formula)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let output = linktrack(&db, &["suppressions", "list"]);
+    let listed = String::from_utf8_lossy(&output.stdout).to_string();
+    assert!(
+        listed.contains(&format!("'{formula}\t'@SUM(1)\t")),
+        "{listed}"
+    );
+    for line in listed.lines() {
+        for field in line.split('\t') {
+            assert!(!field.starts_with(['=', '+', '@']), "{line}");
+        }
+    }
+}

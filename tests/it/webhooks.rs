@@ -98,6 +98,8 @@ async fn events_made_while_the_receiver_is_down_survive_a_kill_9_and_arrive() {
     let env = [
         ("LINKTRACK_WEBHOOK_URL", hook.as_str()),
         ("LINKTRACK_WEBHOOK_SECRET", SECRET),
+        // The receiver is on loopback: allowed explicitly (issue 43).
+        ("LINKTRACK_OUTBOUND_ALLOW_PRIVATE", "127.0.0.0/8"),
         ("LINKTRACK_WEBHOOK_TIMEOUT_MS", "1000"),
         ("LINKTRACK_OUTBOUND_RETRY_BASE_MS", "100"),
         ("LINKTRACK_OUTBOUND_RETRY_MAX_SECS", "1"),
@@ -314,6 +316,9 @@ async fn webhooks_test_sends_one_signed_event_and_reports_the_answer() {
                 &url,
                 "--webhook-secret",
                 secret,
+                // The receiver is on loopback: allowed explicitly.
+                "--outbound-allow-private",
+                "127.0.0.1",
             ],
         )
     };
@@ -457,5 +462,112 @@ async fn batches_are_signed_and_a_503_gets_the_same_batch_and_id_until_200() {
         .expect("the refused batch's id acknowledged");
     assert_eq!(batch_events(retried), batch_events(refused));
     app.stop().await;
+    receiver.stop();
+}
+
+/// Issue 43, item 4: a webhook to any spelling of a loopback address, or a
+/// name resolving there, is refused at send without the receiver seeing a
+/// byte, and delivered once loopback is allowed explicitly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhooks_to_private_addresses_are_refused_in_every_spelling_unless_allowed() {
+    use linktrack::destinations::Destinations;
+    use linktrack::outbound::signature::Secret;
+    use linktrack::outbound::webhook::{Outcome, WebhookSink};
+    let receiver = Receiver::start("127.0.0.1:0".parse().unwrap(), 0, 200).await;
+    let port = receiver.addr.port();
+    let spellings = [
+        format!("http://2130706433:{port}/hook"),
+        format!("http://0x7f000001:{port}/hook"),
+        format!("http://0177.0.0.1:{port}/hook"),
+        format!("http://127.1:{port}/hook"),
+        format!("http://[::ffff:127.0.0.1]:{port}/hook"),
+        format!("http://localhost:{port}/hook"),
+        format!("http://127.0.0.1:{port}/hook"),
+    ];
+    let sink = |url: &str, destinations: Destinations| {
+        WebhookSink::new(
+            url.parse().unwrap(),
+            Secret::parse(SECRET).unwrap(),
+            Duration::from_secs(2),
+            1,
+            destinations,
+        )
+        .unwrap()
+    };
+    for url in &spellings {
+        let outcome = sink(url, Destinations::public_only())
+            .send("msg_refused", "{}")
+            .await;
+        let Outcome::Retry(why) = &outcome else {
+            panic!("{url}: {outcome:?}");
+        };
+        assert!(
+            why.contains("public address") || why.contains("non-public"),
+            "{url}: {why}"
+        );
+    }
+    assert_eq!(
+        receiver.deliveries().len(),
+        0,
+        "nothing reached the receiver"
+    );
+    for url in &spellings {
+        let outcome = sink(url, Destinations::allowing_loopback())
+            .send(
+                &format!("msg_{}", receiver.deliveries().len()),
+                "{\"type\":\"webhook.test\"}",
+            )
+            .await;
+        assert_eq!(outcome, Outcome::Delivered, "{url}");
+    }
+    assert_eq!(receiver.deliveries().len(), spellings.len());
+
+    // At start and in the commands: refused, naming the fix.
+    let db = TestDb::new().await;
+    let url = format!("http://2130706433:{port}/hook");
+    let tested = tokio::task::block_in_place(|| {
+        linktrack(
+            &db,
+            &[
+                "webhooks",
+                "test",
+                "--webhook-url",
+                &url,
+                "--webhook-secret",
+                SECRET,
+            ],
+        )
+    });
+    assert!(!tested.status.success(), "{tested:?}");
+    let said = String::from_utf8_lossy(&tested.stderr);
+    assert!(said.contains("127.0.0.1 is not a public address"), "{said}");
+    assert!(said.contains("--outbound-allow-private"), "{said}");
+    let served = tokio::task::block_in_place(|| {
+        std::process::Command::new(crate::common::linktrack_binary())
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--admin-listen",
+                "127.0.0.1:0",
+            ])
+            .env("DATABASE_URL", &db.url)
+            .env(
+                "LINKTRACK_WEBHOOK_URL",
+                format!("http://localhost:{port}/hook"),
+            )
+            .env("LINKTRACK_WEBHOOK_SECRET", SECRET)
+            .env_remove("LINKTRACK_OUTBOUND_ALLOW_PRIVATE")
+            .output()
+            .unwrap()
+    });
+    assert!(!served.status.success(), "{served:?}");
+    let said = String::from_utf8_lossy(&served.stderr);
+    assert!(said.contains("localhost resolves to"), "{said}");
+    assert_eq!(
+        receiver.deliveries().len(),
+        spellings.len(),
+        "nothing more sent"
+    );
     receiver.stop();
 }

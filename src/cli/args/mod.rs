@@ -96,6 +96,8 @@ pub struct GlobalArgs {
     pub log_json: bool,
 }
 
+// Parsed once per run, so a variant's size costs nothing worth boxing it.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Create or upgrade the schema (creates the database if it is missing).
@@ -185,6 +187,16 @@ mod tests {
              `openssl rand -hex 32` (docs/deploy.md, \"Secrets\")"
         );
         assert!(check_secret("LINKTRACK_SECRET", None).is_ok());
+        // Issue 43: padding and blanks are refused, naming the setting.
+        let err =
+            check_secret("LINKTRACK_ADMIN_TOKEN", Some("  padded-admin-token-0123  ")).unwrap_err();
+        assert!(matches!(err, WeakSecret::Padded { .. }), "{err}");
+        assert!(err
+            .to_string()
+            .starts_with("LINKTRACK_ADMIN_TOKEN has white space"));
+        let err = check_secret("LINKTRACK_API_TOKEN", Some(&" ".repeat(16))).unwrap_err();
+        assert!(matches!(err, WeakSecret::Blank { .. }), "{err}");
+        assert!(check_secret("LINKTRACK_SECRET", Some("tab\tinside-0123456789")).is_ok());
         assert!(check_secret("LINKTRACK_SECRET", Some(&"ab12".repeat(16))).is_ok());
     }
 
@@ -477,6 +489,7 @@ mod tests {
             "SERVER|URL",
             "FIELD=HEADER",
             "FINGERPRINT",
+            "CIDR",
             "FORMAT",
         ];
         for (path, help) in every_help() {

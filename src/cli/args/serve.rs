@@ -54,6 +54,19 @@ pub struct ServeArgs {
     )]
     pub journal: std::path::PathBuf,
 
+    /// `/readyz` answers 503 while the journal's filesystem has less than
+    /// BYTES free (the load balancer drains the node before its journal
+    /// fails)…
+    #[arg(long, env = "LINKTRACK_JOURNAL_MIN_FREE_BYTES", value_name = "BYTES",
+          default_value_t = crate::events::journal::DEFAULT_MIN_FREE_BYTES)]
+    pub journal_min_free_bytes: u64,
+
+    /// …and until it has more than BYTES free again (hysteresis: a node
+    /// at the edge does not flap).
+    #[arg(long, env = "LINKTRACK_JOURNAL_RESUME_FREE_BYTES", value_name = "BYTES",
+          default_value_t = crate::events::journal::DEFAULT_RESUME_FREE_BYTES)]
+    pub journal_resume_free_bytes: u64,
+
     /// Longest wait for the database (connection, then statement) before a
     /// request answers 503.
     #[arg(
@@ -268,16 +281,23 @@ pub enum WeakSecret {
     Placeholder { name: &'static str, value: String },
     #[error("{name} has {len} characters, fewer than {MIN_SECRET_LEN}: generate one with `openssl rand -hex 32` (docs/deploy.md, \"Secrets\")")]
     TooShort { name: &'static str, len: usize },
+    #[error("{name} is only white space: set a real one (`openssl rand -hex 32`) or leave it unset to turn its feature off")]
+    Blank { name: &'static str },
+    #[error("{name} has white space at its start or end: remove it (nobody could send it back: HTTP headers and forms drop it, so nothing would ever authenticate)")]
+    Padded { name: &'static str },
 }
 
 /// Check one secret setting (`name` is its environment variable, for the
 /// message). Unset is fine (the feature it enables is off); a placeholder
 /// such as `change-me`, or anything shorter than [`MIN_SECRET_LEN`], is not:
-/// a server started with one would sign cookies anybody can forge.
+/// a server started with one would sign cookies anybody can forge. White
+/// space around it, or nothing but white space, is refused too: accepted,
+/// such a token could never be presented (issue 43).
 pub fn check_secret(name: &'static str, value: Option<&str>) -> Result<(), WeakSecret> {
     let Some(value) = value else {
         return Ok(());
     };
+    check_unpadded(name, Some(value))?;
     let lowered = value.trim().to_ascii_lowercase();
     let is_placeholder = PLACEHOLDERS.contains(&lowered.as_str())
         || (lowered.starts_with('<') && lowered.ends_with('>'))
@@ -294,6 +314,23 @@ pub fn check_secret(name: &'static str, value: Option<&str>) -> Result<(), WeakS
             name,
             len: value.chars().count(),
         });
+    }
+    Ok(())
+}
+
+/// Refuse a secret that is only white space or has white space around it
+/// (a `KEY='  value  '` line in an environment file): the builder checks its
+/// `LINKTRACK_SECRET` with this too, so it never seals with a key the
+/// server refuses.
+pub fn check_unpadded(name: &'static str, value: Option<&str>) -> Result<(), WeakSecret> {
+    let Some(value) = value else {
+        return Ok(());
+    };
+    if !value.is_empty() && value.trim().is_empty() {
+        return Err(WeakSecret::Blank { name });
+    }
+    if value.trim() != value {
+        return Err(WeakSecret::Padded { name });
     }
     Ok(())
 }

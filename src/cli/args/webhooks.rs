@@ -148,6 +148,19 @@ pub struct OutboundArgs {
         value_name = "SECS"
     )]
     pub outbound_hold_grace_secs: u64,
+
+    /// A private network webhooks may go to (an internal receiver), e.g.
+    /// 10.0.0.0/8 or fd00::/8; repeat it, or separate networks with commas.
+    /// Without it, webhook URLs that are or resolve to loopback, private,
+    /// link-local or other non-public addresses are refused at start, in
+    /// the `webhooks` commands and at send (docs/serve.md, "Security").
+    #[arg(
+        long,
+        env = "LINKTRACK_OUTBOUND_ALLOW_PRIVATE",
+        value_delimiter = ',',
+        value_name = "CIDR"
+    )]
+    pub outbound_allow_private: Vec<String>,
 }
 
 impl OutboundArgs {
@@ -166,6 +179,7 @@ impl OutboundArgs {
             outbound_retry_max_secs: self.outbound_retry_max_secs,
             outbound_give_up_secs: self.outbound_give_up_secs,
             outbound_hold_grace_secs: self.outbound_hold_grace_secs,
+            outbound_allow_private: self.outbound_allow_private.clone(),
         }
     }
 }

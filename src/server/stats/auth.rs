@@ -2,17 +2,17 @@
 //! module's docs).
 
 use super::{StatsError, StatsState};
+use crate::server::guesses::{self, GuessLimiter};
+use crate::server::request::{read_body, MAX_FORM_BYTES};
 use crate::store::dashboard_sessions;
-use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{header, Extensions, HeaderMap, HeaderValue, StatusCode};
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Redirect, Response};
-use axum::Form;
 use sha2::{Digest, Sha256};
 use sqlx::MySqlPool;
-use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 /// The session cookie's name.
 pub(crate) const COOKIE: &str = "lt_session";
@@ -20,10 +20,12 @@ pub(crate) const COOKIE: &str = "lt_session";
 /// How long a login lasts unless the browser logs out first.
 pub const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
 
-/// Wrong tokens one client address may post within [`LOGIN_WINDOW`]
-/// before every further attempt answers 429 until the window ends.
-pub const MAX_FAILED_LOGINS: u32 = 10;
-pub const LOGIN_WINDOW: Duration = Duration::from_secs(300);
+/// Wrong secrets (tokens posted or sent as bearer, unknown session
+/// cookies) one client network may present within [`LOGIN_WINDOW`] before
+/// every further attempt answers 429 until a window has passed (the
+/// server's one limiter, `server/guesses.rs`).
+pub const MAX_FAILED_LOGINS: u32 = guesses::MAX_WRONG_GUESSES;
+pub const LOGIN_WINDOW: Duration = guesses::GUESS_WINDOW;
 
 /// The configured credentials. Cheap to clone.
 #[derive(Clone, Default)]
@@ -39,7 +41,21 @@ pub struct Auth {
     pub trust_forwarded_for: bool,
     /// How long a new session lasts.
     pub session_ttl: Option<Duration>,
-    failed_logins: FailedLogins,
+    /// The server's one limiter of wrong secrets (shared with the admin
+    /// listener's token check).
+    pub guesses: GuessLimiter,
+    /// Longest wait for the login form's body.
+    pub body_deadline: Option<Duration>,
+}
+
+/// What a request's credentials come to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    Allowed,
+    /// No credentials at all (nothing guessed).
+    Missing,
+    /// A wrong bearer token or an unknown session cookie: a guess.
+    Wrong(&'static str),
 }
 
 impl std::fmt::Debug for Auth {
@@ -68,21 +84,31 @@ impl Auth {
         self.token.is_some()
     }
 
-    /// True when the request carries the token or a live session cookie.
-    pub async fn allows(&self, pool: &MySqlPool, headers: &HeaderMap) -> Result<bool, StatsError> {
+    /// Whether the request carries the token or a live session cookie, or
+    /// guessed wrong, or brought nothing.
+    pub(crate) async fn access(
+        &self,
+        pool: &MySqlPool,
+        headers: &HeaderMap,
+    ) -> Result<Access, StatsError> {
         let Some(token) = self.token.as_deref() else {
-            return Ok(false);
+            return Ok(Access::Missing);
         };
+        let mut access = Access::Missing;
         if let Some(given) = bearer(headers) {
             if constant_time_eq(given.as_bytes(), token.as_bytes()) {
-                return Ok(true);
+                return Ok(Access::Allowed);
             }
+            access = Access::Wrong("api_token");
         }
         match cookie(headers, COOKIE) {
             Some(id) if self.login => {
-                Ok(dashboard_sessions::is_live(pool, &session_hash(id)).await?)
+                if dashboard_sessions::is_live(pool, &session_hash(id)).await? {
+                    return Ok(Access::Allowed);
+                }
+                Ok(Access::Wrong("session_cookie"))
             }
-            _ => Ok(false),
+            _ => Ok(access),
         }
     }
 
@@ -98,43 +124,6 @@ impl Auth {
         } else {
             "; Path=/; HttpOnly; SameSite=Strict"
         }
-    }
-}
-
-/// Wrong logins per client address, each counted from the first of its
-/// window. Bounded: an attacker with many addresses evicts old entries
-/// rather than growing the map.
-#[derive(Clone)]
-struct FailedLogins(moka::future::Cache<IpAddr, Arc<Mutex<(Instant, u32)>>>);
-
-impl Default for FailedLogins {
-    fn default() -> Self {
-        FailedLogins(
-            moka::future::Cache::builder()
-                .max_capacity(100_000)
-                .time_to_live(LOGIN_WINDOW)
-                .build(),
-        )
-    }
-}
-
-impl FailedLogins {
-    /// `Some(seconds to wait)` when this address is over the limit.
-    async fn blocked(&self, client: IpAddr) -> Option<u64> {
-        let entry = self.0.get(&client).await?;
-        let (first, count) = *entry.lock().ok()?;
-        let left = LOGIN_WINDOW.checked_sub(first.elapsed())?;
-        (count >= MAX_FAILED_LOGINS).then(|| left.as_secs().max(1))
-    }
-
-    async fn count(&self, client: IpAddr) {
-        let entry = self
-            .0
-            .get_with(client, async { Arc::new(Mutex::new((Instant::now(), 0))) })
-            .await;
-        if let Ok(mut entry) = entry.lock() {
-            entry.1 = entry.1.saturating_add(1);
-        };
     }
 }
 
@@ -183,13 +172,32 @@ pub(crate) async fn require(
     if !state.auth.enabled() {
         return StatsError::Off.into_response();
     }
-    match state.auth.allows(&state.pool, request.headers()).await {
-        Ok(true) => return next.run(request).await,
-        Ok(false) => {}
+    let client = guesses::client_address(
+        state.auth.trust_forwarded_for,
+        request.extensions(),
+        request.headers(),
+    );
+    // A blocked network is refused before its credentials are looked at:
+    // a right token is no use from it either, and a cookie costs no read.
+    if let Err(blocked) = state.auth.guesses.check(client).await {
+        return guesses::too_many(blocked, StatsError::TooMany);
+    }
+    let wrong = match state.auth.access(&state.pool, request.headers()).await {
+        Ok(Access::Allowed) => return next.run(request).await,
+        Ok(Access::Missing) => None,
+        Ok(Access::Wrong(what)) => Some(what),
         Err(e) => return e.into_response(),
+    };
+    if let Some(what) = wrong {
+        state.auth.guesses.wrong(client, what).await;
     }
     if request.uri().path().starts_with("/api/") || !state.auth.login {
         StatsError::Unauthorized.into_response()
+    } else if wrong == Some("session_cookie") {
+        // An ended session: the browser forgets its cookie, so its next
+        // pages are not counted as guesses again.
+        let cookie = format!("{COOKIE}=; Max-Age=0{}", state.auth.cookie_attributes());
+        redirect_with_cookie("/login", &cookie).unwrap_or_else(IntoResponse::into_response)
     } else {
         Redirect::to("/login").into_response()
     }
@@ -231,48 +239,49 @@ pub(crate) struct LoginForm {
     token: String,
 }
 
-/// The client address the rate limit counts: our own proxy's
-/// `X-Forwarded-For` when trusted, else the peer.
-fn client_address(auth: &Auth, extensions: &Extensions, headers: &HeaderMap) -> Option<IpAddr> {
-    let forwarded = auth
-        .trust_forwarded_for
-        .then(|| crate::server::request::forwarded_for(headers))
-        .flatten();
-    forwarded.or_else(|| {
-        extensions
-            .get::<ConnectInfo<SocketAddr>>()
-            .map(|ConnectInfo(peer)| peer.ip())
-    })
+/// The login form's fields (`application/x-www-form-urlencoded`).
+fn parse_login_form(bytes: &[u8]) -> Result<LoginForm, StatsError> {
+    let mut token = None;
+    for (name, value) in url::form_urlencoded::parse(bytes) {
+        if name == "token" {
+            token = Some(value.into_owned());
+        }
+    }
+    token
+        .map(|token| LoginForm { token })
+        .ok_or_else(|| StatsError::BadRequest("the login form has no token field".to_owned()))
 }
 
 /// `POST /login`: a correct token starts a new session (a new random id on
 /// every login) and goes to the index; wrong tokens are counted per client
-/// address and answered 429 with `Retry-After` past the limit.
+/// network and answered 429 with `Retry-After` past the limit. Whether the
+/// form is on, and whether the network is blocked, is settled before the
+/// body is read; the body is read within a size and a deadline.
 pub(crate) async fn login(
     State(state): State<StatsState>,
-    extensions: Extensions,
-    headers: HeaderMap,
-    Form(form): Form<LoginForm>,
+    request: Request,
 ) -> Result<Response, StatsError> {
     if !state.auth.login {
         return Err(StatsError::Off);
     }
-    let client = client_address(&state.auth, &extensions, &headers);
-    if let Some(client) = client {
-        if let Some(wait) = state.auth.failed_logins.blocked(client).await {
-            let page = LOGIN_PAGE.replacen("<form", TOO_MANY_MESSAGE, 1);
-            return Ok((
-                StatusCode::TOO_MANY_REQUESTS,
-                [(header::RETRY_AFTER, wait.to_string())],
-                Html(page),
-            )
-                .into_response());
-        }
+    let (parts, body) = request.into_parts();
+    let headers = parts.headers;
+    let client =
+        guesses::client_address(state.auth.trust_forwarded_for, &parts.extensions, &headers);
+    if let Err(blocked) = state.auth.guesses.check(client).await {
+        let page = LOGIN_PAGE.replacen("<form", TOO_MANY_MESSAGE, 1);
+        return Ok(guesses::too_many(blocked, Html(page)));
     }
+    let deadline = state
+        .auth
+        .body_deadline
+        .unwrap_or(crate::server::request::DEFAULT_BODY_DEADLINE);
+    let form = match read_body(&headers, body, MAX_FORM_BYTES, deadline).await {
+        Ok(bytes) => parse_login_form(&bytes)?,
+        Err(refused) => return Ok(refused.into_response()),
+    };
     if !state.auth.token_matches(&form.token) {
-        if let Some(client) = client {
-            state.auth.failed_logins.count(client).await;
-        }
+        state.auth.guesses.wrong(client, "login_form").await;
         // A browser posted the form: it gets the form again, saying why.
         let page = LOGIN_PAGE.replacen("<form", WRONG_TOKEN_MESSAGE, 1);
         return Ok((StatusCode::UNAUTHORIZED, Html(page)).into_response());
@@ -361,19 +370,13 @@ mod tests {
         assert_eq!(cookie(&jar, COOKIE), Some(a.as_str()));
     }
 
-    #[tokio::test]
-    async fn failed_logins_block_after_the_limit_per_address() {
-        let limits = FailedLogins::default();
-        let (one, two): (IpAddr, IpAddr) =
-            ("192.0.2.1".parse().unwrap(), "192.0.2.2".parse().unwrap());
-        for _ in 0..MAX_FAILED_LOGINS - 1 {
-            limits.count(one).await;
-        }
-        assert_eq!(limits.blocked(one).await, None);
-        limits.count(one).await;
-        let wait = limits.blocked(one).await.unwrap();
-        assert!((1..=LOGIN_WINDOW.as_secs()).contains(&wait), "{wait}");
-        assert_eq!(limits.blocked(two).await, None);
+    #[test]
+    fn the_login_form_is_read_by_field() {
+        assert_eq!(
+            parse_login_form(b"a=1&token=t%2B0+k").unwrap().token,
+            "t+0 k"
+        );
+        assert!(parse_login_form(b"tok=x").is_err());
     }
 
     #[test]

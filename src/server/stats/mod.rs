@@ -11,8 +11,9 @@
 //! 256-bit session id (HttpOnly, SameSite=Strict, `Secure` under an https
 //! base URL) whose SHA-256 and expiry (12 h) the database keeps in
 //! `dashboard_sessions`; every login gets a new id, `POST /logout` deletes
-//! it. Wrong tokens are limited per client address (10 in 5 minutes, then
-//! 429 with `Retry-After`). `LINKTRACK_SECRET` turns the login form on;
+//! it. Wrong secrets (bearer tokens, unknown cookies, posted tokens) are
+//! limited per client network (10 in 5 minutes, then 429 with
+//! `Retry-After`; `server/guesses.rs`). `LINKTRACK_SECRET` turns the login form on;
 //! without it only the header works.
 //!
 //! Handlers stay thin: SQL is in [`crate::store::stats`], Redis in
@@ -92,6 +93,10 @@ pub enum StatsError {
     UnknownMailing(String),
     #[error("authentication required")]
     Unauthorized,
+    /// The client's network presented too many wrong secrets (answered
+    /// with `Retry-After`).
+    #[error("too many wrong secrets from this network; try again later")]
+    TooMany,
     #[error("{0}")]
     BadRequest(String),
     #[error("live statistics are unavailable: {0}")]
@@ -109,6 +114,7 @@ impl StatsError {
         match self {
             StatsError::Off | StatsError::UnknownMailing(_) => StatusCode::NOT_FOUND,
             StatsError::Unauthorized => StatusCode::UNAUTHORIZED,
+            StatsError::TooMany => StatusCode::TOO_MANY_REQUESTS,
             StatsError::BadRequest(_) => StatusCode::BAD_REQUEST,
             StatsError::LiveUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             StatsError::Store(e) if e.is_unavailable() => StatusCode::SERVICE_UNAVAILABLE,
