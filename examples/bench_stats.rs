@@ -92,6 +92,10 @@ struct Args {
     /// Keep the database afterwards.
     #[arg(long)]
     keep: bool,
+    /// Use this database as a kept (`--keep`) or interrupted run left it:
+    /// no loading; its events, none rolled yet, are the ones measured.
+    #[arg(long, value_name = "DATABASE")]
+    reuse: Option<String>,
 }
 
 const DAYS: u64 = 3;
@@ -104,7 +108,10 @@ const LOAD_CHUNK: u64 = 1_000_000;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let name = format!("lt_bench_stats_{:08x}", rand::random::<u32>());
+    let name = args
+        .reuse
+        .clone()
+        .unwrap_or_else(|| format!("lt_bench_stats_{:08x}", rand::random::<u32>()));
     let pool = store::migrate(&format!("{}/{name}", args.server)).await?;
     let today = Utc::now().date_naive();
     let first = today - Days::new(DAYS - 1);
@@ -115,7 +122,7 @@ async fn main() -> anyhow::Result<()> {
     };
     partitions::run(&pool, &policy, &partitions::RunOptions::default()).await?;
     let result = run(&args, &name, &pool, first).await;
-    if !args.keep {
+    if !args.keep && args.reuse.is_none() {
         sqlx::query(&format!("DROP DATABASE `{name}`"))
             .execute(&pool)
             .await?;
@@ -138,6 +145,15 @@ async fn run(args: &Args, db: &str, pool: &MySqlPool, first: NaiveDate) -> anyho
         "--intake {} is over 250000 (one a millisecond, settled before the rollup)",
         args.intake
     );
+    if args.reuse.is_some() {
+        let (events, end): (i64, Option<chrono::NaiveDateTime>) =
+            sqlx::query_as("SELECT COUNT(*), MAX(occurred_at) FROM events")
+                .fetch_one(pool)
+                .await?;
+        let end = end.ok_or_else(|| anyhow::anyhow!("{db} has no events"))?;
+        println!("reused {db}: {events} events loaded before, the last at {end}");
+        return measure(args, pool, end, events as u64).await;
+    }
     // The loaded events end here and the intake's (one a millisecond)
     // follow, all older than the verdicts' settle time when the rollup runs.
     let end = Utc::now().naive_utc() - chrono::Duration::seconds(300);
@@ -159,7 +175,17 @@ async fn run(args: &Args, db: &str, pool: &MySqlPool, first: NaiveDate) -> anyho
         "load events          {load:>8.1} s  ({:.0} events/s, LOAD DATA)",
         args.events as f64 / load
     );
+    measure(args, pool, end, args.events).await
+}
 
+/// The intake, the rollup of `loaded` events and the intake's, and the
+/// summary's reads against the naive ones.
+async fn measure(
+    args: &Args,
+    pool: &MySqlPool,
+    end: chrono::NaiveDateTime,
+    loaded: u64,
+) -> anyhow::Result<()> {
     let intake = intake(pool, args, end).await?;
     println!(
         "intake (replay)      {:>8.1} s  ({intake:.0} events/s, {} events in batches of 1,000)",
@@ -170,7 +196,7 @@ async fn run(args: &Args, db: &str, pool: &MySqlPool, first: NaiveDate) -> anyho
         explain_settle_read(pool, end).await?;
     }
 
-    let total = args.events + args.intake;
+    let total = loaded + args.intake;
     // serve's defaults: verdicts final 30 s after the hit.
     let options = rollup::RollupOptions {
         limit: args.batch,
