@@ -446,23 +446,12 @@ async fn intake(
 }
 
 /// EXPLAIN of the settle pass's context read (store/verdicts.rs) for the
-/// first 1,000 letters of bench-0, within a 70 s window before `end`.
+/// first letters of bench-0 (one statement's worth), within a 70 s window
+/// before `end`.
 async fn explain_settle_read(pool: &MySqlPool, end: chrono::NaiveDateTime) -> anyhow::Result<()> {
     let from = end - chrono::Duration::seconds(70);
-    let mut sql = store::verdicts::context_read_sql(1_000);
-    let values = [
-        "'bench-0'".to_owned(),
-        format!("'{}'", from.date()),
-        format!("'{}'", end.date()),
-        format!("'{from}'"),
-        format!("'{end}'"),
-    ];
-    for value in values
-        .into_iter()
-        .chain((1..=1_000).map(|l: u32| l.to_string()))
-    {
-        sql = sql.replacen('?', &value, 1);
-    }
+    let letters: Vec<u64> = (1..=store::verdicts::LETTERS_PER_CONTEXT_READ as u64).collect();
+    let sql = store::verdicts::context_read_sql("bench-0", from, end, &letters);
     let rows = sqlx::query(&format!("EXPLAIN {sql}"))
         .fetch_all(pool)
         .await?;

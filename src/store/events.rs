@@ -142,7 +142,7 @@ fn push_bytes(sql: &mut String, bytes: &[u8]) {
 }
 
 /// Text as a UTF-8 hex literal (`_utf8mb4 X'…'`), or `NULL`.
-fn push_text(sql: &mut String, text: Option<&str>) {
+pub(super) fn push_text(sql: &mut String, text: Option<&str>) {
     match text {
         Some(text) => {
             sql.push_str("_utf8mb4 ");
@@ -153,7 +153,7 @@ fn push_text(sql: &mut String, text: Option<&str>) {
 }
 
 /// A number in digits, or `NULL` (itoa: `write!` went through `core::fmt`).
-fn push_number(sql: &mut String, number: Option<impl itoa::Integer>) {
+pub(super) fn push_number(sql: &mut String, number: Option<impl itoa::Integer>) {
     match number {
         Some(number) => sql.push_str(itoa::Buffer::new().format(number)),
         None => sql.push_str("NULL"),

@@ -340,21 +340,8 @@ async fn the_settle_read_takes_the_letters_index_in_the_windows_partitions() {
         midnight - chrono::Duration::seconds(10),
         midnight + chrono::Duration::seconds(10),
     );
-    let letters: Vec<String> = (1..=20).map(|l: u32| l.to_string()).collect();
-    // The values written in: EXPLAIN FORMAT=JSON of the same statement.
-    let mut sql = linktrack::store::verdicts::context_read_sql(letters.len());
-    for value in [
-        format!("'{MAILING}'"),
-        format!("'{}'", from.date()),
-        format!("'{}'", to.date()),
-        format!("'{from}'"),
-        format!("'{to}'"),
-    ]
-    .into_iter()
-    .chain(letters)
-    {
-        sql = sql.replacen('?', &value, 1);
-    }
+    let letters: Vec<u64> = (1..=20).collect();
+    let sql = linktrack::store::verdicts::context_read_sql(MAILING, from, to, &letters);
     let plan: String = sqlx::query_scalar(&format!("EXPLAIN FORMAT=JSON {sql}"))
         .fetch_one(&db.pool)
         .await
@@ -377,19 +364,12 @@ async fn the_settle_read_takes_the_letters_index_in_the_windows_partitions() {
     assert_eq!(keys, ["mailing_letter"], "plan: {plan}");
 
     // And the read finds exactly the clicks in the window.
+    let all: Vec<u64> = (1..=60).collect();
     let counted = format!(
         "SELECT COUNT(*), COUNT(DISTINCT letter_id) FROM ({}) AS w",
-        linktrack::store::verdicts::context_read_sql(60)
+        linktrack::store::verdicts::context_read_sql(MAILING, from, to, &all)
     );
-    let mut query = sqlx::query_as::<_, (i64, i64)>(&counted)
-    .bind(MAILING)
-    .bind(from.date())
-    .bind(to.date())
-    .bind(from)
-    .bind(to);
-    for letter in 1..=60u64 {
-        query = query.bind(letter);
-    }
+    let query = sqlx::query_as::<_, (i64, i64)>(&counted);
     // Today's clicks at 00:00:05 + n s, n < 60: those with n <= 5.
     assert_eq!(query.fetch_one(&db.pool).await.unwrap(), (6, 6));
 }
