@@ -167,6 +167,6 @@ mod tests {
         let small = read(Some(dir.path()), 15).unwrap();
         let too_big: Vec<_> = small.iter().filter(|m| m.raw.is_empty()).collect();
         assert_eq!(too_big.len(), 1);
-        assert_eq!(too_big[0].size, 22);
+        assert_eq!(too_big[0].size, 21);
     }
 }
