@@ -513,6 +513,7 @@ async fn run_builder(
         smtp,
         pools: None,
         return_path: None,
+        bounce_domain: None,
         summary: None,
         max_letter_bytes: builder::DEFAULT_MAX_LETTER_BYTES,
         secret: None,

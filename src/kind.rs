@@ -80,16 +80,20 @@ pub enum TokenKind {
     TrackingOptOut = 5,
     /// The invisible honeypot link that only bots follow (served by `/c/`).
     Honeypot = 6,
+    /// A letter's VERP bounce address (`bounces+{token}@{bounce domain}`,
+    /// docs/bounces.md): never in a URL, so no route serves it.
+    Bounce = 7,
 }
 
 impl TokenKind {
-    pub const ALL: [TokenKind; 6] = [
+    pub const ALL: [TokenKind; 7] = [
         TokenKind::Click,
         TokenKind::Pixel,
         TokenKind::Image,
         TokenKind::Unsubscribe,
         TokenKind::TrackingOptOut,
         TokenKind::Honeypot,
+        TokenKind::Bounce,
     ];
 
     /// The 3-bit code sealed into the token.
@@ -97,7 +101,7 @@ impl TokenKind {
         self as u8
     }
 
-    /// The kind a 3-bit code names; 0 and 7 are never issued.
+    /// The kind a 3-bit code names; 0 is never issued.
     pub fn from_code(code: u8) -> Option<TokenKind> {
         TokenKind::ALL.into_iter().find(|kind| kind.code() == code)
     }
@@ -251,14 +255,14 @@ mod tests {
         let codes: Vec<u8> = TokenKind::ALL.iter().map(|k| k.code()).collect();
         assert_eq!(
             codes,
-            [1, 2, 3, 4, 5, 6],
+            [1, 2, 3, 4, 5, 6, 7],
             "sealed into issued tokens: never renumber"
         );
         for kind in TokenKind::ALL {
             assert_eq!(TokenKind::from_code(kind.code()), Some(kind));
         }
         assert_eq!(TokenKind::from_code(0), None);
-        assert_eq!(TokenKind::from_code(7), None);
+        assert_eq!(TokenKind::from_code(8), None);
     }
 
     #[test]

@@ -76,30 +76,35 @@
 //!     message (`delivery/message.rs`), SMTP sessions with pipelining and
 //!     retries (`smtp/`), the
 //!     pools file (`pools.rs`), the per-letter ledger (`ledger.rs`).
-//! 17. [`events`]: the event journal (`events/journal.rs`, its versioned
+//! 17. [`bounces`]: mail that comes back: bounces, complaints and
+//!     auto-replies read (`bounces/parse.rs`, text bounces in `text.rs`),
+//!     classified (`classify.rs`, docs/bounces.md's table), matched to
+//!     their letter through the VERP token or `deliveries` and acted on
+//!     (`ingest.rs`).
+//! 18. [`events`]: the event journal (`events/journal.rs`, its versioned
 //!     line in `journal_line.rs`), the fallback queue when it cannot write
 //!     (`fallback.rs`) and its drain (`drain.rs`), the replay into `events`
 //!     (`replay.rs`), which hands each batch to the [`events::OutboxSink`]
 //!     it is given.
-//! 18. [`outbound`]: events out, at least once: the outbox sink (queues each
+//! 19. [`outbound`]: events out, at least once: the outbox sink (queues each
 //!     event for every matching endpoint), a sender per endpoint
 //!     (`outbound/dispatch.rs`) of signed Standard Webhooks POSTs
 //!     (`webhook.rs`, `signature.rs`) or AMQP messages (`amqp.rs`), the
 //!     endpoints and their settings (`endpoints.rs`), the registry that
 //!     warns when servers' endpoints differ (`registry.rs`).
-//! 19. [`rollup`]: the rollup worker loop: roll `events` into the statistics
+//! 20. [`rollup`]: the rollup worker loop: roll `events` into the statistics
 //!     tables, then publish to Redis.
 //!
 //! Jobs (what the commands run):
-//! 20. [`builder`]: `linktrack build`, the batch job: mailing and recipients
+//! 21. [`builder`]: `linktrack build`, the batch job: mailing and recipients
 //!     in (`builder/mailing.rs`, `recipients.rs`, `csv_records.rs`; which
 //!     column is which field in `columns.rs`), one
 //!     letter composed (`compose.rs`, tracking modes in `track_mode.rs`),
 //!     why a recipient gets none (`reject.rs`), letters and rejects written
 //!     (`output.rs`), handed to the pool (`delivery.rs`), the progress bar
 //!     (`progress.rs`).
-//! 21. [`demo`]: `linktrack demo`, the whole loop on the compiled-in fixtures.
-//! 22. [`server`]: `linktrack serve`. [`server::App`] (`server/app.rs`) is the
+//! 22. [`demo`]: `linktrack demo`, the whole loop on the compiled-in fixtures.
+//! 23. [`server`]: `linktrack serve`. [`server::App`] (`server/app.rs`) is the
 //!     one wiring (listeners, event pipeline, workers, ordered shutdown);
 //!     connections served with limits (`listen.rs`); thin handlers for `/c`,
 //!     `/o`, `/u`, `/i` and health (`handlers.rs`) with the `Tracked`
@@ -114,7 +119,7 @@
 //!     `/readyz` are on the admin listener.
 //!
 //! Command line:
-//! 23. [`cli`]: the command line (clap stops here): its flags in
+//! 24. [`cli`]: the command line (clap stops here): its flags in
 //!     `cli/args/`, one file per command group; runners that turn them into
 //!     the settings structs below and print what was done (`cli/mod.rs`
 //!     dispatches; `database.rs`, `mailing.rs`, `secrets.rs`, `serve.rs`,
@@ -125,6 +130,7 @@
 
 pub mod address;
 pub mod bots;
+pub mod bounces;
 pub mod builder;
 pub mod cli;
 pub mod delivery;

@@ -30,6 +30,11 @@ pub struct Letter {
     pub html: String,
     /// `<letter.mailing@from-domain>`, the same on every run.
     pub message_id: String,
+    /// The letter's own envelope sender, `bounces+{token}@{bounce domain}`
+    /// (VERP, docs/bounces.md), when the build has `--bounce-domain`: the
+    /// SMTP hand-off's `MAIL FROM` and the message's `Return-Path`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub envelope_from: Option<String>,
     /// The complete RFC 5322 message (CRLF): headers, text and HTML parts.
     pub message: String,
     /// The recipient's line in the recipients file (for the rejects file).
@@ -57,6 +62,9 @@ pub(crate) struct MailingContext {
     /// The letters of each shape compiled once (`letter::plan`); `Err`:
     /// built one by one, for the reason given.
     plans: Vec<(LetterShape, Result<Plan, Unplannable>)>,
+    /// `--bounce-domain`: each letter's envelope sender is a VERP address
+    /// there.
+    bounce_domain: Option<String>,
 }
 
 /// What decides a letter's structure besides its values: which tracking
@@ -147,9 +155,28 @@ impl MailingContext {
             seal,
             templates: HashMap::new(),
             plans: Vec::new(),
+            bounce_domain: None,
         };
         context.plans = context.compile_plans();
         Ok(context)
+    }
+
+    /// Give every letter its own envelope sender at `domain` (VERP).
+    pub(crate) fn set_bounce_domain(&mut self, domain: Option<String>) {
+        self.bounce_domain = domain;
+    }
+
+    /// The letter's VERP address, `bounces+{token}@{domain}`, its token a
+    /// [`TokenKind::Bounce`](crate::kind::TokenKind::Bounce) sealed at the
+    /// letter's Date with the mailing's unsubscribe template and the letter
+    /// id: the same on a re-run (docs/bounces.md, "The bounce address").
+    fn bounce_address(&self, letter_id: u64, sent_at: DateTime<Utc>) -> Option<String> {
+        let domain = self.bounce_domain.as_deref()?;
+        let template = self.template(LinkKind::Unsubscribe, 0, "");
+        let token = self
+            .seal
+            .seal(sent_at, Plaintext::bounce(template, letter_id));
+        Some(crate::token::bounce_address(&token, domain))
     }
 
     /// The key the letters' tokens are sealed with.
@@ -364,6 +391,18 @@ impl MailingContext {
         let template = self.template(kind, position, url);
         let plain = Plaintext::issue(kind.into(), template, letter_id);
         self.seal.seal(at, plain)
+    }
+}
+
+/// Whether `domain` can follow `bounces+{token}@` in an SMTP envelope:
+/// `Err` says why not (`--bounce-domain` is checked before any letter).
+pub(crate) fn check_bounce_domain(domain: &str) -> Result<(), String> {
+    let sample = crate::token::bounce_address(&Token::from_parts(0, [0; 10]), domain);
+    match sample.parse::<lettre::Address>() {
+        Ok(_) if !domain.contains(['<', '>', ' ']) => Ok(()),
+        _ => Err(format!(
+            "{domain:?} is not a mail domain (bounces+TOKEN@{domain} is no address)"
+        )),
     }
 }
 
@@ -768,6 +807,7 @@ fn assemble(
         .get("name")
         .and_then(Value::as_str)
         .filter(|name| !name.trim().is_empty());
+    let envelope_from = ctx.bounce_address(letter_id, fixed.sent_at);
     let built = message::build(&message::MessageParts {
         letter_id,
         mailing_id: &mailing.mailing_id,
@@ -776,6 +816,7 @@ fn assemble(
         to_email: recipient.email.as_str(),
         to_name,
         reply_to: None,
+        return_path: envelope_from.as_deref(),
         subject: &content.subject,
         html: &content.html,
         text: &content.text,
@@ -792,6 +833,7 @@ fn assemble(
         headers: fixed.headers,
         html: content.html,
         message_id: built.message_id,
+        envelope_from,
         message: built.message,
         line: recipient.line,
         track: mode,

@@ -36,12 +36,15 @@ struct Queued {
     line: u64,
     email: Email,
     message: String,
+    /// The letter's own envelope sender (its VERP address), else the
+    /// mailing's.
+    sender: Option<lettre::Address>,
 }
 
 impl Queued {
     fn envelope<'a>(&'a self, sender: &'a lettre::Address) -> Envelope<'a> {
         Envelope {
-            from: sender,
+            from: self.sender.as_ref().unwrap_or(sender),
             to: self.email.as_str(),
             message: self.message.as_bytes(),
         }
@@ -272,6 +275,7 @@ impl Delivery {
                     line: letter.line,
                     email: letter.email.clone(),
                     message: letter.message.clone(),
+                    sender: own_sender(letter)?,
                 };
                 // Closed only if every lane of the MTA has ended, which
                 // they do only once the queues close.
@@ -345,6 +349,19 @@ impl Delivery {
             None => Ok(()),
         }
     }
+}
+
+/// A letter's own envelope sender (`--bounce-domain`), as an address.
+fn own_sender(letter: &Letter) -> Result<Option<lettre::Address>, BuildError> {
+    letter
+        .envelope_from
+        .as_deref()
+        .map(|address| {
+            address
+                .parse::<lettre::Address>()
+                .map_err(|_| BuildError::BounceDomain(format!("{address:?} is no address")))
+        })
+        .transpose()
 }
 
 /// One letter's hand-over, as its lane answers it: `Ok(None)`, no lane

@@ -85,6 +85,10 @@ pub struct BuildOptions {
     pub pools: Option<PathBuf>,
     /// Envelope sender for bounces; default the mailing's From address.
     pub return_path: Option<String>,
+    /// `--bounce-domain`: every letter's envelope sender (and
+    /// `Return-Path`) is its own VERP address `bounces+{token}@` this
+    /// domain, in place of `return_path` (docs/bounces.md).
+    pub bounce_domain: Option<String>,
     /// Where the summary goes as JSON (with the conservation counts).
     pub summary: Option<PathBuf>,
     /// The most bytes a letter's HTML may have (the creative before any
@@ -246,6 +250,8 @@ impl std::fmt::Display for Summary {
 pub enum BuildError {
     #[error(transparent)]
     Mailing(#[from] mailing::MailingError),
+    #[error("--bounce-domain: {0}")]
+    BounceDomain(String),
     #[error("{path}: {source}")]
     Template {
         path: PathBuf,
@@ -486,6 +492,10 @@ async fn load_mailing(
     if options.letter_by_letter {
         ctx = ctx.without_plans();
     }
+    if let Some(domain) = &options.bounce_domain {
+        compose::check_bounce_domain(domain).map_err(BuildError::BounceDomain)?;
+    }
+    ctx.set_bounce_domain(options.bounce_domain.clone());
     Ok(ctx)
 }
 

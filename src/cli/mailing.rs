@@ -57,6 +57,7 @@ pub(super) async fn build(url: &str, args: &BuildArgs) -> anyhow::Result<ExitCod
         }),
         pools: args.pools.clone(),
         return_path: args.return_path.clone(),
+        bounce_domain: args.bounce_domain.clone(),
         summary: Some(summary_path),
         max_letter_bytes: args.max_letter_bytes,
         secret: args.seal.secret.clone(),

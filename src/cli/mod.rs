@@ -14,6 +14,7 @@ macro_rules! say {
 }
 
 pub mod args;
+mod bounces;
 mod database;
 mod mailing;
 mod secrets;
@@ -86,6 +87,7 @@ async fn run_command(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Partitions(PartitionsCommand::List) => database::list(url).await?,
         Command::Build(args) => return mailing::build(url, &args).await,
         Command::Suppressions(command) => return mailing::suppressions(url, command).await,
+        Command::Bounces(command) => return bounces::run(url, command).await,
         Command::TrackingOptouts(command) => return mailing::tracking_optouts(url, command).await,
         Command::Serve(args) => serve::serve(url, &args).await?,
         Command::Demo(args) => serve::demo(url, &args).await?,

@@ -24,6 +24,10 @@ pub struct MessageParts<'a> {
     /// The recipient's display name (the recipients file's `name`).
     pub to_name: Option<&'a str>,
     pub reply_to: Option<&'a str>,
+    /// The letter's own envelope sender (its VERP bounce address), written
+    /// as `Return-Path` so that whoever hands the message over from the
+    /// letters file uses it too; `None`: no `Return-Path` header.
+    pub return_path: Option<&'a str>,
     pub subject: &'a str,
     pub html: &'a str,
     /// The text/plain part: [`text_part`] of `html` (or the same text
@@ -84,7 +88,14 @@ pub fn build(parts: &MessageParts<'_>) -> Result<BuiltMessage, MessageError> {
         parts.letter_id,
         id_part(parts.mailing_id)
     );
-    let mut builder = Message::builder()
+    let mut builder = Message::builder();
+    if let Some(return_path) = parts.return_path {
+        builder = builder.raw_header(HeaderValue::new(
+            HeaderName::new_from_ascii_str("Return-Path"),
+            format!("<{return_path}>"),
+        ));
+    }
+    let mut builder = builder
         .from(from)
         .to(to)
         .subject(parts.subject)
@@ -143,6 +154,7 @@ fn check_header_text(parts: &MessageParts<'_>) -> Result<(), MessageError> {
         ("recipient address", Some(parts.to_email)),
         ("recipient name", parts.to_name),
         ("reply_to", parts.reply_to),
+        ("return path", parts.return_path),
         ("subject", Some(parts.subject)),
     ];
     for (field, text) in fields {
@@ -273,6 +285,28 @@ fn boundary(message_id: &str) -> String {
 
 /// Letters, digits, `.`, `-` and `_` of an id, the rest as `-`: safe inside
 /// a Message-ID, List-Id or Feedback-ID.
+/// What a Message-ID this module wrote names: the letter id and the
+/// mailing id as written in it (`<42.spring-2026@zeitung.example>` ->
+/// `(42, "spring-2026")`); `None` for anyone else's id. The mailing part
+/// is [`mailing_id_part`] of the mailing id, so compare it with that.
+pub fn letter_of_message_id(message_id: &str) -> Option<(u64, &str)> {
+    let inner = message_id
+        .trim()
+        .trim_start_matches('<')
+        .trim_end_matches('>');
+    let (left, _domain) = inner.rsplit_once('@')?;
+    let (letter, mailing) = left.split_once('.')?;
+    if letter.is_empty() || !letter.bytes().all(|b| b.is_ascii_digit()) || mailing.is_empty() {
+        return None;
+    }
+    Some((letter.parse().ok()?, mailing))
+}
+
+/// A mailing id as the Message-ID and List-Id carry it.
+pub fn mailing_id_part(mailing_id: &str) -> String {
+    id_part(mailing_id)
+}
+
 fn id_part(id: &str) -> String {
     id.chars()
         .map(|c| {
@@ -298,6 +332,7 @@ mod tests {
             to_email: "jose@example.es",
             to_name: Some("José Müller"),
             reply_to: None,
+            return_path: None,
             subject: "Grüße, José – this week",
             html,
             // Tests keep parts for the whole test: leaking one string each is fine.
@@ -356,6 +391,38 @@ mod tests {
         );
         assert!(m.lines().all(|line| line.len() <= 998));
         assert!(!m.replace("\r\n", "").contains('\n'), "bare LF in {m}");
+    }
+
+    #[test]
+    fn a_bounce_address_is_the_return_path_and_our_message_ids_name_their_letter() {
+        let headers = BTreeMap::new();
+        let without = build(&parts(&headers, HTML)).unwrap();
+        assert!(
+            !without.message.contains("Return-Path"),
+            "{}",
+            without.message
+        );
+        let verp = "bounces+0123@bounces.zeitung.example";
+        let with = build(&MessageParts {
+            return_path: Some(verp),
+            ..parts(&headers, HTML)
+        })
+        .unwrap();
+        assert!(
+            with.message
+                .contains("\r\nReturn-Path: <bounces+0123@bounces.zeitung.example>\r\n")
+                || with
+                    .message
+                    .starts_with("Return-Path: <bounces+0123@bounces.zeitung.example>\r\n"),
+            "{}",
+            with.message
+        );
+        assert_eq!(
+            letter_of_message_id(&with.message_id),
+            Some((42, mailing_id_part("spring 2026").as_str()))
+        );
+        assert_eq!(letter_of_message_id("<CAF=abc@mail.gmail.com>"), None);
+        assert_eq!(letter_of_message_id("<.x@y>"), None);
     }
 
     #[test]

@@ -54,6 +54,8 @@ pub struct EraseReport {
     pub link_templates: u64,
     pub stats_link_urls: u64,
     pub last_open_days: u64,
+    /// Bounce and complaint decisions about the address (docs/bounces.md).
+    pub bounces: u64,
     pub suppression: HashedEntry,
     pub tracking_optout: HashedEntry,
     /// The address is on the suppression list (as its keyed hash now).
@@ -103,6 +105,11 @@ impl std::fmt::Display for EraseReport {
             f,
             "erase: stats_link_urls: {} with the address in the URL cleaned",
             rows(self.stats_link_urls)
+        )?;
+        writeln!(
+            f,
+            "erase: bounces: {} deleted (bounce and complaint decisions)",
+            rows(self.bounces)
         )?;
         writeln!(
             f,
@@ -183,6 +190,7 @@ pub async fn scrub(
     let stats_link_urls =
         scrub_urls(pool, "stats_link_urls", "mailing_id, position", email).await?;
     let last_open_days = forget_last_opens(pool, &spellings).await?;
+    let bounces = forget_bounces(pool, &spellings).await?;
     let mut suppression = HashedEntry::NotListed;
     let mut tracking_optout = HashedEntry::NotListed;
     for spelling in &spellings {
@@ -205,6 +213,7 @@ pub async fn scrub(
         link_templates,
         stats_link_urls,
         last_open_days,
+        bounces,
         suppression,
         tracking_optout,
         suppressed: suppression != HashedEntry::NotListed,
@@ -427,6 +436,14 @@ fn push_piece_filter(query: &mut QueryBuilder<'_, MySql>, column: &str, email: &
 /// The address's last open day (`track: "last_open_day"`).
 async fn forget_last_opens(pool: &MySqlPool, spellings: &[String]) -> Result<u64, StoreError> {
     let mut query = QueryBuilder::<MySql>::new("DELETE FROM last_open_days WHERE email IN ");
+    super::push_in_list(&mut query, spellings.iter().map(String::as_str));
+    Ok(query.build().execute(pool).await?.rows_affected())
+}
+
+/// The address's bounce and complaint decisions (its suppression, if
+/// any, stays as a keyed hash like every other).
+async fn forget_bounces(pool: &MySqlPool, spellings: &[String]) -> Result<u64, StoreError> {
+    let mut query = QueryBuilder::<MySql>::new("DELETE FROM bounces WHERE email IN ");
     super::push_in_list(&mut query, spellings.iter().map(String::as_str));
     Ok(query.build().execute(pool).await?.rows_affected())
 }

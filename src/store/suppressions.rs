@@ -19,6 +19,11 @@ pub enum SuppressionReason {
     Manual,
     /// Imported from a file, `suppressions import`'s default: `import`.
     Import,
+    /// A hard bounce, or soft bounces past the limit (`bounces ingest`):
+    /// `bounce`.
+    Bounce,
+    /// The recipient reported the letter as spam: `complaint`.
+    Complaint,
     /// Any other word.
     Other(String),
 }
@@ -30,6 +35,8 @@ impl SuppressionReason {
             SuppressionReason::Unsubscribe => "unsubscribe",
             SuppressionReason::Manual => "manual",
             SuppressionReason::Import => "import",
+            SuppressionReason::Bounce => "bounce",
+            SuppressionReason::Complaint => "complaint",
             SuppressionReason::Other(word) => word,
         }
     }
@@ -41,6 +48,8 @@ impl From<&str> for SuppressionReason {
             "unsubscribe" => SuppressionReason::Unsubscribe,
             "manual" => SuppressionReason::Manual,
             "import" => SuppressionReason::Import,
+            "bounce" => SuppressionReason::Bounce,
+            "complaint" => SuppressionReason::Complaint,
             other => SuppressionReason::Other(other.to_owned()),
         }
     }
@@ -139,9 +148,14 @@ mod tests {
             SuppressionReason::from("unsubscribe"),
             SuppressionReason::Unsubscribe
         );
+        assert_eq!(SuppressionReason::from("bounce"), SuppressionReason::Bounce);
         assert_eq!(
-            SuppressionReason::from("bounce"),
-            SuppressionReason::Other("bounce".into())
+            SuppressionReason::from("complaint"),
+            SuppressionReason::Complaint
+        );
+        assert_eq!(
+            SuppressionReason::from("moved"),
+            SuppressionReason::Other("moved".into())
         );
     }
 }

@@ -100,7 +100,8 @@ async fn every_route_refuses_every_other_kind_and_records_nothing() {
             add_link(&db.pool, kind, "http://127.0.0.1:9/x", 1).await,
         ));
     }
-    // Codes never issued (0, 7).
+    // Codes no route serves: 0 (never issued) and 7 (bounce, only ever in a
+    // VERP address).
     let unrouted: Vec<(u8, Token)> = [0u8, 7]
         .into_iter()
         .map(|code| (code, token_of_code(&seal, code, 0)))
@@ -133,7 +134,7 @@ async fn every_route_refuses_every_other_kind_and_records_nothing() {
             tried += 1;
         }
     }
-    // 7 routes × (5 other stored kinds + 2 codes never issued), but for
+    // 7 routes × (5 other stored kinds + 2 codes no route serves), but for
     // the honeypot row on `/c/`.
     assert_eq!(tried, 7 * 7 - 1, "every route × every wrong kind");
     server.stop().await;

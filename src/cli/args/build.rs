@@ -107,6 +107,18 @@ pub struct BuildArgs {
     #[arg(long, value_name = "ADDRESS")]
     pub return_path: Option<String>,
 
+    /// Give every letter its own envelope sender and Return-Path,
+    /// bounces+TOKEN@NAME (VERP): a bounce names its letter, and
+    /// `linktrack bounces ingest` reads it (docs/bounces.md). Takes the
+    /// place of --return-path.
+    #[arg(
+        long,
+        env = "LINKTRACK_BOUNCE_DOMAIN",
+        value_name = "NAME",
+        conflicts_with = "return_path"
+    )]
+    pub bounce_domain: Option<String>,
+
     #[command(flatten)]
     pub seal: SecretArgs,
 

@@ -5,7 +5,7 @@
 //! below take, and nothing below `cli` imports clap.
 //!
 //! One file per command group: `database` (migrate, partitions, shards,
-//! erase, suppressions, tracking-optouts), `build`, `serve` (and what it
+//! erase, suppressions, tracking-optouts), `bounces`, `build`, `serve` (and what it
 //! shares with `demo` and `stats`: verdicts, live layer, segments),
 //! `webhooks` (and events out), `stats`, `demo`.
 
@@ -13,6 +13,7 @@
 // `[::]` is an address, not a link, and a URL is shown as it is.
 #![allow(rustdoc::broken_intra_doc_links, rustdoc::bare_urls)]
 
+pub mod bounces;
 pub mod build;
 pub mod database;
 pub mod demo;
@@ -115,6 +116,10 @@ pub enum Command {
     /// Manage the suppression list (addresses never sent to).
     #[command(subcommand)]
     Suppressions(SuppressionsCommand),
+    /// Mail that comes back: bounces and complaints feed the suppression
+    /// list (docs/bounces.md).
+    #[command(subcommand)]
+    Bounces(bounces::BouncesCommand),
     /// Manage the tracking opt-out list (addresses sent to, never tracked).
     #[command(subcommand, name = "tracking-optouts")]
     TrackingOptouts(TrackingOptoutsCommand),

@@ -1,0 +1,388 @@
+//! One message that came back, acted on: read it, find the letter it
+//! names (its VERP token, else its recipient and the returned letter's
+//! `Message-ID` through `deliveries`), decide per the classification
+//! table and store the decision. Nothing is suppressed that the report
+//! does not name: a bounce acts only on the letter's own recipient, when
+//! the report names that address; a complaint also when only its
+//! (unforgeable) VERP token names the letter, as providers redact the
+//! recipient.
+
+use super::classify::Class;
+use super::parse::{self, Failure, Kind, Report};
+use super::SoftPolicy;
+use crate::address::normalize;
+use crate::delivery::message::{letter_of_message_id, mailing_id_part};
+use crate::kind::TokenKind;
+use crate::store::bounces::{self as rows, Decision, LetterRow, TokenLetter};
+use crate::store::suppressions::{self, SuppressionReason};
+use crate::store::StoreError;
+use crate::token::{Opened, SealRing};
+use sha2::{Digest, Sha256};
+use sqlx::MySqlPool;
+
+/// The default of `--max-bytes`: a bounce or complaint with the letter
+/// attached is far below it (a newsletter is tens of kilobytes).
+pub const DEFAULT_MAX_BYTES: usize = 10 << 20;
+
+/// What one message came to: its line, and whether it needs an
+/// operator's look (the command's exit status).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    pub line: String,
+    pub needs_look: bool,
+}
+
+impl Outcome {
+    fn done(line: String) -> Outcome {
+        Outcome {
+            line,
+            needs_look: false,
+        }
+    }
+
+    fn look(line: String) -> Outcome {
+        Outcome {
+            line,
+            needs_look: true,
+        }
+    }
+}
+
+/// The intake: the database, the seal keys that open VERP tokens, the
+/// soft bounce limit and the largest message read.
+pub struct Ingest {
+    pub pool: MySqlPool,
+    pub ring: SealRing,
+    pub soft: SoftPolicy,
+    pub max_bytes: usize,
+}
+
+/// How the letter was found.
+enum Found {
+    /// Through a VERP token: only our key makes one, so the letter is
+    /// the one the message was about.
+    Token(LetterRow),
+    /// Through the returned letter's Message-ID (guessable): acted on only
+    /// when the report names the letter's recipient too.
+    MessageId(LetterRow),
+    /// A token no key of ours made (forged, or another installation's).
+    Forged,
+    /// Our letter, but its rows are gone.
+    RowsGone { mailing_id: String, letter_id: u64 },
+    /// Neither a token nor a Message-ID of ours.
+    Unnamed,
+}
+
+impl Ingest {
+    /// Act on one message (`raw`, `size` its whole length: a message
+    /// over the limit is passed truncated and only named).
+    pub async fn message(&self, raw: &[u8], size: usize) -> Result<Outcome, StoreError> {
+        if size > self.max_bytes {
+            return Ok(Outcome::look(format!(
+                "too big: {size} bytes, over --max-bytes {}; not read, nothing done",
+                self.max_bytes
+            )));
+        }
+        let report = match parse::parse(raw) {
+            Ok(report) => report,
+            Err(err) => return Ok(Outcome::look(format!("unreadable: {err}; nothing done"))),
+        };
+        let source_key = source_key(&report, raw);
+        match &report.kind {
+            Kind::AutoReply => Ok(Outcome::done(
+                "auto-reply (RFC 3834, vacation): not a bounce, nothing done".into(),
+            )),
+            Kind::NoFailure => Ok(Outcome::done(
+                "delivery report without a failure (delayed, relayed or delivered): nothing done"
+                    .into(),
+            )),
+            Kind::NotABounce { why } => {
+                Ok(Outcome::look(format!("not a bounce: {why}; nothing done")))
+            }
+            Kind::Bounce { format, failures } => {
+                let found = self.letter(&report).await?;
+                let Some((letter, _)) = self.usable(found) else {
+                    return self.unmatched(&report).await;
+                };
+                let mut lines = Vec::new();
+                let mut needs_look = false;
+                for failure in failures {
+                    let outcome = self.bounce(&report, &source_key, &letter, failure).await?;
+                    needs_look |= outcome.needs_look;
+                    lines.push(outcome.line);
+                }
+                let line = format!("{format}: {}", lines.join("; "));
+                Ok(Outcome { line, needs_look })
+            }
+            Kind::Complaint {
+                feedback_type,
+                recipient,
+            } => {
+                let found = self.letter(&report).await?;
+                let Some((letter, by_token)) = self.usable(found) else {
+                    return self.unmatched(&report).await;
+                };
+                self.complaint(
+                    &report,
+                    &source_key,
+                    &letter,
+                    feedback_type,
+                    recipient.as_deref(),
+                    by_token,
+                )
+                .await
+            }
+        }
+    }
+
+    fn usable(&self, found: Found) -> Option<(LetterRow, bool)> {
+        match found {
+            Found::Token(letter) => Some((letter, true)),
+            Found::MessageId(letter) => Some((letter, false)),
+            _ => None,
+        }
+    }
+
+    /// The line of a bounce or complaint whose letter was not found.
+    async fn unmatched(&self, report: &Report) -> Result<Outcome, StoreError> {
+        let what = match &report.kind {
+            Kind::Complaint { .. } => "complaint",
+            _ => "bounce",
+        };
+        Ok(match self.letter(report).await? {
+            Found::Forged => Outcome::look(format!(
+                "{what} to a forged or foreign bounce address (no key of ours made its token): \
+                 nothing done"
+            )),
+            Found::RowsGone {
+                mailing_id,
+                letter_id,
+            } => Outcome::look(format!(
+                "{what} for letter {letter_id} of {mailing_id}, whose rows are gone (rotated \
+                 away or erased): nothing done"
+            )),
+            _ => Outcome::look(format!(
+                "{what} that names no letter of ours (no bounce address, no Message-ID of a \
+                 delivered letter): nothing done"
+            )),
+        })
+    }
+
+    /// The letter the report names: its VERP tokens first, then the
+    /// returned letter's Message-ID.
+    async fn letter(&self, report: &Report) -> Result<Found, StoreError> {
+        let mut gone = None;
+        for token in &report.verp {
+            for opened in self.ring.openings(token, |kind| kind == TokenKind::Bounce) {
+                let Opened::Sealed(plain) = opened else {
+                    continue; // made before tokens were sealed: no bounce token
+                };
+                match rows::letter_of_token(
+                    &self.pool,
+                    plain.template,
+                    plain.bounce_letter_id(),
+                    token.date(),
+                )
+                .await?
+                {
+                    TokenLetter::Found(letter) => return Ok(Found::Token(letter)),
+                    TokenLetter::RowsGone {
+                        mailing_id,
+                        letter_id,
+                    } => gone = Some((mailing_id, letter_id)),
+                    TokenLetter::NoSuchMailing => {}
+                }
+            }
+        }
+        if let Some((mailing_id, letter_id)) = gone {
+            return Ok(Found::RowsGone {
+                mailing_id,
+                letter_id,
+            });
+        }
+        if !report.verp.is_empty() {
+            return Ok(Found::Forged);
+        }
+        let Some((letter_id, part)) = report
+            .original_message_id
+            .as_deref()
+            .and_then(letter_of_message_id)
+        else {
+            return Ok(Found::Unnamed);
+        };
+        Ok(
+            match rows::delivered_letter(&self.pool, letter_id, part, mailing_id_part).await? {
+                Some(letter) => Found::MessageId(letter),
+                None => Found::Unnamed,
+            },
+        )
+    }
+
+    /// One failed recipient of a bounce whose letter was found.
+    async fn bounce(
+        &self,
+        report: &Report,
+        source_key: &[u8; 32],
+        letter: &LetterRow,
+        failure: &Failure,
+    ) -> Result<Outcome, StoreError> {
+        let named = [
+            Some(&failure.recipient),
+            failure.original_recipient.as_ref(),
+        ]
+        .into_iter()
+        .flatten()
+        .any(|address| normalize(address) == letter.email);
+        let status = failure.status.as_deref().unwrap_or("no status");
+        let about = format!(
+            "{} (letter {} of {}, {status})",
+            letter.email, letter.letter_id, letter.mailing_id
+        );
+        if !named {
+            return Ok(Outcome::look(format!(
+                "the report names {}, not the letter's recipient {}: nothing done",
+                failure.recipient, letter.email
+            )));
+        }
+        let Some(class) = failure.class else {
+            return Ok(Outcome::look(format!(
+                "bounce for {about} that says too little to classify: nothing done"
+            )));
+        };
+        if rows::seen(&self.pool, source_key, &letter.email).await? {
+            return Ok(Outcome::done(format!(
+                "{} bounce for {about}: a second delivery of a bounce already decided, nothing done",
+                class.as_str()
+            )));
+        }
+        let mut decision = Decision {
+            source_key: *source_key,
+            source_message_id: report.message_id.as_deref().unwrap_or_default(),
+            letter,
+            kind: class.as_str(),
+            status: failure.status.as_deref().unwrap_or_default(),
+            diagnostic: &failure.diagnostic,
+            action: "reported",
+        };
+        let line = match class {
+            Class::Hard => {
+                decision.action = self.suppress(letter, SuppressionReason::Bounce).await?;
+                rows::record(&self.pool, &decision).await?;
+                format!(
+                    "hard bounce for {about}: {}",
+                    said(decision.action, "bounce")
+                )
+            }
+            Class::Soft => {
+                rows::record(&self.pool, &decision.with_action("counted")).await?;
+                let count = rows::soft_letters(&self.pool, &letter.email, self.soft.days).await?;
+                if count >= u64::from(self.soft.count) {
+                    let action = self.suppress(letter, SuppressionReason::Bounce).await?;
+                    rows::set_action(&self.pool, source_key, &letter.email, action).await?;
+                    format!(
+                        "soft bounce for {about}: {count} in {} days, {}",
+                        self.soft.days,
+                        said(action, "bounce")
+                    )
+                } else {
+                    format!(
+                        "soft bounce for {about}: counted, {count} of {} in {} days",
+                        self.soft.count, self.soft.days
+                    )
+                }
+            }
+            Class::Policy => {
+                rows::record(&self.pool, &decision).await?;
+                format!(
+                    "policy block for {about}: not the address's fault, not suppressed; the \
+                     operator should look: {}",
+                    failure.diagnostic
+                )
+            }
+        };
+        Ok(Outcome::done(line))
+    }
+
+    /// A complaint whose letter was found.
+    async fn complaint(
+        &self,
+        report: &Report,
+        source_key: &[u8; 32],
+        letter: &LetterRow,
+        feedback_type: &str,
+        recipient: Option<&str>,
+        by_token: bool,
+    ) -> Result<Outcome, StoreError> {
+        let named = recipient.is_some_and(|r| normalize(r) == letter.email);
+        let about = format!(
+            "{} (letter {} of {})",
+            letter.email, letter.letter_id, letter.mailing_id
+        );
+        if !named && !by_token {
+            return Ok(Outcome::look(format!(
+                "complaint about letter {} of {} that does not name its recipient and has no \
+                 bounce address of ours: nothing done",
+                letter.letter_id, letter.mailing_id
+            )));
+        }
+        if rows::seen(&self.pool, source_key, &letter.email).await? {
+            return Ok(Outcome::done(format!(
+                "complaint for {about}: a second delivery of a complaint already decided, nothing done"
+            )));
+        }
+        let action = self.suppress(letter, SuppressionReason::Complaint).await?;
+        let decision = Decision {
+            source_key: *source_key,
+            source_message_id: report.message_id.as_deref().unwrap_or_default(),
+            letter,
+            kind: "complaint",
+            status: feedback_type,
+            diagnostic: "",
+            action,
+        };
+        rows::record(&self.pool, &decision).await?;
+        Ok(Outcome::done(format!(
+            "complaint ({feedback_type}) for {about}: {}",
+            said(action, "complaint")
+        )))
+    }
+
+    /// Put the letter's recipient on the suppression list: `suppressed`
+    /// when this put it there, `listed` when it was there already.
+    async fn suppress(
+        &self,
+        letter: &LetterRow,
+        reason: SuppressionReason,
+    ) -> Result<&'static str, StoreError> {
+        let added =
+            suppressions::add(&self.pool, std::slice::from_ref(&letter.email), reason).await?;
+        Ok(if added > 0 { "suppressed" } else { "listed" })
+    }
+}
+
+impl Decision<'_> {
+    fn with_action(&self, action: &'static str) -> Self {
+        Decision {
+            action,
+            ..self.clone()
+        }
+    }
+}
+
+fn said(action: &str, reason: &str) -> String {
+    match action {
+        "suppressed" => format!("suppressed (reason {reason})"),
+        _ => "on the suppression list already".into(),
+    }
+}
+
+/// The key that makes a second delivery of the same message change
+/// nothing: SHA-256 of its Message-ID, or of its bytes when it has none.
+fn source_key(report: &Report, raw: &[u8]) -> [u8; 32] {
+    let mut hash = Sha256::new();
+    match &report.message_id {
+        Some(id) => hash.update(id.as_bytes()),
+        None => hash.update(raw),
+    }
+    hash.finalize().into()
+}

@@ -1,0 +1,238 @@
+//! Mail that comes back: bounces and complaints read
+//! ([`parse`](parse::parse), the text bounces in `text.rs`), classified
+//! (`classify.rs`, the table of docs/bounces.md), matched to their letter
+//! and acted on (`ingest.rs`, messages read from `sources.rs`): a hard bounce or a complaint suppresses the
+//! address at once, soft bounces after [`SoftPolicy`]'s count, a policy
+//! block never; every decision is stored.
+
+pub mod classify;
+pub mod ingest;
+pub mod parse;
+pub mod sources;
+mod text;
+
+pub use classify::Class;
+pub use parse::{Failure, Kind, Report};
+
+/// When soft bounces suppress: `count` soft bounces of distinct letters
+/// within `days` days. The defaults, 3 in 14 days, suppress a mailbox
+/// that stayed full across three sends of a weekly or daily newsletter
+/// over two weeks (a mailbox that is being read gets emptied sooner), and
+/// never one that was full on one day; a single mailing's retries count
+/// once, as one letter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SoftPolicy {
+    pub count: u32,
+    pub days: u32,
+}
+
+impl Default for SoftPolicy {
+    fn default() -> Self {
+        SoftPolicy { count: 3, days: 14 }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn fixture(name: &str) -> Report {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/bounces")
+            .join(name);
+        parse::parse(&std::fs::read(&path).unwrap()).unwrap()
+    }
+
+    /// The one failure of a bounce fixture: (format, recipient, status, class).
+    fn one_failure(name: &str) -> (&'static str, String, Option<String>, Option<Class>) {
+        match fixture(name).kind {
+            Kind::Bounce { format, failures } => {
+                assert_eq!(failures.len(), 1, "{name}: {failures:?}");
+                let f = &failures[0];
+                (format, f.recipient.clone(), f.status.clone(), f.class)
+            }
+            other => panic!("{name}: {other:?}"),
+        }
+    }
+
+    const VERP: &str = "bounces+01890000000070008000000000000000@bounces.example.com";
+    const LETTER: &str = "<4242.spring-2026@news.example.com>";
+
+    #[test]
+    fn every_bounce_fixture_names_its_recipient_status_and_class() {
+        let hard = Some(Class::Hard);
+        let soft = Some(Class::Soft);
+        type Row<'a> = (&'a str, &'a str, &'a str, Option<&'a str>, Option<Class>);
+        let rows: &[Row] = &[
+            (
+                "postfix-dsn-user-unknown.eml",
+                "dsn",
+                "nobody@example.org",
+                Some("5.1.1"),
+                hard,
+            ),
+            (
+                "postfix-dsn-mailbox-full.eml",
+                "dsn",
+                "nobody@example.org",
+                Some("4.2.2"),
+                soft,
+            ),
+            (
+                "postfix-dsn-dmarc.eml",
+                "dsn",
+                "nobody@example.org",
+                Some("5.7.1"),
+                Some(Class::Policy),
+            ),
+            (
+                "ses-dsn-mailbox-full.eml",
+                "dsn",
+                "full@example.com",
+                Some("5.2.2"),
+                soft,
+            ),
+            (
+                "exim-user-unknown.eml",
+                "exim",
+                "gone@example.org",
+                Some("5.1.1"),
+                hard,
+            ),
+            (
+                "qmail-no-mailbox.eml",
+                "qmail",
+                "nobody@example.net",
+                Some("5.1.1"),
+                hard,
+            ),
+            (
+                "sendmail-user-unknown.eml",
+                "sendmail",
+                "olduser@example.com",
+                Some("5.1.1"),
+                hard,
+            ),
+            (
+                "exchange-ndr-not-found.eml",
+                "exchange",
+                "someone@contoso.example.com",
+                Some("5.1.10"),
+                hard,
+            ),
+            (
+                "gmail-address-not-found.eml",
+                "gmail",
+                "missing.person@gmail.com",
+                Some("5.1.1"),
+                hard,
+            ),
+            (
+                "yahoo-no-account.eml",
+                "yahoo",
+                "ghost@yahoo.com",
+                None,
+                hard,
+            ),
+        ];
+        for (name, format, recipient, status, class) in rows {
+            let got = one_failure(name);
+            assert_eq!(
+                (got.0, got.1.as_str(), got.2.as_deref(), got.3),
+                (*format, *recipient, *status, *class),
+                "{name}"
+            );
+            let report = fixture(name);
+            assert_eq!(
+                report.original_message_id.as_deref(),
+                Some(LETTER),
+                "{name}"
+            );
+            assert_eq!(
+                report
+                    .verp
+                    .first()
+                    .map(|t| crate::token::bounce_address(t, "bounces.example.com")),
+                Some(VERP.to_owned()),
+                "{name}"
+            );
+            assert!(report.message_id.is_some(), "{name}");
+        }
+    }
+
+    #[test]
+    fn complaints_name_their_recipient_or_only_their_letter() {
+        let report = fixture("arf-abuse.eml");
+        assert_eq!(
+            report.kind,
+            Kind::Complaint {
+                feedback_type: "abuse".into(),
+                recipient: Some("reader@example.org".into())
+            }
+        );
+        assert_eq!(report.original_message_id.as_deref(), Some(LETTER));
+        assert_eq!(report.verp.len(), 1);
+        let redacted = fixture("arf-abuse-redacted.eml");
+        assert_eq!(
+            redacted.kind,
+            Kind::Complaint {
+                feedback_type: "abuse".into(),
+                recipient: Some("redacted@isp.example.net".into())
+            }
+        );
+        assert_eq!(
+            redacted.verp.len(),
+            1,
+            "the Return-Path still names the letter"
+        );
+        assert!(matches!(
+            fixture("arf-not-spam.eml").kind,
+            Kind::NotABounce { .. }
+        ));
+    }
+
+    #[test]
+    fn auto_replies_warnings_replies_and_truncated_reports_are_no_bounces() {
+        assert_eq!(fixture("vacation-auto-reply.eml").kind, Kind::AutoReply);
+        assert_eq!(fixture("postfix-dsn-delayed.eml").kind, Kind::NoFailure);
+        assert!(matches!(
+            fixture("not-a-bounce.eml").kind,
+            Kind::NotABounce { .. }
+        ));
+        assert!(matches!(
+            fixture("dsn-truncated.eml").kind,
+            Kind::NotABounce { .. }
+        ));
+    }
+
+    #[test]
+    fn every_fixture_is_read_and_listed_in_sources() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/bounces");
+        let sources = std::fs::read_to_string(dir.join("SOURCES.md")).unwrap();
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let name = entry.unwrap().file_name().into_string().unwrap();
+            if name.ends_with(".eml") {
+                assert!(
+                    sources.contains(&format!("| {name} |")),
+                    "{name} not in SOURCES.md"
+                );
+                fixture(&name);
+            }
+        }
+    }
+
+    #[test]
+    fn garbage_is_no_message_and_nothing_panics() {
+        assert_eq!(parse::parse(b""), Err(parse::ParseError::NotAMessage));
+        let raw = std::fs::read(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("fixtures/bounces/postfix-dsn-user-unknown.eml"),
+        )
+        .unwrap();
+        // Every prefix of a real DSN parses to something, never a panic.
+        for end in (0..raw.len()).step_by(7) {
+            let _ = parse::parse(&raw[..end]);
+        }
+    }
+}

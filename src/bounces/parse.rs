@@ -1,0 +1,507 @@
+//! One message that came back, read: an RFC 3464 delivery status
+//! notification, an RFC 5965 ARF complaint, an RFC 3834 auto-reply, a
+//! text bounce of an MTA that writes no DSN part (Exim, qmail, Sendmail,
+//! Microsoft 365 / Exchange, Gmail, Yahoo, Amazon SES), or none of these.
+//! MIME is mail-parser's; the report fields (`Final-Recipient`, `Status`,
+//! `Feedback-Type`, …) are read here, as RFC 3464 and RFC 5965 define them.
+
+use super::classify::{self, Class, StatusCode};
+use crate::token::{self, Token};
+use mail_parser::{Message, MessageParser, MimeHeaders, PartType};
+
+/// What a message is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kind {
+    /// A delivery failure report, with the recipients it names.
+    Bounce {
+        /// `dsn` (RFC 3464) or the text bounce's MTA (`exim`, `qmail`, …).
+        format: &'static str,
+        failures: Vec<Failure>,
+    },
+    /// An abuse report (ARF, `feedback-type: abuse` or `fraud`, or a
+    /// provider's own complaint).
+    Complaint {
+        feedback_type: String,
+        /// The address the report names (`Original-Rcpt-To`, else the
+        /// reported message's `To`); providers often redact it.
+        recipient: Option<String>,
+    },
+    /// An automatic reply (vacation, out of office): never a bounce.
+    AutoReply,
+    /// A report about a delivery that did not fail (`Action: delayed`,
+    /// `relayed`, `delivered`): nothing to decide.
+    NoFailure,
+    /// None of the above.
+    NotABounce { why: &'static str },
+}
+
+/// One recipient a bounce says failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// The recipient as reported (`Final-Recipient`, or the address in the
+    /// text), lowercased domain not assumed.
+    pub recipient: String,
+    /// `Original-Recipient`, when the report gives one (an alias that was
+    /// forwarded).
+    pub original_recipient: Option<String>,
+    /// The enhanced status code, `5.1.1`.
+    pub status: Option<String>,
+    /// The remote MTA's words (`Diagnostic-Code`, or the text's line).
+    pub diagnostic: String,
+    /// What it means for the address; `None`: the report says too little.
+    pub class: Option<Class>,
+}
+
+/// A message that came back, read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Report {
+    pub kind: Kind,
+    /// The bounce's own `Message-ID` (the key that makes a second delivery
+    /// of the same bounce change nothing).
+    pub message_id: Option<String>,
+    /// VERP tokens found where the message was addressed (`To`,
+    /// `Delivered-To`, `X-Original-To`) and in the returned message's
+    /// `Return-Path`: they name our letter.
+    pub verp: Vec<Token>,
+    /// The `Message-ID` of the letter that failed, from the returned
+    /// message or its headers.
+    pub original_message_id: Option<String>,
+}
+
+/// Why a message cannot be read at all.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ParseError {
+    #[error("no RFC 5322 headers (empty, or not a mail message)")]
+    NotAMessage,
+}
+
+/// Read one message.
+pub fn parse(raw: &[u8]) -> Result<Report, ParseError> {
+    let message = MessageParser::default()
+        .parse(raw)
+        .filter(|m| !m.headers().is_empty())
+        .ok_or(ParseError::NotAMessage)?;
+    let mut verp = addressed_tokens(&message);
+    let returned = returned_headers(&message);
+    if let Some(headers) = &returned {
+        for name in ["Return-Path", "Sender"] {
+            if let Some(token) = header_field(headers, name).and_then(|v| token_in(&v)) {
+                verp.push(token);
+            }
+        }
+    }
+    verp.dedup();
+    let original_message_id = returned
+        .as_deref()
+        .and_then(|h| header_field(h, "Message-ID"))
+        .map(|id| id.trim().to_owned())
+        .or_else(|| text_original_message_id(&message));
+    let kind = read_kind(&message, returned.as_deref());
+    Ok(Report {
+        kind,
+        message_id: message.message_id().map(|id| format!("<{id}>")),
+        verp,
+        original_message_id,
+    })
+}
+
+/// What the message is, the most specific reading first: a report
+/// (feedback or delivery status), then an auto-reply, then a text bounce.
+fn read_kind(message: &Message<'_>, returned: Option<&str>) -> Kind {
+    let report_type = report_type(message);
+    if report_type.as_deref() == Some("feedback-report") || is_provider_complaint(message) {
+        return complaint(message, returned);
+    }
+    if report_type.as_deref() == Some("delivery-status") {
+        if let Some(kind) = delivery_status(message) {
+            return kind;
+        }
+    }
+    if is_auto_reply(message) && !looks_like_bounce(message) {
+        return Kind::AutoReply;
+    }
+    if looks_like_bounce(message) {
+        return super::text::read(message).unwrap_or(Kind::NotABounce {
+            why: "a bounce without a recipient in it (truncated or malformed)",
+        });
+    }
+    if report_type.is_some() {
+        return Kind::NotABounce {
+            why: "a multipart/report of another type",
+        };
+    }
+    Kind::NotABounce {
+        why: "neither a delivery report, a complaint nor a bounce's text",
+    }
+}
+
+/// `report-type` of a `multipart/report` root, lowercased.
+fn report_type(message: &Message<'_>) -> Option<String> {
+    let ctype = message.content_type()?;
+    let is_report = ctype.ctype().eq_ignore_ascii_case("multipart")
+        && ctype
+            .subtype()
+            .is_some_and(|s| s.eq_ignore_ascii_case("report"));
+    is_report.then(|| {
+        ctype
+            .attribute("report-type")
+            .unwrap_or_default()
+            .to_ascii_lowercase()
+    })
+}
+
+/// The parts of `message` whose type is `ctype/subtype`.
+fn parts_of<'a>(
+    message: &'a Message<'a>,
+    ctype: &'a str,
+    subtype: &'a str,
+) -> impl Iterator<Item = &'a mail_parser::MessagePart<'a>> + 'a {
+    message.parts.iter().filter(move |part| {
+        part.content_type().is_some_and(|t| {
+            t.ctype().eq_ignore_ascii_case(ctype)
+                && t.subtype().is_some_and(|s| s.eq_ignore_ascii_case(subtype))
+        })
+    })
+}
+
+/// The headers of the message that came back: a `message/rfc822` (or
+/// `message/global`) part's, or a `text/rfc822-headers` part.
+fn returned_headers(message: &Message<'_>) -> Option<String> {
+    for part in &message.parts {
+        match &part.body {
+            PartType::Message(inner) => {
+                let raw = inner.raw_message();
+                let end = header_end(raw);
+                return Some(String::from_utf8_lossy(&raw[..end]).into_owned());
+            }
+            _ if is_type(part, "text", "rfc822-headers")
+                || is_type(part, "message", "rfc822-headers") =>
+            {
+                return Some(String::from_utf8_lossy(part.contents()).into_owned());
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+fn is_type(part: &mail_parser::MessagePart<'_>, ctype: &str, subtype: &str) -> bool {
+    part.content_type().is_some_and(|t| {
+        t.ctype().eq_ignore_ascii_case(ctype)
+            && t.subtype().is_some_and(|s| s.eq_ignore_ascii_case(subtype))
+    })
+}
+
+/// Where a message's header section ends (after the first empty line).
+fn header_end(raw: &[u8]) -> usize {
+    for (at, window) in raw.windows(2).enumerate() {
+        if window == b"\n\n" {
+            return at + 1;
+        }
+        if window == b"\n\r" && raw.get(at + 2) == Some(&b'\n') {
+            return at + 1;
+        }
+    }
+    raw.len()
+}
+
+/// The VERP tokens in the headers that say where the message was sent.
+fn addressed_tokens(message: &Message<'_>) -> Vec<Token> {
+    let mut found = Vec::new();
+    for (name, value) in message.headers_raw() {
+        let addressed = [
+            "to",
+            "delivered-to",
+            "x-original-to",
+            "envelope-to",
+            "x-envelope-to",
+        ]
+        .iter()
+        .any(|n| name.eq_ignore_ascii_case(n));
+        if addressed {
+            found.extend(tokens_in(value));
+        }
+    }
+    found
+}
+
+/// Every VERP token in a header value (`bounces+TOKEN@domain`, in angle
+/// brackets or not, several addresses allowed).
+fn tokens_in(value: &str) -> Vec<Token> {
+    value
+        .split(|c: char| c.is_whitespace() || matches!(c, ',' | '<' | '>' | ';' | '"'))
+        .filter_map(token::token_of_bounce_address)
+        .collect()
+}
+
+fn token_in(value: &str) -> Option<Token> {
+    tokens_in(value).into_iter().next()
+}
+
+/// The first value of `name` in a header section (continuation lines
+/// unfolded).
+pub(crate) fn header_field(headers: &str, name: &str) -> Option<String> {
+    report_fields(headers)
+        .into_iter()
+        .next()?
+        .into_iter()
+        .find(|(field, _)| field.eq_ignore_ascii_case(name))
+        .map(|(_, value)| value)
+}
+
+/// The groups of `Name: value` fields of a report part (RFC 3464: the
+/// per-message group, then one per recipient, separated by empty lines);
+/// continuation lines are unfolded.
+pub(crate) fn report_fields(text: &str) -> Vec<Vec<(String, String)>> {
+    let mut groups: Vec<Vec<(String, String)>> = Vec::new();
+    let mut group: Vec<(String, String)> = Vec::new();
+    for line in text.lines() {
+        let line = line.trim_end_matches('\r');
+        if line.trim().is_empty() {
+            if !group.is_empty() {
+                groups.push(std::mem::take(&mut group));
+            }
+            continue;
+        }
+        if line.starts_with([' ', '\t']) {
+            if let Some((_, value)) = group.last_mut() {
+                value.push(' ');
+                value.push_str(line.trim());
+            }
+            continue;
+        }
+        if let Some((name, value)) = line.split_once(':') {
+            group.push((name.trim().to_owned(), value.trim().to_owned()));
+        }
+    }
+    if !group.is_empty() {
+        groups.push(group);
+    }
+    groups
+}
+
+/// The value of `name` in one group of fields.
+fn field<'a>(group: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    group
+        .iter()
+        .find(|(field, _)| field.eq_ignore_ascii_case(name))
+        .map(|(_, value)| value.as_str())
+}
+
+/// `rfc822; a@example.com` -> `a@example.com` (the address type dropped).
+fn typed_address(value: &str) -> String {
+    let address = match value.split_once(';') {
+        Some((_, address)) => address,
+        None => value,
+    };
+    address
+        .trim()
+        .trim_start_matches('<')
+        .trim_end_matches('>')
+        .to_owned()
+}
+
+/// An RFC 3464 report: one failure per recipient group whose `Action` is
+/// `failed` (or absent with a 4/5 status). `None`: no
+/// `message/delivery-status` part to read (then the text is tried).
+fn delivery_status(message: &Message<'_>) -> Option<Kind> {
+    let part = parts_of(message, "message", "delivery-status")
+        .chain(parts_of(message, "message", "global-delivery-status"))
+        .next()?;
+    let text = String::from_utf8_lossy(part.contents());
+    let groups = report_fields(&text);
+    let mut failures = Vec::new();
+    let mut other_actions = false;
+    for group in groups.iter().skip(1) {
+        let Some(recipient) = field(group, "Final-Recipient") else {
+            continue;
+        };
+        let action = field(group, "Action")
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        let status = field(group, "Status").map(str::to_owned);
+        let status_class = status
+            .as_deref()
+            .and_then(StatusCode::parse)
+            .map(|c| c.class);
+        let failed = action.starts_with("failed")
+            || (action.is_empty() && matches!(status_class, Some(4 | 5)));
+        if !failed {
+            other_actions = true;
+            continue;
+        }
+        let diagnostic = field(group, "Diagnostic-Code")
+            .map(|d| {
+                d.split_once(';')
+                    .map_or(d, |(_, text)| text)
+                    .trim()
+                    .to_owned()
+            })
+            .unwrap_or_default();
+        failures.push(Failure {
+            recipient: typed_address(recipient),
+            original_recipient: field(group, "Original-Recipient").map(typed_address),
+            class: classify::classify(status.as_deref(), &diagnostic),
+            status,
+            diagnostic,
+        });
+    }
+    if failures.is_empty() {
+        return other_actions.then_some(Kind::NoFailure);
+    }
+    Some(Kind::Bounce {
+        format: "dsn",
+        failures,
+    })
+}
+
+/// An ARF report (RFC 5965): its `Feedback-Type` and the address it
+/// names. A report whose type is not a complaint (`not-spam`, `virus`,
+/// `other`) is no complaint.
+fn complaint(message: &Message<'_>, returned: Option<&str>) -> Kind {
+    let Some(part) = parts_of(message, "message", "feedback-report").next() else {
+        return provider_complaint(message, returned);
+    };
+    let text = String::from_utf8_lossy(part.contents());
+    let groups = report_fields(&text);
+    let fields: Vec<(String, String)> = groups.into_iter().flatten().collect();
+    let feedback_type = field(&fields, "Feedback-Type")
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    if !matches!(feedback_type.as_str(), "abuse" | "fraud") {
+        return Kind::NotABounce {
+            why: "a feedback report that is not a complaint (feedback-type not abuse or fraud)",
+        };
+    }
+    let recipient = field(&fields, "Original-Rcpt-To")
+        .map(typed_address)
+        .or_else(|| {
+            returned
+                .and_then(|h| header_field(h, "To"))
+                .and_then(|to| plain_address(&to))
+        });
+    Kind::Complaint {
+        feedback_type,
+        recipient,
+    }
+}
+
+/// A complaint some providers send without an ARF part (say, a forwarded
+/// message with `X-Feedback-Type: abuse` set by their relay).
+fn is_provider_complaint(message: &Message<'_>) -> bool {
+    message
+        .header_raw("X-Feedback-Type")
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case("abuse"))
+}
+
+fn provider_complaint(message: &Message<'_>, returned: Option<&str>) -> Kind {
+    if !is_provider_complaint(message) {
+        return Kind::NotABounce {
+            why: "a feedback report without its message/feedback-report part (truncated?)",
+        };
+    }
+    Kind::Complaint {
+        feedback_type: "abuse".into(),
+        recipient: returned
+            .and_then(|h| header_field(h, "To"))
+            .and_then(|to| plain_address(&to)),
+    }
+}
+
+/// The bare address of `Name <a@b>` or `a@b`.
+pub(crate) fn plain_address(value: &str) -> Option<String> {
+    let inner = match (value.rfind('<'), value.rfind('>')) {
+        (Some(open), Some(close)) if open < close => &value[open + 1..close],
+        _ => value,
+    };
+    let inner = inner.trim();
+    (inner.contains('@') && !inner.contains(char::is_whitespace)).then(|| inner.to_owned())
+}
+
+/// An automatic reply (RFC 3834 `Auto-Submitted: auto-replied`, the
+/// vacation programs' headers and subjects).
+fn is_auto_reply(message: &Message<'_>) -> bool {
+    let header = |name: &str| {
+        message
+            .header_raw(name)
+            .map(|v| v.trim().to_ascii_lowercase())
+    };
+    let auto_submitted = header("Auto-Submitted").is_some_and(|v| v.starts_with("auto-replied"));
+    let vacation_header = ["X-Autoreply", "X-Autorespond", "X-Vacation"]
+        .iter()
+        .any(|name| header(name).is_some())
+        || header("Precedence").is_some_and(|v| v == "auto_reply")
+        || header("X-Auto-Response-Suppress").is_some_and(|v| v.contains("oof"));
+    let subject = message.subject().unwrap_or_default().to_ascii_lowercase();
+    let vacation_subject = [
+        "out of office",
+        "out of the office",
+        "automatic reply",
+        "auto reply",
+        "autoreply",
+        "auto-reply",
+        "vacation",
+        "abwesenheit",
+        "away from",
+    ]
+    .iter()
+    .any(|word| subject.contains(word));
+    auto_submitted || vacation_header || vacation_subject
+}
+
+/// A message that reads as a non-delivery notice: from the mailer daemon
+/// or postmaster, or with a bounce's subject or Exim's
+/// `X-Failed-Recipients`.
+pub(crate) fn looks_like_bounce(message: &Message<'_>) -> bool {
+    if message.header_raw("X-Failed-Recipients").is_some() {
+        return true;
+    }
+    let from = message
+        .header_raw("From")
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    let daemon = [
+        "mailer-daemon",
+        "postmaster",
+        "mail delivery",
+        "mail-daemon",
+    ]
+    .iter()
+    .any(|who| from.contains(who));
+    let subject = message.subject().unwrap_or_default().to_ascii_lowercase();
+    let bounce_subject = [
+        "undeliver",
+        "delivery status notification",
+        "delivery failure",
+        "delivery has failed",
+        "failure notice",
+        "mail delivery failed",
+        "returned mail",
+        "delivery failed",
+        "non remis",
+        "unzustellbar",
+        "address not found",
+    ]
+    .iter()
+    .any(|word| subject.contains(word));
+    daemon || bounce_subject
+}
+
+/// A text bounce's copy of the letter: its `Message-ID` line.
+fn text_original_message_id(message: &Message<'_>) -> Option<String> {
+    for part in &message.parts {
+        let Some(text) = part.text_contents() else {
+            continue;
+        };
+        for line in text.lines() {
+            let line = line.trim();
+            let Some((name, value)) = line.split_once(':') else {
+                continue;
+            };
+            if name.eq_ignore_ascii_case("Message-ID") && value.contains('@') {
+                return Some(value.trim().to_owned());
+            }
+        }
+    }
+    None
+}

@@ -1,0 +1,229 @@
+//! Bounces that carry no `message/delivery-status` part: the recipient
+//! and the reason are only in the text. Each MTA writes its own layout
+//! (fixtures/bounces/ has one of each, with where its format is
+//! documented); what they share is read the same way: the failure
+//! section (the text before the copy of the letter), the failed
+//! addresses in it, and for each address the lines that follow it, where
+//! the status code and the remote MTA's words are.
+
+use super::classify::{self, StatusCode};
+use super::parse::{Failure, Kind};
+use mail_parser::Message;
+
+/// Lines that start the copy of the letter (or its headers): the failure
+/// section ends before them.
+const COPY_MARKERS: &[&str] = &[
+    "------ this is a copy of the message",
+    "--- below this line is a copy of the message",
+    "----- original message -----",
+    "----- transcript of session follows -----",
+    "original message headers",
+    "------ original message",
+    "----- unsent message below -----",
+    "content-type: message/rfc822",
+    "--- the header of the original message is following",
+];
+
+/// Which MTA wrote the text, from the words each is documented to use.
+const MTAS: &[(&str, &str)] = &[
+    (
+        "this message was created automatically by mail delivery software",
+        "exim",
+    ),
+    ("this is the qmail-send program", "qmail"),
+    (
+        "the following addresses had permanent fatal errors",
+        "sendmail",
+    ),
+    (
+        "delivery has failed to these recipients or groups",
+        "exchange",
+    ),
+    ("address not found", "gmail"),
+    (
+        "delivery to the following recipient failed permanently",
+        "gmail",
+    ),
+    ("sorry, we were unable to deliver your message", "yahoo"),
+    ("an error occurred while trying to deliver the mail", "ses"),
+];
+
+/// The failures a text bounce names; `None` when it names no address.
+pub(crate) fn read(message: &Message<'_>) -> Option<Kind> {
+    let text = body_text(message);
+    let lower = text.to_ascii_lowercase();
+    let section_end = COPY_MARKERS
+        .iter()
+        .filter_map(|marker| lower.find(marker))
+        .min()
+        .unwrap_or(text.len());
+    let section = &text[..section_end];
+    let format = MTAS
+        .iter()
+        .find(|(words, _)| lower[..section_end].contains(words))
+        .map_or("text", |(_, mta)| mta);
+    let own = own_addresses(message);
+    let mut named: Vec<String> = message
+        .header_raw("X-Failed-Recipients")
+        .map(|list| {
+            list.split(',')
+                .filter_map(|a| super::parse::plain_address(a.trim()))
+                .collect()
+        })
+        .unwrap_or_default();
+    if named.is_empty() {
+        named = addresses_in(section)
+            .into_iter()
+            .filter(|a| !own.iter().any(|o| o.eq_ignore_ascii_case(a)))
+            .collect();
+    }
+    named.dedup_by(|a, b| a.eq_ignore_ascii_case(b));
+    if named.is_empty() {
+        return None;
+    }
+    let failures = named
+        .iter()
+        .map(|recipient| failure(section, recipient, &named))
+        .collect();
+    Some(Kind::Bounce { format, failures })
+}
+
+/// The whole text of the message's text parts (HTML only when there is no
+/// text: Microsoft 365's notices have both).
+fn body_text(message: &Message<'_>) -> String {
+    let mut text = String::new();
+    for at in 0..message.text_body_count() {
+        if let Some(body) = message.body_text(at) {
+            text.push_str(&body);
+            text.push('\n');
+        }
+    }
+    if text.trim().is_empty() {
+        if let Some(html) = message.body_html(0) {
+            text = strip_tags(&html);
+        }
+    }
+    text
+}
+
+/// HTML to text, enough to find addresses and codes in a notice.
+fn strip_tags(html: &str) -> String {
+    let mut out = String::with_capacity(html.len());
+    let mut in_tag = false;
+    for c in html.chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' => {
+                in_tag = false;
+                out.push(' ');
+            }
+            _ if !in_tag => out.push(c),
+            _ => {}
+        }
+    }
+    out.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&nbsp;", " ")
+}
+
+/// Addresses of the bounce itself (its sender and where it was sent): a
+/// text that quotes them does not name them as failed.
+fn own_addresses(message: &Message<'_>) -> Vec<String> {
+    ["From", "To", "Return-Path", "Delivered-To", "X-Original-To"]
+        .iter()
+        .filter_map(|name| message.header_raw(*name))
+        .flat_map(addresses_in)
+        .collect()
+}
+
+/// Every address in `text`, in order of appearance (`<a@b>`, `a@b:`,
+/// `(a@b)`), without MTA hosts' own mailboxes.
+fn addresses_in(text: &str) -> Vec<String> {
+    let mut found: Vec<String> = Vec::new();
+    for word in text.split(|c: char| {
+        c.is_whitespace()
+            || matches!(
+                c,
+                '<' | '>' | '(' | ')' | '"' | ',' | ';' | '[' | ']' | '\''
+            )
+    }) {
+        let word = word
+            .trim_end_matches([':', '.'])
+            .trim_start_matches("mailto:");
+        let Some((local, domain)) = word.split_once('@') else {
+            continue;
+        };
+        let plausible = !local.is_empty()
+            && domain.contains('.')
+            && !domain.contains('@')
+            && domain
+                .chars()
+                .all(|c| c.is_alphanumeric() || matches!(c, '.' | '-'));
+        let daemon = ["mailer-daemon", "postmaster", "mail-daemon"]
+            .iter()
+            .any(|d| local.eq_ignore_ascii_case(d));
+        if plausible && !daemon && !found.iter().any(|f| f.eq_ignore_ascii_case(word)) {
+            found.push(word.to_owned());
+        }
+    }
+    found
+}
+
+/// One address's failure: the lines from its first mention up to the
+/// next failed address (or five lines on), where each MTA writes the code
+/// and the remote reply.
+fn failure(section: &str, recipient: &str, named: &[String]) -> Failure {
+    let lines: Vec<&str> = section.lines().collect();
+    let lower_recipient = recipient.to_ascii_lowercase();
+    let start = lines
+        .iter()
+        .position(|line| line.to_ascii_lowercase().contains(&lower_recipient))
+        .unwrap_or(0);
+    let mut block = Vec::new();
+    for (at, line) in lines.iter().enumerate().skip(start) {
+        let lower = line.to_ascii_lowercase();
+        let other = named
+            .iter()
+            .filter(|n| !n.eq_ignore_ascii_case(recipient))
+            .any(|n| lower.contains(&n.to_ascii_lowercase()));
+        if at > start && (other || at > start + 8) {
+            break;
+        }
+        block.push(line.trim());
+    }
+    let mut words = block.join(" ");
+    // The code may be said before the address (Gmail's notice, SES's).
+    if StatusCode::parse_any(&words).is_none() {
+        words = format!("{words} {}", section.replace('\n', " "));
+    }
+    let status = classify::status_in_text(&words).or_else(|| classify::reply_code_in_text(&words));
+    let diagnostic = diagnostic_line(&block, &words);
+    Failure {
+        recipient: recipient.to_owned(),
+        original_recipient: None,
+        class: classify::classify(status.map(|s| s.to_string()).as_deref(), &words),
+        status: status
+            .filter(|s| s.subject != 0 || s.detail != 0)
+            .map(|s| s.to_string()),
+        diagnostic,
+    }
+}
+
+/// The line that says why: the first with a reply code, else the block.
+fn diagnostic_line(block: &[&str], words: &str) -> String {
+    let said = block
+        .iter()
+        .find(|line| {
+            classify::status_in_text(line).is_some() || classify::reply_code_in_text(line).is_some()
+        })
+        .map(|line| line.to_string())
+        .unwrap_or_else(|| words.to_owned());
+    said.chars().take(1000).collect()
+}
+
+impl StatusCode {
+    /// A status or reply code anywhere in `text`.
+    fn parse_any(text: &str) -> Option<StatusCode> {
+        classify::status_in_text(text).or_else(|| classify::reply_code_in_text(text))
+    }
+}

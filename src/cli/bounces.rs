@@ -1,0 +1,70 @@
+//! `linktrack bounces ingest`: one line per message, the exit status from
+//! the worst of them.
+
+use super::args::bounces::{BouncesCommand, IngestArgs};
+use super::{pool, EXIT_REJECTED};
+use crate::bounces::ingest::Ingest;
+use crate::bounces::{sources, SoftPolicy};
+use crate::store::seal_keys;
+use std::process::ExitCode;
+
+/// EX_TEMPFAIL (sysexits.h): a pipe transport keeps the message and
+/// tries again later.
+const EXIT_TEMPFAIL: u8 = 75;
+
+pub(super) async fn run(url: &str, command: BouncesCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        BouncesCommand::Ingest(args) => ingest(url, &args).await,
+    }
+}
+
+async fn ingest(url: &str, args: &IngestArgs) -> anyhow::Result<ExitCode> {
+    let messages = sources::read(args.source.as_deref(), args.max_bytes)?;
+    let intake = match open(url, args).await {
+        Ok(intake) => intake,
+        Err(err) => {
+            eprintln!("linktrack bounces ingest: {err:#}; nothing decided, try again later");
+            return Ok(ExitCode::from(EXIT_TEMPFAIL));
+        }
+    };
+    let mut needs_look = false;
+    for message in &messages {
+        match intake.message(&message.raw, message.size).await {
+            Ok(outcome) => {
+                needs_look |= outcome.needs_look;
+                say!("{}: {}", message.name, outcome.line)?;
+            }
+            Err(err) => {
+                eprintln!(
+                    "linktrack bounces ingest: {}: the database failed: {err}; this and the \
+                     following messages were not decided, try again later",
+                    message.name
+                );
+                return Ok(ExitCode::from(EXIT_TEMPFAIL));
+            }
+        }
+    }
+    Ok(if needs_look {
+        ExitCode::from(EXIT_REJECTED)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+async fn open(url: &str, args: &IngestArgs) -> anyhow::Result<Ingest> {
+    let pool = pool(url).await?;
+    let secrets = args.seal.secrets()?;
+    let purpose = seal_keys::Purpose::Serve {
+        keep_days: args.keep_days,
+    };
+    let opened = seal_keys::open_ring(&pool, &secrets, purpose).await?;
+    Ok(Ingest {
+        pool,
+        ring: opened.ring,
+        soft: SoftPolicy {
+            count: args.soft_bounces,
+            days: args.soft_days,
+        },
+        max_bytes: args.max_bytes,
+    })
+}
