@@ -141,6 +141,12 @@ pub struct Summary {
     /// the address's last open, nothing else); counted as untracked in the
     /// statistics, since their opens and clicks are no events.
     pub letters_last_open_day: u64,
+    /// Links left as written by the link-text rule (their text shows an
+    /// address on another site than the tracking host; docs/domains.md),
+    /// summed over the letters whose links are tracked.
+    pub links_showing_address_untracked: u64,
+    /// Those links' positions in the creative (1, 2, … in document order).
+    pub positions_showing_address: Vec<u32>,
     /// Letters sent again because a killed run handed them over without
     /// recording the reply (letter id, address): they may arrive twice.
     pub delivery_resent: Vec<(u64, String)>,
@@ -220,6 +226,15 @@ impl std::fmt::Display for Summary {
                 f,
                 "\n{} letters built untracked, {} anonymous",
                 self.letters_untracked, self.letters_anonymous
+            )?;
+        }
+        if self.links_showing_address_untracked > 0 {
+            write!(
+                f,
+                "\n{} links left as written because their text shows an address on another site \
+                 than the tracking host (positions {:?} of the creative; docs/domains.md, \
+                 `filter_safe`)",
+                self.links_showing_address_untracked, self.positions_showing_address
             )?;
         }
         if self.letters_last_open_day > 0 {
@@ -565,14 +580,17 @@ impl<'a> Job<'a> {
             !existing.is_empty() || stats::letters_counted(pool, mailing_id).await?.is_some();
         Ok(Job {
             pool,
-            ctx,
             existing,
             resumed,
             images,
             rejects: RejectsFile::create(&options.rejects)?,
             sequence: Sequence::new(LETTER_SEQUENCE, options.id_block),
-            summary: Summary::default(),
+            summary: Summary {
+                positions_showing_address: ctx.positions_left_as_written(),
+                ..Summary::default()
+            },
             seen: HashMap::new(),
+            ctx,
         })
     }
 
@@ -687,6 +705,10 @@ impl<'a> Job<'a> {
                         u64::from(letter.track == TrackMode::Anonymous);
                     self.summary.letters_last_open_day +=
                         u64::from(letter.track == TrackMode::LastOpenDay);
+                    if letter.track.tracks_clicks() {
+                        self.summary.links_showing_address_untracked +=
+                            self.summary.positions_showing_address.len() as u64;
+                    }
                     batch.rows.extend(new_links);
                     batch.letters.push(letter);
                 }
