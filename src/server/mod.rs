@@ -8,6 +8,7 @@ pub(crate) mod error;
 pub(crate) mod handlers;
 pub mod health_gauges;
 pub(crate) mod hits;
+pub(crate) mod hosts;
 pub mod image;
 pub mod listen;
 pub(crate) mod lookups;
@@ -49,6 +50,10 @@ pub enum ServeError {
 /// Readiness and metrics are on the admin listener only ([`app`]).
 fn public_router(state: AppState, stats: stats::StatsState) -> Router {
     let request_id = axum::http::HeaderName::from_static("x-request-id");
+    let known_hosts = std::sync::Arc::new(hosts::KnownHosts::new(
+        state.pool.clone(),
+        &state.settings.base_url,
+    ));
     let tracking = Router::new()
         .route("/c/{token}", get(handlers::click))
         .route("/o/{file}", get(handlers::pixel))
@@ -66,6 +71,10 @@ fn public_router(state: AppState, stats: stats::StatsState) -> Router {
         .with_state(state);
     tracking
         .merge(stats::router(stats))
+        .layer(axum::middleware::from_fn_with_state(
+            known_hosts,
+            hosts::only_known_hosts,
+        ))
         .layer(axum::middleware::from_fn(metrics::track))
         .layer(
             TraceLayer::new_for_http()

@@ -15,6 +15,7 @@ mod db_down;
 mod delivery;
 mod demo;
 mod deploy;
+mod domains;
 mod expired_links;
 mod filters;
 mod first_hour;

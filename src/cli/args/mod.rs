@@ -16,6 +16,7 @@
 pub mod build;
 pub mod database;
 pub mod demo;
+pub mod domains;
 pub mod secrets;
 pub mod serve;
 pub mod stats;
@@ -146,6 +147,10 @@ pub enum Command {
     /// a cluster grows; docs/scaling.md "Adding a data node").
     #[command(subcommand)]
     Shards(ShardsCommand),
+    /// Tracking domains per sender: add, remove, list, verify their DNS
+    /// (docs/domains.md, "Tracking domains").
+    #[command(subcommand)]
+    Domains(domains::DomainsCommand),
 }
 
 #[cfg(test)]
@@ -478,6 +483,9 @@ mod tests {
             "FIELD=HEADER",
             "FINGERPRINT",
             "FORMAT",
+            "HOST",
+            "DOMAIN",
+            "HOST|ADDR",
         ];
         for (path, help) in every_help() {
             for line in help.lines() {
