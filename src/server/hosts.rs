@@ -96,7 +96,7 @@ fn normalise(host: &str) -> String {
 }
 
 /// `click.example:8080` -> `click.example`; `[::1]:80` -> `[::1]`.
-fn host_without_port(authority: &str) -> &str {
+pub(crate) fn host_without_port(authority: &str) -> &str {
     if authority.starts_with('[') {
         return authority
             .find(']')

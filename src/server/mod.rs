@@ -17,6 +17,7 @@ pub(crate) mod pages;
 pub(crate) mod request;
 pub mod state;
 pub mod stats;
+pub(crate) mod well_known;
 
 pub use app::{App, AppSettings};
 
@@ -67,6 +68,11 @@ fn public_router(state: AppState, stats: stats::StatsState) -> Router {
         )
         .route("/i/{token}", get(handlers::image))
         .route("/healthz", get(handlers::healthz))
+        .route(
+            "/.well-known/apple-app-site-association",
+            get(well_known::apple_app_site_association),
+        )
+        .route("/.well-known/assetlinks.json", get(well_known::assetlinks))
         .fallback(handlers::not_found)
         .with_state(state);
     tracking

@@ -243,3 +243,68 @@ async fn a_senders_letters_use_its_verified_host_and_the_server_answers_only_kno
     );
     server.stop().await;
 }
+
+#[tokio::test]
+async fn app_link_files_are_served_per_host_as_json_and_never_redirected() {
+    let db = TestDb::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let own = r#"{"applinks":{"details":[{"appIDs":["ABCDE.com.brand.app"],"components":[{"/":"/c/*"}]}]}}"#;
+    let shared = r#"[{"relation":["delegate_permission/common.handle_all_urls"],"target":{"namespace":"android_app","package_name":"com.shared.app","sha256_cert_fingerprints":["AA:BB"]}}]"#;
+    std::fs::create_dir_all(dir.path().join("click.brand.example")).unwrap();
+    std::fs::write(
+        dir.path()
+            .join("click.brand.example/apple-app-site-association"),
+        own,
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("assetlinks.json"), shared).unwrap();
+    std::fs::create_dir_all(dir.path().join("broken.brand.example")).unwrap();
+    std::fs::write(
+        dir.path().join("broken.brand.example/assetlinks.json"),
+        "<html>",
+    )
+    .unwrap();
+    let server = TestServer::start(
+        db.pool.clone(),
+        quick_with(linktrack::server::state::ServerSettings {
+            well_known_dir: Some(dir.path().to_owned()),
+            ..test_settings()
+        }),
+    )
+    .await;
+    let http = client();
+    let get = |path: &str, host: &str| http.get(server.url(path)).header(HOST, host).send();
+    let apple = get(
+        "/.well-known/apple-app-site-association",
+        "click.brand.example:443",
+    )
+    .await
+    .unwrap();
+    assert_eq!(apple.status(), StatusCode::OK);
+    assert_eq!(
+        apple.headers()[reqwest::header::CONTENT_TYPE],
+        "application/json"
+    );
+    assert_eq!(apple.text().await.unwrap(), own);
+    // No file of its own and no shared one: 404, not a redirect.
+    let none = get("/.well-known/apple-app-site-association", "other.example")
+        .await
+        .unwrap();
+    assert_eq!(none.status(), StatusCode::NOT_FOUND);
+    assert!(none.headers().get(LOCATION).is_none());
+    // The shared file for hosts without their own.
+    let android = get("/.well-known/assetlinks.json", "click.brand.example")
+        .await
+        .unwrap();
+    assert_eq!(android.status(), StatusCode::OK);
+    assert_eq!(android.text().await.unwrap(), shared);
+    // A file that is not JSON is not served.
+    let broken = get("/.well-known/assetlinks.json", "broken.brand.example")
+        .await
+        .unwrap();
+    assert_eq!(broken.status(), StatusCode::NOT_FOUND);
+    // A Host that tries to climb out of the folder gets the shared file only.
+    let climbing = get("/.well-known/assetlinks.json", "..").await.unwrap();
+    assert_eq!(climbing.text().await.unwrap(), shared);
+    server.stop().await;
+}
