@@ -40,7 +40,9 @@
 //! 8. [`letter`]: one letter's HTML: personalise (minijinja,
 //!    `letter/personalize.rs`), rewrite links byte-exactly (`letter/rewrite.rs`,
 //!    start tags in `start_tag.rs`, character references in `charref.rs`),
-//!    a mailing compiled once into fixed text and slots (`letter/plan.rs`).
+//!    a mailing compiled once into fixed text and slots (`letter/plan.rs`),
+//!    what a spam filter sees: links that show their own address
+//!    (`address_text.rs`), short letters with an image (`short_letter.rs`).
 //! 9. [`event`]: [`event::EventRow`], one event (click, open, image load,
 //!    unsubscribe) as recorded, journaled, stored and sent.
 //! 10. [`token`]: the tracking token: new, parse, date, sealed kind and link
@@ -54,6 +56,7 @@
 //! Storage:
 //! 13. [`store`]: every SQL statement. Pool and migrations (`store/mod.rs`),
 //!     links, link templates, events, suppressions, tracking opt-outs,
+//!     tracking domains per sender (`tracking_domains.rs`),
 //!     sequences, deliveries, dashboard sessions; partition DDL on one
 //!     server or every Spider node (`partitions.rs`); the rollup's SQL
 //!     (`rollup.rs`, `rolled_batch.rs`, settling verdicts in `verdicts.rs`);
@@ -72,41 +75,45 @@
 //!     current from the change log, checked on every hit and by the
 //!     journal replay; and `erase` across servers, tables and Redis
 //!     (`privacy/erase.rs`).
-//! 16. [`delivery`]: sending mechanics: each letter as a complete RFC 5322
+//! 16. [`domains`]: a tracking domain's DNS checked (its CNAME or
+//!     addresses point at this service), with the system's resolver or a
+//!     given name server.
+//! 17. [`delivery`]: sending mechanics: each letter as a complete RFC 5322
 //!     message (`delivery/message.rs`), SMTP sessions with pipelining and
 //!     retries (`smtp/`), the
 //!     pools file (`pools.rs`), the per-letter ledger (`ledger.rs`).
-//! 17. [`bounces`]: mail that comes back: bounces, complaints and
+//! 18. [`bounces`]: mail that comes back: bounces, complaints and
 //!     auto-replies read (`bounces/parse.rs`, text bounces in `text.rs`),
 //!     classified (`classify.rs`, docs/bounces.md's table), matched to
 //!     their letter through the VERP token or `deliveries` and acted on
 //!     (`ingest.rs`).
-//! 18. [`events`]: the event journal (`events/journal.rs`, its versioned
+//! 19. [`events`]: the event journal (`events/journal.rs`, its versioned
 //!     line in `journal_line.rs`), the fallback queue when it cannot write
 //!     (`fallback.rs`) and its drain (`drain.rs`), the replay into `events`
 //!     (`replay.rs`), which hands each batch to the [`events::OutboxSink`]
 //!     it is given.
-//! 19. [`outbound`]: events out, at least once: the outbox sink (queues each
+//! 20. [`outbound`]: events out, at least once: the outbox sink (queues each
 //!     event for every matching endpoint), a sender per endpoint
 //!     (`outbound/dispatch.rs`) of signed Standard Webhooks POSTs
 //!     (`webhook.rs`, `signature.rs`) or AMQP messages (`amqp.rs`), the
 //!     endpoints and their settings (`endpoints.rs`), the registry that
 //!     warns when servers' endpoints differ (`registry.rs`).
-//! 20. [`rollup`]: the rollup worker loop: roll `events` into the statistics
+//! 21. [`rollup`]: the rollup worker loop: roll `events` into the statistics
 //!     tables, then publish to Redis.
 //!
 //! Jobs (what the commands run):
-//! 21. [`builder`]: `linktrack build`, the batch job: mailing and recipients
+//! 22. [`builder`]: `linktrack build`, the batch job: mailing and recipients
 //!     in (`builder/mailing.rs`, `recipients.rs`, `csv_records.rs`; which
 //!     column is which field in `columns.rs`), one
 //!     letter composed (`compose.rs`, tracking modes in `track_mode.rs`),
 //!     why a recipient gets none (`reject.rs`), letters and rejects written
 //!     (`output.rs`), handed to the pool (`delivery.rs`), the progress bar
 //!     (`progress.rs`).
-//! 22. [`demo`]: `linktrack demo`, the whole loop on the compiled-in fixtures.
-//! 23. [`server`]: `linktrack serve`. [`server::App`] (`server/app.rs`) is the
+//! 23. [`demo`]: `linktrack demo`, the whole loop on the compiled-in fixtures.
+//! 24. [`server`]: `linktrack serve`. [`server::App`] (`server/app.rs`) is the
 //!     one wiring (listeners, event pipeline, workers, ordered shutdown);
-//!     connections served with limits (`listen.rs`); thin handlers for `/c`,
+//!     connections served with limits (`listen.rs`); only known hosts
+//!     answered once tracking domains exist (`hosts.rs`); thin handlers for `/c`,
 //!     `/o`, `/u`, `/i` and health (`handlers.rs`) with the `Tracked`
 //!     extractor (`request.rs`); shared state and token checks
 //!     (`state.rs`); cache misses of concurrent clicks share one statement
@@ -119,7 +126,7 @@
 //!     `/readyz` are on the admin listener.
 //!
 //! Command line:
-//! 24. [`cli`]: the command line (clap stops here): its flags in
+//! 25. [`cli`]: the command line (clap stops here): its flags in
 //!     `cli/args/`, one file per command group; runners that turn them into
 //!     the settings structs below and print what was done (`cli/mod.rs`
 //!     dispatches; `database.rs`, `mailing.rs`, `secrets.rs`, `serve.rs`,
@@ -136,6 +143,7 @@ pub mod cli;
 pub mod delivery;
 pub mod demo;
 pub mod destinations;
+pub mod domains;
 pub mod error_report;
 pub mod event;
 pub mod events;

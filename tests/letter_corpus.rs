@@ -40,6 +40,7 @@ fn all_on() -> RewriteOptions<'static> {
         proxy_images: true,
         own_base_url: OWN_BASE,
         pixel_html: Some(PIXEL),
+        shown_address_base: None,
     }
 }
 
@@ -266,6 +267,7 @@ fn everything_off_returns_every_corpus_letter_unchanged() {
         proxy_images: false,
         own_base_url: OWN_BASE,
         pixel_html: None,
+        shown_address_base: None,
     };
     for path in corpus_files() {
         let input = read(&path);
@@ -573,6 +575,7 @@ mod properties {
     fn without_pixel() -> RewriteOptions<'static> {
         RewriteOptions {
             pixel_html: None,
+            shown_address_base: None,
             ..all_on()
         }
     }
@@ -617,7 +620,7 @@ mod properties {
 
         #[test]
         fn with_everything_off_nothing_changes(input in prop_oneof![soup(), corpus_slice(), ".{0,200}"]) {
-            let options = RewriteOptions { track_links: false, proxy_images: false, own_base_url: OWN_BASE, pixel_html: None };
+            let options = RewriteOptions { track_links: false, proxy_images: false, own_base_url: OWN_BASE, pixel_html: None, shown_address_base: None };
             let output = rewrite(&input, &options, |link| link.url.clone()).unwrap();
             prop_assert_eq!(output, input);
         }

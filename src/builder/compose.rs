@@ -9,7 +9,7 @@ use super::track_mode::TrackMode;
 use crate::address::Email;
 use crate::delivery::message;
 use crate::letter::plan::{Plan, PlanSource, Slot, Unplannable};
-use crate::letter::{rewrite, FoundKind, FoundLink, RewriteOptions, Template};
+use crate::letter::{rewrite, short_letter, FoundKind, FoundLink, RewriteOptions, Template};
 use crate::store::link_templates::TemplateKey;
 use crate::store::links::{self, LinkKind, NewLink};
 use crate::token::{Plaintext, Token, TokenSeal};
@@ -270,7 +270,28 @@ impl MailingContext {
             proxy_images: shape.rewritten && shape.images && self.mailing.proxy_images,
             own_base_url: &self.base_url,
             pixel_html: (shape.rewritten && !tail_html.is_empty()).then_some(tail_html),
+            shown_address_base: self.shown_address_base(),
         }
+    }
+
+    /// The tracking base the link-text rule compares link texts with, when
+    /// the mailing has the rule on.
+    fn shown_address_base(&self) -> Option<&str> {
+        self.mailing.filter_safe.then_some(self.base_url.as_str())
+    }
+
+    /// The click positions of the creative that the link-text rule leaves
+    /// as written, for the build's summary (counted on the creative as
+    /// written: a reader's field in a link's text is not).
+    pub(crate) fn positions_left_as_written(&self) -> Vec<u32> {
+        let options = RewriteOptions {
+            track_links: true,
+            proxy_images: false,
+            own_base_url: &self.base_url,
+            pixel_html: None,
+            shown_address_base: self.shown_address_base(),
+        };
+        crate::letter::positions_left_as_written(&self.mailing.html, &options).unwrap_or_default()
     }
 
     /// The plan of `shape` as compiled, or why there is none.
@@ -337,6 +358,7 @@ impl MailingContext {
             proxy_images: self.mailing.proxy_images,
             own_base_url: &self.base_url,
             pixel_html: None,
+            shown_address_base: None,
         };
         let _ = rewrite(&self.mailing.html, &options, |found: &FoundLink| {
             let personal = found.url.contains("{{") || found.url.contains("{%");
@@ -451,18 +473,29 @@ fn tail_html(shape: LetterShape, urls: &[String; 3]) -> String {
 
 fn pixel_html(url: &str) -> String {
     format!(
-        r#"<img src="{url}" width="1" height="1" alt="" style="display:block;border:0;width:1px;height:1px" />"#
+        r#"<img src="{url}" width="1" height="1" alt="" style="display:block;border:0;width:1px;height:1px" />{}"#,
+        unlisted_link(url)
     )
 }
 
-/// The honeypot link: no text, hidden from sight (`display:none`, and
-/// Outlook's `mso-hide`), from screen readers (`aria-hidden`) and from the
-/// keyboard (`tabindex="-1"`), so only a machine walking the letter's links
-/// follows it. It points to linktrack itself (`/c/`, served as a honeypot),
-/// never to the sender's site; the text part leaves it out (it is hidden).
+/// The honeypot link: an `<area>` outside any `<map>`, which no browser
+/// draws, no keyboard reaches and no accessibility tree holds, and which
+/// text browsers (`lynx -dump`, `w3m -dump`) do not list, unlike an
+/// `<a>` however hidden (checked in `tests/it/filters.rs`); a scanner that
+/// walks the letter's hrefs follows it. It points to linktrack itself
+/// (`/c/`, served as a honeypot), never to the sender's site; the text part
+/// leaves it out.
 fn honeypot_html(url: &str) -> String {
+    unlisted_link(url)
+}
+
+/// An `href` no reader sees or follows (see [`honeypot_html`]). Beside the
+/// pixel it gives the pixel's URL a twin, so the letter's count of URLs
+/// keeps its parity (rspamd's `URI_COUNT_ODD` counts an `<img>` but not a
+/// lone `<area>`; docs/domains.md).
+fn unlisted_link(url: &str) -> String {
     format!(
-        r#"<a href="{url}" aria-hidden="true" tabindex="-1" style="display:none;mso-hide:all;font-size:0;line-height:0;max-height:0;overflow:hidden"></a>"#
+        r#"<area href="{url}" aria-hidden="true" tabindex="-1" alt="" style="display:none;mso-hide:all" />"#
     )
 }
 
@@ -636,13 +669,12 @@ pub(crate) fn build_letter(
             tracked_url(&ctx.base_url, LinkKind::Image, &token)
         }
     };
-    let content = letter_content(
-        ctx,
-        ctx.shape(mode),
-        &context,
-        &fixed.tail_urls,
-        &mut link_url,
-    )?;
+    let shape = ctx.shape(mode);
+    let mut content = letter_content(ctx, shape, &context, &fixed.tail_urls, &mut link_url)?;
+    if shape.rewritten && ctx.mailing.filter_safe {
+        // After the text part is made: spaces change nothing it shows.
+        short_letter::pad_past_image_only_sizes(&mut content.html);
+    }
     if let Some(mismatch) = tokens.mismatch {
         return Err(mismatch);
     }

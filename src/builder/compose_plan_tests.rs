@@ -30,6 +30,7 @@ fn mailing(html: &str, personalize: bool) -> Mailing {
         track: TrackMode::All,
         stop_tracking_footer: true,
         honeypot: true,
+        filter_safe: true,
         list_manage_url: None,
     }
 }

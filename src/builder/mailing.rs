@@ -27,6 +27,10 @@ pub struct Mailing {
     /// Add the invisible honeypot link that only scanners follow (in letters
     /// whose links are tracked).
     pub honeypot: bool,
+    /// The link-text rule (docs/domains.md): a link whose visible text shows
+    /// a URL or domain on another site than the tracking host is left as
+    /// written. `false` tracks every link, as filters will then see it.
+    pub filter_safe: bool,
     /// Where readers manage their subscription (an `https:` URL or a
     /// `mailto:` address): shown by an unsubscribe link whose row has
     /// expired, which can no longer unsubscribe anyone itself.
@@ -58,6 +62,8 @@ struct MailingFile {
     stop_tracking_footer: bool,
     #[serde(default = "yes")]
     honeypot: bool,
+    #[serde(default = "yes")]
+    filter_safe: bool,
     list_manage_url: Option<String>,
 }
 
@@ -203,6 +209,7 @@ impl Mailing {
             track: file.track,
             stop_tracking_footer: file.stop_tracking_footer,
             honeypot: file.honeypot,
+            filter_safe: file.filter_safe,
         })
     }
 }

@@ -38,7 +38,7 @@ use crate::store::links::{self, LinkKind};
 use crate::store::partitions;
 use crate::store::seal_keys;
 use crate::store::sequences::Sequence;
-use crate::store::{stats, suppressions, tracking_optouts, StoreError};
+use crate::store::{stats, suppressions, tracking_domains, tracking_optouts, StoreError};
 use compose::{build_letter, letter_mode, Built, ImageTokens, MailingContext, StoredTokens};
 use mailing::Mailing;
 use recipients::{Recipient, Recipients, Rejection};
@@ -145,6 +145,12 @@ pub struct Summary {
     /// the address's last open, nothing else); counted as untracked in the
     /// statistics, since their opens and clicks are no events.
     pub letters_last_open_day: u64,
+    /// Links left as written by the link-text rule (their text shows an
+    /// address on another site than the tracking host; docs/domains.md),
+    /// summed over the letters whose links are tracked.
+    pub links_showing_address_untracked: u64,
+    /// Those links' positions in the creative (1, 2, … in document order).
+    pub positions_showing_address: Vec<u32>,
     /// Letters sent again because a killed run handed them over without
     /// recording the reply (letter id, address): they may arrive twice.
     pub delivery_resent: Vec<(u64, String)>,
@@ -224,6 +230,15 @@ impl std::fmt::Display for Summary {
                 f,
                 "\n{} letters built untracked, {} anonymous",
                 self.letters_untracked, self.letters_anonymous
+            )?;
+        }
+        if self.links_showing_address_untracked > 0 {
+            write!(
+                f,
+                "\n{} links left as written because their text shows an address on another site \
+                 than the tracking host (positions {:?} of the creative; docs/domains.md, \
+                 `filter_safe`)",
+                self.links_showing_address_untracked, self.positions_showing_address
             )?;
         }
         if self.letters_last_open_day > 0 {
@@ -459,6 +474,49 @@ fn delivery_targets(
     }
 }
 
+/// The base URL of a mailing's tracked links: the verified tracking domain
+/// of its `from` domain (or of that domain's registrable domain), with the
+/// scheme, port and path of `base_url`; else `base_url` itself
+/// (docs/domains.md, "Tracking domains").
+async fn tracking_base(pool: &MySqlPool, base_url: &str, from: &str) -> Result<String, BuildError> {
+    let Some(domain) = from_domain(from) else {
+        return Ok(base_url.to_owned());
+    };
+    let mut host = tracking_domains::host_for_sender(pool, &domain).await?;
+    let site = crate::letter::registrable_domain(&domain);
+    if host.is_none() && site != domain {
+        host = tracking_domains::host_for_sender(pool, &site).await?;
+    }
+    let Some(host) = host else {
+        return Ok(base_url.to_owned());
+    };
+    let Ok(mut url) = url::Url::parse(base_url) else {
+        return Ok(base_url.to_owned());
+    };
+    if url.set_host(Some(&host)).is_err() {
+        return Ok(base_url.to_owned());
+    }
+    let text = url.as_str();
+    // `Url` adds a `/` to an empty path; the base URL is written without one.
+    Ok(if base_url.ends_with('/') {
+        text.to_owned()
+    } else {
+        text.trim_end_matches('/').to_owned()
+    })
+}
+
+/// The lowercase domain of a `from` mailbox (`News <news@Brand.example>`).
+fn from_domain(from: &str) -> Option<String> {
+    let mailbox: lettre::message::Mailbox = from.parse().ok()?;
+    Some(
+        mailbox
+            .email
+            .domain()
+            .trim_end_matches('.')
+            .to_ascii_lowercase(),
+    )
+}
+
 /// Load and check the mailing, and the seal key it is built with: a key
 /// the database does not know, or not its current one, is refused here,
 /// before anything is written (`store::seal_keys`).
@@ -475,20 +533,20 @@ async fn load_mailing(
     let ring = seal_keys::open_ring(pool, &secrets, seal_keys::Purpose::Build).await?;
     let seal = ring.ring.current().clone();
     let creative = mailing.html_source.clone();
-    let mut ctx =
-        MailingContext::prepare(mailing, &options.base_url, options.max_letter_bytes, seal)
-            .map_err(|source| match source {
-                compose::PrepareError::TooBig { size, limit } => BuildError::TooBig {
-                    path: creative.clone(),
-                    size,
-                    limit,
-                    reason: "raise the limit with --max-letter-bytes",
-                },
-                source => BuildError::Template {
-                    path: options.mailing.clone(),
-                    source,
-                },
-            })?;
+    let base_url = tracking_base(pool, &options.base_url, &mailing.from).await?;
+    let mut ctx = MailingContext::prepare(mailing, &base_url, options.max_letter_bytes, seal)
+        .map_err(|source| match source {
+            compose::PrepareError::TooBig { size, limit } => BuildError::TooBig {
+                path: creative.clone(),
+                size,
+                limit,
+                reason: "raise the limit with --max-letter-bytes",
+            },
+            source => BuildError::Template {
+                path: options.mailing.clone(),
+                source,
+            },
+        })?;
     if options.letter_by_letter {
         ctx = ctx.without_plans();
     }
@@ -575,14 +633,17 @@ impl<'a> Job<'a> {
             !existing.is_empty() || stats::letters_counted(pool, mailing_id).await?.is_some();
         Ok(Job {
             pool,
-            ctx,
             existing,
             resumed,
             images,
             rejects: RejectsFile::create(&options.rejects)?,
             sequence: Sequence::new(LETTER_SEQUENCE, options.id_block),
-            summary: Summary::default(),
+            summary: Summary {
+                positions_showing_address: ctx.positions_left_as_written(),
+                ..Summary::default()
+            },
             seen: HashMap::new(),
+            ctx,
         })
     }
 
@@ -697,6 +758,10 @@ impl<'a> Job<'a> {
                         u64::from(letter.track == TrackMode::Anonymous);
                     self.summary.letters_last_open_day +=
                         u64::from(letter.track == TrackMode::LastOpenDay);
+                    if letter.track.tracks_clicks() {
+                        self.summary.links_showing_address_untracked +=
+                            self.summary.positions_showing_address.len() as u64;
+                    }
                     batch.rows.extend(new_links);
                     batch.letters.push(letter);
                 }

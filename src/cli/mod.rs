@@ -16,6 +16,7 @@ macro_rules! say {
 pub mod args;
 mod bounces;
 mod database;
+mod domains;
 mod mailing;
 mod secrets;
 mod serve;
@@ -108,6 +109,7 @@ async fn run_command(cli: Cli) -> anyhow::Result<ExitCode> {
             database::shards_rebalance(url, cli.global.shards.as_deref(), &args).await?
         }
         Command::Secrets(command) => secrets::run(url, command).await?,
+        Command::Domains(command) => domains::run(url, command).await?,
         Command::Webhooks(WebhooksCommand::NewSecret) => {
             say!("{}", crate::outbound::signature::Secret::generate())?;
         }

@@ -40,6 +40,7 @@ async fn run_server(url: &str, args: &ServeArgs, demo: bool) -> anyhow::Result<(
             base_url: base_url.clone(),
             db_timeout: pool_settings.acquire_timeout,
             trust_forwarded_for: args.trust_forwarded_for,
+            well_known_dir: args.well_known_dir.clone(),
             lookups_in_flight: args.lookups_in_flight as usize,
             images: demo_image_settings(demo),
             bots: demo_bot_rules(demo),
@@ -226,6 +227,7 @@ async fn demo_serve_args(
         header_timeout: crate::server::listen::DEFAULT_HEADER_TIMEOUT.as_secs(),
         max_connections: crate::server::listen::DEFAULT_MAX_CONNECTIONS,
         trust_forwarded_for: false,
+        well_known_dir: None,
         api_token: Some(api_token),
         seal: super::args::secrets::RingArgs {
             current: super::args::secrets::SecretArgs {

@@ -26,14 +26,19 @@
 //! output is the input with those ranges replaced. Conditional comments are
 //! parsed the same way, as HTML of their own, with offsets mapped back.
 
+mod address_text;
 mod charref;
 pub(crate) mod personalize;
 pub mod plan;
 pub mod rewrite;
+pub mod short_letter;
 mod start_tag;
 
+pub use address_text::registrable_domain;
 pub use personalize::{
     preview, preview_bounded, preview_text, PreviewLimited, PreviewLimits, RenderError, Template,
     TemplateError,
 };
-pub use rewrite::{rewrite, FoundKind, FoundLink, RewriteError, RewriteOptions};
+pub use rewrite::{
+    positions_left_as_written, rewrite, FoundKind, FoundLink, RewriteError, RewriteOptions,
+};

@@ -29,7 +29,8 @@
 //!   An escaped value cannot end text or a quoted value (`<`, `&`, quotes
 //!   are escaped), so it cannot change what the rewriter sees.
 //! - No found link's URL or tag contains a field (a personalised URL is a
-//!   different link per letter).
+//!   different link per letter), nor, with the link-text rule on, any
+//!   link's visible text (it decides whether the link is tracked).
 //! - Every sentinel survives into the text part unchanged.
 //!
 //! Per letter, [`Plan::values`] accepts only string values that the text
@@ -47,7 +48,7 @@ use lol_html::{doc_text, element, HtmlRewriter, Settings};
 use serde_json::{Map, Value};
 
 use super::personalize::{escape_html, Template};
-use super::rewrite::{rewrite, FoundLink, RewriteOptions};
+use super::rewrite::{link_texts, rewrite, FoundLink, RewriteOptions};
 use super::start_tag;
 
 const OPEN: char = '\u{E000}';
@@ -108,6 +109,8 @@ pub enum Unplannable {
     FieldOutsideText(String),
     #[error("field {0:?} is part of a tracked link's URL or tag")]
     FieldInLink(String),
+    #[error("field {0:?} is part of a link's text, which decides whether it is tracked")]
+    FieldInLinkText(String),
     #[error("our own URL base {0:?} needs escaping in HTML")]
     BaseNeedsEscaping(String),
     #[error("the text part changes a value (CSS or layout around it)")]
@@ -185,6 +188,9 @@ impl Plan {
                     .render(&context)
                     .map_err(|e| Unplannable::Sample(e.to_string()))?;
                 check_fields_in_text(&html, &fields)?;
+                if source.options.shown_address_base.is_some() {
+                    check_link_texts(&html, &fields)?;
+                }
                 (fields, html)
             }
             None => (Vec::new(), source.html.to_owned()),
@@ -382,6 +388,18 @@ fn check_fields_in_text(html: &str, fields: &[PlanField]) -> Result<(), Unplanna
     }
     let name = named_field(fields, html).unwrap_or_default();
     Err(Unplannable::FieldOutsideText(name))
+}
+
+/// The link-text rule reads each link's text: a field in it (a reader's
+/// own web site, say) decides per letter whether the link is tracked.
+fn check_link_texts(html: &str, fields: &[PlanField]) -> Result<(), Unplannable> {
+    let texts = link_texts(html).map_err(|e| Unplannable::Sample(e.to_string()))?;
+    match texts.iter().find(|text| text.contains(OPEN)) {
+        Some(text) => Err(Unplannable::FieldInLinkText(
+            named_field(fields, text).unwrap_or_default(),
+        )),
+        None => Ok(()),
+    }
 }
 
 /// How many attributes of this start tag are an `href` or `src` whose whole

@@ -17,7 +17,21 @@
 //! Click links are numbered 1, 2, 3… in document order, counting links inside
 //! Outlook conditional comments where the comment appears. Images have their
 //! own counter, also starting at 1, so proxying images on or off never changes
-//! a click link's position.
+//! a click link's position. A link left as written by the link-text rule
+//! (below) keeps its number, so the numbers are the same with the rule on or
+//! off (the click map numbers the creative without it).
+//!
+//! # Links that show their own address
+//!
+//! With [`RewriteOptions::shown_address_base`] set, an `<a>` whose visible
+//! text shows a URL or a domain name (`www.acme-inc.com`, `HTMLemail.io`,
+//! `https://example.com/x`) is tracked only when that domain shares the
+//! tracking host's registrable domain (`click.brand.example` may stand in
+//! for `www.brand.example`). Otherwise the link is left as written: a link
+//! whose text names one site and whose href names another is what phishing
+//! looks like, and filters score it so (rspamd `PHISHING`, SpamAssassin
+//! `HTTPS_HTTP_MISMATCH`; docs/domains.md). A text that shows an `https://`
+//! URL is also left alone when the tracking base is plain `http://`.
 //!
 //! # Control attributes
 //!
@@ -46,6 +60,7 @@ use std::rc::Rc;
 use lol_html::html_content::{Comment, Element};
 use lol_html::{doc_comments, element, end_tag, HtmlRewriter, Settings};
 
+use super::address_text;
 use super::charref::decode_attribute_value;
 use super::start_tag::{self, Quote, RawAttribute};
 
@@ -89,6 +104,11 @@ pub struct RewriteOptions<'a> {
     /// Inserted just before the last `</body>`, or appended at the end when the
     /// document has no `</body>` end tag.
     pub pixel_html: Option<&'a str>,
+    /// The tracking base URL (`https://click.brand.example`) when the
+    /// link-text rule applies (see the module docs): a link whose text shows
+    /// an address on another registrable domain is left as written. `None`:
+    /// every link is tracked.
+    pub shown_address_base: Option<&'a str>,
 }
 
 /// The HTML parser gave up. In practice only a memory limit can cause this:
@@ -117,6 +137,52 @@ pub fn rewrite(
     Ok(apply_edits(html, &edits, options.pixel_html, &mut replace))
 }
 
+/// The click positions the link-text rule leaves as written in `html` (for
+/// the build's summary): the links found with the rule off but not with it
+/// on. Empty when `options` has no rule.
+pub fn positions_left_as_written(
+    html: &str,
+    options: &RewriteOptions,
+) -> Result<Vec<u32>, RewriteError> {
+    if options.shown_address_base.is_none() || !options.track_links {
+        return Ok(Vec::new());
+    }
+    let clicks = |options: &RewriteOptions| -> Result<Vec<u32>, RewriteError> {
+        let mut positions = Vec::new();
+        let only_links = RewriteOptions {
+            proxy_images: false,
+            pixel_html: None,
+            ..*options
+        };
+        rewrite(html, &only_links, |found| {
+            positions.push(found.position);
+            String::new()
+        })?;
+        Ok(positions)
+    };
+    let tracked = clicks(options)?;
+    let all = clicks(&RewriteOptions {
+        shown_address_base: None,
+        ..*options
+    })?;
+    Ok(all.into_iter().filter(|p| !tracked.contains(p)).collect())
+}
+
+/// The visible text of every `<a href>` of `html` (conditional comments
+/// aside), as the link-text rule reads it.
+pub(crate) fn link_texts(html: &str) -> Result<Vec<String>, RewriteError> {
+    let texts = RefCell::new(Vec::new());
+    let handlers = vec![element!("a[href]", |el| {
+        let end = el.source_location().bytes().end;
+        texts
+            .borrow_mut()
+            .push(address_text::visible_link_text(html, end));
+        Ok(())
+    })];
+    run_parser(html, handlers, Vec::new())?;
+    Ok(texts.into_inner())
+}
+
 /// One change to the original bytes.
 #[derive(Debug)]
 struct Edit {
@@ -138,6 +204,8 @@ enum Action {
 /// Collects edits while lol_html walks the document.
 struct Finder<'o> {
     options: &'o RewriteOptions<'o>,
+    /// The link-text rule's tracking base, parsed once.
+    tracking: Option<address_text::TrackingBase>,
     edits: Vec<Edit>,
     clicks: u32,
     images: u32,
@@ -146,6 +214,9 @@ struct Finder<'o> {
 fn find_edits(html: &str, options: &RewriteOptions) -> Result<Vec<Edit>, RewriteError> {
     let finder = RefCell::new(Finder {
         options,
+        tracking: options
+            .shown_address_base
+            .map(address_text::TrackingBase::parse),
         edits: Vec::new(),
         clicks: 0,
         images: 0,
@@ -260,11 +331,14 @@ fn visit_element(
     finder: &RefCell<Finder>,
 ) {
     let tag_range = el.source_location().bytes();
-    if let Some(tag) = source.get(tag_range.clone()) {
-        finder
-            .borrow_mut()
-            .visit_start_tag(tag, base + tag_range.start, kind);
-    }
+    let Some(tag) = source.get(tag_range.clone()) else {
+        return;
+    };
+    let mut finder = finder.borrow_mut();
+    let shown_text =
+        (kind == FoundKind::Click && finder.tracking.is_some() && el.tag_name() == "a")
+            .then(|| address_text::visible_link_text(source, tag_range.end));
+    finder.visit_start_tag(tag, base + tag_range.start, kind, shown_text.as_deref());
 }
 
 /// Runs the link finder over the text of an `[if …]` conditional comment.
@@ -300,8 +374,15 @@ fn conditional_comment_text<'h>(comment: &Comment, html: &'h str) -> Option<(&'h
 
 impl Finder<'_> {
     /// Looks at one start tag (`tag` is its raw text, found at byte `offset`
-    /// of the document) and records the edits it needs.
-    fn visit_start_tag(&mut self, tag: &str, offset: usize, kind: FoundKind) {
+    /// of the document) and records the edits it needs. `shown_text`: the
+    /// link's visible text, when the link-text rule applies to it.
+    fn visit_start_tag(
+        &mut self,
+        tag: &str,
+        offset: usize,
+        kind: FoundKind,
+        shown_text: Option<&str>,
+    ) {
         let url_attribute_name = match kind {
             FoundKind::Click => "href",
             FoundKind::Image => "src",
@@ -339,6 +420,14 @@ impl Finder<'_> {
             return;
         }
         let position = self.next_position(kind);
+        let shows_foreign_address = self
+            .tracking
+            .as_ref()
+            .zip(shown_text)
+            .is_some_and(|(tracking, text)| tracking.is_foreign_address_shown(text));
+        if shows_foreign_address {
+            return;
+        }
         self.edits.push(Edit {
             range: offset + value_range.start..offset + value_range.end,
             action: Action::ReplaceUrl {

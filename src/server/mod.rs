@@ -9,6 +9,7 @@ pub mod guesses;
 pub(crate) mod handlers;
 pub mod health_gauges;
 pub(crate) mod hits;
+pub(crate) mod hosts;
 pub mod image;
 pub mod listen;
 pub(crate) mod lookups;
@@ -17,6 +18,7 @@ pub(crate) mod pages;
 pub(crate) mod request;
 pub mod state;
 pub mod stats;
+pub(crate) mod well_known;
 
 pub use app::{App, AppSettings};
 
@@ -50,6 +52,10 @@ pub enum ServeError {
 /// Readiness and metrics are on the admin listener only ([`app`]).
 fn public_router(state: AppState, stats: stats::StatsState) -> Router {
     let request_id = axum::http::HeaderName::from_static("x-request-id");
+    let known_hosts = std::sync::Arc::new(hosts::KnownHosts::new(
+        state.pool.clone(),
+        &state.settings.base_url,
+    ));
     let tracking = Router::new()
         .route("/c/{token}", get(handlers::click))
         .route("/o/{file}", get(handlers::pixel))
@@ -63,10 +69,19 @@ fn public_router(state: AppState, stats: stats::StatsState) -> Router {
         )
         .route("/i/{token}", get(handlers::image))
         .route("/healthz", get(handlers::healthz))
+        .route(
+            "/.well-known/apple-app-site-association",
+            get(well_known::apple_app_site_association),
+        )
+        .route("/.well-known/assetlinks.json", get(well_known::assetlinks))
         .fallback(handlers::not_found)
         .with_state(state);
     tracking
         .merge(stats::router(stats))
+        .layer(axum::middleware::from_fn_with_state(
+            known_hosts,
+            hosts::only_known_hosts,
+        ))
         .layer(axum::middleware::from_fn(metrics::track))
         .layer(
             TraceLayer::new_for_http()

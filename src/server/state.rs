@@ -50,6 +50,10 @@ pub struct ServerSettings {
     /// Link lookups running at once; cache misses that arrive while all of
     /// them are busy share the next statement (`LinkLookups`).
     pub lookups_in_flight: usize,
+    /// Where the operator's `apple-app-site-association` and
+    /// `assetlinks.json` are (per host in a folder named after it); `None`:
+    /// not served (docs/domains.md, "App links").
+    pub well_known_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for ServerSettings {
@@ -66,6 +70,7 @@ impl Default for ServerSettings {
             record_events: true,
             trust_forwarded_for: false,
             lookups_in_flight: LookupSettings::default().in_flight,
+            well_known_dir: None,
         }
     }
 }

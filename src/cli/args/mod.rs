@@ -17,6 +17,7 @@ pub mod bounces;
 pub mod build;
 pub mod database;
 pub mod demo;
+pub mod domains;
 pub mod secrets;
 pub mod serve;
 pub mod stats;
@@ -97,7 +98,8 @@ pub struct GlobalArgs {
     pub log_json: bool,
 }
 
-// Parsed once per run, so a variant's size costs nothing worth boxing it.
+// Parsed once per run: `serve`'s many flags make its variant the largest,
+// which costs nothing worth a box.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -153,6 +155,10 @@ pub enum Command {
     /// a cluster grows; docs/scaling.md "Adding a data node").
     #[command(subcommand)]
     Shards(ShardsCommand),
+    /// Tracking domains per sender: add, remove, list, verify their DNS
+    /// (docs/domains.md, "Tracking domains").
+    #[command(subcommand)]
+    Domains(domains::DomainsCommand),
 }
 
 #[cfg(test)]
@@ -496,6 +502,9 @@ mod tests {
             "FINGERPRINT",
             "CIDR",
             "FORMAT",
+            "HOST",
+            "DOMAIN",
+            "HOST|ADDR",
         ];
         for (path, help) in every_help() {
             for line in help.lines() {

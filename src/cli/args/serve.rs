@@ -115,6 +115,13 @@ pub struct ServeArgs {
     #[arg(long, env = "LINKTRACK_TRUST_FORWARDED_FOR")]
     pub trust_forwarded_for: bool,
 
+    /// A folder of the operator's app-link files, served as
+    /// `/.well-known/apple-app-site-association` and
+    /// `/.well-known/assetlinks.json`: `DIR/HOST/FILE` for a tracking host,
+    /// else `DIR/FILE` (docs/domains.md, "App links").
+    #[arg(long, env = "LINKTRACK_WELL_KNOWN_DIR", value_name = "DIR")]
+    pub well_known_dir: Option<std::path::PathBuf>,
+
     /// Bearer token of the stats API and dashboard; unset turns them off (404).
     #[arg(
         long,

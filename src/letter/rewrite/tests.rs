@@ -10,6 +10,7 @@ fn options() -> RewriteOptions<'static> {
         proxy_images: true,
         own_base_url: OWN_BASE,
         pixel_html: None,
+        shown_address_base: None,
     }
 }
 
@@ -356,6 +357,7 @@ fn links_in_raw_text_elements_are_not_links() {
 fn pixel_goes_before_the_last_body_end_tag() {
     let options = RewriteOptions {
         pixel_html: Some("<img src=\"https://t.example.com/o/x.gif\">"),
+        shown_address_base: None,
         ..options()
     };
     let (out, found) = run_with(
@@ -373,6 +375,7 @@ fn pixel_goes_before_the_last_body_end_tag() {
 fn pixel_is_appended_without_a_body_end_tag() {
     let options = RewriteOptions {
         pixel_html: Some("<img src=p>"),
+        shown_address_base: None,
         ..options()
     };
     let (out, _) = run_with("<p>fragment</p>", &options);
@@ -388,6 +391,7 @@ fn everything_off_returns_the_input() {
         track_links: false,
         proxy_images: false,
         pixel_html: None,
+        shown_address_base: None,
         ..options()
     };
     let (out, found) = run_with(html, &options);
@@ -432,4 +436,52 @@ fn foreign_markers_mean_links_only_and_stay_on_images() {
     let (out, found) = run(html);
     assert_eq!(urls(&found), ["http://i.test/a.png"]);
     assert!(out.contains("clicktracking=\"off\""), "{out}");
+}
+
+#[test]
+fn links_showing_another_sites_address_are_left_as_written_and_keep_their_number() {
+    let html = concat!(
+        r#"<a href="https://acme-inc.com/">www.acme-inc.com</a>"#,
+        r#"<a href="https://shop.brand.example/x">Shop</a>"#,
+        r#"<a href="http://brand.example/">Copy: <b>https://www.brand.example/</b></a>"#,
+        r#"<a href="https://acme-inc.com/c">Visit <span>HTMLemail.io</span></a>"#,
+    );
+    let with_rule = RewriteOptions {
+        shown_address_base: Some("https://click.brand.example"),
+        ..options()
+    };
+    let (out, found) = run_with(html, &with_rule);
+    assert_eq!(
+        out,
+        concat!(
+            r#"<a href="https://acme-inc.com/">www.acme-inc.com</a>"#,
+            r#"<a href="https://t.test/c/2">Shop</a>"#,
+            r#"<a href="https://t.test/c/3">Copy: <b>https://www.brand.example/</b></a>"#,
+            r#"<a href="https://acme-inc.com/c">Visit <span>HTMLemail.io</span></a>"#,
+        )
+    );
+    assert_eq!(
+        found.iter().map(|l| l.position).collect::<Vec<_>>(),
+        [2, 3],
+        "the links left keep numbers 1 and 4"
+    );
+    assert_eq!(positions_left_as_written(html, &with_rule).unwrap(), [1, 4]);
+    // An https:// text behind a plain-http tracking base is a mismatch too.
+    let http_base = RewriteOptions {
+        shown_address_base: Some("http://click.brand.example"),
+        ..options()
+    };
+    assert_eq!(
+        positions_left_as_written(html, &http_base).unwrap(),
+        [1, 3, 4]
+    );
+    // Without the rule every link is tracked, numbered the same.
+    let (_, all) = run(html);
+    assert_eq!(
+        all.iter().map(|l| l.position).collect::<Vec<_>>(),
+        [1, 2, 3, 4]
+    );
+    assert!(positions_left_as_written(html, &options())
+        .unwrap()
+        .is_empty());
 }

@@ -65,6 +65,7 @@ pub(crate) fn render(html: &str, clicks: &BTreeMap<u32, u64>) -> Result<String, 
         proxy_images: false,
         own_base_url: "",
         pixel_html: None,
+        shown_address_base: None,
     };
     let marked = rewrite(html, &options, |found: &FoundLink| match found.kind {
         FoundKind::Click => {

@@ -1,0 +1,310 @@
+//! Issue 41: tracking domains per sender. A domain is verified against DNS
+//! answered by pebble-challtestsrv on loopback (Debian's pebble package,
+//! scripts/prepare.d/75-pebble.sh); the builder points a sender's letters
+//! at its verified host; the server answers only on known hosts.
+
+use crate::common::build::options;
+use crate::common::{client, quick_with, test_settings, TestDb, TestServer};
+use linktrack::builder;
+use linktrack::domains::DomainChecker;
+use linktrack::store::tracking_domains::{self, DomainState};
+use linktrack::token::Token;
+use reqwest::header::{HOST, LOCATION};
+use reqwest::StatusCode;
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// pebble-challtestsrv answering DNS on a loopback port, its records set
+/// through its management API.
+struct FakeDns {
+    child: Child,
+    dns: SocketAddr,
+    management: String,
+}
+
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+impl FakeDns {
+    async fn start() -> FakeDns {
+        let (dns_port, management_port) = (free_port(), free_port());
+        let child = Command::new("pebble-challtestsrv")
+            .args(["-dns01", &format!("127.0.0.1:{dns_port}")])
+            .args(["-management", &format!("127.0.0.1:{management_port}")])
+            .args(["-http01", "", "-https01", "", "-tlsalpn01", ""])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect(
+                "pebble-challtestsrv (scripts/prepare.d/75-pebble.sh installs Debian's pebble)",
+            );
+        let dns = FakeDns {
+            child,
+            dns: SocketAddr::from(([127, 0, 0, 1], dns_port)),
+            management: format!("http://127.0.0.1:{management_port}"),
+        };
+        let started = Instant::now();
+        // Unnamed hosts get no address (the default answers 127.0.0.1).
+        while dns
+            .post("/set-default-ipv4", serde_json::json!({"ip": ""}))
+            .await
+            .is_err()
+        {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "pebble-challtestsrv did not start"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        dns.post("/set-default-ipv6", serde_json::json!({"ip": ""}))
+            .await
+            .unwrap();
+        dns
+    }
+
+    async fn post(&self, path: &str, body: serde_json::Value) -> Result<(), reqwest::Error> {
+        reqwest::Client::new()
+            .post(format!("{}{path}", self.management))
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.to_string())
+            .send()
+            .await?
+            .error_for_status()
+            .map(drop)
+    }
+
+    async fn cname(&self, host: &str, target: &str) {
+        self.post(
+            "/set-cname",
+            serde_json::json!({"host": format!("{host}."), "target": format!("{target}.")}),
+        )
+        .await
+        .unwrap();
+    }
+
+    async fn address(&self, host: &str, address: &str) {
+        self.post(
+            "/add-a",
+            serde_json::json!({"host": format!("{host}."), "addresses": [address]}),
+        )
+        .await
+        .unwrap();
+    }
+}
+
+impl Drop for FakeDns {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+const SERVICE: &str = "track.linktrack.example";
+
+#[tokio::test]
+async fn a_domain_is_verified_by_its_cname_or_addresses_and_fails_elsewhere() {
+    let dns = FakeDns::start().await;
+    dns.address(SERVICE, "127.0.0.1").await;
+    dns.cname("click.brand.example", SERVICE).await;
+    dns.address("links.other.example", "127.0.0.1").await;
+    dns.address("elsewhere.example", "127.0.0.2").await;
+    let checker = DomainChecker::new(Some(dns.dns)).unwrap();
+
+    let by_cname = checker.check("click.brand.example", SERVICE).await;
+    assert_eq!(by_cname.state, DomainState::Verified, "{by_cname:?}");
+    assert!(by_cname.detail.contains("CNAME"), "{by_cname:?}");
+    let by_address = checker.check("links.other.example", SERVICE).await;
+    assert_eq!(by_address.state, DomainState::Verified, "{by_address:?}");
+    let by_literal = checker.check("links.other.example", "127.0.0.1").await;
+    assert_eq!(by_literal.state, DomainState::Verified, "{by_literal:?}");
+    let elsewhere = checker.check("elsewhere.example", SERVICE).await;
+    assert_eq!(elsewhere.state, DomainState::Failed, "{elsewhere:?}");
+    assert!(elsewhere.detail.contains("127.0.0.2"), "{elsewhere:?}");
+    let missing = checker.check("nothing.example", SERVICE).await;
+    assert_eq!(missing.state, DomainState::Failed, "{missing:?}");
+    assert!(
+        missing.detail.contains("no CNAME or address"),
+        "{missing:?}"
+    );
+}
+
+async fn build_from(db: &TestDb, dir: &std::path::Path, id: &str, from: &str) -> serde_json::Value {
+    let mailing = serde_json::json!({
+        "mailing_id": id, "subject": "S", "from": from,
+        "html": "<p>Hi</p><a href=\"https://shop.example.com/a\">Shop</a>",
+        "personalize": false, "honeypot": false,
+    });
+    let path = dir.join(format!("{id}.json"));
+    std::fs::write(&path, mailing.to_string()).unwrap();
+    std::fs::write(dir.join("r.jsonl"), "{\"email\":\"reader@example.com\"}\n").unwrap();
+    let mut opts = options(dir, path, dir.join("r.jsonl"));
+    opts.base_url = format!("https://{SERVICE}");
+    builder::run(&db.pool, &opts).await.unwrap();
+    let text = std::fs::read_to_string(dir.join("letters.jsonl")).unwrap();
+    serde_json::from_str(text.lines().next().unwrap()).unwrap()
+}
+
+fn click_urls(letter: &serde_json::Value) -> Vec<String> {
+    let html = letter["html"].as_str().unwrap();
+    html.match_indices("href=\"")
+        .map(|(at, m)| &html[at + m.len()..])
+        .map(|rest| rest[..rest.find('"').unwrap()].to_owned())
+        .filter(|href| href.contains("/c/"))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_senders_letters_use_its_verified_host_and_the_server_answers_only_known_hosts() {
+    let db = TestDb::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    tracking_domains::add(&db.pool, "click.brand.example", "brand.example")
+        .await
+        .unwrap();
+    // Pending: not used yet.
+    let before = build_from(&db, dir.path(), "m-pending", "News <news@brand.example>").await;
+    assert!(
+        click_urls(&before)
+            .iter()
+            .all(|u| u.starts_with(&format!("https://{SERVICE}/c/"))),
+        "{:?}",
+        click_urls(&before)
+    );
+    tracking_domains::set_state(
+        &db.pool,
+        "click.brand.example",
+        DomainState::Verified,
+        "CNAME",
+    )
+    .await
+    .unwrap();
+    let letter = build_from(
+        &db,
+        dir.path(),
+        "m-verified",
+        "News <news@Mail.Brand.example>",
+    )
+    .await;
+    let clicks = click_urls(&letter);
+    assert_eq!(clicks.len(), 1, "{clicks:?}");
+    assert!(
+        clicks[0].starts_with("https://click.brand.example/c/"),
+        "{clicks:?}"
+    );
+    let unsubscribe = letter["headers"]["List-Unsubscribe"].as_str().unwrap();
+    assert!(
+        unsubscribe.starts_with("<https://click.brand.example/u/"),
+        "{unsubscribe}"
+    );
+    let other = build_from(&db, dir.path(), "m-other", "news@other.example").await;
+    assert!(click_urls(&other)[0].starts_with(&format!("https://{SERVICE}/c/")));
+
+    // The server: the base URL's host and the added hosts answer, any other is a 404.
+    let token = Token::parse(&clicks[0][clicks[0].len() - 32..]).unwrap();
+    let server = TestServer::start(
+        db.pool.clone(),
+        quick_with(linktrack::server::state::ServerSettings {
+            base_url: format!("https://{SERVICE}"),
+            ..test_settings()
+        }),
+    )
+    .await;
+    let http = client();
+    let click = server.url(&format!("/c/{token}"));
+    for host in ["click.brand.example", "CLICK.brand.example:443", SERVICE] {
+        let response = http.get(&click).header(HOST, host).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::FOUND, "Host {host}");
+        assert_eq!(response.headers()[LOCATION], "https://shop.example.com/a");
+    }
+    for host in [
+        "evil.example",
+        "127.0.0.1",
+        "click.brand.example.evil.example",
+    ] {
+        let response = http.get(&click).header(HOST, host).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::NOT_FOUND, "Host {host}");
+        assert!(
+            response.headers().get(LOCATION).is_none(),
+            "never a redirect"
+        );
+    }
+    let health = http
+        .get(server.url("/healthz"))
+        .header(HOST, "127.0.0.2")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        health.status(),
+        StatusCode::OK,
+        "load balancers probe by address"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn app_link_files_are_served_per_host_as_json_and_never_redirected() {
+    let db = TestDb::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let own = r#"{"applinks":{"details":[{"appIDs":["ABCDE.com.brand.app"],"components":[{"/":"/c/*"}]}]}}"#;
+    let shared = r#"[{"relation":["delegate_permission/common.handle_all_urls"],"target":{"namespace":"android_app","package_name":"com.shared.app","sha256_cert_fingerprints":["AA:BB"]}}]"#;
+    std::fs::create_dir_all(dir.path().join("click.brand.example")).unwrap();
+    std::fs::write(
+        dir.path()
+            .join("click.brand.example/apple-app-site-association"),
+        own,
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("assetlinks.json"), shared).unwrap();
+    std::fs::create_dir_all(dir.path().join("broken.brand.example")).unwrap();
+    std::fs::write(
+        dir.path().join("broken.brand.example/assetlinks.json"),
+        "<html>",
+    )
+    .unwrap();
+    let server = TestServer::start(
+        db.pool.clone(),
+        quick_with(linktrack::server::state::ServerSettings {
+            well_known_dir: Some(dir.path().to_owned()),
+            ..test_settings()
+        }),
+    )
+    .await;
+    let http = client();
+    let get = |path: &str, host: &str| http.get(server.url(path)).header(HOST, host).send();
+    let apple = get(
+        "/.well-known/apple-app-site-association",
+        "click.brand.example:443",
+    )
+    .await
+    .unwrap();
+    assert_eq!(apple.status(), StatusCode::OK);
+    assert_eq!(
+        apple.headers()[reqwest::header::CONTENT_TYPE],
+        "application/json"
+    );
+    assert_eq!(apple.text().await.unwrap(), own);
+    // No file of its own and no shared one: 404, not a redirect.
+    let none = get("/.well-known/apple-app-site-association", "other.example")
+        .await
+        .unwrap();
+    assert_eq!(none.status(), StatusCode::NOT_FOUND);
+    assert!(none.headers().get(LOCATION).is_none());
+    // The shared file for hosts without their own.
+    let android = get("/.well-known/assetlinks.json", "click.brand.example")
+        .await
+        .unwrap();
+    assert_eq!(android.status(), StatusCode::OK);
+    assert_eq!(android.text().await.unwrap(), shared);
+    // A file that is not JSON is not served.
+    let broken = get("/.well-known/assetlinks.json", "broken.brand.example")
+        .await
+        .unwrap();
+    assert_eq!(broken.status(), StatusCode::NOT_FOUND);
+    // A Host that tries to climb out of the folder gets the shared file only.
+    let climbing = get("/.well-known/assetlinks.json", "..").await.unwrap();
+    assert_eq!(climbing.text().await.unwrap(), shared);
+    server.stop().await;
+}

@@ -1,0 +1,441 @@
+//! Issue 41: tracking never makes a letter look worse to a spam filter.
+//! Every letter of fixtures/email-corpus is built untracked and in every
+//! tracking mode and scored by SpamAssassin (local tests, no Bayes) and by
+//! a private rspamd on loopback (network checks off), both from Debian's
+//! packages (scripts/prepare.d/70-spam-filters.sh). And the honeypot is
+//! not listed by the text browsers readers use (lynx, w3m).
+
+use crate::common::build::options;
+use crate::common::TestDb;
+use linktrack::builder;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A tracking host under a real top-level domain: rspamd recognises a URL
+/// in the text part only under a known TLD, so `.test` would hide the
+/// text part's links from it. Nothing is resolved (DNS is off).
+const BASE: &str = "https://click.example.com";
+
+const TRACKED_MODES: [&str; 5] = ["all", "clicks", "opens", "anonymous", "last_open_day"];
+
+fn corpus() -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/email-corpus");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "html"))
+        .collect();
+    files.sort();
+    files
+}
+
+fn need(tool: &str) {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        found,
+        "{tool} is missing: run scripts/prepare.d/70-spam-filters.sh (Debian's spamassassin, rspamd, lynx, w3m)"
+    );
+}
+
+/// Builds `html` as one letter in `mode` and returns its JSON line.
+async fn build_one(
+    db: &TestDb,
+    dir: &Path,
+    id: &str,
+    html: &str,
+    mode: &str,
+    extra: &serde_json::Value,
+) -> serde_json::Value {
+    let mut mailing = serde_json::json!({
+        "mailing_id": id, "subject": "Our news this week",
+        "from": "News <news@brand.example>", "html": html,
+        "personalize": false, "track": mode,
+    });
+    if let (Some(mailing), Some(extra)) = (mailing.as_object_mut(), extra.as_object()) {
+        mailing.extend(extra.clone());
+    }
+    let path = dir.join("m.json");
+    std::fs::write(&path, mailing.to_string()).unwrap();
+    std::fs::write(dir.join("r.jsonl"), "{\"email\":\"reader@example.com\"}\n").unwrap();
+    let mut options = options(dir, path, dir.join("r.jsonl"));
+    options.base_url = BASE.into();
+    let summary = builder::run(&db.pool, &options)
+        .await
+        .unwrap_or_else(|e| panic!("{id} ({mode}): {e}"));
+    assert_eq!(summary.letters_built, 1, "{id} ({mode}): {summary}");
+    let text = std::fs::read_to_string(dir.join("letters.jsonl")).unwrap();
+    serde_json::from_str(text.lines().next().unwrap()).unwrap()
+}
+
+/// A private rspamd on loopback: its own configuration directory, its DNS
+/// pointed at a closed loopback port, the modules that ask the network off.
+struct Rspamd {
+    child: Child,
+    address: String,
+    _dir: tempfile::TempDir,
+}
+
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+impl Rspamd {
+    fn start() -> Rspamd {
+        need("rspamd");
+        need("rspamc");
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for sub in ["local.d", "override.d", "db", "run"] {
+            std::fs::create_dir_all(root.join(sub)).unwrap();
+        }
+        let (normal, controller) = (free_port(), free_port());
+        let write = |file: &str, text: String| std::fs::write(root.join(file), text).unwrap();
+        write(
+            "local.d/options.inc",
+            "dns { nameserver = [\"127.0.0.1:9\"]; timeout = 0.2s; retransmits = 1; }\n\
+             disable_monitoring = true;\n"
+                .into(),
+        );
+        write(
+            "local.d/worker-normal.inc",
+            format!("bind_socket = \"127.0.0.1:{normal}\";\ncount = 1;\n"),
+        );
+        write(
+            "override.d/worker-controller.inc",
+            format!("bind_socket = \"127.0.0.1:{controller}\";\ncount = 1;\n"),
+        );
+        write(
+            "local.d/logging.inc",
+            format!(
+                "type = \"file\";\nfilename = \"{}\";\nlevel = \"error\";\n",
+                root.join("rspamd.log").display()
+            ),
+        );
+        for off in [
+            "worker-proxy.inc",
+            "worker-fuzzy.inc",
+            "fuzzy_check.conf",
+            "rbl.conf",
+            "asn.conf",
+            "dkim.conf",
+            "spf.conf",
+            "dmarc.conf",
+            "mx_check.conf",
+            "neural.conf",
+            "url_redirector.conf",
+            "rspamd_update.conf",
+        ] {
+            write(&format!("override.d/{off}"), "enabled = false;\n".into());
+        }
+        let var = |name: &str, path: &Path| format!("{name}={}", path.display());
+        let child = Command::new("rspamd")
+            .args([
+                "-f",
+                "-i",
+                "-u",
+                "root",
+                "-g",
+                "root",
+                "-c",
+                "/etc/rspamd/rspamd.conf",
+            ])
+            .arg("--var")
+            .arg(var("LOCAL_CONFDIR", root))
+            .arg("--var")
+            .arg(var("DBDIR", &root.join("db")))
+            .arg("--var")
+            .arg(var("RUNDIR", &root.join("run")))
+            .arg("--var")
+            .arg(var("LOGDIR", root))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting rspamd");
+        let rspamd = Rspamd {
+            child,
+            address: format!("127.0.0.1:{normal}"),
+            _dir: dir,
+        };
+        rspamd.wait_ready();
+        rspamd
+    }
+
+    fn wait_ready(&self) {
+        let started = Instant::now();
+        let url = format!("http://{}/ping", self.address);
+        loop {
+            let pong = Command::new("curl")
+                .args(["-s", "--max-time", "2", &url])
+                .output()
+                .is_ok_and(|out| out.stdout.starts_with(b"pong"));
+            if pong {
+                return;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(240),
+                "rspamd did not answer on {} within 240 s",
+                self.address
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    /// The symbols rspamd finds in each file.
+    fn symbols(&self, files: &[PathBuf]) -> BTreeMap<PathBuf, BTreeSet<String>> {
+        let mut found = BTreeMap::new();
+        for chunk in files.chunks(40) {
+            let out = Command::new("rspamc")
+                .args(["-h", &self.address, "-t", "60"])
+                .args(chunk)
+                .output()
+                .expect("running rspamc");
+            let text = String::from_utf8_lossy(&out.stdout);
+            let mut current: Option<PathBuf> = None;
+            for line in text.lines() {
+                if let Some(rest) = line.strip_prefix("Results for file: ") {
+                    let name = rest.rsplit_once(" (").map_or(rest, |(name, _)| name);
+                    current = Some(PathBuf::from(name));
+                    found.insert(PathBuf::from(name), BTreeSet::new());
+                } else if let (Some(file), Some(rest)) = (&current, line.strip_prefix("Symbol: ")) {
+                    let name = rest.split([' ', '(']).next().unwrap_or(rest).to_owned();
+                    found.get_mut(file).unwrap().insert(name);
+                }
+            }
+        }
+        for file in files {
+            assert!(
+                found.contains_key(file),
+                "rspamc gave no result for {}",
+                file.display()
+            );
+        }
+        found
+    }
+}
+
+impl Drop for Rspamd {
+    fn drop(&mut self) {
+        // SIGTERM lets the main process stop its workers.
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// SpamAssassin's score and rules for each file, local tests only, in one
+/// process (loading the rules takes seconds).
+fn spamassassin(files: &[PathBuf], state: &Path) -> BTreeMap<PathBuf, (f64, BTreeSet<String>)> {
+    need("spamassassin");
+    const SCRIPT: &str = r#"
+use strict; use warnings; use Mail::SpamAssassin;
+my $sa = Mail::SpamAssassin->new({ local_tests_only => 1, dont_copy_prefs => 1,
+  userprefs_filename => '/dev/null', userstate_dir => shift @ARGV,
+  post_config_text => "use_bayes 0\nbayes_auto_learn 0\n" });
+$sa->init(1);
+for my $file (@ARGV) {
+  open(my $fh, '<', $file) or die "$file: $!"; my @lines = <$fh>; close $fh;
+  my $mail = $sa->parse(\@lines); my $status = $sa->check($mail);
+  printf "%s\t%.3f\t%s\n", $file, $status->get_score, $status->get_names_of_tests_hit;
+  $status->finish; $mail->finish;
+}
+"#;
+    let out = Command::new("perl")
+        .arg("-e")
+        .arg(SCRIPT)
+        .arg(state)
+        .args(files)
+        .output()
+        .expect("running perl with Mail::SpamAssassin");
+    assert!(
+        out.status.success(),
+        "SpamAssassin: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut found = BTreeMap::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let mut fields = line.split('\t');
+        let (Some(file), Some(score), rules) = (fields.next(), fields.next(), fields.next()) else {
+            continue;
+        };
+        let rules = rules
+            .unwrap_or("")
+            .split(',')
+            .filter(|r| !r.is_empty())
+            .map(str::to_owned)
+            .collect();
+        found.insert(PathBuf::from(file), (score.parse().unwrap(), rules));
+    }
+    for file in files {
+        assert!(
+            found.contains_key(file),
+            "SpamAssassin gave no result for {}",
+            file.display()
+        );
+    }
+    found
+}
+
+/// The corpus built untracked and in every mode: (file index, mode) -> .eml.
+async fn build_corpus(
+    db: &TestDb,
+    dir: &Path,
+    extra: serde_json::Value,
+) -> BTreeMap<(usize, String), PathBuf> {
+    let mut messages = BTreeMap::new();
+    let work = dir.join("build");
+    std::fs::create_dir_all(&work).unwrap();
+    for (n, file) in corpus().iter().enumerate() {
+        let html = std::fs::read_to_string(file).unwrap();
+        for mode in std::iter::once("none").chain(TRACKED_MODES) {
+            let id = format!("f-{n}-{mode}");
+            let letter = build_one(db, &work, &id, &html, mode, &extra).await;
+            let path = dir.join(format!("{n:02}-{mode}.eml"));
+            std::fs::write(&path, letter["message"].as_str().unwrap()).unwrap();
+            messages.insert((n, mode.to_owned()), path);
+        }
+    }
+    messages
+}
+
+#[tokio::test]
+async fn no_corpus_letter_scores_worse_tracked_in_any_mode() {
+    let rspamd = Rspamd::start();
+    let db = TestDb::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let messages = build_corpus(&db, dir.path(), serde_json::json!({})).await;
+    let files: Vec<PathBuf> = messages.values().cloned().collect();
+    let assassin = spamassassin(&files, dir.path());
+    let symbols = rspamd.symbols(&files);
+    let names = corpus();
+    let mut worse = Vec::new();
+    for ((n, mode), path) in &messages {
+        if mode == "none" {
+            continue;
+        }
+        let untracked = &messages[&(*n, "none".to_owned())];
+        let (score, rules) = &assassin[path];
+        let (base_score, base_rules) = &assassin[untracked];
+        let new_symbols: Vec<_> = symbols[path].difference(&symbols[untracked]).collect();
+        if *score > base_score + 0.1 + 1e-9 || !new_symbols.is_empty() {
+            worse.push(format!(
+                "{} ({mode}): SpamAssassin {base_score:.3} -> {score:.3} (new rules {:?}), new rspamd symbols {new_symbols:?}",
+                names[*n].file_name().unwrap().to_string_lossy(),
+                rules.difference(base_rules).collect::<Vec<_>>(),
+            ));
+        }
+    }
+    assert!(
+        worse.is_empty(),
+        "{} of {} tracked letters look worse than untracked:\n{}",
+        worse.len(),
+        messages.len() - names.len(),
+        worse.join("\n")
+    );
+    assert_eq!(messages.len(), names.len() * 6);
+}
+
+/// What a text browser lists of a letter's HTML.
+fn dumped(tool: &str, html: &Path) -> String {
+    need(tool);
+    let out = match tool {
+        "lynx" => Command::new("lynx")
+            .args(["-dump", "-force_html"])
+            .arg(html)
+            .output(),
+        _ => Command::new("w3m")
+            .args(["-dump", "-o", "display_link_number=1", "-T", "text/html"])
+            .arg(html)
+            .output(),
+    }
+    .unwrap_or_else(|e| panic!("running {tool}: {e}"));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test]
+async fn text_browsers_do_not_list_the_honeypot_but_scanners_find_it() {
+    let db = TestDb::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let html = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/newsletter.html"),
+    )
+    .unwrap();
+    let letter = build_one(
+        &db,
+        dir.path(),
+        "hp",
+        &html,
+        "all",
+        &serde_json::json!({"personalize": false}),
+    )
+    .await;
+    let html = letter["html"].as_str().unwrap();
+    let page = dir.path().join("letter.html");
+    std::fs::write(&page, html).unwrap();
+    let honeypot = honeypot_url(html);
+    // What a link scanner does: every href of the letter.
+    let hrefs: Vec<&str> = html
+        .match_indices("href=\"")
+        .map(|(at, m)| &html[at + m.len()..])
+        .map(|rest| &rest[..rest.find('"').unwrap()])
+        .collect();
+    assert!(
+        hrefs.contains(&honeypot.as_str()),
+        "a scanner walking hrefs finds {honeypot}"
+    );
+    let clicks: Vec<&&str> = hrefs
+        .iter()
+        .filter(|h| h.starts_with(&format!("{BASE}/c/")) && **h != honeypot)
+        .collect();
+    assert!(!clicks.is_empty());
+    for tool in ["lynx", "w3m"] {
+        let listed = dumped(tool, &page);
+        assert!(
+            clicks.iter().any(|click| listed.contains(**click)),
+            "{tool} lists the letter's tracked links (else this test proves nothing):\n{listed}"
+        );
+        assert!(
+            !listed.contains(&honeypot),
+            "{tool} lists the honeypot {honeypot}:\n{listed}"
+        );
+    }
+    // Outside any <map>, hidden from the accessibility tree and the keyboard.
+    let tag_start = html.find(&format!("href=\"{honeypot}\"")).unwrap();
+    let tag_open = html[..tag_start].rfind('<').unwrap();
+    let tag = &html[tag_open..tag_open + html[tag_open..].find('>').unwrap() + 1];
+    assert!(tag.starts_with("<area "), "{tag}");
+    assert!(
+        tag.contains("aria-hidden=\"true\"") && tag.contains("tabindex=\"-1\""),
+        "{tag}"
+    );
+    let maps_open = html[..tag_open].matches("<map").count();
+    let maps_closed = html[..tag_open].matches("</map>").count();
+    assert_eq!(maps_open, maps_closed, "the honeypot is in no <map>");
+}
+
+/// The honeypot's URL: the `/c/` link whose row is the honeypot, found
+/// here as the `/c/` href of an `<area>` with `aria-hidden`.
+fn honeypot_url(html: &str) -> String {
+    let marker = "\" aria-hidden=\"true\"";
+    let needle = format!("<area href=\"{BASE}/c/");
+    let at = html.find(&needle).expect("a honeypot link");
+    let url_start = at + "<area href=\"".len();
+    let url_end = url_start + html[url_start..].find('"').unwrap();
+    assert!(html[url_end..].starts_with(marker));
+    html[url_start..url_end].to_owned()
+}
