@@ -96,7 +96,10 @@
 //!     (`output.rs`), handed to the pool (`delivery.rs`), the progress bar
 //!     (`progress.rs`).
 //! 20. [`demo`]: `linktrack demo`, the whole loop on the compiled-in fixtures.
-//! 21. [`server`]: `linktrack serve`. [`server::App`] (`server/app.rs`) is the
+//! 21. [`export`]: the recipients export (one row per letter with its
+//!     engagement, CSV or JSON lines), streamed page by page; the API and
+//!     `linktrack export recipients` write it.
+//! 22. [`server`]: `linktrack serve`. [`server::App`] (`server/app.rs`) is the
 //!     one wiring (listeners, event pipeline, workers, ordered shutdown);
 //!     connections served with limits (`listen.rs`); thin handlers for `/c`,
 //!     `/o`, `/u`, `/i` and health (`handlers.rs`) with the `Tracked`
@@ -110,7 +113,7 @@
 //!     `/readyz` are on the admin listener.
 //!
 //! Command line:
-//! 22. [`cli`]: the command line (clap stops here): its flags in
+//! 23. [`cli`]: the command line (clap stops here): its flags in
 //!     `cli/args/`, one file per command group; runners that turn them into
 //!     the settings structs below and print what was done (`cli/mod.rs`
 //!     dispatches; `database.rs`, `mailing.rs`, `secrets.rs`, `serve.rs`,
@@ -128,6 +131,7 @@ pub mod demo;
 pub mod error_report;
 pub mod event;
 pub mod events;
+pub mod export;
 pub mod kind;
 pub mod letter;
 pub mod live;

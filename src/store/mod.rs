@@ -6,6 +6,7 @@ pub mod cluster;
 pub(crate) mod connect_error;
 pub mod dashboard_sessions;
 pub mod deliveries;
+pub mod engagement;
 pub mod erase;
 pub mod events;
 pub mod link_templates;

@@ -16,6 +16,7 @@ mod delivery;
 mod demo;
 mod deploy;
 mod expired_links;
+mod export;
 mod first_hour;
 mod first_run;
 mod held_events;
