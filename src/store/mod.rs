@@ -2,6 +2,7 @@
 //! runs. Nothing outside this module writes SQL.
 
 pub mod address_list;
+pub mod breakdowns;
 pub mod cluster;
 pub(crate) mod connect_error;
 pub mod dashboard_sessions;

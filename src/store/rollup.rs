@@ -410,6 +410,10 @@ async fn add_batch(conn: &mut MySqlConnection, batch: &RolledBatch) -> Result<()
             .execute(&mut *conn)
             .await?;
     }
+    // Breakdowns by client, OS, device and provider: the batch's new user
+    // agents classified first (once per installation), then one pass.
+    super::breakdowns::classify_new_agents(conn, batch).await?;
+    super::breakdowns::add_batch(conn, batch, COUNTED_AS_BOT, REGULAR).await?;
     Ok(())
 }
 

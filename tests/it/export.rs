@@ -1,7 +1,9 @@
-//! The recipients export (issue 42) on letters the builder made and hits a
-//! real server took: the API's CSV and JSON lines and the command's output
-//! agree with a brute-force count over `events`, pages are crossed, and
-//! nobody who may not be shown appears with an address.
+//! Engagement data out (issue 42) on letters the builder made and hits a
+//! real server took. The recipients export: the API's CSV and JSON lines
+//! and the command's output agree with a brute-force count over `events`,
+//! pages are crossed, and nobody who may not be shown appears with an
+//! address. The breakdowns: real-shaped user agents and recipients of
+//! every provider, the rollup's table against a count over `events`.
 
 use crate::common::build::{options, tracked_tokens};
 use crate::common::stats_api::{client as api_client, TOKEN};
@@ -25,9 +27,19 @@ const FORMULA: &str = "=1+1@example.com";
 
 /// Build the mailing for `recipients`; the letters as the output has them.
 async fn build(db: &TestDb, dir: &std::path::Path, recipients: &[Value]) -> Vec<Value> {
+    build_mailing(db, dir, MAILING, recipients).await
+}
+
+/// Build mailing `id` for `recipients`.
+async fn build_mailing(
+    db: &TestDb,
+    dir: &std::path::Path,
+    id: &str,
+    recipients: &[Value],
+) -> Vec<Value> {
     let html = "<p>Hi</p><a href=\"https://example.com/one\">one</a> \
                 <a href=\"https://example.com/two\">two</a></body>";
-    let mailing = json!({"mailing_id": MAILING, "subject": "S", "from": "news@example.com",
+    let mailing = json!({"mailing_id": id, "subject": "S", "from": "news@example.com",
         "html": html});
     let (m, r) = (dir.join("m.json"), dir.join("r.jsonl"));
     std::fs::write(&m, mailing.to_string()).unwrap();
@@ -368,4 +380,241 @@ async fn recipients_export_agrees_with_the_events_and_shows_nobody_withheld() {
         .unwrap();
     let backfilled: Vec<TableRow> = sqlx::query_as(table).fetch_all(&db.pool).await.unwrap();
     assert_eq!(backfilled, rolled);
+}
+
+/// Real-shaped user agents of mail clients, proxies and browsers.
+const AGENTS: [&str; 8] = [
+    "Mozilla/5.0 (Windows NT 5.1; rv:11.0) Gecko Firefox/11.0 (via ggpht.com GoogleImageProxy)",
+    "Mozilla/5.0",
+    "Microsoft Office/16.0 (Windows NT 10.0; Microsoft Outlook 16.0.17231; Pro)",
+    "Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Thunderbird/128.3.0",
+    "Mozilla/5.0 (iPhone; CPU iPhone OS 17_4 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Mobile/15E148 GmailApp/6.0.240310",
+    "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/124.0.0.0 Safari/537.36",
+    "Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.4 Safari/605.1.15",
+    "Mozilla/5.0 (Linux; Android 14; Pixel 8) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/124.0.0.0 Mobile Safari/537.36",
+];
+
+/// (dimension, value, kind, bot) -> events, as `stats_breakdowns` keys them.
+type Counts = BTreeMap<(String, String, String, bool), u64>;
+
+/// The breakdowns by brute force: every open and click of `mailing` read
+/// back, its user agent classified and its address's provider looked up
+/// here, counted here.
+async fn breakdowns_by_brute_force(pool: &sqlx::MySqlPool, mailing: &str) -> Counts {
+    let rows: Vec<(String, i8, Option<String>, Option<String>)> = sqlx::query_as(
+        "SELECT CAST(kind AS CHAR), bot, user_agent, email FROM events \
+         WHERE mailing_id = ? AND kind IN ('open', 'click') AND COALESCE(link_id, 1) <> 0",
+    )
+    .bind(mailing)
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    let classifier = linktrack::bots::clients::Classifier::default();
+    let mut counts = Counts::new();
+    for (kind, bot, agent, email) in rows {
+        let class = classifier.classify(agent.as_deref());
+        let provider = email
+            .as_deref()
+            .map_or("unknown", linktrack::address::mailbox_provider);
+        for (dimension, value) in [
+            ("client", class.client.clone()),
+            ("client_type", class.client_type.as_str().to_owned()),
+            ("os", class.os.clone()),
+            ("device", class.device.as_str().to_owned()),
+            ("provider", provider.to_owned()),
+        ] {
+            *counts
+                .entry((dimension.into(), value, kind.clone(), bot != 0))
+                .or_default() += 1;
+        }
+    }
+    counts
+}
+
+async fn rolled_breakdowns(pool: &sqlx::MySqlPool, mailing: &str) -> Counts {
+    let rows: Vec<(String, String, String, i8, u64)> = sqlx::query_as(
+        "SELECT CAST(dimension AS CHAR), value, CAST(kind AS CHAR), bot, n \
+         FROM stats_breakdowns WHERE mailing_id = ?",
+    )
+    .bind(mailing)
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    rows.into_iter()
+        .map(|(d, v, k, b, n)| ((d, v, k, b != 0), n))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn breakdowns_by_client_os_device_and_provider_agree_with_the_events() {
+    let db = TestDb::with_days_since(days_ago(1)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let people = [
+        "ann@gmail.com",
+        "bob@hotmail.com",
+        "cy@yahoo.com",
+        "dee@icloud.com",
+        "eve@example.org",
+        "fay@outlook.com",
+        "gus@googlemail.com",
+        "hal@me.com",
+    ];
+    let mut recipients: Vec<Value> = people.iter().map(|p| json!({ "email": p })).collect();
+    recipients.push(json!({"email": "ivy@gmail.com", "linktrack_track": "anonymous"}));
+    let letters = build_mailing(&db, dir.path(), "m-clients", &recipients).await;
+    let other_dir = tempfile::tempdir().unwrap();
+    let other = build_mailing(
+        &db,
+        other_dir.path(),
+        "m-other",
+        &[json!({"email": "zed@gmail.com"})],
+    )
+    .await;
+
+    let mut settings = test_settings();
+    settings.bots.min_click_delay = Duration::ZERO;
+    settings.bots.burst_links = 1_000;
+    let app = TestServer::start(server_pool(&db).await, |s| AppSettings {
+        server: settings,
+        api_token: Some(TOKEN.into()),
+        ..quick(s)
+    })
+    .await;
+    let send = |agent: &'static str, path: String| {
+        let url = app.url(&path);
+        async move {
+            let http = reqwest::Client::builder()
+                .user_agent(agent)
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .unwrap();
+            let status = http.get(url).send().await.unwrap().status();
+            assert!(
+                status.is_success() || status.is_redirection(),
+                "{path}: {status}"
+            );
+        }
+    };
+    // Each person reads with one client; browsers also click.
+    let mut expected_events = 0;
+    for (i, person) in people.iter().enumerate() {
+        let l = letter(&letters, person);
+        let agent = AGENTS[i % AGENTS.len()];
+        send(agent, format!("/o/{}.gif", tokens(l, LinkKind::Pixel)[0])).await;
+        expected_events += 1;
+        if agent.contains("Chrome") || agent.contains("Safari") || agent.contains("Thunderbird") {
+            send(agent, format!("/c/{}", tokens(l, LinkKind::Click)[0])).await;
+            expected_events += 1;
+        }
+    }
+    // The anonymous reader (no address, no provider) and a scanner.
+    let ivy = letter(&letters, "ivy@gmail.com");
+    send(
+        AGENTS[5],
+        format!("/o/{}.gif", tokens(ivy, LinkKind::Pixel)[0]),
+    )
+    .await;
+    send(
+        "curl/8.5.0",
+        format!("/c/{}", tokens(ivy, LinkKind::Click)[1]),
+    )
+    .await;
+    let zed = letter(&other, "zed@gmail.com");
+    send(
+        AGENTS[2],
+        format!("/o/{}.gif", tokens(zed, LinkKind::Pixel)[0]),
+    )
+    .await;
+    expected_events += 3;
+    let stored = wait_for_events(&db.pool, expected_events).await;
+    assert_eq!(stored.len(), expected_events, "{stored:?}");
+    // Two rollups: the second batch meets user agents already classified.
+    let options = rollup::RollupOptions {
+        limit: 7,
+        ..lenient_rollup()
+    };
+    let report = rollup::rollup_with(&db.pool, &options).await.unwrap();
+    assert!(report.batches.len() >= 2, "{report}");
+
+    let truth = breakdowns_by_brute_force(&db.pool, "m-clients").await;
+    assert_eq!(rolled_breakdowns(&db.pool, "m-clients").await, truth);
+    let classes: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM user_agent_classes")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let agents: i64 = sqlx::query_scalar(
+        "SELECT COUNT(DISTINCT user_agent) FROM events WHERE kind IN ('open', 'click')",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert!(agents >= AGENTS.len() as i64, "{agents}");
+    assert_eq!(classes, agents, "each user agent classified once");
+
+    // The API: humans' counts, bots beside, most first.
+    let answer = get(&app, "/api/mailings/m-clients/breakdowns", Some(TOKEN))
+        .await
+        .text()
+        .await
+        .unwrap();
+    let answer: Value = serde_json::from_str(&answer).unwrap();
+    let share = |side: &str, dimension: &str, value: &str| -> (u64, u64) {
+        answer[side][dimension]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["value"] == value)
+            .map(|s| (s["n"].as_u64().unwrap(), s["bots"].as_u64().unwrap()))
+            .unwrap_or_else(|| panic!("no {side}/{dimension}/{value}: {answer}"))
+    };
+    assert_eq!(share("opens", "client", "Outlook"), (1, 0));
+    assert_eq!(share("opens", "client", "Gmail image proxy").0, 1);
+    assert_eq!(
+        share("opens", "client", "Apple Mail Privacy Protection"),
+        (0, 1)
+    );
+    assert_eq!(share("opens", "client", "Thunderbird"), (1, 0));
+    assert_eq!(share("opens", "client", "Gmail app"), (1, 0));
+    assert_eq!(share("clicks", "client_type", "webmail").0, 3);
+    assert_eq!(share("opens", "provider", "Gmail"), (2, 0));
+    assert_eq!(
+        share("opens", "provider", "Microsoft"),
+        (1, 1),
+        "Bob's prefetch, beside"
+    );
+    assert_eq!(share("opens", "provider", "Apple"), (2, 0));
+    assert_eq!(
+        share("opens", "provider", "unknown"),
+        (1, 0),
+        "the anonymous reader"
+    );
+    assert_eq!(
+        share("clicks", "provider", "unknown").1,
+        1,
+        "the scanner, beside"
+    );
+    assert_eq!(share("opens", "device", "mobile"), (2, 0), "{answer}");
+    let opens = answer["opens"]["client"].as_array().unwrap();
+    assert!(opens
+        .windows(2)
+        .all(|w| w[0]["n"].as_u64() >= w[1]["n"].as_u64()));
+
+    // Every mailing together: the other mailing's Outlook open is added.
+    let overall = get(&app, "/api/breakdowns", Some(TOKEN))
+        .await
+        .text()
+        .await
+        .unwrap();
+    let overall: Value = serde_json::from_str(&overall).unwrap();
+    assert_eq!(overall["mailing_id"], Value::Null);
+    let outlook = overall["opens"]["client"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["value"] == "Outlook")
+        .unwrap();
+    assert_eq!(outlook["n"], 2);
+    let unknown = get(&app, "/api/mailings/nope/breakdowns", Some(TOKEN)).await;
+    assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
+    app.stop().await;
 }

@@ -72,6 +72,8 @@ pub fn router(state: StatsState) -> Router {
         .route("/api/mailings/{id}/stats", get(api::stats))
         .route("/api/mailings/{id}/segment", get(api::segment))
         .route("/api/mailings/{id}/recipients", get(export::recipients))
+        .route("/api/mailings/{id}/breakdowns", get(api::breakdowns))
+        .route("/api/breakdowns", get(api::breakdowns_overall))
         .route("/mailings", get(dashboard::index))
         .route("/mailings/{id}", get(dashboard::mailing))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::require));
