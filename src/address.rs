@@ -374,6 +374,62 @@ pub fn csv_safe(value: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
+/// Mailbox providers by the domains of their consumer addresses (issue 42,
+/// the breakdowns): a recipient's provider is read from the address's
+/// domain (normalised: lowercase, A-labels). Other domains are "other"
+/// (company mail hosted anywhere cannot be told from the address alone).
+pub const MAILBOX_PROVIDERS: &[(&str, &[&str])] = &[
+    ("Gmail", &["gmail.com", "googlemail.com"]),
+    (
+        "Microsoft",
+        &[
+            "outlook.com",
+            "hotmail.com",
+            "live.com",
+            "msn.com",
+            "hotmail.co.uk",
+            "hotmail.fr",
+            "hotmail.de",
+            "hotmail.it",
+            "hotmail.es",
+            "outlook.fr",
+            "outlook.de",
+            "live.co.uk",
+            "live.fr",
+            "live.de",
+        ],
+    ),
+    (
+        "Yahoo",
+        &[
+            "yahoo.com",
+            "ymail.com",
+            "rocketmail.com",
+            "aol.com",
+            "yahoo.co.uk",
+            "yahoo.fr",
+            "yahoo.de",
+            "yahoo.it",
+            "yahoo.es",
+            "yahoo.co.jp",
+        ],
+    ),
+    ("Apple", &["icloud.com", "me.com", "mac.com"]),
+];
+
+/// The mailbox provider of an address ([`MAILBOX_PROVIDERS`]), "other"
+/// for any other domain, "unknown" without an address.
+pub fn mailbox_provider(address: &str) -> &'static str {
+    let Some((_, domain)) = address.rsplit_once('@') else {
+        return "unknown";
+    };
+    let domain = domain.to_ascii_lowercase();
+    MAILBOX_PROVIDERS
+        .iter()
+        .find(|(_, domains)| domains.contains(&domain.as_str()))
+        .map_or("other", |(provider, _)| provider)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -110,7 +110,10 @@
 //!     (`output.rs`), handed to the pool (`delivery.rs`), the progress bar
 //!     (`progress.rs`).
 //! 23. [`demo`]: `linktrack demo`, the whole loop on the compiled-in fixtures.
-//! 24. [`server`]: `linktrack serve`. [`server::App`] (`server/app.rs`) is the
+//! 24. [`export`]: the recipients export (one row per letter with its
+//!     engagement, CSV or JSON lines), streamed page by page; the API and
+//!     `linktrack export recipients` write it.
+//! 25. [`server`]: `linktrack serve`. [`server::App`] (`server/app.rs`) is the
 //!     one wiring (listeners, event pipeline, workers, ordered shutdown);
 //!     connections served with limits (`listen.rs`); only known hosts
 //!     answered once tracking domains exist (`hosts.rs`); thin handlers for `/c`,
@@ -126,7 +129,7 @@
 //!     `/readyz` are on the admin listener.
 //!
 //! Command line:
-//! 25. [`cli`]: the command line (clap stops here): its flags in
+//! 26. [`cli`]: the command line (clap stops here): its flags in
 //!     `cli/args/`, one file per command group; runners that turn them into
 //!     the settings structs below and print what was done (`cli/mod.rs`
 //!     dispatches; `database.rs`, `mailing.rs`, `secrets.rs`, `serve.rs`,
@@ -147,6 +150,7 @@ pub mod domains;
 pub mod error_report;
 pub mod event;
 pub mod events;
+pub mod export;
 pub mod kind;
 pub mod letter;
 pub mod live;

@@ -16,6 +16,7 @@
 //! settling verdicts are in [`verdicts`], the scanner networks they read in
 //! [`networks`].
 
+pub mod clients;
 pub mod networks;
 pub mod verdicts;
 

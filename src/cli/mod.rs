@@ -17,6 +17,7 @@ pub mod args;
 mod bounces;
 mod database;
 mod domains;
+mod export;
 mod mailing;
 mod secrets;
 mod serve;
@@ -95,6 +96,9 @@ async fn run_command(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Erase(args) => mailing::erase(url, &args).await?,
         Command::Segment(args) => mailing::segment(url, &args).await?,
         Command::Stats(StatsCommand::Rollup(args)) => mailing::rollup(url, &args).await?,
+        Command::Export(args::export::ExportCommand::Recipients(args)) => {
+            export::recipients(url, &args).await?
+        }
         Command::Webhooks(WebhooksCommand::List(args)) => {
             webhooks::webhooks_list(url, &args.outbound).await?
         }

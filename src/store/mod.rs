@@ -3,10 +3,12 @@
 
 pub mod address_list;
 pub mod bounces;
+pub mod breakdowns;
 pub mod cluster;
 pub(crate) mod connect_error;
 pub mod dashboard_sessions;
 pub mod deliveries;
+pub mod engagement;
 pub mod erase;
 pub mod events;
 pub mod link_templates;

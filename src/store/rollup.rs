@@ -379,6 +379,15 @@ async fn add_batch(conn: &mut MySqlConnection, batch: &RolledBatch) -> Result<()
            WHERE {RANGE} AND mailing_id IS NOT NULL AND link_id = 0 \
            GROUP BY mailing_id, p, kind, b) AS s \
          ON DUPLICATE KEY UPDATE n = n + s.c",
+        // Per letter, for the recipients export: kind, clicked position,
+        // count and first time. Letter 0 holds shared rows: not a letter.
+        "INSERT INTO stats_letter_events (mailing_id, letter_id, kind, position, bot, n, first_at) \
+         SELECT * FROM (SELECT mailing_id, letter_id, kind, \
+           IF(kind = 'click', COALESCE(position, 0), 0) AS p, {BOT} AS b, \
+           COUNT(*) AS c, MIN(occurred_at) AS f FROM events \
+           WHERE {RANGE} AND mailing_id IS NOT NULL AND {REGULAR} AND letter_id > 0 \
+           GROUP BY mailing_id, letter_id, kind, p, b) AS s \
+         ON DUPLICATE KEY UPDATE n = n + s.c, first_at = LEAST(first_at, s.f)",
         // Letter 0 holds the mailing's shared image rows: not a letter.
         "INSERT IGNORE INTO stats_first_seen (mailing_id, kind, position, bot, letter_id, first_at, rolled_by) \
          SELECT mailing_id, kind, 0, {BOT} AS b, letter_id, MIN(occurred_at), {LAST} FROM events \
@@ -417,6 +426,10 @@ async fn add_batch(conn: &mut MySqlConnection, batch: &RolledBatch) -> Result<()
             .execute(&mut *conn)
             .await?;
     }
+    // Breakdowns by client, OS, device and provider: the batch's new user
+    // agents classified first (once per installation), then one pass.
+    super::breakdowns::classify_new_agents(conn, batch).await?;
+    super::breakdowns::add_batch(conn, batch, COUNTED_AS_BOT, REGULAR).await?;
     Ok(())
 }
 

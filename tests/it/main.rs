@@ -18,6 +18,7 @@ mod demo;
 mod deploy;
 mod domains;
 mod expired_links;
+mod export;
 mod filters;
 mod first_hour;
 mod first_run;

@@ -5,7 +5,7 @@
 //! below take, and nothing below `cli` imports clap.
 //!
 //! One file per command group: `database` (migrate, partitions, shards,
-//! erase, suppressions, tracking-optouts), `bounces`, `build`, `serve` (and what it
+//! erase, suppressions, tracking-optouts), `bounces`, `build`, `export`, `serve` (and what it
 //! shares with `demo` and `stats`: verdicts, live layer, segments),
 //! `webhooks` (and events out), `stats`, `demo`.
 
@@ -18,6 +18,7 @@ pub mod build;
 pub mod database;
 pub mod demo;
 pub mod domains;
+pub mod export;
 pub mod secrets;
 pub mod serve;
 pub mod stats;
@@ -27,6 +28,7 @@ use build::BuildArgs;
 use clap::{Args, Parser, Subcommand};
 use database::*;
 use demo::DemoArgs;
+use export::ExportCommand;
 use serve::*;
 use stats::StatsCommand;
 use webhooks::WebhooksCommand;
@@ -142,6 +144,10 @@ pub enum Command {
     /// Statistics maintenance.
     #[command(subcommand)]
     Stats(StatsCommand),
+    /// Engagement data out: `export recipients --mailing ID [--format
+    /// csv|jsonl]`, one row per letter (docs/operate.md, "Exports").
+    #[command(subcommand)]
+    Export(ExportCommand),
     /// Events out: the webhook and AMQP endpoints, their backlog and dead
     /// letters (the same settings as `serve`).
     #[command(subcommand)]

@@ -126,3 +126,39 @@ pub(crate) async fn segment(
         addresses,
     }))
 }
+
+/// The answer of the breakdown endpoints.
+#[derive(Debug, serde::Serialize)]
+pub(crate) struct BreakdownsResponse {
+    /// `null` for every mailing together.
+    pub mailing_id: Option<String>,
+    #[serde(flatten)]
+    pub breakdowns: crate::store::breakdowns::Breakdowns,
+}
+
+/// `GET /api/mailings/{id}/breakdowns`: opens and clicks by mail client,
+/// client type, OS, device and mailbox provider (humans' `n`, `bots` beside).
+pub(crate) async fn breakdowns(
+    State(state): State<StatsState>,
+    Path(id): Path<String>,
+) -> Result<Json<BreakdownsResponse>, StatsError> {
+    if !crate::store::engagement::mailing_known(&state.pool, &id).await? {
+        return Err(StatsError::UnknownMailing(id));
+    }
+    let breakdowns = crate::store::breakdowns::read(&state.pool, Some(&id)).await?;
+    Ok(Json(BreakdownsResponse {
+        mailing_id: Some(id),
+        breakdowns,
+    }))
+}
+
+/// `GET /api/breakdowns`: the same over every mailing.
+pub(crate) async fn breakdowns_overall(
+    State(state): State<StatsState>,
+) -> Result<Json<BreakdownsResponse>, StatsError> {
+    let breakdowns = crate::store::breakdowns::read(&state.pool, None).await?;
+    Ok(Json(BreakdownsResponse {
+        mailing_id: None,
+        breakdowns,
+    }))
+}

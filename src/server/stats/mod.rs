@@ -25,6 +25,7 @@ pub use auth::{LOGIN_WINDOW, MAX_FAILED_LOGINS, SESSION_TTL};
 pub(crate) mod chart;
 pub(crate) mod clickmap;
 pub(crate) mod dashboard;
+mod export;
 mod headers;
 
 use crate::live::Live;
@@ -71,6 +72,9 @@ pub fn router(state: StatsState) -> Router {
     let protected = Router::new()
         .route("/api/mailings/{id}/stats", get(api::stats))
         .route("/api/mailings/{id}/segment", get(api::segment))
+        .route("/api/mailings/{id}/recipients", get(export::recipients))
+        .route("/api/mailings/{id}/breakdowns", get(api::breakdowns))
+        .route("/api/breakdowns", get(api::breakdowns_overall))
         .route("/mailings", get(dashboard::index))
         .route("/mailings/{id}", get(dashboard::mailing))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::require));

@@ -1,0 +1,48 @@
+//! `linktrack export recipients`: the recipients export to standard output.
+
+use super::args::export::{ExportFormat, RecipientsArgs};
+use super::{counted, pool, StdoutClosed};
+use crate::export::{self, Format};
+use crate::store::engagement;
+use anyhow::Context;
+use futures_util::TryStreamExt;
+use std::io::Write;
+
+pub(super) async fn recipients(url: &str, args: &RecipientsArgs) -> anyhow::Result<()> {
+    let pool = pool(url).await?;
+    if !engagement::mailing_known(&pool, &args.mailing).await? {
+        anyhow::bail!("mailing {:?} not found", args.mailing);
+    }
+    let format = match args.format {
+        ExportFormat::Csv => Format::Csv,
+        ExportFormat::Jsonl => Format::Jsonl,
+    };
+    let mut chunks = std::pin::pin!(export::recipients(pool, args.mailing.clone(), format));
+    let (mut rows, mut withheld) = (0, 0);
+    let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
+    while let Some(chunk) = chunks.try_next().await? {
+        write_out(&mut stdout, &chunk.bytes)?;
+        rows += chunk.rows;
+        withheld += chunk.withheld;
+    }
+    match stdout.flush() {
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Err(StdoutClosed)?,
+        other => other.context("writing to standard output")?,
+    }
+    eprintln!(
+        "exported {} of mailing {}; {} left out (no address that may be shown)",
+        counted(rows, "letter", "letters"),
+        args.mailing,
+        withheld
+    );
+    Ok(())
+}
+
+/// Write to standard output; a closed pipe is [`StdoutClosed`] (a quiet exit).
+fn write_out(out: &mut impl Write, bytes: &[u8]) -> anyhow::Result<()> {
+    match out.write_all(bytes) {
+        Ok(()) => Ok(()),
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Err(StdoutClosed.into()),
+        Err(err) => Err(anyhow::Error::new(err).context("writing to standard output")),
+    }
+}

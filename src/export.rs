@@ -1,0 +1,281 @@
+//! The recipients export (issue 42): one row per letter of a mailing with
+//! its engagement, as CSV or JSON lines, streamed a page at a time
+//! ([`crate::store::engagement::page`]: keyset-paged by letter id), so memory stays
+//! flat whatever the mailing's size. `GET /api/mailings/{id}/recipients`
+//! and `linktrack export recipients` both write this stream.
+//!
+//! Columns: `letter_id`, `address`, `first_open` (UTC, RFC 3339), `opens`,
+//! `clicks`, `links_clicked` (positions; CSV: separated by spaces),
+//! `bot_opens`, `bot_clicks`, `unsubscribed`, `bounced`. Opens and clicks
+//! are the humans'; the bots' are beside them. Letters whose address may
+//! not be shown are left out (see [`crate::store::engagement`]).
+
+use crate::store::engagement::{self, LetterEngagement, PAGE_LETTERS};
+use crate::store::StoreError;
+use futures_util::stream::{self, Stream};
+use sqlx::MySqlPool;
+use std::fmt::Write as _;
+
+/// How the rows are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Format {
+    /// RFC 4180 with a header line, every value safe to open in a spreadsheet.
+    #[default]
+    Csv,
+    /// One JSON object per line.
+    Jsonl,
+}
+
+impl Format {
+    /// The media type of the HTTP answer.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Csv => "text/csv; charset=utf-8",
+            Format::Jsonl => "application/x-ndjson",
+        }
+    }
+
+    /// The file name extension.
+    pub fn extension(self) -> &'static str {
+        match self {
+            Format::Csv => "csv",
+            Format::Jsonl => "jsonl",
+        }
+    }
+}
+
+/// A format name that is neither `csv` nor `jsonl`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown export format {0:?} (expected csv or jsonl)")]
+pub struct UnknownFormat(pub String);
+
+impl std::str::FromStr for Format {
+    type Err = UnknownFormat;
+
+    fn from_str(name: &str) -> Result<Format, UnknownFormat> {
+        match name {
+            "csv" => Ok(Format::Csv),
+            "jsonl" | "ndjson" => Ok(Format::Jsonl),
+            other => Err(UnknownFormat(other.to_owned())),
+        }
+    }
+}
+
+/// One piece of the stream: the bytes of one page, and what it held.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Chunk {
+    pub bytes: Vec<u8>,
+    /// Letters written.
+    pub rows: u64,
+    /// Letters left out: no address that may be shown.
+    pub withheld: u64,
+}
+
+/// The CSV header line.
+pub const CSV_HEADER: &str = "letter_id,address,first_open,opens,clicks,links_clicked,\
+                              bot_opens,bot_clicks,unsubscribed,bounced\r\n";
+
+/// Where the stream is.
+enum Cursor {
+    Start,
+    After(u64),
+    Done,
+}
+
+/// The export of `mailing_id`, page by page (the CSV header comes with the
+/// first chunk). Check that the mailing exists first
+/// ([`engagement::mailing_known`]): an unknown one is simply empty here.
+pub fn recipients(
+    pool: MySqlPool,
+    mailing_id: String,
+    format: Format,
+) -> impl Stream<Item = Result<Chunk, StoreError>> + Send + 'static {
+    recipients_paged(pool, mailing_id, format, PAGE_LETTERS)
+}
+
+/// [`recipients`] with a page size of its own (tests use small pages to
+/// cross page bounds).
+pub fn recipients_paged(
+    pool: MySqlPool,
+    mailing_id: String,
+    format: Format,
+    page_letters: u32,
+) -> impl Stream<Item = Result<Chunk, StoreError>> + Send + 'static {
+    stream::try_unfold(Cursor::Start, move |cursor| {
+        let (pool, mailing_id) = (pool.clone(), mailing_id.clone());
+        async move {
+            let after = match cursor {
+                Cursor::Done => return Ok(None),
+                Cursor::Start => 0,
+                Cursor::After(id) => id,
+            };
+            let page = engagement::page(&pool, &mailing_id, after, page_letters).await?;
+            let mut bytes = Vec::with_capacity(page.rows.len() * 96 + CSV_HEADER.len());
+            if matches!(cursor, Cursor::Start) && format == Format::Csv {
+                bytes.extend_from_slice(CSV_HEADER.as_bytes());
+            }
+            for row in &page.rows {
+                write_row(&mut bytes, row, format);
+            }
+            let chunk = Chunk {
+                bytes,
+                rows: page.rows.len() as u64,
+                withheld: page.withheld,
+            };
+            let next = page.next_after.map_or(Cursor::Done, Cursor::After);
+            Ok(Some((chunk, next)))
+        }
+    })
+}
+
+/// Append one row in `format`.
+pub fn write_row(out: &mut Vec<u8>, row: &LetterEngagement, format: Format) {
+    match format {
+        Format::Csv => write_csv_row(out, row),
+        Format::Jsonl => {
+            // Serialising plain numbers, strings and a list cannot fail.
+            if serde_json::to_writer(&mut *out, &JsonRow::from(row)).is_ok() {
+                out.push(b'\n');
+            }
+        }
+    }
+}
+
+/// A row as JSON: `first_open` in RFC 3339 with milliseconds.
+#[derive(serde::Serialize)]
+struct JsonRow<'a> {
+    letter_id: u64,
+    address: &'a str,
+    first_open: Option<String>,
+    opens: u64,
+    clicks: u64,
+    links_clicked: &'a [u32],
+    bot_opens: u64,
+    bot_clicks: u64,
+    unsubscribed: bool,
+    bounced: bool,
+}
+
+impl<'a> From<&'a LetterEngagement> for JsonRow<'a> {
+    fn from(row: &'a LetterEngagement) -> JsonRow<'a> {
+        JsonRow {
+            letter_id: row.letter_id,
+            address: &row.address,
+            first_open: row.first_open.map(rfc3339),
+            opens: row.opens,
+            clicks: row.clicks,
+            links_clicked: &row.links_clicked,
+            bot_opens: row.bot_opens,
+            bot_clicks: row.bot_clicks,
+            unsubscribed: row.unsubscribed,
+            bounced: row.bounced,
+        }
+    }
+}
+
+fn rfc3339(at: chrono::DateTime<chrono::Utc>) -> String {
+    at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+fn write_csv_row(out: &mut Vec<u8>, row: &LetterEngagement) {
+    let mut line = String::with_capacity(96);
+    let _ = write!(line, "{},", row.letter_id);
+    push_csv_field(&mut line, &row.address);
+    line.push(',');
+    if let Some(at) = row.first_open {
+        line.push_str(&rfc3339(at));
+    }
+    let _ = write!(line, ",{},{},", row.opens, row.clicks);
+    let positions: Vec<String> = row.links_clicked.iter().map(u32::to_string).collect();
+    line.push_str(&positions.join(" "));
+    let _ = write!(
+        line,
+        ",{},{},{},{}\r\n",
+        row.bot_opens, row.bot_clicks, row.unsubscribed, row.bounced
+    );
+    out.extend_from_slice(line.as_bytes());
+}
+
+/// Append `value` as one CSV field: neutralised for spreadsheets
+/// ([`spreadsheet_safe`]), then quoted when it holds a comma, quote or
+/// line break.
+pub fn push_csv_field(line: &mut String, value: &str) {
+    let value = spreadsheet_safe(value);
+    if value.contains([',', '"', '\r', '\n']) {
+        line.push('"');
+        line.push_str(&value.replace('"', "\"\""));
+        line.push('"');
+    } else {
+        line.push_str(&value);
+    }
+}
+
+/// A text value a spreadsheet will show as text, never run as a formula:
+/// the one neutraliser every CSV or TSV linktrack writes uses
+/// ([`crate::address::csv_safe`]: a leading `'` before `=`, `+`, `-`, `@`,
+/// a tab or a carriage return).
+pub fn spreadsheet_safe(value: &str) -> std::borrow::Cow<'_, str> {
+    crate::address::csv_safe(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn row() -> LetterEngagement {
+        LetterEngagement {
+            letter_id: 7,
+            address: "=HYPERLINK(\"http://x\",\"y\")@example.com".into(),
+            first_open: chrono::Utc.with_ymd_and_hms(2026, 11, 26, 9, 0, 0).single(),
+            opens: 2,
+            clicks: 3,
+            links_clicked: vec![1, 3],
+            bot_opens: 1,
+            bot_clicks: 0,
+            unsubscribed: true,
+            bounced: false,
+        }
+    }
+
+    #[test]
+    fn formulas_are_neutralised_and_quoted() {
+        let mut out = Vec::new();
+        write_row(&mut out, &row(), Format::Csv);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "7,\"'=HYPERLINK(\"\"http://x\"\",\"\"y\"\")@example.com\",\
+             2026-11-26T09:00:00.000Z,2,3,1 3,1,0,true,false\r\n"
+        );
+        for risky in ["+1@x", "-1@x", "@x", "\tx", "\rx"] {
+            assert!(spreadsheet_safe(risky).starts_with('\''), "{risky:?}");
+        }
+        assert_eq!(spreadsheet_safe("a=b@x"), "a=b@x");
+    }
+
+    #[test]
+    fn json_lines_carry_the_same_values() {
+        let mut out = Vec::new();
+        write_row(&mut out, &row(), Format::Jsonl);
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.ends_with('\n'));
+        let value: serde_json::Value = serde_json::from_str(text.trim_end()).unwrap();
+        assert_eq!(
+            value["address"],
+            "=HYPERLINK(\"http://x\",\"y\")@example.com"
+        );
+        assert_eq!(value["links_clicked"], serde_json::json!([1, 3]));
+        assert_eq!(value["first_open"], "2026-11-26T09:00:00.000Z");
+        assert_eq!(value["bot_opens"], 1);
+    }
+
+    #[test]
+    fn formats_are_named_csv_and_jsonl() {
+        assert_eq!("csv".parse(), Ok(Format::Csv));
+        assert_eq!("jsonl".parse(), Ok(Format::Jsonl));
+        assert_eq!(
+            "xlsx".parse::<Format>().unwrap_err().to_string(),
+            "unknown export format \"xlsx\" (expected csv or jsonl)"
+        );
+    }
+}
