@@ -93,7 +93,8 @@ struct Args {
     #[arg(long)]
     keep: bool,
     /// Use this database as a kept (`--keep`) or interrupted run left it:
-    /// no loading; its events, none rolled yet, are the ones measured.
+    /// no loading; its events not rolled yet are the ones measured (one
+    /// partition's watermark: the bench's events are all of one day).
     #[arg(long, value_name = "DATABASE")]
     reuse: Option<String>,
 }
@@ -146,12 +147,15 @@ async fn run(args: &Args, db: &str, pool: &MySqlPool, first: NaiveDate) -> anyho
         args.intake
     );
     if args.reuse.is_some() {
-        let (events, end): (i64, Option<chrono::NaiveDateTime>) =
-            sqlx::query_as("SELECT COUNT(*), MAX(occurred_at) FROM events")
-                .fetch_one(pool)
-                .await?;
+        // Events not rolled yet (reset `rollup_state.last_id` to measure again).
+        let (events, end): (i64, Option<chrono::NaiveDateTime>) = sqlx::query_as(
+            "SELECT COUNT(*), MAX(occurred_at) FROM events \
+             WHERE id > (SELECT COALESCE(MAX(last_id), 0) FROM rollup_state)",
+        )
+        .fetch_one(pool)
+        .await?;
         let end = end.ok_or_else(|| anyhow::anyhow!("{db} has no events"))?;
-        println!("reused {db}: {events} events loaded before, the last at {end}");
+        println!("reused {db}: {events} events not rolled yet, the last at {end}");
         return measure(args, pool, end, events as u64).await;
     }
     // The loaded events end here and the intake's (one a millisecond)

@@ -231,7 +231,7 @@ impl App {
                 let _ = stopped.wait_for(|s| *s).await;
             }))
         });
-        let app = public_router(state, stats);
+        let app = public_router(state, stats).await;
         let mut public_stopped = stopped;
         listen::serve(public, app, limits, async move {
             tokio::select! {
@@ -273,11 +273,11 @@ impl App {
             let serving = listen::serve(listener, app, limits, std::future::pending());
             handles.push(tokio::spawn(serving).abort_handle());
         }
-        let app = public_router(state, stats);
         let serving = tokio::spawn(async move {
             // The pipeline and the workers live as long as the server task.
             let _pipeline = pipeline;
             let _workers = workers;
+            let app = public_router(state, stats).await;
             listen::serve(public, app, limits, std::future::pending()).await
         });
         handles.push(serving.abort_handle());

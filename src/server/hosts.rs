@@ -12,17 +12,31 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use sqlx::MySqlPool;
 use std::collections::HashSet;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
 
 /// How long the list of hosts is kept before it is read again: an added
 /// domain is answered on within this time.
 const REFRESH: Duration = Duration::from_secs(10);
 
+/// The hosts answered on, read from `tracking_domains` when the server
+/// starts and then again in the background: a request never waits for the
+/// database (a click while the database is away answers within
+/// `--db-timeout-ms`, not twice that) and an open reads nothing.
 pub(crate) struct KnownHosts {
     pool: MySqlPool,
     base_host: Option<String>,
-    added: moka::future::Cache<(), Arc<HashSet<String>>>,
+    known: RwLock<Known>,
+    refreshing: AtomicBool,
+}
+
+/// The added hosts as last read (`None`: never read), and when the last
+/// read was started.
+#[derive(Default)]
+struct Known {
+    added: Option<Arc<HashSet<String>>>,
+    read_at: Option<Instant>,
 }
 
 impl KnownHosts {
@@ -33,31 +47,22 @@ impl KnownHosts {
         KnownHosts {
             pool,
             base_host,
-            added: moka::future::Cache::builder()
-                .max_capacity(1)
-                .time_to_live(REFRESH)
-                .build(),
+            known: RwLock::new(Known::default()),
+            refreshing: AtomicBool::new(false),
         }
     }
 
-    /// Whether a request for `host` is answered. When the list cannot be
-    /// read (the database is down) every host is: the redirects keep
+    /// Whether a request for `host` is answered. While the list cannot be
+    /// read (the database is down) the last one read is used, and before
+    /// any could be read every host is answered: the redirects keep
     /// working from their cache, as they do for any other outage.
-    async fn answers(&self, host: Option<&str>) -> bool {
-        let loaded = self
-            .added
-            .try_get_with((), async {
-                tracking_domains::hosts(&self.pool)
-                    .await
-                    .map(|hosts| Arc::new(hosts.iter().map(|h| normalise(h)).collect()))
-            })
-            .await;
-        let added = match loaded {
-            Ok(added) => added,
-            Err(err) => {
-                tracing::debug!(%err, "tracking domains unread: answering every host");
-                return true;
-            }
+    fn answers(self: &Arc<Self>, host: Option<&str>) -> bool {
+        let (added, stale) = self.current();
+        if stale {
+            self.refresh_in_background();
+        }
+        let Some(added) = added else {
+            return true;
         };
         if added.is_empty() {
             return true;
@@ -66,6 +71,52 @@ impl KnownHosts {
             return false;
         };
         self.base_host.as_deref() == Some(host.as_str()) || added.contains(&host)
+    }
+
+    /// The list as last read, and whether it is due to be read again.
+    fn current(&self) -> (Option<Arc<HashSet<String>>>, bool) {
+        let known = self
+            .known
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let stale = known.read_at.is_none_or(|at| at.elapsed() >= REFRESH);
+        (known.added.clone(), stale)
+    }
+
+    /// Read the list now: when the server starts (so no request reads
+    /// it), then in the background. `None` when it cannot be read.
+    pub(crate) async fn read(&self) -> Option<Arc<HashSet<String>>> {
+        self.known
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .read_at = Some(Instant::now());
+        match tracking_domains::hosts(&self.pool).await {
+            Ok(hosts) => {
+                let added: Arc<HashSet<String>> =
+                    Arc::new(hosts.iter().map(|h| normalise(h)).collect());
+                self.known
+                    .write()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .added = Some(added.clone());
+                Some(added)
+            }
+            Err(err) => {
+                tracing::debug!(%err, "tracking domains unread: keeping the last list");
+                None
+            }
+        }
+    }
+
+    /// Read the list again off the request path, one read at a time.
+    fn refresh_in_background(self: &Arc<Self>) {
+        if self.refreshing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let hosts = Arc::clone(self);
+        tokio::spawn(async move {
+            hosts.read().await;
+            hosts.refreshing.store(false, Ordering::Release);
+        });
     }
 }
 
@@ -84,7 +135,7 @@ pub(crate) async fn only_known_hosts(
         .and_then(|value| value.to_str().ok())
         .or_else(|| request.uri().host())
         .map(str::to_owned);
-    if hosts.answers(host.as_deref()).await {
+    if hosts.answers(host.as_deref()) {
         next.run(request).await
     } else {
         ServerError::NotFound.into_response()

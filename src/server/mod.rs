@@ -50,12 +50,14 @@ pub enum ServeError {
 /// The public host: tracking routes, `/healthz`, the stats API and
 /// dashboard, all under the same request ids, tracing and metrics.
 /// Readiness and metrics are on the admin listener only ([`app`]).
-fn public_router(state: AppState, stats: stats::StatsState) -> Router {
+async fn public_router(state: AppState, stats: stats::StatsState) -> Router {
     let request_id = axum::http::HeaderName::from_static("x-request-id");
     let known_hosts = std::sync::Arc::new(hosts::KnownHosts::new(
         state.pool.clone(),
         &state.settings.base_url,
     ));
+    // Read before the first request, so that no request reads it.
+    known_hosts.read().await;
     let tracking = Router::new()
         .route("/c/{token}", get(handlers::click))
         .route("/o/{file}", get(handlers::pixel))

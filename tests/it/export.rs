@@ -22,8 +22,11 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 const MAILING: &str = "m-export";
-/// A reader whose address a spreadsheet would take for a formula.
-const FORMULA: &str = "=1+1@example.com";
+/// A reader whose address holds a formula, not at its start: the builder
+/// refuses an address that starts like one (issue 43), so what reaches an
+/// export is written as it is (the neutralising of a value that does start
+/// so is `export::tests`').
+const FORMULA: &str = "x=1+1@example.com";
 
 /// Build the mailing for `recipients`; the letters as the output has them.
 async fn build(db: &TestDb, dir: &std::path::Path, recipients: &[Value]) -> Vec<Value> {
@@ -311,14 +314,14 @@ async fn recipients_export_agrees_with_the_events_and_shows_nobody_withheld() {
     );
     assert_eq!(row_of(FORMULA)["links_clicked"], json!([2]));
 
-    // CSV: the same rows, the formula neutralised.
+    // CSV: the same rows; an address with `=` inside it is written as it is.
     let csv = get(&app, &path, Some(TOKEN)).await;
     assert_eq!(csv.headers()["content-type"], "text/csv; charset=utf-8");
     let csv = csv.text().await.unwrap();
     assert!(csv.starts_with(export::CSV_HEADER), "{csv}");
     assert_eq!(csv.lines().count(), 11);
-    assert!(csv.contains(",'=1+1@example.com,"), "{csv}");
-    assert!(!csv.contains(",=1+1"), "{csv}");
+    assert!(csv.contains(",x=1+1@example.com,"), "{csv}");
+    assert!(!csv.contains(",'x=1+1"), "{csv}");
     let ann_line = csv
         .lines()
         .find(|l| l.contains(",ann@example.com,"))
