@@ -36,7 +36,6 @@ use linktrack::store::{self, partitions};
 use rand::RngExt;
 use sqlx::MySqlPool;
 use std::io::Write;
-use std::process::Stdio;
 use std::time::Instant;
 
 #[derive(Parser)]
@@ -236,30 +235,6 @@ async fn outfile(pool: &MySqlPool, db: &str, run: usize) -> anyhow::Result<(f64,
     Ok((secs, rows))
 }
 
-/// Stream TSV rows into `LOAD DATA LOCAL INFILE '/dev/stdin'`.
-fn load(
-    db: &str,
-    sql: &str,
-    write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
-) -> anyhow::Result<()> {
-    let mut child = mysql_client::command(db, sql)
-        .stdin(Stdio::piped())
-        .spawn()
-        .map_err(|e| anyhow::anyhow!("running the mysql client: {e}"))?;
-    {
-        let stdin = child
-            .stdin
-            .take()
-            .ok_or_else(|| anyhow::anyhow!("no stdin"))?;
-        let mut out = std::io::BufWriter::with_capacity(1 << 20, stdin);
-        write(&mut out)?;
-        out.flush()?;
-    }
-    let status = child.wait()?;
-    anyhow::ensure!(status.success(), "LOAD DATA failed: {status}");
-    Ok(())
-}
-
 /// The address of a letter; every thousandth one a spreadsheet would
 /// take for a formula.
 fn address(letter: u64) -> String {
@@ -274,7 +249,7 @@ fn load_letters(db: &str, letters: u64, day: NaiveDate) -> anyhow::Result<()> {
     let sql = "LOAD DATA LOCAL INFILE '/dev/stdin' INTO TABLE links \
                (@uuid, inserted, kind, mailing_id, letter_id, email, position, url) \
                SET uuid = UNHEX(@uuid)";
-    load(db, sql, |out| {
+    mysql_client::load_stdin(db, sql, |out| {
         let mut rng = rand::rng();
         for letter in 1..=letters {
             let email = address(letter);
@@ -298,7 +273,7 @@ fn load_letters(db: &str, letters: u64, day: NaiveDate) -> anyhow::Result<()> {
 fn load_engagement(db: &str, letters: u64, day: NaiveDate) -> anyhow::Result<()> {
     let sql = "LOAD DATA LOCAL INFILE '/dev/stdin' INTO TABLE stats_letter_events \
                (mailing_id, letter_id, kind, position, bot, n, first_at)";
-    load(db, sql, |out| {
+    mysql_client::load_stdin(db, sql, |out| {
         for letter in 1..=letters {
             let at = format!("{day} 09:{:02}:{:02}.250", letter % 60, (letter / 60) % 60);
             let mut row = |kind: &str, position: u64, bot: u8, n: u64| {
@@ -331,7 +306,7 @@ fn load_engagement(db: &str, letters: u64, day: NaiveDate) -> anyhow::Result<()>
 fn load_deliveries(db: &str, letters: u64) -> anyhow::Result<()> {
     let sql = "LOAD DATA LOCAL INFILE '/dev/stdin' INTO TABLE deliveries \
                (mailing_id, letter_id, status, reply, at)";
-    load(db, sql, |out| {
+    mysql_client::load_stdin(db, sql, |out| {
         for letter in 1..=letters {
             let (status, reply) = if letter.is_multiple_of(100) {
                 ("rejected", "550 5.1.1 no such user")

@@ -57,8 +57,6 @@ use linktrack::store::{self, partitions, rollup, stats};
 use process_cpu::ProcessCpu;
 use rand::{Rng, RngExt};
 use sqlx::MySqlPool;
-use std::io::Write;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 #[derive(Parser)]
@@ -354,30 +352,6 @@ fn check_agree(s: &stats::MailingSummary, naive: &Naive) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Stream TSV rows into `LOAD DATA LOCAL INFILE '/dev/stdin'`.
-fn load(
-    db: &str,
-    sql: &str,
-    write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
-) -> anyhow::Result<()> {
-    let mut child = mysql_client::command(db, sql)
-        .stdin(Stdio::piped())
-        .spawn()
-        .map_err(|e| anyhow::anyhow!("running the mysql client: {e}"))?;
-    {
-        let stdin = child
-            .stdin
-            .take()
-            .ok_or_else(|| anyhow::anyhow!("no stdin"))?;
-        let mut out = std::io::BufWriter::with_capacity(1 << 20, stdin);
-        write(&mut out)?;
-        out.flush()?;
-    }
-    let status = child.wait()?;
-    anyhow::ensure!(status.success(), "LOAD DATA failed: {status}");
-    Ok(())
-}
-
 fn hex16(rng: &mut impl Rng) -> String {
     format!("{:032x}", rng.random::<u128>())
 }
@@ -386,7 +360,7 @@ fn load_links(db: &str, letters: u64, day: NaiveDate) -> anyhow::Result<()> {
     let sql = "LOAD DATA LOCAL INFILE '/dev/stdin' INTO TABLE links \
                (@uuid, inserted, kind, mailing_id, letter_id, email, position, url) \
                SET uuid = UNHEX(@uuid)";
-    load(db, sql, |out| {
+    mysql_client::load_stdin(db, sql, |out| {
         let mut rng = rand::rng();
         for letter in 1..=letters {
             writeln!(
@@ -494,7 +468,7 @@ fn load_events(
                (inserted, @eid, occurred_at, kind, @uuid, link_id, mailing_id, letter_id, email, \
                 position, ip, user_agent, bot, @reason) \
                SET event_id = UNHEX(@eid), uuid = UNHEX(@uuid), bot_reason = NULLIF(@reason, '')";
-    load(db, sql, |out| {
+    mysql_client::load_stdin(db, sql, |out| {
         let mut rng = rand::rng();
         for i in from..from + n {
             let at = occurred(i, args.events, args.span_secs, end);

@@ -40,3 +40,30 @@ pub fn load_links_tsv(database: &str, tsv: &Path, table: &str) -> anyhow::Result
     );
     Ok(started.elapsed().as_secs_f64())
 }
+
+/// Stream TSV rows into `LOAD DATA LOCAL INFILE '/dev/stdin'` (`sql`),
+/// written by `write` straight into the client's standard input.
+#[allow(dead_code)] // not every benchmark streams its rows
+pub fn load_stdin(
+    db: &str,
+    sql: &str,
+    write: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
+) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut child = command(db, sql)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| anyhow::anyhow!("running the mysql client: {e}"))?;
+    {
+        let stdin = child
+            .stdin
+            .take()
+            .ok_or_else(|| anyhow::anyhow!("no stdin"))?;
+        let mut out = std::io::BufWriter::with_capacity(1 << 20, stdin);
+        write(&mut out)?;
+        out.flush()?;
+    }
+    let status = child.wait()?;
+    anyhow::ensure!(status.success(), "LOAD DATA failed: {status}");
+    Ok(())
+}
