@@ -197,10 +197,11 @@ fn write_csv_row(out: &mut Vec<u8>, row: &LetterEngagement) {
 }
 
 /// Append `value` as one CSV field: neutralised for spreadsheets
-/// ([`spreadsheet_safe`]), then quoted when it holds a comma, quote or
+/// ([`crate::address::csv_safe`], the one neutraliser of every CSV or
+/// TSV linktrack writes), then quoted when it holds a comma, quote or
 /// line break.
 pub fn push_csv_field(line: &mut String, value: &str) {
-    let value = spreadsheet_safe(value);
+    let value = crate::address::csv_safe(value);
     if value.contains([',', '"', '\r', '\n']) {
         line.push('"');
         line.push_str(&value.replace('"', "\"\""));
@@ -208,14 +209,6 @@ pub fn push_csv_field(line: &mut String, value: &str) {
     } else {
         line.push_str(&value);
     }
-}
-
-/// A text value a spreadsheet will show as text, never run as a formula:
-/// the one neutraliser every CSV or TSV linktrack writes uses
-/// ([`crate::address::csv_safe`]: a leading `'` before `=`, `+`, `-`, `@`,
-/// a tab or a carriage return).
-pub fn spreadsheet_safe(value: &str) -> std::borrow::Cow<'_, str> {
-    crate::address::csv_safe(value)
 }
 
 #[cfg(test)]
@@ -248,9 +241,12 @@ mod tests {
              2026-11-26T09:00:00.000Z,2,3,1 3,1,0,true,false\r\n"
         );
         for risky in ["+1@x", "-1@x", "@x", "\tx", "\rx"] {
-            assert!(spreadsheet_safe(risky).starts_with('\''), "{risky:?}");
+            assert!(
+                crate::address::csv_safe(risky).starts_with('\''),
+                "{risky:?}"
+            );
         }
-        assert_eq!(spreadsheet_safe("a=b@x"), "a=b@x");
+        assert_eq!(crate::address::csv_safe("a=b@x"), "a=b@x");
     }
 
     #[test]
