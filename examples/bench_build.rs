@@ -28,8 +28,10 @@
 //!    `--smtp-letters`)
 //!    over SMTP (`--smtp-connections`, default 4) to Postfix's `smtp-sink`
 //!    on a free loopback port, against the same build writing files only;
-//!    the two are run in alternating rounds (`--smtp-rounds`) on fresh
-//!    databases and the best of each is compared.
+//!    outcomes recorded through the delivery log (what `linktrack build`
+//!    does) and, for comparison, by a commit before each connection's next
+//!    letter (`--smtp-ledger`). All are run in alternating rounds
+//!    (`--smtp-rounds`) on fresh databases and the best of each is compared.
 //!
 //! Needs the `mysql` client (for LOAD DATA LOCAL) and a server with
 //! `local_infile=ON`. Each run uses fresh `lt_bench_*` databases and drops them.
@@ -50,7 +52,7 @@ use linktrack::token::Token;
 use rand::{Rng, RngExt};
 use sqlx::{MySql, MySqlPool, QueryBuilder};
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// The binary's allocator (src/main.rs), so the builder here allocates as
@@ -102,6 +104,11 @@ struct Args {
     /// message of about 5 KB: most newsletters) and `large` (about 48 KB).
     #[arg(long, value_delimiter = ',', default_value = "small,large")]
     smtp_letters: Vec<LetterSize>,
+    /// How part 3 records each outcome, each measured in the same rounds:
+    /// `log` (the delivery log, what `linktrack build` does) and `commit`
+    /// (a database commit before each connection's next letter).
+    #[arg(long, value_delimiter = ',', default_value = "log,commit")]
+    smtp_ledger: Vec<LedgerMode>,
     /// Alternating rounds of part 0 (planned, then letter by letter).
     #[arg(long, default_value_t = 3)]
     cpu_rounds: usize,
@@ -112,6 +119,13 @@ struct Args {
     /// --tool=callgrind … --cpu-only --planned-only`).
     #[arg(long)]
     planned_only: bool,
+}
+
+/// How part 3's delivery records outcomes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum LedgerMode {
+    Log,
+    Commit,
 }
 
 /// A creative of part 3.
@@ -432,7 +446,7 @@ async fn bench_builder(
         println!("{line}");
     }
     let html = fifty_kb_letter();
-    let summary = run_builder(args, dir, &pool, &html, None, letter_by_letter).await?;
+    let summary = run_builder(args, dir, &pool, &html, None, letter_by_letter, None).await?;
     let rows_per_second = summary.links_stored as f64 / summary.seconds;
     println!(
         "\n## 1. builder ({}, {}): {} letters of {} KB with 20 links",
@@ -489,6 +503,7 @@ async fn run_builder(
     html: &str,
     smtp: Option<SmtpSettings>,
     letter_by_letter: bool,
+    delivery_log: Option<PathBuf>,
 ) -> anyhow::Result<builder::Summary> {
     write_mailing(dir, html)?;
     let mut recipients =
@@ -513,6 +528,7 @@ async fn run_builder(
         smtp,
         pools: None,
         return_path: None,
+        delivery_log,
         bounce_domain: None,
         summary: None,
         max_letter_bytes: builder::DEFAULT_MAX_LETTER_BYTES,
@@ -547,9 +563,13 @@ async fn bench_delivery_of(
     html: &str,
 ) -> anyhow::Result<()> {
     let name = "lt_bench_delivery";
-    let (mut files_only, mut delivering) = (0f64, 0f64);
-    // CPU milliseconds per letter, per round: [builder, sink, mariadbd].
-    let mut cpu: [Vec<[f64; 3]>; 2] = [Vec::new(), Vec::new()];
+    // Files only first (the baseline), then each way of recording outcomes.
+    let modes: Vec<Option<LedgerMode>> = std::iter::once(None)
+        .chain(args.smtp_ledger.iter().copied().map(Some))
+        .collect();
+    let mut best = vec![0f64; modes.len()];
+    // CPU milliseconds per letter, per mode and round: [builder, sink, mariadbd].
+    let mut cpu: Vec<Vec<[f64; 3]>> = vec![Vec::new(); modes.len()];
     let mariadbd = {
         let admin = MySqlPool::connect(&args.server).await?;
         mariadbd_stat(&admin).await
@@ -563,37 +583,36 @@ async fn bench_delivery_of(
     };
     let mut message_bytes = 0;
     for round in 1..=args.smtp_rounds {
-        for smtp in [false, true] {
+        for (index, mode) in modes.iter().enumerate() {
             let (pool, _) = fresh_db(&args.server, name).await?;
             let before = machine_cpu(sink)?;
-            let settings = smtp.then(|| SmtpSettings {
+            let settings = mode.map(|_| SmtpSettings {
                 url: sink.url(),
                 connections: args.smtp_connections,
                 messages_per_connection: None,
                 retries: 5,
                 backoff: std::time::Duration::from_millis(200),
             });
-            let summary = run_builder(args, dir, &pool, html, settings, false).await?;
+            let log = (*mode == Some(LedgerMode::Log)).then(|| dir.join("deliveries.jsonl"));
+            let summary = run_builder(args, dir, &pool, html, settings, false, log).await?;
             let after = machine_cpu(sink)?;
             let letters = summary.letters_built.max(1) as f64;
-            cpu[usize::from(smtp)]
-                .push([0, 1, 2].map(|i| (after[i] - before[i]) * 1000.0 / letters));
+            cpu[index].push([0, 1, 2].map(|i| (after[i] - before[i]) * 1000.0 / letters));
             let rate = summary.letters_per_second();
-            if smtp {
+            if mode.is_some() {
                 anyhow::ensure!(
                     summary.delivered == summary.letters_built,
                     "the sink took {} of {} letters",
                     summary.delivered,
                     summary.letters_built
                 );
-                delivering = delivering.max(rate);
             } else {
-                files_only = files_only.max(rate);
                 message_bytes = first_message_bytes(&dir.join("letters.jsonl"))?;
             }
+            best[index] = best[index].max(rate);
             println!(
-                "round {round}: {:<12} {rate:>8.0} letters/s",
-                if smtp { "SMTP + files" } else { "files only" }
+                "round {round}: {:<22} {rate:>8.0} letters/s",
+                mode_name(*mode)
             );
             pool.close().await;
             drop_db(&args.server, name).await?;
@@ -605,43 +624,52 @@ async fn bench_delivery_of(
         message_bytes as f64 / 1024.0,
         args.smtp_connections
     );
+    let files_only = best[0];
     println!(
-        "files only letters/s {files_only:>10.0}   (the baseline, best of {} rounds)",
+        "files only letters/s          {files_only:>10.0}   (the baseline, best of {} rounds)",
         args.smtp_rounds
     );
-    println!("SMTP messages/s      {delivering:>10.0}");
-    println!(
-        "per connection       {:>10.0}",
-        delivering / f64::from(args.smtp_connections.max(1))
-    );
-    println!(
-        "ratio SMTP/files     {:>10.2}   (aim >= 0.8)",
-        delivering / files_only
-    );
+    for (index, mode) in modes.iter().enumerate().skip(1) {
+        let rate = best[index];
+        println!(
+            "{:<22} msgs/s {rate:>8.0}   per connection {:>6.0}   ratio to files {:>5.2}   (aim >= 0.8)",
+            mode_name(*mode),
+            rate / f64::from(args.smtp_connections.max(1)),
+            rate / files_only
+        );
+    }
     // On two shared cores the sink and the database take CPU the builder
     // would use; the builder's own CPU per letter is what holds when the
     // MTA has a machine of its own.
-    let [files, smtp] = [0, 1].map(|mode| {
-        let mut rounds = cpu[mode].clone();
-        [0, 1, 2].map(|i| {
-            rounds.sort_by(|a, b| a[i].total_cmp(&b[i]));
-            rounds.get(rounds.len() / 2).map_or(0.0, |r| r[i])
+    let medians: Vec<[f64; 3]> = cpu
+        .iter()
+        .map(|rounds| {
+            let mut rounds = rounds.clone();
+            [0, 1, 2].map(|i| {
+                rounds.sort_by(|a, b| a[i].total_cmp(&b[i]));
+                rounds.get(rounds.len() / 2).map_or(0.0, |r| r[i])
+            })
         })
-    });
-    println!("\nCPU ms per letter (median of rounds)   builder   smtp-sink   mariadbd");
-    println!(
-        "files only                          {:>10.3}  {:>10.3}  {:>9.3}",
-        files[0], files[1], files[2]
-    );
-    println!(
-        "SMTP + files                        {:>10.3}  {:>10.3}  {:>9.3}",
-        smtp[0], smtp[1], smtp[2]
-    );
-    println!(
-        "builder CPU files / SMTP            {:>10.2}   (the ratio where the MTA has its own machine)",
-        files[0] / smtp[0]
-    );
+        .collect();
+    println!("\nCPU ms per letter (median of rounds)   builder   smtp-sink   mariadbd   builder CPU files/this");
+    for (index, mode) in modes.iter().enumerate() {
+        let [builder, sink, database] = medians[index];
+        println!(
+            "{:<34} {builder:>10.3}  {sink:>10.3}  {database:>9.3}  {:>10.2}",
+            mode_name(*mode),
+            medians[0][0] / builder
+        );
+    }
     Ok(())
+}
+
+/// How a part 3 mode is printed.
+fn mode_name(mode: Option<LedgerMode>) -> &'static str {
+    match mode {
+        None => "files only",
+        Some(LedgerMode::Log) => "SMTP, delivery log",
+        Some(LedgerMode::Commit) => "SMTP, commit each",
+    }
 }
 
 /// The size of the first letter's `message` in a letters file.

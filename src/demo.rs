@@ -123,6 +123,7 @@ pub async fn prepare(
         smtp: None,
         pools: None,
         return_path: None,
+        delivery_log: None,
         bounce_domain: None,
         summary: None,
         max_letter_bytes: builder::DEFAULT_MAX_LETTER_BYTES,

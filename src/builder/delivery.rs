@@ -6,10 +6,12 @@ use super::mailing::Mailing;
 use super::BuildError;
 use crate::address::Email;
 use crate::delivery::ledger;
+use crate::delivery::log_file::{read_delivery_log, DeliveryLog};
 use crate::delivery::smtp::{self, Deliverer, Envelope, Lane, Outcome, SmtpSettings};
 use crate::delivery::DeliveryCounters;
 use crate::store::deliveries::{self, DeliveryStatus};
 use sqlx::MySqlPool;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tokio::task::JoinSet;
@@ -66,8 +68,9 @@ struct LaneWork {
 /// One lane's worker: take a letter from its MTA's queue, hand it over and
 /// record the outcome right after the reply, before the lane hands over
 /// the next letter: a kill can leave at most one handed-over letter per
-/// lane unrecorded. The ledger commits the records of parallel lanes
-/// together. The next letter, when already queued, is announced to the
+/// lane unrecorded. Recorded is a line in the delivery log when there is
+/// one (the database write follows), else a commit, which the ledger
+/// shares between parallel lanes. The next letter, when already queued, is announced to the
 /// lane so its envelope travels with this letter's data. A letter that was
 /// not taken is forgotten (nothing to doubt on the next run); so is every
 /// letter left queued once the lanes stop.
@@ -113,7 +116,7 @@ fn report_not_attempted(work: &LaneWork, letter: Queued) {
     });
 }
 
-/// The ledger's record of one outcome, committed before the lane moves on.
+/// The ledger's record of one outcome, made before the lane moves on.
 async fn record(
     ledger: &ledger::Ledger,
     letter_id: u64,
@@ -143,17 +146,24 @@ pub struct Delivery {
     sender: lettre::Address,
     connections: usize,
     counters: Arc<DeliveryCounters>,
+    /// `--delivery-log`: outcomes recorded here first (see
+    /// `delivery::log_file`); without it each is committed before the
+    /// lane's next letter.
+    delivery_log: Option<Arc<DeliveryLog>>,
 }
 
 impl Delivery {
     /// One deliverer per MTA in `targets`. The envelope sender is
-    /// `return_path`, or the mailing's From address.
+    /// `return_path`, or the mailing's From address. With `delivery_log`,
+    /// outcomes are recorded in that file first; call
+    /// [`Delivery::recover_delivery_log`] before the first batch.
     pub fn new(
         pool: MySqlPool,
         targets: Vec<SmtpSettings>,
         mailing: &Mailing,
         return_path: Option<&str>,
-    ) -> Result<Delivery, smtp::SmtpError> {
+        delivery_log: Option<&Path>,
+    ) -> Result<Delivery, BuildError> {
         let sender = match return_path {
             Some(address) => address
                 .parse::<lettre::Address>()
@@ -164,6 +174,10 @@ impl Delivery {
                 .map(|mailbox| mailbox.email)
                 .map_err(|_| smtp::SmtpError::Sender(mailing.from.clone()))?,
         };
+        let delivery_log = delivery_log
+            .map(DeliveryLog::open)
+            .transpose()?
+            .map(Arc::new);
         let connections = targets.iter().map(|t| t.connections.max(1) as usize).sum();
         let counters = Arc::new(DeliveryCounters::default());
         let deliverers = targets
@@ -177,12 +191,55 @@ impl Delivery {
             sender,
             connections,
             counters,
+            delivery_log,
         })
+    }
+
+    /// Commit to `deliveries` the marks and outcomes a killed run left in
+    /// the delivery log (a line there may not have reached the database),
+    /// then empty it; returns how many lines there were. Applying one twice
+    /// changes nothing.
+    pub async fn recover_delivery_log(&self) -> Result<usize, BuildError> {
+        let Some(log) = &self.delivery_log else {
+            return Ok(0);
+        };
+        let lines = read_delivery_log(log.path())?;
+        if lines.is_empty() {
+            return Ok(0);
+        }
+        deliveries::apply_logged(
+            &self.pool,
+            lines.iter().map(|l| {
+                (
+                    l.mailing_id.as_str(),
+                    l.letter_id,
+                    l.status,
+                    l.reply.as_str(),
+                )
+            }),
+        )
+        .await?;
+        log.clear()?;
+        tracing::info!(
+            lines = lines.len(),
+            log = %log.path().display(),
+            "recorded what an interrupted run left in its delivery log"
+        );
+        Ok(lines.len())
     }
 
     /// This run's counts so far, shared with whoever draws progress.
     pub fn counters(&self) -> Arc<DeliveryCounters> {
         Arc::clone(&self.counters)
+    }
+
+    /// The run delivered every batch, each flushed to `deliveries`: the
+    /// delivery log holds nothing needed and goes.
+    pub fn remove_delivery_log(&self) -> Result<(), BuildError> {
+        if let Some(log) = &self.delivery_log {
+            log.remove()?;
+        }
+        Ok(())
     }
 
     /// Deliver the letters of one batch that no earlier run settled, up to
@@ -235,7 +292,11 @@ impl Delivery {
     /// per statement, ahead of the lanes). Stops queueing once a letter
     /// keeps failing; returns every letter's result.
     async fn hand_over_all(&self, to_send: &[&Letter]) -> Result<Vec<HandedOver>, BuildError> {
-        let ledger = ledger::Ledger::start(self.pool.clone(), self.mailing_id.clone());
+        let ledger = ledger::Ledger::start(
+            self.pool.clone(),
+            self.mailing_id.clone(),
+            self.delivery_log.clone(),
+        );
         let (results, mut answered) = tokio::sync::mpsc::unbounded_channel();
         let stop = Arc::new(AtomicBool::new(false));
         let mut queues = Vec::with_capacity(self.deliverers.len());
@@ -291,6 +352,8 @@ impl Delivery {
             ledger.forget(letter.letter_id).await?;
         }
         while workers.join_next().await.is_some() {}
+        // Every outcome of the batch in `deliveries` before it is counted.
+        ledger.flush().await?;
         let mut handed_over = Vec::with_capacity(to_send.len());
         while let Some(result) = answered.recv().await {
             handed_over.push(result);
@@ -339,7 +402,7 @@ impl Delivery {
             }
         }
         if !not_attempted.is_empty() {
-            let ledger = ledger::Ledger::start(self.pool.clone(), self.mailing_id.clone());
+            let ledger = ledger::Ledger::start(self.pool.clone(), self.mailing_id.clone(), None);
             for letter_id in not_attempted {
                 ledger.forget(letter_id).await?;
             }

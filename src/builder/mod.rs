@@ -85,6 +85,12 @@ pub struct BuildOptions {
     pub pools: Option<PathBuf>,
     /// Envelope sender for bounces; default the mailing's From address.
     pub return_path: Option<String>,
+    /// `--delivery-log`: each letter's SMTP outcome is appended here before
+    /// its connection takes the next letter, and committed to `deliveries`
+    /// in groups behind it (`delivery::log_file`). `None`: every outcome
+    /// is committed before the next letter (one commit per letter per
+    /// connection).
+    pub delivery_log: Option<PathBuf>,
     /// `--bounce-domain`: every letter's envelope sender (and
     /// `Return-Path`) is its own VERP address `bounces+{token}@` this
     /// domain, in place of `return_path` (docs/bounces.md).
@@ -305,6 +311,8 @@ pub enum BuildError {
     Smtp(#[from] crate::delivery::smtp::SmtpError),
     #[error(transparent)]
     Pools(#[from] crate::delivery::pools::PoolsError),
+    #[error(transparent)]
+    DeliveryLog(#[from] crate::delivery::log_file::DeliveryLogError),
     #[error(
         "the MTA at {host} kept failing for letter {letter_id} ({email}): {reply}; every letter \
          not yet delivered is left for a re-run of the same command"
@@ -404,6 +412,7 @@ fn open_delivery(
             targets,
             mailing,
             options.return_path.as_deref(),
+            options.delivery_log.as_deref(),
         )?)),
     }
 }
@@ -970,9 +979,11 @@ fn spawn_delivery(
     let (sender, mut receiver) = tokio::sync::mpsc::channel::<Vec<compose::Letter>>(1);
     let handle = tokio::spawn(async move {
         let mut delivered = delivery::Delivered::default();
+        delivery.recover_delivery_log().await?;
         while let Some(letters) = receiver.recv().await {
             delivery.deliver_batch(&letters, &mut delivered).await?;
         }
+        delivery.remove_delivery_log()?;
         Ok(delivered)
     });
     (sender, handle)

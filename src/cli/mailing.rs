@@ -32,6 +32,10 @@ pub(super) async fn build(url: &str, args: &BuildArgs) -> anyhow::Result<ExitCod
         .summary
         .clone()
         .unwrap_or_else(|| beside_out(&out, "summary.json"));
+    let delivery_log = args
+        .delivery_log
+        .clone()
+        .unwrap_or_else(|| beside_out(&out, "deliveries.jsonl"));
     let workers = args
         .workers
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
@@ -57,6 +61,7 @@ pub(super) async fn build(url: &str, args: &BuildArgs) -> anyhow::Result<ExitCod
         }),
         pools: args.pools.clone(),
         return_path: args.return_path.clone(),
+        delivery_log: Some(delivery_log),
         bounce_domain: args.bounce_domain.clone(),
         summary: Some(summary_path),
         max_letter_bytes: args.max_letter_bytes,

@@ -1,59 +1,131 @@
 //! The delivery's writes to `deliveries`, coalesced: the marks (`sending`,
 //! a wave of letters before they are handed over) and each letter's
-//! outcome (after the MTA's reply), each waited for until committed; one
-//! task writes whatever was asked meanwhile in one transaction. Each
-//! letter's order of events is unchanged (marked before it is handed over,
-//! recorded before its connection takes the next letter), so a kill still
-//! leaves at most one handed-over letter per connection unrecorded; the
-//! database sees a commit per few letters instead of two per message.
+//! outcome (after the MTA's reply); one task writes whatever was asked
+//! meanwhile in one transaction. Each letter's order of events is
+//! unchanged (marked before it is handed over, its outcome recorded before
+//! its connection takes the next letter), so a kill still leaves at most
+//! one handed-over letter per connection unrecorded.
+//!
+//! Recorded means committed to `deliveries`, or, with a delivery log
+//! ([`super::log_file`]), appended to that local file: the lane then
+//! goes on at once and the database write follows in a later group
+//! ([`Ledger::flush`] waits for it). Marks and outcomes go to the
+//! database in the order they were asked for, by one task.
 
+use super::log_file::{DeliveryLog, LogLine};
 use crate::store::deliveries::{self, DeliveryStatus, LedgerWrites};
 use crate::store::StoreError;
 use sqlx::pool::PoolConnection;
 use sqlx::{MySql, MySqlPool};
+use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, oneshot};
 
 enum Write {
     Sending(Vec<u64>),
     Outcome(u64, DeliveryStatus, String),
     Forget(u64),
+    /// Nothing to write: answered once everything asked before it is.
+    Barrier,
 }
 
 struct Request {
     write: Write,
-    done: oneshot::Sender<Result<(), String>>,
+    /// `None`: nobody waits (an outcome already in the delivery log).
+    done: Option<oneshot::Sender<Result<(), String>>>,
 }
 
-/// Requests waiting at most: one per connection is the usual depth.
+/// Requests waiting at most. With an delivery log this bounds the outcomes
+/// written to the file but not yet to the database: lanes wait here when
+/// the database falls behind.
 const QUEUE: usize = 1024;
 
 /// The writer of one mailing's delivery records; dropped, its task ends.
 #[derive(Clone)]
 pub(crate) struct Ledger {
     requests: mpsc::Sender<Request>,
+    mailing_id: String,
+    log: Option<Arc<DeliveryLog>>,
+    /// The first write that failed with nobody waiting for it: every later
+    /// record and [`Ledger::flush`] return it.
+    failed: Arc<Mutex<Option<String>>>,
 }
 
 impl Ledger {
-    pub(crate) fn start(pool: MySqlPool, mailing_id: String) -> Ledger {
+    /// The ledger of `mailing_id`; outcomes go to `log` first when given.
+    pub(crate) fn start(
+        pool: MySqlPool,
+        mailing_id: String,
+        log: Option<Arc<DeliveryLog>>,
+    ) -> Ledger {
         let (requests, receiver) = mpsc::channel(QUEUE);
-        tokio::spawn(write_loop(pool, mailing_id, receiver));
-        Ledger { requests }
+        let failed = Arc::new(Mutex::new(None));
+        tokio::spawn(write_loop(
+            pool,
+            mailing_id.clone(),
+            receiver,
+            Arc::clone(&failed),
+        ));
+        Ledger {
+            requests,
+            mailing_id,
+            log,
+            failed,
+        }
     }
 
-    /// Mark letters `sending`; returns once they are committed.
+    /// Mark letters `sending`; returns once they are committed, or, with a
+    /// delivery log, once the marks are in the file.
     pub(crate) async fn sending(&self, letter_ids: Vec<u64>) -> Result<(), StoreError> {
-        self.ask(Write::Sending(letter_ids)).await
+        let Some(log) = &self.log else {
+            return self.ask(Write::Sending(letter_ids)).await;
+        };
+        let lines: Vec<LogLine> = letter_ids
+            .iter()
+            .map(|&letter_id| self.line(letter_id, DeliveryStatus::Sending, ""))
+            .collect();
+        self.logged(log, &lines, Write::Sending(letter_ids)).await
     }
 
-    /// Record the MTA's answer; returns once it is committed.
+    /// Record the MTA's answer; returns once it is committed, or, with an
+    /// delivery log, once it is in the file (the database write follows).
     pub(crate) async fn outcome(
         &self,
         letter_id: u64,
         status: DeliveryStatus,
         reply: &str,
     ) -> Result<(), StoreError> {
-        self.ask(Write::Outcome(letter_id, status, reply.to_owned()))
+        let write = Write::Outcome(letter_id, status, reply.to_owned());
+        let Some(log) = &self.log else {
+            return self.ask(write).await;
+        };
+        let line = self.line(letter_id, status, reply);
+        self.logged(log, &[line], write).await
+    }
+
+    fn line(&self, letter_id: u64, status: DeliveryStatus, reply: &str) -> LogLine {
+        LogLine {
+            mailing_id: self.mailing_id.clone(),
+            letter_id,
+            status,
+            reply: reply.to_owned(),
+        }
+    }
+
+    /// `lines` into the delivery log, then `write` queued for the database
+    /// with nobody waiting for it (a failure comes back from a later call).
+    async fn logged(
+        &self,
+        log: &DeliveryLog,
+        lines: &[LogLine],
+        write: Write,
+    ) -> Result<(), StoreError> {
+        self.check_failed()?;
+        log.append(lines)
+            .map_err(|e| StoreError::Refused(e.to_string()))?;
+        self.requests
+            .send(Request { write, done: None })
             .await
+            .map_err(|_| stopped())
     }
 
     /// Drop the mark of a letter the MTA never took.
@@ -61,11 +133,33 @@ impl Ledger {
         self.ask(Write::Forget(letter_id)).await
     }
 
+    /// Wait until everything recorded so far is committed to `deliveries`;
+    /// then the delivery log's lines are no longer needed and it is emptied.
+    pub(crate) async fn flush(&self) -> Result<(), StoreError> {
+        self.ask(Write::Barrier).await?;
+        self.check_failed()?;
+        if let Some(log) = &self.log {
+            log.clear()
+                .map_err(|e| StoreError::Refused(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    fn check_failed(&self) -> Result<(), StoreError> {
+        let failed = self.failed.lock().unwrap_or_else(|p| p.into_inner());
+        match failed.as_ref() {
+            Some(e) => Err(StoreError::Refused(format!("recording deliveries: {e}"))),
+            None => Ok(()),
+        }
+    }
+
     async fn ask(&self, write: Write) -> Result<(), StoreError> {
         let (done, answer) = oneshot::channel();
-        let stopped = || StoreError::Refused("the delivery ledger stopped".into());
         self.requests
-            .send(Request { write, done })
+            .send(Request {
+                write,
+                done: Some(done),
+            })
             .await
             .map_err(|_| stopped())?;
         answer
@@ -75,11 +169,21 @@ impl Ledger {
     }
 }
 
+fn stopped() -> StoreError {
+    StoreError::Refused("the delivery ledger stopped".into())
+}
+
 /// Take one request, then every other one already waiting; write them
-/// together; answer each. The writes go over one connection held for the
-/// whole run (sqlx pings a connection each time it goes back to the pool:
-/// a second round trip per write), replaced when a write fails.
-async fn write_loop(pool: MySqlPool, mailing_id: String, mut receiver: mpsc::Receiver<Request>) {
+/// together; answer each (a failure nobody waits for goes to `failed`).
+/// The writes go over one connection held for the whole run (sqlx pings a
+/// connection each time it goes back to the pool: a second round trip per
+/// write), replaced when a write fails.
+async fn write_loop(
+    pool: MySqlPool,
+    mailing_id: String,
+    mut receiver: mpsc::Receiver<Request>,
+    failed: Arc<Mutex<Option<String>>>,
+) {
     let mut held: Option<PoolConnection<MySql>> = None;
     while let Some(first) = receiver.recv().await {
         let mut waiting = vec![first];
@@ -93,14 +197,25 @@ async fn write_loop(pool: MySqlPool, mailing_id: String, mut receiver: mpsc::Rec
                 Write::Sending(ids) => writes.sending.extend(ids),
                 Write::Outcome(id, status, reply) => writes.outcomes.push((id, status, reply)),
                 Write::Forget(id) => writes.forgotten.push(id),
+                Write::Barrier => {}
             }
             answers.push(request.done);
         }
         metrics::histogram!("linktrack_delivery_ledger_writes_per_commit")
             .record(answers.len() as f64);
-        let result = write_on_held(&pool, &mut held, &mailing_id, &writes).await;
-        for answer in answers {
-            // A task that gave up waiting needs no answer.
+        let result = if writes.is_empty() {
+            Ok(())
+        } else {
+            write_on_held(&pool, &mut held, &mailing_id, &writes).await
+        };
+        if let Err(e) = &result {
+            if answers.iter().any(Option::is_none) {
+                let mut first = failed.lock().unwrap_or_else(|p| p.into_inner());
+                first.get_or_insert_with(|| e.clone());
+            }
+        }
+        // A task that gave up waiting needs no answer.
+        for answer in answers.into_iter().flatten() {
             let _ = answer.send(result.clone());
         }
     }

@@ -5,8 +5,9 @@ use sqlx::{Connection, MySql, MySqlConnection, MySqlPool, QueryBuilder};
 use std::collections::HashSet;
 
 /// How the MTA took a letter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::Type)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::Type, serde::Serialize, serde::Deserialize)]
 #[sqlx(type_name = "ENUM", rename_all = "lowercase")]
+#[serde(rename_all = "lowercase")]
 pub enum DeliveryStatus {
     /// Handed to the MTA; its reply not yet recorded.
     Sending,
@@ -63,6 +64,13 @@ pub struct LedgerWrites {
     pub forgotten: Vec<u64>,
 }
 
+impl LedgerWrites {
+    /// Nothing to write.
+    pub fn is_empty(&self) -> bool {
+        self.sending.is_empty() && self.outcomes.is_empty() && self.forgotten.is_empty()
+    }
+}
+
 /// Write `writes` on `conn`: one statement per kind of write, whatever the
 /// number of letters (up to `IN_LIST_CHUNK` each). A single statement (the
 /// usual case: the outcomes of the letters in flight) runs on its own, one
@@ -84,6 +92,42 @@ pub async fn write_ledger(
         statement.build().execute(&mut *tx).await?;
     }
     tx.commit().await?;
+    Ok(())
+}
+
+/// Write marks and outcomes recorded elsewhere first (a delivery log a
+/// killed run left): (mailing, letter, status, reply) each, grouped by
+/// mailing, marks before outcomes, in statements of up to `IN_LIST_CHUNK`
+/// letters. A mark never overwrites an outcome, and writing either twice
+/// changes nothing.
+pub async fn apply_logged<'a>(
+    pool: &MySqlPool,
+    lines: impl Iterator<Item = (&'a str, u64, DeliveryStatus, &'a str)>,
+) -> Result<(), StoreError> {
+    type Answers<'a> = std::collections::BTreeMap<u64, (DeliveryStatus, &'a str)>;
+    let mut by_mailing = std::collections::BTreeMap::<&str, (Vec<u64>, Answers)>::new();
+    for (mailing_id, letter_id, status, reply) in lines {
+        let (marks, answers) = by_mailing.entry(mailing_id).or_default();
+        match status {
+            DeliveryStatus::Sending => marks.push(letter_id),
+            // A letter's last answer is the one that holds.
+            _ => {
+                answers.insert(letter_id, (status, reply));
+            }
+        }
+    }
+    let mut conn = pool.acquire().await?;
+    for (mailing_id, (marks, answers)) in by_mailing {
+        let writes = LedgerWrites {
+            sending: marks,
+            outcomes: answers
+                .into_iter()
+                .map(|(letter_id, (status, reply))| (letter_id, status, reply.to_owned()))
+                .collect(),
+            forgotten: Vec::new(),
+        };
+        write_ledger(&mut conn, mailing_id, &writes).await?;
+    }
     Ok(())
 }
 

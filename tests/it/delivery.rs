@@ -60,9 +60,16 @@ impl SmtpSink {
             .map(|e| e.unwrap().path())
             .collect();
         files.sort();
+        // smtp-sink removes the file of a transaction the client abandons
+        // (a killed run's envelope sent ahead): gone between the listing
+        // and the read, it was no message.
         files
             .iter()
-            .map(|f| String::from_utf8_lossy(&std::fs::read(f).unwrap()).into_owned())
+            .filter_map(|f| match std::fs::read(f) {
+                Ok(bytes) => Some(String::from_utf8_lossy(&bytes).into_owned()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                Err(e) => panic!("{}: {e}", f.display()),
+            })
             .collect()
     }
 }
@@ -338,6 +345,115 @@ async fn a_kill_9_during_delivery_then_a_re_run_delivers_every_letter_and_names_
             "{to} arrived twice but is not named: {stderr}"
         );
     }
+    assert!(
+        !dir.path().join("letters.jsonl.deliveries.jsonl").exists(),
+        "the re-run recorded and removed the killed run's delivery log"
+    );
+}
+
+/// A killed run can leave lines in its delivery log (`--delivery-log`,
+/// default beside `--out`) that never reached `deliveries`: the re-run
+/// records them before it sends anything. A logged answer means the letter
+/// is not sent again; a logged `sending` mark with no answer means it may
+/// have arrived: it is sent again and named. A letter left `sending` in
+/// the database with nothing in the log is sent again too; a torn last
+/// line is skipped.
+#[tokio::test]
+async fn a_re_run_records_what_a_killed_run_left_in_its_delivery_log() {
+    let db = TestDb::new().await;
+    let sink = SmtpSink::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let first = build(&db, dir.path(), &sink.url(), &[]);
+    assert_eq!(
+        first.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let log = dir.path().join("letters.jsonl.deliveries.jsonl");
+    assert!(!log.exists(), "a finished run removes its delivery log");
+    let sent = sink.messages().len();
+    let delivered: Vec<u64> = deliveries(&db)
+        .await
+        .into_iter()
+        .filter(|(_, status)| status == "delivered")
+        .map(|(id, _)| id)
+        .collect();
+    let [answered_a, answered_b, unlogged, marked_only, ..] = delivered[..] else {
+        panic!("too few delivered letters: {delivered:?}");
+    };
+    // What a kill between handing over and committing leaves behind.
+    sqlx::query(
+        "UPDATE deliveries SET status = 'sending', reply = '' WHERE letter_id IN (?, ?, ?)",
+    )
+    .bind(answered_a)
+    .bind(answered_b)
+    .bind(unlogged)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    sqlx::query("DELETE FROM deliveries WHERE letter_id = ?")
+        .bind(marked_only)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let line = |id: u64, status: &str, reply: &str| {
+        serde_json::json!({"mailing_id": "weekly-2026-47", "letter_id": id,
+            "status": status, "reply": reply})
+        .to_string()
+    };
+    let log_text: String = [
+        line(answered_a, "sending", ""),
+        line(answered_b, "sending", ""),
+        line(marked_only, "sending", ""),
+        line(answered_a, "delivered", "250 2.0.0 from the log"),
+        line(answered_b, "delivered", "250 2.0.0 from the log"),
+    ]
+    .iter()
+    .map(|l| format!("{l}\n"))
+    .collect();
+    std::fs::write(&log, format!("{log_text}{{\"mailing_id\":\"weekly")).unwrap();
+
+    let again = build(&db, dir.path(), &sink.url(), &[]);
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert_eq!(again.status.code(), Some(2), "{stderr}");
+    assert_eq!(
+        sink.messages().len(),
+        sent + 2,
+        "only the letters without a logged answer are sent again: {stderr}"
+    );
+    let letters = std::fs::read_to_string(dir.path().join("letters.jsonl")).unwrap();
+    let address_of = |id: u64| -> String {
+        letters
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .find(|l| l["letter_id"].as_u64() == Some(id))
+            .and_then(|l| l["email"].as_str().map(str::to_owned))
+            .expect("the letter is in the output")
+    };
+    for id in [unlogged, marked_only] {
+        let address = address_of(id);
+        assert!(
+            stderr.contains(&address),
+            "{address} may arrive twice but is not named: {stderr}"
+        );
+    }
+    let rows: Vec<(u64, String, String)> =
+        sqlx::query_as("SELECT letter_id, CAST(status AS CHAR), reply FROM deliveries")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    for id in [answered_a, answered_b, unlogged, marked_only] {
+        let (_, status, reply) = rows.iter().find(|(row, ..)| *row == id).unwrap();
+        assert_eq!(status, "delivered", "letter {id}");
+        let from_log = id == answered_a || id == answered_b;
+        assert_eq!(
+            reply == "250 2.0.0 from the log",
+            from_log,
+            "letter {id}: {reply}"
+        );
+    }
+    assert!(!log.exists(), "the re-run removes the log once recorded");
 }
 
 fn build_with_pools(db: &TestDb, dir: &Path, pools: &Path) -> Output {

@@ -31,6 +31,15 @@ pub struct BuildArgs {
     #[arg(long, value_name = "FILE")]
     pub summary: Option<PathBuf>,
 
+    /// With SMTP delivery: each letter's outcome (the MTA's reply) is
+    /// appended here before its connection takes the next letter and
+    /// committed to the database behind it; a re-run after a kill first
+    /// records what the file holds. Emptied as its lines are committed.
+    /// Default: FILE.deliveries.jsonl beside --out, or deliveries.jsonl for
+    /// stdout.
+    #[arg(long, value_name = "FILE")]
+    pub delivery_log: Option<PathBuf>,
+
     /// The most bytes a letter's HTML may have: a larger creative is refused
     /// before anything is stored, a recipient whose personalised letter
     /// grows past it is rejected.

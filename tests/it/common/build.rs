@@ -22,6 +22,7 @@ pub fn options(dir: &Path, mailing: PathBuf, recipients: PathBuf) -> BuildOption
         smtp: None,
         pools: None,
         return_path: None,
+        delivery_log: None,
         bounce_domain: None,
         summary: None,
         max_letter_bytes: builder::DEFAULT_MAX_LETTER_BYTES,
