@@ -537,7 +537,10 @@ mod tests {
             source_message_id: "<dsn-1@mx.example.net>",
         };
         let body = render_bounce(&bounce).unwrap();
-        assert!(body.starts_with(r#"{"type":"email.bounced","timestamp":"#), "{body}");
+        assert!(
+            body.starts_with(r#"{"type":"email.bounced","timestamp":"#),
+            "{body}"
+        );
         let body: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert_eq!(
             body["data"],
@@ -560,8 +563,7 @@ mod tests {
             action: "counted",
             ..bounce.clone()
         };
-        let body: serde_json::Value =
-            serde_json::from_str(&render_bounce(&soft).unwrap()).unwrap();
+        let body: serde_json::Value = serde_json::from_str(&render_bounce(&soft).unwrap()).unwrap();
         assert_eq!(
             (&body["data"]["bounce_type"], &body["data"]["suppressed"]),
             (&"soft".into(), &false.into())

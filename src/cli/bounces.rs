@@ -7,8 +7,8 @@ use crate::bounces::ingest::Ingest;
 use crate::bounces::{sources, SoftPolicy};
 use crate::outbound::Outbound;
 use crate::store::seal_keys;
-use std::sync::Arc;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 /// EX_TEMPFAIL (sysexits.h): a pipe transport keeps the message and
 /// tries again later.

@@ -60,7 +60,10 @@ pub async fn enqueue(pool: &MySqlPool, rows: &[NewOutboxRow]) -> Result<(), Stor
 
 /// [`enqueue`] on a connection: in the transaction of the caller (`bounces
 /// ingest` queues a decision's event in the transaction that stores it).
-pub async fn enqueue_on(conn: &mut MySqlConnection, rows: &[NewOutboxRow]) -> Result<(), StoreError> {
+pub async fn enqueue_on(
+    conn: &mut MySqlConnection,
+    rows: &[NewOutboxRow],
+) -> Result<(), StoreError> {
     for chunk in rows.chunks(super::events::MAX_ROWS_PER_INSERT) {
         let mut query = QueryBuilder::<MySql>::new(
             "INSERT IGNORE INTO outbox \

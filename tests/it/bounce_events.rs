@@ -155,7 +155,10 @@ async fn bounce_events_reach_a_signed_webhook_once_and_only_where_filtered() {
     assert_eq!(data["mailing_id"], mailing.as_str());
     assert_eq!(data["status"], "5.1.1");
     assert!(
-        data["diagnostic"].as_str().unwrap().contains("unknown user"),
+        data["diagnostic"]
+            .as_str()
+            .unwrap()
+            .contains("unknown user"),
         "{data}"
     );
     assert_eq!(
@@ -285,7 +288,12 @@ async fn bounce_events_are_published_to_rabbitmq_by_type() {
         let delivery = &message.delivery;
         let body: serde_json::Value = serde_json::from_slice(&delivery.data).unwrap();
         assert_eq!(body["type"], delivery.routing_key.as_str());
-        let id = delivery.properties.message_id().as_ref().unwrap().to_string();
+        let id = delivery
+            .properties
+            .message_id()
+            .as_ref()
+            .unwrap()
+            .to_string();
         assert_eq!(body["data"]["event_id"], id.as_str());
         got.push(body);
     }
@@ -315,10 +323,7 @@ async fn bounce_events_are_published_to_rabbitmq_by_type() {
     assert_eq!(outbox_drained(&db).await, 0);
     app.stop().await;
     channel
-        .exchange_delete(
-            exchange.as_str().into(),
-            ExchangeDeleteOptions::default(),
-        )
+        .exchange_delete(exchange.as_str().into(), ExchangeDeleteOptions::default())
         .await
         .unwrap();
 }
