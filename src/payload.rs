@@ -18,13 +18,113 @@ pub fn event_type(kind: EventKind) -> &'static str {
     }
 }
 
+/// The type of a bounce (hard, soft or policy) of a letter.
+pub const BOUNCED: &str = "email.bounced";
+
+/// The type of a complaint (an ARF report) about a letter.
+pub const COMPLAINED: &str = "email.complained";
+
 /// Every type an endpoint may filter on.
-pub const EVENT_TYPES: [&str; 4] = [
+pub const EVENT_TYPES: [&str; 6] = [
     "email.clicked",
     "email.opened",
     "email.image_loaded",
     "email.unsubscribed",
+    BOUNCED,
+    COMPLAINED,
 ];
+
+/// A bounce or complaint decision, as it goes out (`email.bounced`,
+/// `email.complained`; docs/bounces.md, "Events out"). Made by
+/// `linktrack bounces ingest` when it stores a decision, never for a
+/// second delivery of the same message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BounceEvent<'a> {
+    pub event_id: [u8; 16],
+    /// When linktrack read the bounce.
+    pub occurred_at: DateTime<Utc>,
+    pub mailing_id: &'a str,
+    pub letter_id: u64,
+    pub email: &'a str,
+    /// `hard`, `soft`, `policy` or `complaint`.
+    pub kind: &'a str,
+    /// The enhanced status code (`5.1.1`), or a complaint's feedback type.
+    pub status: &'a str,
+    /// The remote MTA's words (bounces only).
+    pub diagnostic: &'a str,
+    /// `suppressed`, `counted`, `reported` or `listed`.
+    pub action: &'a str,
+    /// The bounce's or complaint's own Message-ID.
+    pub source_message_id: &'a str,
+}
+
+impl BounceEvent<'_> {
+    /// `email.complained` for a complaint, else `email.bounced`.
+    pub fn event_type(&self) -> &'static str {
+        if self.kind == "complaint" {
+            COMPLAINED
+        } else {
+            BOUNCED
+        }
+    }
+}
+
+// The body of a bounce or complaint, in the order its fields are sent.
+#[derive(Serialize)]
+struct BouncePayload<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    timestamp: String,
+    data: BounceData<'a>,
+}
+
+#[derive(Serialize)]
+struct BounceData<'a> {
+    event_id: String,
+    mailing_id: &'a str,
+    letter_id: u64,
+    email: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bounce_type: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    diagnostic: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    feedback_type: Option<&'a str>,
+    suppressed: bool,
+    action: &'a str,
+    source_message_id: &'a str,
+    occurred_at: String,
+}
+
+/// The body of a bounce or complaint: `{"type", "timestamp", "data"}` like
+/// every event; `data` has `bounce_type`, `status` and `diagnostic` for a
+/// bounce, `feedback_type` for a complaint.
+pub fn render_bounce(event: &BounceEvent<'_>) -> Result<String, serde_json::Error> {
+    let occurred_at = rfc3339(event.occurred_at);
+    let complaint = event.kind == "complaint";
+    let bounce = |value| (!complaint).then_some(value);
+    let data = BounceData {
+        event_id: hex::encode(event.event_id),
+        mailing_id: event.mailing_id,
+        letter_id: event.letter_id,
+        email: event.email,
+        bounce_type: bounce(event.kind),
+        status: bounce(event.status),
+        diagnostic: bounce(event.diagnostic),
+        feedback_type: complaint.then_some(event.status),
+        suppressed: matches!(event.action, "suppressed" | "listed"),
+        action: event.action,
+        source_message_id: event.source_message_id,
+        occurred_at: occurred_at.clone(),
+    };
+    serde_json::to_string(&BouncePayload {
+        kind: event.event_type(),
+        timestamp: occurred_at,
+        data,
+    })
+}
 
 /// What the link row adds to an event: its URL (clicks) and tags.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -419,6 +519,68 @@ mod tests {
         assert!(!waits_for_verdict(EventKind::Unsubscribe));
         for kind in [EventKind::Click, EventKind::Open, EventKind::Image] {
             assert!(waits_for_verdict(kind));
+        }
+    }
+
+    #[test]
+    fn a_bounce_and_a_complaint_say_what_came_back_and_what_was_done() {
+        let bounce = BounceEvent {
+            event_id: [0x0b; 16],
+            occurred_at: "2026-11-23T10:00:00.250Z".parse().unwrap(),
+            mailing_id: "spring",
+            letter_id: 7,
+            email: "ann@example.com",
+            kind: "hard",
+            status: "5.1.1",
+            diagnostic: "550 5.1.1 <ann@example.com>: Recipient address rejected",
+            action: "suppressed",
+            source_message_id: "<dsn-1@mx.example.net>",
+        };
+        let body = render_bounce(&bounce).unwrap();
+        assert!(
+            body.starts_with(r#"{"type":"email.bounced","timestamp":"#),
+            "{body}"
+        );
+        let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(
+            body["data"],
+            serde_json::json!({
+                "event_id": "0b".repeat(16),
+                "mailing_id": "spring",
+                "letter_id": 7,
+                "email": "ann@example.com",
+                "bounce_type": "hard",
+                "status": "5.1.1",
+                "diagnostic": "550 5.1.1 <ann@example.com>: Recipient address rejected",
+                "suppressed": true,
+                "action": "suppressed",
+                "source_message_id": "<dsn-1@mx.example.net>",
+                "occurred_at": "2026-11-23T10:00:00.250Z"
+            })
+        );
+        let soft = BounceEvent {
+            kind: "soft",
+            action: "counted",
+            ..bounce.clone()
+        };
+        let body: serde_json::Value = serde_json::from_str(&render_bounce(&soft).unwrap()).unwrap();
+        assert_eq!(
+            (&body["data"]["bounce_type"], &body["data"]["suppressed"]),
+            (&"soft".into(), &false.into())
+        );
+        let complaint = BounceEvent {
+            kind: "complaint",
+            status: "abuse",
+            diagnostic: "",
+            ..bounce
+        };
+        assert_eq!(complaint.event_type(), COMPLAINED);
+        let body: serde_json::Value =
+            serde_json::from_str(&render_bounce(&complaint).unwrap()).unwrap();
+        assert_eq!(body["type"], "email.complained");
+        assert_eq!(body["data"]["feedback_type"], "abuse");
+        for bounce_only in ["bounce_type", "status", "diagnostic"] {
+            assert!(body["data"].get(bounce_only).is_none(), "{body}");
         }
     }
 

@@ -9,16 +9,19 @@
 
 use super::classify::Class;
 use super::parse::{self, Failure, Kind, Report};
-use super::SoftPolicy;
+use super::{EventsOut, SoftPolicy};
 use crate::address::normalize;
 use crate::delivery::message::{letter_of_message_id, mailing_id_part};
 use crate::kind::TokenKind;
+use crate::payload::{self, BounceEvent};
 use crate::store::bounces::{self as rows, Decision, LetterRow, TokenLetter};
+use crate::store::outbox::{self, NewOutboxRow};
 use crate::store::suppressions::{self, SuppressionReason};
 use crate::store::StoreError;
 use crate::token::{Opened, SealRing};
 use sha2::{Digest, Sha256};
-use sqlx::MySqlPool;
+use sqlx::{MySqlConnection, MySqlPool};
+use std::sync::Arc;
 
 /// The default of `--max-bytes`: a bounce or complaint with the letter
 /// attached is far below it (a newsletter is tens of kilobytes).
@@ -49,12 +52,14 @@ impl Outcome {
 }
 
 /// The intake: the database, the seal keys that open VERP tokens, the
-/// soft bounce limit and the largest message read.
+/// soft bounce limit, the largest message read and the endpoints that
+/// get each decision's event (`Arc::new(())`: none).
 pub struct Ingest {
     pub pool: MySqlPool,
     pub ring: SealRing,
     pub soft: SoftPolicy,
     pub max_bytes: usize,
+    pub events_out: Arc<dyn EventsOut>,
 }
 
 /// How the letter was found.
@@ -264,35 +269,54 @@ impl Ingest {
             diagnostic: &failure.diagnostic,
             action: "reported",
         };
+        let again = || {
+            Ok(Outcome::done(format!(
+                "{} bounce for {about}: a second delivery of a bounce already decided, nothing done",
+                class.as_str()
+            )))
+        };
         let line = match class {
             Class::Hard => {
                 decision.action = self.suppress(letter, SuppressionReason::Bounce).await?;
-                rows::record(&self.pool, &decision).await?;
+                if !self.store(&decision).await? {
+                    return again();
+                }
                 format!(
                     "hard bounce for {about}: {}",
                     said(decision.action, "bounce")
                 )
             }
             Class::Soft => {
-                rows::record(&self.pool, &decision.with_action("counted")).await?;
-                let count = rows::soft_letters(&self.pool, &letter.email, self.soft.days).await?;
-                if count >= u64::from(self.soft.count) {
-                    let action = self.suppress(letter, SuppressionReason::Bounce).await?;
-                    rows::set_action(&self.pool, source_key, &letter.email, action).await?;
+                // Counted, then suppressed when this one reaches the
+                // limit; the event says what was done in the end.
+                let mut tx = self.pool.begin().await?;
+                if !rows::record(&mut *tx, &decision.with_action("counted")).await? {
+                    return again();
+                }
+                let count = rows::soft_letters(&mut *tx, &letter.email, self.soft.days).await?;
+                let line = if count >= u64::from(self.soft.count) {
+                    decision.action = self.suppress(letter, SuppressionReason::Bounce).await?;
+                    rows::set_action(&mut *tx, source_key, &letter.email, decision.action).await?;
                     format!(
                         "soft bounce for {about}: {count} in {} days, {}",
                         self.soft.days,
-                        said(action, "bounce")
+                        said(decision.action, "bounce")
                     )
                 } else {
+                    decision.action = "counted";
                     format!(
                         "soft bounce for {about}: counted, {count} of {} in {} days",
                         self.soft.count, self.soft.days
                     )
-                }
+                };
+                self.announce(&mut tx, &decision).await?;
+                tx.commit().await?;
+                line
             }
             Class::Policy => {
-                rows::record(&self.pool, &decision).await?;
+                if !self.store(&decision).await? {
+                    return again();
+                }
                 format!(
                     "policy block for {about}: not the address's fault, not suppressed; the \
                      operator should look: {}",
@@ -340,11 +364,73 @@ impl Ingest {
             diagnostic: "",
             action,
         };
-        rows::record(&self.pool, &decision).await?;
+        if !self.store(&decision).await? {
+            return Ok(Outcome::done(format!(
+                "complaint for {about}: a second delivery of a complaint already decided, nothing done"
+            )));
+        }
         Ok(Outcome::done(format!(
             "complaint ({feedback_type}) for {about}: {}",
             said(action, "complaint")
         )))
+    }
+
+    /// Store `decision` and queue its event in one transaction, so the
+    /// event goes out exactly when the decision is stored (once: a second
+    /// delivery finds the decision and queues nothing). `false`: the
+    /// decision was stored already (a second delivery that raced this one).
+    async fn store(&self, decision: &Decision<'_>) -> Result<bool, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        if !rows::record(&mut *tx, decision).await? {
+            return Ok(false);
+        }
+        self.announce(&mut tx, decision).await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// Queue the decision's `email.bounced` or `email.complained` for
+    /// every endpoint that wants it (on `conn`, the storing transaction).
+    async fn announce(
+        &self,
+        conn: &mut MySqlConnection,
+        decision: &Decision<'_>,
+    ) -> Result<(), StoreError> {
+        let event = BounceEvent {
+            event_id: event_id(decision),
+            occurred_at: chrono::Utc::now(),
+            mailing_id: &decision.letter.mailing_id,
+            letter_id: decision.letter.letter_id,
+            email: &decision.letter.email,
+            kind: decision.kind,
+            status: decision.status,
+            diagnostic: decision.diagnostic,
+            action: decision.action,
+            source_message_id: decision.source_message_id,
+        };
+        let endpoints = self
+            .events_out
+            .endpoints_for(event.event_type(), event.mailing_id);
+        if endpoints.is_empty() {
+            return Ok(());
+        }
+        let body = payload::render_bounce(&event).map_err(|err| StoreError::Corrupt {
+            table: "outbox",
+            detail: format!("a bounce event's payload: {err}"),
+        })?;
+        let queued: Vec<NewOutboxRow> = endpoints
+            .into_iter()
+            .map(|endpoint| NewOutboxRow {
+                endpoint,
+                event_id: event.event_id,
+                event_type: event.event_type(),
+                letter_id: Some(event.letter_id),
+                occurred_at: event.occurred_at,
+                payload: body.clone(),
+                hold: None,
+            })
+            .collect();
+        outbox::enqueue_on(conn, &queued).await
     }
 
     /// Put the letter's recipient on the suppression list: `suppressed`
@@ -374,6 +460,20 @@ fn said(action: &str, reason: &str) -> String {
         "suppressed" => format!("suppressed (reason {reason})"),
         _ => "on the suppression list already".into(),
     }
+}
+
+/// A decision's event id (its `webhook-id`): the first 16 bytes of
+/// SHA-256 over the source message's key and the address, so the same
+/// decision always has the same id.
+fn event_id(decision: &Decision<'_>) -> [u8; 16] {
+    let mut hash = Sha256::new();
+    hash.update(b"linktrack bounce event\0");
+    hash.update(decision.source_key);
+    hash.update(decision.letter.email.as_bytes());
+    let digest: [u8; 32] = hash.finalize().into();
+    let mut id = [0; 16];
+    id.copy_from_slice(&digest[..16]);
+    id
 }
 
 /// The key that makes a second delivery of the same message change

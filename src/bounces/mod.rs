@@ -1,9 +1,11 @@
 //! Mail that comes back: bounces and complaints read
 //! ([`parse`](parse::parse), the text bounces in `text.rs`), classified
 //! (`classify.rs`, the table of docs/bounces.md), matched to their letter
-//! and acted on (`ingest.rs`, messages read from `sources.rs`): a hard bounce or a complaint suppresses the
-//! address at once, soft bounces after [`SoftPolicy`]'s count, a policy
-//! block never; every decision is stored.
+//! and acted on (`ingest.rs`, messages read from `sources.rs`): a hard
+//! bounce or a complaint suppresses the address at once, soft bounces
+//! after [`SoftPolicy`]'s count, a policy block never; every decision is
+//! stored, and goes out as an `email.bounced` or `email.complained` event
+//! ([`EventsOut`]).
 
 pub mod classify;
 pub mod ingest;
@@ -29,6 +31,23 @@ pub struct SoftPolicy {
 impl Default for SoftPolicy {
     fn default() -> Self {
         SoftPolicy { count: 3, days: 14 }
+    }
+}
+
+/// Where the events of stored decisions (`email.bounced`,
+/// `email.complained`) go: the names of the endpoints that want an event
+/// of `event_type` in `mailing_id`. `outbound::Outbound` answers it with
+/// the endpoints' filters (it is a later layer); the ingest queues one
+/// outbox row per name, in the transaction that stores the decision, and
+/// the servers' senders deliver them like every event.
+pub trait EventsOut: Send + Sync {
+    fn endpoints_for(&self, event_type: &str, mailing_id: &str) -> Vec<String>;
+}
+
+/// No endpoint: events out are off.
+impl EventsOut for () {
+    fn endpoints_for(&self, _: &str, _: &str) -> Vec<String> {
+        Vec::new()
     }
 }
 

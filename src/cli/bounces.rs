@@ -5,8 +5,10 @@ use super::args::bounces::{BouncesCommand, IngestArgs};
 use super::{pool, EXIT_REJECTED};
 use crate::bounces::ingest::Ingest;
 use crate::bounces::{sources, SoftPolicy};
+use crate::outbound::Outbound;
 use crate::store::seal_keys;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 /// EX_TEMPFAIL (sysexits.h): a pipe transport keeps the message and
 /// tries again later.
@@ -52,6 +54,9 @@ async fn ingest(url: &str, args: &IngestArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn open(url: &str, args: &IngestArgs) -> anyhow::Result<Ingest> {
+    // The endpoints are checked before the database is touched: a bad
+    // setting is an error naming it, not a retry.
+    let outbound = Outbound::from_settings(&args.outbound.settings())?;
     let pool = pool(url).await?;
     let secrets = args.seal.secrets()?;
     let purpose = seal_keys::Purpose::Serve {
@@ -66,5 +71,6 @@ async fn open(url: &str, args: &IngestArgs) -> anyhow::Result<Ingest> {
             days: args.soft_days,
         },
         max_bytes: args.max_bytes,
+        events_out: Arc::new(outbound),
     })
 }

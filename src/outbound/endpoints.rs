@@ -558,13 +558,22 @@ mod tests {
         );
 
         write(&format!(
-            "[[endpoint]]\nname = \"crm\"\nurl = \"https://x/\"\nsecret = \"{SECRET}\"\ntypes = [\"email.bounced\"]\n"
+            "[[endpoint]]\nname = \"crm\"\nurl = \"https://x/\"\nsecret = \"{SECRET}\"\ntypes = [\"email.delivered\"]\n"
         ));
         let bad_type = message(run());
         assert!(
-            bad_type.contains("types: unknown type \"email.bounced\""),
+            bad_type.contains("types: unknown type \"email.delivered\""),
             "{bad_type}"
         );
+        // Issue 40: bounces and complaints are types like any other.
+        write(&format!(
+            "[[endpoint]]\nname = \"crm\"\nurl = \"https://x/\"\nsecret = \"{SECRET}\"\n\
+             types = [\"email.bounced\", \"email.complained\"]\n"
+        ));
+        let bounces = run().unwrap();
+        assert!(bounces[0].wants("email.complained", Some("spring")));
+        assert!(bounces[0].wants("email.bounced", Some("spring")));
+        assert!(!bounces[0].wants("email.clicked", Some("spring")));
 
         write("[[endpoint]]\nname = \"Bad Name\"\nurl = \"https://x/\"\n");
         assert!(message(run()).contains("name: \"Bad Name\""));

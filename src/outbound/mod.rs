@@ -235,6 +235,17 @@ impl Outbound {
     }
 }
 
+/// The endpoints a bounce or complaint goes to (`bounces ingest`).
+impl crate::bounces::EventsOut for Outbound {
+    fn endpoints_for(&self, event_type: &str, mailing_id: &str) -> Vec<String> {
+        self.endpoints
+            .iter()
+            .filter(|e| e.wants(event_type, Some(mailing_id)))
+            .map(|e| e.name.clone())
+            .collect()
+    }
+}
+
 impl crate::events::OutboxSink for Outbound {
     fn enqueue<'a>(&'a self, pool: &'a MySqlPool, rows: &'a [EventRow]) -> Enqueued<'a> {
         Box::pin(enqueue(pool, self, rows))

@@ -3,7 +3,7 @@
 
 use super::StoreError;
 use chrono::NaiveDate;
-use sqlx::MySqlPool;
+use sqlx::{MySqlExecutor, MySqlPool};
 
 /// A letter of ours: its mailing, id and recipient (normalised, as its
 /// rows store it).
@@ -137,7 +137,10 @@ pub struct Decision<'a> {
 
 /// Store a decision; `false` when this message's decision for this
 /// address is already stored (a second delivery of the same bounce).
-pub async fn record(pool: &MySqlPool, decision: &Decision<'_>) -> Result<bool, StoreError> {
+pub async fn record(
+    db: impl MySqlExecutor<'_>,
+    decision: &Decision<'_>,
+) -> Result<bool, StoreError> {
     let diagnostic: String = decision.diagnostic.chars().take(1000).collect();
     let source_id: String = decision.source_message_id.chars().take(255).collect();
     let status: String = decision.status.chars().take(16).collect();
@@ -155,7 +158,7 @@ pub async fn record(pool: &MySqlPool, decision: &Decision<'_>) -> Result<bool, S
     .bind(status)
     .bind(diagnostic)
     .bind(decision.action)
-    .execute(pool)
+    .execute(db)
     .await?
     .rows_affected();
     Ok(inserted == 1)
@@ -177,14 +180,18 @@ pub async fn seen(
 }
 
 /// Distinct letters to `email` that soft-bounced within `days` days.
-pub async fn soft_letters(pool: &MySqlPool, email: &str, days: u32) -> Result<u64, StoreError> {
+pub async fn soft_letters(
+    db: impl MySqlExecutor<'_>,
+    email: &str,
+    days: u32,
+) -> Result<u64, StoreError> {
     let (count,): (i64,) = sqlx::query_as(
         "SELECT COUNT(DISTINCT mailing_id, letter_id) FROM bounces \
          WHERE email = ? AND kind = 'soft' AND received_at >= UTC_TIMESTAMP() - INTERVAL ? DAY",
     )
     .bind(email)
     .bind(days)
-    .fetch_one(pool)
+    .fetch_one(db)
     .await?;
     Ok(u64::try_from(count).unwrap_or(0))
 }
@@ -192,7 +199,7 @@ pub async fn soft_letters(pool: &MySqlPool, email: &str, days: u32) -> Result<u6
 /// Change the action of a stored decision (a soft bounce that reached
 /// the limit: `suppressed`).
 pub async fn set_action(
-    pool: &MySqlPool,
+    db: impl MySqlExecutor<'_>,
     source_key: &[u8; 32],
     email: &str,
     action: &str,
@@ -201,7 +208,150 @@ pub async fn set_action(
         .bind(action)
         .bind(source_key.to_vec())
         .bind(email)
-        .execute(pool)
+        .execute(db)
         .await?;
     Ok(())
+}
+
+/// A mailing's bounces and complaints (issue 40): letters that
+/// hard-bounced, soft-bounced (counted once however often), were blocked
+/// by a policy or complained about, and the base their rates are of:
+/// the letters the SMTP hand-off delivered (`deliveries`), or, when the
+/// mailing's letters went out through another MTA (no `deliveries`
+/// rows), the letters built.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(into = "BounceFigures")]
+pub struct BounceSummary {
+    pub delivered: u64,
+    pub letters_built: u64,
+    pub hard: u64,
+    pub soft: u64,
+    pub policy: u64,
+    pub complaints: u64,
+}
+
+/// [`BounceSummary`] as the stats API sends it: counts, the base and the
+/// rates (0 to 1; 0 when the base is 0).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BounceFigures {
+    pub delivered: u64,
+    /// `delivered` or `built`: what the rates are of.
+    pub rate_base: &'static str,
+    pub base: u64,
+    pub hard: u64,
+    pub soft: u64,
+    pub policy: u64,
+    pub complaints: u64,
+    pub hard_rate: f64,
+    pub soft_rate: f64,
+    pub policy_rate: f64,
+    pub complaint_rate: f64,
+}
+
+impl BounceSummary {
+    /// What the rates are of: (`delivered` or `built`, the count).
+    pub fn base(&self) -> (&'static str, u64) {
+        if self.delivered > 0 {
+            ("delivered", self.delivered)
+        } else {
+            ("built", self.letters_built)
+        }
+    }
+
+    /// `count` of the base, 0 to 1.
+    pub fn rate(&self, count: u64) -> f64 {
+        match self.base().1 {
+            0 => 0.0,
+            base => count as f64 / base as f64,
+        }
+    }
+}
+
+impl From<BounceSummary> for BounceFigures {
+    fn from(s: BounceSummary) -> Self {
+        let (rate_base, base) = s.base();
+        BounceFigures {
+            delivered: s.delivered,
+            rate_base,
+            base,
+            hard: s.hard,
+            soft: s.soft,
+            policy: s.policy,
+            complaints: s.complaints,
+            hard_rate: s.rate(s.hard),
+            soft_rate: s.rate(s.soft),
+            policy_rate: s.rate(s.policy),
+            complaint_rate: s.rate(s.complaints),
+        }
+    }
+}
+
+/// The bounce figures of `mailing_id` (`letters_built` its letters
+/// built, the base when none was delivered over SMTP): two index range
+/// reads, `bounces_mailing` and the `deliveries` primary key.
+pub async fn mailing_summary(
+    pool: &MySqlPool,
+    mailing_id: &str,
+    letters_built: u64,
+) -> Result<BounceSummary, StoreError> {
+    let kinds: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT CAST(kind AS CHAR), COUNT(DISTINCT letter_id) FROM bounces \
+         WHERE mailing_id = ? GROUP BY kind",
+    )
+    .bind(mailing_id)
+    .fetch_all(pool)
+    .await?;
+    let (delivered,): (i64,) = sqlx::query_as(
+        "SELECT COUNT(*) FROM deliveries WHERE mailing_id = ? AND status = 'delivered'",
+    )
+    .bind(mailing_id)
+    .fetch_one(pool)
+    .await?;
+    let mut summary = BounceSummary {
+        delivered: u64::try_from(delivered).unwrap_or(0),
+        letters_built,
+        ..BounceSummary::default()
+    };
+    for (kind, letters) in kinds {
+        let letters = u64::try_from(letters).unwrap_or(0);
+        match kind.as_str() {
+            "hard" => summary.hard = letters,
+            "soft" => summary.soft = letters,
+            "policy" => summary.policy = letters,
+            "complaint" => summary.complaints = letters,
+            other => {
+                return Err(StoreError::Corrupt {
+                    table: "bounces",
+                    detail: format!("unknown kind {other:?}"),
+                })
+            }
+        }
+    }
+    Ok(summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_are_of_delivered_letters_or_else_of_letters_built() {
+        let s = BounceSummary {
+            delivered: 200,
+            letters_built: 400,
+            hard: 3,
+            soft: 2,
+            policy: 1,
+            complaints: 1,
+        };
+        let json = serde_json::to_value(s).unwrap();
+        assert_eq!(json["rate_base"], "delivered");
+        assert_eq!(json["base"], 200);
+        assert_eq!(json["hard_rate"], 0.015);
+        assert_eq!(json["complaint_rate"], 0.005);
+        let elsewhere = BounceSummary { delivered: 0, ..s };
+        assert_eq!(elsewhere.base(), ("built", 400));
+        assert_eq!(elsewhere.rate(4), 0.01);
+        assert_eq!(BounceSummary::default().rate(0), 0.0);
+    }
 }

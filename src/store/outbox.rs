@@ -54,6 +54,16 @@ const LONGEST_HOLD: Duration = Duration::from_secs(30 * 24 * 3_600);
 /// (`IGNORE` is safe here: the table is not partitioned and no column can
 /// be truncated: the payload is MEDIUMTEXT, the other values are ours.)
 pub async fn enqueue(pool: &MySqlPool, rows: &[NewOutboxRow]) -> Result<(), StoreError> {
+    let mut conn = pool.acquire().await?;
+    enqueue_on(&mut conn, rows).await
+}
+
+/// [`enqueue`] on a connection: in the transaction of the caller (`bounces
+/// ingest` queues a decision's event in the transaction that stores it).
+pub async fn enqueue_on(
+    conn: &mut MySqlConnection,
+    rows: &[NewOutboxRow],
+) -> Result<(), StoreError> {
     for chunk in rows.chunks(super::events::MAX_ROWS_PER_INSERT) {
         let mut query = QueryBuilder::<MySql>::new(
             "INSERT IGNORE INTO outbox \
@@ -72,7 +82,7 @@ pub async fn enqueue(pool: &MySqlPool, rows: &[NewOutboxRow]) -> Result<(), Stor
                 .push_bind_unseparated(micros(row.hold.unwrap_or_default().min(LONGEST_HOLD)))
                 .push_unseparated(" MICROSECOND");
         });
-        query.build().execute(pool).await?;
+        query.build().execute(&mut *conn).await?;
     }
     Ok(())
 }

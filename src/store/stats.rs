@@ -93,6 +93,9 @@ pub struct MailingSummary {
     /// anonymous: rates over `letters_built` count letters that could not
     /// be counted.
     pub tracking: TrackingSummary,
+    /// Hard and soft bounces, policy blocks and complaints, in letters,
+    /// with their rates (`bounces ingest`, issue 40).
+    pub bounces: super::bounces::BounceSummary,
 }
 
 /// Opens and clicks by class (issue 24), derived from the rolled totals and
@@ -167,6 +170,7 @@ pub async fn summary(
     s.minutes = read_series(pool, mailing_id, Series::Minutes).await?;
     s.bot_reasons = read_bot_reasons(pool, mailing_id).await?;
     s.tracking = tracking_summary(pool, mailing_id).await?;
+    s.bounces = super::bounces::mailing_summary(pool, mailing_id, s.letters_built).await?;
     Ok(Some(s))
 }
 

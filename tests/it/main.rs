@@ -6,6 +6,8 @@
 mod admin_listener;
 mod amqp;
 mod bad_input;
+mod bounce_events;
+mod bounce_loop;
 mod bounces;
 mod build;
 mod common;

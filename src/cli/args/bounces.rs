@@ -9,12 +9,15 @@ pub enum BouncesCommand {
     /// bounce or a complaint suppresses the letter's recipient at once,
     /// soft bounces after --soft-bounces in --soft-days, a policy block
     /// never (docs/bounces.md has the table). One line per message says
-    /// what it was and for whom. Exit status: 0 every message read and
-    /// acted on (or nothing to act on: an auto-reply, a delay warning),
-    /// 2 some message needs a look (not a bounce, unreadable, too big, a
-    /// forged bounce address, a letter whose rows are gone), 75
-    /// (EX_TEMPFAIL: a pipe transport retries) the database could not be
-    /// reached, 1 the source could not be read.
+    /// what it was and for whom. Each stored decision is queued as an
+    /// `email.bounced` or `email.complained` event for the endpoints of
+    /// --webhook-url, --webhooks and --amqp-url (the servers send it).
+    /// Exit status: 0 every message read and acted on (or nothing to act
+    /// on: an auto-reply, a delay warning), 2 some message needs a look
+    /// (not a bounce, unreadable, too big, a forged bounce address, a
+    /// letter whose rows are gone), 75 (EX_TEMPFAIL: a pipe transport
+    /// retries) the database could not be reached, 1 the source could not
+    /// be read.
     Ingest(IngestArgs),
 }
 
@@ -45,4 +48,10 @@ pub struct IngestArgs {
 
     #[command(flatten)]
     pub seal: super::secrets::RingArgs,
+
+    /// The endpoints that get `email.bounced` and `email.complained`: the
+    /// same as the servers' (docs/bounces.md, "Events out"); queued here,
+    /// sent by the running servers.
+    #[command(flatten)]
+    pub outbound: super::webhooks::OutboundArgs,
 }

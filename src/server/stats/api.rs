@@ -4,7 +4,9 @@
 //! reads) plus the letters-built count, and a `live` section from Redis when
 //! the live layer is configured and answering. The number of suppressed
 //! recipients is not known per mailing (the builder reports it but does not
-//! store it), so it is not part of the answer.
+//! store it), so it is not part of the answer. `bounces` counts the
+//! letters that bounced or were complained about (`bounces ingest`) and
+//! their rates of the letters delivered.
 
 use super::{StatsError, StatsState};
 use crate::live::{LiveSnapshot, SegmentQuery};

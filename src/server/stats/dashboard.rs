@@ -119,6 +119,7 @@ pub(crate) async fn mailing(
             s => Serde(&summary),
             classes => Serde(summary.classes()),
             bot_click_percent => format!("{:.0}", summary.classes().bot_share * 100.0),
+            bounces => Serde(bounce_cards(&summary.bounces)),
             links => Serde(links),
             chart => chart_for(&summary),
             chart_per => match chart::resolution(&summary.hours, &summary.minutes) {
@@ -170,6 +171,29 @@ fn chart_for(summary: &stats::MailingSummary) -> String {
     match chart::resolution(&summary.hours, &summary.minutes) {
         chart::Resolution::Minute => chart::svg(&summary.minutes, chart::Resolution::Minute),
         chart::Resolution::Hour => chart::svg(&summary.hours, chart::Resolution::Hour),
+    }
+}
+
+/// The bounce and complaint cards' percentages (of `base`: delivered
+/// letters, or letters built when none went out over SMTP).
+#[derive(serde::Serialize)]
+struct BounceCards {
+    hard: String,
+    soft: String,
+    complaints: String,
+    base: &'static str,
+}
+
+fn bounce_cards(bounces: &crate::store::bounces::BounceSummary) -> BounceCards {
+    let percent = |count| format!("{:.2} %", bounces.rate(count) * 100.0);
+    BounceCards {
+        hard: percent(bounces.hard),
+        soft: percent(bounces.soft),
+        complaints: percent(bounces.complaints),
+        base: match bounces.base().0 {
+            "delivered" => "of letters delivered",
+            _ => "of letters built",
+        },
     }
 }
 

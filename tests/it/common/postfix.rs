@@ -4,7 +4,8 @@
 //! on STARTTLS (a self-signed certificate made by openssl; a client trusts
 //! it through `SSL_CERT_FILE` = [`Postfix::ca_file`]), AUTH (Cyrus SASL's
 //! sasldb: Debian's Postfix reads `<config>/sasl/smtpd.conf`), hide EHLO
-//! keywords (`smtpd_discard_ehlo_keywords`), or add `main.cf` lines.
+//! keywords (`smtpd_discard_ehlo_keywords`), or add `main.cf` and
+//! `master.cf` lines.
 //! Stopped on drop. Needs root (Postfix's master starts as root) and
 //! Debian's postfix and sasl2-bin (scripts/prepare.d/40-postfix.sh).
 
@@ -26,6 +27,8 @@ pub struct PostfixConfig {
     /// More `main.cf` settings, `name = value`; each replaces the harness's
     /// own setting of that name.
     pub main_cf: Vec<String>,
+    /// Lines added to `master.cf` (a pipe transport of the test's own).
+    pub master_cf: Vec<String>,
 }
 
 /// The domains whose mail the instance keeps (in one maildir).
@@ -194,7 +197,8 @@ fn write_instance(dir: &Path, port: u16, config: &PostfixConfig) {
         })
         .collect::<Vec<_>>()
         .join("\n");
-    std::fs::write(dir.join("conf/master.cf"), master + "\n").unwrap();
+    let extra: String = config.master_cf.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(dir.join("conf/master.cf"), master + "\n" + &extra).unwrap();
     let _ = std::fs::copy(
         "/etc/postfix/dynamicmaps.cf",
         dir.join("conf/dynamicmaps.cf"),
