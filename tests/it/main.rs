@@ -6,6 +6,7 @@
 mod admin_listener;
 mod amqp;
 mod bad_input;
+mod bounce_hooks;
 mod bounces;
 mod build;
 mod common;
