@@ -31,13 +31,17 @@ const RATE_EVERY_ROUNDS: u32 = 20;
 
 /// Read the gauges until stopping is asked for.
 pub async fn run(pool: MySqlPool, mut stopping: Stopping) {
-    let mut round = 0u32;
+    // Rounds until the next read of the last day's counts: the first
+    // round the database answers, then every RATE_EVERY_ROUNDS.
+    let mut rate_in = 0u32;
     loop {
-        let up = update(&pool).await;
-        if up && round % RATE_EVERY_ROUNDS == 0 {
-            complaint_rate(&pool).await;
+        if update(&pool).await {
+            if rate_in == 0 {
+                complaint_rate(&pool).await;
+                rate_in = RATE_EVERY_ROUNDS;
+            }
+            rate_in -= 1;
         }
-        round = round.wrapping_add(1);
         tokio::select! {
             _ = stopping.requested() => return,
             _ = tokio::time::sleep(EVERY) => {}
