@@ -63,7 +63,7 @@ pub struct ProviderHookArgs {
 
     /// Extra URL prefixes trusted to serve SNS signing certificates and
     /// subscription confirmations, besides https on
-    /// sns.<region>.amazonaws.com (an internal mirror; tests).
+    /// `sns.<region>.amazonaws.com` (an internal mirror; tests).
     #[arg(
         long = "sns-cert-url-prefix",
         env = "LINKTRACK_SNS_CERT_URL_PREFIXES",
