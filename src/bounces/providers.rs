@@ -6,7 +6,7 @@
 //! server before anything reaches this file.
 //!
 //! The provider's own verdict is combined with the classification table
-//! (docs/bounces.md, "Provider events"): the status code and the remote
+//! (docs/bounces.md, "Provider webhooks"): the status code and the remote
 //! MTA's words decide as for any bounce, and the provider's type bounds
 //! them: a bounce the provider calls transient never suppresses at once,
 //! one it calls permanent without a code is hard.

@@ -77,7 +77,7 @@ pub struct ProviderHookArgs {
         long,
         env = "LINKTRACK_MAILGUN_SIGNING_KEY",
         hide_env_values = true,
-        value_name = "KEY"
+        value_name = "SECRET"
     )]
     pub mailgun_signing_key: Option<String>,
 

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// What the webhooks accept; each is off until configured.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct HookSettings {
     /// The SNS topics SES publishes to (`TopicArn`); empty: `/hooks/ses`
     /// answers 404. Anyone can sign an SNS message from a topic of their
@@ -40,8 +40,24 @@ pub struct HookSettings {
     pub soft: SoftPolicy,
 }
 
-/// The default of `--mailgun-max-age`.
+/// The default of `--mailgun-max-age`: a genuine post is signed when
+/// Mailgun sends it, seconds before it arrives; 15 minutes leaves room for
+/// clocks that drift. A post refused as stale is answered 403, so an
+/// operator sees it in the counter.
 pub const DEFAULT_MAILGUN_MAX_AGE: Duration = Duration::from_secs(15 * 60);
+
+impl Default for HookSettings {
+    /// Both webhooks off.
+    fn default() -> Self {
+        HookSettings {
+            ses_topics: Vec::new(),
+            sns_trusted: sns::TrustedUrls::default(),
+            mailgun_key: None,
+            mailgun_max_age: DEFAULT_MAILGUN_MAX_AGE,
+            soft: SoftPolicy::default(),
+        }
+    }
+}
 
 impl std::fmt::Debug for HookSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
