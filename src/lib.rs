@@ -86,7 +86,8 @@
 //!     auto-replies read (`bounces/parse.rs`, text bounces in `text.rs`),
 //!     classified (`classify.rs`, docs/bounces.md's table), matched to
 //!     their letter through the VERP token or `deliveries` and acted on
-//!     (`ingest.rs`).
+//!     (`ingest.rs`); providers' events (SES, Mailgun) read into the same
+//!     report (`providers.rs`).
 //! 19. [`events`]: the event journal (`events/journal.rs`, its versioned
 //!     line in `journal_line.rs`), the fallback queue when it cannot write
 //!     (`fallback.rs`) and its drain (`drain.rs`), the replay into `events`
@@ -122,7 +123,8 @@
 //!     (`state.rs`); cache misses of concurrent clicks share one statement
 //!     (`lookups.rs`); a hit classified and journaled (`hits.rs`); one
 //!     limiter of wrong secrets per client network (`guesses.rs`); the
-//!     SSRF-safe image proxy (`image.rs`); the server's error type and its
+//!     SSRF-safe image proxy (`image.rs`); the providers' bounce webhooks
+//!     with their SNS and Mailgun signature checks (`server/hooks/`); the server's error type and its
 //!     pages (`error.rs`, `pages.rs`); Prometheus metrics (`metrics.rs`,
 //!     `health_gauges.rs`); the stats API and dashboard (`server/stats/`,
 //!     with its own error type for the API's JSON errors). `/metrics` and

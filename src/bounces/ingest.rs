@@ -33,6 +33,10 @@ pub const DEFAULT_MAX_BYTES: usize = 10 << 20;
 pub struct Outcome {
     pub line: String,
     pub needs_look: bool,
+    /// The kinds (`hard`, `soft`, `policy`, `complaint`) of the decisions
+    /// this message stored now: none for a second delivery (what the
+    /// server's counters count).
+    pub decided: Vec<&'static str>,
 }
 
 impl Outcome {
@@ -40,6 +44,7 @@ impl Outcome {
         Outcome {
             line,
             needs_look: false,
+            decided: Vec::new(),
         }
     }
 
@@ -47,7 +52,13 @@ impl Outcome {
         Outcome {
             line,
             needs_look: true,
+            decided: Vec::new(),
         }
+    }
+
+    fn decided(mut self, kind: &'static str) -> Outcome {
+        self.decided.push(kind);
+        self
     }
 }
 
@@ -93,6 +104,17 @@ impl Ingest {
             Err(err) => return Ok(Outcome::look(format!("unreadable: {err}; nothing done"))),
         };
         let source_key = source_key(&report, raw);
+        self.report(&report, &source_key).await
+    }
+
+    /// Act on a report already read (a returned message's, or a
+    /// provider event's: `bounces::providers`); `source_key` its identity
+    /// (a second report with the same key changes nothing).
+    pub async fn report(
+        &self,
+        report: &Report,
+        source_key: &[u8; 32],
+    ) -> Result<Outcome, StoreError> {
         match &report.kind {
             Kind::AutoReply => Ok(Outcome::done(
                 "auto-reply (RFC 3834, vacation): not a bounce, nothing done".into(),
@@ -105,31 +127,37 @@ impl Ingest {
                 Ok(Outcome::look(format!("not a bounce: {why}; nothing done")))
             }
             Kind::Bounce { format, failures } => {
-                let found = self.letter(&report).await?;
+                let found = self.letter(report).await?;
                 let Some((letter, _)) = self.usable(found) else {
-                    return self.unmatched(&report).await;
+                    return self.unmatched(report).await;
                 };
                 let mut lines = Vec::new();
                 let mut needs_look = false;
+                let mut decided = Vec::new();
                 for failure in failures {
-                    let outcome = self.bounce(&report, &source_key, &letter, failure).await?;
+                    let outcome = self.bounce(report, source_key, &letter, failure).await?;
                     needs_look |= outcome.needs_look;
+                    decided.extend(outcome.decided);
                     lines.push(outcome.line);
                 }
                 let line = format!("{format}: {}", lines.join("; "));
-                Ok(Outcome { line, needs_look })
+                Ok(Outcome {
+                    line,
+                    needs_look,
+                    decided,
+                })
             }
             Kind::Complaint {
                 feedback_type,
                 recipient,
             } => {
-                let found = self.letter(&report).await?;
+                let found = self.letter(report).await?;
                 let Some((letter, by_token)) = self.usable(found) else {
-                    return self.unmatched(&report).await;
+                    return self.unmatched(report).await;
                 };
                 self.complaint(
-                    &report,
-                    &source_key,
+                    report,
+                    source_key,
                     &letter,
                     feedback_type,
                     recipient.as_deref(),
@@ -324,7 +352,7 @@ impl Ingest {
                 )
             }
         };
-        Ok(Outcome::done(line))
+        Ok(Outcome::done(line).decided(class.as_str()))
     }
 
     /// A complaint whose letter was found.
@@ -372,7 +400,8 @@ impl Ingest {
         Ok(Outcome::done(format!(
             "complaint ({feedback_type}) for {about}: {}",
             said(action, "complaint")
-        )))
+        ))
+        .decided("complaint"))
     }
 
     /// Store `decision` and queue its event in one transaction, so the
@@ -474,6 +503,12 @@ fn event_id(decision: &Decision<'_>) -> [u8; 16] {
     let mut id = [0; 16];
     id.copy_from_slice(&digest[..16]);
     id
+}
+
+/// The key of a provider's event (`ses:FEEDBACK-ID`): SHA-256 of the
+/// id, as a message's is of its Message-ID.
+pub fn event_key(id: &str) -> [u8; 32] {
+    Sha256::digest(id.as_bytes()).into()
 }
 
 /// The key that makes a second delivery of the same message change

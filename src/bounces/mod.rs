@@ -1,15 +1,16 @@
 //! Mail that comes back: bounces and complaints read
 //! ([`parse`](parse::parse), the text bounces in `text.rs`), classified
 //! (`classify.rs`, the table of docs/bounces.md), matched to their letter
-//! and acted on (`ingest.rs`, messages read from `sources.rs`): a hard
-//! bounce or a complaint suppresses the address at once, soft bounces
-//! after [`SoftPolicy`]'s count, a policy block never; every decision is
-//! stored, and goes out as an `email.bounced` or `email.complained` event
-//! ([`EventsOut`]).
+//! and acted on (`ingest.rs`, messages read from `sources.rs`, providers'
+//! webhook events read in `providers.rs`): a hard bounce or a complaint
+//! suppresses the address at once, soft bounces after [`SoftPolicy`]'s
+//! count, a policy block never; every decision is stored, and goes out as
+//! an `email.bounced` or `email.complained` event ([`EventsOut`]).
 
 pub mod classify;
 pub mod ingest;
 pub mod parse;
+pub mod providers;
 pub mod sources;
 mod text;
 

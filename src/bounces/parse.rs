@@ -227,7 +227,7 @@ fn addressed_tokens(message: &Message<'_>) -> Vec<Token> {
 
 /// Every VERP token in a header value (`bounces+TOKEN@domain`, in angle
 /// brackets or not, several addresses allowed).
-fn tokens_in(value: &str) -> Vec<Token> {
+pub(crate) fn tokens_in(value: &str) -> Vec<Token> {
     value
         .split(|c: char| c.is_whitespace() || matches!(c, ',' | '<' | '>' | ';' | '"'))
         .filter_map(token::token_of_bounce_address)

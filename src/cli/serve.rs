@@ -44,6 +44,7 @@ async fn run_server(url: &str, args: &ServeArgs, demo: bool) -> anyhow::Result<(
             lookups_in_flight: args.lookups_in_flight as usize,
             images: demo_image_settings(demo),
             bots: demo_bot_rules(demo),
+            hooks: args.hooks.settings()?,
             ..ServerSettings::default()
         },
         api_token: args.api_token.clone(),
@@ -249,6 +250,15 @@ async fn demo_serve_args(
             redis_prefix: crate::live::DEFAULT_PREFIX.to_owned(),
         },
         outbound: outbound_from_env()?,
+        // The demo takes no provider webhooks.
+        hooks: super::args::bounces::ProviderHookArgs {
+            ses_topic_arns: Vec::new(),
+            sns_cert_url_prefixes: Vec::new(),
+            mailgun_signing_key: None,
+            mailgun_max_age: crate::server::hooks::DEFAULT_MAILGUN_MAX_AGE.as_secs(),
+            soft_bounces: crate::bounces::SoftPolicy::default().count,
+            soft_days: crate::bounces::SoftPolicy::default().days,
+        },
     })
 }
 

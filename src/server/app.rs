@@ -98,6 +98,8 @@ pub struct App {
     admin_token: Option<String>,
     state: AppState,
     stats: StatsState,
+    /// `/hooks/ses` and `/hooks/mailgun` (`hooks`).
+    hooks: Router,
     pipeline: EventPipeline,
     workers: Workers,
     limits: ConnectionLimits,
@@ -177,6 +179,7 @@ impl App {
             Some(opened) => state.set_seal(opened),
             None => load_seal_later(&state, secrets),
         }
+        let hooks = super::hooks::router(state.clone(), settings.outbound.clone())?;
         start_workers(&settings, &mut workers, privacy);
         Ok(App {
             public: listener,
@@ -184,6 +187,7 @@ impl App {
             admin_token: settings.admin_token,
             state,
             stats,
+            hooks,
             pipeline,
             workers,
             limits: settings.connections,
@@ -217,6 +221,7 @@ impl App {
             admin_token,
             state,
             stats,
+            hooks,
             pipeline,
             workers,
             limits,
@@ -231,7 +236,7 @@ impl App {
                 let _ = stopped.wait_for(|s| *s).await;
             }))
         });
-        let app = public_router(state, stats).await;
+        let app = public_router(state, stats, hooks).await;
         let mut public_stopped = stopped;
         listen::serve(public, app, limits, async move {
             tokio::select! {
@@ -262,6 +267,7 @@ impl App {
             admin_token,
             state,
             stats,
+            hooks,
             pipeline,
             workers,
             limits,
@@ -277,7 +283,7 @@ impl App {
             // The pipeline and the workers live as long as the server task.
             let _pipeline = pipeline;
             let _workers = workers;
-            let app = public_router(state, stats).await;
+            let app = public_router(state, stats, hooks).await;
             listen::serve(public, app, limits, std::future::pending()).await
         });
         handles.push(serving.abort_handle());

@@ -9,6 +9,7 @@ pub mod guesses;
 pub(crate) mod handlers;
 pub mod health_gauges;
 pub(crate) mod hits;
+pub mod hooks;
 pub(crate) mod hosts;
 pub mod image;
 pub mod listen;
@@ -48,9 +49,9 @@ pub enum ServeError {
 }
 
 /// The public host: tracking routes, `/healthz`, the stats API and
-/// dashboard, all under the same request ids, tracing and metrics.
+/// dashboard, the providers' webhooks (`hooks`), all under the same request ids, tracing and metrics.
 /// Readiness and metrics are on the admin listener only ([`app`]).
-async fn public_router(state: AppState, stats: stats::StatsState) -> Router {
+async fn public_router(state: AppState, stats: stats::StatsState, hooks: Router) -> Router {
     let request_id = axum::http::HeaderName::from_static("x-request-id");
     let known_hosts = std::sync::Arc::new(hosts::KnownHosts::new(
         state.pool.clone(),
@@ -80,6 +81,7 @@ async fn public_router(state: AppState, stats: stats::StatsState) -> Router {
         .with_state(state);
     tracking
         .merge(stats::router(stats))
+        .merge(hooks)
         .layer(axum::middleware::from_fn_with_state(
             known_hosts,
             hosts::only_known_hosts,

@@ -54,6 +54,8 @@ pub struct ServerSettings {
     /// `assetlinks.json` are (per host in a folder named after it); `None`:
     /// not served (docs/domains.md, "App links").
     pub well_known_dir: Option<std::path::PathBuf>,
+    /// The providers' bounce and complaint webhooks (off by default).
+    pub hooks: super::hooks::HookSettings,
 }
 
 impl Default for ServerSettings {
@@ -71,6 +73,7 @@ impl Default for ServerSettings {
             trust_forwarded_for: false,
             lookups_in_flight: LookupSettings::default().in_flight,
             well_known_dir: None,
+            hooks: super::hooks::HookSettings::default(),
         }
     }
 }

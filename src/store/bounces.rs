@@ -330,6 +330,28 @@ pub async fn mailing_summary(
     Ok(summary)
 }
 
+/// Complaints received and letters delivered in the last 24 hours: the
+/// complaint rate's two sides (the alert of docs/bounces.md). Each is a
+/// range read of one index (migration 20261208000001).
+pub async fn last_day(pool: &MySqlPool) -> Result<(u64, u64), StoreError> {
+    let (complaints,): (i64,) = sqlx::query_as(
+        "SELECT COUNT(*) FROM bounces \
+         WHERE received_at >= UTC_TIMESTAMP() - INTERVAL 1 DAY AND kind = 'complaint'",
+    )
+    .fetch_one(pool)
+    .await?;
+    let (delivered,): (i64,) = sqlx::query_as(
+        "SELECT COUNT(*) FROM deliveries \
+         WHERE at >= UTC_TIMESTAMP() - INTERVAL 1 DAY AND status = 'delivered'",
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok((
+        u64::try_from(complaints).unwrap_or(0),
+        u64::try_from(delivered).unwrap_or(0),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,6 +8,7 @@ mod amqp;
 mod bad_input;
 mod bounce_events;
 mod bounce_loop;
+mod bounce_hooks;
 mod bounces;
 mod build;
 mod common;

@@ -55,3 +55,74 @@ pub struct IngestArgs {
     #[command(flatten)]
     pub outbound: super::webhooks::OutboundArgs,
 }
+
+/// The providers' bounce and complaint webhooks of `serve`
+/// (docs/bounces.md, "Provider webhooks"); each is off until configured.
+#[derive(Debug, Clone, Args)]
+pub struct ProviderHookArgs {
+    /// The SNS topic(s) SES publishes bounces and complaints to: turns
+    /// `POST /hooks/ses` on; posts from other topics are refused.
+    #[arg(
+        long = "ses-topic-arn",
+        env = "LINKTRACK_SES_TOPIC_ARNS",
+        value_delimiter = ',',
+        value_name = "ARN"
+    )]
+    pub ses_topic_arns: Vec<String>,
+
+    /// Extra URL prefixes trusted to serve SNS signing certificates and
+    /// subscription confirmations, besides https on
+    /// `sns.<region>.amazonaws.com` (an internal mirror; tests).
+    #[arg(
+        long = "sns-cert-url-prefix",
+        env = "LINKTRACK_SNS_CERT_URL_PREFIXES",
+        value_delimiter = ',',
+        value_name = "URL"
+    )]
+    pub sns_cert_url_prefixes: Vec<String>,
+
+    /// Mailgun's webhook signing key: turns `POST /hooks/mailgun` on.
+    #[arg(
+        long,
+        env = "LINKTRACK_MAILGUN_SIGNING_KEY",
+        hide_env_values = true,
+        value_name = "SECRET"
+    )]
+    pub mailgun_signing_key: Option<String>,
+
+    /// A Mailgun post whose signed timestamp is further than SECS from
+    /// now is refused.
+    #[arg(long, env = "LINKTRACK_MAILGUN_MAX_AGE", default_value_t = crate::server::hooks::DEFAULT_MAILGUN_MAX_AGE.as_secs(), value_name = "SECS",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub mailgun_max_age: u64,
+
+    /// Soft bounces (of distinct letters) that suppress an address, as
+    /// `bounces ingest --soft-bounces`...
+    #[arg(long = "soft-bounces", env = "LINKTRACK_SOFT_BOUNCES", default_value_t = 3, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub soft_bounces: u32,
+
+    /// ...within this many days.
+    #[arg(long = "soft-days", env = "LINKTRACK_SOFT_DAYS", default_value_t = 14, value_name = "DAYS",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub soft_days: u32,
+}
+
+impl ProviderHookArgs {
+    /// The server's settings; a bad `--sns-cert-url-prefix` is an error
+    /// naming it.
+    pub fn settings(&self) -> anyhow::Result<crate::server::hooks::HookSettings> {
+        let sns_trusted = crate::server::hooks::sns::TrustedUrls::new(&self.sns_cert_url_prefixes)
+            .map_err(|err| anyhow::anyhow!("--sns-cert-url-prefix {err}"))?;
+        Ok(crate::server::hooks::HookSettings {
+            ses_topics: self.ses_topic_arns.clone(),
+            sns_trusted,
+            mailgun_key: self.mailgun_signing_key.clone().filter(|k| !k.is_empty()),
+            mailgun_max_age: std::time::Duration::from_secs(self.mailgun_max_age),
+            soft: crate::bounces::SoftPolicy {
+                count: self.soft_bounces,
+                days: self.soft_days,
+            },
+        })
+    }
+}

@@ -511,6 +511,7 @@ mod tests {
             "HOST",
             "DOMAIN",
             "HOST|ADDR",
+            "ARN",
         ];
         for (path, help) in every_help() {
             for line in help.lines() {

@@ -154,6 +154,9 @@ pub struct ServeArgs {
 
     #[command(flatten)]
     pub outbound: OutboundArgs,
+
+    #[command(flatten)]
+    pub hooks: super::bounces::ProviderHookArgs,
 }
 
 /// Where tracked URLs point; used by `build` and `serve`.

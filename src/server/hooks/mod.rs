@@ -1,0 +1,343 @@
+//! Providers' bounce and complaint webhooks (docs/bounces.md, "Provider
+//! webhooks"): `POST /hooks/ses` (Amazon SES through SNS, the SNS
+//! signature verified in `sns.rs`) and `POST /hooks/mailgun` (Mailgun's
+//! HMAC in `mailgun.rs`). An authenticated event is read by
+//! `bounces::providers` and decided by the same `bounces::ingest` path as
+//! `linktrack bounces ingest`; a post that is unsigned or wrongly signed
+//! is refused (401 or 403, the body says why) and counted in
+//! `linktrack_webhook_refused_total{provider, reason}`.
+
+mod mailgun;
+pub mod sns;
+
+use super::state::AppState;
+use crate::bounces::ingest::{event_key, Ingest, Outcome};
+use crate::bounces::providers::{self, EventError};
+use crate::bounces::SoftPolicy;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::post;
+use axum::Router;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What the webhooks accept; each is off until configured.
+#[derive(Clone)]
+pub struct HookSettings {
+    /// The SNS topics SES publishes to (`TopicArn`); empty: `/hooks/ses`
+    /// answers 404. Anyone can sign an SNS message from a topic of their
+    /// own, so the topic is what makes it the operator's.
+    pub ses_topics: Vec<String>,
+    /// Extra places trusted to serve SNS certificates and subscription
+    /// confirmations, besides https on `sns.<region>.amazonaws.com`.
+    pub sns_trusted: sns::TrustedUrls,
+    /// Mailgun's webhook signing key; `None`: `/hooks/mailgun` answers 404.
+    pub mailgun_key: Option<String>,
+    /// How far a Mailgun signature's timestamp may be from now.
+    pub mailgun_max_age: Duration,
+    /// When soft bounces suppress, as `bounces ingest --soft-bounces`.
+    pub soft: SoftPolicy,
+}
+
+/// The default of `--mailgun-max-age`: a genuine post is signed when
+/// Mailgun sends it, seconds before it arrives; 15 minutes leaves room for
+/// clocks that drift. A post refused as stale is answered 403, so an
+/// operator sees it in the counter.
+pub const DEFAULT_MAILGUN_MAX_AGE: Duration = Duration::from_secs(15 * 60);
+
+impl Default for HookSettings {
+    /// Both webhooks off.
+    fn default() -> Self {
+        HookSettings {
+            ses_topics: Vec::new(),
+            sns_trusted: sns::TrustedUrls::default(),
+            mailgun_key: None,
+            mailgun_max_age: DEFAULT_MAILGUN_MAX_AGE,
+            soft: SoftPolicy::default(),
+        }
+    }
+}
+
+impl std::fmt::Debug for HookSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HookSettings")
+            .field("ses_topics", &self.ses_topics)
+            .field("sns_trusted", &self.sns_trusted)
+            .field("mailgun_key", &self.mailgun_key.as_ref().map(|_| "(set)"))
+            .field("mailgun_max_age", &self.mailgun_max_age)
+            .field("soft", &self.soft)
+            .finish()
+    }
+}
+
+#[derive(Clone)]
+struct Hooks(Arc<Shared>);
+
+struct Shared {
+    app: AppState,
+    /// Where the decisions' `email.bounced` / `email.complained` go.
+    outbound: crate::outbound::Outbound,
+    ses_topics: Vec<String>,
+    certificates: sns::Certificates,
+    mailgun: Option<mailgun::Verifier>,
+    soft: SoftPolicy,
+}
+
+/// The routes, on the public listener (providers post from the internet);
+/// decisions go out as events to `outbound`'s endpoints.
+pub(crate) fn router(
+    app: AppState,
+    outbound: crate::outbound::Outbound,
+) -> Result<Router, reqwest::Error> {
+    let settings = app.settings.hooks.clone();
+    let certificates = sns::Certificates::new(settings.sns_trusted.clone())?;
+    let mailgun = settings
+        .mailgun_key
+        .as_deref()
+        .map(|key| mailgun::Verifier::new(key, settings.mailgun_max_age));
+    let hooks = Hooks(Arc::new(Shared {
+        app,
+        outbound,
+        ses_topics: settings.ses_topics,
+        certificates,
+        mailgun,
+        soft: settings.soft,
+    }));
+    Ok(Router::new()
+        .route("/hooks/ses", post(ses))
+        .route("/hooks/mailgun", post(mailgun_post))
+        .with_state(hooks))
+}
+
+type Answer = (StatusCode, String);
+
+/// A refused post: counted by provider and reason, answered with why.
+fn refused(
+    provider: &'static str,
+    reason: &'static str,
+    status: StatusCode,
+    why: String,
+) -> Answer {
+    metrics::counter!("linktrack_webhook_refused_total",
+        "provider" => provider, "reason" => reason)
+    .increment(1);
+    tracing::warn!(provider, reason, %why, "webhook post refused");
+    (status, format!("refused: {why}\n"))
+}
+
+fn not_configured(what: &str) -> Answer {
+    (
+        StatusCode::NOT_FOUND,
+        format!("{what} is not configured on this server\n"),
+    )
+}
+
+fn bad_event(provider: &'static str, err: EventError) -> Answer {
+    refused(
+        provider,
+        "bad_event",
+        StatusCode::BAD_REQUEST,
+        format!("the event: {err}"),
+    )
+}
+
+/// `POST /hooks/ses`: an SNS message from one of the configured topics.
+async fn ses(State(hooks): State<Hooks>, body: Bytes) -> Answer {
+    const SES: &str = "ses";
+    if hooks.0.ses_topics.is_empty() {
+        return not_configured("/hooks/ses (--ses-topic-arn)");
+    }
+    let message: sns::SnsMessage = match serde_json::from_slice(&body) {
+        Ok(message) => message,
+        Err(err) => {
+            return refused(
+                SES,
+                "bad_request",
+                StatusCode::BAD_REQUEST,
+                format!("the body is not an SNS message (JSON with Type, MessageId, TopicArn, Message, Timestamp): {err}"),
+            )
+        }
+    };
+    // The topic first: a post from anyone else's topic fetches no
+    // certificate.
+    if !hooks.0.ses_topics.contains(&message.topic_arn) {
+        return refused(
+            SES,
+            "unknown_topic",
+            StatusCode::FORBIDDEN,
+            format!(
+                "TopicArn {} is not one of --ses-topic-arn",
+                message.topic_arn
+            ),
+        );
+    }
+    if let Err(refusal) = hooks.0.certificates.verify(&message).await {
+        let status = match refusal {
+            sns::Refusal::Unsigned => StatusCode::UNAUTHORIZED,
+            // Our side or SNS's may be down: SNS retries on a 5xx.
+            sns::Refusal::Certificate(_) => StatusCode::SERVICE_UNAVAILABLE,
+            sns::Refusal::Incomplete(..) => StatusCode::BAD_REQUEST,
+            _ => StatusCode::FORBIDDEN,
+        };
+        return refused(SES, refusal.reason(), status, refusal.to_string());
+    }
+    match message.kind.as_str() {
+        "SubscriptionConfirmation" => confirm(&hooks, &message).await,
+        "UnsubscribeConfirmation" => {
+            tracing::warn!(topic = %message.topic_arn, "SNS says this endpoint was unsubscribed");
+            (StatusCode::OK, "unsubscribe noted\n".into())
+        }
+        "Notification" => match providers::ses(&message.message) {
+            Ok(event) => act(&hooks, SES, event).await,
+            Err(err) => bad_event(SES, err),
+        },
+        other => refused(
+            SES,
+            "bad_request",
+            StatusCode::BAD_REQUEST,
+            format!("Type {other:?} is not an SNS message type"),
+        ),
+    }
+}
+
+/// Confirm a subscription by fetching its SubscribeURL, trusted as a
+/// certificate URL is.
+async fn confirm(hooks: &Hooks, message: &sns::SnsMessage) -> Answer {
+    let url = message.subscribe_url.as_deref().unwrap_or_default();
+    if !hooks.0.certificates.trusted.trusts(url) {
+        return refused(
+            "ses",
+            "untrusted_subscribe_url",
+            StatusCode::FORBIDDEN,
+            format!("SubscribeURL {url} is not on a trusted SNS host"),
+        );
+    }
+    match hooks.0.certificates.fetch(url).await {
+        Ok(_) => {
+            tracing::info!(topic = %message.topic_arn, "SNS subscription confirmed");
+            (StatusCode::OK, "subscription confirmed\n".into())
+        }
+        Err(err) => (
+            StatusCode::BAD_GATEWAY,
+            format!("confirming the subscription failed: {err}\n"),
+        ),
+    }
+}
+
+/// A Mailgun webhook post: `signature` and `event-data`.
+#[derive(serde::Deserialize)]
+struct MailgunPost {
+    signature: Option<mailgun::Signature>,
+    #[serde(rename = "event-data")]
+    event_data: Option<serde_json::Value>,
+}
+
+/// `POST /hooks/mailgun`.
+async fn mailgun_post(State(hooks): State<Hooks>, body: Bytes) -> Answer {
+    const MAILGUN: &str = "mailgun";
+    let Some(verifier) = &hooks.0.mailgun else {
+        return not_configured("/hooks/mailgun (--mailgun-signing-key)");
+    };
+    let post: MailgunPost = match serde_json::from_slice(&body) {
+        Ok(post) => post,
+        Err(err) => {
+            return refused(
+                MAILGUN,
+                "bad_request",
+                StatusCode::BAD_REQUEST,
+                format!("the body is not a Mailgun webhook post (JSON with signature and event-data): {err}"),
+            )
+        }
+    };
+    let Some(signature) = post.signature else {
+        let refusal = mailgun::Refusal::Unsigned;
+        return refused(
+            MAILGUN,
+            refusal.reason(),
+            StatusCode::UNAUTHORIZED,
+            refusal.to_string(),
+        );
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let checked = match verifier.check(&signature, now) {
+        Ok(()) if verifier.used(&signature.token).await => Err(mailgun::Refusal::Replayed),
+        other => other,
+    };
+    if let Err(refusal) = checked {
+        return refused(
+            MAILGUN,
+            refusal.reason(),
+            StatusCode::FORBIDDEN,
+            refusal.to_string(),
+        );
+    }
+    let Some(event_data) = post.event_data else {
+        return bad_event(MAILGUN, EventError::Field("event-data"));
+    };
+    let event = match providers::mailgun(&event_data) {
+        Ok(event) => event,
+        Err(err) => return bad_event(MAILGUN, err),
+    };
+    let answer = act(&hooks, MAILGUN, event).await;
+    if answer.0.is_success() {
+        verifier.spend(&signature.token).await;
+    }
+    answer
+}
+
+/// Decide an authenticated event as `bounces ingest` decides a message;
+/// count what was decided now. 200 with the decision's line, also for an
+/// event that names no letter of ours (a provider would retry anything
+/// else for days); 503 when the database or the seal keys are not there
+/// (the provider retries).
+async fn act(hooks: &Hooks, provider: &'static str, event: providers::Event) -> Answer {
+    let app = &hooks.0.app;
+    let Some(ring) = app.seal() else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the seal keys are not loaded yet (database unavailable); try again\n".into(),
+        );
+    };
+    let ingest = Ingest {
+        pool: app.pool.clone(),
+        ring: ring.clone(),
+        soft: hooks.0.soft,
+        max_bytes: crate::bounces::ingest::DEFAULT_MAX_BYTES,
+        events_out: Arc::new(hooks.0.outbound.clone()),
+    };
+    let outcome = ingest.report(&event.report, &event_key(&event.id)).await;
+    match outcome {
+        Ok(outcome) => {
+            count(provider, &outcome);
+            if outcome.needs_look {
+                tracing::warn!(provider, event = %event.id, line = %outcome.line, "provider event needs a look");
+            }
+            (StatusCode::OK, format!("{}: {}\n", event.id, outcome.line))
+        }
+        Err(err) => {
+            tracing::warn!(provider, event = %event.id, %err, "provider event not decided");
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("the database failed: {err}; nothing decided, try again\n"),
+            )
+        }
+    }
+}
+
+/// The decisions stored now, by kind: `linktrack_bounces_total{source,
+/// class}` and `linktrack_complaints_total{source}`.
+fn count(provider: &'static str, outcome: &Outcome) {
+    for kind in &outcome.decided {
+        match *kind {
+            "complaint" => {
+                metrics::counter!("linktrack_complaints_total", "source" => provider).increment(1)
+            }
+            class => metrics::counter!("linktrack_bounces_total",
+                "source" => provider, "class" => class)
+            .increment(1),
+        }
+    }
+}
