@@ -38,7 +38,7 @@ pub struct TlsArgs {
     #[arg(
         long,
         env = "LINKTRACK_ACME_CA_FILE",
-        value_name = "PEM",
+        value_name = "FILE",
         requires = "acme_directory"
     )]
     pub acme_ca_file: Option<std::path::PathBuf>,
@@ -47,7 +47,7 @@ pub struct TlsArgs {
     #[arg(
         long,
         env = "LINKTRACK_ACME_CONTACT",
-        value_name = "EMAIL",
+        value_name = "ADDRESS",
         requires = "acme_directory"
     )]
     pub acme_contact: Option<String>,
