@@ -282,7 +282,9 @@ mod tests {
             "--acme-directory",
             "https://acme.example/dir",
         ]);
-        let err = refused.err().expect("ACME without --tls-listen is refused");
+        let Err(err) = refused else {
+            panic!("ACME without --tls-listen is refused");
+        };
         assert!(err.to_string().contains("--tls-listen"), "{err}");
         let cli = Cli::try_parse_from([
             "linktrack",
