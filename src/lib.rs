@@ -56,7 +56,8 @@
 //! Storage:
 //! 13. [`store`]: every SQL statement. Pool and migrations (`store/mod.rs`),
 //!     links, link templates, events, suppressions, tracking opt-outs,
-//!     tracking domains per sender (`tracking_domains.rs`),
+//!     tracking domains per sender (`tracking_domains.rs`) and their
+//!     certificates and ACME account (`tls_certificates.rs`),
 //!     sequences, deliveries, dashboard sessions; partition DDL on one
 //!     server or every Spider node (`partitions.rs`); the rollup's SQL
 //!     (`rollup.rs`, `rolled_batch.rs`, settling verdicts in `verdicts.rs`);
@@ -78,45 +79,49 @@
 //! 16. [`domains`]: a tracking domain's DNS checked (its CNAME or
 //!     addresses point at this service), with the system's resolver or a
 //!     given name server.
-//! 17. [`delivery`]: sending mechanics: each letter as a complete RFC 5322
+//! 17. [`acme`]: automatic TLS for the tracking domains: certificates
+//!     ordered from an ACME directory (HTTP-01, `acme/order.rs`), renewed
+//!     before they end (`certificate.rs`), served by SNI from the table
+//!     the certificate worker keeps (`acme/mod.rs`).
+//! 18. [`delivery`]: sending mechanics: each letter as a complete RFC 5322
 //!     message (`delivery/message.rs`), SMTP sessions with pipelining and
 //!     retries (`smtp/`), the
 //!     pools file (`pools.rs`), the per-letter ledger (`ledger.rs`).
-//! 18. [`bounces`]: mail that comes back: bounces, complaints and
+//! 19. [`bounces`]: mail that comes back: bounces, complaints and
 //!     auto-replies read (`bounces/parse.rs`, text bounces in `text.rs`),
 //!     classified (`classify.rs`, docs/bounces.md's table), matched to
 //!     their letter through the VERP token or `deliveries` and acted on
 //!     (`ingest.rs`); providers' events (SES, Mailgun) read into the same
 //!     report (`providers.rs`).
-//! 19. [`events`]: the event journal (`events/journal.rs`, its versioned
+//! 20. [`events`]: the event journal (`events/journal.rs`, its versioned
 //!     line in `journal_line.rs`), the fallback queue when it cannot write
 //!     (`fallback.rs`) and its drain (`drain.rs`), the replay into `events`
 //!     (`replay.rs`), which hands each batch to the [`events::OutboxSink`]
 //!     it is given.
-//! 20. [`outbound`]: events out, at least once: the outbox sink (queues each
+//! 21. [`outbound`]: events out, at least once: the outbox sink (queues each
 //!     event for every matching endpoint), a sender per endpoint
 //!     (`outbound/dispatch.rs`) of signed Standard Webhooks POSTs
 //!     (`webhook.rs`, `signature.rs`) or AMQP messages (`amqp.rs`), the
 //!     endpoints and their settings (`endpoints.rs`), the registry that
 //!     warns when servers' endpoints differ (`registry.rs`).
-//! 21. [`rollup`]: the rollup worker loop: roll `events` into the statistics
+//! 22. [`rollup`]: the rollup worker loop: roll `events` into the statistics
 //!     tables, then publish to Redis.
 //!
 //! Jobs (what the commands run):
-//! 22. [`builder`]: `linktrack build`, the batch job: mailing and recipients
+//! 23. [`builder`]: `linktrack build`, the batch job: mailing and recipients
 //!     in (`builder/mailing.rs`, `recipients.rs`, `csv_records.rs`; which
 //!     column is which field in `columns.rs`), one
 //!     letter composed (`compose.rs`, tracking modes in `track_mode.rs`),
 //!     why a recipient gets none (`reject.rs`), letters and rejects written
 //!     (`output.rs`), handed to the pool (`delivery.rs`), the progress bar
 //!     (`progress.rs`).
-//! 23. [`demo`]: `linktrack demo`, the whole loop on the compiled-in fixtures.
-//! 24. [`export`]: the recipients export (one row per letter with its
+//! 24. [`demo`]: `linktrack demo`, the whole loop on the compiled-in fixtures.
+//! 25. [`export`]: the recipients export (one row per letter with its
 //!     engagement, CSV or JSON lines), streamed page by page; the API and
 //!     `linktrack export recipients` write it.
-//! 25. [`server`]: `linktrack serve`. [`server::App`] (`server/app.rs`) is the
+//! 26. [`server`]: `linktrack serve`. [`server::App`] (`server/app.rs`) is the
 //!     one wiring (listeners, event pipeline, workers, ordered shutdown);
-//!     connections served with limits (`listen.rs`); only known hosts
+//!     connections served with limits, plain or TLS (`listen.rs`); only known hosts
 //!     answered once tracking domains exist (`hosts.rs`); thin handlers for `/c`,
 //!     `/o`, `/u`, `/i` and health (`handlers.rs`) with the `Tracked`
 //!     extractor (`request.rs`); shared state and token checks
@@ -131,7 +136,7 @@
 //!     `/readyz` are on the admin listener.
 //!
 //! Command line:
-//! 26. [`cli`]: the command line (clap stops here): its flags in
+//! 27. [`cli`]: the command line (clap stops here): its flags in
 //!     `cli/args/`, one file per command group; runners that turn them into
 //!     the settings structs below and print what was done (`cli/mod.rs`
 //!     dispatches; `database.rs`, `mailing.rs`, `secrets.rs`, `serve.rs`,
@@ -140,6 +145,7 @@
 
 #![warn(unreachable_pub)]
 
+pub mod acme;
 pub mod address;
 pub mod bots;
 pub mod bounces;

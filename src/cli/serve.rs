@@ -65,6 +65,7 @@ async fn run_server(url: &str, args: &ServeArgs, demo: bool) -> anyhow::Result<(
             ..Default::default()
         },
         outbound: hold_until_settled(outbound, args),
+        tls: args.tls.settings(),
         ..AppSettings::new(
             pool,
             JournalSettings {
@@ -229,6 +230,14 @@ async fn demo_serve_args(
         max_connections: crate::server::listen::DEFAULT_MAX_CONNECTIONS,
         trust_forwarded_for: false,
         well_known_dir: None,
+        tls: super::args::serve::TlsArgs {
+            tls_listen: None,
+            acme_directory: None,
+            acme_ca_file: None,
+            acme_contact: None,
+            acme_renew_before_days: None,
+            acme_check_secs: crate::acme::DEFAULT_CHECK_EVERY.as_secs(),
+        },
         api_token: Some(api_token),
         seal: super::args::secrets::RingArgs {
             current: super::args::secrets::SecretArgs {

@@ -16,6 +16,7 @@ use super::listen::{self, ConnectionLimits};
 use super::state::{AppState, SealLoadError, ServerSettings};
 use super::stats::{StatsError, StatsState};
 use super::{handlers, metrics, public_router, ServeError};
+use crate::acme::{CertificateSettings, Certificates};
 use crate::events::journal::JournalSettings;
 use crate::events::EventPipeline;
 use crate::live::Live;
@@ -29,6 +30,7 @@ use axum::Router;
 use sqlx::MySqlPool;
 use std::future::Future;
 use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -65,6 +67,17 @@ pub struct AppSettings {
     pub outbound: Outbound,
     /// How the server follows opt-outs and erasures (docs/privacy.md).
     pub privacy: PrivacySettings,
+    /// The TLS listener of the tracking domains and how their certificates
+    /// are obtained (docs/domains.md, "Certificates"); `None`: plain HTTP
+    /// only, TLS left to a reverse proxy.
+    pub tls: Option<TlsSettings>,
+}
+
+/// `--tls-listen` and the certificates served there.
+#[derive(Debug, Clone)]
+pub struct TlsSettings {
+    pub listen: SocketAddr,
+    pub certificates: CertificateSettings,
 }
 
 impl AppSettings {
@@ -87,6 +100,7 @@ impl AppSettings {
             connections: ConnectionLimits::default(),
             outbound: Outbound::default(),
             privacy: PrivacySettings::default(),
+            tls: None,
         }
     }
 }
@@ -103,6 +117,13 @@ pub struct App {
     pipeline: EventPipeline,
     workers: Workers,
     limits: ConnectionLimits,
+    tls: Option<TlsListener>,
+}
+
+/// The bound TLS listener and the certificates it serves by SNI.
+struct TlsListener {
+    listener: TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
 }
 
 impl App {
@@ -128,6 +149,11 @@ impl App {
         if let Some(listener) = &admin {
             warn_if_exposed(listener, settings.admin_token.is_some());
         }
+        let certificates = Arc::new(Certificates::default());
+        let tls = match &settings.tls {
+            Some(tls) => Some(bind_tls(tls.listen, &certificates).await?),
+            None => None,
+        };
         let pool = settings.pool.clone();
         // Installed before anything registers a metric: a handle taken with
         // no recorder installed (the journal keeps its gauge's) stays mute.
@@ -181,6 +207,12 @@ impl App {
         }
         let hooks = super::hooks::router(state.clone(), settings.outbound.clone())?;
         start_workers(&settings, &mut workers, privacy);
+        if let Some(tls) = &settings.tls {
+            let (pool, settings) = (settings.pool.clone(), tls.certificates.clone());
+            workers.spawn("certificates", move |stopping| {
+                crate::acme::run(pool, certificates, settings, stopping)
+            });
+        }
         Ok(App {
             public: listener,
             admin,
@@ -191,7 +223,15 @@ impl App {
             pipeline,
             workers,
             limits: settings.connections,
+            tls,
         })
+    }
+
+    /// The TLS listener's address, if there is one.
+    pub fn tls_addr(&self) -> Option<SocketAddr> {
+        self.tls
+            .as_ref()
+            .and_then(|tls| tls.listener.local_addr().ok())
     }
 
     /// The public listener's address.
@@ -225,6 +265,7 @@ impl App {
             pipeline,
             workers,
             limits,
+            tls,
         } = self;
         let deadline = state.settings.flush_deadline;
         // One shutdown signal for both listeners.
@@ -232,13 +273,26 @@ impl App {
         let admin_task = admin.map(|listener| {
             let app = admin_router(state.clone(), admin_guard(admin_token, &stats));
             let mut stopped = stopped.clone();
-            tokio::spawn(listen::serve(listener, app, limits, async move {
+            tokio::spawn(listen::serve(listener, app, limits, None, async move {
                 let _ = stopped.wait_for(|s| *s).await;
             }))
         });
         let app = public_router(state, stats, hooks).await;
+        let tls_task = tls.map(|tls| {
+            let mut stopped = stopped.clone();
+            let serving = listen::serve(
+                tls.listener,
+                app.clone(),
+                limits,
+                Some(tls.acceptor),
+                async move {
+                    let _ = stopped.wait_for(|s| *s).await;
+                },
+            );
+            tokio::spawn(serving)
+        });
         let mut public_stopped = stopped;
-        listen::serve(public, app, limits, async move {
+        listen::serve(public, app, limits, None, async move {
             tokio::select! {
                 () = shutdown => {}
                 _ = public_stopped.wait_for(|s| *s) => {}
@@ -246,6 +300,9 @@ impl App {
         })
         .await;
         let _ = stop.send(true);
+        if let Some(task) = tls_task {
+            let _ = task.await;
+        }
         let admin_served = match admin_task {
             Some(task) => task.await.map_err(std::io::Error::other),
             None => Ok(()),
@@ -271,12 +328,13 @@ impl App {
             pipeline,
             workers,
             limits,
+            tls,
         } = self;
         let mut handles = pipeline.abort_handles();
         handles.extend(workers.abort_handles());
         if let Some(listener) = admin {
             let app = admin_router(state.clone(), admin_guard(admin_token, &stats));
-            let serving = listen::serve(listener, app, limits, std::future::pending());
+            let serving = listen::serve(listener, app, limits, None, std::future::pending());
             handles.push(tokio::spawn(serving).abort_handle());
         }
         let serving = tokio::spawn(async move {
@@ -284,7 +342,18 @@ impl App {
             let _pipeline = pipeline;
             let _workers = workers;
             let app = public_router(state, stats, hooks).await;
-            listen::serve(public, app, limits, std::future::pending()).await
+            if let Some(tls) = tls {
+                let acceptor = Some(tls.acceptor);
+                let serving = listen::serve(
+                    tls.listener,
+                    app.clone(),
+                    limits,
+                    acceptor,
+                    std::future::pending(),
+                );
+                tokio::spawn(serving);
+            }
+            listen::serve(public, app, limits, None, std::future::pending()).await
         });
         handles.push(serving.abort_handle());
         handles
@@ -315,6 +384,21 @@ fn start_workers(settings: &AppSettings, workers: &mut Workers, privacy: Privacy
     });
     let server = crate::outbound::registry::server_id(&settings.journal.dir);
     crate::outbound::start_senders(&settings.pool, &settings.outbound, server, workers);
+}
+
+/// Binds the TLS listener, its certificates picked by SNI from `certificates`.
+async fn bind_tls(
+    listen: SocketAddr,
+    certificates: &Arc<Certificates>,
+) -> Result<TlsListener, ServeError> {
+    let listener = TcpListener::bind(listen)
+        .await
+        .map_err(|err| ServeError::Bind(listen, err))?;
+    let config = crate::acme::server_config(certificates.clone()).map_err(ServeError::Tls)?;
+    Ok(TlsListener {
+        listener,
+        acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(config)),
+    })
 }
 
 /// Open the token seal key ring now if the database answers (`None`

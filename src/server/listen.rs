@@ -12,8 +12,10 @@
 //!   beyond that, new connections wait in the kernel's listen backlog, and
 //!   the moment the cap is hit is logged once.
 //!
-//! Plain HTTP/1.1 only: the public host sits behind a TLS-terminating proxy
-//! or load balancer, which speaks HTTP/1.1 to its backends.
+//! HTTP/1.1, plain (behind a TLS-terminating proxy or load balancer, which
+//! speaks HTTP/1.1 to its backends) or over TLS (`--tls-listen`, the
+//! tracking domains' certificates, docs/domains.md): the handshake must end
+//! within the header timeout too.
 
 use axum::extract::ConnectInfo;
 use axum::Router;
@@ -26,6 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_rustls::TlsAcceptor;
 use tower_http::add_extension::AddExtension;
 
 /// Limits on every connection of a listener.
@@ -61,11 +64,13 @@ impl Default for ConnectionLimits {
 
 /// Serve `router` on `listener` until `shutdown` completes; then stop
 /// accepting and wait for the open connections' requests to finish.
-/// Handlers see the peer address as `ConnectInfo<SocketAddr>`.
+/// Handlers see the peer address as `ConnectInfo<SocketAddr>`. With `tls`,
+/// every connection is a TLS one.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     limits: ConnectionLimits,
+    tls: Option<TlsAcceptor>,
     shutdown: impl Future<Output = ()>,
 ) {
     let mut http = hyper::server::conn::http1::Builder::new();
@@ -83,26 +88,49 @@ pub async fn serve(
         let Some((stream, peer, permit)) = accepted else {
             continue;
         };
-        let service = AddExtension::new(router.clone(), ConnectInfo(peer));
-        let connection =
-            http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
-        let connection = graceful.watch(connection);
+        let service =
+            TowerToHyperService::new(AddExtension::new(router.clone(), ConnectInfo(peer)));
+        let Some(acceptor) = tls.clone() else {
+            let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+            tokio::spawn(finish(connection, peer, permit));
+            continue;
+        };
+        let (http, watcher) = (http.clone(), graceful.watcher());
         tokio::spawn(async move {
-            if let Err(err) = connection.await {
-                let reason = if err.is_timeout() {
-                    "header_timeout"
-                } else {
-                    "error"
-                };
-                metrics::counter!("linktrack_connections_cut_total", "reason" => reason)
-                    .increment(1);
-                tracing::debug!(%err, %peer, "connection closed");
-            }
-            drop(permit);
+            let handshake = tokio::time::timeout(limits.header_timeout, acceptor.accept(stream));
+            let stream = match handshake.await {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(err)) => return cut(peer, "tls_handshake", &err),
+                Err(elapsed) => return cut(peer, "tls_handshake_timeout", &elapsed),
+            };
+            let connection = watcher.watch(http.serve_connection(TokioIo::new(stream), service));
+            finish(connection, peer, permit).await;
         });
     }
     drop(listener);
     graceful.shutdown().await;
+}
+
+/// Waits for a connection to end, counting how it was cut.
+async fn finish(
+    connection: impl Future<Output = Result<(), hyper::Error>>,
+    peer: SocketAddr,
+    permit: OwnedSemaphorePermit,
+) {
+    if let Err(err) = connection.await {
+        let reason = if err.is_timeout() {
+            "header_timeout"
+        } else {
+            "error"
+        };
+        cut(peer, reason, &err);
+    }
+    drop(permit);
+}
+
+fn cut(peer: SocketAddr, reason: &'static str, err: &dyn std::fmt::Display) {
+    metrics::counter!("linktrack_connections_cut_total", "reason" => reason).increment(1);
+    tracing::debug!(%err, %peer, reason, "connection closed");
 }
 
 /// The next connection, once the cap leaves room for it. `None` after an

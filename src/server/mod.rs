@@ -21,7 +21,7 @@ pub mod state;
 pub mod stats;
 pub(crate) mod well_known;
 
-pub use app::{App, AppSettings};
+pub use app::{App, AppSettings, TlsSettings};
 
 use crate::events::journal::JournalError;
 use axum::routing::get;
@@ -46,6 +46,9 @@ pub enum ServeError {
     /// The seal key ring is refused (`store::seal_keys`).
     #[error(transparent)]
     SealKey(crate::store::seal_keys::KeyRefusal),
+    /// The TLS listener's configuration was refused.
+    #[error("setting up TLS: {0}")]
+    Tls(rustls::Error),
 }
 
 /// The public host: tracking routes, `/healthz`, the stats API and
@@ -77,6 +80,10 @@ async fn public_router(state: AppState, stats: stats::StatsState, hooks: Router)
             get(well_known::apple_app_site_association),
         )
         .route("/.well-known/assetlinks.json", get(well_known::assetlinks))
+        .route(
+            "/.well-known/acme-challenge/{token}",
+            get(well_known::acme_challenge),
+        )
         .fallback(handlers::not_found)
         .with_state(state);
     tracking

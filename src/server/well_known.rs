@@ -8,7 +8,8 @@
 use super::error::ServerError;
 use super::hosts::host_without_port;
 use super::state::AppState;
-use axum::extract::State;
+use crate::store::tls_certificates;
+use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use std::path::PathBuf;
@@ -70,4 +71,31 @@ async fn operator_file(state: &AppState, headers: &HeaderMap, name: &str) -> Res
         }
     }
     ServerError::NotFound.into_response()
+}
+
+/// An HTTP-01 challenge of the ACME CA (docs/domains.md, "Certificates"):
+/// the answer stored by whichever server placed the order, for the host
+/// asked about; as plain text, never a redirect.
+pub(crate) async fn acme_challenge(
+    State(state): State<AppState>,
+    Path(token): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ServerError> {
+    let host = headers
+        .get(header::HOST)
+        .and_then(|value| value.to_str().ok())
+        .map(host_without_port)
+        .and_then(|host| crate::domains::host_name(host).ok())
+        .ok_or(ServerError::NotFound)?;
+    let answer = tls_certificates::challenge(&state.pool, &token, &host)
+        .await?
+        .ok_or(ServerError::NotFound)?;
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/octet-stream"),
+        )],
+        answer,
+    )
+        .into_response())
 }

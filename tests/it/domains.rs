@@ -17,19 +17,19 @@ use std::time::{Duration, Instant};
 
 /// pebble-challtestsrv answering DNS on a loopback port, its records set
 /// through its management API.
-struct FakeDns {
+pub(crate) struct FakeDns {
     child: Child,
-    dns: SocketAddr,
+    pub(crate) dns: SocketAddr,
     management: String,
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.local_addr().unwrap().port()
 }
 
 impl FakeDns {
-    async fn start() -> FakeDns {
+    pub(crate) async fn start() -> FakeDns {
         let (dns_port, management_port) = (free_port(), free_port());
         let child = Command::new("pebble-challtestsrv")
             .args(["-dns01", &format!("127.0.0.1:{dns_port}")])
@@ -85,7 +85,7 @@ impl FakeDns {
         .unwrap();
     }
 
-    async fn address(&self, host: &str, address: &str) {
+    pub(crate) async fn address(&self, host: &str, address: &str) {
         self.post(
             "/add-a",
             serde_json::json!({"host": format!("{host}."), "addresses": [address]}),

@@ -439,3 +439,210 @@ fn honeypot_url(html: &str) -> String {
     assert!(html[url_end..].starts_with(marker));
     html[url_start..url_end].to_owned()
 }
+
+/// Headless Chromium with the DevTools protocol on a free loopback port,
+/// showing `page`; killed when dropped.
+struct Chromium {
+    child: Child,
+    port: u16,
+    _profile: tempfile::TempDir,
+}
+
+impl Chromium {
+    fn open(page: &Path) -> Chromium {
+        need("chromium");
+        let profile = tempfile::tempdir().unwrap();
+        let child = Command::new("chromium")
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+                "--remote-debugging-address=127.0.0.1",
+                "--remote-debugging-port=0",
+            ])
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .arg(format!("file://{}", page.display()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("chromium (scripts/prepare.d/30-chromium.sh)");
+        // With port 0 Chromium writes the port it took into the profile.
+        let active = profile.path().join("DevToolsActivePort");
+        let started = std::time::Instant::now();
+        let port = loop {
+            let written = std::fs::read_to_string(&active).unwrap_or_default();
+            if let Some(port) = written.lines().next().and_then(|l| l.parse().ok()) {
+                break port;
+            }
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(30),
+                "chromium did not open its DevTools port"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        };
+        Chromium {
+            child,
+            port,
+            _profile: profile,
+        }
+    }
+
+    /// The DevTools WebSocket of the page showing `page`.
+    async fn page_socket(&self, page: &Path) -> String {
+        let url = format!("file://{}", page.display());
+        let started = std::time::Instant::now();
+        loop {
+            let listed = reqwest::get(format!("http://127.0.0.1:{}/json/list", self.port))
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            let targets: Vec<serde_json::Value> = serde_json::from_str(&listed).unwrap();
+            if let Some(target) = targets
+                .iter()
+                .find(|t| t["type"] == "page" && t["url"] == url.as_str())
+            {
+                return target["webSocketDebuggerUrl"].as_str().unwrap().to_owned();
+            }
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(30),
+                "no page for {url}: {targets:?}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+}
+
+impl Drop for Chromium {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One DevTools session: commands sent, their results read back.
+struct DevTools {
+    socket: tungstenite::WebSocket<tungstenite::stream::MaybeTlsStream<std::net::TcpStream>>,
+    next_id: u64,
+}
+
+impl DevTools {
+    fn call(&mut self, method: &str, params: serde_json::Value) -> serde_json::Value {
+        self.next_id += 1;
+        let id = self.next_id;
+        let command = serde_json::json!({"id": id, "method": method, "params": params});
+        self.socket
+            .send(tungstenite::Message::text(command.to_string()))
+            .unwrap();
+        loop {
+            let message = self.socket.read().unwrap();
+            let Ok(text) = message.to_text() else {
+                continue;
+            };
+            let reply: serde_json::Value = serde_json::from_str(text).unwrap();
+            if reply["id"] == id {
+                assert!(reply["error"].is_null(), "{method}: {reply}");
+                return reply["result"].clone();
+            }
+        }
+    }
+
+    /// The backend node id of the first element `selector` matches.
+    fn backend_node(&mut self, selector: &str) -> u64 {
+        let expression = format!("document.querySelector({})", serde_json::json!(selector));
+        let found = self.call(
+            "Runtime.evaluate",
+            serde_json::json!({"expression": expression}),
+        );
+        let object = found["result"]["objectId"].clone();
+        assert!(object.is_string(), "nothing matches {selector}: {found}");
+        self.call("DOM.describeNode", serde_json::json!({"objectId": object}))["node"]
+            ["backendNodeId"]
+            .as_u64()
+            .unwrap()
+    }
+}
+
+/// A screen reader reads the browser's accessibility tree: the honeypot
+/// `<area>` must not be in it, while the letter's real links are.
+#[tokio::test]
+async fn the_honeypot_is_not_in_chromiums_accessibility_tree_and_the_links_are() {
+    let db = TestDb::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let html = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/newsletter.html"),
+    )
+    .unwrap();
+    let letter = build_one(&db, dir.path(), "ax", &html, "all", &serde_json::json!({})).await;
+    let html = letter["html"].as_str().unwrap();
+    let honeypot = honeypot_url(html);
+    let page = dir.path().join("letter.html");
+    std::fs::write(&page, html).unwrap();
+
+    let browser = Chromium::open(&page);
+    let socket = browser.page_socket(&page).await;
+    let tree = tokio::task::spawn_blocking(move || {
+        let (socket, _) = tungstenite::connect(socket.as_str()).unwrap();
+        let mut devtools = DevTools { socket, next_id: 0 };
+        let started = std::time::Instant::now();
+        while devtools.call(
+            "Runtime.evaluate",
+            serde_json::json!({
+                "expression": "location.protocol === 'file:' && document.readyState === 'complete'"
+            }),
+        )["result"]["value"]
+            != true
+        {
+            assert!(started.elapsed() < std::time::Duration::from_secs(30));
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let honeypot_node = devtools.backend_node(&format!("area[href=\"{honeypot}\"]"));
+        let link_node = devtools.backend_node(&format!("a[href^=\"{BASE}/c/\"]"));
+        devtools.call("Accessibility.enable", serde_json::json!({}));
+        let nodes = devtools.call("Accessibility.getFullAXTree", serde_json::json!({}))["nodes"]
+            .as_array()
+            .unwrap()
+            .clone();
+        (honeypot_node, link_node, nodes)
+    })
+    .await
+    .unwrap();
+    let (honeypot_node, link_node, nodes) = tree;
+    let exposed = |backend: u64| {
+        nodes
+            .iter()
+            .filter(|node| node["ignored"] != true)
+            .find(|node| node["backendDOMNodeId"].as_u64() == Some(backend))
+            .cloned()
+    };
+    let link = exposed(link_node).expect("the letter's first tracked link is in the tree");
+    assert_eq!(link["role"]["value"], "link", "{link}");
+    // No link the tree exposes leads to the honeypot's URL (the pixel's
+    // `<area>` twin and the honeypot are both left out).
+    let urls: Vec<&str> = nodes
+        .iter()
+        .filter(|node| node["ignored"] != true && node["role"]["value"] == "link")
+        .filter_map(|node| {
+            node["properties"]
+                .as_array()?
+                .iter()
+                .find(|p| p["name"] == "url")?["value"]["value"]
+                .as_str()
+        })
+        .collect();
+    assert!(urls.len() >= 2, "the letter's links are exposed: {urls:?}");
+    assert!(
+        !urls.contains(&honeypot_url(html).as_str()),
+        "a link to the honeypot is exposed: {urls:?}"
+    );
+    assert!(
+        exposed(honeypot_node).is_none(),
+        "a screen reader is told of the honeypot: {:?}",
+        exposed(honeypot_node)
+    );
+}

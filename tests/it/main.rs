@@ -3,6 +3,7 @@
 //! database, so they run in parallel.
 #![allow(clippy::unwrap_used)] // tests and benchmarks: a failure should stop them loudly
 
+mod acme;
 mod admin_listener;
 mod amqp;
 mod bad_input;

@@ -275,6 +275,48 @@ mod tests {
     }
 
     #[test]
+    fn acme_needs_the_tls_listener_and_gives_its_settings() {
+        let refused = Cli::try_parse_from([
+            "linktrack",
+            "serve",
+            "--acme-directory",
+            "https://acme.example/dir",
+        ]);
+        let Err(err) = refused else {
+            panic!("ACME without --tls-listen is refused");
+        };
+        assert!(err.to_string().contains("--tls-listen"), "{err}");
+        let cli = Cli::try_parse_from([
+            "linktrack",
+            "serve",
+            "--tls-listen",
+            "127.0.0.1:8443",
+            "--acme-directory",
+            "https://acme.example/dir",
+            "--acme-renew-before-days",
+            "10",
+        ])
+        .unwrap();
+        let Command::Serve(serve) = cli.command else {
+            panic!("not serve");
+        };
+        let tls = serve.tls.settings().expect("TLS settings");
+        assert_eq!(tls.listen.port(), 8443);
+        let acme = tls.certificates.acme.expect("ACME settings");
+        assert_eq!(acme.directory_url, "https://acme.example/dir");
+        assert_eq!(
+            acme.renew_before,
+            Some(std::time::Duration::from_secs(10 * 86_400))
+        );
+        assert_eq!(tls.certificates.check_every.as_secs(), 3600);
+        let plain = Cli::try_parse_from(["linktrack", "serve"]).unwrap();
+        let Command::Serve(serve) = plain.command else {
+            panic!("not serve");
+        };
+        assert!(serve.tls.settings().is_none(), "plain HTTP by default");
+    }
+
+    #[test]
     fn rotate_flags_parse() {
         let cli = Cli::try_parse_from([
             "linktrack",

@@ -11,6 +11,87 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 /// Where `/metrics` and `/readyz` answer by default: loopback only.
 pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9464";
 
+/// The TLS listener and its certificates (docs/domains.md, "Certificates").
+#[derive(Debug, Clone, Args)]
+pub struct TlsArgs {
+    /// Also serve HTTPS on ADDR (usually 0.0.0.0:443), each verified
+    /// tracking domain with its own certificate (SNI); the certificates are
+    /// the ones stored in the database. Unset: plain HTTP only, TLS left to
+    /// a reverse proxy.
+    #[arg(long, env = "LINKTRACK_TLS_LISTEN", value_name = "ADDR")]
+    pub tls_listen: Option<std::net::SocketAddr>,
+
+    /// Obtain and renew the verified tracking domains' certificates from
+    /// this ACME directory (Let's Encrypt's:
+    /// https://acme-v02.api.letsencrypt.org/directory), proved by HTTP-01
+    /// on --listen, which must be reached as port 80 of each domain.
+    #[arg(
+        long,
+        env = "LINKTRACK_ACME_DIRECTORY",
+        value_name = "URL",
+        requires = "tls_listen"
+    )]
+    pub acme_directory: Option<String>,
+
+    /// A PEM root to check the ACME directory's own HTTPS certificate
+    /// against instead of the system's (a test or private CA).
+    #[arg(
+        long,
+        env = "LINKTRACK_ACME_CA_FILE",
+        value_name = "FILE",
+        requires = "acme_directory"
+    )]
+    pub acme_ca_file: Option<std::path::PathBuf>,
+
+    /// Contact address of the ACME account (the CA's expiry notices).
+    #[arg(
+        long,
+        env = "LINKTRACK_ACME_CONTACT",
+        value_name = "ADDRESS",
+        requires = "acme_directory"
+    )]
+    pub acme_contact: Option<String>,
+
+    /// Renew a certificate DAYS days before it ends (default: 30, or a
+    /// third of the lifetime of a certificate shorter than 90 days).
+    #[arg(long, env = "LINKTRACK_ACME_RENEW_BEFORE_DAYS", value_name = "DAYS",
+          value_parser = clap::value_parser!(u32).range(1..=36_500))]
+    pub acme_renew_before_days: Option<u32>,
+
+    /// Check the certificates (order what is missing or due, read the
+    /// stored ones again) every SECS seconds.
+    #[arg(long, env = "LINKTRACK_ACME_CHECK_SECS", value_name = "SECS",
+          default_value_t = crate::acme::DEFAULT_CHECK_EVERY.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub acme_check_secs: u64,
+}
+
+impl TlsArgs {
+    /// The server's TLS settings; `None` without `--tls-listen`.
+    pub fn settings(&self) -> Option<crate::server::TlsSettings> {
+        use std::time::Duration;
+        let listen = self.tls_listen?;
+        let acme = self
+            .acme_directory
+            .clone()
+            .map(|directory_url| crate::acme::AcmeSettings {
+                directory_url,
+                ca_file: self.acme_ca_file.clone(),
+                contact: self.acme_contact.iter().cloned().collect(),
+                renew_before: self
+                    .acme_renew_before_days
+                    .map(|days| Duration::from_secs(u64::from(days) * 86_400)),
+            });
+        Some(crate::server::TlsSettings {
+            listen,
+            certificates: crate::acme::CertificateSettings {
+                acme,
+                check_every: Duration::from_secs(self.acme_check_secs),
+            },
+        })
+    }
+}
+
 /// Flags of `linktrack serve` (see docs/serve.md).
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
@@ -121,6 +202,11 @@ pub struct ServeArgs {
     /// else `DIR/FILE` (docs/domains.md, "App links").
     #[arg(long, env = "LINKTRACK_WELL_KNOWN_DIR", value_name = "DIR")]
     pub well_known_dir: Option<std::path::PathBuf>,
+
+    /// Automatic TLS for the tracking domains (docs/domains.md,
+    /// "Certificates").
+    #[command(flatten)]
+    pub tls: TlsArgs,
 
     /// Bearer token of the stats API and dashboard; unset turns them off (404).
     #[arg(

@@ -1,0 +1,328 @@
+//! Issue 41: automatic TLS for the tracking domains. A real certificate is
+//! ordered from pebble (Debian's ACME test server, scripts/prepare.d/
+//! 75-pebble.sh) on loopback, which resolves the test domain through
+//! pebble-challtestsrv and proves it by HTTP-01 on the server's plain
+//! listener; the server then serves the domain over TLS, and renews the
+//! certificate when it is due.
+
+use crate::common::{add_link, client, days_ago, quick, TestDb, TestServer};
+use crate::domains::{free_port, FakeDns};
+use linktrack::acme::{AcmeSettings, CertificateSettings};
+use linktrack::domains::DomainChecker;
+use linktrack::server::{App, AppSettings, TlsSettings};
+use linktrack::store::links::LinkKind;
+use linktrack::store::tls_certificates::{self, StoredCertificate};
+use linktrack::store::tracking_domains::{self, DomainState};
+use reqwest::StatusCode;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const HOST: &str = "click.brand.example";
+
+/// pebble on loopback: its ACME directory served over HTTPS with a
+/// certificate of a test CA made here, validating HTTP-01 on `http_port`
+/// and resolving names through `dns`.
+struct Pebble {
+    child: Child,
+    directory: String,
+    management: String,
+    /// The test CA that signed pebble's own HTTPS certificate.
+    ca_file: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Pebble {
+    async fn start(http_port: u16, dns: SocketAddr) -> Pebble {
+        let dir = tempfile::tempdir().unwrap();
+        let ca_file = write_listener_certificate(dir.path());
+        let (acme_port, management_port) = (free_port(), free_port());
+        let config = serde_json::json!({"pebble": {
+            "listenAddress": format!("127.0.0.1:{acme_port}"),
+            "managementListenAddress": format!("127.0.0.1:{management_port}"),
+            "certificate": dir.path().join("cert.pem"),
+            "privateKey": dir.path().join("key.pem"),
+            "httpPort": http_port,
+            // TLS-ALPN-01 is not used: a closed loopback port.
+            "tlsPort": free_port(),
+            "ocspResponderURL": "",
+            "externalAccountBindingRequired": false,
+        }});
+        let config_path = dir.path().join("pebble.json");
+        std::fs::write(&config_path, config.to_string()).unwrap();
+        let child = Command::new("pebble")
+            .arg("-config")
+            .arg(&config_path)
+            .args(["-dnsserver", &dns.to_string()])
+            // Validate at once, and never refuse a nonce on purpose.
+            .env("PEBBLE_VA_NOSLEEP", "1")
+            .env("PEBBLE_WFE_NONCEREJECT", "0")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("pebble (scripts/prepare.d/75-pebble.sh installs Debian's pebble)");
+        let pebble = Pebble {
+            child,
+            directory: format!("https://127.0.0.1:{acme_port}/dir"),
+            management: format!("https://127.0.0.1:{management_port}"),
+            ca_file,
+            _dir: dir,
+        };
+        let started = Instant::now();
+        while pebble.https().get(&pebble.directory).send().await.is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "pebble did not start"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        pebble
+    }
+
+    /// A client trusting the test CA of pebble's own listeners.
+    fn https(&self) -> reqwest::Client {
+        let ca = std::fs::read(&self.ca_file).unwrap();
+        reqwest::Client::builder()
+            .add_root_certificate(reqwest::Certificate::from_pem(&ca).unwrap())
+            .timeout(Duration::from_secs(10))
+            .build()
+            .unwrap()
+    }
+
+    /// The root pebble issues certificates under (new at every start).
+    async fn issuing_root(&self) -> reqwest::Certificate {
+        let pem = self
+            .https()
+            .get(format!("{}/roots/0", self.management))
+            .send()
+            .await
+            .unwrap()
+            .error_for_status()
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
+        reqwest::Certificate::from_pem(&pem).unwrap()
+    }
+
+    fn settings(&self, renew_before: Option<Duration>) -> CertificateSettings {
+        CertificateSettings {
+            acme: Some(AcmeSettings {
+                directory_url: self.directory.clone(),
+                ca_file: Some(self.ca_file.clone()),
+                contact: vec!["ops@brand.example".to_owned()],
+                renew_before,
+            }),
+            check_every: Duration::from_millis(500),
+        }
+    }
+}
+
+impl Drop for Pebble {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A test CA and, signed by it, pebble's listener certificate for
+/// 127.0.0.1 (`cert.pem`, `key.pem` in `dir`); returns the CA's PEM file.
+fn write_listener_certificate(dir: &Path) -> PathBuf {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "linktrack test CA");
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let params =
+        rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
+            .unwrap();
+    let cert = params.signed_by(&key, &issuer).unwrap();
+    std::fs::write(dir.join("cert.pem"), cert.pem()).unwrap();
+    std::fs::write(dir.join("key.pem"), key.serialize_pem()).unwrap();
+    let ca_file = dir.join("ca.pem");
+    std::fs::write(&ca_file, ca_cert.pem()).unwrap();
+    ca_file
+}
+
+/// The server on `listener` (the port pebble validates HTTP-01 on), with a
+/// TLS listener on a free loopback port. Returns it and the TLS address.
+async fn start_server(
+    db: &TestDb,
+    listener: std::net::TcpListener,
+    journal: &Path,
+    certificates: CertificateSettings,
+) -> (TestServer, SocketAddr) {
+    listener.set_nonblocking(true).unwrap();
+    let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+    let settings = quick(AppSettings::new(
+        db.pool.clone(),
+        linktrack::events::journal::JournalSettings::new(journal),
+    ));
+    let settings = AppSettings {
+        tls: Some(TlsSettings {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            certificates,
+        }),
+        ..settings
+    };
+    let app = App::build(settings, listener).await.unwrap();
+    let tls = app.tls_addr().expect("a TLS listener");
+    (TestServer::running(app), tls)
+}
+
+/// The stored certificate of `HOST` once it differs from `before` (by
+/// serial), waiting up to a minute.
+async fn certificate_after(db: &TestDb, before: Option<&str>) -> StoredCertificate {
+    let started = Instant::now();
+    loop {
+        let stored = tls_certificates::list(&db.pool).await.unwrap();
+        if let Some(cert) = stored.into_iter().find(|c| c.host == HOST) {
+            if Some(cert.serial.as_str()) != before {
+                return cert;
+            }
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no new certificate for {HOST} within a minute (before: {before:?})"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The value of the series `series` (name and labels) in a scrape.
+fn metric(scrape: &str, series: &str) -> Option<f64> {
+    scrape
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+}
+
+/// A client for `HOST` over TLS at `tls`, trusting `root` only.
+fn tls_client(root: &reqwest::Certificate, tls: SocketAddr) -> reqwest::Client {
+    reqwest::Client::builder()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(root.clone())
+        .resolve(HOST, tls)
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_verified_domain_gets_a_certificate_from_pebble_is_served_over_tls_and_renewed() {
+    let db = TestDb::with_days_since(days_ago(1)).await;
+    let journal = tempfile::tempdir().unwrap();
+    let dns = FakeDns::start().await;
+    dns.address(HOST, "127.0.0.1").await;
+    // pebble validates on the plain listener's port: bound first.
+    let plain = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let http_port = plain.local_addr().unwrap().port();
+    let pebble = Pebble::start(http_port, dns.dns).await;
+    let root = pebble.issuing_root().await;
+
+    tracking_domains::add(&db.pool, HOST, "brand.example")
+        .await
+        .unwrap();
+    let token = add_link(&db.pool, LinkKind::Click, "https://shop.brand.example/a", 1).await;
+    let (server, tls) = start_server(&db, plain, journal.path(), pebble.settings(None)).await;
+    let https = tls_client(&root, tls);
+    let click = format!("https://{HOST}:{}/c/{token}", tls.port());
+
+    // Pending: no certificate is ordered, and the TLS listener has none to give.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(tls_certificates::list(&db.pool).await.unwrap().is_empty());
+    let refused = https.get(&click).send().await;
+    assert!(
+        refused.is_err(),
+        "a handshake without a certificate: {refused:?}"
+    );
+
+    // Verified (its address is this service's): ordered, stored, served.
+    let check = DomainChecker::new(Some(dns.dns))
+        .unwrap()
+        .check(HOST, "127.0.0.1")
+        .await;
+    assert_eq!(check.state, DomainState::Verified, "{check:?}");
+    tracking_domains::set_state(&db.pool, HOST, check.state, &check.detail)
+        .await
+        .unwrap();
+    let first = certificate_after(&db, None).await;
+    assert!(first.not_after > first.not_before);
+    let redirect = loop {
+        // The TLS listener reads the stored certificates at its next pass.
+        match https.get(&click).send().await {
+            Ok(response) => break response,
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    };
+    assert_eq!(redirect.status(), StatusCode::FOUND);
+    assert_eq!(
+        redirect.headers()[reqwest::header::LOCATION],
+        "https://shop.brand.example/a"
+    );
+    let metrics = client()
+        .get(server.admin_url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let expiry = metric(
+        &metrics,
+        &format!("linktrack_tls_certificate_expiry_timestamp_seconds{{host=\"{HOST}\"}}"),
+    );
+    assert_eq!(expiry, Some(first.not_after.and_utc().timestamp() as f64));
+    assert!(
+        metrics.contains("linktrack_acme_certificates_issued_total{reason=\"new\"} 1"),
+        "{metrics}"
+    );
+    // Not due (pebble's certificates last years): several passes later,
+    // still the same certificate.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let stored = tls_certificates::list(&db.pool).await.unwrap();
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].serial, first.serial, "renewed before it was due");
+    server.stop().await;
+
+    // A renewal window longer than the certificate's life: due at once.
+    // The restarted server reads the stored account and certificate, and
+    // renews it.
+    let plain = std::net::TcpListener::bind(("127.0.0.1", http_port)).unwrap();
+    let forever = Some(Duration::from_secs(100 * 365 * 86_400));
+    let (server, tls) = start_server(&db, plain, journal.path(), pebble.settings(forever)).await;
+    let renewed = certificate_after(&db, Some(&first.serial)).await;
+    assert!(renewed.issued >= first.issued);
+    let https = tls_client(&root, tls);
+    let click = format!("https://{HOST}:{}/c/{token}", tls.port());
+    let served = loop {
+        match https.get(&click).send().await {
+            Ok(response) => break response,
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    };
+    assert_eq!(served.status(), StatusCode::FOUND);
+    let metrics = client()
+        .get(server.admin_url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("linktrack_acme_certificates_issued_total{reason=\"renewal\"}"),
+        "{metrics}"
+    );
+    let accounts: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM acme_accounts")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(accounts, 1, "the stored account is reused");
+    server.stop().await;
+}
