@@ -54,6 +54,9 @@ pub struct ServerSettings {
     /// `assetlinks.json` are (per host in a folder named after it); `None`:
     /// not served (docs/domains.md, "App links").
     pub well_known_dir: Option<std::path::PathBuf>,
+    /// The operator's GeoIP database (`serve --geoip`): each event gets
+    /// its client address's country. `None`: no country is recorded.
+    pub geoip: Option<Arc<super::geoip::GeoIp>>,
 }
 
 impl Default for ServerSettings {
@@ -71,6 +74,7 @@ impl Default for ServerSettings {
             trust_forwarded_for: false,
             lookups_in_flight: LookupSettings::default().in_flight,
             well_known_dir: None,
+            geoip: None,
         }
     }
 }
