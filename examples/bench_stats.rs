@@ -411,6 +411,7 @@ async fn intake(
                 position: Some(rng.random_range(1..=LINKS_PER_LETTER)),
                 ip: Some("192.0.2.0".to_owned()),
                 user_agent: Some("Mozilla/5.0".to_owned()),
+                country: None,
                 bot: false,
                 bot_reason: None,
             }

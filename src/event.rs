@@ -24,6 +24,9 @@ pub struct EventRow {
     pub position: Option<u32>,
     pub ip: Option<String>,
     pub user_agent: Option<String>,
+    /// The client address's country (ISO 3166-1 alpha-2, upper case), when
+    /// the server has a GeoIP database (`serve --geoip`) that knows it.
+    pub country: Option<String>,
     pub bot: bool,
     pub bot_reason: Option<String>,
 }
@@ -56,12 +59,13 @@ impl EventRow {
         self.token == WITHHELD_TOKEN
     }
 
-    /// Drop the request's network and user agent: kept only with a
+    /// Drop the request's network, user agent and country: kept only with a
     /// letter whose reader has not withdrawn (an event of a shared row,
     /// a late hit or an erased letter names no one they could be kept for).
     pub fn forget_request(&mut self) {
         self.ip = None;
         self.user_agent = None;
+        self.country = None;
     }
 
     /// Whether the event belongs to one reader's letter (letter id above 0).

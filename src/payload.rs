@@ -367,6 +367,7 @@ mod tests {
             position: Some(3),
             ip: Some("192.0.2.0/24".into()),
             user_agent: Some("Mozilla/5.0".into()),
+            country: None,
             bot: true,
             bot_reason: Some("ua:bot".into()),
         }
@@ -462,6 +463,7 @@ mod tests {
             bot: false,
             bot_reason: None,
             user_agent: Some("Mozilla/5.0 \"quoted\" \\ ,\"bot\":{}".into()),
+            country: None,
             ..click()
         };
         let held = render(&first, &link, false).unwrap();
@@ -483,6 +485,7 @@ mod tests {
                 email: None,
                 ip: None,
                 user_agent: None,
+                country: None,
                 ..first.clone()
             },
             EventRow {

@@ -18,6 +18,19 @@ pub(super) async fn serve(url: &str, args: &ServeArgs) -> anyhow::Result<()> {
     run_server(url, args, false).await
 }
 
+/// The `--geoip` database, read whole before the server starts: a file
+/// that is missing or not a MaxMind DB stops `serve` with its name.
+fn open_geoip(
+    path: Option<&std::path::Path>,
+) -> anyhow::Result<Option<std::sync::Arc<crate::server::geoip::GeoIp>>> {
+    let Some(path) = path else {
+        return Ok(None);
+    };
+    let geoip = crate::server::geoip::GeoIp::open(path).context("--geoip")?;
+    tracing::info!(?geoip, "GeoIP database loaded: events record a country");
+    Ok(Some(std::sync::Arc::new(geoip)))
+}
+
 /// `demo`: its image proxy may fetch the demo's pictures from loopback.
 async fn run_server(url: &str, args: &ServeArgs, demo: bool) -> anyhow::Result<()> {
     use crate::events::journal::JournalSettings;
@@ -41,6 +54,7 @@ async fn run_server(url: &str, args: &ServeArgs, demo: bool) -> anyhow::Result<(
             db_timeout: pool_settings.acquire_timeout,
             trust_forwarded_for: args.trust_forwarded_for,
             well_known_dir: args.well_known_dir.clone(),
+            geoip: open_geoip(args.geoip.as_deref())?,
             lookups_in_flight: args.lookups_in_flight as usize,
             images: demo_image_settings(demo),
             bots: demo_bot_rules(demo),
@@ -238,6 +252,7 @@ async fn demo_serve_args(
             acme_renew_before_days: None,
             acme_check_secs: crate::acme::DEFAULT_CHECK_EVERY.as_secs(),
         },
+        geoip: None,
         api_token: Some(api_token),
         seal: super::args::secrets::RingArgs {
             current: super::args::secrets::SecretArgs {

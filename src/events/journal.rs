@@ -461,6 +461,7 @@ mod tests {
             position: None,
             ip: None,
             user_agent: None,
+            country: None,
             bot: false,
             bot_reason: None,
         }

@@ -24,6 +24,10 @@
 //!   suppression of one the server could not, from the row). A line whose
 //!   token is all zeros was journaled for nobody (the reader withdrew from
 //!   tracking, `EventRow::withhold`) and is stored as it is.
+//! * 4: the fields of version 3 and `country`, the ISO 3166-1 code of the
+//!   client address (`serve --geoip`, issue 42), looked up before the
+//!   address was truncated. Lines of versions 0 to 3 have no country and
+//!   are stored without one (NULL, counted as "unknown").
 //!
 //! In every version a null field may be left out of the line, and this
 //! release leaves out each one: an open, journaled before its link is
@@ -41,7 +45,7 @@ use chrono::{DateTime, Utc};
 use std::borrow::Cow;
 
 /// The version this release writes.
-pub(crate) const CURRENT_VERSION: u32 = 3;
+pub(crate) const CURRENT_VERSION: u32 = 4;
 
 /// One journal line. The text fields borrow from the row when a line is
 /// written (encoding an event copies nothing) and own their text when a
@@ -72,6 +76,9 @@ pub(crate) struct JournalLine<'a> {
     pub ip: Option<Cow<'a, str>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_agent: Option<Cow<'a, str>>,
+    /// Version 4 on; absent (null) before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub country: Option<Cow<'a, str>>,
     pub bot: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bot_reason: Option<Cow<'a, str>>,
@@ -201,12 +208,14 @@ impl JournalLine<'_> {
             position: row.position,
             ip: text(&row.ip),
             user_agent: text(&row.user_agent),
+            country: text(&row.country),
             bot: row.bot,
             bot_reason: text(&row.bot_reason),
         }
     }
 
-    /// The row this record stands for. Versions 0 to 3 have the same fields.
+    /// The row this record stands for. Versions 0 to 3 have the same
+    /// fields; version 4 adds `country`, which older lines read as null.
     pub(crate) fn into_row(self) -> Result<EventRow, JournalLineError> {
         if self.v > CURRENT_VERSION {
             return Err(JournalLineError::NewerVersion(self.v));
@@ -224,6 +233,7 @@ impl JournalLine<'_> {
             position: self.position,
             ip: text(self.ip),
             user_agent: text(self.user_agent),
+            country: text(self.country),
             bot: self.bot,
             bot_reason: text(self.bot_reason),
         })
@@ -253,7 +263,7 @@ mod tests {
         assert_eq!(row.email.as_deref(), Some("ann@example.com"));
         // Written again, it is the current version with the same fields.
         let line = String::from_utf8(JournalLine::encode(&row).unwrap()).unwrap();
-        assert!(line.starts_with(r#"{"v":3,"#), "{line}");
+        assert!(line.starts_with(r#"{"v":4,"#), "{line}");
         assert!(
             line.contains(r#""event_id":"0192f5a0c0de7000800000000000abcd","#)
                 && line.contains(r#""token":"0192f5a0c0de7000800000000000beef","#),
@@ -338,11 +348,30 @@ mod tests {
     }
 
     #[test]
+    fn version_4_carries_the_country_and_older_versions_read_without_one() {
+        let mut row = JournalLine::decode(VERSION_0_LINE).unwrap();
+        assert_eq!(row.country, None, "version 0 has no country");
+        for v in 1..=3 {
+            let old = VERSION_0_LINE.replacen('{', &format!(r#"{{"v":{v},"#), 1);
+            assert_eq!(JournalLine::decode(&old).unwrap().country, None, "v{v}");
+        }
+        row.country = Some("SE".to_owned());
+        let line = String::from_utf8(JournalLine::encode(&row).unwrap()).unwrap();
+        assert!(line.starts_with(r#"{"v":4,"#), "{line}");
+        assert!(line.contains(r#""country":"SE""#), "{line}");
+        assert_eq!(JournalLine::decode(&line).unwrap(), row);
+        // Kept out when unknown, like every null field.
+        row.country = None;
+        let line = String::from_utf8(JournalLine::encode(&row).unwrap()).unwrap();
+        assert!(!line.contains("country"), "{line}");
+    }
+
+    #[test]
     fn a_newer_version_and_a_foreign_kind_are_errors_not_guesses() {
-        let newer = VERSION_0_LINE.replacen('{', r#"{"v":4,"#, 1);
+        let newer = VERSION_0_LINE.replacen('{', r#"{"v":5,"#, 1);
         assert!(matches!(
             JournalLine::decode(&newer),
-            Err(JournalLineError::NewerVersion(4))
+            Err(JournalLineError::NewerVersion(5))
         ));
         let foreign = VERSION_0_LINE.replace(r#""kind":"click""#, r#""kind":"bogus""#);
         assert!(matches!(

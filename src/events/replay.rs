@@ -462,6 +462,7 @@ mod tests {
             position: None,
             ip: None,
             user_agent: Some("ua".into()),
+            country: None,
             bot: false,
             bot_reason: None,
         }

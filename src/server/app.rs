@@ -197,6 +197,7 @@ impl App {
             settings.secret.as_deref(),
             settings.live.clone(),
         )?;
+        stats.images = Some(state.images.clone());
         stats.auth.secure_cookie = settings.server.base_url.starts_with("https://");
         stats.auth.trust_forwarded_for = settings.server.trust_forwarded_for;
         // A slow body holds a connection no longer than slow headers could.

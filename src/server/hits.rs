@@ -126,6 +126,7 @@ impl AppState {
             position: named.position,
             ip: meta.network.map(|net| net.to_string()),
             user_agent: meta.user_agent,
+            country: meta.country,
             bot: verdict.is_some(),
             bot_reason: verdict,
         }

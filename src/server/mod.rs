@@ -5,6 +5,7 @@
 
 pub mod app;
 pub(crate) mod error;
+pub mod geoip;
 pub mod guesses;
 pub(crate) mod handlers;
 pub mod health_gauges;

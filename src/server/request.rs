@@ -22,6 +22,9 @@ pub struct RequestMeta {
     /// The client's /24 (IPv4) or /48 (IPv6) network, when known.
     pub network: Option<IpAddr>,
     pub user_agent: Option<String>,
+    /// The country of the whole client address (before truncation), when
+    /// the server has a GeoIP database that knows it.
+    pub country: Option<String>,
     pub is_head: bool,
 }
 
@@ -45,9 +48,19 @@ impl FromRequestParts<AppState> for RequestMeta {
             .headers
             .get(header::USER_AGENT)
             .map(|v| truncate_chars(&String::from_utf8_lossy(v.as_bytes()), MAX_USER_AGENT_CHARS));
+        let client = forwarded.or(peer);
+        // Looked up from the whole address: the truncated network may lie
+        // across a country's border, and only the code is kept.
+        let country = state
+            .settings
+            .geoip
+            .as_ref()
+            .zip(client)
+            .and_then(|(geoip, ip)| geoip.country(ip));
         Ok(RequestMeta {
-            network: forwarded.or(peer).map(truncate_ip),
+            network: client.map(truncate_ip),
             user_agent,
+            country,
             is_head: parts.method == Method::HEAD,
         })
     }

@@ -56,6 +56,9 @@ pub struct ServerSettings {
     pub well_known_dir: Option<std::path::PathBuf>,
     /// The providers' bounce and complaint webhooks (off by default).
     pub hooks: super::hooks::HookSettings,
+    /// The operator's GeoIP database (`serve --geoip`): each event gets
+    /// its client address's country. `None`: no country is recorded.
+    pub geoip: Option<Arc<super::geoip::GeoIp>>,
 }
 
 impl Default for ServerSettings {
@@ -74,6 +77,7 @@ impl Default for ServerSettings {
             lookups_in_flight: LookupSettings::default().in_flight,
             well_known_dir: None,
             hooks: super::hooks::HookSettings::default(),
+            geoip: None,
         }
     }
 }

@@ -1,5 +1,5 @@
-//! Breakdowns of opens and clicks by mail client, client type, OS, device
-//! and mailbox provider (issue 42): the rollup's part (classify the batch's
+//! Breakdowns of opens and clicks by mail client, client type, OS, device,
+//! mailbox provider and country (issue 42): the rollup's part (classify the batch's
 //! new user agents, then add the batch to `stats_breakdowns` in one
 //! `INSERT … SELECT … GROUP BY`) and the API's reads (one primary-key range
 //! per mailing, or the sum over mailings).
@@ -12,7 +12,14 @@ use sqlx::{MySql, MySqlConnection, MySqlPool, QueryBuilder};
 use std::collections::BTreeMap;
 
 /// The dimensions, as `stats_breakdowns.dimension` spells them.
-pub const DIMENSIONS: [&str; 5] = ["client", "client_type", "os", "device", "provider"];
+pub const DIMENSIONS: [&str; 6] = [
+    "client",
+    "client_type",
+    "os",
+    "device",
+    "provider",
+    "country",
+];
 
 /// User agents classified per statement.
 const CLASSIFY_CHUNK: usize = 500;
@@ -96,12 +103,14 @@ pub(crate) async fn add_batch(
              WHEN 'client_type' THEN COALESCE(c.client_type, 'unknown') \
              WHEN 'os' THEN COALESCE(c.os, 'unknown') \
              WHEN 'device' THEN COALESCE(c.device, 'unknown') \
+             WHEN 'country' THEN COALESCE(e.country, 'unknown') \
              ELSE {provider} END AS v, \
            e.kind AS k, {bot} AS b, COUNT(*) AS cnt \
            FROM events e \
            LEFT JOIN user_agent_classes c ON c.ua_hash = UNHEX(SHA2(e.user_agent, 256)) \
            CROSS JOIN (SELECT 'client' AS dim UNION ALL SELECT 'client_type' \
-             UNION ALL SELECT 'os' UNION ALL SELECT 'device' UNION ALL SELECT 'provider') AS d \
+             UNION ALL SELECT 'os' UNION ALL SELECT 'device' UNION ALL SELECT 'provider' \
+             UNION ALL SELECT 'country') AS d \
            WHERE e.inserted >= ? AND e.inserted < ? AND e.id > ? AND e.id <= ? \
              AND e.mailing_id IS NOT NULL AND {regular} AND e.kind IN ('open', 'click') \
            GROUP BY m, dm, v, k, b) AS s \
@@ -126,7 +135,8 @@ pub struct Share {
     pub bots: u64,
 }
 
-/// Per dimension (`client`, `client_type`, `os`, `device`, `provider`),
+/// Per dimension (`client`, `client_type`, `os`, `device`, `provider`,
+/// `country`),
 /// its values, most events (humans') first.
 pub type ByDimension = BTreeMap<String, Vec<Share>>;
 

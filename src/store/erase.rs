@@ -256,14 +256,17 @@ async fn scrub_events(
     for (lower, upper) in day_ranges(pool, "events").await? {
         for slice in &slices {
             let mut query = QueryBuilder::<MySql>::new(
-                "UPDATE events SET email = NULL, ip = NULL, user_agent = NULL WHERE inserted >= ",
+                "UPDATE events SET email = NULL, ip = NULL, user_agent = NULL, country = NULL \
+                 WHERE inserted >= ",
             );
             query
                 .push_bind(lower)
                 .push(" AND inserted < ")
                 .push_bind(upper);
-            query
-                .push(" AND (email IS NOT NULL OR ip IS NOT NULL OR user_agent IS NOT NULL) AND (");
+            query.push(
+                " AND (email IS NOT NULL OR ip IS NOT NULL OR user_agent IS NOT NULL \
+                 OR country IS NOT NULL) AND (",
+            );
             if slice.is_empty() {
                 query.push("email COLLATE utf8mb4_bin IN ");
                 super::push_in_list(&mut query, spellings.iter().map(String::as_str));

@@ -81,10 +81,10 @@ fn statement(rows: &[EventRow], first_id: Option<u64>) -> String {
     let mut sql = String::with_capacity(200 + rows.len() * 900);
     sql.push_str(if first_id.is_some() {
         "INSERT INTO events (id, inserted, event_id, occurred_at, kind, uuid, link_id, \
-         mailing_id, letter_id, email, position, ip, user_agent, bot, bot_reason) VALUES "
+         mailing_id, letter_id, email, position, ip, user_agent, country, bot, bot_reason) VALUES "
     } else {
         "INSERT INTO events (inserted, event_id, occurred_at, kind, uuid, link_id, \
-         mailing_id, letter_id, email, position, ip, user_agent, bot, bot_reason) VALUES "
+         mailing_id, letter_id, email, position, ip, user_agent, country, bot, bot_reason) VALUES "
     });
     for (n, row) in rows.iter().enumerate() {
         if n > 0 {
@@ -123,6 +123,8 @@ fn statement(rows: &[EventRow], first_id: Option<u64>) -> String {
         push_text(&mut sql, row.ip.as_deref());
         sql.push_str(", ");
         push_text(&mut sql, row.user_agent.as_deref());
+        sql.push_str(", ");
+        push_text(&mut sql, row.country.as_deref());
         sql.push_str(if row.bot { ", 1, " } else { ", 0, " });
         push_text(&mut sql, row.bot_reason.as_deref());
         sql.push(')');

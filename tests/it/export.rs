@@ -404,8 +404,9 @@ type Counts = BTreeMap<(String, String, String, bool), u64>;
 /// back, its user agent classified and its address's provider looked up
 /// here, counted here.
 async fn breakdowns_by_brute_force(pool: &sqlx::MySqlPool, mailing: &str) -> Counts {
-    let rows: Vec<(String, i8, Option<String>, Option<String>)> = sqlx::query_as(
-        "SELECT CAST(kind AS CHAR), bot, user_agent, email FROM events \
+    type Row = (String, i8, Option<String>, Option<String>, Option<String>);
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT CAST(kind AS CHAR), bot, user_agent, email, country FROM events \
          WHERE mailing_id = ? AND kind IN ('open', 'click') AND COALESCE(link_id, 1) <> 0",
     )
     .bind(mailing)
@@ -414,7 +415,7 @@ async fn breakdowns_by_brute_force(pool: &sqlx::MySqlPool, mailing: &str) -> Cou
     .unwrap();
     let classifier = linktrack::bots::clients::Classifier::default();
     let mut counts = Counts::new();
-    for (kind, bot, agent, email) in rows {
+    for (kind, bot, agent, email, country) in rows {
         let class = classifier.classify(agent.as_deref());
         let provider = email
             .as_deref()
@@ -425,6 +426,7 @@ async fn breakdowns_by_brute_force(pool: &sqlx::MySqlPool, mailing: &str) -> Cou
             ("os", class.os.clone()),
             ("device", class.device.as_str().to_owned()),
             ("provider", provider.to_owned()),
+            ("country", country.unwrap_or_else(|| "unknown".to_owned())),
         ] {
             *counts
                 .entry((dimension.into(), value, kind.clone(), bot != 0))
@@ -597,6 +599,9 @@ async fn breakdowns_by_client_os_device_and_provider_agree_with_the_events() {
         "the scanner, beside"
     );
     assert_eq!(share("opens", "device", "mobile"), (2, 0), "{answer}");
+    // No GeoIP database: no country.
+    assert_eq!(share("opens", "country", "unknown"), (8, 1), "{answer}");
+    assert_eq!(answer["opens"]["country"].as_array().unwrap().len(), 1);
     let opens = answer["opens"]["client"].as_array().unwrap();
     assert!(opens
         .windows(2)
@@ -620,4 +625,187 @@ async fn breakdowns_by_client_os_device_and_provider_agree_with_the_events() {
     let unknown = get(&app, "/api/mailings/nope/breakdowns", Some(TOKEN)).await;
     assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
     app.stop().await;
+}
+
+/// A country database the test writes: two loopback addresses of one /24
+/// in different countries (the lookup is made before the address is
+/// truncated), another network in a third; 127.0.0.1 is in none.
+fn loopback_countries(dir: &std::path::Path) -> std::path::PathBuf {
+    let networks = [
+        ("127.0.0.2".parse().unwrap(), 32, "SE"),
+        ("127.0.0.3".parse().unwrap(), 32, "JP"),
+        ("127.0.9.0".parse().unwrap(), 24, "BR"),
+    ];
+    let path = dir.join("countries.mmdb");
+    std::fs::write(&path, crate::common::mmdb::country_database(&networks)).unwrap();
+    path
+}
+
+/// A client whose connections come from `from` (a loopback address).
+fn client_from(from: &str) -> reqwest::Client {
+    reqwest::Client::builder()
+        .local_address(from.parse::<std::net::IpAddr>().unwrap())
+        .user_agent(AGENTS[5])
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clicks_from_loopback_addresses_are_counted_by_their_country() {
+    let db = TestDb::with_days_since(days_ago(1)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let recipients: Vec<Value> = (0..6)
+        .map(|n| json!({ "email": format!("r{n}@example.org") }))
+        .collect();
+    let letters = build_mailing(&db, dir.path(), "m-geo", &recipients).await;
+    let geoip = linktrack::server::geoip::GeoIp::open(&loopback_countries(dir.path())).unwrap();
+    assert_eq!(
+        geoip.country("127.0.0.3".parse().unwrap()).as_deref(),
+        Some("JP")
+    );
+    assert_eq!(geoip.country("127.0.0.1".parse().unwrap()), None);
+
+    let mut settings = test_settings();
+    settings.bots.min_click_delay = Duration::ZERO;
+    settings.bots.burst_links = 1_000;
+    settings.geoip = Some(std::sync::Arc::new(geoip));
+    let app = TestServer::start(server_pool(&db).await, |s| AppSettings {
+        server: settings,
+        api_token: Some(TOKEN.into()),
+        ..quick(s)
+    })
+    .await;
+    // (reader, from, opens, clicks)
+    let plan = [
+        (0, "127.0.0.2", 1, 2),
+        (1, "127.0.0.2", 1, 1),
+        (2, "127.0.0.3", 1, 1),
+        (3, "127.0.9.77", 1, 2),
+        (4, "127.0.0.1", 1, 1),
+        (5, "127.0.9.5", 0, 1),
+    ];
+    let mut expected = 0;
+    for (reader, from, opens, clicks) in plan {
+        let l = letter(&letters, &format!("r{reader}@example.org"));
+        let http = client_from(from);
+        let mut paths = Vec::new();
+        paths.extend((0..opens).map(|_| format!("/o/{}.gif", tokens(l, LinkKind::Pixel)[0])));
+        paths.extend((0..clicks).map(|n| format!("/c/{}", tokens(l, LinkKind::Click)[n % 2])));
+        for path in paths {
+            let status = http.get(app.url(&path)).send().await.unwrap().status();
+            assert!(
+                status.is_success() || status.is_redirection(),
+                "{path}: {status}"
+            );
+            expected += 1;
+        }
+    }
+    let stored = wait_for_events(&db.pool, expected).await;
+    assert_eq!(stored.len(), expected);
+    // Only the code is kept: the network stays truncated, one /24 for SE and JP.
+    let by_network: Vec<(Option<String>, Option<String>, i64)> = sqlx::query_as(
+        "SELECT ip, country, COUNT(*) FROM events GROUP BY ip, country ORDER BY ip, country",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        by_network,
+        vec![
+            (Some("127.0.0.0".into()), None, 2),
+            (Some("127.0.0.0".into()), Some("JP".into()), 2),
+            (Some("127.0.0.0".into()), Some("SE".into()), 5),
+            (Some("127.0.9.0".into()), Some("BR".into()), 4),
+        ]
+    );
+
+    let options = rollup::RollupOptions {
+        limit: 5,
+        ..lenient_rollup()
+    };
+    let report = rollup::rollup_with(&db.pool, &options).await.unwrap();
+    assert!(report.batches.len() >= 2, "{report}");
+    let truth = breakdowns_by_brute_force(&db.pool, "m-geo").await;
+    assert_eq!(rolled_breakdowns(&db.pool, "m-geo").await, truth);
+    // The same again with the database's own GROUP BY over `events`.
+    let grouped: Vec<(String, String, i64)> = sqlx::query_as(
+        "SELECT CAST(kind AS CHAR), COALESCE(country, 'unknown'), COUNT(*) FROM events \
+         WHERE mailing_id = 'm-geo' GROUP BY 1, 2",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let rolled: Vec<(String, String, i64)> = sqlx::query_as(
+        "SELECT CAST(kind AS CHAR), value, CAST(SUM(n) AS SIGNED) FROM stats_breakdowns \
+         WHERE mailing_id = 'm-geo' AND dimension = 'country' GROUP BY 1, 2",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let as_map = |rows: Vec<(String, String, i64)>| -> BTreeMap<(String, String), i64> {
+        rows.into_iter().map(|(k, v, n)| ((k, v), n)).collect()
+    };
+    assert_eq!(as_map(rolled), as_map(grouped));
+
+    let answer = get(&app, "/api/mailings/m-geo/breakdowns", Some(TOKEN))
+        .await
+        .text()
+        .await
+        .unwrap();
+    let answer: Value = serde_json::from_str(&answer).unwrap();
+    let countries = |side: &str| -> Vec<(String, u64)> {
+        answer[side]["country"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                (
+                    s["value"].as_str().unwrap().to_owned(),
+                    s["n"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        countries("clicks"),
+        vec![
+            ("BR".to_owned(), 3),
+            ("SE".to_owned(), 3),
+            ("JP".to_owned(), 1),
+            ("unknown".to_owned(), 1),
+        ],
+        "{answer}"
+    );
+    assert_eq!(
+        countries("opens"),
+        vec![
+            ("SE".to_owned(), 2),
+            ("BR".to_owned(), 1),
+            ("JP".to_owned(), 1),
+            ("unknown".to_owned(), 1),
+        ],
+        "{answer}"
+    );
+    app.stop().await;
+}
+
+#[test]
+fn serve_names_a_geoip_file_it_cannot_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let not_mmdb = dir.path().join("countries.csv");
+    std::fs::write(&not_mmdb, "127.0.0.2,SE\n").unwrap();
+    for path in [not_mmdb, dir.path().join("missing.mmdb")] {
+        let out = std::process::Command::new(crate::common::linktrack_binary())
+            .args(["serve", "--listen", "127.0.0.1:0", "--geoip"])
+            .arg(&path)
+            .env("DATABASE_URL", "mysql://root@127.0.0.1:1/none")
+            .env("LINKTRACK_JOURNAL", dir.path().join("journal"))
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(said.contains("--geoip"), "{said}");
+        assert!(said.contains(&path.display().to_string()), "{said}");
+    }
 }

@@ -234,6 +234,7 @@ async fn replayed_events_are_stored_exactly_and_once() {
         position: Some(u32::MAX),
         ip: Some("2001:db8:abcd::".to_owned()),
         user_agent: Some("Mozilla/5.0 \u{1F600} \0 \\' end".to_owned()),
+        country: Some("SE".to_owned()),
         bot: true,
         bot_reason: Some("ua:curl".to_owned()),
     };
@@ -248,6 +249,7 @@ async fn replayed_events_are_stored_exactly_and_once() {
         position: None,
         ip: None,
         user_agent: None,
+        country: None,
         bot: false,
         bot_reason: None,
         ..full.clone()
@@ -298,6 +300,12 @@ async fn replayed_events_are_stored_exactly_and_once() {
         )
     };
     assert_eq!(stored, vec![expect(&full), expect(&bare)]);
+    let countries: Vec<Option<String>> =
+        sqlx::query_scalar("SELECT country FROM events ORDER BY occurred_at DESC")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(countries, vec![full.country.clone(), bare.country.clone()]);
 
     let far = EventRow {
         event_id: [9; 16],

@@ -609,9 +609,11 @@ async fn the_click_map_makes_the_browser_contact_nobody() {
         .text()
         .await
         .unwrap();
+    // The server's image proxy refuses loopback (SSRF), so the image is
+    // the neutral placeholder, and its address is gone from the page.
     assert!(
-        html.contains("logo.png"),
-        "the creative is in the click map"
+        html.contains("data-lt-placeholder") && !html.contains("logo.png"),
+        "the creative's image is a placeholder in the click map"
     );
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("stats-no-remote");
     std::fs::create_dir_all(&dir).unwrap();
@@ -724,5 +726,100 @@ async fn the_session_cookie_is_secure_when_the_base_url_is_https() {
     assert_eq!(ok.status(), StatusCode::SEE_OTHER);
     let cookie = ok.headers()[header::SET_COOKIE].to_str().unwrap();
     assert!(cookie.ends_with("; Secure"), "{cookie}");
+    app.stop().await;
+}
+
+/// Issue 42: the mailing page in a real browser before any traffic and
+/// after it: screenshots of both, the creative's unfetchable image shown
+/// as the placeholder (no `<img>` left pointing anywhere but `data:`), no
+/// console message (a policy violation or a script error would log one),
+/// the cumulative chart and the bars drawn, times put in the viewer's zone.
+#[tokio::test]
+async fn the_mailing_page_before_and_after_traffic_has_no_broken_image_or_console_error() {
+    let Some(browser) = chromium() else {
+        panic!("chromium is not installed: scripts/test installs it");
+    };
+    let db = TestDb::with_days_since(days_ago(1)).await;
+    let today = days_ago(0);
+    let letters = letters(&db.pool, today, 3).await;
+    let creative = std::fs::read_to_string(fixture_letter()).unwrap().replacen(
+        "<p>",
+        "<p><img src=\"http://127.0.0.1:1/logo.png\" width=\"40\" height=\"20\" alt=\"logo\">",
+        1,
+    );
+    stats::save_mailing(&db.pool, MAILING, "November news", &creative)
+        .await
+        .unwrap();
+    let app = spawn(&db, Some(TOKEN), None).await;
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("stats-before-after");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut doms = Vec::new();
+    for stage in ["before", "after"] {
+        if stage == "after" {
+            record(&db.pool, &traffic(&letters, today, today)).await;
+            rollup::rollup(&db.pool, 1000).await.unwrap();
+        }
+        let html = client()
+            .get(format!("{}/mailings/{MAILING}", app.base))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(html.contains("data-lt-placeholder"), "{stage}");
+        assert!(
+            !html.contains("127.0.0.1:1"),
+            "{stage}: the image's address left"
+        );
+        let page = dir.join(format!("{stage}.html"));
+        std::fs::write(&page, &html).unwrap();
+        let png = dir.join(format!("{stage}.png"));
+        let _ = std::fs::remove_file(&png);
+        let url = format!("file://{}", page.display());
+        run_chromium(
+            &browser,
+            &[format!("--screenshot={}", png.display()), url.clone()],
+        );
+        let bytes = std::fs::read(&png).unwrap_or_default();
+        assert!(
+            bytes.len() > 30_000 && &bytes[1..4] == b"PNG",
+            "{stage}: screenshot"
+        );
+        let out = run_chromium(
+            &browser,
+            &[
+                "--enable-logging=stderr".to_owned(),
+                "--v=0".to_owned(),
+                "--dump-dom".to_owned(),
+                url,
+            ],
+        );
+        let log = String::from_utf8_lossy(&out.stderr);
+        let console: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("CONSOLE") || l.contains("Refused to") || l.contains("Uncaught"))
+            .collect();
+        assert!(console.is_empty(), "{stage}: console messages: {console:?}");
+        eprintln!("screenshot: {}", png.display());
+        doms.push(String::from_utf8_lossy(&out.stdout).into_owned());
+    }
+    let (before, after) = (&doms[0], &doms[1]);
+    assert!(before.contains("No opens or clicks rolled up yet."));
+    assert!(before.contains("None yet."), "no bars before traffic");
+    assert!(after.contains("chart cumulative") && after.contains(" opens</text>"));
+    assert!(after.contains("class=\"bars\""), "bars after traffic");
+    // The script ran: the first event's time carries its RFC 3339 as a
+    // title and shows the viewer's local form.
+    let at = after
+        .find("id=\"first-event\"")
+        .expect("the first event's time");
+    let tag_end = at + after[at..].find('>').unwrap();
+    assert!(
+        after[at..tag_end].contains("title=\""),
+        "{}",
+        &after[at..tag_end]
+    );
     app.stop().await;
 }

@@ -207,6 +207,12 @@ pub struct ServeArgs {
     /// "Certificates").
     #[command(flatten)]
     pub tls: TlsArgs,
+    /// A MaxMind-format GeoIP database (GeoLite2/GeoIP2 Country or City
+    /// .mmdb): each open and click records the client address's country
+    /// (looked up before the address is truncated; only the ISO code is
+    /// kept), for the breakdowns by country. Unset: no country is recorded.
+    #[arg(long, env = "LINKTRACK_GEOIP", value_name = "FILE")]
+    pub geoip: Option<std::path::PathBuf>,
 
     /// Bearer token of the stats API and dashboard; unset turns them off (404).
     #[arg(

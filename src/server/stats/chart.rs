@@ -196,6 +196,161 @@ pub(crate) fn svg(buckets: &[HourStats], resolution: Resolution) -> String {
 /// The labels at the two ends of the time axis. A lone bucket is drawn in
 /// the middle, so the axis runs one step either side of it: labelling both
 /// ends with the bucket itself would show the same minute twice.
+/// How far the cumulative chart reaches after the first event: the shape
+/// of a send is in its first two days.
+pub(crate) const CUMULATIVE_HOURS: i64 = 48;
+
+/// The widths the cumulative chart's time axis snaps to, in hours.
+const CUMULATIVE_SPANS: [i64; 6] = [1, 2, 6, 12, 24, CUMULATIVE_HOURS];
+
+/// The first event's bucket (the chart's zero), if any.
+pub(crate) fn first_bucket(hours: &[HourStats], minutes: &[HourStats]) -> Option<NaiveDateTime> {
+    let first_hour = hours.first().map(|h| h.hour);
+    let first_minute = minutes.first().map(|m| m.hour);
+    match (first_minute, first_hour) {
+        // Minutes within the first hour say when, to the minute.
+        (Some(m), Some(h)) if m >= h && m < h + Duration::hours(1) => Some(m),
+        (_, h) => h.or(first_minute),
+    }
+}
+
+/// Cumulative opens and clicks (humans) over the first
+/// [`CUMULATIVE_HOURS`] after the first event, as step lines that only
+/// rise: minutes where they were rolled up, hours after. The time axis is
+/// hours since the first event (its time is printed beside, in the
+/// viewer's zone); it spans the data, snapped to 1, 2, 6, 12, 24 or 48 h.
+pub(crate) fn cumulative_svg(hours: &[HourStats], minutes: &[HourStats]) -> String {
+    let mut out = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" class="chart cumulative" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" role="img" aria-label="Cumulative opens and clicks over the first {CUMULATIVE_HOURS} hours">"#
+    );
+    let Some(start) = first_bucket(hours, minutes) else {
+        out.push_str(
+            r##"<text x="20" y="40" fill="#666">No opens or clicks rolled up yet.</text></svg>"##,
+        );
+        return out;
+    };
+    let end = start + Duration::hours(CUMULATIVE_HOURS);
+    let steps = cumulative_steps(hours, minutes, start, end);
+    let last = steps.last().map_or(start, |s| s.0);
+    let reach = (last - start).num_minutes() + 1;
+    let span = CUMULATIVE_SPANS
+        .iter()
+        .copied()
+        .find(|h| h * 60 >= reach)
+        .unwrap_or(CUMULATIVE_HOURS);
+    let total = steps.last().map_or((0, 0), |s| (s.1, s.2));
+    let max = total.0.max(total.1).max(1) as f64;
+    let plot_w = WIDTH - LEFT - 8.0;
+    let plot_h = HEIGHT - TOP - BOTTOM;
+    let base = TOP + plot_h;
+    let x = |at: NaiveDateTime| {
+        LEFT + plot_w * ((at - start).num_seconds() as f64 / (span * 3600) as f64).min(1.0)
+    };
+    let y = |v: u64| TOP + plot_h * (1.0 - v as f64 / max);
+    let _ = write!(
+        out,
+        r##"<line x1="{LEFT}" y1="{base}" x2="{}" y2="{base}" stroke="#999"/><line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{base}" stroke="#999"/>"##,
+        WIDTH - 8.0
+    );
+    let _ = write!(
+        out,
+        r##"<text x="{}" y="{}" font-size="11" text-anchor="end" fill="#444">{}</text><text x="{}" y="{base}" font-size="11" text-anchor="end" fill="#444">0</text>"##,
+        LEFT - 4.0,
+        TOP + 10.0,
+        max as u64,
+        LEFT - 4.0
+    );
+    for tick in 0..=4 {
+        let minutes_in = span * 60 * tick / 4;
+        let label = if span * 60 < 4 * 60 || minutes_in % 60 != 0 {
+            format!("+{}:{:02}", minutes_in / 60, minutes_in % 60)
+        } else {
+            format!("+{}h", minutes_in / 60)
+        };
+        let tx = x(start + Duration::minutes(minutes_in));
+        let anchor = match tick {
+            0 => "start",
+            4 => "end",
+            _ => "middle",
+        };
+        let _ = write!(
+            out,
+            r##"<text class="tick" x="{tx:.1}" y="{}" font-size="11" text-anchor="{anchor}" fill="#444">{label}</text>"##,
+            HEIGHT - 8.0
+        );
+    }
+    for (pick, colour) in [(0usize, "#2b6cb0"), (1usize, "#dd6b20")] {
+        let mut points = vec![(x(start), y(0))];
+        let mut level = 0;
+        for (at, opens, clicks) in &steps {
+            let value = if pick == 0 { *opens } else { *clicks };
+            points.push((x(*at), y(level)));
+            points.push((x(*at), y(value)));
+            level = value;
+        }
+        points.push((x(start + Duration::hours(span)), y(level)));
+        out.push_str(&polyline(&points, colour));
+    }
+    let _ = write!(
+        out,
+        r##"<text x="{}" y="{}" font-size="12" text-anchor="end" fill="#2b6cb0">{} opens</text><text x="{}" y="{}" font-size="12" text-anchor="end" fill="#dd6b20">{} clicks</text>"##,
+        WIDTH - 12.0,
+        TOP + 14.0,
+        total.0,
+        WIDTH - 12.0,
+        TOP + 30.0,
+        total.1
+    );
+    out.push_str("</svg>");
+    out
+}
+
+/// (bucket start, opens so far, clicks so far) at each bucket with data
+/// before `end`: minutes while they are rolled up, then hours after the
+/// last minute's hour (no event counted twice).
+fn cumulative_steps(
+    hours: &[HourStats],
+    minutes: &[HourStats],
+    start: NaiveDateTime,
+    end: NaiveDateTime,
+) -> Vec<(NaiveDateTime, u64, u64)> {
+    let minutes_until = minutes
+        .last()
+        .map(|m| m.hour + Duration::minutes(1))
+        .filter(|_| {
+            minutes
+                .first()
+                .is_some_and(|m| m.hour <= start + Duration::hours(1))
+        });
+    let hours_from = minutes_until.map(|until| {
+        // The first whole hour the minutes do not cover.
+        let hour = until - Duration::seconds(1);
+        hour.date()
+            .and_hms_opt(chrono::Timelike::hour(&hour), 0, 0)
+            .map_or(until, |h| h + Duration::hours(1))
+    });
+    let mut buckets: Vec<&HourStats> = Vec::new();
+    if hours_from.is_some() {
+        buckets.extend(minutes.iter().filter(|m| m.hour >= start && m.hour < end));
+    }
+    buckets.extend(
+        hours
+            .iter()
+            .filter(|h| hours_from.is_none_or(|from| h.hour >= from))
+            .filter(|h| h.hour < end),
+    );
+    let (mut opens, mut clicks) = (0, 0);
+    buckets
+        .into_iter()
+        .filter(|b| b.opens + b.clicks > 0)
+        .map(|b| {
+            opens += b.opens;
+            clicks += b.clicks;
+            (b.hour.max(start), opens, clicks)
+        })
+        .collect()
+}
+
 fn axis_ends(series: &[(NaiveDateTime, u64, u64)], resolution: Resolution) -> (String, String) {
     let (Some(first), Some(last)) = (series.first(), series.last()) else {
         return (String::new(), String::new());
@@ -222,6 +377,39 @@ mod tests {
             clicks,
             ..HourStats::default()
         }
+    }
+
+    #[test]
+    fn the_cumulative_series_only_rises_and_counts_each_event_once() {
+        // Minutes of hours 9 and 10, hours 9 to 12: minutes first, then
+        // the hours after the last minute's hour.
+        let minutes = [minute(9, 5, 3, 0), minute(9, 40, 2, 1), minute(10, 2, 1, 1)];
+        let hours = [
+            hour(9, 5, 1),
+            hour(10, 1, 1),
+            hour(11, 4, 2),
+            hour(12, 0, 0),
+        ];
+        let start = first_bucket(&hours, &minutes).unwrap();
+        assert_eq!(start, minute(9, 5, 0, 0).hour);
+        let steps = cumulative_steps(&hours, &minutes, start, start + Duration::hours(48));
+        let totals: Vec<(u64, u64)> = steps.iter().map(|s| (s.1, s.2)).collect();
+        assert_eq!(totals, [(3, 0), (5, 1), (6, 2), (10, 4)]);
+        let svg = cumulative_svg(&hours, &minutes);
+        assert!(
+            svg.contains(">10 opens<") && svg.contains(">4 clicks<"),
+            "{svg}"
+        );
+        assert!(svg.contains(">+2:00<"), "two hours of data: {svg}");
+        // Beyond 48 hours nothing is added.
+        let late = [hour(9, 1, 0), hour(9 + 2, 1, 0)];
+        let far = HourStats {
+            hour: late[0].hour + Duration::hours(49),
+            opens: 7,
+            ..HourStats::default()
+        };
+        let with_far = [late[0].clone(), late[1].clone(), far];
+        assert!(cumulative_svg(&with_far, &[]).contains(">2 opens<"));
     }
 
     #[test]

@@ -130,6 +130,101 @@ pub(crate) fn render(html: &str, clicks: &BTreeMap<u32, u64>) -> Result<String, 
     Ok(restore_markers(&badged, &urls))
 }
 
+/// Longest link name shown (characters).
+const MAX_NAME_CHARS: usize = 60;
+
+/// What each tracked link is called in the creative, by position: the
+/// text of its `<a>` (spaces collapsed), else its image's `alt`, else its
+/// `title`; positions without either are left out (the page shows the
+/// URL). Numbered as [`render`] numbers them.
+pub(crate) fn link_names(html: &str) -> Result<BTreeMap<u32, String>, RewriteError> {
+    let options = RewriteOptions {
+        track_links: true,
+        proxy_images: false,
+        own_base_url: "",
+        pixel_html: None,
+        shown_address_base: None,
+    };
+    let marked = rewrite(html, &options, |found: &FoundLink| match found.kind {
+        FoundKind::Click => format!("{MARKER}{}/", found.position),
+        FoundKind::Image => found.url.clone(),
+    })?;
+    // Per position: (text, an image's alt, the title).
+    type Parts = BTreeMap<u32, (String, String, String)>;
+    let parts: Rc<RefCell<Parts>> = Rc::default();
+    let current: Rc<RefCell<Option<u32>>> = Rc::default();
+    let (open_parts, open_current) = (Rc::clone(&parts), Rc::clone(&current));
+    let (text_parts, text_current) = (Rc::clone(&parts), Rc::clone(&current));
+    let (img_parts, img_current) = (Rc::clone(&parts), Rc::clone(&current));
+    rewrite_str(
+        &marked,
+        RewriteStrSettings::new()
+            .append_element_content_handler(element!("a[href]", move |el| {
+                let position = el
+                    .get_attribute("href")
+                    .as_deref()
+                    .and_then(marker_position);
+                *open_current.borrow_mut() = position;
+                if let Some(p) = position {
+                    let title = el.get_attribute("title").unwrap_or_default();
+                    open_parts
+                        .borrow_mut()
+                        .entry(p)
+                        .or_default()
+                        .2
+                        .push_str(&title);
+                }
+                let done = Rc::clone(&open_current);
+                if el.can_have_content() {
+                    el.on_end_tag(end_tag!(move |_end| {
+                        *done.borrow_mut() = None;
+                        Ok(())
+                    }))?;
+                }
+                Ok(())
+            }))
+            .append_element_content_handler(lol_html::text!("a[href]", move |chunk| {
+                if let Some(p) = *text_current.borrow() {
+                    let mut parts = text_parts.borrow_mut();
+                    parts.entry(p).or_default().0.push_str(chunk.as_str());
+                }
+                Ok(())
+            }))
+            .append_element_content_handler(element!("a[href] img[alt]", move |el| {
+                if let (Some(p), Some(alt)) = (*img_current.borrow(), el.get_attribute("alt")) {
+                    let mut parts = img_parts.borrow_mut();
+                    let entry = &mut parts.entry(p).or_default().1;
+                    entry.push(' ');
+                    entry.push_str(&alt);
+                }
+                Ok(())
+            })),
+    )
+    .map_err(RewriteError::Parser)?;
+    let parts = std::mem::take(&mut *parts.borrow_mut());
+    Ok(parts
+        .into_iter()
+        .filter_map(|(position, (text, alt, title))| {
+            let name = [text, alt, title]
+                .iter()
+                .map(|part| tidy_name(part))
+                .find(|name| !name.is_empty())?;
+            Some((position, name))
+        })
+        .collect())
+}
+
+/// Character references decoded, spaces collapsed, cut at
+/// [`MAX_NAME_CHARS`].
+fn tidy_name(raw: &str) -> String {
+    let decoded = html_escape::decode_html_entities(raw);
+    let name = decoded.split_whitespace().collect::<Vec<_>>().join(" ");
+    match name.char_indices().nth(MAX_NAME_CHARS) {
+        Some((at, _)) => format!("{}…", &name[..at]),
+        None => name,
+    }
+}
+
 /// `12 · 34%` in a pill graded by [`heat`]; the title names the position.
 fn badge(position: u32, clicks: u64, total: u64, max: u64) -> String {
     let grade = heat(clicks, max);
@@ -188,6 +283,21 @@ fn restore_markers(html: &str, urls: &BTreeMap<u32, String>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn links_are_named_by_their_text_then_alt_then_title() {
+        let html = concat!(
+            "<p><a href=\"https://example.com/a\">Read   the <b>news</b> &amp; more</a>",
+            "<a href=\"https://example.com/b\"><img src=\"x.png\" alt=\"Logo\"></a>",
+            "<a href=\"https://example.com/c\" title=\"Shop\"> </a>",
+            "<a href=\"https://example.com/a\">Read the news</a></p>"
+        );
+        let names = link_names(html).unwrap();
+        assert_eq!(names[&1], "Read the news & more");
+        assert_eq!(names[&2], "Logo");
+        assert_eq!(names[&3], "Shop");
+        assert_eq!(names[&4], "Read the news", "the same URL, its own position");
+    }
 
     const LETTER: &str = concat!(
         "<!DOCTYPE html><html><body>",

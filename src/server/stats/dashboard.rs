@@ -1,9 +1,11 @@
 //! The dashboard: `GET /mailings` (index) and `GET /mailings/{id}`,
 //! server-rendered with minijinja (templates embedded at compile time,
-//! HTML auto-escaped), an inline SVG chart and the click map. No script and
-//! no front-end build.
+//! HTML auto-escaped): inline SVG charts (cumulative over the first 48
+//! hours, and per minute or hour), bars for the breakdowns, links named by
+//! their text, and the click map with its images inlined. No front-end
+//! build; one hashed script shows times in the viewer's time zone.
 
-use super::{chart, clickmap, StatsError, StatsState};
+use super::{chart, clickmap, creative_images, StatsError, StatsState};
 use crate::letter;
 use crate::letter::PreviewLimits;
 use crate::store::stats::{self, LinkStats};
@@ -28,9 +30,23 @@ pub(crate) fn templates() -> Result<Environment<'static>, minijinja::Error> {
     // Subjects are templates: shown with placeholders, never as `{{ … }}`,
     // and never run (the index lists 500 of them per request).
     env.add_filter("preview", |subject: String| letter::preview_text(&subject));
+    env.add_filter("utc_label", utc_label);
     env.add_template("index.html", include_str!("templates/index.html"))?;
     env.add_template("mailing.html", include_str!("templates/mailing.html"))?;
     Ok(env)
+}
+
+/// An RFC 3339 time as `2026-11-22 10:05 UTC`: what the page shows until
+/// its script puts the time in the viewer's zone (and what a browser
+/// without script keeps). Anything else is shown as it is.
+fn utc_label(at: String) -> String {
+    match chrono::DateTime::parse_from_rfc3339(&at) {
+        Ok(time) => time
+            .with_timezone(&chrono::Utc)
+            .format("%Y-%m-%d %H:%M UTC")
+            .to_string(),
+        Err(_) => at,
+    }
 }
 
 /// A dashboard page with the headers every one carries.
@@ -68,6 +84,81 @@ struct LinkRow<'a> {
     #[serde(flatten)]
     link: &'a LinkStats,
     share: String,
+    /// The link's text in the creative (or its image's alt, or title).
+    name: Option<&'a str>,
+}
+
+/// Breakdown values shown per dimension and side.
+const BARS_SHOWN: usize = 8;
+
+/// The breakdowns' titles, in the order the page shows them.
+const BREAKDOWN_TITLES: [(&str, &str); 6] = [
+    ("client", "Mail client"),
+    ("client_type", "Client type"),
+    ("os", "Operating system"),
+    ("device", "Device"),
+    ("provider", "Mailbox provider"),
+    ("country", "Country"),
+];
+
+/// One bar: a value, its humans' events, the bots' beside, and its length
+/// as a share of the side's largest value.
+#[derive(serde::Serialize)]
+struct Bar {
+    value: String,
+    n: u64,
+    bots: u64,
+    width: String,
+}
+
+#[derive(serde::Serialize)]
+struct BarSide {
+    name: &'static str,
+    rows: Vec<Bar>,
+}
+
+#[derive(serde::Serialize)]
+struct BarChart {
+    dimension: &'static str,
+    title: &'static str,
+    sides: [BarSide; 2],
+}
+
+/// The bars of one side (opens or clicks) of one dimension.
+fn bars(shares: Option<&Vec<crate::store::breakdowns::Share>>) -> Vec<Bar> {
+    let shares = shares.map(Vec::as_slice).unwrap_or_default();
+    let max = shares.iter().map(|s| s.n).max().unwrap_or(0).max(1);
+    shares
+        .iter()
+        .filter(|s| s.n > 0 || s.bots > 0)
+        .take(BARS_SHOWN)
+        .map(|s| Bar {
+            value: s.value.clone(),
+            n: s.n,
+            bots: s.bots,
+            width: format!("{:.1}", s.n as f64 * 100.0 / max as f64),
+        })
+        .collect()
+}
+
+fn bar_charts(breakdowns: &crate::store::breakdowns::Breakdowns) -> Vec<BarChart> {
+    BREAKDOWN_TITLES
+        .iter()
+        .map(|(dimension, title)| BarChart {
+            dimension,
+            title,
+            sides: [
+                BarSide {
+                    name: "Opens",
+                    rows: bars(breakdowns.opens.get(*dimension)),
+                },
+                BarSide {
+                    name: "Clicks",
+                    rows: bars(breakdowns.clicks.get(*dimension)),
+                },
+            ],
+        })
+        .collect()
 }
 
 /// `GET /mailings/{id}`.
@@ -84,21 +175,33 @@ pub(crate) async fn mailing(
         .map(|l| (l.position, l.human.total))
         .collect();
     let total: u64 = clicks.values().sum();
+    let saved = stats::mailing_html(&state.pool, &id).await?;
+    let names = match &saved {
+        Some(html) => clickmap::link_names(html).unwrap_or_else(|err| {
+            tracing::warn!(%err, "links shown without their names");
+            BTreeMap::new()
+        }),
+        None => BTreeMap::new(),
+    };
     let links: Vec<LinkRow> = summary
         .links
         .iter()
         .map(|link| LinkRow {
             link,
             share: share(link.human.total, total),
+            name: names.get(&link.position).map(String::as_str),
         })
         .collect();
-    let (clickmap, preview_limited) = match stats::mailing_html(&state.pool, &id).await? {
+    let breakdowns = crate::store::breakdowns::read(&state.pool, Some(&id)).await?;
+    let (clickmap, preview_limited) = match saved {
         // The saved creative is the template: preview it as the builder would
         // personalise it, so no `{{ … }}` shows and positions still match;
         // within limits, off the request runtime (`bounded_preview`).
         Some(html) => {
             let (preview, limited) = bounded_preview(html).await;
-            (Some(clickmap::render(&preview, &clicks)?), limited)
+            let map = clickmap::render(&preview, &clicks)?;
+            let map = creative_images::inline(&map, state.images.as_deref()).await;
+            (Some(map), limited)
         }
         None => (None, None),
     };
@@ -122,6 +225,11 @@ pub(crate) async fn mailing(
             bounces => Serde(bounce_cards(&summary.bounces)),
             links => Serde(links),
             chart => chart_for(&summary),
+            cumulative => chart::cumulative_svg(&summary.hours, &summary.minutes),
+            first_event => chart::first_bucket(&summary.hours, &summary.minutes)
+                .map(|at| at.and_utc().format("%Y-%m-%dT%H:%M:%SZ").to_string()),
+            breakdowns => Serde(bar_charts(&breakdowns)),
+            names => Serde(&names),
             chart_per => match chart::resolution(&summary.hours, &summary.minutes) {
                 chart::Resolution::Minute => "minute",
                 chart::Resolution::Hour => "hour",

@@ -18,14 +18,20 @@ use axum::response::Response;
 /// recomputes it from the template so the two cannot drift apart.
 const FRAME_RESIZE_HASH: &str = "sha256-yG9x2NIWSyxMP/+ENrH2yaMz1FJCU5KhJxfbwz/EkuA=";
 
+/// SHA-256 of the mailing page's one `<script>` element, which shows the
+/// `<time>` elements in the viewer's time zone (the server cannot know
+/// it); the same unit test recomputes it.
+const LOCAL_TIMES_HASH: &str = "sha256-A0lx6jJ/6SAnGEvxg5XwBNK1RXbK5TYqHXTEG+C+DTg=";
+
 /// The dashboard's policy as the pages repeat it in a `<meta>` element (so
 /// a saved copy opened from disk is bound too): our own inline style sheet
 /// and the creative's inline styles, images from here or `data:`, one
-/// hashed event handler, forms posting here only.
+/// hashed event handler and one hashed script, forms posting here only.
 pub(crate) fn page_policy() -> String {
     format!(
         "default-src 'none'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; \
-         script-src 'unsafe-hashes' '{FRAME_RESIZE_HASH}'; form-action 'self'; base-uri 'none'"
+         script-src 'unsafe-hashes' '{FRAME_RESIZE_HASH}' '{LOCAL_TIMES_HASH}'; \
+         form-action 'self'; base-uri 'none'"
     )
 }
 
@@ -73,6 +79,11 @@ mod tests {
         let hash = base64::engine::general_purpose::STANDARD.encode(digest);
         assert_eq!(FRAME_RESIZE_HASH, format!("sha256-{hash}"));
         assert_eq!(template.matches("onload=").count(), 1, "one handler only");
-        assert!(!template.contains("<script"), "no script element");
+        assert_eq!(template.matches("<script").count(), 1, "one script element");
+        let start = template.find("<script>").expect("the script") + "<script>".len();
+        let end = start + template[start..].find("</script>").expect("its end");
+        let digest = Sha256::digest(&template.as_bytes()[start..end]);
+        let hash = base64::engine::general_purpose::STANDARD.encode(digest);
+        assert_eq!(LOCAL_TIMES_HASH, format!("sha256-{hash}"));
     }
 }

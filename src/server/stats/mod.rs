@@ -24,6 +24,7 @@ pub(crate) mod auth;
 pub use auth::{LOGIN_WINDOW, MAX_FAILED_LOGINS, SESSION_TTL};
 pub(crate) mod chart;
 pub(crate) mod clickmap;
+mod creative_images;
 pub(crate) mod dashboard;
 mod export;
 mod headers;
@@ -46,6 +47,9 @@ pub struct StatsState {
     pub auth: Auth,
     /// The Redis live layer, when `REDIS_URL` is set.
     pub live: Option<Live>,
+    /// The server's image proxy: the click map shows the creative's images
+    /// through it (`creative_images`); `None`: placeholders.
+    pub images: Option<Arc<super::image::ImageProxy>>,
     templates: Arc<minijinja::Environment<'static>>,
 }
 
@@ -62,6 +66,7 @@ impl StatsState {
             pool,
             auth: Auth::new(api_token, secret),
             live,
+            images: None,
             templates: Arc::new(dashboard::templates()?),
         })
     }

@@ -59,10 +59,13 @@ pub async fn migrate(head_url: &str, plan: &ClusterMigrate) -> Result<Vec<String
     said.extend(prepare_nodes(plan, &layout, &servers, by_shard).await?);
     match existing {
         None => said.extend(create_head_tables(&mut conn, plan, &layout, &servers).await?),
-        Some(_) => said.push(format!(
-            "head: `links` and `events` already spread over {} data tables",
-            layout.len() / 2
-        )),
+        Some(_) => {
+            said.push(format!(
+                "head: `links` and `events` already spread over {} data tables",
+                layout.len() / 2
+            ));
+            said.extend(add_head_event_columns(&mut conn, plan, &layout, &servers).await?);
+        }
     }
     drop(conn);
     crate::store::MIGRATOR.run(&head).await?;
@@ -179,6 +182,56 @@ async fn create_head_tables(
         ));
     }
     Ok(said)
+}
+
+/// `events.country` as migration 20261210000001 adds it.
+const EVENTS_COUNTRY_COLUMN: &str = "`country` CHAR(2) NULL \
+    COMMENT 'ISO 3166-1 alpha-2 of the client address (serve --geoip)'";
+
+/// A head made before its nodes' `events` gained a column (`country`):
+/// the Spider table is defined again from the node's template, under a
+/// new name, and swapped in by one `RENAME`. A Spider table holds no rows
+/// (dropping the old definition leaves the data tables alone), and an
+/// `ALTER` of it would copy every row through the head.
+async fn add_head_event_columns(
+    conn: &mut MySqlConnection,
+    plan: &ClusterMigrate,
+    layout: &[(String, u32, usize)],
+    servers: &Servers,
+) -> Result<Vec<String>, StoreError> {
+    let has_country: Option<i32> = sqlx::query_scalar(
+        "SELECT 1 FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() \
+         AND TABLE_NAME = 'events' AND COLUMN_NAME = 'country'",
+    )
+    .fetch_optional(&mut *conn)
+    .await?;
+    if has_country.is_some() {
+        return Ok(Vec::new());
+    }
+    let key = SHARDED_TABLES
+        .iter()
+        .find(|(table, _)| *table == "events")
+        .map_or("event_id", |(_, key)| key);
+    let ddl = head_table_ddl(&plan.nodes[0], "events", key, layout, &servers.names)
+        .await?
+        .replacen(
+            "CREATE TABLE IF NOT EXISTS `events`",
+            "CREATE TABLE `events_lt_redefined`",
+            1,
+        );
+    sqlx::query("DROP TABLE IF EXISTS `events_lt_redefined`, `events_lt_previous`")
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query(&ddl).execute(&mut *conn).await?;
+    sqlx::query("RENAME TABLE `events` TO `events_lt_previous`, `events_lt_redefined` TO `events`")
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query("DROP TABLE `events_lt_previous`")
+        .execute(&mut *conn)
+        .await?;
+    Ok(vec![
+        "head: `events` defined again over its data tables with their new column `country`".into(),
+    ])
 }
 
 /// A single-server database cannot become a head in place: its rows would
@@ -381,6 +434,13 @@ async fn prepare_node(
             sqlx::query(&format!(
                 "ALTER TABLE `{table}` DROP INDEX IF EXISTS mailing_kind, \
                  ADD INDEX IF NOT EXISTS mailing_letter (mailing_id, letter_id, kind, occurred_at)"
+            ))
+            .execute(&pool)
+            .await?;
+            // The reader's country (migration 20261210000001), likewise
+            // left to this step; instant on InnoDB (a last column).
+            sqlx::query(&format!(
+                "ALTER TABLE `{table}` ADD COLUMN IF NOT EXISTS {EVENTS_COUNTRY_COLUMN}"
             ))
             .execute(&pool)
             .await?;

@@ -13,6 +13,7 @@ pub mod build;
 mod child;
 pub mod cluster;
 pub mod image_upstream;
+pub mod mmdb;
 pub mod postfix;
 pub mod privacy;
 mod server;
