@@ -131,7 +131,25 @@ impl Postfix {
     /// The log's `disconnect from …` lines of sessions that said anything
     /// (the harness's own probe says nothing): one per SMTP session, with
     /// the commands it carried (`ehlo=1 starttls=1 auth=1 mail=5 rcpt=5 bdat=5 …`).
+    ///
+    /// smtpd writes the line after the client has gone, through the log
+    /// service: a test that reads right after the builder exits can be
+    /// ahead of it, so this waits (up to 10 s) until at least one session
+    /// is logged and no new line arrived for 200 ms.
     pub fn sessions(&self) -> Vec<String> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut seen = self.logged_sessions();
+        loop {
+            std::thread::sleep(Duration::from_millis(200));
+            let now = self.logged_sessions();
+            if (!now.is_empty() && now == seen) || Instant::now() > deadline {
+                return now;
+            }
+            seen = now;
+        }
+    }
+
+    fn logged_sessions(&self) -> Vec<String> {
         self.log()
             .lines()
             .filter(|l| l.contains("postfix/smtpd") && l.contains("disconnect from"))
