@@ -9,7 +9,7 @@
 //! Recorded means committed to `deliveries`, or, with a delivery log
 //! ([`super::log_file`]), appended to that local file: the lane then
 //! goes on at once and the database write follows in a later group
-//! ([`Ledger::flush`] waits for it). Marks and outcomes go to the
+//! (`Ledger::flush` waits for it). Marks and outcomes go to the
 //! database in the order they were asked for, by one task.
 
 use super::log_file::{DeliveryLog, LogLine};
