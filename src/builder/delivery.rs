@@ -70,8 +70,8 @@ struct LaneWork {
 /// the next letter: a kill can leave at most one handed-over letter per
 /// lane unrecorded. Recorded is a line in the delivery log when there is
 /// one (the database write follows), else a commit, which the ledger
-/// shares between parallel lanes. The next letter, when already queued, is announced to the
-/// lane so its envelope travels with this letter's data. A letter that was
+/// shares between parallel lanes. The next letter, when already queued, is
+/// announced to the lane so its envelope travels with this letter's data. A letter that was
 /// not taken is forgotten (nothing to doubt on the next run); so is every
 /// letter left queued once the lanes stop.
 async fn lane_worker(mut lane: Lane, work: LaneWork) {

@@ -34,7 +34,7 @@ struct Request {
     done: Option<oneshot::Sender<Result<(), String>>>,
 }
 
-/// Requests waiting at most. With an delivery log this bounds the outcomes
+/// Requests waiting at most. With a delivery log this bounds the outcomes
 /// written to the file but not yet to the database: lanes wait here when
 /// the database falls behind.
 const QUEUE: usize = 1024;
@@ -86,7 +86,7 @@ impl Ledger {
         self.logged(log, &lines, Write::Sending(letter_ids)).await
     }
 
-    /// Record the MTA's answer; returns once it is committed, or, with an
+    /// Record the MTA's answer; returns once it is committed, or, with a
     /// delivery log, once it is in the file (the database write follows).
     pub(crate) async fn outcome(
         &self,

@@ -5,7 +5,7 @@
 //! listener; the server then serves the domain over TLS, and renews the
 //! certificate when it is due.
 
-use crate::common::{add_link, client, days_ago, quick, TestDb, TestServer};
+use crate::common::{add_link, days_ago, quick, TestDb, TestServer};
 use crate::domains::{free_port, FakeDns};
 use linktrack::acme::{AcmeSettings, CertificateSettings};
 use linktrack::domains::DomainChecker;
@@ -265,14 +265,7 @@ async fn a_verified_domain_gets_a_certificate_from_pebble_is_served_over_tls_and
         redirect.headers()[reqwest::header::LOCATION],
         "https://shop.brand.example/a"
     );
-    let metrics = client()
-        .get(server.admin_url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = crate::common::metrics_text(&server.admin).await;
     let expiry = metric(
         &metrics,
         &format!("linktrack_tls_certificate_expiry_timestamp_seconds{{host=\"{HOST}\"}}"),
@@ -307,14 +300,7 @@ async fn a_verified_domain_gets_a_certificate_from_pebble_is_served_over_tls_and
         }
     };
     assert_eq!(served.status(), StatusCode::FOUND);
-    let metrics = client()
-        .get(server.admin_url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = crate::common::metrics_text(&server.admin).await;
     assert!(
         metrics.contains("linktrack_acme_certificates_issued_total{reason=\"renewal\"}"),
         "{metrics}"

@@ -162,19 +162,7 @@ pub(crate) fn svg(buckets: &[HourStats], resolution: Resolution) -> String {
         .map(|(i, s)| point(i, s.2))
         .collect();
     let base = TOP + plot_h;
-    let _ = write!(
-        out,
-        r##"<line x1="{LEFT}" y1="{base}" x2="{}" y2="{base}" stroke="#999"/><line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{base}" stroke="#999"/>"##,
-        WIDTH - 8.0
-    );
-    let _ = write!(
-        out,
-        r##"<text x="{}" y="{}" font-size="11" text-anchor="end" fill="#444">{}</text><text x="{}" y="{base}" font-size="11" text-anchor="end" fill="#444">0</text>"##,
-        LEFT - 4.0,
-        TOP + 10.0,
-        max as u64,
-        LEFT - 4.0
-    );
+    draw_axes(&mut out, base, max);
     let (first, last) = axis_ends(&series, resolution);
     let _ = write!(
         out,
@@ -247,19 +235,7 @@ pub(crate) fn cumulative_svg(hours: &[HourStats], minutes: &[HourStats]) -> Stri
         LEFT + plot_w * ((at - start).num_seconds() as f64 / (span * 3600) as f64).min(1.0)
     };
     let y = |v: u64| TOP + plot_h * (1.0 - v as f64 / max);
-    let _ = write!(
-        out,
-        r##"<line x1="{LEFT}" y1="{base}" x2="{}" y2="{base}" stroke="#999"/><line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{base}" stroke="#999"/>"##,
-        WIDTH - 8.0
-    );
-    let _ = write!(
-        out,
-        r##"<text x="{}" y="{}" font-size="11" text-anchor="end" fill="#444">{}</text><text x="{}" y="{base}" font-size="11" text-anchor="end" fill="#444">0</text>"##,
-        LEFT - 4.0,
-        TOP + 10.0,
-        max as u64,
-        LEFT - 4.0
-    );
+    draw_axes(&mut out, base, max);
     for tick in 0..=4 {
         let minutes_in = span * 60 * tick / 4;
         let label = if span * 60 < 4 * 60 || minutes_in % 60 != 0 {
@@ -361,6 +337,24 @@ fn axis_ends(series: &[(NaiveDateTime, u64, u64)], resolution: Resolution) -> (S
         (first.0, last.0)
     };
     (resolution.label(start), resolution.label(end))
+}
+
+/// The two axes, with the top value `max` and 0 on the vertical one; `base`
+/// is the plot's bottom edge. Both charts draw them alike.
+fn draw_axes(out: &mut String, base: f64, max: f64) {
+    let _ = write!(
+        out,
+        r##"<line x1="{LEFT}" y1="{base}" x2="{}" y2="{base}" stroke="#999"/><line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{base}" stroke="#999"/>"##,
+        WIDTH - 8.0
+    );
+    let _ = write!(
+        out,
+        r##"<text x="{}" y="{}" font-size="11" text-anchor="end" fill="#444">{}</text><text x="{}" y="{base}" font-size="11" text-anchor="end" fill="#444">0</text>"##,
+        LEFT - 4.0,
+        TOP + 10.0,
+        max as u64,
+        LEFT - 4.0
+    );
 }
 
 #[cfg(test)]
