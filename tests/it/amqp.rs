@@ -2,19 +2,13 @@
 //! scripts/prepare.d/50-rabbitmq.sh): a queue bound to the exchange gets
 //! every event, routed by type, and the outbox empties only on confirms.
 
+use crate::common::amqp::{bound_queue, BoundQueue, BROKER};
 use crate::common::webhooks::{fast_retries, hit_everything, letter};
 use crate::common::{days_ago, linktrack, TestDb, TestServer};
-use lapin::options::{
-    BasicGetOptions, ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions,
-    QueueDeclareOptions,
-};
-use lapin::types::FieldTable;
-use lapin::{Connection, ConnectionProperties, ExchangeKind};
+use lapin::options::{BasicGetOptions, ExchangeDeleteOptions};
 use linktrack::outbound::{Endpoint, Outbound, Target};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
-
-const BROKER: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 
 fn amqp_endpoint(exchange: &str) -> Endpoint {
     Endpoint {
@@ -36,49 +30,15 @@ fn amqp_endpoint(exchange: &str) -> Endpoint {
 async fn a_queue_bound_to_the_exchange_gets_every_event_by_type() {
     let db = TestDb::with_days_since(days_ago(1)).await;
     let letter = letter(&db, 5).await;
-    let exchange = format!("linktrack.test.{:08x}", rand::random::<u32>());
-    let connection = Connection::connect(BROKER, ConnectionProperties::default())
-        .await
-        .expect("RabbitMQ on 127.0.0.1:5672 (scripts/prepare.d/50-rabbitmq.sh starts it)");
-    let channel = connection.create_channel().await.unwrap();
-    channel
-        .exchange_declare(
-            exchange.as_str().into(),
-            ExchangeKind::Topic,
-            ExchangeDeclareOptions {
-                durable: true,
-                ..ExchangeDeclareOptions::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
-    let queue = channel
-        .queue_declare(
-            "".into(),
-            QueueDeclareOptions {
-                exclusive: true,
-                ..QueueDeclareOptions::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
     // Everything but image loads (there are none here anyway) and
     // unsubscribes. The unroutable one must be the letter's last event: a
     // letter's later events are held behind its failed one (order per letter).
-    for key in ["email.clicked", "email.opened"] {
-        channel
-            .queue_bind(
-                queue.name().as_str().into(),
-                exchange.as_str().into(),
-                key.into(),
-                QueueBindOptions::default(),
-                FieldTable::default(),
-            )
-            .await
-            .unwrap();
-    }
+    let BoundQueue {
+        connection,
+        channel,
+        exchange,
+        queue,
+    } = bound_queue(&["email.clicked", "email.opened"]).await;
 
     let endpoint = amqp_endpoint(&exchange);
     let name = endpoint.name.clone();
@@ -101,10 +61,7 @@ async fn a_queue_bound_to_the_exchange_gets_every_event_by_type() {
     while got.len() < 3 {
         assert!(Instant::now() < deadline, "only {got:?} arrived");
         let message = channel
-            .basic_get(
-                queue.name().as_str().into(),
-                BasicGetOptions { no_ack: true },
-            )
+            .basic_get(queue.as_str().into(), BasicGetOptions { no_ack: true })
             .await
             .unwrap();
         let Some(message) = message else {

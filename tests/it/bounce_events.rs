@@ -204,57 +204,19 @@ async fn outbox_drained(db: &TestDb) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bounce_events_are_published_to_rabbitmq_by_type() {
-    use lapin::options::{
-        BasicGetOptions, ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions,
-        QueueDeclareOptions,
-    };
-    use lapin::types::FieldTable;
-    use lapin::{Connection, ConnectionProperties, ExchangeKind};
-    const BROKER: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+    use crate::common::amqp::{bound_queue, BoundQueue, BROKER};
+    use lapin::options::{BasicGetOptions, ExchangeDeleteOptions};
 
     let db = TestDb::new().await;
     let dir = tempfile::tempdir().unwrap();
     let letters = build_letters(&db, dir.path()).await;
-    let exchange = format!("linktrack.test.{:08x}", rand::random::<u32>());
-    let connection = Connection::connect(BROKER, ConnectionProperties::default())
-        .await
-        .expect("RabbitMQ on 127.0.0.1:5672 (scripts/prepare.d/50-rabbitmq.sh starts it)");
-    let channel = connection.create_channel().await.unwrap();
-    channel
-        .exchange_declare(
-            exchange.as_str().into(),
-            ExchangeKind::Topic,
-            ExchangeDeclareOptions {
-                durable: true,
-                ..ExchangeDeclareOptions::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
-    let queue = channel
-        .queue_declare(
-            "".into(),
-            QueueDeclareOptions {
-                exclusive: true,
-                ..QueueDeclareOptions::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
-    for key in ["email.bounced", "email.complained"] {
-        channel
-            .queue_bind(
-                queue.name().as_str().into(),
-                exchange.as_str().into(),
-                key.into(),
-                QueueBindOptions::default(),
-                FieldTable::default(),
-            )
-            .await
-            .unwrap();
-    }
+    // The connection lives as long as the channel is read.
+    let BoundQueue {
+        connection: _connection,
+        channel,
+        exchange,
+        queue,
+    } = bound_queue(&["email.bounced", "email.complained"]).await;
     let flags = ["--amqp-url", BROKER, "--amqp-exchange", exchange.as_str()];
     for (name, text) in messages(&letters) {
         let (code, out) = ingest(&db, dir.path(), name, &text, &flags);
@@ -275,10 +237,7 @@ async fn bounce_events_are_published_to_rabbitmq_by_type() {
     while got.len() < 3 {
         assert!(std::time::Instant::now() < deadline, "only {got:?} arrived");
         let message = channel
-            .basic_get(
-                queue.name().as_str().into(),
-                BasicGetOptions { no_ack: true },
-            )
+            .basic_get(queue.as_str().into(), BasicGetOptions { no_ack: true })
             .await
             .unwrap();
         let Some(message) = message else {

@@ -9,6 +9,7 @@ use linktrack::token::Token;
 use rand::RngExt;
 use sqlx::MySqlPool;
 
+pub mod amqp;
 pub mod build;
 mod child;
 pub mod cluster;
