@@ -155,6 +155,25 @@ async fn get(app: &TestServer, path: &str, token: Option<&str>) -> reqwest::Resp
     request.send().await.unwrap()
 }
 
+/// Server settings under which every click the test makes is a human's
+/// (no minimum delay after delivery, no burst rule).
+fn humans_only() -> linktrack::server::state::ServerSettings {
+    let mut settings = test_settings();
+    settings.bots.min_click_delay = Duration::ZERO;
+    settings.bots.burst_links = 1_000;
+    settings
+}
+
+/// A server on the test's database with `settings` and the stats API on.
+async fn api_server(db: &TestDb, settings: linktrack::server::state::ServerSettings) -> TestServer {
+    TestServer::start(server_pool(db).await, |s| AppSettings {
+        server: settings,
+        api_token: Some(TOKEN.into()),
+        ..quick(s)
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recipients_export_agrees_with_the_events_and_shows_nobody_withheld() {
     let db = TestDb::with_days_since(days_ago(1)).await;
@@ -170,15 +189,7 @@ async fn recipients_export_agrees_with_the_events_and_shows_nobody_withheld() {
     recipients.extend((0..7).map(|i| json!({"email": format!("quiet{i}@example.com")})));
     let letters = build(&db, dir.path(), &recipients).await;
 
-    let mut settings = test_settings();
-    settings.bots.min_click_delay = Duration::ZERO;
-    settings.bots.burst_links = 1_000;
-    let app = TestServer::start(server_pool(&db).await, |s| AppSettings {
-        server: settings,
-        api_token: Some(TOKEN.into()),
-        ..quick(s)
-    })
-    .await;
+    let app = api_server(&db, humans_only()).await;
     let http = client();
     let hit = |path: String| {
         let http = http.clone();
@@ -476,15 +487,7 @@ async fn breakdowns_by_client_os_device_and_provider_agree_with_the_events() {
     )
     .await;
 
-    let mut settings = test_settings();
-    settings.bots.min_click_delay = Duration::ZERO;
-    settings.bots.burst_links = 1_000;
-    let app = TestServer::start(server_pool(&db).await, |s| AppSettings {
-        server: settings,
-        api_token: Some(TOKEN.into()),
-        ..quick(s)
-    })
-    .await;
+    let app = api_server(&db, humans_only()).await;
     let send = |agent: &'static str, path: String| {
         let url = app.url(&path);
         async move {
@@ -666,16 +669,9 @@ async fn clicks_from_loopback_addresses_are_counted_by_their_country() {
     );
     assert_eq!(geoip.country("127.0.0.1".parse().unwrap()), None);
 
-    let mut settings = test_settings();
-    settings.bots.min_click_delay = Duration::ZERO;
-    settings.bots.burst_links = 1_000;
+    let mut settings = humans_only();
     settings.geoip = Some(std::sync::Arc::new(geoip));
-    let app = TestServer::start(server_pool(&db).await, |s| AppSettings {
-        server: settings,
-        api_token: Some(TOKEN.into()),
-        ..quick(s)
-    })
-    .await;
+    let app = api_server(&db, settings).await;
     // (reader, from, opens, clicks)
     let plan = [
         (0, "127.0.0.2", 1, 2),
