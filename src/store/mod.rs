@@ -26,6 +26,7 @@ pub mod sequences;
 pub mod shard_move;
 pub mod stats;
 pub mod suppressions;
+mod tally;
 pub mod tls_certificates;
 pub mod tracking_domains;
 pub mod tracking_optouts;

@@ -337,79 +337,16 @@ macro_rules! bind_range {
     };
 }
 
-/// Add one batch of events to every rollup table.
+/// Add one batch of events to every rollup table: the batch read once and
+/// counted in this process ([`super::tally`]), then the unique counters
+/// grown by the `stats_first_seen` rows the batch really added.
 async fn add_batch(conn: &mut MySqlConnection, batch: &RolledBatch) -> Result<(), StoreError> {
-    // Derived tables (`AS s`) let ON DUPLICATE KEY UPDATE name the new count
-    // portably: MariaDB lacks MySQL 8's `AS new` row alias, and MySQL 8
-    // deprecates VALUES() there.
-    let by_range = [
-        // Time series (and, summed, nothing else: totals have their own table).
-        "INSERT INTO stats_hourly (mailing_id, hour, kind, bot, n) \
-         SELECT * FROM (SELECT mailing_id, DATE_FORMAT(occurred_at, '%Y-%m-%d %H:00:00') AS h, \
-           kind, {BOT} AS b, COUNT(*) AS c FROM events \
-           WHERE {RANGE} AND mailing_id IS NOT NULL AND {REGULAR} GROUP BY mailing_id, h, kind, b) AS s \
-         ON DUPLICATE KEY UPDATE n = n + s.c",
-        // Minutes, for the chart of the first hours; only recent events (a
-        // replay of old days would only fill what the pruning deletes).
-        "INSERT INTO stats_minutes (mailing_id, minute, kind, bot, n) \
-         SELECT * FROM (SELECT mailing_id, DATE_FORMAT(occurred_at, '%Y-%m-%d %H:%i:00') AS m, \
-           kind, {BOT} AS b, COUNT(*) AS c FROM events \
-           WHERE {RANGE} AND mailing_id IS NOT NULL AND {REGULAR} AND kind IN ('open', 'click') \
-             AND occurred_at >= UTC_TIMESTAMP() - INTERVAL 3 DAY \
-           GROUP BY mailing_id, m, kind, b) AS s \
-         ON DUPLICATE KEY UPDATE n = n + s.c",
-        "INSERT INTO stats_totals (mailing_id, kind, bot, total) \
-         SELECT * FROM (SELECT mailing_id, kind, {BOT} AS b, COUNT(*) AS c FROM events \
-           WHERE {RANGE} AND mailing_id IS NOT NULL AND {REGULAR} GROUP BY mailing_id, kind, b) AS s \
-         ON DUPLICATE KEY UPDATE total = total + s.c",
-        "INSERT INTO stats_links (mailing_id, position, bot, clicks) \
-         SELECT * FROM (SELECT mailing_id, position, {BOT} AS b, COUNT(*) AS c FROM events \
-           WHERE {RANGE} AND mailing_id IS NOT NULL AND {REGULAR} AND kind = 'click' AND position > 0 \
-           GROUP BY mailing_id, position, b) AS s \
-         ON DUPLICATE KEY UPDATE clicks = clicks + s.c",
-        "INSERT INTO stats_bot_reasons (mailing_id, kind, reason, n) \
-         SELECT * FROM (SELECT mailing_id, kind, COALESCE(bot_reason, 'unknown') AS r, COUNT(*) AS c \
-           FROM events WHERE {RANGE} AND mailing_id IS NOT NULL AND {REGULAR} AND bot <> 0 \
-           GROUP BY mailing_id, kind, r) AS s \
-         ON DUPLICATE KEY UPDATE n = n + s.c",
-        // Late events, apart: per mailing, position, kind and bot flag.
-        "INSERT INTO stats_late (mailing_id, position, kind, bot, n) \
-         SELECT * FROM (SELECT mailing_id, COALESCE(position, 0) AS p, kind, {BOT} AS b, \
-           COUNT(*) AS c FROM events \
-           WHERE {RANGE} AND mailing_id IS NOT NULL AND link_id = 0 \
-           GROUP BY mailing_id, p, kind, b) AS s \
-         ON DUPLICATE KEY UPDATE n = n + s.c",
-        // Per letter, for the recipients export: kind, clicked position,
-        // count and first time. Letter 0 holds shared rows: not a letter.
-        "INSERT INTO stats_letter_events (mailing_id, letter_id, kind, position, bot, n, first_at) \
-         SELECT * FROM (SELECT mailing_id, letter_id, kind, \
-           IF(kind = 'click', COALESCE(position, 0), 0) AS p, {BOT} AS b, \
-           COUNT(*) AS c, MIN(occurred_at) AS f FROM events \
-           WHERE {RANGE} AND mailing_id IS NOT NULL AND {REGULAR} AND letter_id > 0 \
-           GROUP BY mailing_id, letter_id, kind, p, b) AS s \
-         ON DUPLICATE KEY UPDATE n = n + s.c, first_at = LEAST(first_at, s.f)",
-        // Letter 0 holds the mailing's shared image rows: not a letter.
-        "INSERT IGNORE INTO stats_first_seen (mailing_id, kind, position, bot, letter_id, first_at, rolled_by) \
-         SELECT mailing_id, kind, 0, {BOT} AS b, letter_id, MIN(occurred_at), {LAST} FROM events \
-         WHERE {RANGE} AND mailing_id IS NOT NULL AND {REGULAR} AND letter_id > 0 \
-         GROUP BY mailing_id, kind, b, letter_id",
-        "INSERT IGNORE INTO stats_first_seen (mailing_id, kind, position, bot, letter_id, first_at, rolled_by) \
-         SELECT mailing_id, 'click', position, {BOT} AS b, letter_id, MIN(occurred_at), {LAST} FROM events \
-         WHERE {RANGE} AND mailing_id IS NOT NULL AND {REGULAR} AND letter_id > 0 AND kind = 'click' AND position > 0 \
-         GROUP BY mailing_id, position, b, letter_id",
-    ];
-    for sql in by_range {
-        // The batch id is a number we produced, so it is inlined rather than
-        // bound: that keeps every statement's placeholders the same four.
-        let sql = sql
-            .replace("{RANGE}", RANGE)
-            .replace("{BOT}", COUNTED_AS_BOT)
-            .replace("{REGULAR}", REGULAR)
-            .replace("{LAST}", &batch.last_id.to_string());
-        bind_range!(sqlx::query(&sql), batch)
-            .execute(&mut *conn)
-            .await?;
-    }
+    let events = super::tally::read(conn, batch).await?;
+    // Minutes only serve the first hours' chart: three days are kept.
+    let minutes_since = Utc::now().naive_utc() - chrono::Duration::days(3);
+    super::tally::Tally::of(&events, minutes_since)
+        .write(conn, batch)
+        .await?;
     let by_new_rows = [
         "INSERT INTO stats_totals (mailing_id, kind, bot, uniq) \
          SELECT * FROM (SELECT mailing_id, kind, bot, COUNT(*) AS c FROM stats_first_seen \
@@ -426,10 +363,6 @@ async fn add_batch(conn: &mut MySqlConnection, batch: &RolledBatch) -> Result<()
             .execute(&mut *conn)
             .await?;
     }
-    // Breakdowns by client, OS, device and provider: the batch's new user
-    // agents classified first (once per installation), then one pass.
-    super::breakdowns::classify_new_agents(conn, batch).await?;
-    super::breakdowns::add_batch(conn, batch, COUNTED_AS_BOT, REGULAR).await?;
     Ok(())
 }
 
