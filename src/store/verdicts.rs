@@ -15,8 +15,9 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::{MySqlConnection, QueryBuilder};
 use std::collections::{BTreeMap, HashMap};
 
-/// Letters of one mailing read per statement.
-const LETTERS_PER_STATEMENT: usize = 1_000;
+/// Letters (or events) per statement with an id list: under MariaDB's
+/// `in_predicate_conversion_threshold` (1,000), like the context read.
+const LETTERS_PER_STATEMENT: usize = 500;
 /// Letters per context read: under MariaDB's `in_predicate_conversion_threshold`
 /// (1,000), so the list stays a range on all four parts of `mailing_letter`.
 pub const LETTERS_PER_CONTEXT_READ: usize = 500;
