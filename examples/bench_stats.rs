@@ -308,12 +308,15 @@ where
 }
 
 /// The naive summary: what the API would run without rollups.
-type Naive = Vec<(String, i8, i64, i64)>;
+type Naive = Vec<(String, i64, i64, i64)>;
 
 async fn naive(pool: &MySqlPool, mailing: &str) -> Result<Naive, store::StoreError> {
     let totals: Naive = sqlx::query_as(
-        "SELECT CAST(kind AS CHAR), bot, COUNT(*), COUNT(DISTINCT letter_id) FROM events \
-         WHERE mailing_id = ? GROUP BY kind, bot ORDER BY 1, 2",
+        // Unsubscribes count with the humans whatever their verdict (the
+        // rollup's rule, store::tally::counted_as_bot).
+        "SELECT CAST(kind AS CHAR), CAST(bot <> 0 AND kind <> 'unsubscribe' AS SIGNED) AS b, COUNT(*), \
+           COUNT(DISTINCT letter_id) FROM events \
+         WHERE mailing_id = ? GROUP BY kind, b ORDER BY 1, 2",
     )
     .bind(mailing)
     .fetch_all(pool)

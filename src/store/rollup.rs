@@ -18,11 +18,12 @@
 //! writers, give [`RollupOptions::settle`]: only ids that were already
 //! visible that long ago are rolled (see `rollup_state` in the migration).
 //!
-//! All aggregation is set-wise `INSERT … SELECT … GROUP BY` inside the
-//! database: no event row travels to this process. Unique letters are found
-//! with `INSERT IGNORE` into `stats_first_seen`, whose `rolled_by` column
-//! names the batch that added a row, so the unique counters grow by one
-//! `GROUP BY rolled_by` over exactly the rows that were new.
+//! Each batch is read once and counted in this process (`store::tally`,
+//! which says why), then added to the tables with one upsert per table.
+//! Unique letters are the per-letter rows a batch really added
+//! (`stats_letter_events`, and `stats_first_seen` for "clicked any link"),
+//! counted from the server's affected rows, so the unique counters grow by
+//! exactly the letters that were new.
 //!
 //! The rollup transaction runs at READ COMMITTED so `INSERT … SELECT` takes
 //! no gap locks on `events`: the writer keeps appending while a batch rolls.
@@ -338,8 +339,8 @@ macro_rules! bind_range {
 }
 
 /// Add one batch of events to every rollup table: the batch read once and
-/// counted in this process ([`super::tally`]), then the unique counters
-/// grown by the `stats_first_seen` rows the batch really added.
+/// counted in this process, the unique counters grown by the per-letter
+/// rows the batch really added (`store::tally`).
 async fn add_batch(conn: &mut MySqlConnection, batch: &RolledBatch) -> Result<(), StoreError> {
     let events = super::tally::read(conn, batch).await?;
     // Minutes only serve the first hours' chart: three days are kept.
@@ -347,22 +348,6 @@ async fn add_batch(conn: &mut MySqlConnection, batch: &RolledBatch) -> Result<()
     super::tally::Tally::of(&events, minutes_since)
         .write(conn, batch)
         .await?;
-    let by_new_rows = [
-        "INSERT INTO stats_totals (mailing_id, kind, bot, uniq) \
-         SELECT * FROM (SELECT mailing_id, kind, bot, COUNT(*) AS c FROM stats_first_seen \
-           WHERE rolled_by = ? AND position = 0 GROUP BY mailing_id, kind, bot) AS s \
-         ON DUPLICATE KEY UPDATE uniq = uniq + s.c",
-        "INSERT INTO stats_links (mailing_id, position, bot, uniq) \
-         SELECT * FROM (SELECT mailing_id, position, bot, COUNT(*) AS c FROM stats_first_seen \
-           WHERE rolled_by = ? AND position > 0 GROUP BY mailing_id, position, bot) AS s \
-         ON DUPLICATE KEY UPDATE uniq = uniq + s.c",
-    ];
-    for sql in by_new_rows {
-        sqlx::query(sql)
-            .bind(batch.last_id)
-            .execute(&mut *conn)
-            .await?;
-    }
     Ok(())
 }
 

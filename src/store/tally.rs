@@ -11,6 +11,13 @@
 //! a click is recorded in 27. Counting a batch here costs the database one
 //! read of it and the writes of the counted rows.
 //!
+//! Unique letters cost no rows of their own: a letter's first open (first
+//! click on a position, …) is a new row of `stats_letter_events`, so the
+//! rows an upsert added are the new unique letters. Only "clicked any
+//! link" needs a row apart (`stats_first_seen`, position 0). Before, every
+//! event also wrote one or two `stats_first_seen` rows and its `rolled_by`
+//! index, and the counters were grown by a `GROUP BY` over them.
+//!
 //! The rows go to the database as one JSON document per statement, read
 //! with `JSON_TABLE` (MariaDB 10.6+, MySQL 8.0.4+): one bound parameter
 //! whatever the number of rows, and a derived table that `ON DUPLICATE KEY
@@ -145,8 +152,8 @@ pub(super) struct Tally {
     late: HashMap<(M, u32, EventKind, bool), u64>,
     /// Per letter: count and first time, by kind and clicked position.
     letters: HashMap<(M, u64, EventKind, u32, bool), (u64, NaiveDateTime)>,
-    /// First time per letter, kind, position (0: any) and bot flag.
-    first_seen: HashMap<(M, EventKind, u32, bool, u64), NaiveDateTime>,
+    /// Per letter that clicked (any link): the first click's time.
+    first_clicks: HashMap<(M, bool, u64), NaiveDateTime>,
     breakdowns: HashMap<(M, &'static str, String, EventKind, bool), u64>,
     /// The user agents of the batch's opens and clicks, classified.
     agents: HashMap<String, ClientClass>,
@@ -210,7 +217,7 @@ impl Tally {
                 .or_default() += 1;
         }
         if let Some(letter) = event.letter_id.filter(|l| *l > 0) {
-            self.add_letter(m, letter, event, bot, clicked);
+            self.add_letter(m, letter, event, bot);
         }
         if let Some(class) = class {
             self.add_breakdowns(m, event, bot, &class);
@@ -228,14 +235,7 @@ impl Tally {
         class
     }
 
-    fn add_letter(
-        &mut self,
-        m: M,
-        letter: u64,
-        event: &BatchEvent,
-        bot: bool,
-        clicked: Option<u32>,
-    ) {
+    fn add_letter(&mut self, m: M, letter: u64, event: &BatchEvent, bot: bool) {
         let (kind, at) = (event.kind, event.occurred_at);
         let position = match kind {
             EventKind::Click => event.position.unwrap_or(0),
@@ -247,9 +247,8 @@ impl Tally {
             .or_insert((0, at));
         row.0 += 1;
         row.1 = row.1.min(at);
-        keep_first(&mut self.first_seen, (m, kind, 0, bot, letter), at);
-        if let Some(position) = clicked {
-            keep_first(&mut self.first_seen, (m, kind, position, bot, letter), at);
+        if kind == EventKind::Click {
+            keep_first(&mut self.first_clicks, (m, bot, letter), at);
         }
     }
 
@@ -274,6 +273,8 @@ impl Tally {
 
     /// Add the counted batch to every statistics table; `batch` names the
     /// rows this batch adds to `stats_first_seen` (its `rolled_by`).
+    /// One transaction (the caller's): the new rows counted here are
+    /// exactly the new unique letters.
     pub(super) async fn write(
         &self,
         conn: &mut MySqlConnection,
@@ -282,7 +283,7 @@ impl Tally {
         self.write_agents(conn).await?;
         let name = |m: &M| self.mailings[*m as usize].as_str();
         let flag = |b: &bool| u8::from(*b).to_string();
-        let time = |t: &NaiveDateTime| t.format("%Y-%m-%d %H:%M:%S%.3f").to_string();
+        let time = stamp;
         let rows = self.hourly.iter().map(|((m, h, k, b), n)| {
             vec![
                 name(m).to_owned(),
@@ -336,31 +337,10 @@ impl Tally {
             ]
         });
         upsert(conn, LATE, rows).await?;
-        let rows = self.letters.iter().map(|((m, l, k, p, b), (n, first))| {
-            vec![
-                name(m).to_owned(),
-                l.to_string(),
-                k.as_str().into(),
-                p.to_string(),
-                flag(b),
-                n.to_string(),
-                time(first),
-            ]
-        });
-        upsert(conn, LETTERS, rows).await?;
-        let rolled_by = batch.last_id.to_string();
-        let rows = self.first_seen.iter().map(|((m, k, p, b, l), first)| {
-            vec![
-                name(m).to_owned(),
-                k.as_str().into(),
-                p.to_string(),
-                flag(b),
-                l.to_string(),
-                time(first),
-                rolled_by.clone(),
-            ]
-        });
-        upsert(conn, FIRST_SEEN, rows).await?;
+        let new_letters = self.write_letters(conn).await?;
+        let new_clickers = self.write_first_clicks(conn, batch).await?;
+        self.write_uniques(conn, &new_letters, &new_clickers)
+            .await?;
         let rows = self.breakdowns.iter().map(|((m, d, v, k, b), n)| {
             vec![
                 name(m).to_owned(),
@@ -390,8 +370,97 @@ impl Tally {
                 class.device.as_str().to_owned(),
             ]
         });
-        upsert(conn, AGENTS, rows).await
+        upsert(conn, AGENTS, rows).await.map(|_| ())
     }
+
+    /// Add the per-letter rows, one group (mailing, kind, position, bot
+    /// flag) at a time, and return how many rows each group added: a
+    /// letter's first event of a kind (first click on a position) is a
+    /// new row, so the new rows are the group's new unique letters. (An
+    /// upsert counts 1 per inserted row and 2 per updated one, and every
+    /// update here changes `n`.)
+    async fn write_letters(
+        &self,
+        conn: &mut MySqlConnection,
+    ) -> Result<HashMap<(M, EventKind, u32, bool), u64>, StoreError> {
+        let mut groups: HashMap<(M, EventKind, u32, bool), Vec<Vec<String>>> = HashMap::new();
+        for ((m, l, k, p, b), (n, first)) in &self.letters {
+            groups.entry((*m, *k, *p, *b)).or_default().push(vec![
+                self.mailings[*m as usize].clone(),
+                l.to_string(),
+                k.as_str().into(),
+                p.to_string(),
+                u8::from(*b).to_string(),
+                n.to_string(),
+                stamp(first),
+            ]);
+        }
+        let mut added = HashMap::new();
+        for (group, rows) in groups {
+            let written = rows.len() as u64;
+            let affected = upsert(conn, LETTERS, rows.into_iter()).await?;
+            added.insert(group, (2 * written).saturating_sub(affected));
+        }
+        Ok(added)
+    }
+
+    /// Letters that clicked any link, first click kept (`stats_first_seen`,
+    /// position 0): the new rows per mailing and bot flag are the new
+    /// unique clickers. The other unique counts come from the per-letter
+    /// rows ([`Tally::write_letters`]).
+    async fn write_first_clicks(
+        &self,
+        conn: &mut MySqlConnection,
+        batch: &RolledBatch,
+    ) -> Result<HashMap<(M, bool), u64>, StoreError> {
+        let mut groups: HashMap<(M, bool), Vec<Vec<String>>> = HashMap::new();
+        let rolled_by = batch.last_id.to_string();
+        for ((m, b, l), first) in &self.first_clicks {
+            groups.entry((*m, *b)).or_default().push(vec![
+                self.mailings[*m as usize].clone(),
+                u8::from(*b).to_string(),
+                l.to_string(),
+                stamp(first),
+                rolled_by.clone(),
+            ]);
+        }
+        let mut added = HashMap::new();
+        for (group, rows) in groups {
+            added.insert(group, upsert(conn, FIRST_CLICKS, rows.into_iter()).await?);
+        }
+        Ok(added)
+    }
+
+    /// Grow the unique counters by the letters the batch added.
+    async fn write_uniques(
+        &self,
+        conn: &mut MySqlConnection,
+        new_letters: &HashMap<(M, EventKind, u32, bool), u64>,
+        new_clickers: &HashMap<(M, bool), u64>,
+    ) -> Result<(), StoreError> {
+        let name = |m: &M| self.mailings[*m as usize].clone();
+        let flag = |b: &bool| u8::from(*b).to_string();
+        let kinds = new_letters
+            .iter()
+            .filter(|((_, k, _, _), n)| *k != EventKind::Click && **n > 0)
+            .map(|((m, k, _, b), n)| vec![name(m), k.as_str().into(), flag(b), n.to_string()]);
+        let clickers = new_clickers
+            .iter()
+            .filter(|(_, n)| **n > 0)
+            .map(|((m, b), n)| vec![name(m), "click".into(), flag(b), n.to_string()]);
+        upsert(conn, TOTALS_UNIQUE, kinds.chain(clickers)).await?;
+        let positions = new_letters
+            .iter()
+            .filter(|((_, k, p, _), n)| *k == EventKind::Click && *p > 0 && **n > 0)
+            .map(|((m, _, p, b), n)| vec![name(m), p.to_string(), flag(b), n.to_string()]);
+        upsert(conn, LINKS_UNIQUE, positions).await?;
+        Ok(())
+    }
+}
+
+/// A time as the tables' DATETIME(3) reads it.
+fn stamp(at: &NaiveDateTime) -> String {
+    at.format("%Y-%m-%d %H:%M:%S%.3f").to_string()
 }
 
 fn keep_first<K: std::hash::Hash + Eq>(
@@ -415,22 +484,28 @@ fn minute(at: NaiveDateTime) -> NaiveDateTime {
 }
 
 /// One upsert: `sql` reads its rows from `JSON_TABLE(?, …) AS s`; `rows`
-/// are sent in statements of [`ROWS_PER_STATEMENT`].
+/// are sent in statements of [`ROWS_PER_STATEMENT`]. Returns the rows the
+/// server says were affected.
 async fn upsert(
     conn: &mut MySqlConnection,
     sql: &str,
     rows: impl Iterator<Item = Vec<String>>,
-) -> Result<(), StoreError> {
+) -> Result<u64, StoreError> {
     let rows: Vec<Vec<String>> = rows.collect();
+    let mut affected = 0;
     for chunk in rows.chunks(ROWS_PER_STATEMENT) {
         let document = serde_json::to_string(chunk).map_err(|err| {
             StoreError::Refused(format!(
                 "statistics rows could not be written as JSON: {err}"
             ))
         })?;
-        sqlx::query(sql).bind(document).execute(&mut *conn).await?;
+        affected += sqlx::query(sql)
+            .bind(document)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
     }
-    Ok(())
+    Ok(affected)
 }
 
 // Each statement reads `s`, the rows of one JSON document, columns in the
@@ -476,15 +551,24 @@ const LETTERS: &str =
        b TINYINT PATH '$[4]', c BIGINT UNSIGNED PATH '$[5]', f DATETIME(3) PATH '$[6]')) AS s \
      ON DUPLICATE KEY UPDATE n = n + s.c, first_at = LEAST(first_at, s.f)";
 
-/// `INSERT IGNORE`: only a letter's first event of a kind sticks, and the
-/// rows this batch really added carry its `rolled_by`, which the unique
-/// counters are then grown by.
-const FIRST_SEEN: &str = "INSERT IGNORE INTO stats_first_seen \
+/// `INSERT IGNORE`: only a letter's first click sticks, and the rows
+/// this batch really added are the new unique clickers (`rolled_by` names
+/// the batch, for whoever reads the table by hand).
+const FIRST_CLICKS: &str = "INSERT IGNORE INTO stats_first_seen \
        (mailing_id, kind, position, bot, letter_id, first_at, rolled_by) \
+     SELECT s.m, 'click', 0, s.b, s.l, s.f, s.r FROM JSON_TABLE(?, '$[*]' COLUMNS ( \
+       m VARCHAR(64) PATH '$[0]', b TINYINT PATH '$[1]', l BIGINT UNSIGNED PATH '$[2]', \
+       f DATETIME(3) PATH '$[3]', r BIGINT UNSIGNED PATH '$[4]')) AS s";
+
+const TOTALS_UNIQUE: &str = "INSERT INTO stats_totals (mailing_id, kind, bot, uniq) \
      SELECT * FROM JSON_TABLE(?, '$[*]' COLUMNS (m VARCHAR(64) PATH '$[0]', \
-       k VARCHAR(16) PATH '$[1]', p INT UNSIGNED PATH '$[2]', b TINYINT PATH '$[3]', \
-       l BIGINT UNSIGNED PATH '$[4]', f DATETIME(3) PATH '$[5]', \
-       r BIGINT UNSIGNED PATH '$[6]')) AS s";
+       k VARCHAR(16) PATH '$[1]', b TINYINT PATH '$[2]', c BIGINT UNSIGNED PATH '$[3]')) AS s \
+     ON DUPLICATE KEY UPDATE uniq = uniq + s.c";
+
+const LINKS_UNIQUE: &str = "INSERT INTO stats_links (mailing_id, position, bot, uniq) \
+     SELECT * FROM JSON_TABLE(?, '$[*]' COLUMNS (m VARCHAR(64) PATH '$[0]', \
+       p INT UNSIGNED PATH '$[1]', b TINYINT PATH '$[2]', c BIGINT UNSIGNED PATH '$[3]')) AS s \
+     ON DUPLICATE KEY UPDATE uniq = uniq + s.c";
 
 const BREAKDOWNS: &str =
     "INSERT INTO stats_breakdowns (mailing_id, dimension, value, kind, bot, n) \
@@ -546,15 +630,12 @@ mod tests {
             (2, at(10, 1, 0))
         );
         // The letter's first click, and its first on each position.
+        assert_eq!(tally.first_clicks[&(0, false, 5)], at(10, 1, 0));
+        assert_eq!(tally.first_clicks.len(), 1);
         assert_eq!(
-            tally.first_seen[&(0, EventKind::Click, 0, false, 5)],
-            at(10, 1, 0)
+            tally.letters[&(0, 5, EventKind::Click, 3, false)],
+            (1, at(11, 0, 0))
         );
-        assert_eq!(
-            tally.first_seen[&(0, EventKind::Click, 3, false, 5)],
-            at(11, 0, 0)
-        );
-        assert_eq!(tally.first_seen.len(), 3);
         assert_eq!(tally.hourly[&(0, at(10, 0, 0), EventKind::Click, false)], 2);
         assert_eq!(
             tally.minutes[&(0, at(10, 5, 0), EventKind::Click, false)],
