@@ -119,64 +119,65 @@ fn field(out: &mut Vec<u8>, name: &str, value: &str) {
 
 /// `text` as a JSON string, escaped as `serde_json` escapes it: `"` and
 /// `\\`, `\b \f \n \r \t`, other control characters as `\u00xx`.
-/// Eight bytes at a time are checked for one to escape.
+/// Eight bytes at a time are checked for one to escape and copied as they
+/// are when there is none (most words of a message and its HTML).
 fn json_string(out: &mut Vec<u8>, text: &str) {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGHS: u64 = 0x8080_8080_8080_8080;
     let bytes = text.as_bytes();
+    out.reserve(bytes.len() + bytes.len() / 16 + 2);
     out.push(b'"');
-    let mut copied = 0;
-    let mut at = 0;
-    while at < bytes.len() {
-        if let Some(word) = bytes.get(at..at + 8) {
-            let mut eight = [0u8; 8];
-            eight.copy_from_slice(word);
-            let x = u64::from_le_bytes(eight);
-            // A byte below 0x20, or equal to `"` or `\\` (no false
-            // positives for bytes of 0x80 and over: `!x` clears them).
-            let below = x.wrapping_sub(ONES * 0x20) & !x;
-            let quote =
-                (x ^ (ONES * u64::from(b'"'))).wrapping_sub(ONES) & !(x ^ (ONES * u64::from(b'"')));
-            let backslash = (x ^ (ONES * u64::from(b'\\'))).wrapping_sub(ONES)
-                & !(x ^ (ONES * u64::from(b'\\')));
-            if (below | quote | backslash) & HIGHS == 0 {
-                at += 8;
-                continue;
-            }
-        }
-        // Byte by byte until the next word (or the end).
-        let end = (at + 8).min(bytes.len());
-        while at < end {
-            let byte = bytes[at];
-            let escape: &[u8] = match byte {
-                b'"' => b"\\\"",
-                b'\\' => b"\\\\",
-                b'\n' => b"\\n",
-                b'\r' => b"\\r",
-                b'\t' => b"\\t",
-                0x08 => b"\\b",
-                0x0C => b"\\f",
-                0x00..=0x1F => b"",
-                _ => {
-                    at += 1;
-                    continue;
-                }
-            };
-            out.extend_from_slice(&bytes[copied..at]);
-            if escape.is_empty() {
-                const HEX: &[u8; 16] = b"0123456789abcdef";
-                out.extend_from_slice(b"\\u00");
-                out.push(HEX[usize::from(byte >> 4)]);
-                out.push(HEX[usize::from(byte & 0xF)]);
-            } else {
-                out.extend_from_slice(escape);
-            }
-            at += 1;
-            copied = at;
+    let mut words = bytes.chunks_exact(8);
+    for word in &mut words {
+        let mut eight = [0u8; 8];
+        eight.copy_from_slice(word);
+        let x = u64::from_le_bytes(eight);
+        // A byte below 0x20, or equal to `"` or `\\`, sets its high bit
+        // here (none is set for bytes of 0x80 and over: `!x` clears them).
+        let quote = x ^ (ONES * u64::from(b'"'));
+        let backslash = x ^ (ONES * u64::from(b'\\'));
+        let found = (x.wrapping_sub(ONES * 0x20) & !x)
+            | (quote.wrapping_sub(ONES) & !quote)
+            | (backslash.wrapping_sub(ONES) & !backslash);
+        if found & HIGHS == 0 {
+            out.extend_from_slice(word);
+        } else {
+            word.iter().for_each(|&byte| escaped_byte(out, byte));
         }
     }
-    out.extend_from_slice(&bytes[copied..]);
+    words
+        .remainder()
+        .iter()
+        .for_each(|&byte| escaped_byte(out, byte));
     out.push(b'"');
+}
+
+fn escaped_byte(out: &mut Vec<u8>, byte: u8) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let escape = match byte {
+        b'"' => b'"',
+        b'\\' => b'\\',
+        b'\n' => b'n',
+        b'\r' => b'r',
+        b'\t' => b't',
+        0x08 => b'b',
+        0x0C => b'f',
+        0x00..=0x1F => b'u',
+        _ => {
+            out.push(byte);
+            return;
+        }
+    };
+    out.push(b'\\');
+    out.push(escape);
+    if escape == b'u' {
+        out.extend_from_slice(&[
+            b'0',
+            b'0',
+            HEX[usize::from(byte >> 4)],
+            HEX[usize::from(byte & 0xF)],
+        ]);
+    }
 }
 
 /// `letters.jsonl` -> `letters.jsonl.partial`

@@ -2,7 +2,9 @@
 //! made from the personalised, tracked HTML, and the HTML part, in
 //! `multipart/alternative`. Assembled by `lettre`'s message builder (never
 //! hand-written MIME), which picks quoted-printable or base64 per part so no
-//! line exceeds 998 octets, and RFC 2047-encodes non-ASCII headers.
+//! line exceeds 998 octets, and RFC 2047-encodes non-ASCII headers. A
+//! planned letter's bodies come already encoded, the same bytes, from
+//! [`super::body`].
 
 use super::body::EncodedBody;
 use lettre::message::header::{HeaderName, HeaderValue};
