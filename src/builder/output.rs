@@ -119,16 +119,17 @@ fn field(out: &mut Vec<u8>, name: &str, value: &str) {
 
 /// `text` as a JSON string, escaped as `serde_json` escapes it: `"` and
 /// `\\`, `\b \f \n \r \t`, other control characters as `\u00xx`.
-/// Eight bytes at a time are checked for one to escape and copied as they
-/// are when there is none (most words of a message and its HTML).
+/// Eight bytes at a time are checked for one to escape; a run of words
+/// without one (most of a message and its HTML) is copied in one go.
 fn json_string(out: &mut Vec<u8>, text: &str) {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGHS: u64 = 0x8080_8080_8080_8080;
     let bytes = text.as_bytes();
     out.reserve(bytes.len() + bytes.len() / 16 + 2);
     out.push(b'"');
-    let mut words = bytes.chunks_exact(8);
-    for word in &mut words {
+    let mut copied = 0;
+    let mut at = 0;
+    for word in bytes.chunks_exact(8) {
         let mut eight = [0u8; 8];
         eight.copy_from_slice(word);
         let x = u64::from_le_bytes(eight);
@@ -139,44 +140,52 @@ fn json_string(out: &mut Vec<u8>, text: &str) {
         let found = (x.wrapping_sub(ONES * 0x20) & !x)
             | (quote.wrapping_sub(ONES) & !quote)
             | (backslash.wrapping_sub(ONES) & !backslash);
-        if found & HIGHS == 0 {
-            out.extend_from_slice(word);
-        } else {
-            word.iter().for_each(|&byte| escaped_byte(out, byte));
+        if found & HIGHS != 0 {
+            out.extend_from_slice(&bytes[copied..at]);
+            escape_bytes(out, word);
+            copied = at + 8;
         }
+        at += 8;
     }
-    words
-        .remainder()
-        .iter()
-        .for_each(|&byte| escaped_byte(out, byte));
+    out.extend_from_slice(&bytes[copied..at]);
+    escape_bytes(out, &bytes[at..]);
     out.push(b'"');
 }
 
-fn escaped_byte(out: &mut Vec<u8>, byte: u8) {
+/// What `serde_json` writes after a backslash for a byte it escapes; 0:
+/// written as it is.
+const ESCAPE: [u8; 256] = {
+    let mut table = [0u8; 256];
+    let mut byte = 0;
+    while byte < 0x20 {
+        table[byte] = b'u';
+        byte += 1;
+    }
+    table[0x08] = b'b';
+    table[0x09] = b't';
+    table[0x0A] = b'n';
+    table[0x0C] = b'f';
+    table[0x0D] = b'r';
+    table[b'"' as usize] = b'"';
+    table[b'\\' as usize] = b'\\';
+    table
+};
+
+fn escape_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let escape = match byte {
-        b'"' => b'"',
-        b'\\' => b'\\',
-        b'\n' => b'n',
-        b'\r' => b'r',
-        b'\t' => b't',
-        0x08 => b'b',
-        0x0C => b'f',
-        0x00..=0x1F => b'u',
-        _ => {
-            out.push(byte);
-            return;
+    for &byte in bytes {
+        match ESCAPE[usize::from(byte)] {
+            0 => out.push(byte),
+            b'u' => out.extend_from_slice(&[
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX[usize::from(byte >> 4)],
+                HEX[usize::from(byte & 0xF)],
+            ]),
+            escape => out.extend_from_slice(&[b'\\', escape]),
         }
-    };
-    out.push(b'\\');
-    out.push(escape);
-    if escape == b'u' {
-        out.extend_from_slice(&[
-            b'0',
-            b'0',
-            HEX[usize::from(byte >> 4)],
-            HEX[usize::from(byte & 0xF)],
-        ]);
     }
 }
 
