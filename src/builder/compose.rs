@@ -7,6 +7,7 @@ use super::recipients::Recipient;
 use super::reject::Reject;
 use super::track_mode::TrackMode;
 use crate::address::Email;
+use crate::delivery::body::{BodyPlan, EncodedBody};
 use crate::delivery::message;
 use crate::letter::plan::{Plan, PlanSource, Slot, Unplannable};
 use crate::letter::{rewrite, short_letter, FoundKind, FoundLink, RewriteOptions, Template};
@@ -61,10 +62,18 @@ pub(crate) struct MailingContext {
     templates: HashMap<(LinkKind, u32), HashMap<String, u32>>,
     /// The letters of each shape compiled once (`letter::plan`); `Err`:
     /// built one by one, for the reason given.
-    plans: Vec<(LetterShape, Result<Plan, Unplannable>)>,
+    plans: Vec<(LetterShape, Result<Planned, Unplannable>)>,
     /// `--bounce-domain`: each letter's envelope sender is a VERP address
     /// there.
     bounce_domain: Option<String>,
+}
+
+/// A shape's plan, and its MIME parts' fixed text encoded once
+/// (`delivery::body`).
+pub(crate) struct Planned {
+    plan: Plan,
+    html_body: BodyPlan,
+    text_body: BodyPlan,
 }
 
 /// What decides a letter's structure besides its values: which tracking
@@ -215,14 +224,18 @@ impl MailingContext {
 
     /// One plan per shape the mailing's letters can have; a mailing that
     /// cannot be planned is said once here, not per letter.
-    fn compile_plans(&self) -> Vec<(LetterShape, Result<Plan, Unplannable>)> {
-        let mut plans: Vec<(LetterShape, Result<Plan, Unplannable>)> = Vec::new();
+    fn compile_plans(&self) -> Vec<(LetterShape, Result<Planned, Unplannable>)> {
+        let mut plans: Vec<(LetterShape, Result<Planned, Unplannable>)> = Vec::new();
         for mode in TrackMode::ALL {
             let shape = self.shape(mode);
             if plans.iter().any(|(known, _)| *known == shape) {
                 continue;
             }
-            let plan = self.compile_plan(shape);
+            let plan = self.compile_plan(shape).map(|plan| Planned {
+                html_body: BodyPlan::compile(plan.html_fixed()),
+                text_body: BodyPlan::compile(plan.text_fixed()),
+                plan,
+            });
             // Most reasons (the template, a field in a tag) hold for every
             // shape: each is said once.
             let said_before = |why: &Unplannable| {
@@ -295,14 +308,14 @@ impl MailingContext {
     }
 
     /// The plan of `shape` as compiled, or why there is none.
-    fn compiled(&self, shape: LetterShape) -> Option<&Result<Plan, Unplannable>> {
+    fn compiled(&self, shape: LetterShape) -> Option<&Result<Planned, Unplannable>> {
         self.plans
             .iter()
             .find(|(known, _)| *known == shape)
             .map(|(_, plan)| plan)
     }
 
-    fn plan(&self, shape: LetterShape) -> Option<&Plan> {
+    fn plan(&self, shape: LetterShape) -> Option<&Planned> {
         self.compiled(shape)?.as_ref().ok()
     }
 
@@ -671,9 +684,13 @@ pub(crate) fn build_letter(
     };
     let shape = ctx.shape(mode);
     let mut content = letter_content(ctx, shape, &context, &fixed.tail_urls, &mut link_url)?;
-    if shape.rewritten && ctx.mailing.filter_safe {
+    if shape.rewritten
+        && ctx.mailing.filter_safe
+        && short_letter::pad_past_image_only_sizes(&mut content.html) > 0
+    {
         // After the text part is made: spaces change nothing it shows.
-        short_letter::pad_past_image_only_sizes(&mut content.html);
+        // The HTML's body is then encoded from the padded HTML.
+        content.html_body = None;
     }
     if let Some(mismatch) = tokens.mismatch {
         return Err(mismatch);
@@ -770,6 +787,10 @@ struct LetterContent {
     html: String,
     text: String,
     subject: String,
+    /// The HTML and text parts' bodies encoded from the plan; `None`:
+    /// encoded from `html` and `text` when the message is built.
+    html_body: Option<EncodedBody>,
+    text_body: Option<EncodedBody>,
 }
 
 /// Personalise and rewrite: from the mailing's compiled plan when it has
@@ -784,8 +805,9 @@ fn letter_content(
 ) -> Result<LetterContent, Reject> {
     let planned = ctx
         .plan(shape)
-        .and_then(|plan| plan.values(context).map(|values| (plan, values)));
-    if let Some((plan, values)) = planned {
+        .and_then(|planned| planned.plan.values(context).map(|values| (planned, values)));
+    if let Some((planned, values)) = planned {
+        let plan = &planned.plan;
         // The old path checks the personalised HTML before rewriting it.
         let subject = render_subject(ctx, context)?;
         check_personalised(
@@ -794,10 +816,12 @@ fn letter_content(
             ctx.max_letter_bytes,
         )?;
         let link_urls: Vec<String> = plan.links().iter().map(link_url).collect();
-        let (html, text) = plan.fill(&values, &link_urls, tail_urls);
+        let filled = plan.fill(&values, &link_urls, tail_urls);
         return Ok(LetterContent {
-            html,
-            text,
+            html_body: planned.html_body.encode(&filled.html_chunks),
+            text_body: planned.text_body.encode(&filled.text_chunks),
+            html: filled.html,
+            text: filled.text,
             subject,
         });
     }
@@ -821,6 +845,8 @@ fn letter_content(
         html,
         text,
         subject,
+        html_body: None,
+        text_body: None,
     })
 }
 
@@ -840,7 +866,7 @@ fn assemble(
         .and_then(Value::as_str)
         .filter(|name| !name.trim().is_empty());
     let envelope_from = ctx.bounce_address(letter_id, fixed.sent_at);
-    let built = message::build(&message::MessageParts {
+    let built = message::build(message::MessageParts {
         letter_id,
         mailing_id: &mailing.mailing_id,
         pool: &mailing.pool,
@@ -852,6 +878,8 @@ fn assemble(
         subject: &content.subject,
         html: &content.html,
         text: &content.text,
+        html_body: content.html_body,
+        text_body: content.text_body,
         list_headers: &fixed.headers,
         date: fixed.sent_at.into(),
     })

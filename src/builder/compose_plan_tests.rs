@@ -287,3 +287,105 @@ proptest! {
         }
     }
 }
+
+/// Checks each `N.planned.eml` of a directory against `N.reference.eml`
+/// with Python's `email` package (policy.default, the strict modern
+/// parser): no defects on the message or any part, no line over 998
+/// octets, no bare LF, quoted-printable lines of at most 76 characters,
+/// and every part's decoded content equal to the reference's. Prints the
+/// number of messages checked.
+const PYTHON_CHECK: &str = r#"
+import os, sys, email
+from email import policy
+
+folder = sys.argv[1]
+bad = []
+checked = 0
+for name in sorted(os.listdir(folder)):
+    if not name.endswith('.planned.eml'):
+        continue
+    checked += 1
+    base = name[:-len('.planned.eml')]
+    raw = open(os.path.join(folder, name), 'rb').read()
+    ref = open(os.path.join(folder, base + '.reference.eml'), 'rb').read()
+    if any(len(line) > 998 for line in raw.split(b'\r\n')):
+        bad.append(base + ': a line over 998 octets')
+    if b'\n' in raw.replace(b'\r\n', b''):
+        bad.append(base + ': a bare LF')
+    planned = email.message_from_bytes(raw, policy=policy.default)
+    reference = email.message_from_bytes(ref, policy=policy.default)
+    for part in planned.walk():
+        if part.defects:
+            bad.append('%s: %s defects %r' % (base, part.get_content_type(), part.defects))
+        if part.get('Content-Transfer-Encoding') == 'quoted-printable':
+            long = [l for l in part.get_payload().split('\r\n') if len(l) > 76]
+            long += [l for l in part.get_payload().split('\n') if len(l.rstrip('\r')) > 76]
+            if long:
+                bad.append('%s: quoted-printable line of %d' % (base, len(long[0])))
+    got = [(p.get_content_type(), p.get_content()) for p in planned.walk() if not p.is_multipart()]
+    want = [(p.get_content_type(), p.get_content()) for p in reference.walk() if not p.is_multipart()]
+    if [t for t, _ in got] != ['text/plain', 'text/html']:
+        bad.append('%s: parts %r' % (base, [t for t, _ in got]))
+    if got != want:
+        bad.append(base + ': decoded parts differ from the reference')
+print(checked)
+if bad:
+    sys.stderr.write('\n'.join(bad[:30]) + '\n')
+    sys.exit(1)
+"#;
+
+#[test]
+fn python_reads_every_planned_corpus_message_as_the_reference_without_defects() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut written = 0;
+    let mut encodings = std::collections::BTreeSet::new();
+    for (n, (name, html)) in corpus().iter().enumerate() {
+        let source = personalised(html);
+        let personalize = Template::compile("html", &source, true).is_ok();
+        let creative = if personalize { source } else { html.clone() };
+        let planned = context(mailing(&creative, personalize));
+        let old = context(mailing(&creative, personalize)).without_plans();
+        for mode in TrackMode::ALL {
+            if !planned.is_planned(mode) {
+                continue;
+            }
+            for recipient in readers() {
+                let Some((a, b)) = both_ways(&planned, &old, &recipient, mode) else {
+                    continue;
+                };
+                assert_same(name, mode, &a, &b);
+                for line in b.letter.message.lines() {
+                    if let Some(encoding) = line.strip_prefix("Content-Transfer-Encoding: ") {
+                        encodings.insert(encoding.to_owned());
+                    }
+                }
+                let stem = format!("{n:02}-{mode}-{}", recipient.line);
+                let path = dir.path().join(format!("{stem}.planned.eml"));
+                std::fs::write(path, &b.letter.message).unwrap();
+                let path = dir.path().join(format!("{stem}.reference.eml"));
+                std::fs::write(path, &a.letter.message).unwrap();
+                written += 1;
+            }
+        }
+    }
+    assert!(written > 500, "only {written} planned letters");
+    // The corpus gives the plan both 7bit and quoted-printable parts.
+    assert!(
+        encodings.contains("7bit") && encodings.contains("quoted-printable"),
+        "{encodings:?}"
+    );
+    let script = dir.path().join("check.py");
+    std::fs::write(&script, PYTHON_CHECK).unwrap();
+    let out = std::process::Command::new("python3")
+        .arg(&script)
+        .arg(dir.path())
+        .output()
+        .expect("python3 runs (the machine image has CPython)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let checked: usize = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    assert_eq!(checked, written);
+}

@@ -1118,6 +1118,8 @@ impl Composer {
             mode,
         )
         .map_err(|e| e.to_string())?;
-        serde_json::to_string(&built.letter).map_err(|e| e.to_string())
+        let mut line = Vec::new();
+        output::letter_line(&built.letter, &mut line);
+        String::from_utf8(line).map_err(|e| e.to_string())
     }
 }

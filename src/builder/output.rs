@@ -45,9 +45,12 @@ impl LetterSink {
 
     pub(super) fn write(&mut self, letters: &[compose::Letter]) -> Result<(), BuildError> {
         let result = (|| {
+            let mut line = Vec::new();
             for letter in letters {
-                serde_json::to_writer(&mut self.writer, letter)?;
-                self.writer.write_all(b"\n")?;
+                line.clear();
+                letter_line(letter, &mut line);
+                line.push(b'\n');
+                self.writer.write_all(&line)?;
             }
             self.writer.flush()
         })();
@@ -68,6 +71,121 @@ impl LetterSink {
                 .map_err(|source| BuildError::Output { path, source })?;
         }
         Ok(())
+    }
+}
+
+/// The letter's JSON line (without its line end) appended to `out`: the
+/// bytes `serde_json` writes for [`compose::Letter`], field for field,
+/// escaped in one pass into one buffer. `serde_json::to_writer` wrote each
+/// run between two escapes (every CRLF of the message, every quote of the
+/// HTML) through the boxed writer: a fifth of a planned letter's CPU.
+pub(crate) fn letter_line(letter: &compose::Letter, out: &mut Vec<u8>) {
+    out.reserve(letter.message.len() + letter.html.len() + letter.html.len() / 8 + 1024);
+    out.extend_from_slice(b"{\"letter_id\":");
+    out.extend_from_slice(itoa::Buffer::new().format(letter.letter_id).as_bytes());
+    for (name, value) in [
+        ("mailing_id", letter.mailing_id.as_str()),
+        ("email", letter.email.as_str()),
+        ("pool", letter.pool.as_str()),
+        ("subject", letter.subject.as_str()),
+    ] {
+        field(out, name, value);
+    }
+    out.extend_from_slice(b",\"headers\":{");
+    for (n, (name, value)) in letter.headers.iter().enumerate() {
+        if n > 0 {
+            out.push(b',');
+        }
+        json_string(out, name);
+        out.push(b':');
+        json_string(out, value);
+    }
+    out.push(b'}');
+    field(out, "html", &letter.html);
+    field(out, "message_id", &letter.message_id);
+    if let Some(envelope_from) = &letter.envelope_from {
+        field(out, "envelope_from", envelope_from);
+    }
+    field(out, "message", &letter.message);
+    out.push(b'}');
+}
+
+fn field(out: &mut Vec<u8>, name: &str, value: &str) {
+    out.push(b',');
+    json_string(out, name);
+    out.push(b':');
+    json_string(out, value);
+}
+
+/// `text` as a JSON string, escaped as `serde_json` escapes it: `"` and
+/// `\\`, `\b \f \n \r \t`, other control characters as `\u00xx`.
+/// Eight bytes at a time are checked for one to escape; a run of words
+/// without one (most of a message and its HTML) is copied in one go.
+fn json_string(out: &mut Vec<u8>, text: &str) {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let bytes = text.as_bytes();
+    out.reserve(bytes.len() + bytes.len() / 16 + 2);
+    out.push(b'"');
+    let mut copied = 0;
+    let mut at = 0;
+    for word in bytes.chunks_exact(8) {
+        let mut eight = [0u8; 8];
+        eight.copy_from_slice(word);
+        let x = u64::from_le_bytes(eight);
+        // A byte below 0x20, or equal to `"` or `\\`, sets its high bit
+        // here (none is set for bytes of 0x80 and over: `!x` clears them).
+        let quote = x ^ (ONES * u64::from(b'"'));
+        let backslash = x ^ (ONES * u64::from(b'\\'));
+        let found = (x.wrapping_sub(ONES * 0x20) & !x)
+            | (quote.wrapping_sub(ONES) & !quote)
+            | (backslash.wrapping_sub(ONES) & !backslash);
+        if found & HIGHS != 0 {
+            out.extend_from_slice(&bytes[copied..at]);
+            escape_bytes(out, word);
+            copied = at + 8;
+        }
+        at += 8;
+    }
+    out.extend_from_slice(&bytes[copied..at]);
+    escape_bytes(out, &bytes[at..]);
+    out.push(b'"');
+}
+
+/// What `serde_json` writes after a backslash for a byte it escapes; 0:
+/// written as it is.
+const ESCAPE: [u8; 256] = {
+    let mut table = [0u8; 256];
+    let mut byte = 0;
+    while byte < 0x20 {
+        table[byte] = b'u';
+        byte += 1;
+    }
+    table[0x08] = b'b';
+    table[0x09] = b't';
+    table[0x0A] = b'n';
+    table[0x0C] = b'f';
+    table[0x0D] = b'r';
+    table[b'"' as usize] = b'"';
+    table[b'\\' as usize] = b'\\';
+    table
+};
+
+fn escape_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for &byte in bytes {
+        match ESCAPE[usize::from(byte)] {
+            0 => out.push(byte),
+            b'u' => out.extend_from_slice(&[
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX[usize::from(byte >> 4)],
+                HEX[usize::from(byte & 0xF)],
+            ]),
+            escape => out.extend_from_slice(&[b'\\', escape]),
+        }
     }
 }
 
@@ -158,5 +276,48 @@ impl RejectsFile {
             path: self.path.clone(),
             source,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn letter(text: &str, envelope_from: Option<String>) -> compose::Letter {
+        compose::Letter {
+            letter_id: 18_446_744_073_709_551_615,
+            mailing_id: format!("m{text}"),
+            email: crate::address::Email::parse("reader@example.com").unwrap(),
+            pool: "bulk".into(),
+            subject: text.chars().rev().collect(),
+            headers: [
+                ("List-Unsubscribe".to_owned(), format!("<{text}>")),
+                ("From".to_owned(), "A <a@example.com>".to_owned()),
+            ]
+            .into(),
+            html: format!("<p class=\"x\">{text}</p>"),
+            message_id: "<1.m@example.com>".into(),
+            envelope_from,
+            message: format!("Subject: x\r\n\r\n{text}\r\n"),
+            line: 3,
+            track: super::super::track_mode::TrackMode::All,
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1000))]
+
+        #[test]
+        fn the_line_is_serde_jsons_byte_for_byte(
+            text in "(\\PC|[\\x00-\\x1f\"\\\\\\x7f]){0,80}",
+            bounce in any::<bool>(),
+        ) {
+            let letter = letter(&text, bounce.then(|| format!("b+{text}@x.example")));
+            let mut line = Vec::new();
+            letter_line(&letter, &mut line);
+            let expected = serde_json::to_vec(&letter).unwrap();
+            prop_assert_eq!(String::from_utf8_lossy(&line), String::from_utf8_lossy(&expected));
+        }
     }
 }

@@ -2,8 +2,11 @@
 //! made from the personalised, tracked HTML, and the HTML part, in
 //! `multipart/alternative`. Assembled by `lettre`'s message builder (never
 //! hand-written MIME), which picks quoted-printable or base64 per part so no
-//! line exceeds 998 octets, and RFC 2047-encodes non-ASCII headers.
+//! line exceeds 998 octets, and RFC 2047-encodes non-ASCII headers. A
+//! planned letter's bodies come already encoded, the same bytes, from
+//! [`super::body`].
 
+use super::body::EncodedBody;
 use lettre::message::header::{HeaderName, HeaderValue};
 use lettre::message::{Mailbox, MultiPart, SinglePart};
 use lettre::Message;
@@ -33,6 +36,11 @@ pub struct MessageParts<'a> {
     /// The text/plain part: [`text_part`] of `html` (or the same text
     /// filled in from a mailing's plan).
     pub text: &'a str,
+    /// `html` already encoded (from a mailing's plan, `super::body`), the
+    /// bytes lettre would make of it; `None`: lettre encodes `html`.
+    pub html_body: Option<EncodedBody>,
+    /// The same for `text`.
+    pub text_body: Option<EncodedBody>,
     /// `List-Unsubscribe` and `List-Unsubscribe-Post` (RFC 8058), as built.
     pub list_headers: &'a BTreeMap<String, String>,
     pub date: SystemTime,
@@ -71,8 +79,8 @@ pub enum MessageError {
 const TEXT_WIDTH: usize = 73;
 
 /// Build the message of one letter.
-pub fn build(parts: &MessageParts<'_>) -> Result<BuiltMessage, MessageError> {
-    check_header_text(parts)?;
+pub fn build(parts: MessageParts<'_>) -> Result<BuiltMessage, MessageError> {
+    check_header_text(&parts)?;
     let from: Mailbox = parts
         .from
         .parse()
@@ -132,16 +140,30 @@ pub fn build(parts: &MessageParts<'_>) -> Result<BuiltMessage, MessageError> {
             .map_err(|_| MessageError::Build(format!("header name {name:?}")))?;
         builder = builder.raw_header(HeaderValue::new(name, value));
     }
+    // The bodies come encoded from the plan when the letter was planned:
+    // lettre then writes their bytes as given (`Body::dangerous_pre_encoded`
+    // with the encoding `super::body` chose by lettre's own rules).
+    let text = match parts.text_body {
+        Some(encoded) => SinglePart::plain(encoded.into_lettre()),
+        None => SinglePart::plain(crlf_line_ends(parts.text)),
+    };
+    let html = match parts.html_body {
+        Some(encoded) => SinglePart::html(encoded.into_lettre()),
+        None => SinglePart::html(crlf_line_ends(parts.html)),
+    };
     let body = MultiPart::alternative()
         .boundary(boundary(&message_id))
-        .singlepart(SinglePart::plain(crlf_line_ends(parts.text)))
-        .singlepart(SinglePart::html(crlf_line_ends(parts.html)));
+        .singlepart(text)
+        .singlepart(html);
     let message = builder
         .multipart(body)
         .map_err(|e| MessageError::Build(e.to_string()))?;
+    // Our bodies and lettre's headers are ASCII: no copy to make it UTF-8.
+    let message = String::from_utf8(message.formatted())
+        .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
     Ok(BuiltMessage {
         message_id,
-        message: String::from_utf8_lossy(&message.formatted()).into_owned(),
+        message,
     })
 }
 
@@ -260,17 +282,7 @@ fn wrap_line(body: &str, out: &mut String) {
 /// of 650 lines that was a third of the planned builder's instructions.
 /// Given CRLF already, lettre finds nothing to insert.
 fn crlf_line_ends(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + text.len() / 32);
-    let mut copied = 0;
-    for (at, _) in text.match_indices('\n') {
-        if at == 0 || text.as_bytes()[at - 1] != b'\r' {
-            out.push_str(&text[copied..at]);
-            out.push('\r');
-            copied = at;
-        }
-    }
-    out.push_str(&text[copied..]);
-    out
+    super::body::crlf_line_ends(text).into_owned()
 }
 
 /// The MIME boundary: derived from the message's id (unique per letter and
@@ -337,6 +349,8 @@ mod tests {
             html,
             // Tests keep parts for the whole test: leaking one string each is fine.
             text: Box::leak(text_part(html).into_boxed_str()),
+            html_body: None,
+            text_body: None,
             list_headers: headers,
             date: SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_790_000_000),
         }
@@ -360,7 +374,7 @@ mod tests {
                 "List-Unsubscribe=One-Click".to_owned(),
             ),
         ]);
-        let built = build(&parts(&headers, HTML)).unwrap();
+        let built = build(parts(&headers, HTML)).unwrap();
         assert_eq!(built.message_id, "<42.spring-2026@zeitung.example>");
         let m = &built.message;
         assert!(
@@ -396,14 +410,14 @@ mod tests {
     #[test]
     fn a_bounce_address_is_the_return_path_and_our_message_ids_name_their_letter() {
         let headers = BTreeMap::new();
-        let without = build(&parts(&headers, HTML)).unwrap();
+        let without = build(parts(&headers, HTML)).unwrap();
         assert!(
             !without.message.contains("Return-Path"),
             "{}",
             without.message
         );
         let verp = "bounces+0123@bounces.zeitung.example";
-        let with = build(&MessageParts {
+        let with = build(MessageParts {
             return_path: Some(verp),
             ..parts(&headers, HTML)
         })
@@ -467,7 +481,7 @@ mod tests {
         let headers = BTreeMap::new();
         let mut p = parts(&headers, &html);
         p.subject = "ASCII";
-        let message = build(&p).unwrap().message;
+        let message = build(p).unwrap().message;
         let text_part = message
             .split("Content-Type: text/plain")
             .nth(1)
@@ -482,8 +496,8 @@ mod tests {
     #[test]
     fn the_same_letter_gives_the_same_bytes_on_every_run() {
         let headers = BTreeMap::new();
-        let a = build(&parts(&headers, HTML)).unwrap();
-        let b = build(&parts(&headers, HTML)).unwrap();
+        let a = build(parts(&headers, HTML)).unwrap();
+        let b = build(parts(&headers, HTML)).unwrap();
         assert_eq!(a, b);
         assert!(a.message.contains("boundary=\"=_lt_"), "{}", a.message);
     }
@@ -494,7 +508,7 @@ mod tests {
         let mut p = parts(&headers, HTML);
         p.from = "not an address";
         assert_eq!(
-            build(&p).unwrap_err(),
+            build(p).unwrap_err(),
             MessageError::From("not an address".into())
         );
     }

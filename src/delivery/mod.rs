@@ -4,6 +4,7 @@
 //! twice ([`log_file`]: first in a local file, so a connection need not
 //! wait for a database commit before its next letter). Which letters go when is the builder's (`builder::delivery`).
 
+pub mod body;
 pub mod ledger;
 pub mod log_file;
 pub mod message;

@@ -41,6 +41,7 @@
 //! is the definition the plan must match (`src/builder/compose_plan_tests.rs` checks both
 //! paths against each other on every creative of `fixtures/email-corpus/`).
 
+use std::borrow::Cow;
 use std::ops::Range;
 
 use lol_html::html_content::TextType;
@@ -161,6 +162,24 @@ pub struct Plan {
     wrap: fn(&str) -> String,
 }
 
+/// A piece of a filled letter's part: one of the plan's fixed pieces (the
+/// i-th of [`Plan::html_fixed`] or [`Plan::text_fixed`]) or a letter's own
+/// text. The MIME encoder (`delivery::body`) encodes the fixed pieces once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Chunk<'a> {
+    Fixed(usize),
+    Value(Cow<'a, str>),
+}
+
+/// A letter's HTML and text part, filled in, as text and as chunks.
+#[derive(Debug, Clone)]
+pub struct Filled<'a> {
+    pub html: String,
+    pub text: String,
+    pub html_chunks: Vec<Chunk<'a>>,
+    pub text_chunks: Vec<Chunk<'a>>,
+}
+
 /// One letter's field values, checked by [`Plan::values`]: what goes into
 /// the HTML (escaped) and into the text part, per field.
 #[derive(Debug, Clone)]
@@ -267,27 +286,88 @@ impl Plan {
             + self.personalised_fixed
     }
 
+    /// The fixed pieces of the HTML, in order ([`Chunk::Fixed`] indexes them).
+    pub fn html_fixed(&self) -> Vec<&str> {
+        self.html
+            .pieces
+            .iter()
+            .filter_map(|piece| match piece {
+                Piece::Fixed(range) => Some(&self.html.text[range.clone()]),
+                Piece::Slot(_) => None,
+            })
+            .collect()
+    }
+
+    /// The text part's lines without values (wrapped), in order
+    /// ([`Chunk::Fixed`] indexes them).
+    pub fn text_fixed(&self) -> Vec<&str> {
+        self.text
+            .iter()
+            .filter_map(|line| match line {
+                TextLine::Wrapped(fixed) => Some(fixed.as_str()),
+                TextLine::Filled(_) => None,
+            })
+            .collect()
+    }
+
     /// The letter's HTML and text part (wrapped). `link_urls` are the
     /// tracked URLs of [`Plan::links`], `tail_urls` those of the tail; both
     /// must be plain URLs (no `&`, `<`, `>`, quotes or whitespace: ours are).
-    pub fn fill(
-        &self,
-        values: &Values,
-        link_urls: &[String],
-        tail_urls: &[String],
-    ) -> (String, String) {
-        let html = fill(&self.html, &values.html, link_urls, tail_urls);
-        let mut text = String::with_capacity(html.len() / 2);
-        for line in &self.text {
-            match line {
-                TextLine::Wrapped(fixed) => text.push_str(fixed),
-                TextLine::Filled(pieces) => {
-                    let filled = fill(pieces, &values.text, link_urls, tail_urls);
-                    text.push_str(&(self.wrap)(&filled));
+    pub fn fill<'a>(
+        &'a self,
+        values: &'a Values,
+        link_urls: &'a [String],
+        tail_urls: &'a [String],
+    ) -> Filled<'a> {
+        let slot = |slot: &Slot| -> &'a str {
+            let (list, i) = match *slot {
+                Slot::Field(i) => (values.html.as_slice(), i),
+                Slot::Link(i) => (link_urls, i),
+                Slot::Tail(i) => (tail_urls, i),
+            };
+            list.get(i).map_or("", String::as_str)
+        };
+        let mut html = String::with_capacity(self.html.text.len() + 64 * link_urls.len());
+        let mut html_chunks = Vec::with_capacity(self.html.pieces.len());
+        let mut fixed = 0;
+        for piece in &self.html.pieces {
+            match piece {
+                Piece::Fixed(range) => {
+                    html.push_str(&self.html.text[range.clone()]);
+                    html_chunks.push(Chunk::Fixed(fixed));
+                    fixed += 1;
+                }
+                Piece::Slot(s) => {
+                    let value = slot(s);
+                    html.push_str(value);
+                    html_chunks.push(Chunk::Value(Cow::Borrowed(value)));
                 }
             }
         }
-        (html, text)
+        let mut text = String::with_capacity(html.len() / 2);
+        let mut text_chunks = Vec::with_capacity(self.text.len());
+        let mut fixed = 0;
+        for line in &self.text {
+            match line {
+                TextLine::Wrapped(lines) => {
+                    text.push_str(lines);
+                    text_chunks.push(Chunk::Fixed(fixed));
+                    fixed += 1;
+                }
+                TextLine::Filled(pieces) => {
+                    let filled = fill(pieces, &values.text, link_urls, tail_urls);
+                    let wrapped = (self.wrap)(&filled);
+                    text.push_str(&wrapped);
+                    text_chunks.push(Chunk::Value(Cow::Owned(wrapped)));
+                }
+            }
+        }
+        Filled {
+            html,
+            text,
+            html_chunks,
+            text_chunks,
+        }
     }
 }
 

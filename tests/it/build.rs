@@ -194,6 +194,34 @@ async fn a_rerun_after_completion_stores_nothing_new_and_writes_the_same_letters
     assert_eq!(read_jsonl(&dir.path().join("letters.jsonl")), first);
 }
 
+/// The planned builder's letters (MIME bodies encoded from the plan) are
+/// the reference path's bytes: a re-run letter by letter, which reuses the
+/// stored tokens and has lettre encode every body, writes the same file.
+#[tokio::test]
+async fn a_rerun_letter_by_letter_writes_the_planned_letters_byte_for_byte() {
+    let db = TestDb::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = options(
+        dir.path(),
+        fixtures().join("mailing.json"),
+        fixtures().join("recipients.csv"),
+    );
+    builder::run(&db.pool, &opts).await.unwrap();
+    let planned = std::fs::read_to_string(dir.path().join("letters.jsonl")).unwrap();
+    opts.letter_by_letter = true;
+    let again = builder::run(&db.pool, &opts).await.unwrap();
+    assert_eq!((again.letters_resumed, again.links_stored), (7, 0));
+    let reference = std::fs::read_to_string(dir.path().join("letters.jsonl")).unwrap();
+    assert_eq!(planned.lines().count(), 7);
+    assert!(
+        planned.contains("Content-Transfer-Encoding: quoted-printable"),
+        "{planned}"
+    );
+    for (a, b) in planned.lines().zip(reference.lines()) {
+        assert_eq!(a, b);
+    }
+}
+
 #[tokio::test]
 async fn a_creative_with_another_engines_tags_is_refused_unless_personalize_is_off() {
     let db = TestDb::new().await;
