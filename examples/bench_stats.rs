@@ -5,6 +5,7 @@
 //! ```sh
 //! cargo run --release --example bench_stats                     # 10M events (~35 min on a busy 2-core box)
 //! cargo run --release --example bench_stats -- --events 4000000 # ~10 min
+//! cargo run --release --example bench_stats -- --reuse lt_bench_stats_XXXXXXXX --reads-only --runs 7   # the page's reads again
 //! ```
 //!
 //! Measured on the shared 2-core development machine while other engineers'
@@ -38,6 +39,18 @@
 //! 3. Times, median of `--runs`, the API's summary of the first mailing
 //!    (`store::stats::summary`: rollup tables + letters built), the letters
 //!    built count alone, and the naive equivalent straight from `events`.
+//! 4. Issue 42's reads (`support/stats_page_reads.rs`): what the mailing
+//!    page reads (summary with its links, hours, minutes and bounce
+//!    figures; the creative; the mailing's breakdowns) and both breakdown
+//!    endpoints' reads, each against the brute-force `GROUP BY` over
+//!    `events` of the same figures (`--naive-runs`), checked to agree; then
+//!    `GET /mailings/bench-0`, `/api/mailings/bench-0/stats`,
+//!    `…/breakdowns` and `/api/breakdowns` through the real server (`App`)
+//!    on a loopback port. The events carry eight real-shaped user agents,
+//!    seven countries (one unknown) and six recipient domains, so every
+//!    breakdown has several values; bench-0 gets `--delivered` delivery
+//!    rows (1% bounced) and a creative. `--reuse DB --reads-only` measures
+//!    these alone on a kept database, on the events its rollup has counted.
 //!
 //! Needs the `mysql` client and `local_infile=ON`. Uses a fresh
 //! `lt_bench_stats_*` database and drops it unless `--keep`.
@@ -45,6 +58,8 @@
 
 #[path = "support/mysql_client.rs"]
 mod mysql_client;
+#[path = "support/stats_page_reads.rs"]
+mod page_reads;
 #[path = "support/process_cpu.rs"]
 mod process_cpu;
 
@@ -101,6 +116,22 @@ struct Args {
     /// (compressed pages evicted and decompressed again).
     #[arg(long, value_name = "MB")]
     buffer_pool_mb: Option<u64>,
+    /// With `--reuse`: no intake and no rollup, only the reads of the
+    /// mailing page and of the breakdowns against their brute-force
+    /// `GROUP BY`s (a database rolled by an earlier run).
+    #[arg(long, requires = "reuse")]
+    reads_only: bool,
+    /// Timed repetitions of each brute-force read of the page reads.
+    #[arg(long, default_value_t = 1)]
+    naive_runs: usize,
+    /// Letters of bench-0 delivered (the page's bounce figures count
+    /// them); default: `--letters`.
+    #[arg(long)]
+    delivered: Option<u64>,
+    /// Redis for the page's live section ("Latest clicks"), e.g.
+    /// redis://127.0.0.1:6379; without it, the page has none.
+    #[arg(long)]
+    redis: Option<String>,
 }
 
 const DAYS: u64 = 3;
@@ -172,6 +203,9 @@ async fn run(args: &Args, db: &str, pool: &MySqlPool, first: NaiveDate) -> anyho
         "--intake {} is over 250000 (one a millisecond, settled before the rollup)",
         args.intake
     );
+    if args.reads_only {
+        return page_reads::measure(args, pool).await;
+    }
     if args.reuse.is_some() {
         // Events not rolled yet (reset `rollup_state.last_id` to measure again).
         let (events, end): (i64, Option<chrono::NaiveDateTime>) = sqlx::query_as(
@@ -313,7 +347,7 @@ async fn measure(
         "ratio naive/fallback {:>8.0}x",
         slow.as_secs_f64() / fallback.as_secs_f64()
     );
-    Ok(())
+    page_reads::measure(args, pool).await
 }
 
 fn ms(d: Duration) -> f64 {
@@ -340,11 +374,9 @@ type Naive = Vec<(String, i64, i64, i64)>;
 
 async fn naive(pool: &MySqlPool, mailing: &str) -> Result<Naive, store::StoreError> {
     let totals: Naive = sqlx::query_as(
-        // Unsubscribes count with the humans whatever their verdict (the
-        // rollup's rule, store::tally::counted_as_bot).
-        "SELECT CAST(kind AS CHAR), CAST(bot <> 0 AND kind <> 'unsubscribe' AS SIGNED) AS b, COUNT(*), \
+        "SELECT CAST(kind AS CHAR), CAST(bot <> 0 AND kind <> 'unsubscribe' AS SIGNED), COUNT(*), \
            COUNT(DISTINCT letter_id) FROM events \
-         WHERE mailing_id = ? GROUP BY kind, b ORDER BY 1, 2",
+         WHERE mailing_id = ? GROUP BY 1, 2 ORDER BY 1, 2",
     )
     .bind(mailing)
     .fetch_all(pool)
@@ -383,6 +415,40 @@ fn check_agree(s: &stats::MailingSummary, naive: &Naive) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Real-shaped user agents (mail clients, image proxies, webmail
+/// browsers), so the breakdowns have several groups per dimension.
+const AGENTS: [&str; 8] = [
+    "Mozilla/5.0 (Windows NT 5.1; rv:11.0) Gecko Firefox/11.0 (via ggpht.com GoogleImageProxy)",
+    "Mozilla/5.0",
+    "Microsoft Office/16.0 (Windows NT 10.0; Microsoft Outlook 16.0.17231; Pro)",
+    "Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Thunderbird/128.3.0",
+    "Mozilla/5.0 (iPhone; CPU iPhone OS 17_4 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Mobile/15E148 GmailApp/6.0.240310",
+    "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/124.0.0.0 Safari/537.36",
+    "Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.4 Safari/605.1.15",
+    "Mozilla/5.0 (Linux; Android 14; Pixel 8) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/124.0.0.0 Mobile Safari/537.36",
+];
+
+/// Countries of the loaded events; empty: unknown (no `--geoip`).
+const COUNTRIES: [&str; 7] = ["US", "DE", "FR", "GB", "BR", "JP", ""];
+
+/// Recipient domains by letter: the mailbox providers' and others.
+const DOMAINS: [&str; 6] = [
+    "gmail.com",
+    "outlook.com",
+    "yahoo.com",
+    "icloud.com",
+    "example.com",
+    "web.de",
+];
+
+/// Letter `letter`'s address (the same in `links` and `events`).
+fn address(letter: u64) -> String {
+    format!(
+        "u{letter}@{}",
+        DOMAINS[(letter % DOMAINS.len() as u64) as usize]
+    )
+}
+
 fn hex16(rng: &mut impl Rng) -> String {
     format!("{:032x}", rng.random::<u128>())
 }
@@ -396,14 +462,16 @@ fn load_links(db: &str, letters: u64, day: NaiveDate) -> anyhow::Result<()> {
         for letter in 1..=letters {
             writeln!(
                 out,
-                "{}\t{day}\tpixel\tbench-0\t{letter}\tu{letter}@example.com\t0\t",
-                hex16(&mut rng)
+                "{}\t{day}\tpixel\tbench-0\t{letter}\t{}\t0\t",
+                hex16(&mut rng),
+                address(letter)
             )?;
             for p in 1..=LINKS_PER_LETTER {
                 writeln!(
                     out,
-                    "{}\t{day}\tclick\tbench-0\t{letter}\tu{letter}@example.com\t{p}\thttps://example.com/article/{p}",
-                    hex16(&mut rng)
+                    "{}\t{day}\tclick\tbench-0\t{letter}\t{}\t{p}\thttps://example.com/article/{p}",
+                    hex16(&mut rng),
+                    address(letter)
                 )?;
             }
         }
@@ -438,7 +506,7 @@ async fn intake(
                 link_id: Some(rng.random_range(1..1_000_000)),
                 mailing_id: Some("bench-0".to_owned()),
                 letter_id: Some(letter),
-                email: Some(format!("u{letter}@example.com")),
+                email: Some(address(letter)),
                 position: Some(rng.random_range(1..=LINKS_PER_LETTER)),
                 ip: Some("192.0.2.0".to_owned()),
                 user_agent: Some("Mozilla/5.0".to_owned()),
@@ -498,8 +566,9 @@ fn load_events(
 ) -> anyhow::Result<()> {
     let sql = "LOAD DATA LOCAL INFILE '/dev/stdin' INTO TABLE events \
                (inserted, @eid, occurred_at, kind, @uuid, link_id, mailing_id, letter_id, email, \
-                position, ip, user_agent, bot, @reason) \
-               SET event_id = UNHEX(@eid), uuid = UNHEX(@uuid), bot_reason = NULLIF(@reason, '')";
+                position, ip, user_agent, bot, @reason, @country) \
+               SET event_id = UNHEX(@eid), uuid = UNHEX(@uuid), bot_reason = NULLIF(@reason, ''), \
+                 country = NULLIF(@country, '')";
     mysql_client::load_stdin(db, sql, |out| {
         let mut rng = rand::rng();
         for i in from..from + n {
@@ -523,13 +592,16 @@ fn load_events(
             } else {
                 (0, "")
             };
+            let agent = AGENTS[rng.random_range(0..AGENTS.len())];
+            let country = COUNTRIES[rng.random_range(0..COUNTRIES.len())];
             writeln!(
                 out,
-                "{day}\t{}\t{}\t{kind}\t{}\t{}\tbench-{mailing}\t{letter}\tu{letter}@example.com\t{position}\t192.0.2.0\tMozilla/5.0\t{bot}\t{reason}",
+                "{day}\t{}\t{}\t{kind}\t{}\t{}\tbench-{mailing}\t{letter}\t{}\t{position}\t192.0.2.0\t{agent}\t{bot}\t{reason}\t{country}",
                 hex16(&mut rng),
                 at.format("%Y-%m-%d %H:%M:%S%.3f"),
                 hex16(&mut rng),
                 rng.random_range(1..1_000_000u64),
+                address(letter),
             )?;
         }
         Ok(())

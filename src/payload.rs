@@ -159,6 +159,11 @@ struct Data<'a> {
     occurred_at: String,
     ip: Option<Cow<'a, str>>,
     user_agent: Option<Cow<'a, str>>,
+    /// The client address's country (ISO 3166-1 alpha-2), only when known
+    /// (`serve --geoip`): absent otherwise, so bodies without it keep
+    /// their bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    country: Option<Cow<'a, str>>,
     bot: Bot<'a>,
 }
 
@@ -225,6 +230,7 @@ pub fn render(
             occurred_at,
             ip: borrowed(&row.ip),
             user_agent: borrowed(&row.user_agent),
+            country: borrowed(&row.country),
             bot: Bot::of(
                 row.bot,
                 row.bot_reason.as_deref(),
@@ -274,6 +280,7 @@ pub fn without_person(
         data.email = None;
         data.ip = None;
         data.user_agent = None;
+        data.country = None;
     }
     if let Some(url) = data
         .url
@@ -425,6 +432,39 @@ mod tests {
                 }
             })
         );
+    }
+
+    /// Issue 42: the country goes out when `serve --geoip` knew it, right
+    /// after the user agent; without it the body has no `country` at all
+    /// (the bytes of before). Settling keeps it; erasing the person drops
+    /// it with the address, network and user agent.
+    #[test]
+    fn the_country_goes_out_when_known_and_leaves_with_the_person() {
+        let link = LinkDetails::default();
+        let unknown = render(&click(), &link, false).unwrap();
+        assert!(!unknown.contains("country"), "{unknown}");
+        let known = EventRow {
+            country: Some("SE".into()),
+            ..click()
+        };
+        let body = render(&known, &link, false).unwrap();
+        assert!(
+            body.contains(r#""user_agent":"Mozilla/5.0","country":"SE","bot":"#),
+            "{body}"
+        );
+        assert_eq!(body.replace(r#","country":"SE""#, ""), unknown);
+        let settled_body = settled(&body, false, None).unwrap();
+        let value: serde_json::Value = serde_json::from_str(&settled_body).unwrap();
+        assert_eq!(value["data"]["country"], "SE");
+        assert_eq!(value["data"]["bot"]["settled"], true);
+        // An older stored body (no country) settles without one.
+        assert!(!settled(&unknown, false, None).unwrap().contains("country"));
+        let erased = without_person(&body, "Ann@Example.com", &Default::default())
+            .unwrap()
+            .expect("the body named her");
+        let value: serde_json::Value = serde_json::from_str(&erased).unwrap();
+        assert!(value["data"].get("country").is_none(), "{erased}");
+        assert!(value["data"]["email"].is_null() && value["data"]["ip"].is_null());
     }
 
     #[test]

@@ -203,8 +203,14 @@ fn chromium() -> Option<PathBuf> {
 }
 
 fn run_chromium(binary: &Path, args: &[String]) -> std::process::Output {
+    run_chromium_with(binary, args, &[])
+}
+
+/// [`run_chromium`] with these environment variables (`TZ`, `LANG`).
+fn run_chromium_with(binary: &Path, args: &[String], env: &[(&str, &str)]) -> std::process::Output {
     let profile = tempfile::tempdir().unwrap();
     let mut command = std::process::Command::new(binary);
+    command.envs(env.iter().copied());
     command.args([
         "--headless",
         "--no-sandbox",
@@ -351,6 +357,78 @@ async fn the_dashboard_right_after_a_send_shows_minutes_and_no_template_syntax()
         .unwrap_or_else(|| panic!("the click map frame has no height set: {dom}"));
     assert!(height > 50.0 && height < 600.0, "frame height {height}px");
     eprintln!("screenshot: {}", png.display());
+    app.stop().await;
+}
+
+/// The per-minute chart's time labels, like every other time on the page,
+/// are shown in the viewer's time zone: Chromium run in Asia/Kolkata
+/// (UTC+05:30, so even the minutes move) writes each axis end as the local
+/// time of its `data-at`, keeps the UTC instant as its title, and no
+/// "UTC" is left on the chart.
+#[tokio::test]
+async fn the_dashboard_charts_times_are_in_the_viewers_time_zone() {
+    let Some(browser) = chromium() else {
+        panic!("chromium is not installed: scripts/test installs it");
+    };
+    let db = just_sent_db().await;
+    let app = spawn(&db, Some(TOKEN), None).await;
+    let html = client()
+        .get(format!("{}/mailings/{MAILING}", app.base))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(html.contains(r#"data-resolution="minute""#), "{html}");
+    // The axis ends as served: UTC, with their instants.
+    let ends: Vec<String> = html
+        .split(r#"data-at=""#)
+        .skip(1)
+        .filter_map(|rest| rest.split('"').next().map(str::to_owned))
+        .collect();
+    assert_eq!(ends.len(), 2, "two labelled ends: {html}");
+    assert!(html.contains(" UTC</text>"), "UTC without script");
+
+    let page = tempfile::Builder::new().suffix(".html").tempfile().unwrap();
+    std::fs::write(page.path(), &html).unwrap();
+    let url = format!("file://{}", page.path().display());
+    let out = run_chromium_with(
+        &browser,
+        &["--lang=en-US".to_owned(), "--dump-dom".to_owned(), url],
+        &[("TZ", "Asia/Kolkata"), ("LANG", "en_US.UTF-8")],
+    );
+    let dom = String::from_utf8_lossy(&out.stdout);
+    let chart = dom
+        .split(r#"data-resolution="minute""#)
+        .nth(1)
+        .and_then(|rest| rest.split("</svg>").next())
+        .unwrap_or_else(|| panic!("no per-minute chart in the DOM: {dom}"));
+    assert!(!chart.contains("UTC"), "a label is still in UTC: {chart}");
+    let kolkata = chrono::FixedOffset::east_opt(5 * 3600 + 30 * 60).unwrap();
+    for at in &ends {
+        let utc = chrono::DateTime::parse_from_rfc3339(at).unwrap();
+        // en-US, timeStyle short: "2:32 PM" (a narrow space before PM).
+        let local = utc.with_timezone(&kolkata).format("%-I:%M").to_string();
+        let label = chart
+            .split(&format!(r#"data-at="{at}""#))
+            .nth(1)
+            .and_then(|rest| rest.split_once('>'))
+            .and_then(|(attributes, rest)| {
+                rest.split("</text>").next().map(|text| (attributes, text))
+            })
+            .unwrap_or_else(|| panic!("no label for {at}: {chart}"));
+        assert!(
+            label.1.contains(&local),
+            "{at} shown as {:?}, not Kolkata's {local}",
+            label.1
+        );
+        assert!(
+            chart.contains(&format!(r#"title="{at}""#)),
+            "{at}: the UTC instant kept as the title: {chart}"
+        );
+    }
     app.stop().await;
 }
 

@@ -164,14 +164,18 @@ pub(crate) fn svg(buckets: &[HourStats], resolution: Resolution) -> String {
     let base = TOP + plot_h;
     draw_axes(&mut out, base, max);
     let (first, last) = axis_ends(&series, resolution);
+    // Each end carries its time (`data-at`, RFC 3339) for the page's script,
+    // which writes it in the viewer's time zone; without script it stays UTC.
     let _ = write!(
         out,
-        r##"<text x="{LEFT}" y="{}" font-size="11" fill="#444">{}</text><text x="{}" y="{}" font-size="11" text-anchor="end" fill="#444">{} UTC</text>"##,
+        r##"<text class="at" x="{LEFT}" y="{}" font-size="11" fill="#444" data-at="{}">{} UTC</text><text class="at" x="{}" y="{}" font-size="11" text-anchor="end" fill="#444" data-at="{}">{} UTC</text>"##,
         HEIGHT - 8.0,
-        first,
+        rfc3339(first),
+        resolution.label(first),
         WIDTH - 8.0,
         HEIGHT - 8.0,
-        last
+        rfc3339(last),
+        resolution.label(last)
     );
     out.push_str(&polyline(&opens, "#2b6cb0"));
     out.push_str(&polyline(&clicks, "#dd6b20"));
@@ -327,16 +331,25 @@ fn cumulative_steps(
         .collect()
 }
 
-fn axis_ends(series: &[(NaiveDateTime, u64, u64)], resolution: Resolution) -> (String, String) {
+/// The times at the two ends of the time axis (UTC); `series` is not empty
+/// (the callers draw "No opens or clicks" instead).
+fn axis_ends(
+    series: &[(NaiveDateTime, u64, u64)],
+    resolution: Resolution,
+) -> (NaiveDateTime, NaiveDateTime) {
     let (Some(first), Some(last)) = (series.first(), series.last()) else {
-        return (String::new(), String::new());
+        return (NaiveDateTime::default(), NaiveDateTime::default());
     };
-    let (start, end) = if series.len() == 1 {
+    if series.len() == 1 {
         (first.0 - resolution.step(), last.0 + resolution.step())
     } else {
         (first.0, last.0)
-    };
-    (resolution.label(start), resolution.label(end))
+    }
+}
+
+/// A UTC time as the page's script reads it (`2026-11-22T09:02:00Z`).
+fn rfc3339(at: NaiveDateTime) -> String {
+    at.and_utc().format("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 /// The two axes, with the top value `max` and 0 on the vertical one; `base`
@@ -449,7 +462,14 @@ mod tests {
         // Six minutes from 09:02 to 09:07, two series: twelve dots.
         assert_eq!(svg.matches("<circle").count(), 12, "{svg}");
         assert!(
-            svg.contains("2026-11-22 09:02") && svg.contains("09:07 UTC"),
+            svg.contains("2026-11-22 09:02 UTC") && svg.contains("2026-11-22 09:07 UTC"),
+            "{svg}"
+        );
+        // Each label carries its time for the page's script (the viewer's
+        // time zone).
+        assert!(
+            svg.contains(r#"data-at="2026-11-22T09:02:00Z">2026-11-22 09:02 UTC<"#)
+                && svg.contains(r#"data-at="2026-11-22T09:07:00Z">2026-11-22 09:07 UTC<"#),
             "{svg}"
         );
     }

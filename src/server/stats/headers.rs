@@ -19,9 +19,10 @@ use axum::response::Response;
 const FRAME_RESIZE_HASH: &str = "sha256-yG9x2NIWSyxMP/+ENrH2yaMz1FJCU5KhJxfbwz/EkuA=";
 
 /// SHA-256 of the mailing page's one `<script>` element, which shows the
-/// `<time>` elements in the viewer's time zone (the server cannot know
-/// it); the same unit test recomputes it.
-const LOCAL_TIMES_HASH: &str = "sha256-A0lx6jJ/6SAnGEvxg5XwBNK1RXbK5TYqHXTEG+C+DTg=";
+/// `<time>` elements and the charts' time labels (`<text data-at>`) in the
+/// viewer's time zone (the server cannot know it); the same unit test
+/// recomputes it.
+const LOCAL_TIMES_HASH: &str = "sha256-7GRej99dEwLeOGl466QjHzWoRd3Ea7obH8THBIX0Nf4=";
 
 /// The dashboard's policy as the pages repeat it in a `<meta>` element (so
 /// a saved copy opened from disk is bound too): our own inline style sheet
