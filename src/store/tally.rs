@@ -139,6 +139,10 @@ pub(super) fn is_regular(event: &BatchEvent) -> bool {
 /// A mailing, by its index in [`Tally::mailings`].
 type M = u32;
 
+/// A letter's row of `stats_letter_events`: mailing, letter, kind, clicked
+/// position (0 for other kinds) and bot flag.
+type LetterKey = (M, u64, EventKind, u32, bool);
+
 /// A batch, counted: the rows to add to each statistics table.
 #[derive(Debug, Default)]
 pub(super) struct Tally {
@@ -151,7 +155,7 @@ pub(super) struct Tally {
     bot_reasons: HashMap<(M, EventKind, String), u64>,
     late: HashMap<(M, u32, EventKind, bool), u64>,
     /// Per letter: count and first time, by kind and clicked position.
-    letters: HashMap<(M, u64, EventKind, u32, bool), (u64, NaiveDateTime)>,
+    letters: HashMap<LetterKey, (u64, NaiveDateTime)>,
     /// Per letter that clicked (any link): the first click's time.
     first_clicks: HashMap<(M, bool, u64), NaiveDateTime>,
     breakdowns: HashMap<(M, &'static str, String, EventKind, bool), u64>,
