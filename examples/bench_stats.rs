@@ -6,11 +6,16 @@
 //! cargo run --release --example bench_stats                     # 10M events (~35 min on a busy 2-core box)
 //! cargo run --release --example bench_stats -- --events 4000000 # ~10 min
 //! cargo run --release --example bench_stats -- --reuse lt_bench_stats_XXXXXXXX --reads-only --runs 7   # the page's reads again
+//! mysql lt_bench_stats_XXXXXXXX < docs/bench_stats_reroll.sql   # then --reuse: roll the same events again
 //! ```
 //!
-//! Measured on the shared 2-core development machine while other engineers'
-//! benchmarks ran (load average 3-6), debug build (the time is all in the
-//! database), `--events 10000000 --letters 100000`: LOAD DATA 9.4k events/s
+//! The latest figures, with their commands, are in docs/benchmarks.md (the
+//! rollup of issue 45: 20 µs of MariaDB CPU per rolled event, 1.55-1.79x
+//! the intake, with a 2 GB pool; the page of issue 42 at 10.2M events).
+//! The first round, for the record, on the shared 2-core development
+//! machine while other engineers' benchmarks ran (load average 3-6), debug
+//! build (the time is all in the database), `--events 10000000 --letters
+//! 100000`: LOAD DATA 9.4k events/s
 //! into the compressed table (18 min), rollup 17.7k events/s (9.4 min, 201
 //! batches), summary 5.0 ms median with the builder's letters count (375 ms
 //! when counting 100k letters on the index instead), the naive GROUP BY over
