@@ -287,28 +287,8 @@ impl Tally {
     ) -> Result<(), StoreError> {
         self.write_agents(conn).await?;
         let name = |m: &M| self.mailings[*m as usize].as_str();
-        let flag = |b: &bool| u8::from(*b).to_string();
-        let time = stamp;
-        let rows = self.hourly.iter().map(|((m, h, k, b), n)| {
-            vec![
-                name(m).to_owned(),
-                time(h),
-                k.as_str().into(),
-                flag(b),
-                n.to_string(),
-            ]
-        });
-        upsert(conn, HOURLY, rows).await?;
-        let rows = self.minutes.iter().map(|((m, t, k, b), n)| {
-            vec![
-                name(m).to_owned(),
-                time(t),
-                k.as_str().into(),
-                flag(b),
-                n.to_string(),
-            ]
-        });
-        upsert(conn, MINUTES, rows).await?;
+        upsert(conn, HOURLY, self.timed_rows(&self.hourly)).await?;
+        upsert(conn, MINUTES, self.timed_rows(&self.minutes)).await?;
         let rows = self.totals.iter().map(|((m, k, b), n)| {
             vec![
                 name(m).to_owned(),
@@ -360,6 +340,23 @@ impl Tally {
         Ok(())
     }
 
+    /// The rows of a time series (`stats_hourly`, `stats_minutes`): mailing,
+    /// time, kind, bot flag, count.
+    fn timed_rows<'a>(
+        &'a self,
+        series: &'a HashMap<(M, NaiveDateTime, EventKind, bool), u64>,
+    ) -> impl Iterator<Item = Vec<String>> + 'a {
+        series.iter().map(|((m, t, k, b), n)| {
+            vec![
+                self.mailings[*m as usize].clone(),
+                stamp(t),
+                k.as_str().into(),
+                flag(b),
+                n.to_string(),
+            ]
+        })
+    }
+
     /// Every user agent of the batch's opens and clicks keeps its class in
     /// `user_agent_classes` (by SHA-256 of the agent), classified once per
     /// installation: the table the breakdowns' brute-force check joins.
@@ -395,7 +392,7 @@ impl Tally {
                 l.to_string(),
                 k.as_str().into(),
                 p.to_string(),
-                u8::from(*b).to_string(),
+                flag(b),
                 n.to_string(),
                 stamp(first),
             ]);
@@ -423,7 +420,7 @@ impl Tally {
         for ((m, b, l), first) in &self.first_clicks {
             groups.entry((*m, *b)).or_default().push(vec![
                 self.mailings[*m as usize].clone(),
-                u8::from(*b).to_string(),
+                flag(b),
                 l.to_string(),
                 stamp(first),
                 rolled_by.clone(),
@@ -444,7 +441,6 @@ impl Tally {
         new_clickers: &HashMap<(M, bool), u64>,
     ) -> Result<(), StoreError> {
         let name = |m: &M| self.mailings[*m as usize].clone();
-        let flag = |b: &bool| u8::from(*b).to_string();
         let kinds = new_letters
             .iter()
             .filter(|((_, k, _, _), n)| *k != EventKind::Click && **n > 0)
@@ -461,6 +457,11 @@ impl Tally {
         upsert(conn, LINKS_UNIQUE, positions).await?;
         Ok(())
     }
+}
+
+/// A bot flag as the tables' TINYINT reads it.
+fn flag(bot: &bool) -> String {
+    u8::from(*bot).to_string()
 }
 
 /// A time as the tables' DATETIME(3) reads it.
@@ -714,14 +715,7 @@ mod tests {
         assert_eq!(value("client", EventKind::Open), "Outlook");
         assert_eq!(value("provider", EventKind::Open), "Gmail");
         assert_eq!(value("country", EventKind::Open), "DE");
-        for dimension in [
-            "client",
-            "client_type",
-            "os",
-            "device",
-            "provider",
-            "country",
-        ] {
+        for dimension in crate::store::breakdowns::DIMENSIONS {
             assert_eq!(value(dimension, EventKind::Click), "unknown", "{dimension}");
         }
         assert_eq!(tally.breakdowns.len(), 12);
