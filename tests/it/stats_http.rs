@@ -190,6 +190,19 @@ async fn the_login_form_sets_a_strict_httponly_session_cookie() {
 }
 
 /// Chromium's binary, if installed.
+/// The mailing's dashboard page as its operator fetches it (API token).
+async fn mailing_page(app: &TestServer) -> String {
+    client()
+        .get(format!("{}/mailings/{MAILING}", app.base))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 fn chromium() -> Option<PathBuf> {
     ["chromium", "chromium-browser", "google-chrome"]
         .iter()
@@ -239,16 +252,7 @@ async fn the_dashboard_renders_in_a_real_browser_with_click_badges() {
     };
     let db = rolled_db().await;
     let app = spawn(&db, Some(TOKEN), None).await;
-    let base = &app.base;
-    let html = client()
-        .get(format!("{base}/mailings/{MAILING}"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let html = mailing_page(&app).await;
     assert!(html.contains("<svg"), "the chart is inline SVG");
     assert!(
         html.contains(r#"sandbox="allow-same-origin""#) && !html.contains("allow-scripts"),
@@ -302,15 +306,7 @@ async fn the_dashboard_right_after_a_send_shows_minutes_and_no_template_syntax()
     };
     let db = just_sent_db().await;
     let app = spawn(&db, Some(TOKEN), None).await;
-    let html = client()
-        .get(format!("{}/mailings/{MAILING}", app.base))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let html = mailing_page(&app).await;
     assert!(html.contains(r#"data-resolution="minute""#), "{html}");
     assert!(html.contains("<circle"), "no dots on the chart");
     assert!(
@@ -372,15 +368,7 @@ async fn the_dashboard_charts_times_are_in_the_viewers_time_zone() {
     };
     let db = just_sent_db().await;
     let app = spawn(&db, Some(TOKEN), None).await;
-    let html = client()
-        .get(format!("{}/mailings/{MAILING}", app.base))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let html = mailing_page(&app).await;
     assert!(html.contains(r#"data-resolution="minute""#), "{html}");
     // The axis ends as served: UTC, with their instants.
     let ends: Vec<String> = html
@@ -563,15 +551,7 @@ async fn unsubscribes_are_counted_whatever_the_user_agent() {
         serde_json::json!({"no_user_agent": 4, "ua:curl": 1}),
         "{body}"
     );
-    let page = client()
-        .get(format!("{}/mailings/{MAILING}", app.base))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page = mailing_page(&app).await;
     assert!(
         page.contains("<small>Unsubscribes</small><b id=\"unsubscribes\">4</b>"),
         "{page}"
@@ -678,15 +658,7 @@ async fn the_click_map_makes_the_browser_contact_nobody() {
         .await
         .unwrap();
     let app = spawn(&db, Some(TOKEN), None).await;
-    let html = client()
-        .get(format!("{}/mailings/{MAILING}", app.base))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let html = mailing_page(&app).await;
     // The server's image proxy refuses loopback (SSRF), so the image is
     // the neutral placeholder, and its address is gone from the page.
     assert!(
@@ -837,15 +809,7 @@ async fn the_mailing_page_before_and_after_traffic_has_no_broken_image_or_consol
             record(&db.pool, &traffic(&letters, today, today)).await;
             rollup::rollup(&db.pool, 1000).await.unwrap();
         }
-        let html = client()
-            .get(format!("{}/mailings/{MAILING}", app.base))
-            .bearer_auth(TOKEN)
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let html = mailing_page(&app).await;
         assert!(html.contains("data-lt-placeholder"), "{stage}");
         assert!(
             !html.contains("127.0.0.1:1"),
