@@ -301,14 +301,9 @@ pub async fn mailing_summary(
     .bind(mailing_id)
     .fetch_all(pool)
     .await?;
-    let (delivered,): (i64,) = sqlx::query_as(
-        "SELECT COUNT(*) FROM deliveries WHERE mailing_id = ? AND status = 'delivered'",
-    )
-    .bind(mailing_id)
-    .fetch_one(pool)
-    .await?;
+    let delivered = super::deliveries::delivered_count(pool, mailing_id).await?;
     let mut summary = BounceSummary {
-        delivered: u64::try_from(delivered).unwrap_or(0),
+        delivered,
         letters_built,
         ..BounceSummary::default()
     };

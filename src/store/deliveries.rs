@@ -72,27 +72,66 @@ impl LedgerWrites {
 }
 
 /// Write `writes` on `conn`: one statement per kind of write, whatever the
-/// number of letters (up to `IN_LIST_CHUNK` each). A single statement (the
-/// usual case: the outcomes of the letters in flight) runs on its own, one
-/// round trip; several run in one transaction.
+/// number of letters (up to `IN_LIST_CHUNK` each). A single statement that
+/// delivers nothing (marks only) runs on its own, one round trip; anything
+/// else runs in one transaction with the mailing's delivered count
+/// (`stats_deliveries`), so the count always agrees with the rows.
 pub async fn write_ledger(
     conn: &mut MySqlConnection,
     mailing_id: &str,
     writes: &LedgerWrites,
 ) -> Result<(), StoreError> {
     let mut statements = ledger_statements(mailing_id, writes);
-    if statements.len() == 1 {
-        if let Some(mut only) = statements.pop() {
-            only.build().execute(&mut *conn).await?;
+    if let [only] = statements.as_mut_slice() {
+        if !only.delivers {
+            only.query.build().execute(&mut *conn).await?;
+            return Ok(());
         }
-        return Ok(());
     }
     let mut tx = conn.begin().await?;
+    let mut delivered = 0;
     for mut statement in statements {
-        statement.build().execute(&mut *tx).await?;
+        let done = statement.query.build().execute(&mut *tx).await?;
+        if statement.delivers {
+            delivered += done.rows_affected();
+        }
     }
+    count_delivered(&mut tx, mailing_id, delivered).await?;
     tx.commit().await?;
     Ok(())
+}
+
+/// Add `letters` to `mailing_id`'s delivered count, inside the transaction
+/// that delivered them.
+async fn count_delivered(
+    conn: &mut MySqlConnection,
+    mailing_id: &str,
+    letters: u64,
+) -> Result<(), StoreError> {
+    if letters == 0 {
+        return Ok(());
+    }
+    sqlx::query(
+        "INSERT INTO stats_deliveries (mailing_id, delivered) VALUES (?, ?) \
+         ON DUPLICATE KEY UPDATE delivered = delivered + ?",
+    )
+    .bind(mailing_id)
+    .bind(letters)
+    .bind(letters)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// The letters of `mailing_id` delivered so far (every run, every sender
+/// that records into `deliveries`): one row read.
+pub async fn delivered_count(pool: &MySqlPool, mailing_id: &str) -> Result<u64, StoreError> {
+    let count: Option<(u64,)> =
+        sqlx::query_as("SELECT delivered FROM stats_deliveries WHERE mailing_id = ?")
+            .bind(mailing_id)
+            .fetch_optional(pool)
+            .await?;
+    Ok(count.map_or(0, |(letters,)| letters))
 }
 
 /// Write marks and outcomes recorded elsewhere first (a delivery log a
@@ -131,12 +170,21 @@ pub async fn apply_logged<'a>(
     Ok(())
 }
 
-/// The statements that write `writes`: marks, then outcomes, then
-/// forgotten marks.
+/// One statement of a ledger write; `delivers` when the rows it changes
+/// are letters newly delivered.
+struct LedgerStatement<'a> {
+    query: QueryBuilder<'a, MySql>,
+    delivers: bool,
+}
+
+/// The statements that write `writes`: marks, then outcomes (delivered,
+/// then rejected), then forgotten marks. An outcome settles a `sending`
+/// mark only: a letter the MTA answered keeps its first answer, so a
+/// delivered letter is counted once however often its answer is written.
 fn ledger_statements<'a>(
     mailing_id: &'a str,
     writes: &'a LedgerWrites,
-) -> Vec<QueryBuilder<'a, MySql>> {
+) -> Vec<LedgerStatement<'a>> {
     let mut statements = Vec::new();
     for chunk in writes.sending.chunks(super::IN_LIST_CHUNK) {
         let mut query = QueryBuilder::<MySql>::new(
@@ -147,41 +195,60 @@ fn ledger_statements<'a>(
                 .push_bind(*letter_id)
                 .push("'sending', '', UTC_TIMESTAMP()");
         });
-        statements.push(query);
+        statements.push(LedgerStatement {
+            query,
+            delivers: false,
+        });
     }
-    for chunk in writes.outcomes.chunks(super::IN_LIST_CHUNK) {
-        let mut query = QueryBuilder::<MySql>::new("UPDATE deliveries SET status = CASE letter_id");
-        for (letter_id, status, _) in chunk {
-            query
-                .push(" WHEN ")
-                .push_bind(*letter_id)
-                .push(" THEN ")
-                .push_bind(*status);
+    for status in [DeliveryStatus::Delivered, DeliveryStatus::Rejected] {
+        let answers: Vec<&(u64, DeliveryStatus, String)> = writes
+            .outcomes
+            .iter()
+            .filter(|(_, answered, _)| *answered == status)
+            .collect();
+        for chunk in answers.chunks(super::IN_LIST_CHUNK) {
+            statements.push(LedgerStatement {
+                query: settle_marks(mailing_id, status, chunk),
+                delivers: status == DeliveryStatus::Delivered,
+            });
         }
-        query.push(" END, reply = CASE letter_id");
-        for (letter_id, _, reply) in chunk {
-            let reply: String = reply.chars().take(512).collect();
-            query
-                .push(" WHEN ")
-                .push_bind(*letter_id)
-                .push(" THEN ")
-                .push_bind(reply);
-        }
-        query
-            .push(" END, at = UTC_TIMESTAMP() WHERE mailing_id = ")
-            .push_bind(mailing_id);
-        query.push(" AND letter_id IN ");
-        super::push_in_list(&mut query, chunk.iter().map(|(id, ..)| *id));
-        statements.push(query);
     }
     for chunk in writes.forgotten.chunks(super::IN_LIST_CHUNK) {
         let mut query = QueryBuilder::<MySql>::new("DELETE FROM deliveries WHERE mailing_id = ");
         query.push_bind(mailing_id);
         query.push(" AND status = 'sending' AND letter_id IN ");
         super::push_in_list(&mut query, chunk.iter().copied());
-        statements.push(query);
+        statements.push(LedgerStatement {
+            query,
+            delivers: false,
+        });
     }
     statements
+}
+
+/// `UPDATE` the `sending` marks of `answers` (all with `status`) to their
+/// answer: the rows it changes are the letters it settles.
+fn settle_marks<'a>(
+    mailing_id: &'a str,
+    status: DeliveryStatus,
+    answers: &[&'a (u64, DeliveryStatus, String)],
+) -> QueryBuilder<'a, MySql> {
+    let mut query = QueryBuilder::<MySql>::new("UPDATE deliveries SET status = ");
+    query.push_bind(status).push(", reply = CASE letter_id");
+    for (letter_id, _, reply) in answers {
+        let reply: String = reply.chars().take(512).collect();
+        query
+            .push(" WHEN ")
+            .push_bind(*letter_id)
+            .push(" THEN ")
+            .push_bind(reply);
+    }
+    query
+        .push(" END, at = UTC_TIMESTAMP() WHERE mailing_id = ")
+        .push_bind(mailing_id);
+    query.push(" AND status = 'sending' AND letter_id IN ");
+    super::push_in_list(&mut query, answers.iter().map(|(id, ..)| *id));
+    query
 }
 
 /// Record `letter_ids` of `mailing_id` as delivered now (the database's
@@ -195,7 +262,20 @@ pub async fn mark_delivered_now(
     letter_ids: &[u64],
     reply: &str,
 ) -> Result<(), StoreError> {
+    let letter_ids: std::collections::BTreeSet<u64> = letter_ids.iter().copied().collect();
+    let letter_ids: Vec<u64> = letter_ids.into_iter().collect();
+    let mut conn = pool.acquire().await?;
     for chunk in letter_ids.chunks(super::IN_LIST_CHUNK) {
+        let mut tx = conn.begin().await?;
+        // Those already delivered are not counted again; locked so that no
+        // other writer settles them between this read and the upsert.
+        let mut already = QueryBuilder::<MySql>::new(
+            "SELECT COUNT(*) FROM deliveries WHERE status = 'delivered' AND mailing_id = ",
+        );
+        already.push_bind(mailing_id).push(" AND letter_id IN ");
+        super::push_in_list(&mut already, chunk.iter().copied());
+        already.push(" FOR UPDATE");
+        let (already,): (i64,) = already.build_query_as().fetch_one(&mut *tx).await?;
         let mut query = QueryBuilder::<MySql>::new(
             "INSERT INTO deliveries (mailing_id, letter_id, status, reply, at) ",
         );
@@ -209,7 +289,10 @@ pub async fn mark_delivered_now(
         query
             .push(" ON DUPLICATE KEY UPDATE status = 'delivered', at = UTC_TIMESTAMP(), reply = ")
             .push_bind(reply);
-        query.build().execute(pool).await?;
+        query.build().execute(&mut *tx).await?;
+        let newly = (chunk.len() as u64).saturating_sub(u64::try_from(already).unwrap_or(0));
+        count_delivered(&mut tx, mailing_id, newly).await?;
+        tx.commit().await?;
     }
     Ok(())
 }

@@ -111,6 +111,25 @@ async fn deliveries(db: &TestDb) -> Vec<(u64, String)> {
         .unwrap()
 }
 
+/// The mailing's delivered count (`stats_deliveries`, kept by the ledger's
+/// writes) agrees with the `deliveries` rows it summarises.
+async fn assert_delivered_count_agrees(db: &TestDb) {
+    let counted: Vec<(String, u64)> =
+        sqlx::query_as("SELECT mailing_id, delivered FROM stats_deliveries ORDER BY mailing_id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    let rows: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT mailing_id, COUNT(*) FROM deliveries WHERE status = 'delivered' \
+         GROUP BY mailing_id ORDER BY mailing_id",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let rows: Vec<(String, u64)> = rows.into_iter().map(|(m, n)| (m, n as u64)).collect();
+    assert_eq!(counted, rows, "stats_deliveries disagrees with deliveries");
+}
+
 #[tokio::test]
 async fn every_letter_reaches_the_mta_once_across_re_runs() {
     let db = TestDb::new().await;
@@ -178,6 +197,7 @@ async fn every_letter_reaches_the_mta_once_across_re_runs() {
         ascii.len(),
         "a re-run delivered again"
     );
+    assert_delivered_count_agrees(&db).await;
 }
 
 #[tokio::test]
@@ -349,6 +369,7 @@ async fn a_kill_9_during_delivery_then_a_re_run_delivers_every_letter_and_names_
         !dir.path().join("letters.jsonl.deliveries.jsonl").exists(),
         "the re-run recorded and removed the killed run's delivery log"
     );
+    assert_delivered_count_agrees(&db).await;
 }
 
 /// A killed run can leave lines in its delivery log (`--delivery-log`,
@@ -394,6 +415,11 @@ async fn a_re_run_records_what_a_killed_run_left_in_its_delivery_log() {
     .unwrap();
     sqlx::query("DELETE FROM deliveries WHERE letter_id = ?")
         .bind(marked_only)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    // None of those four was recorded delivered when the run died.
+    sqlx::query("UPDATE stats_deliveries SET delivered = delivered - 4")
         .execute(&db.pool)
         .await
         .unwrap();
@@ -454,6 +480,7 @@ async fn a_re_run_records_what_a_killed_run_left_in_its_delivery_log() {
         );
     }
     assert!(!log.exists(), "the re-run removes the log once recorded");
+    assert_delivered_count_agrees(&db).await;
 }
 
 fn build_with_pools(db: &TestDb, dir: &Path, pools: &Path) -> Output {
@@ -583,4 +610,68 @@ async fn messages_per_connection_caps_each_smtp_session() {
         (delivered.div_ceil(2)..=letters.div_ceil(2)).contains(&capped),
         "{capped} sessions for {delivered} delivered of {letters} letters at 2 per session"
     );
+}
+
+#[tokio::test]
+async fn the_delivered_count_counts_each_letter_once_whatever_writes_it_and_how_often() {
+    use linktrack::store::deliveries::{
+        delivered_count, mark_delivered_now, write_ledger, DeliveryStatus, LedgerWrites,
+    };
+    let db = TestDb::new().await;
+    let mut conn = db.pool.acquire().await.unwrap();
+    let answer = |id: u64, status| (id, status, format!("250 ok {id}"));
+    // Marks only: nothing delivered yet.
+    let marks = LedgerWrites {
+        sending: (1..=6).collect(),
+        ..LedgerWrites::default()
+    };
+    write_ledger(&mut conn, "m", &marks).await.unwrap();
+    assert_eq!(delivered_count(&db.pool, "m").await.unwrap(), 0);
+    // Answers, one of them a refusal, one mark dropped.
+    let answers = LedgerWrites {
+        outcomes: vec![
+            answer(1, DeliveryStatus::Delivered),
+            answer(2, DeliveryStatus::Delivered),
+            answer(3, DeliveryStatus::Rejected),
+        ],
+        forgotten: vec![6],
+        ..LedgerWrites::default()
+    };
+    write_ledger(&mut conn, "m", &answers).await.unwrap();
+    assert_eq!(delivered_count(&db.pool, "m").await.unwrap(), 2);
+    // The same answers again (a delivery log replayed after a kill), and a
+    // different answer for a letter already answered: counted once, and the
+    // first answer holds.
+    write_ledger(&mut conn, "m", &answers).await.unwrap();
+    let late = LedgerWrites {
+        sending: vec![1, 3],
+        outcomes: vec![
+            answer(3, DeliveryStatus::Delivered),
+            answer(4, DeliveryStatus::Delivered),
+        ],
+        ..LedgerWrites::default()
+    };
+    write_ledger(&mut conn, "m", &late).await.unwrap();
+    assert_eq!(delivered_count(&db.pool, "m").await.unwrap(), 3);
+    let (status,): (String,) =
+        sqlx::query_as("SELECT CAST(status AS CHAR) FROM deliveries WHERE letter_id = 3")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(status, "rejected");
+    // Delivered outside the SMTP delivery (the demo): new letters, letters
+    // marked, letters already delivered, twice, and another mailing.
+    mark_delivered_now(&db.pool, "m", &[2, 5, 7, 7, 8], "demo")
+        .await
+        .unwrap();
+    mark_delivered_now(&db.pool, "m", &[5, 8], "demo")
+        .await
+        .unwrap();
+    mark_delivered_now(&db.pool, "other", &[1], "demo")
+        .await
+        .unwrap();
+    assert_eq!(delivered_count(&db.pool, "m").await.unwrap(), 6);
+    assert_eq!(delivered_count(&db.pool, "other").await.unwrap(), 1);
+    assert_eq!(delivered_count(&db.pool, "none").await.unwrap(), 0);
+    assert_delivered_count_agrees(&db).await;
 }
