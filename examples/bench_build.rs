@@ -446,8 +446,20 @@ async fn bench_builder(
         println!("{line}");
     }
     let html = fifty_kb_letter();
+    // Where the time goes: the builder's CPU and MariaDB's per link row,
+    // for the build and for LOAD DATA of the same rows.
+    let mariadbd = mariadbd_stat(&pool).await;
+    let database_cpu = || -> anyhow::Result<f64> {
+        Ok(match &mariadbd {
+            Some(stat) => ProcessCpu::read(stat)?.own,
+            None => 0.0,
+        })
+    };
+    let (builder_before, database_before) = (ProcessCpu::this()?.own, database_cpu()?);
     let summary = run_builder(args, dir, &pool, &html, None, letter_by_letter, None).await?;
+    let (builder_after, database_after) = (ProcessCpu::this()?.own, database_cpu()?);
     let rows_per_second = summary.links_stored as f64 / summary.seconds;
+    let per_row = |seconds: f64, rows: u64| seconds * 1e6 / rows.max(1) as f64;
     println!(
         "\n## 1. builder ({}, {}): {} letters of {} KB with 20 links",
         format.name(),
@@ -467,11 +479,19 @@ async fn bench_builder(
     sqlx::query("CREATE TABLE links_copy LIKE links")
         .execute(&pool)
         .await?;
+    let load_database_before = database_cpu()?;
     let load_seconds = mysql_client::load_links_tsv(name, &tsv, "links_copy")?;
+    let load_database = database_cpu()? - load_database_before;
     let ceiling = rows as f64 / load_seconds;
     println!(
         "LOAD DATA rows/s     {:>10.0}   (the ceiling, same {rows} rows)",
         ceiling
+    );
+    println!(
+        "CPU µs per link row  builder {:.1}, mariadbd {:.1}; LOAD DATA: mariadbd {:.1}",
+        per_row(builder_after - builder_before, summary.links_stored),
+        per_row(database_after - database_before, summary.links_stored),
+        per_row(load_database, rows),
     );
     println!(
         "ratio builder/LOAD   {:>10.2}   (aim >= 0.8)",
