@@ -119,6 +119,10 @@ struct Args {
     /// --tool=callgrind … --cpu-only --planned-only`).
     #[arg(long)]
     planned_only: bool,
+    /// Letters per batch (`linktrack build --batch-size`): a batch's rows
+    /// are stored while the next is composed.
+    #[arg(long, default_value_t = 1000)]
+    batch_size: usize,
 }
 
 /// How part 3's delivery records outcomes.
@@ -541,7 +545,7 @@ async fn run_builder(
         out: Output::File(dir.join("letters.jsonl")),
         rejects: dir.join("rejects.jsonl"),
         base_url: "https://t.example.com".into(),
-        batch_size: 1000,
+        batch_size: args.batch_size,
         workers: std::thread::available_parallelism().map_or(2, |n| n.get()),
         id_block: 10_000,
         progress: false,
