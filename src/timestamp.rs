@@ -1,6 +1,7 @@
 //! UTC timestamps written digit by digit, for the two places that write one
 //! per event: the journal line (RFC 3339) and the replay's insert (a SQL
-//! datetime literal). `core::fmt` (through chrono's `Display` or `write!`)
+//! datetime literal); and the journal line's time read back the same way
+//! ([`parse_rfc3339`]). `core::fmt` (through chrono's `Display` or `write!`)
 //! took about 2,500 instructions per timestamp, a tenth of what an open
 //! costs the server (callgrind, `bench_serve --callgrind-route pixel`).
 //! Both forms come from one fixed-width layout, and chrono writes what that
@@ -32,6 +33,44 @@ pub(crate) fn with_sql_datetime<R>(at: &DateTime<Utc>, use_text: impl FnOnce(&st
         }
     }
     use_text(&at.format("%Y-%m-%d %H:%M:%S%.6f").to_string())
+}
+
+/// The time [`with_rfc3339`] wrote, read back: its fixed-width form digit
+/// by digit, anything else (a year past 9999, a leap second, the shorter
+/// forms of older journal lines) by chrono. `None` if it is no RFC 3339 time.
+pub(crate) fn parse_rfc3339(text: &str) -> Option<DateTime<Utc>> {
+    fixed_width(text.as_bytes()).or_else(|| text.parse().ok())
+}
+
+/// `YYYY-MM-DDTHH:MM:SS.nnnnnnnnnZ` as a time, or `None` if `text` is not
+/// one in exactly that layout.
+fn fixed_width(text: &[u8]) -> Option<DateTime<Utc>> {
+    let [y0, y1, y2, y3, b'-', mo0, mo1, b'-', d0, d1, b'T', h0, h1, b':', mi0, mi1, b':', s0, s1, b'.', nanos @ .., b'Z'] =
+        text
+    else {
+        return None;
+    };
+    let nanos: &[u8; 9] = nanos.try_into().ok()?;
+    let date = chrono::NaiveDate::from_ymd_opt(
+        i32::try_from(number(&[*y0, *y1, *y2, *y3])?).ok()?,
+        number(&[*mo0, *mo1])?,
+        number(&[*d0, *d1])?,
+    )?;
+    let time = date.and_hms_nano_opt(
+        number(&[*h0, *h1])?,
+        number(&[*mi0, *mi1])?,
+        number(&[*s0, *s1])?,
+        number(nanos)?,
+    )?;
+    Some(time.and_utc())
+}
+
+/// Decimal digits as a number; `None` if one is not a digit.
+fn number(digits: &[u8]) -> Option<u32> {
+    digits.iter().try_fold(0u32, |value, digit| {
+        let digit = digit.checked_sub(b'0').filter(|d| *d < 10)?;
+        Some(value * 10 + u32::from(digit))
+    })
 }
 
 /// `YYYY-MM-DDTHH:MM:SS.nnnnnnnnn`: a date and time with nanoseconds, the
@@ -110,7 +149,36 @@ mod tests {
         assert_eq!(digits(&leap), None);
     }
 
+    #[test]
+    fn what_is_written_reads_back_and_what_is_not_a_time_does_not() {
+        let at = Utc.with_ymd_and_hms(2026, 1, 2, 3, 4, 5).unwrap()
+            + chrono::Duration::nanoseconds(6_007);
+        assert_eq!(parse_rfc3339("2026-01-02T03:04:05.000006007Z"), Some(at));
+        // Older journal lines' shorter forms and other offsets, by chrono.
+        let whole = Utc.with_ymd_and_hms(2026, 11, 22, 10, 0, 0).unwrap();
+        assert_eq!(parse_rfc3339("2026-11-22T10:00:00Z"), Some(whole));
+        assert_eq!(parse_rfc3339("2026-11-22T12:00:00+02:00"), Some(whole));
+        let far = Utc.with_ymd_and_hms(10_000, 1, 1, 0, 0, 0).unwrap();
+        assert_eq!(parse_rfc3339(&with_rfc3339(&far, str::to_owned)), Some(far));
+        for bad in [
+            "",
+            "2026-02-30T00:00:00.000000000Z",
+            "2026-01-02T24:00:00.000000000Z",
+            "2026-01-02T03:04:05.00000600xZ",
+            "2026-01-02T03:04:05.000006007",
+            "２026-01-02T03:04:05.000006007Z",
+        ] {
+            assert_eq!(parse_rfc3339(bad), None, "{bad}");
+        }
+    }
+
     proptest! {
+        #[test]
+        fn every_time_written_reads_back_exactly(seconds in -62_000_000_000i64..300_000_000_000, nanos in 0u32..1_000_000_000) {
+            let at = DateTime::from_timestamp(seconds, nanos).unwrap();
+            prop_assert_eq!(parse_rfc3339(&with_rfc3339(&at, str::to_owned)), Some(at));
+        }
+
         #[test]
         fn digits_are_chronos_own_format(seconds in 0i64..253_402_300_799, nanos in 0u32..1_000_000_000) {
             let at = DateTime::from_timestamp(seconds, nanos).unwrap();

@@ -24,6 +24,7 @@ use crate::kind::EventKind;
 use aho_corasick::AhoCorasick;
 use chrono::{DateTime, Utc};
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -107,20 +108,25 @@ pub struct BotDetector {
     /// The user agent markers, found in one pass over a user agent whatever
     /// its case (no lowercase copy per hit).
     markers: Option<AhoCorasick>,
+    /// This detector's key in each thread's [`SEEN_AGENTS`].
+    id: u64,
     recent_clicks: RecentClicks,
 }
 
 impl BotDetector {
     pub fn new(rules: BotRules) -> Self {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         BotDetector {
             markers: case_insensitive(&rules.user_agent_markers),
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             recent_clicks: RecentClicks::new(rules.burst_letters),
             rules,
         }
     }
 
     pub fn classify(&self, hit: &Hit<'_>) -> Verdict {
-        if let Some(reason) = classify_request(&self.rules, self.markers.as_ref(), hit) {
+        let first_marker = |agent: &str| self.first_marker(agent);
+        if let Some(reason) = classify_request(&self.rules, first_marker, hit) {
             return Some(reason);
         }
         if hit.kind == EventKind::Click {
@@ -202,6 +208,88 @@ impl RecentClicks {
     }
 }
 
+impl BotDetector {
+    /// The first marker `agent` contains ([`first_marker`]), remembered
+    /// per user agent in this thread's [`SEEN_AGENTS`]: the automaton took
+    /// 2.2k instructions over a browser's user agent, a twentieth of what
+    /// an open cost the server, and a mail client sends the same one open
+    /// after open.
+    fn first_marker(&self, agent: &str) -> Option<usize> {
+        let hash = agent_hash(self.id, agent.as_bytes());
+        let seen = SEEN_AGENTS.try_with(|seen| {
+            let seen = seen.try_borrow().ok()?;
+            let slot = seen.get(slot_of(hash))?.as_ref()?;
+            (slot.detector == self.id && *slot.agent == *agent).then_some(slot.marker)
+        });
+        if let Ok(Some(marker)) = seen {
+            return marker;
+        }
+        let marker = first_marker(self.markers.as_ref(), agent);
+        // Not kept when the thread is ending or its table is in use (never:
+        // nothing here calls back into it).
+        let _ = SEEN_AGENTS.try_with(|seen| {
+            let Ok(mut seen) = seen.try_borrow_mut() else {
+                return;
+            };
+            if seen.is_empty() {
+                seen.resize_with(SEEN_SLOTS, || None);
+            }
+            if let Some(slot) = seen.get_mut(slot_of(hash)) {
+                *slot = Some(SeenAgent {
+                    detector: self.id,
+                    agent: agent.into(),
+                    marker,
+                });
+            }
+        });
+        marker
+    }
+}
+
+/// User agents remembered per thread (the server's few worker threads),
+/// in a table of slots chosen by hash: a user agent hashed into a slot
+/// another holds takes it over, and the other is scanned again when it
+/// comes back. No lock, no sharing between threads; at most
+/// [`SEEN_SLOTS`] user agents of at most 512 characters
+/// (`request::MAX_USER_AGENT_CHARS`) a thread.
+const SEEN_SLOTS: usize = 256;
+
+thread_local! {
+    static SEEN_AGENTS: std::cell::RefCell<Vec<Option<SeenAgent>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A user agent one detector ([`BotDetector::id`]) has looked at.
+struct SeenAgent {
+    detector: u64,
+    agent: Box<str>,
+    marker: Option<usize>,
+}
+
+fn slot_of(hash: u64) -> usize {
+    // SEEN_SLOTS is a power of two: the top bits, which mix the most.
+    (hash >> 56) as usize % SEEN_SLOTS
+}
+
+/// A fast hash of a user agent (eight bytes a step) for [`SEEN_AGENTS`].
+/// Not keyed: a client that sends user agents colliding in one slot only
+/// has them scanned each time, as without the table; the whole agent is
+/// compared before a remembered verdict is used.
+fn agent_hash(detector: u64, agent: &[u8]) -> u64 {
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
+    let step = |hash: u64, word: u64| (hash ^ word).wrapping_mul(K).rotate_left(31);
+    let mut hash = step(detector, agent.len() as u64);
+    let mut words = agent.chunks_exact(8);
+    for chunk in &mut words {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        hash = step(hash, u64::from_le_bytes(word));
+    }
+    let mut last = [0u8; 8];
+    last[..words.remainder().len()].copy_from_slice(words.remainder());
+    step(hash, u64::from_le_bytes(last)).wrapping_mul(K)
+}
+
 /// An automaton finding any of `patterns`, ASCII case ignored. Building
 /// fails only past size limits far beyond a list of user agent markers;
 /// then they go unchecked, said once in the log.
@@ -223,8 +311,13 @@ fn first_marker(markers: Option<&AhoCorasick>, agent: &str) -> Option<usize> {
         .min()
 }
 
-/// The signals visible in one request alone.
-fn classify_request(rules: &BotRules, markers: Option<&AhoCorasick>, hit: &Hit<'_>) -> Verdict {
+/// The signals visible in one request alone; `first_marker` finds the
+/// first of the rules' markers a user agent contains.
+fn classify_request(
+    rules: &BotRules,
+    first_marker: impl FnOnce(&str) -> Option<usize>,
+    hit: &Hit<'_>,
+) -> Verdict {
     if hit.is_head {
         return Some("head".to_owned());
     }
@@ -236,8 +329,7 @@ fn classify_request(rules: &BotRules, markers: Option<&AhoCorasick>, hit: &Hit<'
             return Some(reason.to_owned());
         }
     }
-    if let Some(marker) = first_marker(markers, agent).and_then(|n| rules.user_agent_markers.get(n))
-    {
+    if let Some(marker) = first_marker(agent).and_then(|n| rules.user_agent_markers.get(n)) {
         let mut reason = format!("ua:{marker}");
         reason.truncate(32);
         return Some(reason);
@@ -335,6 +427,46 @@ mod tests {
             ..hit(EventKind::Open, BROWSER, late)
         };
         assert_eq!(d.classify(&none).as_deref(), Some("no_user_agent"));
+    }
+
+    /// A user agent's verdict is remembered per detector: the same agent
+    /// again reads the same, and another detector's rules are its own.
+    #[test]
+    fn remembered_user_agents_keep_each_detectors_verdict() {
+        let curl_only = BotDetector::new(BotRules {
+            user_agent_markers: vec!["curl".to_owned()],
+            ..BotRules::default()
+        });
+        let default = BotDetector::new(BotRules::default());
+        let late = 3_600;
+        for _ in 0..3 {
+            for agent in [BROWSER, "Slackbot 1.0", "curl/8.5.0", "CURL/8.5.0"] {
+                let open = hit(EventKind::Open, agent, late);
+                let fresh = BotDetector::new(BotRules::default()).classify(&open);
+                assert_eq!(default.classify(&open), fresh, "{agent}");
+            }
+            let slack = hit(EventKind::Open, "Slackbot 1.0", late);
+            assert_eq!(curl_only.classify(&slack), None);
+            assert_eq!(default.classify(&slack).as_deref(), Some("ua:bot"));
+            let curl = hit(EventKind::Open, "curl/8.5.0", late);
+            assert_eq!(curl_only.classify(&curl).as_deref(), Some("ua:curl"));
+        }
+        // Agents sharing a slot take it from each other, verdicts intact.
+        let agents: Vec<String> = (0..4 * SEEN_SLOTS)
+            .map(|n| {
+                if n % 3 == 0 {
+                    format!("bot {n}")
+                } else {
+                    format!("Mail {n}")
+                }
+            })
+            .collect();
+        for _ in 0..2 {
+            for (n, agent) in agents.iter().enumerate() {
+                let verdict = default.classify(&hit(EventKind::Open, agent, late));
+                assert_eq!(verdict.is_some(), n % 3 == 0, "{agent}");
+            }
+        }
     }
 
     #[test]

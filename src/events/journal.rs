@@ -1,4 +1,6 @@
-//! The append-only event journal: a directory of JSON-lines segment files.
+//! The append-only event journal: a directory of segment files of one line
+//! per event (`journal_line`; the sealed ones are named `.jsonl`, as when
+//! the lines were JSON).
 //!
 //! * A handler appends its event's line to `{seq:020}.active` itself, with
 //!   one `write` under a mutex, and is answered once the line is in the
@@ -83,8 +85,6 @@ pub enum JournalError {
          one server per journal directory: give this one its own --journal"
     )]
     Locked { dir: PathBuf, pid: u32 },
-    #[error("encoding an event: {0}")]
-    Encode(#[from] serde_json::Error),
     #[error(
         "journal {path}: {source}; and the fallback queue is full ({} events): event lost",
         super::fallback::QUEUE_CAPACITY
@@ -133,7 +133,7 @@ impl Recorder {
 
     /// Append `row` to the journal file only, noting whether it wrote.
     pub(crate) fn append_without_fallback(&self, row: &EventRow) -> Result<(), JournalError> {
-        let mut line = super::journal_line::JournalLine::encode(row)?;
+        let mut line = super::journal_line::JournalLine::encode(row);
         line.push(b'\n');
         let written = self.append_line(&line);
         match &written {

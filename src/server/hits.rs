@@ -124,7 +124,7 @@ impl AppState {
             letter_id: named.letter_id,
             email: None,
             position: named.position,
-            ip: meta.network.map(|net| net.to_string()),
+            ip: meta.network.map(network_text),
             user_agent: meta.user_agent,
             country: meta.country,
             bot: verdict.is_some(),
@@ -195,5 +195,38 @@ impl Named {
     }
 }
 
+/// The network as `events.ip` stores it: an IPv4 one written octet by
+/// octet (`Display` through `core::fmt` took 1.3k instructions, a twentieth
+/// of what an open cost the server); IPv6 by `Display`.
+fn network_text(network: std::net::IpAddr) -> String {
+    let std::net::IpAddr::V4(v4) = network else {
+        return network.to_string();
+    };
+    let mut text = String::with_capacity(15);
+    for (n, octet) in v4.octets().into_iter().enumerate() {
+        if n > 0 {
+            text.push('.');
+        }
+        text.push_str(itoa::Buffer::new().format(octet));
+    }
+    text
+}
+
 /// `events.link_id` of a late event: no `links` row has id 0.
 pub(crate) const LATE_LINK_ID: u64 = 0;
+
+#[cfg(test)]
+mod tests {
+    use super::network_text;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn a_network_is_written_as_display_writes_it(octets in any::<[u8; 4]>(), segments in any::<[u16; 8]>()) {
+            let v4 = std::net::IpAddr::from(octets);
+            prop_assert_eq!(network_text(v4), v4.to_string());
+            let v6 = std::net::IpAddr::from(segments);
+            prop_assert_eq!(network_text(v6), v6.to_string());
+        }
+    }
+}
