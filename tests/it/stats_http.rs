@@ -203,7 +203,9 @@ async fn mailing_page(app: &TestServer) -> String {
         .unwrap()
 }
 
-fn chromium() -> Option<PathBuf> {
+/// Chromium on the PATH; a test that needs it fails without it (scripts/test
+/// and scripts/prepare.d install it).
+fn browser() -> PathBuf {
     ["chromium", "chromium-browser", "google-chrome"]
         .iter()
         .find_map(|name| {
@@ -213,6 +215,24 @@ fn chromium() -> Option<PathBuf> {
                     .find(|p| p.is_file())
             })
         })
+        .unwrap_or_else(|| {
+            panic!(
+                "chromium is not installed: apt-get install -y chromium (scripts/test does this)"
+            )
+        })
+}
+
+/// `html` saved as `DIR/STEM.html` under the tests' target directory (kept
+/// for a look after the run): its `file:` URL, and the path its screenshot
+/// goes to (an earlier run's removed, so a stale one cannot pass).
+fn saved_page(dir: &str, stem: &str, html: &str) -> (String, PathBuf) {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let page = dir.join(format!("{stem}.html"));
+    std::fs::write(&page, html).unwrap();
+    let png = dir.join(format!("{stem}.png"));
+    let _ = std::fs::remove_file(&png);
+    (format!("file://{}", page.display()), png)
 }
 
 fn run_chromium(binary: &Path, args: &[String]) -> std::process::Output {
@@ -247,9 +267,7 @@ fn run_chromium_with(binary: &Path, args: &[String], env: &[(&str, &str)]) -> st
 /// exactly what a signed-in browser shows.
 #[tokio::test]
 async fn the_dashboard_renders_in_a_real_browser_with_click_badges() {
-    let Some(browser) = chromium() else {
-        panic!("chromium is not installed: apt-get install -y chromium (.ci/run does this)");
-    };
+    let browser = browser();
     let db = rolled_db().await;
     let app = spawn(&db, Some(TOKEN), None).await;
     let html = mailing_page(&app).await;
@@ -259,13 +277,7 @@ async fn the_dashboard_renders_in_a_real_browser_with_click_badges() {
         "the click map is sandboxed: nothing in the letter runs"
     );
 
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("stats-dashboard");
-    std::fs::create_dir_all(&dir).unwrap();
-    let page = dir.join("dashboard.html");
-    std::fs::write(&page, &html).unwrap();
-    let png = dir.join("dashboard.png");
-    let _ = std::fs::remove_file(&png);
-    let url = format!("file://{}", page.display());
+    let (url, png) = saved_page("stats-dashboard", "dashboard", &html);
 
     let shot = run_chromium(
         &browser,
@@ -301,9 +313,7 @@ async fn the_dashboard_renders_in_a_real_browser_with_click_badges() {
 /// map), badges are graded, and the frame is sized to the letter.
 #[tokio::test]
 async fn the_dashboard_right_after_a_send_shows_minutes_and_no_template_syntax() {
-    let Some(browser) = chromium() else {
-        panic!("chromium is not installed: scripts/test installs it");
-    };
+    let browser = browser();
     let db = just_sent_db().await;
     let app = spawn(&db, Some(TOKEN), None).await;
     let html = mailing_page(&app).await;
@@ -314,13 +324,7 @@ async fn the_dashboard_right_after_a_send_shows_minutes_and_no_template_syntax()
         "{html}"
     );
 
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("stats-dashboard-just-sent");
-    std::fs::create_dir_all(&dir).unwrap();
-    let page = dir.join("dashboard.html");
-    std::fs::write(&page, &html).unwrap();
-    let png = dir.join("dashboard.png");
-    let _ = std::fs::remove_file(&png);
-    let url = format!("file://{}", page.display());
+    let (url, png) = saved_page("stats-dashboard-just-sent", "dashboard", &html);
     run_chromium(
         &browser,
         &[format!("--screenshot={}", png.display()), url.clone()],
@@ -363,9 +367,7 @@ async fn the_dashboard_right_after_a_send_shows_minutes_and_no_template_syntax()
 /// "UTC" is left on the chart.
 #[tokio::test]
 async fn the_dashboard_charts_times_are_in_the_viewers_time_zone() {
-    let Some(browser) = chromium() else {
-        panic!("chromium is not installed: scripts/test installs it");
-    };
+    let browser = browser();
     let db = just_sent_db().await;
     let app = spawn(&db, Some(TOKEN), None).await;
     let html = mailing_page(&app).await;
@@ -425,11 +427,7 @@ async fn the_dashboard_charts_times_are_in_the_viewers_time_zone() {
 /// fall-back (issue 25 found `font:14px&#x2f;1.45 …&quot;Segoe UI&quot;`).
 #[tokio::test]
 async fn the_dashboard_css_applies_in_a_real_browser() {
-    let Some(browser) = chromium() else {
-        panic!(
-            "chromium is not installed: apt-get install -y chromium (scripts/prepare.d does this)"
-        );
-    };
+    let browser = browser();
     let db = rolled_db().await;
     let app = spawn(&db, Some(TOKEN), None).await;
     for path in ["/mailings".to_owned(), format!("/mailings/{MAILING}")] {
@@ -630,9 +628,7 @@ async fn api_answers_are_no_store_nosniff_and_pages_carry_a_strict_policy() {
 /// click map, and the listener never sees a connection.
 #[tokio::test]
 async fn the_click_map_makes_the_browser_contact_nobody() {
-    let Some(browser) = chromium() else {
-        panic!("chromium is not installed: scripts/test installs it");
-    };
+    let browser = browser();
     let db = rolled_db().await;
     let remote = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     remote.set_nonblocking(true).unwrap();
@@ -665,17 +661,8 @@ async fn the_click_map_makes_the_browser_contact_nobody() {
         html.contains("data-lt-placeholder") && !html.contains("logo.png"),
         "the creative's image is a placeholder in the click map"
     );
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("stats-no-remote");
-    std::fs::create_dir_all(&dir).unwrap();
-    let page = dir.join("dashboard.html");
-    std::fs::write(&page, &html).unwrap();
-    let dom = run_chromium(
-        &browser,
-        &[
-            "--dump-dom".to_owned(),
-            format!("file://{}", page.display()),
-        ],
-    );
+    let (url, _) = saved_page("stats-no-remote", "dashboard", &html);
+    let dom = run_chromium(&browser, &["--dump-dom".to_owned(), url]);
     let dom = String::from_utf8_lossy(&dom.stdout);
     assert!(dom.contains("lt-badge"), "the click map rendered");
     match remote.accept() {
@@ -786,9 +773,7 @@ async fn the_session_cookie_is_secure_when_the_base_url_is_https() {
 /// the cumulative chart and the bars drawn, times put in the viewer's zone.
 #[tokio::test]
 async fn the_mailing_page_before_and_after_traffic_has_no_broken_image_or_console_error() {
-    let Some(browser) = chromium() else {
-        panic!("chromium is not installed: scripts/test installs it");
-    };
+    let browser = browser();
     let db = TestDb::with_days_since(days_ago(1)).await;
     let today = days_ago(0);
     let letters = letters(&db.pool, today, 3).await;
@@ -801,8 +786,6 @@ async fn the_mailing_page_before_and_after_traffic_has_no_broken_image_or_consol
         .await
         .unwrap();
     let app = spawn(&db, Some(TOKEN), None).await;
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("stats-before-after");
-    std::fs::create_dir_all(&dir).unwrap();
     let mut doms = Vec::new();
     for stage in ["before", "after"] {
         if stage == "after" {
@@ -815,11 +798,7 @@ async fn the_mailing_page_before_and_after_traffic_has_no_broken_image_or_consol
             !html.contains("127.0.0.1:1"),
             "{stage}: the image's address left"
         );
-        let page = dir.join(format!("{stage}.html"));
-        std::fs::write(&page, &html).unwrap();
-        let png = dir.join(format!("{stage}.png"));
-        let _ = std::fs::remove_file(&png);
-        let url = format!("file://{}", page.display());
+        let (url, png) = saved_page("stats-before-after", stage, &html);
         run_chromium(
             &browser,
             &[format!("--screenshot={}", png.display()), url.clone()],
