@@ -24,6 +24,7 @@ use crate::privacy::Withheld;
 use crate::store::link_templates::LinkTemplate;
 use crate::token::Token;
 use chrono::Utc;
+use uuid::ClockSequence;
 
 impl AppState {
     /// Classify and journal one hit (not async: the journal's write is
@@ -230,8 +231,7 @@ fn network_text(network: std::net::IpAddr) -> String {
 /// made before, as `Uuid::now_v7` orders its own (one counter under a
 /// lock; its random part from the same generator).
 fn event_id(now: chrono::DateTime<Utc>) -> [u8; 16] {
-    static EVENT_IDS: std::sync::Mutex<uuid::ContextV7> =
-        std::sync::Mutex::new(uuid::ContextV7::new());
+    static EVENT_IDS: EventIds = EventIds(std::sync::Mutex::new(uuid::ContextV7::new()));
     match u64::try_from(now.timestamp()) {
         Ok(seconds) => {
             let at = uuid::Timestamp::from_unix(&EVENT_IDS, seconds, now.timestamp_subsec_nanos());
@@ -239,6 +239,34 @@ fn event_id(now: chrono::DateTime<Utc>) -> [u8; 16] {
         }
         // Before 1970: no version-7 time; the clock's own reading.
         Err(_) => *uuid::Uuid::now_v7().as_bytes(),
+    }
+}
+
+/// The counter of event ids, shared by the threads under a lock taken
+/// once per id (`Mutex<ContextV7>` as a `ClockSequence` locks a second
+/// time to say how many bits its counter has, which never changes).
+struct EventIds(std::sync::Mutex<uuid::ContextV7>);
+
+impl ClockSequence for EventIds {
+    type Output = u64;
+
+    fn generate_sequence(&self, seconds: u64, subsec_nanos: u32) -> u64 {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .generate_sequence(seconds, subsec_nanos)
+    }
+
+    fn generate_timestamp_sequence(&self, seconds: u64, subsec_nanos: u32) -> (u64, u64, u32) {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .generate_timestamp_sequence(seconds, subsec_nanos)
+    }
+
+    fn usable_bits(&self) -> usize {
+        // A context's bit count is a constant of its type: a fresh one's.
+        uuid::ContextV7::new().usable_bits()
     }
 }
 
