@@ -8,6 +8,7 @@
 //! layout cannot hold.
 
 use chrono::{DateTime, Datelike, SecondsFormat, Timelike, Utc};
+use std::cell::Cell;
 
 /// `at` in RFC 3339 with nanoseconds (`2026-11-22T10:00:00.123456789Z`),
 /// handed to `use_text`.
@@ -51,11 +52,25 @@ fn fixed_width(text: &[u8]) -> Option<DateTime<Utc>> {
         return None;
     };
     let nanos: &[u8; 9] = nanos.try_into().ok()?;
-    let date = chrono::NaiveDate::from_ymd_opt(
-        i32::try_from(number(&[*y0, *y1, *y2, *y3])?).ok()?,
-        number(&[*mo0, *mo1])?,
-        number(&[*d0, *d1])?,
-    )?;
+    // The date of the last line read on this thread is kept: a segment's
+    // lines are of one day, and building a date from its digits took about
+    // a third of reading the time (callgrind, the replay of opens).
+    thread_local! {
+        static DAY: Cell<Option<([u8; 10], chrono::NaiveDate)>> = const { Cell::new(None) };
+    }
+    let digits = [*y0, *y1, *y2, *y3, b'-', *mo0, *mo1, b'-', *d0, *d1];
+    let date = DAY.with(|day| match day.get() {
+        Some((seen, date)) if seen == digits => Some(date),
+        _ => {
+            let date = chrono::NaiveDate::from_ymd_opt(
+                i32::try_from(number(&[*y0, *y1, *y2, *y3])?).ok()?,
+                number(&[*mo0, *mo1])?,
+                number(&[*d0, *d1])?,
+            )?;
+            day.set(Some((digits, date)));
+            Some(date)
+        }
+    })?;
     let time = date.and_hms_nano_opt(
         number(&[*h0, *h1])?,
         number(&[*mi0, *mi1])?,
@@ -79,20 +94,51 @@ type Digits = [u8; 29];
 
 /// `at` as [`Digits`], or `None` where fixed widths cannot hold it: years
 /// outside 0..=9999 and leap seconds (chrono's nanosecond >= 10^9).
+///
+/// The date and time up to the second are kept per thread and written anew
+/// only when the second changes: the events of a busy server fall in the
+/// same second, and chrono's date fields and the twelve divisions of the
+/// digits were 500 instructions an event (callgrind, an open's journal line).
 fn digits(at: &DateTime<Utc>) -> Option<Digits> {
-    let year = u32::try_from(at.year()).ok().filter(|year| *year <= 9999)?;
+    thread_local! {
+        static SECOND: Cell<Option<(SecondKey, SecondDigits)>> = const { Cell::new(None) };
+    }
     let nanos = at.nanosecond();
     if nanos >= 1_000_000_000 {
         return None;
     }
+    let naive = at.naive_utc();
+    let key = (naive.date(), naive.time().num_seconds_from_midnight());
+    let second = SECOND.with(|cached| match cached.get() {
+        Some((seen, second)) if seen == key => Some(second),
+        _ => {
+            let second = second_digits(at)?;
+            cached.set(Some((key, second)));
+            Some(second)
+        }
+    })?;
     let mut out = *b"0000-00-00T00:00:00.000000000";
+    out[..19].copy_from_slice(&second);
+    put(&mut out[20..29], nanos);
+    Some(out)
+}
+
+/// Which second [`SecondDigits`] were written for.
+type SecondKey = (chrono::NaiveDate, u32);
+
+/// `YYYY-MM-DDTHH:MM:SS`, the part of [`Digits`] before the nanoseconds.
+type SecondDigits = [u8; 19];
+
+/// `at`'s date and time to the second, or `None` for a year outside 0..=9999.
+fn second_digits(at: &DateTime<Utc>) -> Option<SecondDigits> {
+    let year = u32::try_from(at.year()).ok().filter(|year| *year <= 9999)?;
+    let mut out = *b"0000-00-00T00:00:00";
     put(&mut out[0..4], year);
     put(&mut out[5..7], at.month());
     put(&mut out[8..10], at.day());
     put(&mut out[11..13], at.hour());
     put(&mut out[14..16], at.minute());
     put(&mut out[17..19], at.second());
-    put(&mut out[20..29], nanos);
     Some(out)
 }
 
@@ -110,6 +156,39 @@ mod tests {
     use super::*;
     use chrono::TimeZone;
     use proptest::prelude::*;
+
+    /// `parse_rfc3339` as it was before it kept the day: the fixed layout's
+    /// date built from its digits every time, else chrono.
+    fn read_before(text: &str) -> Option<DateTime<Utc>> {
+        let fixed = || {
+            let b = text.as_bytes();
+            if b.len() != 30 || b[29] != b'Z' {
+                return None;
+            }
+            let n = |r: std::ops::Range<usize>| number(&b[r]);
+            let layout = [
+                (4, b'-'),
+                (7, b'-'),
+                (10, b'T'),
+                (13, b':'),
+                (16, b':'),
+                (19, b'.'),
+            ];
+            if layout.iter().any(|&(at, c)| b[at] != c) {
+                return None;
+            }
+            let date = chrono::NaiveDate::from_ymd_opt(
+                i32::try_from(n(0..4)?).ok()?,
+                n(5..7)?,
+                n(8..10)?,
+            )?;
+            Some(
+                date.and_hms_nano_opt(n(11..13)?, n(14..16)?, n(17..19)?, n(20..29)?)?
+                    .and_utc(),
+            )
+        };
+        fixed().or_else(|| text.parse().ok())
+    }
 
     fn text(digits: &[u8]) -> &str {
         std::str::from_utf8(digits).unwrap()
@@ -177,6 +256,44 @@ mod tests {
         fn every_time_written_reads_back_exactly(seconds in -62_000_000_000i64..300_000_000_000, nanos in 0u32..1_000_000_000) {
             let at = DateTime::from_timestamp(seconds, nanos).unwrap();
             prop_assert_eq!(parse_rfc3339(&with_rfc3339(&at, str::to_owned)), Some(at));
+        }
+
+        /// Texts of times in turn, the day read once and reused, and texts
+        /// near them with a digit changed: read as chrono reads them (or
+        /// refused where chrono refuses the fixed layout's date).
+        #[test]
+        fn times_read_in_turn_are_chronos(
+            times in proptest::collection::vec((0i64..253_402_300_799, 0i64..3, 0u32..1_000_000_000, 0usize..29, 0u8..10), 1..40),
+        ) {
+            for (seconds, step, nanos, at, digit) in times {
+                for seconds in [seconds, seconds + step * 86_400, seconds] {
+                    let at_time = DateTime::from_timestamp(seconds, nanos).unwrap();
+                    let text = at_time.to_rfc3339_opts(SecondsFormat::Nanos, true);
+                    prop_assert_eq!(parse_rfc3339(&text), Some(at_time));
+                    let mut changed = text.into_bytes();
+                    if changed[at].is_ascii_digit() {
+                        changed[at] = b'0' + digit;
+                    }
+                    let changed = String::from_utf8(changed).unwrap();
+                    prop_assert_eq!(parse_rfc3339(&changed), read_before(&changed), "{}", changed);
+                }
+            }
+        }
+
+        /// Times in and around one second, in any order, as the per-thread
+        /// second is reused and replaced: each written as chrono writes it.
+        #[test]
+        fn digits_of_times_in_turn_are_chronos_own_format(
+            times in proptest::collection::vec((0i64..253_402_300_799, 0i64..3, 0u32..1_000_000_000), 1..40),
+        ) {
+            for (seconds, step, nanos) in times {
+                for seconds in [seconds, seconds + step, seconds] {
+                    let at = DateTime::from_timestamp(seconds, nanos).unwrap();
+                    let expected = at.format("%Y-%m-%dT%H:%M:%S%.9f").to_string();
+                    let written = digits(&at).unwrap();
+                    prop_assert_eq!(text(&written), expected.as_str());
+                }
+            }
         }
 
         #[test]

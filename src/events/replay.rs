@@ -298,7 +298,7 @@ struct Segment {
 /// interrupted, never acknowledged, and the only line that may be skipped.
 fn parse_segment(text: &str) -> Segment {
     let torn_tail = !text.is_empty() && !text.ends_with('\n');
-    let lines: Vec<&str> = text.lines().collect();
+    let lines = lines(text);
     let mut segment = Segment {
         events: Vec::with_capacity(lines.len()),
         bad_line: None,
@@ -320,6 +320,26 @@ fn parse_segment(text: &str) -> Segment {
         }
     }
     segment
+}
+
+/// `text`'s lines as `str::lines` gives them (split at `\n`, a `\r`
+/// before it dropped, no empty line after a last newline), the newlines
+/// found by `memchr` (`str::lines` searched a byte-wise word at a time:
+/// 400 instructions an open's line, callgrind).
+fn lines(text: &str) -> Vec<&str> {
+    let mut lines = Vec::with_capacity(text.len() / 128 + 1);
+    let mut start = 0;
+    for end in memchr::memchr_iter(b'\n', text.as_bytes()) {
+        // A newline is ASCII: `start` and `end` are character boundaries.
+        let line = text.get(start..end).unwrap_or_default();
+        lines.push(line.strip_suffix('\r').unwrap_or(line));
+        start = end + 1;
+    }
+    if start < text.len() {
+        // A last line without its newline keeps a `\r` (as `str::lines`).
+        lines.push(text.get(start..).unwrap_or_default());
+    }
+    lines
 }
 
 /// Link reads one replay runs at once: with the buffer pool cold, one
@@ -448,6 +468,15 @@ async fn insert_with_partitions(pool: &MySqlPool, rows: &[EventRow]) -> Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        /// Texts of lines, carriage returns and other characters split as
+        /// `str::lines` splits them.
+        #[test]
+        fn segments_split_into_lines_as_str_lines_splits_them(text in "[a\\t\r\né\\\\]{0,40}") {
+            proptest::prop_assert_eq!(lines(&text), text.lines().collect::<Vec<_>>());
+        }
+    }
 
     fn row() -> EventRow {
         EventRow {

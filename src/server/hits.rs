@@ -24,6 +24,7 @@ use crate::privacy::Withheld;
 use crate::store::link_templates::LinkTemplate;
 use crate::token::Token;
 use chrono::Utc;
+use uuid::ClockSequence;
 
 impl AppState {
     /// Classify and journal one hit (not async: the journal's write is
@@ -40,10 +41,23 @@ impl AppState {
         link: Option<&ServedLink>,
         meta: RequestMeta,
     ) -> bool {
+        self.journal_hit_at(kind, token, link, meta, Utc::now())
+    }
+
+    /// [`AppState::journal_hit`] of a hit that happened at `now` (the
+    /// pixel's, whose token check read the clock: the time and the event's
+    /// id come from that one reading).
+    pub fn journal_hit_at(
+        &self,
+        kind: EventKind,
+        token: Token,
+        link: Option<&ServedLink>,
+        meta: RequestMeta,
+        now: chrono::DateTime<Utc>,
+    ) -> bool {
         if !self.settings.record_events {
             return true;
         }
-        let now = Utc::now();
         let letter = link.map(|l| (l.mailing_id.as_str(), l.letter_id, l.position));
         let verdict = self.classify(kind, token, letter, &meta, now);
         let row = self.event(kind, token, Named::link(link), meta, now, verdict);
@@ -115,7 +129,7 @@ impl AppState {
         verdict: Option<String>,
     ) -> EventRow {
         EventRow {
-            event_id: *uuid::Uuid::now_v7().as_bytes(),
+            event_id: event_id(now),
             occurred_at: now,
             kind,
             token: *token.as_bytes(),
@@ -212,6 +226,50 @@ fn network_text(network: std::net::IpAddr) -> String {
     text
 }
 
+/// A new event's id: a version-7 UUID of `now` (the event's own time, so
+/// the clock is read once per hit), ordered after every id this process
+/// made before, as `Uuid::now_v7` orders its own (one counter under a
+/// lock; its random part from the same generator).
+fn event_id(now: chrono::DateTime<Utc>) -> [u8; 16] {
+    static EVENT_IDS: EventIds = EventIds(std::sync::Mutex::new(uuid::ContextV7::new()));
+    match u64::try_from(now.timestamp()) {
+        Ok(seconds) => {
+            let at = uuid::Timestamp::from_unix(&EVENT_IDS, seconds, now.timestamp_subsec_nanos());
+            *uuid::Uuid::new_v7(at).as_bytes()
+        }
+        // Before 1970: no version-7 time; the clock's own reading.
+        Err(_) => *uuid::Uuid::now_v7().as_bytes(),
+    }
+}
+
+/// The counter of event ids, shared by the threads under a lock taken
+/// once per id (`Mutex<ContextV7>` as a `ClockSequence` locks a second
+/// time to say how many bits its counter has, which never changes).
+struct EventIds(std::sync::Mutex<uuid::ContextV7>);
+
+impl ClockSequence for EventIds {
+    type Output = u64;
+
+    fn generate_sequence(&self, seconds: u64, subsec_nanos: u32) -> u64 {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .generate_sequence(seconds, subsec_nanos)
+    }
+
+    fn generate_timestamp_sequence(&self, seconds: u64, subsec_nanos: u32) -> (u64, u64, u32) {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .generate_timestamp_sequence(seconds, subsec_nanos)
+    }
+
+    fn usable_bits(&self) -> usize {
+        // A context's bit count is a constant of its type: a fresh one's.
+        uuid::ContextV7::new().usable_bits()
+    }
+}
+
 /// `events.link_id` of a late event: no `links` row has id 0.
 pub(crate) const LATE_LINK_ID: u64 = 0;
 
@@ -219,6 +277,19 @@ pub(crate) const LATE_LINK_ID: u64 = 0;
 mod tests {
     use super::network_text;
     use proptest::prelude::*;
+
+    #[test]
+    fn event_ids_are_version_7_of_their_time_and_ordered() {
+        let now = chrono::Utc::now();
+        let ids: Vec<[u8; 16]> = (0..1000).map(|_| super::event_id(now)).collect();
+        for pair in ids.windows(2) {
+            assert!(pair[0] < pair[1], "ids made in turn are ordered");
+        }
+        let id = uuid::Uuid::from_bytes(ids[0]);
+        assert_eq!(id.get_version_num(), 7);
+        let (seconds, _) = id.get_timestamp().unwrap().to_unix();
+        assert_eq!(seconds, now.timestamp() as u64);
+    }
 
     proptest! {
         #[test]
