@@ -957,17 +957,14 @@ fn build_one(
     })
 }
 
-/// The writer: commit each batch's rows, then hand its letters to the
-/// output thread, which appends them and then passes them to the delivery
-/// task (when delivering). Returns the sender for batches and the task's
-/// handle.
+/// The writer: commit a batch's rows, then hand its letters to the output
+/// thread, which appends them and then passes them to the delivery task
+/// (when delivering). Returns the sender for batches and the task's handle.
 ///
-/// The stages overlap, in order: batch N+1's rows are inserted while batch
-/// N's are committed and its letters written out, and while batch N+2 is
-/// built. Each batch is still one transaction, and the transactions commit
-/// in batch order ([`store_rows`]). A letter reaches the output (and
-/// delivery) only after its rows are committed: a tracked link in a letter
-/// always resolves.
+/// The three stages overlap, in order: batch N+1's rows are inserted while
+/// batch N's letters are written out and while batch N+2 is built. A
+/// letter reaches the output (and delivery) only after its rows are
+/// committed: a tracked link in a letter always resolves.
 fn spawn_writer(
     pool: MySqlPool,
     out: Output,
@@ -978,7 +975,7 @@ fn spawn_writer(
 ) {
     // One batch waiting while the next builds: bounded, so a slow database
     // holds the builders back instead of filling memory.
-    let (sender, receiver) = tokio::sync::mpsc::channel::<StoredBatch>(1);
+    let (sender, mut receiver) = tokio::sync::mpsc::channel::<StoredBatch>(1);
     let handle = tokio::spawn(async move {
         let sink = LetterSink::open(&out)?;
         let (to_deliver, delivering) = match delivery {
@@ -989,27 +986,20 @@ fn spawn_writer(
             None => (None, None),
         };
         let (to_output, output) = spawn_output(sink, to_deliver);
-        let mut in_order = spawn_stores(pool, receiver);
         let mut stored = Ok(());
-        while let Some((store, committed)) = in_order.recv().await {
-            match store.await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    stored = Err(e);
-                    break;
-                }
-                Err(e) => {
-                    stored = Err(BuildError::Internal(format!("store task: {e}")));
-                    break;
-                }
+        while let Some(batch) = receiver.recv().await {
+            if let Err(e) = store_rows(&pool, &batch.rows).await {
+                stored = Err(e);
+                break;
             }
+            let committed = Committed {
+                lines: batch.lines,
+                letters: batch.letters,
+            };
             if to_output.send(committed).await.is_err() {
                 break; // the output or delivery failed; its error is below
             }
         }
-        // Stores started after a failure find their predecessor uncommitted
-        // and roll back (`store_rows`).
-        drop(in_order);
         drop(to_output);
         // The output thread writes what was committed before any failure,
         // and gives the sink back: it is finished (`FILE.partial` renamed)
@@ -1027,48 +1017,6 @@ fn spawn_writer(
         }
     });
     (sender, handle)
-}
-
-/// A batch's store task and what goes out once it has committed.
-type StoreInFlight = (tokio::task::JoinHandle<Result<(), BuildError>>, Committed);
-
-/// Start each batch's store as it arrives, on a connection of its own, at
-/// most two at a time: the next batch's rows go in while this one's commit
-/// waits or its letters are written, so MariaDB need not wait for the
-/// writer between batches. The stores come back in batch order.
-fn spawn_stores(
-    pool: MySqlPool,
-    mut batches: tokio::sync::mpsc::Receiver<StoredBatch>,
-) -> tokio::sync::mpsc::Receiver<StoreInFlight> {
-    // One store waiting in the channel and the one the writer awaits: the
-    // permit is taken before a store starts, so no third one does.
-    let (started, in_order) = tokio::sync::mpsc::channel::<StoreInFlight>(1);
-    tokio::spawn(async move {
-        let mut previous: Option<tokio::sync::oneshot::Receiver<()>> = None;
-        while let Some(batch) = batches.recv().await {
-            let Ok(permit) = started.reserve().await else {
-                break; // the writer stopped; its error is returned
-            };
-            let (committed, committed_here) = tokio::sync::oneshot::channel();
-            let earlier = previous.replace(committed_here);
-            let pool = pool.clone();
-            let rows = batch.rows;
-            let store = tokio::spawn(async move {
-                store_rows(&pool, &rows, earlier).await?;
-                // The next batch may commit now (it may be gone: ignored).
-                let _ = committed.send(());
-                Ok(())
-            });
-            permit.send((
-                store,
-                Committed {
-                    lines: batch.lines,
-                    letters: batch.letters,
-                },
-            ));
-        }
-    });
-    in_order
 }
 
 /// The output thread: appends each committed batch's lines (blocking file
@@ -1121,28 +1069,9 @@ fn spawn_delivery(
 
 /// Insert a batch's rows in one transaction; if a day's partition is
 /// missing (the job crossed midnight twice), create it and try once more.
-/// The transaction commits only after the batch before it (`earlier`) has:
-/// batches commit in order, as when they were stored one by one, so an
-/// interrupted build leaves the batches up to some point stored, and the
-/// two transactions never wait on each other's lock of the mailing's
-/// letter count. An earlier batch that failed rolls this one back.
-async fn store_rows(
-    pool: &MySqlPool,
-    rows: &[links::NewLink],
-    mut earlier: Option<tokio::sync::oneshot::Receiver<()>>,
-) -> Result<(), BuildError> {
-    let earlier_committed = |earlier: Option<tokio::sync::oneshot::Receiver<()>>| async move {
-        match earlier {
-            Some(committed) => committed.await.map_err(|_| {
-                BuildError::Internal(
-                    "an earlier batch was not stored; this one was rolled back".into(),
-                )
-            }),
-            None => Ok(()),
-        }
-    };
+async fn store_rows(pool: &MySqlPool, rows: &[links::NewLink]) -> Result<(), BuildError> {
     if rows.is_empty() {
-        return earlier_committed(earlier).await;
+        return Ok(());
     }
     // On a Spider head the ids come from blocks reserved ahead, outside the
     // batch's transaction (`store::cluster::ids`); none on one server.
@@ -1151,7 +1080,6 @@ async fn store_rows(
         let mut tx = pool.begin().await.map_err(StoreError::from)?;
         match links::insert_with(&mut tx, rows, head.as_ref()).await {
             Ok(_) => {
-                earlier_committed(earlier.take()).await?;
                 count_new_letters(&mut tx, rows).await?;
                 tx.commit().await.map_err(StoreError::from)?;
                 return Ok(());
