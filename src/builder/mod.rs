@@ -330,6 +330,16 @@ pub enum BuildError {
 /// A batch ready for the writer: rows to commit, then letters to write.
 struct StoredBatch {
     rows: Vec<links::NewLink>,
+    /// The letters' output lines, encoded by the threads that built them.
+    lines: Vec<Vec<u8>>,
+    /// The letters themselves, kept only for delivery (else empty: their
+    /// lines are all the output needs).
+    letters: Vec<compose::Letter>,
+}
+
+/// A stored batch on its way out: written, then delivered.
+struct Committed {
+    lines: Vec<Vec<u8>>,
     letters: Vec<compose::Letter>,
 }
 
@@ -348,7 +358,7 @@ pub async fn run(pool: &MySqlPool, options: &BuildOptions) -> Result<Summary, Bu
     let progress = progress_bar(options.progress, reader.total_bytes);
     let bytes_read = Arc::clone(&reader.bytes_read);
     let delivery = open_delivery(pool, options, &ctx.mailing)?;
-    let mut job = Job::start(pool, ctx, options).await?;
+    let mut job = Job::start(pool, ctx, options, delivery.is_some()).await?;
     let delivery_counters = delivery.as_ref().map(|d| d.counters());
     let ticker = delivery_counters
         .clone()
@@ -625,6 +635,8 @@ struct Job<'a> {
     summary: Summary,
     /// First line of each address seen, to reject duplicates.
     seen: HashMap<String, u64>,
+    /// The letters are delivered: keep them beside their output lines.
+    keep_letters: bool,
 }
 
 impl<'a> Job<'a> {
@@ -632,6 +644,7 @@ impl<'a> Job<'a> {
         pool: &'a MySqlPool,
         ctx: Arc<MailingContext>,
         options: &BuildOptions,
+        keep_letters: bool,
     ) -> Result<Job<'a>, BuildError> {
         let mailing_id = &ctx.mailing.mailing_id;
         let existing = links::letters_of_mailing(pool, mailing_id).await?;
@@ -652,6 +665,7 @@ impl<'a> Job<'a> {
                 ..Summary::default()
             },
             seen: HashMap::new(),
+            keep_letters,
             ctx,
         })
     }
@@ -680,6 +694,7 @@ impl<'a> Job<'a> {
             Arc::clone(&self.images),
             opted_out,
             workers,
+            self.keep_letters,
         )
         .await?;
         self.collect(built)
@@ -757,11 +772,12 @@ impl<'a> Job<'a> {
     fn collect(&mut self, built: Vec<BuiltEntry>) -> Result<StoredBatch, BuildError> {
         let mut batch = StoredBatch {
             rows: self.images.take_new_rows(),
-            letters: Vec::with_capacity(built.len()),
+            lines: Vec::with_capacity(built.len()),
+            letters: Vec::new(),
         };
         for (line, email, result) in built {
             match result {
-                Ok(Built { letter, new_links }) => {
+                Ok((Built { letter, new_links }, encoded)) => {
                     self.summary.letters_untracked += u64::from(letter.track == TrackMode::None);
                     self.summary.letters_anonymous +=
                         u64::from(letter.track == TrackMode::Anonymous);
@@ -772,7 +788,11 @@ impl<'a> Job<'a> {
                             self.summary.positions_showing_address.len() as u64;
                     }
                     batch.rows.extend(new_links);
-                    batch.letters.push(letter);
+                    batch.lines.push(encoded);
+                    self.summary.letters_built += 1;
+                    if self.keep_letters {
+                        batch.letters.push(letter);
+                    }
                 }
                 Err(reason) => self.rejects.write(
                     &mut self.summary,
@@ -784,7 +804,6 @@ impl<'a> Job<'a> {
                 )?,
             }
         }
-        self.summary.letters_built += batch.letters.len() as u64;
         self.summary.links_stored += batch.rows.len() as u64;
         Ok(batch)
     }
@@ -839,9 +858,14 @@ async fn stored_tokens(
     Ok(by_letter)
 }
 
-type BuiltEntry = (u64, String, Result<Built, Reject>);
+/// A recipient's line and address, and its letter with the letter's output
+/// line, or why it has none.
+type BuiltEntry = (u64, String, Result<(Built, Vec<u8>), Reject>);
 
-/// Build a batch of letters on `workers` threads, in input order.
+/// Build a batch of letters on `workers` threads, in input order, each
+/// with its output line: the JSON line is half a planned letter's CPU, so
+/// it is made here on every core rather than by the one thread that
+/// writes the output.
 async fn build_batch(
     ctx: Arc<MailingContext>,
     jobs: Vec<(Recipient, u64)>,
@@ -849,6 +873,7 @@ async fn build_batch(
     images: Arc<ImageTokens>,
     opted_out: HashSet<String>,
     workers: usize,
+    keep_letters: bool,
 ) -> Result<Vec<BuiltEntry>, BuildError> {
     let made_at = chrono::Utc::now();
     tokio::task::spawn_blocking(move || {
@@ -870,7 +895,17 @@ async fn build_batch(
                                     images,
                                     made_at,
                                     letter_mode(&ctx.mailing, recipient, opted_out),
-                                );
+                                )
+                                .map(|mut built| {
+                                    let line = output::encoded_line(&built.letter);
+                                    if !keep_letters {
+                                        // Only the line is written out: free
+                                        // the letter's text now.
+                                        built.letter.html = String::new();
+                                        built.letter.message = String::new();
+                                    }
+                                    (built, line)
+                                });
                                 (recipient.line, recipient.email.as_str().to_owned(), result)
                             })
                             .collect::<Vec<_>>()
@@ -922,9 +957,14 @@ fn build_one(
     })
 }
 
-/// The writer: commit a batch's rows, then append its letters, then hand
-/// them to the delivery task (when delivering). Returns the sender for
-/// batches and the task's handle.
+/// The writer: commit a batch's rows, then hand its letters to the output
+/// thread, which appends them and then passes them to the delivery task
+/// (when delivering). Returns the sender for batches and the task's handle.
+///
+/// The three stages overlap, in order: batch N+1's rows are inserted while
+/// batch N's letters are written out and while batch N+2 is built. A
+/// letter reaches the output (and delivery) only after its rows are
+/// committed: a tracked link in a letter always resolves.
 fn spawn_writer(
     pool: MySqlPool,
     out: Output,
@@ -933,11 +973,11 @@ fn spawn_writer(
     tokio::sync::mpsc::Sender<StoredBatch>,
     tokio::task::JoinHandle<Result<delivery::Delivered, BuildError>>,
 ) {
-    // One batch in flight while the next builds: bounded, so a slow database
+    // One batch waiting while the next builds: bounded, so a slow database
     // holds the builders back instead of filling memory.
     let (sender, mut receiver) = tokio::sync::mpsc::channel::<StoredBatch>(1);
     let handle = tokio::spawn(async move {
-        let mut sink = LetterSink::open(&out)?;
+        let sink = LetterSink::open(&out)?;
         let (to_deliver, delivering) = match delivery {
             Some(delivery) => {
                 let (to_deliver, deliver) = spawn_delivery(delivery);
@@ -945,26 +985,64 @@ fn spawn_writer(
             }
             None => (None, None),
         };
+        let (to_output, output) = spawn_output(sink, to_deliver);
+        let mut stored = Ok(());
         while let Some(batch) = receiver.recv().await {
-            store_rows(&pool, &batch.rows).await?;
-            sink.write(&batch.letters)?;
-            // Delivered only once its rows are committed: a tracked link in
-            // a delivered message always resolves. The next batch is stored
-            // while this one is delivered.
-            if let Some(to_deliver) = &to_deliver {
-                if to_deliver.send(batch.letters).await.is_err() {
-                    break; // delivery failed; its error is returned below
-                }
+            if let Err(e) = store_rows(&pool, &batch.rows).await {
+                stored = Err(e);
+                break;
+            }
+            let committed = Committed {
+                lines: batch.lines,
+                letters: batch.letters,
+            };
+            if to_output.send(committed).await.is_err() {
+                break; // the output or delivery failed; its error is below
             }
         }
-        sink.finish()?;
-        drop(to_deliver);
+        drop(to_output);
+        // The output thread writes what was committed before any failure,
+        // and gives the sink back: it is finished (`FILE.partial` renamed)
+        // only when every batch was stored.
+        let written = output
+            .await
+            .map_err(|e| BuildError::Internal(format!("output thread: {e}")))?;
+        stored?;
+        written?.finish()?;
         match delivering {
             Some(handle) => handle
                 .await
                 .map_err(|e| BuildError::Internal(format!("delivery task: {e}")))?,
             None => Ok(delivery::Delivered::default()),
         }
+    });
+    (sender, handle)
+}
+
+/// The output thread: appends each committed batch's lines (blocking file
+/// or terminal writes, off the runtime's workers and off the inserts'
+/// path), then hands the letters to delivery. Returns the sink when every
+/// batch sent was written and handed on.
+fn spawn_output(
+    mut sink: LetterSink,
+    to_deliver: Option<tokio::sync::mpsc::Sender<Vec<compose::Letter>>>,
+) -> (
+    tokio::sync::mpsc::Sender<Committed>,
+    tokio::task::JoinHandle<Result<LetterSink, BuildError>>,
+) {
+    let (sender, mut receiver) = tokio::sync::mpsc::channel::<Committed>(1);
+    let handle = tokio::task::spawn_blocking(move || {
+        while let Some(batch) = receiver.blocking_recv() {
+            sink.write(&batch.lines)?;
+            drop(batch.lines);
+            if let Some(to_deliver) = &to_deliver {
+                if to_deliver.blocking_send(batch.letters).is_err() {
+                    // Delivery failed; the writer returns its error.
+                    return Ok(sink);
+                }
+            }
+        }
+        Ok(sink)
     });
     (sender, handle)
 }

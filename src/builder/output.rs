@@ -43,14 +43,12 @@ impl LetterSink {
             .map_or_else(|| PathBuf::from("-"), |(partial, _)| partial.clone())
     }
 
-    pub(super) fn write(&mut self, letters: &[compose::Letter]) -> Result<(), BuildError> {
+    /// Append letters' lines, each already encoded by [`encoded_line`] on
+    /// the thread that built the letter.
+    pub(super) fn write(&mut self, lines: &[Vec<u8>]) -> Result<(), BuildError> {
         let result = (|| {
-            let mut line = Vec::new();
-            for letter in letters {
-                line.clear();
-                letter_line(letter, &mut line);
-                line.push(b'\n');
-                self.writer.write_all(&line)?;
+            for line in lines {
+                self.writer.write_all(line)?;
             }
             self.writer.flush()
         })();
@@ -72,6 +70,14 @@ impl LetterSink {
         }
         Ok(())
     }
+}
+
+/// The letter's JSON line with its line end, as the output file holds it.
+pub(super) fn encoded_line(letter: &compose::Letter) -> Vec<u8> {
+    let mut line = Vec::new();
+    letter_line(letter, &mut line);
+    line.push(b'\n');
+    line
 }
 
 /// The letter's JSON line (without its line end) appended to `out`: the
