@@ -3,6 +3,13 @@
 //! itself and the imports from every file under `src/`, so neither can
 //! drift from the other unnoticed. And clap, the command line's, stays in
 //! `cli/`: the layers below take plain settings structs.
+//!
+//! Inside a folder the same rule runs downwards: a folder's `mod.rs` wires
+//! its children, and a child does not reach back into it (or a higher
+//! `mod.rs`) for a type or function; what they share lives in a file of
+//! its own that both import. No two files import each other. What still
+//! breaks this is listed here (issue 44 empties the lists); the test fails
+//! on a tie that is not listed and on a listed one that is gone.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -220,5 +227,303 @@ fn clap_stops_at_the_command_line() {
     assert!(
         below_cli.is_empty(),
         "clap is used below the command line (cli/): {below_cli:?}"
+    );
+}
+
+/// The module path of a file under `src/`: `builder/output.rs` is
+/// `builder::output`, `server/stats/mod.rs` is `server::stats`.
+fn module_path(relative: &Path) -> Vec<String> {
+    let mut path: Vec<String> = relative
+        .components()
+        .filter_map(|c| c.as_os_str().to_str())
+        .map(|c| c.trim_end_matches(".rs").to_owned())
+        .collect();
+    if path.last().is_some_and(|last| last == "mod") {
+        path.pop();
+    }
+    path
+}
+
+/// A file's code without its tests (`#[cfg(test)]` onwards: inside a test
+/// module `super` is the file itself) and without comment lines.
+fn code_outside_tests(code: &str) -> impl Iterator<Item = &str> {
+    code.lines()
+        .take_while(|line| line.trim() != "#[cfg(test)]")
+        .filter(|line| !line.trim_start().starts_with("//"))
+}
+
+/// Every path a line names through `crate::` or `super::`, as segments
+/// from the crate root (`super` resolved against `module`); a group
+/// (`super::{a::X, Y}`) gives one path per item.
+fn named_paths(line: &str, module: &[String]) -> Vec<Vec<String>> {
+    let mut found = Vec::new();
+    let mut rest = line;
+    loop {
+        let at_crate = rest.find("crate::");
+        let at_super = rest.find("super::");
+        let (at, mut base) = match (at_crate, at_super) {
+            (Some(c), Some(s)) if c < s => (c + "crate::".len(), Vec::new()),
+            (Some(c), None) => (c + "crate::".len(), Vec::new()),
+            (_, Some(s)) => (s, module.to_vec()),
+            (None, None) => return found,
+        };
+        // A word that merely ends in `crate`/`super` is no path.
+        let before = rest[..at]
+            .trim_end_matches("crate::")
+            .trim_end_matches("super::");
+        if before
+            .chars()
+            .last()
+            .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
+        {
+            rest = &rest[at + 1..];
+            continue;
+        }
+        rest = &rest[at..];
+        while let Some(after) = rest.strip_prefix("super::") {
+            base.pop();
+            rest = after;
+        }
+        let (paths, after) = path_items(rest);
+        for items in paths {
+            let mut path = base.clone();
+            path.extend(items);
+            found.push(path);
+        }
+        rest = after;
+    }
+}
+
+/// The segments of `a::b::{c, d::e}` (one list per item) and the text
+/// after them.
+fn path_items(text: &str) -> (Vec<Vec<String>>, &str) {
+    let mut segments = Vec::new();
+    let mut rest = text;
+    loop {
+        if let Some(group) = rest.strip_prefix('{') {
+            let inner = group.split('}').next().unwrap_or_default();
+            let after = &group[inner.len()..];
+            let paths = inner
+                .split(',')
+                .map(|item| {
+                    let mut path = segments.clone();
+                    path.extend(path_items(item.trim()).0.into_iter().flatten());
+                    path
+                })
+                .filter(|path: &Vec<String>| path.len() > segments.len())
+                .collect();
+            return (paths, after);
+        }
+        let word: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '*')
+            .collect();
+        if word.is_empty() {
+            break;
+        }
+        rest = &rest[word.len()..];
+        segments.push(word);
+        match rest.strip_prefix("::") {
+            Some(after) => rest = after,
+            None => break,
+        }
+    }
+    (vec![segments], rest)
+}
+
+/// The module that owns what `path` names: its longest prefix that is a
+/// module (a file or folder under `src/`).
+fn owner<'p>(path: &'p [String], modules: &BTreeSet<Vec<String>>) -> &'p [String] {
+    let mut length = 0;
+    while length < path.len() && modules.contains(&path[..=length].to_vec()) {
+        length += 1;
+    }
+    &path[..length]
+}
+
+/// `(file, the ancestor module whose own items it takes)`: a child that
+/// reaches back into its folder's `mod.rs` (or a higher one's) for a type,
+/// function or constant, instead of a file of their own both import.
+fn imports_into_parents(files: &[(PathBuf, String)]) -> BTreeSet<(PathBuf, String)> {
+    let modules: BTreeSet<Vec<String>> = files.iter().map(|(p, _)| module_path(p)).collect();
+    let mut found = BTreeSet::new();
+    for (path, code) in files {
+        let module = module_path(path);
+        for line in code_outside_tests(code) {
+            for named in named_paths(line, &module) {
+                let owner = owner(&named, &modules);
+                let is_item = named.len() > owner.len();
+                let is_ancestor = !owner.is_empty() && owner.len() < module.len();
+                if is_item && is_ancestor && module.starts_with(owner) {
+                    found.insert((path.clone(), owner.join("::")));
+                }
+            }
+        }
+    }
+    found
+}
+
+/// Pairs of files that import each other (a circle of two rooms).
+fn mutual_imports(files: &[(PathBuf, String)]) -> BTreeSet<(String, String)> {
+    let modules: BTreeSet<Vec<String>> = files.iter().map(|(p, _)| module_path(p)).collect();
+    let mut edges: BTreeSet<(String, String)> = BTreeSet::new();
+    for (path, code) in files {
+        let module = module_path(path);
+        for line in code_outside_tests(code) {
+            for named in named_paths(line, &module) {
+                let owner = owner(&named, &modules);
+                if !owner.is_empty() && owner != module.as_slice() {
+                    edges.insert((module.join("::"), owner.join("::")));
+                }
+            }
+        }
+    }
+    edges
+        .iter()
+        .filter(|(a, b)| a < b && edges.contains(&(b.clone(), a.clone())))
+        .cloned()
+        .collect()
+}
+
+/// What issue 44 is taking apart: the children that still reach into a
+/// parent's `mod.rs`, and the rooms that still import each other. The test
+/// fails on any tie not listed (none may be added) and on any listed tie
+/// that is gone (the list only shrinks, to empty).
+const PARENT_IMPORTS_LEFT: &[(&str, &str)] = &[
+    ("acme/order.rs", "acme"),
+    ("bounces/ingest.rs", "bounces"),
+    ("builder/delivery.rs", "builder"),
+    ("builder/output.rs", "builder"),
+    ("cli/bounces.rs", "cli"),
+    ("cli/database.rs", "cli"),
+    ("cli/domains.rs", "cli"),
+    ("cli/export.rs", "cli"),
+    ("cli/mailing.rs", "cli"),
+    ("cli/secrets.rs", "cli"),
+    ("cli/serve.rs", "cli"),
+    ("cli/webhooks.rs", "cli"),
+    ("delivery/smtp/mod.rs", "delivery"),
+    ("events/replay.rs", "events"),
+    ("outbound/dispatch.rs", "outbound"),
+    ("outbound/endpoints.rs", "outbound"),
+    ("outbound/registry.rs", "outbound"),
+    ("privacy/erase.rs", "privacy"),
+    ("server/app.rs", "server"),
+    ("server/stats/api.rs", "server::stats"),
+    ("server/stats/auth.rs", "server::stats"),
+    ("server/stats/dashboard.rs", "server::stats"),
+    ("server/stats/export.rs", "server::stats"),
+    ("store/address_list.rs", "store"),
+    ("store/bounces.rs", "store"),
+    ("store/breakdowns.rs", "store"),
+    ("store/cluster/ids.rs", "store"),
+    ("store/cluster/ids.rs", "store::cluster"),
+    ("store/cluster/migrate.rs", "store"),
+    ("store/cluster/mod.rs", "store"),
+    ("store/cluster/node.rs", "store"),
+    ("store/cluster/routing.rs", "store"),
+    ("store/cluster/routing.rs", "store::cluster"),
+    ("store/connect_error.rs", "store"),
+    ("store/dashboard_sessions.rs", "store"),
+    ("store/deliveries.rs", "store"),
+    ("store/engagement.rs", "store"),
+    ("store/erase.rs", "store"),
+    ("store/events.rs", "store"),
+    ("store/link_templates.rs", "store"),
+    ("store/links.rs", "store"),
+    ("store/maintenance.rs", "store"),
+    ("store/outbox.rs", "store"),
+    ("store/partitions.rs", "store"),
+    ("store/privacy.rs", "store"),
+    ("store/rollup.rs", "store"),
+    ("store/row_format.rs", "store"),
+    ("store/seal_keys.rs", "store"),
+    ("store/segments.rs", "store"),
+    ("store/sequences.rs", "store"),
+    ("store/shard_move.rs", "store"),
+    ("store/stats.rs", "store"),
+    ("store/suppressions.rs", "store"),
+    ("store/tally.rs", "store"),
+    ("store/tls_certificates.rs", "store"),
+    ("store/tracking_domains.rs", "store"),
+    ("store/tracking_optouts.rs", "store"),
+    ("store/verdicts.rs", "store"),
+];
+const MUTUAL_IMPORTS_LEFT: &[(&str, &str)] = &[
+    ("bounces::parse", "bounces::text"),
+    ("server::hooks", "server::state"),
+    ("store::address_list", "store::privacy"),
+];
+
+#[test]
+fn children_do_not_reach_into_their_parents_and_no_two_rooms_import_each_other() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    source_files(&src, &src, &mut files);
+    files.retain(|(path, _)| path != Path::new("lib.rs") && path != Path::new("main.rs"));
+    // A test file (`mod x_tests;` under `#[cfg(test)]`) is its parent's
+    // test module in a file of its own: it tests the parent's items.
+    files.retain(|(path, _)| {
+        !path
+            .file_stem()
+            .and_then(|stem| stem.to_str())
+            .is_some_and(|stem| stem == "tests" || stem.ends_with("_tests"))
+    });
+    let parents = imports_into_parents(&files);
+    let mutual = mutual_imports(&files);
+    let listed: BTreeSet<(PathBuf, String)> = PARENT_IMPORTS_LEFT
+        .iter()
+        .map(|(file, parent)| (PathBuf::from(file), (*parent).to_owned()))
+        .collect();
+    let added: Vec<_> = parents.difference(&listed).collect();
+    let gone: Vec<_> = listed.difference(&parents).collect();
+    let parents_hold = added.is_empty() && gone.is_empty();
+    let parents_report = format!(
+        "children that import their parent's own items (file, parent), not in the list: {added:?}\nlisted but gone (take them off the list): {gone:?}"
+    );
+    let listed: BTreeSet<(String, String)> = MUTUAL_IMPORTS_LEFT
+        .iter()
+        .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+        .collect();
+    let added: Vec<_> = mutual.difference(&listed).collect();
+    let gone: Vec<_> = listed.difference(&mutual).collect();
+    assert!(
+        parents_hold && added.is_empty() && gone.is_empty(),
+        "{parents_report}\nmodules that import each other, not in the list: {added:?}\nlisted but gone: {gone:?}"
+    );
+}
+
+#[test]
+fn a_child_reaching_into_its_parent_and_two_rooms_in_a_circle_are_found() {
+    let files = vec![
+        (PathBuf::from("builder/mod.rs"), "mod output;\npub struct Job;\nuse output::Sink;\n".to_owned()),
+        (
+            PathBuf::from("builder/output.rs"),
+            "use super::{Job, columns::Plan};\n// use super::Comment;\nfn f() { crate::store::links::x(); }\n#[cfg(test)]\nmod tests { use super::*; }\n".to_owned(),
+        ),
+        (PathBuf::from("builder/columns.rs"), "pub struct Plan;\n".to_owned()),
+        (PathBuf::from("server/stats/auth.rs"), "use crate::server::stats::Settings;\nuse super::super::AppState;\n".to_owned()),
+        (PathBuf::from("server/stats/mod.rs"), "pub struct Settings;\n".to_owned()),
+        (PathBuf::from("server/mod.rs"), "pub struct AppState;\n".to_owned()),
+        (PathBuf::from("store/links.rs"), "use crate::store::cluster::Router;\n".to_owned()),
+        (PathBuf::from("store/cluster/mod.rs"), "use super::links::NewLink;\n".to_owned()),
+        (PathBuf::from("store/mod.rs"), "pub mod links;\n".to_owned()),
+    ];
+    let found: Vec<(PathBuf, String)> = imports_into_parents(&files).into_iter().collect();
+    assert_eq!(
+        found,
+        vec![
+            (PathBuf::from("builder/output.rs"), "builder".to_owned()),
+            (PathBuf::from("server/stats/auth.rs"), "server".to_owned()),
+            (
+                PathBuf::from("server/stats/auth.rs"),
+                "server::stats".to_owned()
+            ),
+        ]
+    );
+    let circles: Vec<(String, String)> = mutual_imports(&files).into_iter().collect();
+    assert_eq!(
+        circles,
+        vec![("store::cluster".to_owned(), "store::links".to_owned())]
     );
 }
