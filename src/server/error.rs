@@ -5,8 +5,10 @@
 
 use super::pages;
 use crate::store::StoreError;
+use axum::http::header::InvalidHeaderValue;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Seconds a client should wait before retrying while the database is away.
@@ -20,39 +22,68 @@ pub enum ServerError {
     /// The token's day is past the retention window.
     #[error("link expired")]
     Gone,
-    /// The database could not answer in time (the detail is for the log).
+    /// A database call failed. It keeps the store's error whole (behind an
+    /// `Arc`, because one failed lookup answers every request that shared
+    /// it): 503 when the database could not be reached, 500 otherwise, and
+    /// the log says which ([`StoreError::kind`]).
+    #[error("database call failed")]
+    Store(#[source] Arc<StoreError>),
+    /// No answer in time, or the lookups have stopped: there is no error of
+    /// the database's to keep, only what was waited for.
     #[error("database unavailable: {0}")]
     Unavailable(String),
     /// The image upstream failed or was refused.
     #[error("image unavailable: {0}")]
     BadGateway(String),
-    #[error("internal error: {0}")]
-    Internal(String),
+    /// A stored link's URL cannot be sent as a `Location` header.
+    #[error("stored URL is no header value")]
+    StoredUrl(#[source] Arc<InvalidHeaderValue>),
 }
 
 impl From<StoreError> for ServerError {
     fn from(err: StoreError) -> Self {
-        if err.is_unavailable() {
-            ServerError::Unavailable(err.to_string())
-        } else {
-            ServerError::Internal(err.to_string())
-        }
+        ServerError::Store(Arc::new(err))
     }
 }
 
 impl ServerError {
     /// The error of a lookup shared by concurrent requests (the cache hands
     /// each of them the same `Arc`).
-    pub fn from_shared(err: std::sync::Arc<ServerError>) -> Self {
+    pub fn from_shared(err: Arc<ServerError>) -> Self {
         match &*err {
             ServerError::NotFound => ServerError::NotFound,
             ServerError::Gone => ServerError::Gone,
+            ServerError::Store(store) => ServerError::Store(Arc::clone(store)),
             ServerError::Unavailable(detail) => ServerError::Unavailable(detail.clone()),
             ServerError::BadGateway(detail) => ServerError::BadGateway(detail.clone()),
-            ServerError::Internal(detail) => ServerError::Internal(detail.clone()),
+            ServerError::StoredUrl(invalid) => ServerError::StoredUrl(Arc::clone(invalid)),
+        }
+    }
+
+    /// True when the database could not be reached or did not answer in
+    /// time: the request may succeed later (503 with `Retry-After`).
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            ServerError::Unavailable(_) => true,
+            ServerError::Store(store) => store.is_unavailable(),
+            _ => false,
         }
     }
 }
+
+/// The page of a request the database could not answer (503).
+const UNAVAILABLE: (StatusCode, &str, &str) = (
+    StatusCode::SERVICE_UNAVAILABLE,
+    "Temporarily unavailable",
+    "We cannot follow this link right now. Please try again in a moment.",
+);
+
+/// The page of a request that failed on our side (500).
+const INTERNAL: (StatusCode, &str, &str) = (
+    StatusCode::INTERNAL_SERVER_ERROR,
+    "Something went wrong",
+    "Something went wrong on our side. Please try again later.",
+);
 
 impl IntoResponse for ServerError {
     fn into_response(self) -> Response {
@@ -67,14 +98,19 @@ impl IntoResponse for ServerError {
                 "Link expired",
                 "This link has expired and no longer leads anywhere.",
             ),
-            ServerError::Unavailable(err) => {
+            ServerError::Store(store) if store.is_unavailable() => {
                 // Per request, so quiet: the replayer and /readyz report the outage.
-                tracing::debug!(%err, "database unavailable");
-                (
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "Temporarily unavailable",
-                    "We cannot follow this link right now. Please try again in a moment.",
-                )
+                tracing::debug!(
+                    kind = store.kind(),
+                    mysql_error = store.mysql_error(),
+                    error = %store,
+                    "database unavailable"
+                );
+                UNAVAILABLE
+            }
+            ServerError::Unavailable(detail) => {
+                tracing::debug!(%detail, "database unavailable");
+                UNAVAILABLE
             }
             ServerError::BadGateway(reason) => {
                 tracing::info!(%reason, "image proxy failed");
@@ -84,13 +120,18 @@ impl IntoResponse for ServerError {
                     "The image could not be loaded from its origin.",
                 )
             }
-            ServerError::Internal(err) => {
-                tracing::error!(%err, "request failed");
-                (
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "Something went wrong",
-                    "Something went wrong on our side. Please try again later.",
-                )
+            ServerError::Store(store) => {
+                tracing::error!(
+                    kind = store.kind(),
+                    mysql_error = store.mysql_error(),
+                    error = %store,
+                    "request failed"
+                );
+                INTERNAL
+            }
+            ServerError::StoredUrl(invalid) => {
+                tracing::error!(kind = "stored_url", error = %invalid, "request failed");
+                INTERNAL
             }
         };
         let mut response = (status, pages::page(title, text)).into_response();

@@ -80,8 +80,7 @@ fn redirect_target(url: &str) -> Result<HeaderValue, ServerError> {
         tracing::warn!("refusing to redirect to a stored non-http(s) URL");
         return Err(ServerError::NotFound);
     }
-    HeaderValue::from_str(&url)
-        .map_err(|e| ServerError::Internal(format!("stored URL is no header value: {e}")))
+    HeaderValue::from_str(&url).map_err(|invalid| ServerError::StoredUrl(invalid.into()))
 }
 
 /// Percent-encode the bytes a `Location` header cannot carry (non-ASCII,
@@ -215,13 +214,13 @@ pub(crate) async fn unsubscribe(
     let suppress = suppress_unsubscribed(&state.pool, &emails);
     let deferred = match state.bounded(suppress).await {
         Ok(()) => None,
-        Err(ServerError::Unavailable(err)) => Some(err),
+        Err(err) if err.is_unavailable() => Some(err),
         Err(err) => return Err(err),
     };
     let journaled = state.journal_hit(EventKind::Unsubscribe, token, Some(&*link), meta);
     if let Some(err) = deferred {
         if !journaled {
-            return Err(ServerError::Unavailable(err));
+            return Err(err);
         }
         tracing::warn!(%err, "suppression deferred to the journal replay");
     }

@@ -40,6 +40,7 @@ mod privacy;
 mod row_format;
 mod seal_keys;
 mod server_crash;
+mod server_errors;
 mod server_journal;
 mod server_outages;
 mod server_routes;
