@@ -34,6 +34,21 @@ pub struct Email(String);
 
 impl Email {
     /// Normalise `raw` ([`normalize`]) and check the result ([`validate`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use linktrack::address::Email;
+    ///
+    /// // Spaces trimmed, the domain lowercased (and in its ASCII form).
+    /// let email = Email::parse("  Ann.Lee@Example.COM ").unwrap();
+    /// assert_eq!(email.as_str(), "ann.lee@example.com");
+    /// assert_eq!(Email::parse("Ann@Bücher.example").unwrap().as_str(), "ann@xn--bcher-kva.example");
+    ///
+    /// // Not an address: the error says why.
+    /// let refused = Email::parse("ann.example.com").unwrap_err();
+    /// assert!(!refused.to_string().is_empty());
+    /// ```
     pub fn parse(raw: &str) -> Result<Email, AddressError> {
         let email = normalize(raw);
         validate(&email)?;

@@ -208,6 +208,45 @@ pub fn waits_for_verdict(kind: EventKind) -> bool {
 
 /// The body for `row`. `settled`: its verdict is final (see `Bot`); an
 /// unsubscribe always says so.
+///
+/// # Examples
+///
+/// A human's click, as a webhook endpoint receives it:
+///
+/// ```
+/// use chrono::{TimeZone, Utc};
+/// use linktrack::event::EventRow;
+/// use linktrack::kind::EventKind;
+/// use linktrack::payload::{render, LinkDetails};
+///
+/// let click = EventRow {
+///     event_id: [1; 16],
+///     occurred_at: Utc.with_ymd_and_hms(2026, 11, 27, 9, 30, 0).unwrap(),
+///     kind: EventKind::Click,
+///     token: [2; 16],
+///     link_id: Some(7),
+///     mailing_id: Some("2026-11-news".into()),
+///     letter_id: Some(42),
+///     email: Some("ann@example.com".into()),
+///     position: Some(3),
+///     ip: Some("203.0.113.9".into()),
+///     user_agent: Some("Mozilla/5.0".into()),
+///     country: None,
+///     bot: false,
+///     bot_reason: None,
+/// };
+/// let link = LinkDetails {
+///     url: Some("https://example.com/sale".into()),
+///     tags: vec!["sale".into()],
+/// };
+/// let body: serde_json::Value = serde_json::from_str(&render(&click, &link, true).unwrap()).unwrap();
+/// assert_eq!(body["type"], "email.clicked");
+/// assert_eq!(body["timestamp"], "2026-11-27T09:30:00.000Z");
+/// assert_eq!(body["data"]["mailing_id"], "2026-11-news");
+/// assert_eq!(body["data"]["url"], "https://example.com/sale");
+/// assert_eq!(body["data"]["bot"]["verdict"], false);
+/// assert_eq!(body["data"]["bot"]["settled"], true);
+/// ```
 pub fn render(
     row: &EventRow,
     link: &LinkDetails,
