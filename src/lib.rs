@@ -54,6 +54,9 @@
 //!     verdict settled with the whole letter in view (`verdicts.rs`).
 //! 13. [`payload`]: the JSON body every endpoint receives for one event (and
 //!     batches of them): a contract, like the token.
+//! 13. [`retry`]: one way to retry (attempts, backoff with jitter,
+//!     deadline, which errors retry), used by SMTP delivery, events out,
+//!     the journal's replay and drain, and the link lookups.
 //!
 //! Storage:
 //! 14. [`store`]: every SQL statement. Pool and migrations (`store/mod.rs`),
@@ -168,6 +171,7 @@ pub mod mailing_id;
 pub mod outbound;
 pub mod payload;
 pub mod privacy;
+pub mod retry;
 pub mod rollup;
 pub mod server;
 pub mod settings_file;

@@ -7,9 +7,9 @@ use super::journal::Recorder;
 use super::journal_line::Replayable;
 use super::replay::Sinks;
 use crate::event::EventRow;
+use crate::retry::Backoff;
 use sqlx::MySqlPool;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 use tokio::sync::watch;
 
 /// Events moved on per pass of the drain.
@@ -21,10 +21,13 @@ pub(crate) async fn drain(
     sinks: Sinks,
     recorder: Recorder,
     dir: PathBuf,
-    retry_after: Duration,
+    retry: Backoff,
     mut stop: watch::Receiver<bool>,
 ) {
     let queue = recorder.fallback();
+    // A constant schedule: the same wait after every failed pass, and
+    // between passes while events are queued.
+    let retry_after = retry.delay(0);
     loop {
         let failed = drain_once(&pool, &sinks, &recorder).await.is_err();
         if !recorder.health().is_writable() && queue.is_empty() {

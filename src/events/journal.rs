@@ -19,6 +19,7 @@
 
 use super::fallback::{FallbackQueue, JournalHealth, QUEUE_CAPACITY};
 use crate::event::EventRow;
+use crate::retry::Backoff;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -59,6 +60,12 @@ pub const DEFAULT_MIN_FREE_BYTES: u64 = 64 << 20;
 pub const DEFAULT_RESUME_FREE_BYTES: u64 = 256 << 20;
 
 impl JournalSettings {
+    /// How a failed replay or drain pass is retried: `retry_after` apart,
+    /// for as long as the server runs.
+    pub(crate) fn retry_schedule(&self) -> Backoff {
+        Backoff::constant(self.retry_after)
+    }
+
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         JournalSettings {
             dir: dir.into(),
@@ -577,5 +584,18 @@ mod tests {
         assert_eq!(segment_seq(&path, SEALED), Some(42));
         assert_eq!(segment_seq(&path, ACTIVE), None);
         assert_eq!(segment_seq(Path::new("/j/notes.jsonl"), SEALED), None);
+    }
+
+    /// The waits before `crate::retry`: `retry_after` (1 s by default)
+    /// after every failed pass, however many, forever.
+    #[test]
+    fn failed_passes_retry_on_the_old_schedule() {
+        let schedule = JournalSettings::new("/nowhere").retry_schedule();
+        for failures in [1, 2, 10, 1_000, u32::MAX] {
+            assert_eq!(
+                schedule.next(failures, Duration::from_secs(86_400 * 365), true),
+                Ok(Duration::from_secs(1))
+            );
+        }
     }
 }

@@ -90,7 +90,7 @@ impl EventPipeline {
             sinks.clone(),
             recorder.clone(),
             settings.dir.clone(),
-            settings.retry_after,
+            settings.retry_schedule(),
             drain_stopped,
         ));
         let replay = replay::run(pool, settings, sinks, sealed, replayer_stopped);

@@ -74,7 +74,7 @@ pub(crate) async fn run(
         }
         // After a failure, wait before retrying; otherwise wait for work.
         let pause = if failed {
-            settings.retry_after
+            settings.retry_schedule().delay(0)
         } else {
             settings.retry_after * 5
         };

@@ -461,7 +461,7 @@ impl Lane {
     /// give up once the events are too old (returns no delay).
     fn failed(&self, request: &Request, why: &str, settlement: &mut Settlement) -> Duration {
         let attempts = request.attempts() + 1;
-        if request.age() >= self.policy.give_up_after {
+        let Ok(delay) = self.policy.backoff().next(attempts, request.age(), true) else {
             self.count("dead", request);
             tracing::warn!(
                 endpoint = %self.name,
@@ -474,9 +474,8 @@ impl Lane {
             let reason = format!("gave up after {attempts} attempts: {why}");
             settlement.dead.push((request.ids(), reason));
             return Duration::ZERO;
-        }
+        };
         self.count("retry", request);
-        let delay = self.policy.delay(attempts);
         tracing::debug!(endpoint = %self.name, error = why, ?delay, "delivery failed; will retry");
         let retry = RetryLater {
             delay,

@@ -21,6 +21,7 @@ pub mod webhook;
 use crate::event::EventRow;
 use crate::events::Enqueued;
 use crate::payload::{self, LinkDetails};
+use crate::retry::{Backoff, Jitter};
 use crate::store::{outbox, StoreError};
 pub use endpoints::{Endpoint, EndpointError, Target};
 use sqlx::MySqlPool;
@@ -60,9 +61,18 @@ impl RetryPolicy {
     /// 2^(failures-1), at most `max`, times a jitter in [0.75, 1.25) so
     /// that rows that failed together do not come back together.
     pub fn delay(&self, failures: u32) -> Duration {
-        let doubling = 2u32.saturating_pow(failures.saturating_sub(1).min(30));
-        let delay = self.base.saturating_mul(doubling).min(self.max);
-        delay.mul_f64(0.75 + rand::random::<f64>() * 0.5)
+        self.backoff().delay(failures.saturating_sub(1))
+    }
+
+    /// The schedule of [`RetryPolicy::delay`], with `give_up_after` as its
+    /// deadline (counted from when the event was queued): attempts
+    /// unlimited, the doubling stopping after 30 steps.
+    pub fn backoff(&self) -> Backoff {
+        Backoff::exponential(self.base, 2)
+            .with_growth_stopping_after(30)
+            .with_cap(self.max)
+            .with_jitter(Jitter::Spread(0.25))
+            .with_deadline(self.give_up_after)
     }
 }
 
@@ -416,5 +426,48 @@ pub async fn send_test(endpoint: &Endpoint) -> anyhow::Result<webhook::Outcome> 
             let sink = amqp::AmqpSink::new(url.clone(), exchange.clone(), endpoint.timeout);
             Ok(sink.send("webhook.test", &id, &body).await)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The delays before `crate::retry`, jitter aside (a draw of 0.5 is
+    /// ×1): 5 s doubling to the hour, ×0.75 to ×1.25 around that; dead
+    /// letters at three days.
+    #[test]
+    fn the_retry_policy_keeps_its_old_schedule() {
+        let policy = RetryPolicy::default();
+        let backoff = policy.backoff();
+        let secs: Vec<u64> = (1..=13)
+            .map(|failures| backoff.delay_drawn(failures - 1, || 0.5).as_secs())
+            .collect();
+        assert_eq!(
+            secs,
+            [5, 10, 20, 40, 80, 160, 320, 640, 1280, 2560, 3600, 3600, 3600]
+        );
+        assert_eq!(backoff.delay_drawn(0, || 0.0), Duration::from_millis(3_750));
+        assert_eq!(backoff.delay_drawn(11, || 0.0), Duration::from_secs(2_700));
+        for failures in 1..=40 {
+            let delay = policy.delay(failures);
+            assert!(delay >= Duration::from_millis(3_750) && delay < Duration::from_secs(4_500));
+        }
+        let three_days = Duration::from_secs(3 * 24 * 3_600);
+        assert!(backoff
+            .next(7, three_days - Duration::from_millis(1), true)
+            .is_ok());
+        assert_eq!(
+            backoff.next(7, three_days, true),
+            Err(crate::retry::Stop::PastDeadline)
+        );
+        // The doubling stopped at 2^30, whatever the cap.
+        let uncapped = RetryPolicy {
+            base: Duration::from_millis(1),
+            max: Duration::from_secs(1 << 40),
+            ..policy
+        };
+        let held = uncapped.backoff().delay_drawn(45, || 0.5);
+        assert_eq!(held, Duration::from_millis(1 << 30));
     }
 }

@@ -12,6 +12,7 @@
 
 use super::error::within;
 use super::error::ServerError;
+use crate::retry::{Attempts, Backoff};
 use crate::store::cluster::Router;
 use crate::store::links::{self, StoredLink};
 use crate::store::StoreError;
@@ -223,17 +224,19 @@ where
     Lookup: Fn() -> Attempt,
     Attempt: std::future::Future<Output = Result<T, StoreError>>,
 {
-    let mut attempts_left = pool.size() + 1;
-    loop {
-        match lookup().await {
-            Err(err) if err.is_broken_connection() && attempts_left > 1 => {
-                attempts_left -= 1;
-                metrics::counter!("linktrack_link_lookup_retries_total").increment(1);
-                tracing::debug!(%err, "link lookup met a dead connection; trying another");
-            }
-            outcome => return outcome,
-        }
-    }
+    let on_retry = |err: &StoreError, _, _| {
+        metrics::counter!("linktrack_link_lookup_retries_total").increment(1);
+        tracing::debug!(%err, "link lookup met a dead connection; trying another");
+    };
+    live_connection_retries(pool.size())
+        .retry(lookup, StoreError::is_broken_connection, on_retry)
+        .await
+}
+
+/// A pool of `pool_size` connections: at most that many attempts plus
+/// one, each at once.
+fn live_connection_retries(pool_size: u32) -> Backoff {
+    Backoff::constant(Duration::ZERO).with_attempts(Attempts::Limited(pool_size.saturating_add(1)))
 }
 
 /// A statement within `limit` (see [`within`]), its error shared by the batch.
@@ -242,4 +245,32 @@ async fn bounded<T>(
     call: impl std::future::Future<Output = Result<T, StoreError>>,
 ) -> Result<T, Arc<ServerError>> {
     within(limit, call).await.map_err(Arc::new)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::retry::Stop;
+
+    /// The rule before `crate::retry`: a pool of 4 gave a lookup 5
+    /// attempts, the next at once, and only after a broken connection.
+    #[test]
+    fn lookups_retry_dead_connections_as_before() {
+        let retries = live_connection_retries(4);
+        for failures in 1..=4 {
+            assert_eq!(
+                retries.next(failures, Duration::ZERO, true),
+                Ok(Duration::ZERO)
+            );
+        }
+        assert_eq!(retries.next(5, Duration::ZERO, true), Err(Stop::Exhausted));
+        assert_eq!(
+            retries.next(1, Duration::ZERO, false),
+            Err(Stop::NotRetryable)
+        );
+        assert_eq!(
+            live_connection_retries(0).next(1, Duration::ZERO, true),
+            Err(Stop::Exhausted)
+        );
+    }
 }

@@ -12,6 +12,7 @@ mod reply;
 mod target;
 mod transparency;
 
+use crate::retry::{Attempts, Backoff};
 use connection::{ConnectError, Connection, Message, SendError};
 use lettre::Address;
 use reply::Reply;
@@ -35,6 +36,15 @@ pub struct SmtpSettings {
     pub retries: u32,
     /// The first retry's wait; each further one doubles it.
     pub backoff: Duration,
+}
+
+impl SmtpSettings {
+    /// When a temporary failure is tried again: `retries` more attempts,
+    /// `backoff` apart, doubling, no cap, no jitter.
+    fn retry_schedule(&self) -> Backoff {
+        Backoff::exponential(self.backoff, 2)
+            .with_attempts(Attempts::Limited(self.retries.saturating_add(1)))
+    }
 }
 
 /// One letter's outcome.
@@ -188,11 +198,7 @@ impl Lane {
             to: next.to,
             data: next.message,
         });
-        let (retries, mut wait) = (
-            self.deliverer.settings.retries,
-            self.deliverer.settings.backoff,
-        );
-        let mut attempt = 0;
+        let mut retries = self.deliverer.settings.retry_schedule().start();
         loop {
             match self.send(&message, next.as_ref()).await {
                 Ok(reply) => return Outcome::Delivered(reply.to_string()),
@@ -204,10 +210,11 @@ impl Lane {
                 Err(Failure::Send(SendError::Unsendable(reason))) => {
                     return Outcome::Rejected(reason);
                 }
-                Err(err) if attempt >= retries => {
-                    return Outcome::Failed(err.to_string());
-                }
                 Err(err) => {
+                    let Ok(wait) = retries.failed(true) else {
+                        return Outcome::Failed(err.to_string());
+                    };
+                    let attempt = retries.failures() - 1;
                     tracing::warn!(%err, host = %self.deliverer.host, attempt, "temporary SMTP failure; retrying");
                     metrics::counter!("linktrack_smtp_retries_total").increment(1);
                     self.deliverer
@@ -215,8 +222,6 @@ impl Lane {
                         .retried
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     tokio::time::sleep(wait).await;
-                    wait *= 2;
-                    attempt += 1;
                 }
             }
         }
@@ -287,5 +292,41 @@ fn closed_while_parked(result: &Result<Reply, SendError>) -> bool {
         Err(SendError::Broken { data_sent, .. }) => !data_sent,
         Err(SendError::Refused(reply)) => reply.code() == 421,
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The schedule before `crate::retry`: `--smtp-retries 5`,
+    /// `--smtp-backoff-ms 1000` waited 1, 2, 4, 8 and 16 s, then failed.
+    #[test]
+    fn temporary_failures_retry_on_the_old_schedule() {
+        let settings = SmtpSettings {
+            url: "smtp://127.0.0.1:25".into(),
+            connections: 1,
+            messages_per_connection: None,
+            retries: 5,
+            backoff: Duration::from_millis(1_000),
+        };
+        let schedule = settings.retry_schedule();
+        let waits: Vec<_> = (1..=5)
+            .map(|failures| schedule.next(failures, Duration::MAX, true))
+            .collect();
+        let secs = |s| Ok(Duration::from_secs(s));
+        assert_eq!(waits, [secs(1), secs(2), secs(4), secs(8), secs(16)]);
+        assert_eq!(
+            schedule.next(6, Duration::ZERO, true),
+            Err(crate::retry::Stop::Exhausted)
+        );
+        let no_retries = SmtpSettings {
+            retries: 0,
+            ..settings
+        };
+        assert!(no_retries
+            .retry_schedule()
+            .next(1, Duration::ZERO, true)
+            .is_err());
     }
 }
