@@ -54,12 +54,12 @@
 //!     verdict settled with the whole letter in view (`verdicts.rs`).
 //! 13. [`payload`]: the JSON body every endpoint receives for one event (and
 //!     batches of them): a contract, like the token.
-//! 13. [`retry`]: one way to retry (attempts, backoff with jitter,
+//! 14. [`retry`]: one way to retry (attempts, backoff with jitter,
 //!     deadline, which errors retry), used by SMTP delivery, events out,
 //!     the journal's replay and drain, and the link lookups.
 //!
 //! Storage:
-//! 14. [`store`]: every SQL statement. Pool and migrations (`store/mod.rs`),
+//! 15. [`store`]: every SQL statement. Pool and migrations (`store/mod.rs`),
 //!     links, link templates, events, suppressions, tracking opt-outs,
 //!     tracking domains per sender (`tracking_domains.rs`) and their
 //!     certificates and ACME account (`tls_certificates.rs`),
@@ -74,57 +74,57 @@
 //!     with target and hint (`connect_error.rs`).
 //!
 //! Services (each runs beside a job, on the store):
-//! 15. [`live`]: the optional Redis live layer (counters, recent clicks, top
+//! 16. [`live`]: the optional Redis live layer (counters, recent clicks, top
 //!     links, per-tag letter sets for segments).
-//! 16. [`privacy`]: what every server holds in memory about people's
+//! 17. [`privacy`]: what every server holds in memory about people's
 //!     choices: the opt-out list and the erasures as fingerprints, kept
 //!     current from the change log, checked on every hit and by the
 //!     journal replay; and `erase` across servers, tables and Redis
 //!     (`privacy/erase.rs`).
-//! 17. [`domains`]: a tracking domain's DNS checked (its CNAME or
+//! 18. [`domains`]: a tracking domain's DNS checked (its CNAME or
 //!     addresses point at this service), with the system's resolver or a
 //!     given name server.
-//! 18. [`acme`]: automatic TLS for the tracking domains: certificates
+//! 19. [`acme`]: automatic TLS for the tracking domains: certificates
 //!     ordered from an ACME directory (HTTP-01, `acme/order.rs`), renewed
 //!     before they end (`certificate.rs`), served by SNI from the table
 //!     the certificate worker keeps (`acme/mod.rs`).
-//! 19. [`delivery`]: sending mechanics: each letter as a complete RFC 5322
+//! 20. [`delivery`]: sending mechanics: each letter as a complete RFC 5322
 //!     message (`delivery/message.rs`), SMTP sessions with pipelining and
 //!     retries (`smtp/`), the
 //!     pools file (`pools.rs`), the per-letter ledger (`ledger.rs`).
-//! 20. [`bounces`]: mail that comes back: bounces, complaints and
+//! 21. [`bounces`]: mail that comes back: bounces, complaints and
 //!     auto-replies read (`bounces/parse.rs`, text bounces in `text.rs`),
 //!     classified (`classify.rs`, docs/bounces.md's table), matched to
 //!     their letter through the VERP token or `deliveries` and acted on
 //!     (`ingest.rs`); providers' events (SES, Mailgun) read into the same
 //!     report (`providers.rs`).
-//! 21. [`events`]: the event journal (`events/journal.rs`, its versioned
+//! 22. [`events`]: the event journal (`events/journal.rs`, its versioned
 //!     line in `journal_line.rs`), the fallback queue when it cannot write
 //!     (`fallback.rs`) and its drain (`drain.rs`), the replay into `events`
 //!     (`replay.rs`), which hands each batch to the [`events::OutboxSink`]
 //!     it is given.
-//! 22. [`outbound`]: events out, at least once: the outbox sink (queues each
+//! 23. [`outbound`]: events out, at least once: the outbox sink (queues each
 //!     event for every matching endpoint), a sender per endpoint
 //!     (`outbound/dispatch.rs`) of signed Standard Webhooks POSTs
 //!     (`webhook.rs`, `signature.rs`) or AMQP messages (`amqp.rs`), the
 //!     endpoints and their settings (`endpoints.rs`), the registry that
 //!     warns when servers' endpoints differ (`registry.rs`).
-//! 23. [`rollup`]: the rollup worker loop: roll `events` into the statistics
+//! 24. [`rollup`]: the rollup worker loop: roll `events` into the statistics
 //!     tables, then publish to Redis.
 //!
 //! Jobs (what the commands run):
-//! 24. [`builder`]: `linktrack build`, the batch job: mailing and recipients
+//! 25. [`builder`]: `linktrack build`, the batch job: mailing and recipients
 //!     in (`builder/mailing.rs`, `recipients.rs`, `csv_records.rs`; which
 //!     column is which field in `columns.rs`), one
 //!     letter composed (`compose.rs`, tracking modes in `track_mode.rs`),
 //!     why a recipient gets none (`reject.rs`), letters and rejects written
 //!     (`output.rs`), handed to the pool (`delivery.rs`), the progress bar
 //!     (`progress.rs`).
-//! 25. [`demo`]: `linktrack demo`, the whole loop on the compiled-in fixtures.
-//! 26. [`export`]: the recipients export (one row per letter with its
+//! 26. [`demo`]: `linktrack demo`, the whole loop on the compiled-in fixtures.
+//! 27. [`export`]: the recipients export (one row per letter with its
 //!     engagement, CSV or JSON lines), streamed page by page; the API and
 //!     `linktrack export recipients` write it.
-//! 27. [`server`]: `linktrack serve`. [`server::App`] (`server/app.rs`) is the
+//! 28. [`server`]: `linktrack serve`. [`server::App`] (`server/app.rs`) is the
 //!     one wiring (listeners, event pipeline, workers, ordered shutdown);
 //!     connections served with limits, plain or TLS (`listen.rs`); only known hosts
 //!     answered once tracking domains exist (`hosts.rs`); thin handlers for `/c`,
@@ -141,7 +141,7 @@
 //!     `/readyz` are on the admin listener.
 //!
 //! Command line:
-//! 28. [`cli`]: the command line (clap stops here): its flags in
+//! 29. [`cli`]: the command line (clap stops here): its flags in
 //!     `cli/args/`, one file per command group; runners that turn them into
 //!     the settings structs below and print what was done (`cli/mod.rs`
 //!     dispatches; `database.rs`, `mailing.rs`, `secrets.rs`, `serve.rs`,
