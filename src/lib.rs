@@ -137,10 +137,14 @@
 //!
 //! Command line:
 //! 27. [`cli`]: the command line (clap stops here): its flags in
-//!     `cli/args/`, one file per command group; runners that turn them into
-//!     the settings structs below and print what was done (`cli/mod.rs`
-//!     dispatches; `database.rs`, `mailing.rs`, `secrets.rs`, `serve.rs`,
-//!     `webhooks.rs`).
+//!     `cli/args/`, one file per runner, named as it is; runners that turn
+//!     them into the settings structs below and print what was done
+//!     (`cli/mod.rs` dispatches; `bounces.rs`, `database.rs`, `domains.rs`,
+//!     `export.rs`, `mailing.rs`, `secrets.rs`, `serve.rs`, `webhooks.rs`),
+//!     with what they share in files of its own: the database and live
+//!     layer they connect to (`connect.rs`), their lines out and `say!`
+//!     (`output.rs`), exit statuses (`exit_status.rs`), the log
+//!     (`logging.rs`).
 //!     The binary (`src/main.rs`) only parses and calls [`cli::run`].
 
 #![warn(unreachable_pub)]
