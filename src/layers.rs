@@ -428,11 +428,6 @@ const PARENT_IMPORTS_LEFT: &[(&str, &str)] = &[
     ("outbound/endpoints.rs", "outbound"),
     ("outbound/registry.rs", "outbound"),
     ("privacy/erase.rs", "privacy"),
-    ("server/app.rs", "server"),
-    ("server/stats/api.rs", "server::stats"),
-    ("server/stats/auth.rs", "server::stats"),
-    ("server/stats/dashboard.rs", "server::stats"),
-    ("server/stats/export.rs", "server::stats"),
     ("store/address_list.rs", "store"),
     ("store/bounces.rs", "store"),
     ("store/breakdowns.rs", "store"),
@@ -471,7 +466,6 @@ const PARENT_IMPORTS_LEFT: &[(&str, &str)] = &[
 ];
 const MUTUAL_IMPORTS_LEFT: &[(&str, &str)] = &[
     ("bounces::parse", "bounces::text"),
-    ("server::hooks", "server::state"),
     ("store::address_list", "store::privacy"),
 ];
 

@@ -120,7 +120,9 @@
 //!     engagement, CSV or JSON lines), streamed page by page; the API and
 //!     `linktrack export recipients` write it.
 //! 26. [`server`]: `linktrack serve`. [`server::App`] (`server/app.rs`) is the
-//!     one wiring (listeners, event pipeline, workers, ordered shutdown);
+//!     one wiring (listeners, event pipeline, workers, ordered shutdown),
+//!     with its error (`serve_error.rs`), the public listener's routes
+//!     (`router.rs`) and the stop signals (`shutdown.rs`);
 //!     connections served with limits, plain or TLS (`listen.rs`); only known hosts
 //!     answered once tracking domains exist (`hosts.rs`); thin handlers for `/c`,
 //!     `/o`, `/u`, `/i` and health (`handlers.rs`) with the `Tracked`
@@ -129,10 +131,12 @@
 //!     (`lookups.rs`); a hit classified and journaled (`hits.rs`); one
 //!     limiter of wrong secrets per client network (`guesses.rs`); the
 //!     SSRF-safe image proxy (`image.rs`); the providers' bounce webhooks
-//!     with their SNS and Mailgun signature checks (`server/hooks/`); the server's error type and its
+//!     with their settings and SNS and Mailgun signature checks
+//!     (`server/hooks/`); the server's error type and its
 //!     pages (`error.rs`, `pages.rs`); Prometheus metrics (`metrics.rs`,
-//!     `health_gauges.rs`); the stats API and dashboard (`server/stats/`,
-//!     with its own error type for the API's JSON errors). `/metrics` and
+//!     `health_gauges.rs`); the stats API and dashboard (`server/stats/`:
+//!     their state, credentials and templates, and their own error type for
+//!     the API's JSON errors, each in a file of its own). `/metrics` and
 //!     `/readyz` are on the admin listener.
 //!
 //! Command line:
