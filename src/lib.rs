@@ -126,9 +126,10 @@
 //!     connections served with limits, plain or TLS (`listen.rs`); only known hosts
 //!     answered once tracking domains exist (`hosts.rs`); thin handlers for `/c`,
 //!     `/o`, `/u`, `/i` and health (`handlers.rs`) with the `Tracked`
-//!     extractor (`request.rs`); shared state and token checks
-//!     (`state.rs`); cache misses of concurrent clicks share one statement
-//!     (`lookups.rs`); a hit classified and journaled (`hits.rs`); one
+//!     extractor (`request.rs`); shared state and token checks, every
+//!     method of `AppState` (`state.rs`); cache misses of concurrent clicks
+//!     share one statement (`lookups.rs`); a hit classified and journaled,
+//!     functions taking the state (`hits.rs`); one
 //!     limiter of wrong secrets per client network (`guesses.rs`); the
 //!     SSRF-safe image proxy (`image.rs`); the providers' bounce webhooks
 //!     with their settings and SNS and Mailgun signature checks
