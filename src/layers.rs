@@ -422,25 +422,12 @@ const PARENT_IMPORTS_LEFT: &[(&str, &str)] = &[
     ("bounces/ingest.rs", "bounces"),
     ("builder/delivery.rs", "builder"),
     ("builder/output.rs", "builder"),
-    ("cli/bounces.rs", "cli"),
-    ("cli/database.rs", "cli"),
-    ("cli/domains.rs", "cli"),
-    ("cli/export.rs", "cli"),
-    ("cli/mailing.rs", "cli"),
-    ("cli/secrets.rs", "cli"),
-    ("cli/serve.rs", "cli"),
-    ("cli/webhooks.rs", "cli"),
     ("delivery/smtp/mod.rs", "delivery"),
     ("events/replay.rs", "events"),
     ("outbound/dispatch.rs", "outbound"),
     ("outbound/endpoints.rs", "outbound"),
     ("outbound/registry.rs", "outbound"),
     ("privacy/erase.rs", "privacy"),
-    ("server/app.rs", "server"),
-    ("server/stats/api.rs", "server::stats"),
-    ("server/stats/auth.rs", "server::stats"),
-    ("server/stats/dashboard.rs", "server::stats"),
-    ("server/stats/export.rs", "server::stats"),
     ("store/address_list.rs", "store"),
     ("store/bounces.rs", "store"),
     ("store/breakdowns.rs", "store"),
@@ -479,7 +466,6 @@ const PARENT_IMPORTS_LEFT: &[(&str, &str)] = &[
 ];
 const MUTUAL_IMPORTS_LEFT: &[(&str, &str)] = &[
     ("bounces::parse", "bounces::text"),
-    ("server::hooks", "server::state"),
     ("store::address_list", "store::privacy"),
 ];
 

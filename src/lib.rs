@@ -125,27 +125,36 @@
 //!     engagement, CSV or JSON lines), streamed page by page; the API and
 //!     `linktrack export recipients` write it.
 //! 28. [`server`]: `linktrack serve`. [`server::App`] (`server/app.rs`) is the
-//!     one wiring (listeners, event pipeline, workers, ordered shutdown);
+//!     one wiring (listeners, event pipeline, workers, ordered shutdown),
+//!     with its error (`serve_error.rs`), the public listener's routes
+//!     (`router.rs`) and the stop signals (`shutdown.rs`);
 //!     connections served with limits, plain or TLS (`listen.rs`); only known hosts
 //!     answered once tracking domains exist (`hosts.rs`); thin handlers for `/c`,
 //!     `/o`, `/u`, `/i` and health (`handlers.rs`) with the `Tracked`
-//!     extractor (`request.rs`); shared state and token checks
-//!     (`state.rs`); cache misses of concurrent clicks share one statement
-//!     (`lookups.rs`); a hit classified and journaled (`hits.rs`); one
+//!     extractor (`request.rs`); shared state and token checks, every
+//!     method of `AppState` (`state.rs`); cache misses of concurrent clicks
+//!     share one statement (`lookups.rs`); a hit classified and journaled,
+//!     functions taking the state (`hits.rs`); one
 //!     limiter of wrong secrets per client network (`guesses.rs`); the
 //!     SSRF-safe image proxy (`image.rs`); the providers' bounce webhooks
-//!     with their SNS and Mailgun signature checks (`server/hooks/`); the server's error type and its
+//!     with their settings and SNS and Mailgun signature checks
+//!     (`server/hooks/`); the server's error type and its
 //!     pages (`error.rs`, `pages.rs`); Prometheus metrics (`metrics.rs`,
-//!     `health_gauges.rs`); the stats API and dashboard (`server/stats/`,
-//!     with its own error type for the API's JSON errors). `/metrics` and
+//!     `health_gauges.rs`); the stats API and dashboard (`server/stats/`:
+//!     their state, credentials and templates, and their own error type for
+//!     the API's JSON errors, each in a file of its own). `/metrics` and
 //!     `/readyz` are on the admin listener.
 //!
 //! Command line:
 //! 29. [`cli`]: the command line (clap stops here): its flags in
-//!     `cli/args/`, one file per command group; runners that turn them into
-//!     the settings structs below and print what was done (`cli/mod.rs`
-//!     dispatches; `database.rs`, `mailing.rs`, `secrets.rs`, `serve.rs`,
-//!     `webhooks.rs`).
+//!     `cli/args/`, one file per runner, named as it is; runners that turn
+//!     them into the settings structs below and print what was done
+//!     (`cli/mod.rs` dispatches; `bounces.rs`, `database.rs`, `domains.rs`,
+//!     `export.rs`, `mailing.rs`, `secrets.rs`, `serve.rs`, `webhooks.rs`),
+//!     with what they share in files of its own: the database and live
+//!     layer they connect to (`connect.rs`), their lines out and `say!`
+//!     (`output.rs`), exit statuses (`exit_status.rs`), the log
+//!     (`logging.rs`).
 //!     The binary (`src/main.rs`) only parses and calls [`cli::run`].
 
 #![warn(unreachable_pub)]

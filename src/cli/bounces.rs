@@ -2,7 +2,8 @@
 //! the worst of them.
 
 use super::args::bounces::{BouncesCommand, IngestArgs};
-use super::{pool, EXIT_REJECTED};
+use super::connect::pool;
+use super::exit_status::EXIT_REJECTED;
 use crate::bounces::ingest::Ingest;
 use crate::bounces::{sources, SoftPolicy};
 use crate::outbound::Outbound;

@@ -3,7 +3,8 @@
 use super::args::database::{
     EnsureArgs, MigrateArgs, RotateArgs, ShardsMoveArgs, ShardsRebalanceArgs,
 };
-use super::{counted, pool};
+use super::connect::pool;
+use super::output::counted;
 use crate::store::{self, partitions};
 use anyhow::Context;
 use chrono::Utc;

@@ -6,7 +6,7 @@ use crate::domains::{host_name, DomainChecker};
 use crate::store::tracking_domains::{self, DomainState};
 
 pub(super) async fn run(url: &str, command: DomainsCommand) -> anyhow::Result<()> {
-    let pool = super::pool(url).await?;
+    let pool = super::connect::pool(url).await?;
     match command {
         DomainsCommand::Add(args) => {
             let host = host_name(&args.host).map_err(anyhow::Error::msg)?;

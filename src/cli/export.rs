@@ -1,7 +1,8 @@
 //! `linktrack export recipients`: the recipients export to standard output.
 
 use super::args::export::{ExportFormat, RecipientsArgs};
-use super::{counted, pool, StdoutClosed};
+use super::connect::pool;
+use super::output::{counted, StdoutClosed};
 use crate::export::{self, Format};
 use crate::store::engagement;
 use anyhow::Context;

@@ -1,11 +1,13 @@
 //! The mailing commands: `build`, `suppressions`, `tracking-optouts`, `erase`, `segment`,
 //! `stats rollup`.
 
-use super::args::build::BuildArgs;
-use super::args::database::{EraseArgs, SuppressionsCommand, TrackingOptoutsCommand};
-use super::args::serve::SegmentArgs;
-use super::args::stats::RollupArgs;
-use super::{counted, live_layer, pool, EXIT_REJECTED};
+use super::args::mailing::{
+    BuildArgs, EraseArgs, RollupArgs, SegmentArgs, SuppressionsCommand, TrackingOptoutsCommand,
+};
+use super::args::secrets::check_unpadded;
+use super::connect::{live_layer, pool};
+use super::exit_status::EXIT_REJECTED;
+use super::output::counted;
 use crate::address;
 use crate::builder::{self, BuildOptions, Output};
 use crate::live::SegmentQuery;
@@ -17,7 +19,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 pub(super) async fn build(url: &str, args: &BuildArgs) -> anyhow::Result<ExitCode> {
-    super::args::serve::check_unpadded("LINKTRACK_SECRET", args.seal.secret.as_deref())?;
+    check_unpadded("LINKTRACK_SECRET", args.seal.secret.as_deref())?;
     let pool = pool(url).await?;
     let out = if args.out.as_os_str() == "-" {
         Output::Stdout

@@ -3,38 +3,31 @@
 //!
 //! Its files are listed in the crate docs' Layout (`src/lib.rs`).
 
-/// `println!` for commands: one line to standard output, as an
-/// `anyhow::Result` to `?` (see [`out_line`]), so that a reader closing
-/// the pipe (`linktrack suppressions list | head -1`) ends the command
-/// quietly instead of panicking.
-macro_rules! say {
-    ($($arg:tt)*) => {
-        $crate::cli::out_line(format_args!($($arg)*))
-    };
-}
+#[macro_use]
+mod output;
 
 pub mod args;
 mod bounces;
+mod connect;
 mod database;
 mod domains;
+mod exit_status;
 mod export;
+mod logging;
 mod mailing;
 mod secrets;
 mod serve;
 mod webhooks;
 
-use crate::live::Live;
-use crate::store;
-use anyhow::Context;
+pub use exit_status::EXIT_REJECTED;
+pub use output::{out_line, StdoutClosed};
+
 use args::database::{PartitionsCommand, ShardsCommand};
-use args::serve::LiveArgs;
-use args::stats::StatsCommand;
+use args::mailing::StatsCommand;
 use args::webhooks::WebhooksCommand;
 use args::{Cli, Command};
+use logging::init_tracing;
 use std::process::ExitCode;
-
-/// Exit status of a build that rejected some recipients.
-pub const EXIT_REJECTED: u8 = 2;
 
 /// Set up logging and run one command. A closed standard output (the
 /// reader of a pipe has all it wanted) ends the command with success.
@@ -44,33 +37,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Err(err) if err.downcast_ref::<StdoutClosed>().is_some() => Ok(ExitCode::SUCCESS),
         other => other,
     }
-}
-
-/// Standard output's reader went away (`EPIPE`): nobody wants the rest.
-#[derive(Debug, thiserror::Error)]
-#[error("standard output was closed")]
-pub struct StdoutClosed;
-
-/// Write one line to standard output. A broken pipe is [`StdoutClosed`],
-/// which [`run`] turns into a quiet exit 0; only the command's own output
-/// goes through here, so a broken pipe to the database or an MTA is never
-/// mistaken for it.
-pub fn out_line(line: std::fmt::Arguments<'_>) -> anyhow::Result<()> {
-    use std::io::Write;
-    let mut stdout = std::io::stdout().lock();
-    match stdout
-        .write_fmt(line)
-        .and_then(|()| stdout.write_all(b"\n"))
-    {
-        Ok(()) => Ok(()),
-        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Err(StdoutClosed.into()),
-        Err(err) => Err(anyhow::Error::new(err).context("writing to standard output")),
-    }
-}
-
-/// "1 address", "2 addresses": a count with its noun in the right number.
-pub(crate) fn counted(n: u64, one: &str, many: &str) -> String {
-    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 async fn run_command(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -119,42 +85,4 @@ async fn run_command(cli: Cli) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn init_tracing(json: bool) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(log_colour(
-            std::io::IsTerminal::is_terminal(&std::io::stderr()),
-            std::env::var_os("NO_COLOR"),
-        ))
-        .with_writer(std::io::stderr);
-    // A second initialisation (tests calling `run` twice) is harmless.
-    let _ = if json {
-        builder.json().try_init()
-    } else {
-        builder.try_init()
-    };
-}
-
-/// Colour codes only on a terminal, and never when `NO_COLOR` is set to
-/// anything (<https://no-color.org>): a log file or a pipe gets plain text.
-fn log_colour(stderr_is_terminal: bool, no_color: Option<std::ffi::OsString>) -> bool {
-    stderr_is_terminal && no_color.is_none_or(|value| value.is_empty())
-}
-
-async fn pool(url: &str) -> anyhow::Result<sqlx::MySqlPool> {
-    // The error names host, port, user and database, and how to fix it.
-    Ok(store::connect(url, &store::PoolSettings::default()).await?)
-}
-
-/// The live layer the flags ask for, if any.
-fn live_layer(args: &LiveArgs) -> anyhow::Result<Option<Live>> {
-    args.redis_url
-        .as_deref()
-        .filter(|u| !u.is_empty())
-        .map(|url| Live::new(url, &args.redis_prefix).context("REDIS_URL"))
-        .transpose()
 }

@@ -11,7 +11,7 @@ pub(super) async fn run(url: &str, command: SecretsCommand) -> anyhow::Result<()
         SecretsCommand::List(args) => list(url, &args).await,
         SecretsCommand::Rotate(args) => rotate(url, &args).await,
         SecretsCommand::Retire(args) => {
-            let pool = super::pool(url).await?;
+            let pool = super::connect::pool(url).await?;
             let fingerprint = args.fingerprint.trim().to_ascii_lowercase();
             if !seal_keys::retire(&pool, &fingerprint).await? {
                 anyhow::bail!(
@@ -31,7 +31,7 @@ pub(super) async fn run(url: &str, command: SecretsCommand) -> anyhow::Result<()
 
 /// Every recorded key, and whether this environment's ring holds it.
 async fn list(url: &str, args: &SecretsListArgs) -> anyhow::Result<()> {
-    let pool = super::pool(url).await?;
+    let pool = super::connect::pool(url).await?;
     let secrets = args.ring.secrets()?;
     let held = ring_fingerprints(&pool, &secrets).await?;
     let records = seal_keys::list(&pool).await?;
@@ -78,8 +78,8 @@ async fn ring_fingerprints(
 }
 
 async fn rotate(url: &str, args: &SecretsRotateArgs) -> anyhow::Result<()> {
-    super::args::serve::check_secret("LINKTRACK_SECRET", args.ring.current.secret.as_deref())?;
-    let pool = super::pool(url).await?;
+    super::args::secrets::check_secret("LINKTRACK_SECRET", args.ring.current.secret.as_deref())?;
+    let pool = super::connect::pool(url).await?;
     let secrets = args.ring.secrets()?;
     let purpose = seal_keys::Purpose::Rotate {
         keep_days: args.keep_days,

@@ -1,9 +1,9 @@
 //! `serve`, and `demo`, which prepares a mailing and serves it.
 
-use super::args::demo::DemoArgs;
-use super::args::serve::ServeArgs;
+use super::args::secrets::check_secret;
+use super::args::serve::{DemoArgs, ServeArgs};
 use super::args::webhooks::OutboundArgs;
-use super::live_layer;
+use super::connect::live_layer;
 use crate::outbound::Outbound;
 use crate::store;
 use anyhow::Context;
@@ -12,9 +12,9 @@ use std::time::Duration;
 /// `linktrack serve`: refuses a placeholder or short secret before anything
 /// starts (a compose file's `change-me` must not reach production).
 pub(super) async fn serve(url: &str, args: &ServeArgs) -> anyhow::Result<()> {
-    super::args::serve::check_secret("LINKTRACK_SECRET", args.seal.current.secret.as_deref())?;
-    super::args::serve::check_secret("LINKTRACK_API_TOKEN", args.api_token.as_deref())?;
-    super::args::serve::check_secret("LINKTRACK_ADMIN_TOKEN", args.admin_token.as_deref())?;
+    check_secret("LINKTRACK_SECRET", args.seal.current.secret.as_deref())?;
+    check_secret("LINKTRACK_API_TOKEN", args.api_token.as_deref())?;
+    check_secret("LINKTRACK_ADMIN_TOKEN", args.admin_token.as_deref())?;
     run_server(url, args, false).await
 }
 
@@ -275,7 +275,7 @@ async fn demo_serve_args(
         },
         outbound: outbound_from_env()?,
         // The demo takes no provider webhooks.
-        hooks: super::args::bounces::ProviderHookArgs {
+        hooks: super::args::serve::ProviderHookArgs {
             ses_topic_arns: Vec::new(),
             sns_cert_url_prefixes: Vec::new(),
             mailgun_signing_key: None,
@@ -339,7 +339,7 @@ async fn demo_redis_url() -> Option<String> {
         println!("  live layer (latest clicks, live counters): Redis at REDIS_URL");
         return Some(url);
     }
-    let url = super::args::demo::DEFAULT_DEMO_REDIS_URL;
+    let url = super::args::serve::DEFAULT_DEMO_REDIS_URL;
     let answers = match crate::live::Live::new(url, crate::live::DEFAULT_PREFIX) {
         Ok(live) => tokio::time::timeout(std::time::Duration::from_secs(1), live.ping())
             .await

@@ -1,7 +1,8 @@
 //! The `webhooks` commands: list endpoints, send a test, replay dead letters.
 
 use super::args::webhooks::{OutboundArgs, WebhooksReplayArgs, WebhooksTestArgs};
-use super::pool;
+use super::connect::pool;
+use super::output::counted;
 use crate::outbound::Outbound;
 use crate::store;
 use anyhow::Context;
@@ -50,7 +51,7 @@ pub(super) async fn webhooks_replay(url: &str, args: &WebhooksReplayArgs) -> any
     let queued = store::outbox::replay_dead(&pool, &args.endpoint, since).await?;
     say!(
         "{} of endpoint {:?} since {since} queued again",
-        super::counted(queued, "dead letter", "dead letters"),
+        counted(queued, "dead letter", "dead letters"),
         args.endpoint
     )?;
     Ok(())

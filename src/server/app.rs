@@ -13,9 +13,11 @@
 //!    a worker reading `events` sees every event of this run on its way out.
 
 use super::listen::{self, ConnectionLimits};
+use super::router::public_router;
+use super::serve_error::ServeError;
 use super::state::{AppState, SealLoadError, ServerSettings};
-use super::stats::{StatsError, StatsState};
-use super::{handlers, metrics, public_router, ServeError};
+use super::stats::StatsState;
+use super::{handlers, metrics};
 use crate::acme::{CertificateSettings, Certificates};
 use crate::events::journal::JournalSettings;
 use crate::events::EventPipeline;
@@ -509,7 +511,7 @@ async fn require_admin_token(
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.strip_prefix("Bearer "));
     let allowed = given.is_some_and(|given| {
-        super::stats::auth::constant_time_eq(given.trim().as_bytes(), guard.token.as_bytes())
+        super::stats::credentials::constant_time_eq(given.trim().as_bytes(), guard.token.as_bytes())
     });
     if given.is_some() && !allowed {
         guard.guesses.wrong(client, "admin_token").await;
@@ -547,11 +549,5 @@ fn warn_if_exposed(listener: &TcpListener, has_token: bool) {
             "the admin listener (/metrics, /readyz) is reachable from other hosts \
              WITHOUT credentials; bind it to 127.0.0.1 or set --admin-token"
         );
-    }
-}
-
-impl From<StatsError> for ServeError {
-    fn from(err: StatsError) -> Self {
-        ServeError::Stats(Box::new(err))
     }
 }

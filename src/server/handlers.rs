@@ -2,12 +2,12 @@
 //! the hit and answers; the work lives in [`AppState`] and the modules it uses.
 
 use super::error::ServerError;
-use super::pages;
 use super::request::{
     ClickRoute, ImageRoute, OptOutRoute, PixelRoute, RequestMeta, RouteToken, TokenRefusal,
     Tracked, UnsubscribeRoute,
 };
 use super::state::AppState;
+use super::{hits, pages};
 use crate::kind::{EventKind, LinkKind};
 use crate::store::events::suppress_unsubscribed;
 use axum::extract::State;
@@ -51,18 +51,18 @@ pub(crate) async fn click(
         Tracked::Live { token, link } => {
             if link.kind == LinkKind::Honeypot {
                 // Only machines follow the invisible link: nothing to show them.
-                state.journal_honeypot(token, &link, meta);
+                hits::journal_honeypot(&state, token, &link, meta);
                 return Ok(no_store(StatusCode::NO_CONTENT.into_response()));
             }
             let location = redirect_target(&link.url)?;
-            state.journal_hit(EventKind::Click, token, Some(&*link), meta);
+            hits::journal_hit(&state, EventKind::Click, token, Some(&*link), meta);
             location
         }
         Tracked::Late {
             token, template, ..
         } => {
             let location = redirect_target(&template.url)?;
-            state.journal_late(EventKind::Click, token, &template, meta);
+            hits::journal_late(&state, EventKind::Click, token, &template, meta);
             location
         }
     };
@@ -115,7 +115,7 @@ pub(crate) async fn pixel(
             checked_at,
             ..
         }) => {
-            state.journal_hit_at(EventKind::Open, token, None, meta, checked_at);
+            hits::journal_hit_at(&state, EventKind::Open, token, None, meta, checked_at);
         }
         Err(TokenRefusal::WrongKind) => return Err(ServerError::NotFound),
         Ok(_) | Err(TokenRefusal::Malformed) => {}
@@ -217,7 +217,7 @@ pub(crate) async fn unsubscribe(
         Err(err) if err.is_unavailable() => Some(err),
         Err(err) => return Err(err),
     };
-    let journaled = state.journal_hit(EventKind::Unsubscribe, token, Some(&*link), meta);
+    let journaled = hits::journal_hit(&state, EventKind::Unsubscribe, token, Some(&*link), meta);
     if let Some(err) = deferred {
         if !journaled {
             return Err(err);
@@ -326,7 +326,7 @@ pub(crate) async fn image(
 ) -> Result<Response, ServerError> {
     let url = match &tracked {
         Tracked::Live { token, link } => {
-            state.journal_hit(EventKind::Image, *token, Some(&**link), meta);
+            hits::journal_hit(&state, EventKind::Image, *token, Some(&**link), meta);
             &link.url
         }
         Tracked::Late { template, .. } => &template.url,

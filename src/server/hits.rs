@@ -26,157 +26,159 @@ use crate::token::Token;
 use chrono::Utc;
 use uuid::ClockSequence;
 
-impl AppState {
-    /// Classify and journal one hit (not async: the journal's write is
-    /// one system call under a std mutex). Returns once the event is in the
-    /// journal (`true`) or could not be journaled (`false`, logged); the
-    /// database insert happens later, in the background. `link` is `None`
-    /// for an event journaled with its token only: the replay looks the
-    /// link up (journal record version 2). `meta` is taken, so its user
-    /// agent moves into the event instead of being copied.
-    pub fn journal_hit(
-        &self,
-        kind: EventKind,
-        token: Token,
-        link: Option<&ServedLink>,
-        meta: RequestMeta,
-    ) -> bool {
-        self.journal_hit_at(kind, token, link, meta, Utc::now())
-    }
+/// Classify and journal one hit (not async: the journal's write is
+/// one system call under a std mutex). Returns once the event is in the
+/// journal (`true`) or could not be journaled (`false`, logged); the
+/// database insert happens later, in the background. `link` is `None`
+/// for an event journaled with its token only: the replay looks the
+/// link up (journal record version 2). `meta` is taken, so its user
+/// agent moves into the event instead of being copied.
+pub(crate) fn journal_hit(
+    state: &AppState,
+    kind: EventKind,
+    token: Token,
+    link: Option<&ServedLink>,
+    meta: RequestMeta,
+) -> bool {
+    journal_hit_at(state, kind, token, link, meta, Utc::now())
+}
 
-    /// [`AppState::journal_hit`] of a hit that happened at `now` (the
-    /// pixel's, whose token check read the clock: the time and the event's
-    /// id come from that one reading).
-    pub fn journal_hit_at(
-        &self,
-        kind: EventKind,
-        token: Token,
-        link: Option<&ServedLink>,
-        meta: RequestMeta,
-        now: chrono::DateTime<Utc>,
-    ) -> bool {
-        if !self.settings.record_events {
-            return true;
-        }
-        let letter = link.map(|l| (l.mailing_id.as_str(), l.letter_id, l.position));
-        let verdict = self.classify(kind, token, letter, &meta, now);
-        let row = self.event(kind, token, Named::link(link), meta, now, verdict);
-        self.journal(self.screened(row, link))
+/// [`journal_hit`] of a hit that happened at `now` (the
+/// pixel's, whose token check read the clock: the time and the event's
+/// id come from that one reading).
+pub(crate) fn journal_hit_at(
+    state: &AppState,
+    kind: EventKind,
+    token: Token,
+    link: Option<&ServedLink>,
+    meta: RequestMeta,
+    now: chrono::DateTime<Utc>,
+) -> bool {
+    if !state.settings.record_events {
+        return true;
     }
+    let letter = link.map(|l| (l.mailing_id.as_str(), l.letter_id, l.position));
+    let verdict = classify(state, kind, token, letter, &meta, now);
+    let row = event(kind, token, Named::link(link), meta, now, verdict);
+    journal(state, screened(state, row, link))
+}
 
-    /// Journal a click on the letter's honeypot link: a bot by definition
-    /// (reason `honeypot`); the rollup marks the letter's clicks around it.
-    pub fn journal_honeypot(&self, token: Token, link: &ServedLink, meta: RequestMeta) -> bool {
-        if !self.settings.record_events {
-            return true;
-        }
-        let verdict = Some(crate::bots::verdicts::HONEYPOT.to_owned());
-        let named = Named::link(Some(link));
-        let row = self.event(EventKind::Click, token, named, meta, Utc::now(), verdict);
-        self.journal(self.screened(row, Some(link)))
+/// Journal a click on the letter's honeypot link: a bot by definition
+/// (reason `honeypot`); the rollup marks the letter's clicks around it.
+pub(crate) fn journal_honeypot(
+    state: &AppState,
+    token: Token,
+    link: &ServedLink,
+    meta: RequestMeta,
+) -> bool {
+    if !state.settings.record_events {
+        return true;
     }
+    let verdict = Some(crate::bots::verdicts::HONEYPOT.to_owned());
+    let named = Named::link(Some(link));
+    let row = event(EventKind::Click, token, named, meta, Utc::now(), verdict);
+    journal(state, screened(state, row, Some(link)))
+}
 
-    /// Journal a late hit (issue 27): a token whose row is gone, answered
-    /// from its link template. The event names the mailing and position
-    /// and nobody: no link, letter, address, network or user agent.
-    /// `link_id` 0 marks it late (there is no row for the replay to look
-    /// up), and the statistics keep late events apart from the letters' own.
-    pub fn journal_late(
-        &self,
-        kind: EventKind,
-        token: Token,
-        template: &LinkTemplate,
-        meta: RequestMeta,
-    ) -> bool {
-        if !self.settings.record_events {
-            return true;
-        }
-        let now = Utc::now();
-        let verdict = self.classify(kind, token, None, &meta, now);
-        let mut row = self.event(kind, token, Named::late(template), meta, now, verdict);
-        row.forget_request();
-        self.journal(row)
+/// Journal a late hit (issue 27): a token whose row is gone, answered
+/// from its link template. The event names the mailing and position
+/// and nobody: no link, letter, address, network or user agent.
+/// `link_id` 0 marks it late (there is no row for the replay to look
+/// up), and the statistics keep late events apart from the letters' own.
+pub(crate) fn journal_late(
+    state: &AppState,
+    kind: EventKind,
+    token: Token,
+    template: &LinkTemplate,
+    meta: RequestMeta,
+) -> bool {
+    if !state.settings.record_events {
+        return true;
     }
+    let now = Utc::now();
+    let verdict = classify(state, kind, token, None, &meta, now);
+    let mut row = event(kind, token, Named::late(template), meta, now, verdict);
+    row.forget_request();
+    journal(state, row)
+}
 
-    /// The request-time bot verdict of a hit (the rollup may revise it).
-    fn classify(
-        &self,
-        kind: EventKind,
-        token: Token,
-        letter: Option<(&str, u64, u32)>,
-        meta: &RequestMeta,
-        now: chrono::DateTime<Utc>,
-    ) -> Option<String> {
-        self.bots.classify(&Hit {
-            kind,
-            is_head: meta.is_head,
-            user_agent: meta.user_agent.as_deref(),
-            network: meta.network,
-            built_at: token.created_at(),
-            now,
-            letter,
-        })
+/// The request-time bot verdict of a hit (the rollup may revise it).
+fn classify(
+    state: &AppState,
+    kind: EventKind,
+    token: Token,
+    letter: Option<(&str, u64, u32)>,
+    meta: &RequestMeta,
+    now: chrono::DateTime<Utc>,
+) -> Option<String> {
+    state.bots.classify(&Hit {
+        kind,
+        is_head: meta.is_head,
+        user_agent: meta.user_agent.as_deref(),
+        network: meta.network,
+        built_at: token.created_at(),
+        now,
+        letter,
+    })
+}
+
+/// The row of a hit, as the request and its link name it.
+fn event(
+    kind: EventKind,
+    token: Token,
+    named: Named,
+    meta: RequestMeta,
+    now: chrono::DateTime<Utc>,
+    verdict: Option<String>,
+) -> EventRow {
+    EventRow {
+        event_id: event_id(now),
+        occurred_at: now,
+        kind,
+        token: *token.as_bytes(),
+        link_id: named.link_id,
+        mailing_id: named.mailing_id,
+        letter_id: named.letter_id,
+        email: None,
+        position: named.position,
+        ip: meta.network.map(network_text),
+        user_agent: meta.user_agent,
+        country: meta.country,
+        bot: verdict.is_some(),
+        bot_reason: verdict,
     }
+}
 
-    /// The row of a hit, as the request and its link name it.
-    fn event(
-        &self,
-        kind: EventKind,
-        token: Token,
-        named: Named,
-        meta: RequestMeta,
-        now: chrono::DateTime<Utc>,
-        verdict: Option<String>,
-    ) -> EventRow {
-        EventRow {
-            event_id: event_id(now),
-            occurred_at: now,
-            kind,
-            token: *token.as_bytes(),
-            link_id: named.link_id,
-            mailing_id: named.mailing_id,
-            letter_id: named.letter_id,
-            email: None,
-            position: named.position,
-            ip: meta.network.map(network_text),
-            user_agent: meta.user_agent,
-            country: meta.country,
-            bot: verdict.is_some(),
-            bot_reason: verdict,
-        }
-    }
-
-    /// What of `row` may be journaled, by whose letter `link` is (see the
-    /// module docs).
-    fn screened(&self, mut row: EventRow, link: Option<&ServedLink>) -> EventRow {
-        let Some(link) = link else {
-            // An open, journaled with its token only: the replay screens it.
-            return row;
-        };
-        match link.reader {
-            Reader::Nobody => row.forget_request(),
-            Reader::Person(None) => {}
-            Reader::Person(Some(fingerprint)) => {
-                let made_at = Token::from_bytes(&row.token)
-                    .map(|t| t.created_at())
-                    .unwrap_or_else(|_| Utc::now());
-                match self.privacy.withholds(fingerprint, made_at) {
-                    Withheld::No => {}
-                    // Unsubscribing is no tracking: it still names whom it
-                    // unsubscribes, without the request's details.
-                    Withheld::OptedOut | Withheld::Erased if row.kind == EventKind::Unsubscribe => {
-                        row.forget_request()
-                    }
-                    Withheld::OptedOut | Withheld::Erased => row.withhold(),
+/// What of `row` may be journaled, by whose letter `link` is (see the
+/// module docs).
+fn screened(state: &AppState, mut row: EventRow, link: Option<&ServedLink>) -> EventRow {
+    let Some(link) = link else {
+        // An open, journaled with its token only: the replay screens it.
+        return row;
+    };
+    match link.reader {
+        Reader::Nobody => row.forget_request(),
+        Reader::Person(None) => {}
+        Reader::Person(Some(fingerprint)) => {
+            let made_at = Token::from_bytes(&row.token)
+                .map(|t| t.created_at())
+                .unwrap_or_else(|_| Utc::now());
+            match state.privacy.withholds(fingerprint, made_at) {
+                Withheld::No => {}
+                // Unsubscribing is no tracking: it still names whom it
+                // unsubscribes, without the request's details.
+                Withheld::OptedOut | Withheld::Erased if row.kind == EventKind::Unsubscribe => {
+                    row.forget_request()
                 }
+                Withheld::OptedOut | Withheld::Erased => row.withhold(),
             }
         }
-        row
     }
+    row
+}
 
-    fn journal(&self, row: EventRow) -> bool {
-        events::append(&self.recorder, row)
-    }
+fn journal(state: &AppState, row: EventRow) -> bool {
+    events::append(&state.recorder, row)
 }
 
 /// What an event names: its link's row, a late hit's template, or nothing

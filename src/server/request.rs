@@ -18,7 +18,7 @@ use std::sync::Arc;
 pub(crate) const MAX_USER_AGENT_CHARS: usize = 512;
 
 #[derive(Debug, Clone)]
-pub struct RequestMeta {
+pub(crate) struct RequestMeta {
     /// The client's /24 (IPv4) or /48 (IPv6) network, when known.
     pub network: Option<IpAddr>,
     pub user_agent: Option<String>,

@@ -1,6 +1,7 @@
 //! What every handler shares: settings, the pool, caches, the event recorder.
 
 use super::error::{within, ServerError};
+use super::hooks::settings::HookSettings;
 use super::image::{ImageProxy, ImageSettings};
 use super::lookups::{LinkLookups, LookupSettings};
 use crate::address::Fingerprint;
@@ -55,7 +56,7 @@ pub struct ServerSettings {
     /// not served (docs/domains.md, "App links").
     pub well_known_dir: Option<std::path::PathBuf>,
     /// The providers' bounce and complaint webhooks (off by default).
-    pub hooks: super::hooks::HookSettings,
+    pub hooks: HookSettings,
     /// The operator's GeoIP database (`serve --geoip`): each event gets
     /// its client address's country. `None`: no country is recorded.
     pub geoip: Option<Arc<super::geoip::GeoIp>>,
@@ -76,7 +77,7 @@ impl Default for ServerSettings {
             trust_forwarded_for: false,
             lookups_in_flight: LookupSettings::default().in_flight,
             well_known_dir: None,
-            hooks: super::hooks::HookSettings::default(),
+            hooks: HookSettings::default(),
             geoip: None,
         }
     }

@@ -6,9 +6,9 @@
 //! the stats API and on the dashboard, checked against what was ingested.
 
 use crate::bounces::{addressed, build_letters, Built};
-use crate::common::stats_api::{client, TOKEN};
+use crate::common::stats_api::TOKEN;
 use crate::common::webhooks::{endpoint, fast_retries, Receiver, SECRET};
-use crate::common::{linktrack, TestDb, TestServer};
+use crate::common::{client, linktrack, TestDb, TestServer};
 use linktrack::outbound::{Endpoint, Outbound};
 use std::path::Path;
 use std::time::Duration;

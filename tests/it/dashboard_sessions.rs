@@ -2,8 +2,8 @@
 //! expire, end on logout and are new at every login; wrong tokens are
 //! rate-limited per client address.
 
-use crate::common::stats_api::{client, rolled_db, SECRET, TOKEN};
-use crate::common::TestServer;
+use crate::common::stats_api::{rolled_db, SECRET, TOKEN};
+use crate::common::{client, TestServer};
 use reqwest::header;
 use reqwest::StatusCode;
 use sqlx::MySqlPool;

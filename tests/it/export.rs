@@ -6,7 +6,8 @@
 //! every provider, the rollup's table against a count over `events`.
 
 use crate::common::build::{options, tracked_tokens};
-use crate::common::stats_api::{client as api_client, TOKEN};
+use crate::common::client as api_client;
+use crate::common::stats_api::TOKEN;
 use crate::common::{client, days_ago, linktrack, quick, server_pool, test_settings, TestDb};
 use crate::common::{wait_for_events, TestServer};
 use futures_util::TryStreamExt;

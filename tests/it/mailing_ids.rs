@@ -4,8 +4,8 @@
 
 use crate::common::build::options;
 use crate::common::stats::MAILING;
-use crate::common::stats_api::{client, rolled_db, TOKEN};
-use crate::common::{TestDb, TestServer};
+use crate::common::stats_api::{rolled_db, TOKEN};
+use crate::common::{client, TestDb, TestServer};
 use linktrack::builder::{self, BuildError};
 use reqwest::StatusCode;
 use std::path::Path;

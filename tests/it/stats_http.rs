@@ -1,8 +1,9 @@
 //! The stats router over real HTTP: access rules, the JSON API, the login
 //! cookie, and the dashboard rendered by a real browser (headless Chromium).
 
+use crate::common::client_without_user_agent as client;
 use crate::common::stats::{letters, record, traffic, LINKS, MAILING};
-use crate::common::stats_api::{client, fixture_letter, rolled_db, SECRET, TOKEN};
+use crate::common::stats_api::{fixture_letter, rolled_db, SECRET, TOKEN};
 use crate::common::{days_ago, TestDb, TestServer};
 use linktrack::store::{rollup, stats};
 use reqwest::header;

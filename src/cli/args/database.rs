@@ -1,11 +1,9 @@
-//! Flags of the database commands: `migrate`, `partitions`, `shards`,
-//! `erase`, `suppressions`, `tracking-optouts`.
+//! Flags of the database commands, the ones `cli/database.rs` runs:
+//! `migrate`, `partitions`, `shards`.
 
 use crate::store::partitions::{DEFAULT_AHEAD_DAYS, DEFAULT_KEEP_DAYS};
-use crate::store::suppressions::SuppressionReason;
 use crate::store::RowFormat;
 use clap::{Args, Subcommand};
-use std::path::PathBuf;
 
 #[derive(Debug, Clone, Args)]
 pub struct MigrateArgs {
@@ -117,117 +115,4 @@ pub struct ShardsRebalanceArgs {
     /// Print the moves and make none.
     #[arg(long)]
     pub dry_run: bool,
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct EraseArgs {
-    /// The addresses to erase (normalised: trimmed, lowercased, an
-    /// international domain in either spelling).
-    #[arg(value_name = "ADDRESS", required_unless_present = "email")]
-    pub addresses: Vec<String>,
-
-    /// The same as an address argument (`erase --email ADDRESS`, kept for
-    /// scripts that use it).
-    #[arg(long, hide = true, value_name = "ADDRESS")]
-    pub email: Vec<String>,
-
-    /// Wait at most this long for every running server (seen in the last
-    /// minute) to take the erasure in before the tables are scrubbed;
-    /// servers that did not are named, and erase can be run again.
-    #[arg(
-        long,
-        env = "LINKTRACK_ERASE_WAIT_SECS",
-        default_value_t = 30,
-        value_name = "SECS"
-    )]
-    pub wait_secs: u64,
-
-    /// The Redis live layer to clear the address's letters from (segments,
-    /// latest clicks); unset leaves Redis as it is.
-    #[command(flatten)]
-    pub live: super::serve::LiveArgs,
-}
-
-impl EraseArgs {
-    /// Every address given, as arguments or with `--email`.
-    pub fn addresses(&self) -> impl Iterator<Item = &str> {
-        self.addresses.iter().chain(&self.email).map(String::as_str)
-    }
-}
-
-#[derive(Debug, Subcommand)]
-pub enum SuppressionsCommand {
-    /// Add addresses (normalised: Unicode white space and invisible
-    /// characters such as a BOM trimmed, lowercased). What is not an
-    /// address is refused by argument number, the rest added; exit 2.
-    Add {
-        /// The addresses to suppress; one that is not an address is refused
-        /// (named by its argument number), the others are added.
-        #[arg(required = true, value_name = "ADDRESS")]
-        addresses: Vec<String>,
-        /// Why they are suppressed.
-        #[arg(long, default_value = "manual")]
-        reason: SuppressionReason,
-    },
-    /// Remove addresses.
-    Remove {
-        /// The addresses to take off the list (normalised as for `add`).
-        #[arg(required = true, value_name = "ADDRESS")]
-        addresses: Vec<String>,
-    },
-    /// Import a file with one address per line (blank lines and # comments skipped).
-    Import {
-        /// The file: one address per line; a line that is not an address is
-        /// refused (named by file and line), the others are imported.
-        #[arg(value_name = "FILE")]
-        file: PathBuf,
-        /// The reason stored with every imported address (`list` shows it).
-        #[arg(long, default_value = "import")]
-        reason: SuppressionReason,
-    },
-    /// Print the list: address, reason, time added (tab-separated).
-    List {
-        /// Print at most this many.
-        #[arg(long, value_name = "N")]
-        limit: Option<u64>,
-    },
-}
-
-/// `linktrack tracking-optouts`: recipients who withdrew from tracking
-/// without unsubscribing (their letters are still built and sent, untracked).
-#[derive(Debug, Subcommand)]
-pub enum TrackingOptoutsCommand {
-    /// Add addresses (normalised as suppressions are).
-    Add {
-        /// The addresses to send untracked; one that is not an address is
-        /// refused (named by its argument number), the others are added.
-        #[arg(required = true, value_name = "ADDRESS")]
-        addresses: Vec<String>,
-        /// Where the choice came from (the "stop tracking me" page records `link`).
-        #[arg(long, default_value = "manual")]
-        source: String,
-    },
-    /// Remove addresses (their letters are tracked again as the mailing says).
-    Remove {
-        /// The addresses to take off the list (normalised as for `add`).
-        #[arg(required = true, value_name = "ADDRESS")]
-        addresses: Vec<String>,
-    },
-    /// Import a file with one address per line (blank lines and # comments
-    /// skipped; a BOM or CRLF is fine). Lines that are not addresses are
-    /// refused by line number, the rest imported; exit 2.
-    Import {
-        /// The file: one address per line.
-        #[arg(value_name = "FILE")]
-        file: PathBuf,
-        /// The source stored with every imported address (`list` shows it).
-        #[arg(long, default_value = "import")]
-        source: String,
-    },
-    /// Print the list: address, source, time added (tab-separated).
-    List {
-        /// Print at most this many.
-        #[arg(long, value_name = "N")]
-        limit: Option<u64>,
-    },
 }

@@ -54,5 +54,5 @@ pub struct DomainsVerifyArgs {
     #[arg(long, env = "LINKTRACK_NAMESERVER", value_name = "ADDR")]
     pub nameserver: Option<SocketAddr>,
     #[command(flatten)]
-    pub tracking: super::serve::TrackingArgs,
+    pub tracking: super::mailing::TrackingArgs,
 }

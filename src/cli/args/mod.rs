@@ -4,33 +4,34 @@
 //! runners in `cli/` turn these into the plain settings structs the layers
 //! below take, and nothing below `cli` imports clap.
 //!
-//! One file per command group: `database` (migrate, partitions, shards,
-//! erase, suppressions, tracking-optouts), `bounces`, `build`, `export`, `serve` (and what it
-//! shares with `demo` and `stats`: verdicts, live layer, segments),
-//! `webhooks` (and events out), `stats`, `demo`.
+//! One file per runner of `cli/`, holding the flags of the commands it
+//! runs: `database` (migrate, partitions, shards), `mailing` (build,
+//! suppressions, tracking-optouts, erase, segment, stats rollup, and where
+//! tracked URLs point), `bounces`, `export`, `domains`, `secrets` (and the
+//! checks of secret settings), `serve` (serve, demo, and the bot verdicts
+//! and live layer it shares with the mailing commands), `webhooks` (and
+//! events out).
 
 // These doc comments are clap's --help text, written for a terminal:
 // `[::]` is an address, not a link, and a URL is shown as it is.
 #![allow(rustdoc::broken_intra_doc_links, rustdoc::bare_urls)]
 
 pub mod bounces;
-pub mod build;
 pub mod database;
-pub mod demo;
 pub mod domains;
 pub mod export;
+pub mod mailing;
 pub mod secrets;
 pub mod serve;
-pub mod stats;
 pub mod webhooks;
 
-use build::BuildArgs;
 use clap::{Args, Parser, Subcommand};
-use database::*;
-use demo::DemoArgs;
+use database::{MigrateArgs, PartitionsCommand, ShardsCommand};
 use export::ExportCommand;
-use serve::*;
-use stats::StatsCommand;
+use mailing::{
+    BuildArgs, EraseArgs, SegmentArgs, StatsCommand, SuppressionsCommand, TrackingOptoutsCommand,
+};
+use serve::{DemoArgs, ServeArgs};
 use webhooks::WebhooksCommand;
 
 pub const DEFAULT_DATABASE_URL: &str = "mysql://root@127.0.0.1:3306/linktrack";
@@ -169,6 +170,7 @@ pub enum Command {
 
 #[cfg(test)]
 mod tests {
+    use super::secrets::{check_secret, WeakSecret};
     use super::*;
     use clap::CommandFactory;
 

@@ -1,5 +1,6 @@
-//! The seal key's flags (`build`, `serve`, `secrets`) and `linktrack
-//! secrets` (docs/token.md, "Rotating the secret").
+//! The seal key's flags (`build`, `serve`, `secrets`), `linktrack
+//! secrets` (docs/token.md, "Rotating the secret"), and the checks of
+//! secret settings (`build`, `serve`, `secrets rotate`).
 
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
@@ -132,6 +133,88 @@ pub struct SecretsRetireArgs {
     /// refusals name it).
     #[arg(value_name = "FINGERPRINT")]
     pub fingerprint: String,
+}
+
+/// Shortest `LINKTRACK_SECRET` / `LINKTRACK_API_TOKEN` the server accepts:
+/// `openssl rand -hex 32` (the documented one-liner) gives 64 characters.
+pub const MIN_SECRET_LEN: usize = 16;
+
+/// Values people leave in a config file meaning "fill this in".
+const PLACEHOLDERS: &[&str] = &[
+    "change-me",
+    "changeme",
+    "change_me",
+    "changeit",
+    "replace-me",
+    "replaceme",
+    "secret",
+    "password",
+    "token",
+    "example",
+    "xxx",
+    "todo",
+    "test",
+];
+
+/// A secret setting the server refuses to start with.
+#[derive(Debug, thiserror::Error)]
+pub enum WeakSecret {
+    #[error("{name} is a placeholder ({value:?}): generate one with `openssl rand -hex 32` (docs/deploy.md, \"Secrets\")")]
+    Placeholder { name: &'static str, value: String },
+    #[error("{name} has {len} characters, fewer than {MIN_SECRET_LEN}: generate one with `openssl rand -hex 32` (docs/deploy.md, \"Secrets\")")]
+    TooShort { name: &'static str, len: usize },
+    #[error("{name} is only white space: set a real one (`openssl rand -hex 32`) or leave it unset to turn its feature off")]
+    Blank { name: &'static str },
+    #[error("{name} has white space at its start or end: remove it (nobody could send it back: HTTP headers and forms drop it, so nothing would ever authenticate)")]
+    Padded { name: &'static str },
+}
+
+/// Check one secret setting (`name` is its environment variable, for the
+/// message). Unset is fine (the feature it enables is off); a placeholder
+/// such as `change-me`, or anything shorter than [`MIN_SECRET_LEN`], is not:
+/// a server started with one would sign cookies anybody can forge. White
+/// space around it, or nothing but white space, is refused too: accepted,
+/// such a token could never be presented (issue 43).
+pub fn check_secret(name: &'static str, value: Option<&str>) -> Result<(), WeakSecret> {
+    let Some(value) = value else {
+        return Ok(());
+    };
+    check_unpadded(name, Some(value))?;
+    let lowered = value.trim().to_ascii_lowercase();
+    let is_placeholder = PLACEHOLDERS.contains(&lowered.as_str())
+        || (lowered.starts_with('<') && lowered.ends_with('>'))
+        || lowered.contains("change-me")
+        || lowered.contains("changeme");
+    if is_placeholder {
+        return Err(WeakSecret::Placeholder {
+            name,
+            value: value.to_owned(),
+        });
+    }
+    if value.chars().count() < MIN_SECRET_LEN {
+        return Err(WeakSecret::TooShort {
+            name,
+            len: value.chars().count(),
+        });
+    }
+    Ok(())
+}
+
+/// Refuse a secret that is only white space or has white space around it
+/// (a `KEY='  value  '` line in an environment file): the builder checks its
+/// `LINKTRACK_SECRET` with this too, so it never seals with a key the
+/// server refuses.
+pub fn check_unpadded(name: &'static str, value: Option<&str>) -> Result<(), WeakSecret> {
+    let Some(value) = value else {
+        return Ok(());
+    };
+    if !value.is_empty() && value.trim().is_empty() {
+        return Err(WeakSecret::Blank { name });
+    }
+    if value.trim() != value {
+        return Err(WeakSecret::Padded { name });
+    }
+    Ok(())
 }
 
 #[cfg(test)]

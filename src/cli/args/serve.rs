@@ -1,10 +1,11 @@
-//! Flags of `serve`, and the groups it shares with `demo` and `stats`:
-//! bot verdicts, the live layer, segments; the checks of its secrets.
+//! Flags of `serve` and `demo`, the commands `cli/serve.rs` runs, and the
+//! groups `serve` shares with the mailing commands: bot verdicts, the live
+//! layer; and its providers' webhooks.
 
 use super::webhooks::OutboundArgs;
-use crate::server::state::DEFAULT_BASE_URL;
 use crate::store::partitions::DEFAULT_KEEP_DAYS;
 use clap::Args;
+use std::path::PathBuf;
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 
@@ -248,15 +249,7 @@ pub struct ServeArgs {
     pub outbound: OutboundArgs,
 
     #[command(flatten)]
-    pub hooks: super::bounces::ProviderHookArgs,
-}
-
-/// Where tracked URLs point; used by `build` and `serve`.
-#[derive(Debug, Clone, Args)]
-pub struct TrackingArgs {
-    /// Public base URL of the tracking server, e.g. https://t.example.com.
-    #[arg(long, env = "LINKTRACK_BASE_URL", default_value = DEFAULT_BASE_URL, value_name = "URL")]
-    pub base_url: String,
+    pub hooks: ProviderHookArgs,
 }
 
 impl ServeArgs {
@@ -336,103 +329,115 @@ pub struct LiveArgs {
     pub redis_prefix: String,
 }
 
+/// The providers' bounce and complaint webhooks of `serve`
+/// (docs/bounces.md, "Provider webhooks"); each is off until configured.
 #[derive(Debug, Clone, Args)]
-pub struct SegmentArgs {
-    /// The mailing id.
-    #[arg(long, value_name = "ID")]
-    pub mailing: String,
-    /// A tag every selected recipient clicked; repeat it for each further
-    /// tag they must all have clicked (`--and TAG` is the same flag).
-    #[arg(long, alias = "and", required = true, value_name = "TAG")]
-    pub tag: Vec<String>,
-    /// A tag that selects recipients on its own (union; repeatable).
-    #[arg(long, value_name = "TAG")]
-    pub or: Vec<String>,
-    /// A tag they must not have clicked (repeatable).
-    #[arg(long, value_name = "TAG")]
-    pub not: Vec<String>,
-    #[command(flatten)]
-    pub live: LiveArgs,
+pub struct ProviderHookArgs {
+    /// The SNS topic(s) SES publishes bounces and complaints to: turns
+    /// `POST /hooks/ses` on; posts from other topics are refused.
+    #[arg(
+        long = "ses-topic-arn",
+        env = "LINKTRACK_SES_TOPIC_ARNS",
+        value_delimiter = ',',
+        value_name = "ARN"
+    )]
+    pub ses_topic_arns: Vec<String>,
+
+    /// Extra URL prefixes trusted to serve SNS signing certificates and
+    /// subscription confirmations, besides https on
+    /// `sns.<region>.amazonaws.com` (an internal mirror; tests).
+    #[arg(
+        long = "sns-cert-url-prefix",
+        env = "LINKTRACK_SNS_CERT_URL_PREFIXES",
+        value_delimiter = ',',
+        value_name = "URL"
+    )]
+    pub sns_cert_url_prefixes: Vec<String>,
+
+    /// Mailgun's webhook signing key: turns `POST /hooks/mailgun` on.
+    #[arg(
+        long,
+        env = "LINKTRACK_MAILGUN_SIGNING_KEY",
+        hide_env_values = true,
+        value_name = "SECRET"
+    )]
+    pub mailgun_signing_key: Option<String>,
+
+    /// A Mailgun post whose signed timestamp is further than SECS from
+    /// now is refused.
+    #[arg(long, env = "LINKTRACK_MAILGUN_MAX_AGE", default_value_t = crate::server::hooks::DEFAULT_MAILGUN_MAX_AGE.as_secs(), value_name = "SECS",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub mailgun_max_age: u64,
+
+    /// Soft bounces (of distinct letters) that suppress an address, as
+    /// `bounces ingest --soft-bounces`...
+    #[arg(long = "soft-bounces", env = "LINKTRACK_SOFT_BOUNCES", default_value_t = 3, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub soft_bounces: u32,
+
+    /// ...within this many days.
+    #[arg(long = "soft-days", env = "LINKTRACK_SOFT_DAYS", default_value_t = 14, value_name = "DAYS",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub soft_days: u32,
 }
 
-/// Shortest `LINKTRACK_SECRET` / `LINKTRACK_API_TOKEN` the server accepts:
-/// `openssl rand -hex 32` (the documented one-liner) gives 64 characters.
-pub const MIN_SECRET_LEN: usize = 16;
-
-/// Values people leave in a config file meaning "fill this in".
-const PLACEHOLDERS: &[&str] = &[
-    "change-me",
-    "changeme",
-    "change_me",
-    "changeit",
-    "replace-me",
-    "replaceme",
-    "secret",
-    "password",
-    "token",
-    "example",
-    "xxx",
-    "todo",
-    "test",
-];
-
-/// A secret setting the server refuses to start with.
-#[derive(Debug, thiserror::Error)]
-pub enum WeakSecret {
-    #[error("{name} is a placeholder ({value:?}): generate one with `openssl rand -hex 32` (docs/deploy.md, \"Secrets\")")]
-    Placeholder { name: &'static str, value: String },
-    #[error("{name} has {len} characters, fewer than {MIN_SECRET_LEN}: generate one with `openssl rand -hex 32` (docs/deploy.md, \"Secrets\")")]
-    TooShort { name: &'static str, len: usize },
-    #[error("{name} is only white space: set a real one (`openssl rand -hex 32`) or leave it unset to turn its feature off")]
-    Blank { name: &'static str },
-    #[error("{name} has white space at its start or end: remove it (nobody could send it back: HTTP headers and forms drop it, so nothing would ever authenticate)")]
-    Padded { name: &'static str },
+impl ProviderHookArgs {
+    /// The server's settings; a bad `--sns-cert-url-prefix` is an error
+    /// naming it.
+    pub fn settings(&self) -> anyhow::Result<crate::server::hooks::HookSettings> {
+        let sns_trusted = crate::server::hooks::sns::TrustedUrls::new(&self.sns_cert_url_prefixes)
+            .map_err(|err| anyhow::anyhow!("--sns-cert-url-prefix {err}"))?;
+        Ok(crate::server::hooks::HookSettings {
+            ses_topics: self.ses_topic_arns.clone(),
+            sns_trusted,
+            mailgun_key: self.mailgun_signing_key.clone().filter(|k| !k.is_empty()),
+            mailgun_max_age: std::time::Duration::from_secs(self.mailgun_max_age),
+            soft: crate::bounces::SoftPolicy {
+                count: self.soft_bounces,
+                days: self.soft_days,
+            },
+        })
+    }
 }
 
-/// Check one secret setting (`name` is its environment variable, for the
-/// message). Unset is fine (the feature it enables is off); a placeholder
-/// such as `change-me`, or anything shorter than [`MIN_SECRET_LEN`], is not:
-/// a server started with one would sign cookies anybody can forge. White
-/// space around it, or nothing but white space, is refused too: accepted,
-/// such a token could never be presented (issue 43).
-pub fn check_secret(name: &'static str, value: Option<&str>) -> Result<(), WeakSecret> {
-    let Some(value) = value else {
-        return Ok(());
-    };
-    check_unpadded(name, Some(value))?;
-    let lowered = value.trim().to_ascii_lowercase();
-    let is_placeholder = PLACEHOLDERS.contains(&lowered.as_str())
-        || (lowered.starts_with('<') && lowered.ends_with('>'))
-        || lowered.contains("change-me")
-        || lowered.contains("changeme");
-    if is_placeholder {
-        return Err(WeakSecret::Placeholder {
-            name,
-            value: value.to_owned(),
-        });
-    }
-    if value.chars().count() < MIN_SECRET_LEN {
-        return Err(WeakSecret::TooShort {
-            name,
-            len: value.chars().count(),
-        });
-    }
-    Ok(())
+#[derive(Debug, Clone, Args)]
+pub struct DemoArgs {
+    /// Where the demo writes its files: mailing, letters, rejects, journal.
+    #[arg(long, default_value = "demo-out", value_name = "DIR")]
+    pub dir: PathBuf,
+
+    /// Address the demo's server listens on.
+    #[arg(long, env = "LINKTRACK_LISTEN", default_value = DEFAULT_LISTEN, value_name = "ADDR")]
+    pub listen: std::net::SocketAddr,
+
+    /// Address of the demo server's `/metrics` and `/readyz`.
+    #[arg(long, env = "LINKTRACK_ADMIN_LISTEN", default_value = DEFAULT_ADMIN_LISTEN, value_name = "ADDR")]
+    pub admin_listen: std::net::SocketAddr,
+
+    /// Base URL in the built letters (default: http:// + --listen, with
+    /// localhost for 0.0.0.0 or [::]).
+    #[arg(long, env = "LINKTRACK_BASE_URL", value_name = "URL")]
+    pub base_url: Option<String>,
+
+    /// Build and print the URLs, then exit instead of serving.
+    #[arg(long)]
+    pub no_serve: bool,
+
+    /// The dashboard's login token. Default: the one an earlier run saved
+    /// in DIR/dashboard-token (made on the first run), so it stays the same.
+    #[arg(
+        long,
+        env = "LINKTRACK_API_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    pub api_token: Option<String>,
+
+    /// Make a new dashboard token (and login cookie key) instead of reusing
+    /// the saved ones.
+    #[arg(long)]
+    pub new_token: bool,
 }
 
-/// Refuse a secret that is only white space or has white space around it
-/// (a `KEY='  value  '` line in an environment file): the builder checks its
-/// `LINKTRACK_SECRET` with this too, so it never seals with a key the
-/// server refuses.
-pub fn check_unpadded(name: &'static str, value: Option<&str>) -> Result<(), WeakSecret> {
-    let Some(value) = value else {
-        return Ok(());
-    };
-    if !value.is_empty() && value.trim().is_empty() {
-        return Err(WeakSecret::Blank { name });
-    }
-    if value.trim() != value {
-        return Err(WeakSecret::Padded { name });
-    }
-    Ok(())
-}
+/// Where `demo` looks for Redis when `REDIS_URL` is not set.
+pub const DEFAULT_DEMO_REDIS_URL: &str = "redis://127.0.0.1:6379";

@@ -8,7 +8,8 @@
 //! letters that bounced or were complained about (`bounces ingest`) and
 //! their rates of the letters delivered.
 
-use super::{StatsError, StatsState};
+use super::error::StatsError;
+use super::state::StatsState;
 use crate::live::{LiveSnapshot, SegmentQuery};
 use crate::store::stats::{self, Classes, MailingSummary};
 use axum::extract::{Path, Query, State};

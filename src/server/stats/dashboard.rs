@@ -5,15 +5,17 @@
 //! their text, and the click map with its images inlined. No front-end
 //! build; one hashed script shows times in the viewer's time zone.
 
-use super::{chart, clickmap, creative_images, StatsError, StatsState};
+use super::error::StatsError;
+use super::state::StatsState;
+use super::{chart, clickmap, creative_images};
 use crate::letter;
 use crate::letter::PreviewLimits;
 use crate::store::stats::{self, LinkStats};
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderName};
 use axum::response::Html;
+use minijinja::context;
 use minijinja::value::Serde;
-use minijinja::{context, Environment};
 use std::collections::BTreeMap;
 use std::time::Duration;
 use tokio::sync::Semaphore;
@@ -23,31 +25,6 @@ use tokio::sync::Semaphore;
 /// `<style>` (which holds raw text), and the browser would drop the rules.
 /// It is our own compiled-in file, never input.
 const CSS: &str = include_str!("templates/base.css");
-
-/// The dashboard's templates.
-pub(crate) fn templates() -> Result<Environment<'static>, minijinja::Error> {
-    let mut env = Environment::new();
-    // Subjects are templates: shown with placeholders, never as `{{ … }}`,
-    // and never run (the index lists 500 of them per request).
-    env.add_filter("preview", |subject: String| letter::preview_text(&subject));
-    env.add_filter("utc_label", utc_label);
-    env.add_template("index.html", include_str!("templates/index.html"))?;
-    env.add_template("mailing.html", include_str!("templates/mailing.html"))?;
-    Ok(env)
-}
-
-/// An RFC 3339 time as `2026-11-22 10:05 UTC`: what the page shows until
-/// its script puts the time in the viewer's zone (and what a browser
-/// without script keeps). Anything else is shown as it is.
-fn utc_label(at: String) -> String {
-    match chrono::DateTime::parse_from_rfc3339(&at) {
-        Ok(time) => time
-            .with_timezone(&chrono::Utc)
-            .format("%Y-%m-%d %H:%M UTC")
-            .to_string(),
-        Err(_) => at,
-    }
-}
 
 /// A dashboard page with the headers every one carries.
 type Page = ([(HeaderName, &'static str); 4], Html<String>);

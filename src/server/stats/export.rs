@@ -5,7 +5,8 @@
 //! without the body's end (chunked encoding), so a client never takes a cut
 //! export for a whole one.
 
-use super::{StatsError, StatsState};
+use super::error::StatsError;
+use super::state::StatsState;
 use crate::export::{self, Format};
 use crate::store::engagement;
 use axum::body::Body;

@@ -149,14 +149,29 @@ pub fn test_settings() -> ServerSettings {
     }
 }
 
-/// A client that does not follow redirects, with a browser's user agent.
+/// The harness's one HTTP client, for the tracking routes and the stats API
+/// alike: it does not follow redirects, has a browser's user agent (its
+/// clicks are human) and gives up on an answer after 10 s.
 pub fn client() -> Client {
-    Client::builder()
+    client_sending(Some(BROWSER))
+}
+
+/// [`client`] without a `User-Agent` header: requests the bot verdicts
+/// judge as agentless.
+pub fn client_without_user_agent() -> Client {
+    client_sending(None)
+}
+
+fn client_sending(user_agent: Option<&str>) -> Client {
+    let builder = Client::builder()
         .redirect(reqwest::redirect::Policy::none())
-        .timeout(Duration::from_secs(10))
-        .user_agent(BROWSER)
-        .build()
-        .unwrap()
+        .timeout(Duration::from_secs(10));
+    match user_agent {
+        Some(agent) => builder.user_agent(agent),
+        None => builder,
+    }
+    .build()
+    .unwrap()
 }
 
 /// A pool of the server's own, so a test can close it without closing the test's.

@@ -1,5 +1,6 @@
-//! The stats API's test token and secret, its client, and a database
-//! with rolled-up fixture traffic.
+//! The stats API's test token and secret, and a database with rolled-up
+//! fixture traffic. Its requests go through the harness's one client
+//! (`common::client`).
 
 use crate::common::stats::{letters, record, traffic, MAILING};
 use crate::common::{days_ago, TestDb};
@@ -9,13 +10,6 @@ use std::path::{Path, PathBuf};
 pub const TOKEN: &str = "test-token-0123456789";
 
 pub const SECRET: &str = "test-secret";
-
-pub fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap()
-}
 
 /// A database with the fixture mailing, its traffic rolled up, and its HTML saved.
 pub async fn rolled_db() -> TestDb {
