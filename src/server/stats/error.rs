@@ -53,7 +53,11 @@ impl IntoResponse for StatsError {
         let status = self.status();
         // Internal details go to the log, not to the client.
         let message = if status.is_server_error() {
-            tracing::error!(error = %self, "stats request failed");
+            let (kind, mysql_error) = match &self {
+                StatsError::Store(store) => (Some(store.kind()), store.mysql_error()),
+                _ => (None, None),
+            };
+            tracing::error!(kind, mysql_error, error = %self, "stats request failed");
             match status {
                 StatusCode::SERVICE_UNAVAILABLE => self.to_string(),
                 _ => "internal error".to_owned(),
