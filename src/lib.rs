@@ -113,7 +113,7 @@
 //!     column is which field in `columns.rs`), one
 //!     letter composed (`compose.rs`, tracking modes in `track_mode.rs`),
 //!     why a recipient gets none (`reject.rs`), letters and rejects written
-//!     (`output.rs`), handed to the pool (`delivery.rs`), the progress bar
+//!     (`output.rs`), handed to the pool (`handover.rs`), the progress bar
 //!     (`progress.rs`).
 //! 24. [`demo`]: `linktrack demo`, the whole loop on the compiled-in fixtures.
 //! 25. [`export`]: the recipients export (one row per letter with its

@@ -20,7 +20,7 @@
 mod columns;
 pub(crate) mod compose;
 mod csv_records;
-pub mod delivery;
+pub mod handover;
 pub(crate) mod mailing;
 mod output;
 mod progress;
@@ -165,7 +165,7 @@ pub struct Summary {
 impl Summary {
     /// Take in what delivery did: `retried` is the count of temporary
     /// failures tried again (the delivery's live counters have it).
-    pub fn add_delivery(&mut self, delivered: delivery::Delivered, retried: u64) {
+    pub fn add_delivery(&mut self, delivered: handover::Delivered, retried: u64) {
         self.delivered = delivered.delivered;
         self.delivery_rejected = delivered.rejected.len() as u64;
         self.delivery_skipped = delivered.skipped;
@@ -414,10 +414,10 @@ fn open_delivery(
     pool: &MySqlPool,
     options: &BuildOptions,
     mailing: &Mailing,
-) -> Result<Option<delivery::Delivery>, BuildError> {
+) -> Result<Option<handover::Delivery>, BuildError> {
     match delivery_targets(options, &mailing.pool)? {
         targets if targets.is_empty() => Ok(None),
-        targets => Ok(Some(delivery::Delivery::new(
+        targets => Ok(Some(handover::Delivery::new(
             pool.clone(),
             targets,
             mailing,
@@ -968,10 +968,10 @@ fn build_one(
 fn spawn_writer(
     pool: MySqlPool,
     out: Output,
-    delivery: Option<delivery::Delivery>,
+    delivery: Option<handover::Delivery>,
 ) -> (
     tokio::sync::mpsc::Sender<StoredBatch>,
-    tokio::task::JoinHandle<Result<delivery::Delivered, BuildError>>,
+    tokio::task::JoinHandle<Result<handover::Delivered, BuildError>>,
 ) {
     // One batch waiting while the next builds: bounded, so a slow database
     // holds the builders back instead of filling memory.
@@ -1013,7 +1013,7 @@ fn spawn_writer(
             Some(handle) => handle
                 .await
                 .map_err(|e| BuildError::Internal(format!("delivery task: {e}")))?,
-            None => Ok(delivery::Delivered::default()),
+            None => Ok(handover::Delivered::default()),
         }
     });
     (sender, handle)
@@ -1049,14 +1049,14 @@ fn spawn_output(
 
 /// The delivery task: delivers each stored batch's letters in turn.
 fn spawn_delivery(
-    delivery: delivery::Delivery,
+    delivery: handover::Delivery,
 ) -> (
     tokio::sync::mpsc::Sender<Vec<compose::Letter>>,
-    tokio::task::JoinHandle<Result<delivery::Delivered, BuildError>>,
+    tokio::task::JoinHandle<Result<handover::Delivered, BuildError>>,
 ) {
     let (sender, mut receiver) = tokio::sync::mpsc::channel::<Vec<compose::Letter>>(1);
     let handle = tokio::spawn(async move {
-        let mut delivered = delivery::Delivered::default();
+        let mut delivered = handover::Delivered::default();
         delivery.recover_delivery_log().await?;
         while let Some(letters) = receiver.recv().await {
             delivery.deliver_batch(&letters, &mut delivered).await?;
