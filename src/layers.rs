@@ -420,8 +420,6 @@ fn unlike_the_list<T: Ord + std::fmt::Debug>(
 const PARENT_IMPORTS_LEFT: &[(&str, &str)] = &[
     ("acme/order.rs", "acme"),
     ("bounces/ingest.rs", "bounces"),
-    ("builder/handover.rs", "builder"),
-    ("builder/output.rs", "builder"),
     ("cli/bounces.rs", "cli"),
     ("cli/database.rs", "cli"),
     ("cli/domains.rs", "cli"),
