@@ -420,8 +420,6 @@ fn unlike_the_list<T: Ord + std::fmt::Debug>(
 const PARENT_IMPORTS_LEFT: &[(&str, &str)] = &[
     ("acme/order.rs", "acme"),
     ("bounces/ingest.rs", "bounces"),
-    ("builder/delivery.rs", "builder"),
-    ("builder/output.rs", "builder"),
     ("delivery/smtp/mod.rs", "delivery"),
     ("events/replay.rs", "events"),
     ("outbound/dispatch.rs", "outbound"),

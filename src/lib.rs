@@ -113,13 +113,24 @@
 //!     tables, then publish to Redis.
 //!
 //! Jobs (what the commands run):
-//! 25. [`builder`]: `linktrack build`, the batch job: mailing and recipients
-//!     in (`builder/mailing.rs`, `recipients.rs`, `csv_records.rs`; which
-//!     column is which field in `columns.rs`), one
-//!     letter composed (`compose.rs`, tracking modes in `track_mode.rs`),
-//!     why a recipient gets none (`reject.rs`), letters and rejects written
-//!     (`output.rs`), handed to the pool (`delivery.rs`), the progress bar
-//!     (`progress.rs`).
+//! 25. [`builder`]: `linktrack build`, the batch job, a file per stage a
+//!     letter passes through (`builder/mod.rs` only wires them): the
+//!     options (`options.rs`), the summary (`summary.rs`) and the error
+//!     (`error.rs`); the mailing read and made ready (`mailing.rs`,
+//!     `mailing_setup.rs`); the recipients read (`recipients.rs` opens the
+//!     file, `recipient_lines.rs` reads its JSON or CSV lines with
+//!     `csv_records.rs`, `recipient_fields.rs` checks each; which column is
+//!     which field in `columns.rs`); the job screening each batch and giving
+//!     letter ids (`job.rs`); the batch composed on every core
+//!     (`compose_batch.rs`), one letter composed (`compose.rs`) from the
+//!     mailing prepared once (`mailing_context.rs`), with its tokens
+//!     (`letter_tokens.rs`), tracked URLs (`tracked_urls.rs`), parts before
+//!     `</body>` (`letter_shape.rs`) and tracking mode (`track_mode.rs`);
+//!     why a recipient gets none (`reject.rs`); the rows inserted, one
+//!     transaction per batch (`row_writer.rs`); letters and rejects written
+//!     (`output.rs`); handed to the pool (`handover.rs`, one lane's worker
+//!     in `handover_lanes.rs`); the progress bar (`progress.rs`); letters
+//!     composed without a database, for the benchmark (`composer.rs`).
 //! 26. [`demo`]: `linktrack demo`, the whole loop on the compiled-in fixtures.
 //! 27. [`export`]: the recipients export (one row per letter with its
 //!     engagement, CSV or JSON lines), streamed page by page; the API and

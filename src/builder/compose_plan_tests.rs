@@ -6,6 +6,8 @@
 
 use super::*;
 use crate::builder::track_mode::TrackMode;
+use crate::letter::Template;
+use crate::token::TokenSeal;
 use chrono::TimeZone;
 use proptest::prelude::*;
 use std::path::{Path, PathBuf};

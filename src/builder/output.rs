@@ -1,11 +1,15 @@
 //! Where a build writes: the letters (standard output, or `FILE.partial`
 //! renamed to `FILE` only when the job is complete) and the rejects file
-//! that says what happened to every recipient line left out.
+//! that says what happened to every recipient line left out; the output
+//! thread that appends each committed batch and passes its letters on to
+//! the hand-over.
 
 use super::compose;
-use super::recipients::{Recipient, Rejection};
+use super::error::BuildError;
+use super::options::Output;
+use super::recipient_fields::{Recipient, Rejection};
 use super::reject::Reject;
-use super::{BuildError, Output, Summary};
+use super::summary::Summary;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -283,6 +287,40 @@ impl RejectsFile {
             source,
         })
     }
+}
+
+/// A stored batch on its way out: written, then delivered.
+pub(super) struct Committed {
+    pub(super) lines: Vec<Vec<u8>>,
+    pub(super) letters: Vec<compose::Letter>,
+}
+
+/// The output thread: appends each committed batch's lines (blocking file
+/// or terminal writes, off the runtime's workers and off the inserts'
+/// path), then hands the letters to delivery. Returns the sink when every
+/// batch sent was written and handed on.
+pub(super) fn spawn_output(
+    mut sink: LetterSink,
+    to_deliver: Option<tokio::sync::mpsc::Sender<Vec<compose::Letter>>>,
+) -> (
+    tokio::sync::mpsc::Sender<Committed>,
+    tokio::task::JoinHandle<Result<LetterSink, BuildError>>,
+) {
+    let (sender, mut receiver) = tokio::sync::mpsc::channel::<Committed>(1);
+    let handle = tokio::task::spawn_blocking(move || {
+        while let Some(batch) = receiver.blocking_recv() {
+            sink.write(&batch.lines)?;
+            drop(batch.lines);
+            if let Some(to_deliver) = &to_deliver {
+                if to_deliver.blocking_send(batch.letters).is_err() {
+                    // Delivery failed; the writer returns its error.
+                    return Ok(sink);
+                }
+            }
+        }
+        Ok(sink)
+    });
+    (sender, handle)
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! ([`message`]); [`smtp`] hands messages to an MTA, [`pools`] names each
 //! pool's MTAs, [`ledger`] records each outcome so a re-run delivers nothing
 //! twice ([`log_file`]: first in a local file, so a connection need not
-//! wait for a database commit before its next letter). Which letters go when is the builder's (`builder::delivery`).
+//! wait for a database commit before its next letter). Which letters go when is the builder's (`builder::handover`).
 
 pub mod body;
 pub mod ledger;

@@ -1,15 +1,18 @@
 //! Handing one mailing's letters to its sending pool over SMTP, each
-//! outcome recorded (`delivery::ledger`) so a re-run delivers nothing twice.
+//! outcome recorded (`delivery::ledger`) so a re-run delivers nothing twice;
+//! the MTAs a mailing goes to, and the task that hands over each stored
+//! batch in turn (one lane's worker is in `handover_lanes.rs`).
 
 use super::compose::Letter;
+use super::error::BuildError;
+use super::handover_lanes::{lane_worker, HandedOver, LaneWork, Queued};
 use super::mailing::Mailing;
-use super::BuildError;
-use crate::address::Email;
+use super::options::BuildOptions;
 use crate::delivery::ledger;
 use crate::delivery::log_file::{read_delivery_log, DeliveryLog};
-use crate::delivery::smtp::{self, Deliverer, Envelope, Lane, Outcome, SmtpSettings};
+use crate::delivery::smtp::{self, Deliverer, Outcome, SmtpSettings};
 use crate::delivery::DeliveryCounters;
-use crate::store::deliveries::{self, DeliveryStatus};
+use crate::store::deliveries;
 use sqlx::MySqlPool;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,111 +34,6 @@ pub struct Delivered {
 
 /// Letters are marked `sending` this many rounds of connections ahead.
 const MARK_AHEAD: usize = 4;
-
-/// One letter waiting for a lane.
-struct Queued {
-    letter_id: u64,
-    line: u64,
-    email: Email,
-    message: String,
-    /// The letter's own envelope sender (its VERP address), else the
-    /// mailing's.
-    sender: Option<lettre::Address>,
-}
-
-impl Queued {
-    fn envelope<'a>(&'a self, sender: &'a lettre::Address) -> Envelope<'a> {
-        Envelope {
-            from: self.sender.as_ref().unwrap_or(sender),
-            to: self.email.as_str(),
-            message: self.message.as_bytes(),
-        }
-    }
-}
-
-/// What a lane worker needs besides its lane.
-#[derive(Clone)]
-struct LaneWork {
-    queue: async_channel::Receiver<Queued>,
-    ledger: ledger::Ledger,
-    sender: lettre::Address,
-    results: tokio::sync::mpsc::UnboundedSender<HandedOver>,
-    /// Set by the first letter that keeps failing: every lane stops taking
-    /// letters.
-    stop: Arc<AtomicBool>,
-}
-
-/// One lane's worker: take a letter from its MTA's queue, hand it over and
-/// record the outcome right after the reply, before the lane hands over
-/// the next letter: a kill can leave at most one handed-over letter per
-/// lane unrecorded. Recorded is a line in the delivery log when there is
-/// one (the database write follows), else a commit, which the ledger
-/// shares between parallel lanes. The next letter, when already queued, is
-/// announced to the lane so its envelope travels with this letter's data. A letter that was
-/// not taken is forgotten (nothing to doubt on the next run); so is every
-/// letter left queued once the lanes stop.
-async fn lane_worker(mut lane: Lane, work: LaneWork) {
-    let mut next = work.queue.recv().await.ok();
-    while let Some(letter) = next.take() {
-        if work.stop.load(Ordering::Relaxed) {
-            report_not_attempted(&work, letter);
-            continue;
-        }
-        next = work.queue.try_recv().ok();
-        let outcome = lane
-            .deliver(
-                letter.envelope(&work.sender),
-                next.as_ref().map(|next| next.envelope(&work.sender)),
-            )
-            .await;
-        let recorded = record(&work.ledger, letter.letter_id, &outcome).await;
-        if matches!(outcome, Outcome::Failed(_)) || recorded.is_err() {
-            work.stop.store(true, Ordering::Relaxed);
-        }
-        let _ = work.results.send(HandedOver {
-            letter_id: letter.letter_id,
-            line: letter.line,
-            email: letter.email,
-            outcome: recorded.map(|()| Some(outcome)),
-            host: lane.host().to_owned(),
-        });
-        if next.is_none() {
-            next = work.queue.recv().await.ok();
-        }
-    }
-}
-
-/// A letter no lane tried: its `sending` mark goes, and its result says so.
-fn report_not_attempted(work: &LaneWork, letter: Queued) {
-    let _ = work.results.send(HandedOver {
-        letter_id: letter.letter_id,
-        line: letter.line,
-        email: letter.email,
-        outcome: Ok(None),
-        host: String::new(),
-    });
-}
-
-/// The ledger's record of one outcome, made before the lane moves on.
-async fn record(
-    ledger: &ledger::Ledger,
-    letter_id: u64,
-    outcome: &Outcome,
-) -> Result<(), crate::store::StoreError> {
-    match outcome {
-        Outcome::Delivered(reply) => {
-            ledger
-                .outcome(letter_id, DeliveryStatus::Delivered, reply)
-                .await
-        }
-        Outcome::Rejected(reply) => {
-            ledger
-                .outcome(letter_id, DeliveryStatus::Rejected, reply)
-                .await
-        }
-        Outcome::Failed(_) => ledger.forget(letter_id).await,
-    }
-}
 
 /// SMTP delivery of one mailing's letters, recorded per letter.
 pub struct Delivery {
@@ -427,12 +325,75 @@ fn own_sender(letter: &Letter) -> Result<Option<lettre::Address>, BuildError> {
         .transpose()
 }
 
-/// One letter's hand-over, as its lane answers it: `Ok(None)`, no lane
-/// tried it (the lanes had stopped).
-struct HandedOver {
-    letter_id: u64,
-    line: u64,
-    email: Email,
-    outcome: Result<Option<Outcome>, crate::store::StoreError>,
-    host: String,
+/// The mailing's SMTP delivery, when its pool names MTAs (else letters
+/// are only written out).
+pub(super) fn open_delivery(
+    pool: &MySqlPool,
+    options: &BuildOptions,
+    mailing: &Mailing,
+) -> Result<Option<Delivery>, BuildError> {
+    match delivery_targets(options, &mailing.pool)? {
+        targets if targets.is_empty() => Ok(None),
+        targets => Ok(Some(Delivery::new(
+            pool.clone(),
+            targets,
+            mailing,
+            options.return_path.as_deref(),
+            options.delivery_log.as_deref(),
+        )?)),
+    }
+}
+
+/// The MTAs of this mailing: the pools file's entry for its pool, or the
+/// one `--smtp` URL; none without either. Checked before any letter.
+fn delivery_targets(
+    options: &BuildOptions,
+    pool: &str,
+) -> Result<Vec<crate::delivery::smtp::SmtpSettings>, BuildError> {
+    use crate::delivery::{pools, smtp::SmtpSettings};
+    match (&options.pools, &options.smtp) {
+        (Some(file), template) => {
+            let route = pools::route(file, pool)?;
+            let (retries, backoff, messages_per_connection) = template
+                .as_ref()
+                .map_or((5, std::time::Duration::from_secs(1), None), |t| {
+                    (t.retries, t.backoff, t.messages_per_connection)
+                });
+            Ok(route
+                .urls
+                .into_iter()
+                .map(|url| SmtpSettings {
+                    url,
+                    connections: route.connections,
+                    messages_per_connection: route
+                        .messages_per_connection
+                        .or(messages_per_connection),
+                    retries,
+                    backoff,
+                })
+                .collect())
+        }
+        (None, Some(settings)) => Ok(vec![settings.clone()]),
+        (None, None) => Ok(Vec::new()),
+    }
+}
+
+/// The delivery task: delivers each stored batch's letters in turn.
+pub(super) fn spawn_delivery(
+    delivery: Delivery,
+) -> (
+    tokio::sync::mpsc::Sender<Vec<Letter>>,
+    tokio::task::JoinHandle<Result<Delivered, BuildError>>,
+) {
+    let (sender, mut receiver) = tokio::sync::mpsc::channel::<Vec<Letter>>(1);
+    let handle = tokio::spawn(async move {
+        let mut delivered = Delivered::default();
+        delivery.recover_delivery_log().await?;
+        while let Some(letters) = receiver.recv().await {
+            delivery.deliver_batch(&letters, &mut delivered).await?;
+        }
+        delivery.remove_delivery_log()?;
+        Ok(delivered)
+    });
+    (sender, handle)
 }

@@ -1,0 +1,64 @@
+//! [`BuildError`]: why a build stopped, naming the file, the setting or the
+//! MTA at fault. Every stage of the builder returns it.
+
+use super::mailing;
+use super::mailing_context::PrepareError;
+use crate::store::StoreError;
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error(transparent)]
+    Mailing(#[from] mailing::MailingError),
+    #[error("--bounce-domain: {0}")]
+    BounceDomain(String),
+    #[error("{path}: {source}")]
+    Template { path: PathBuf, source: PrepareError },
+    #[error("{path}: {size} bytes of HTML, over the limit of {limit} bytes; nothing was built: {reason}")]
+    TooBig {
+        path: PathBuf,
+        size: usize,
+        limit: usize,
+        reason: &'static str,
+    },
+    #[error(
+        "{path}: field `mailing_id`: {id:?} is taken for the existing mailing {existing:?} by the \
+         database (ids compare without case or trailing spaces there), so the two would be one \
+         mailing; nothing was built: give this mailing another id"
+    )]
+    MailingIdCollides {
+        path: PathBuf,
+        id: String,
+        existing: String,
+    },
+    #[error("{path}: cannot read recipients: {source}")]
+    Recipients {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: cannot write: {source}")]
+    Output {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Smtp(#[from] crate::delivery::smtp::SmtpError),
+    #[error(transparent)]
+    Pools(#[from] crate::delivery::pools::PoolsError),
+    #[error(transparent)]
+    DeliveryLog(#[from] crate::delivery::log_file::DeliveryLogError),
+    #[error(
+        "the MTA at {host} kept failing for letter {letter_id} ({email}): {reply}; every letter \
+         not yet delivered is left for a re-run of the same command"
+    )]
+    Delivery {
+        host: String,
+        letter_id: u64,
+        email: String,
+        reply: String,
+    },
+    #[error("internal error: {0}")]
+    Internal(String),
+}
