@@ -28,7 +28,7 @@
 //! partial copy is named in the error (drop it, run again).
 
 use super::cluster::{self, NodeAddress, Placement};
-use super::StoreError;
+use super::error::StoreError;
 use sqlx::mysql::MySqlConnection;
 use sqlx::{Connection, MySqlPool};
 use std::time::{Duration, Instant};

@@ -2,7 +2,7 @@
 //! hours and bot reasons from the rollup tables (written by
 //! [`super::rollup`]), and the saved creative for the click map.
 
-use super::StoreError;
+use super::error::StoreError;
 use crate::bots::verdicts::OpenClass;
 use crate::kind::EventKind;
 use chrono::NaiveDateTime;

@@ -32,8 +32,8 @@
 //! `tests/it/stats.rs` and `tests/it/export.rs` check the tables against
 //! a brute-force `GROUP BY` over `events`.
 
+use super::error::StoreError;
 use super::rolled_batch::RolledBatch;
-use super::StoreError;
 use crate::bots::clients::{Classifier, ClientClass};
 use crate::kind::EventKind;
 use chrono::{NaiveDateTime, Timelike};
