@@ -65,7 +65,9 @@
 //!     `store/partitions/` (planning the days, the DDL on one server or on
 //!     every Spider node, the report); the rollup's SQL
 //!     (`rollup.rs`, `rolled_batch.rs`, settling verdicts in `verdicts.rs`);
-//!     the outbox (`outbox.rs`); stats reads (`stats.rs`); segments; erasure;
+//!     the outbox (`outbox.rs`); stats reads in `store/stats/`, one file per
+//!     question (summary, links, late events, series, letters, mailings);
+//!     segments; erasure;
 //!     the address key (`address_key.rs`) and the privacy change log
 //!     (`change_log.rs`) beside `privacy.rs`;
 //!     row formats; the seal keys seen and the ring checks (`seal_keys.rs`,
