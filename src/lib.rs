@@ -64,7 +64,8 @@
 //!     sequences, deliveries, dashboard sessions; daily partitions in
 //!     `store/partitions/` (planning the days, the DDL on one server or on
 //!     every Spider node, the report); the rollup's SQL
-//!     (`rollup.rs`, `rolled_batch.rs`, settling verdicts in `verdicts.rs`);
+//!     (`rollup.rs`, `rolled_batch.rs`, settling verdicts in `verdicts.rs`,
+//!     a batch read, counted and written in `store/tally/`);
 //!     the outbox (`outbox.rs`); stats reads in `store/stats/`, one file per
 //!     question (summary, links, late events, series, letters, mailings);
 //!     segments; erasure;
