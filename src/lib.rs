@@ -75,8 +75,9 @@
 //!     its refusals in `key_refusal.rs`);
 //!     a Spider cluster in `store/cluster/` (topology, node
 //!     addresses, a node's failure, routing, id blocks, `migrate --shards`);
-//!     moving a data table to another node (`shard_move.rs`); connection
-//!     failures said with target and hint (`connect_error.rs`).
+//!     moving a data table to another node in `store/shard_move/` (one
+//!     move step by step: prepare, copy, swap; the rebalance plan);
+//!     connection failures said with target and hint (`connect_error.rs`).
 //!
 //! Services (each runs beside a job, on the store):
 //! 14. [`live`]: the optional Redis live layer (counters, recent clicks, top
