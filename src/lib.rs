@@ -59,19 +59,30 @@
 //!     the journal's replay and drain, and the link lookups.
 //!
 //! Storage:
-//! 15. [`store`]: every SQL statement. Pool and migrations (`store/mod.rs`),
+//! 15. [`store`]: every SQL statement. `store/mod.rs` only declares and
+//!     re-exports; the error (`error.rs`) and the MySQL error numbers it
+//!     reads (`mysql_errors.rs`), the pool (`connect.rs`), migrations
+//!     (`migrations.rs`), `IN` lists (`in_list.rs`);
 //!     links, link templates, events, suppressions, tracking opt-outs,
 //!     tracking domains per sender (`tracking_domains.rs`) and their
 //!     certificates and ACME account (`tls_certificates.rs`),
-//!     sequences, deliveries, dashboard sessions; partition DDL on one
-//!     server or every Spider node (`partitions.rs`); the rollup's SQL
-//!     (`rollup.rs`, `rolled_batch.rs`, settling verdicts in `verdicts.rs`);
-//!     the outbox (`outbox.rs`); stats reads (`stats.rs`); segments; erasure;
-//!     row formats; the seal keys seen and the ring checks (`seal_keys.rs`);
+//!     sequences, deliveries, dashboard sessions; daily partitions in
+//!     `store/partitions/` (planning the days, the DDL on one server or on
+//!     every Spider node, the report); the rollup's SQL
+//!     (`rollup.rs`, `rolled_batch.rs`, settling verdicts in `verdicts.rs`,
+//!     a batch read, counted and written in `store/tally/`);
+//!     the outbox (`outbox.rs`); stats reads in `store/stats/`, one file per
+//!     question (summary, links, late events, series, letters, mailings);
+//!     segments; erasure;
+//!     the address key (`address_key.rs`) and the privacy change log
+//!     (`change_log.rs`) beside `privacy.rs`;
+//!     row formats; the seal keys seen and the ring checks (`seal_keys.rs`,
+//!     its refusals in `key_refusal.rs`);
 //!     a Spider cluster in `store/cluster/` (topology, node
-//!     addresses, routing, id blocks, `migrate --shards`); moving a data
-//!     table to another node (`shard_move.rs`); connection failures said
-//!     with target and hint (`connect_error.rs`).
+//!     addresses, a node's failure, routing, id blocks, `migrate --shards`);
+//!     moving a data table to another node in `store/shard_move/` (one
+//!     move step by step: prepare, copy, swap; the rebalance plan);
+//!     connection failures said with target and hint (`connect_error.rs`).
 //!
 //! Services (each runs beside a job, on the store):
 //! 16. [`live`]: the optional Redis live layer (counters, recent clicks, top

@@ -12,8 +12,9 @@
 //! for the servers ([`super::privacy`]: every server holds the list in
 //! memory and follows the log).
 
-use super::privacy::{self, Change};
-use super::StoreError;
+use super::address_key::load_key;
+use super::change_log::{log_changes, Change};
+use super::error::StoreError;
 use crate::address::AddressKey;
 use chrono::NaiveDateTime;
 use sqlx::{MySql, MySqlPool, QueryBuilder};
@@ -98,7 +99,7 @@ impl AddressList {
             added += query.build().execute(&mut *tx).await?.rows_affected();
             if let Some(key) = &key {
                 let digests: Vec<[u8; 32]> = chunk.iter().map(|e| key.digest(e)).collect();
-                privacy::log_changes(&mut *tx, &digests, Change::OptOut).await?;
+                log_changes(&mut *tx, &digests, Change::OptOut).await?;
             }
             tx.commit().await?;
         }
@@ -108,23 +109,23 @@ impl AddressList {
     /// Remove addresses, in clear and as keyed hashes; returns how many
     /// entries were on the list.
     pub async fn remove(&self, pool: &MySqlPool, emails: &[String]) -> Result<u64, StoreError> {
-        let key = privacy::load_key(pool).await?;
+        let key = load_key(pool).await?;
         let mut removed = 0;
         for chunk in emails.chunks(BATCH) {
             let digests: Vec<[u8; 32]> = chunk.iter().map(|e| key.digest(e)).collect();
             let mut tx = pool.begin().await?;
             let mut query =
                 QueryBuilder::<MySql>::new(format!("DELETE FROM {} WHERE email IN ", self.table));
-            super::push_in_list(&mut query, chunk);
+            super::in_list::push_in_list(&mut query, chunk);
             removed += query.build().execute(&mut *tx).await?.rows_affected();
             let mut query = QueryBuilder::<MySql>::new(format!(
                 "DELETE FROM {} WHERE email_hmac IN ",
                 self.hashed
             ));
-            super::push_in_list(&mut query, digests.iter().map(|d| d.to_vec()));
+            super::in_list::push_in_list(&mut query, digests.iter().map(|d| d.to_vec()));
             removed += query.build().execute(&mut *tx).await?.rows_affected();
             if self.logged {
-                privacy::log_changes(&mut *tx, &digests, Change::OptIn).await?;
+                log_changes(&mut *tx, &digests, Change::OptIn).await?;
             }
             tx.commit().await?;
         }
@@ -137,7 +138,7 @@ impl AddressList {
         pool: &MySqlPool,
         emails: &[&str],
     ) -> Result<HashSet<String>, StoreError> {
-        let key = privacy::load_key(pool).await?;
+        let key = load_key(pool).await?;
         self.among_with(pool, &key, emails).await
     }
 
@@ -154,7 +155,7 @@ impl AddressList {
                 "SELECT CONVERT(email USING utf8mb4) FROM {} WHERE email IN ",
                 self.table
             ));
-            super::push_in_list(&mut query, chunk.iter().copied());
+            super::in_list::push_in_list(&mut query, chunk.iter().copied());
             let rows: Vec<String> = query.build_query_scalar().fetch_all(pool).await?;
             found.extend(rows);
             let digests: Vec<[u8; 32]> = chunk.iter().map(|e| key.digest(e)).collect();
@@ -162,7 +163,7 @@ impl AddressList {
                 "SELECT email_hmac FROM {} WHERE email_hmac IN ",
                 self.hashed
             ));
-            super::push_in_list(&mut query, digests.iter().map(|d| d.to_vec()));
+            super::in_list::push_in_list(&mut query, digests.iter().map(|d| d.to_vec()));
             let hashed: HashSet<Vec<u8>> = query
                 .build_query_scalar::<Vec<u8>>()
                 .fetch_all(pool)
@@ -203,7 +204,7 @@ impl AddressList {
     /// The key, when this list's changes are logged.
     async fn key_if_logged(&self, pool: &MySqlPool) -> Result<Option<AddressKey>, StoreError> {
         if self.logged {
-            Ok(Some(privacy::load_key(pool).await?))
+            Ok(Some(load_key(pool).await?))
         } else {
             Ok(None)
         }

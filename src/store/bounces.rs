@@ -1,7 +1,7 @@
 //! The SQL of bounce and complaint intake (docs/bounces.md): which letter
 //! a bounce names, and the `bounces` table of every decision.
 
-use super::StoreError;
+use super::error::StoreError;
 use chrono::NaiveDate;
 use sqlx::{MySqlExecutor, MySqlPool};
 

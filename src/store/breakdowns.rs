@@ -4,7 +4,7 @@
 //! adds each batch to `stats_breakdowns` with the other statistics
 //! (`store::tally`).
 
-use super::StoreError;
+use super::error::StoreError;
 use crate::kind::EventKind;
 use sqlx::MySqlPool;
 use std::collections::BTreeMap;

@@ -79,7 +79,7 @@ fn classify(err: &sqlx::Error, target: &ConnectTarget) -> (String, String) {
             "check ssl-mode in DATABASE_URL and the server's certificate".into(),
         ),
         sqlx::Error::Database(db) => {
-            let number = super::mysql_error_number(err);
+            let number = super::mysql_errors::mysql_error_number(err);
             let message = db.message().to_owned();
             match number {
                 // 1045: wrong password; 1698: no such user (MariaDB).

@@ -3,7 +3,7 @@
 //! time it expires. Logout deletes the row; expired rows are deleted at the
 //! next login.
 
-use super::StoreError;
+use super::error::StoreError;
 use sqlx::MySqlPool;
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! What the SMTP delivery has handed over, per letter: a re-run skips it.
 
-use super::StoreError;
+use super::error::StoreError;
 use sqlx::{Connection, MySql, MySqlConnection, MySqlPool, QueryBuilder};
 use std::collections::HashSet;
 
@@ -34,12 +34,12 @@ pub async fn recorded_among(
     letter_ids: &[u64],
 ) -> Result<Recorded, StoreError> {
     let mut recorded = Recorded::default();
-    for chunk in letter_ids.chunks(super::IN_LIST_CHUNK) {
+    for chunk in letter_ids.chunks(super::in_list::IN_LIST_CHUNK) {
         let mut query = QueryBuilder::<MySql>::new(
             "SELECT letter_id, CAST(status = 'sending' AS SIGNED) FROM deliveries WHERE mailing_id = ",
         );
         query.push_bind(mailing_id).push(" AND letter_id IN ");
-        super::push_in_list(&mut query, chunk.iter().copied());
+        super::in_list::push_in_list(&mut query, chunk.iter().copied());
         let rows: Vec<(u64, i64)> = query.build_query_as().fetch_all(pool).await?;
         for (letter_id, sending) in rows {
             if sending != 0 {
@@ -186,7 +186,7 @@ fn ledger_statements<'a>(
     writes: &'a LedgerWrites,
 ) -> Vec<LedgerStatement<'a>> {
     let mut statements = Vec::new();
-    for chunk in writes.sending.chunks(super::IN_LIST_CHUNK) {
+    for chunk in writes.sending.chunks(super::in_list::IN_LIST_CHUNK) {
         let mut query = QueryBuilder::<MySql>::new(
             "INSERT IGNORE INTO deliveries (mailing_id, letter_id, status, reply, at) ",
         );
@@ -206,18 +206,18 @@ fn ledger_statements<'a>(
             .iter()
             .filter(|(_, answered, _)| *answered == status)
             .collect();
-        for chunk in answers.chunks(super::IN_LIST_CHUNK) {
+        for chunk in answers.chunks(super::in_list::IN_LIST_CHUNK) {
             statements.push(LedgerStatement {
                 query: settle_marks(mailing_id, status, chunk),
                 delivers: status == DeliveryStatus::Delivered,
             });
         }
     }
-    for chunk in writes.forgotten.chunks(super::IN_LIST_CHUNK) {
+    for chunk in writes.forgotten.chunks(super::in_list::IN_LIST_CHUNK) {
         let mut query = QueryBuilder::<MySql>::new("DELETE FROM deliveries WHERE mailing_id = ");
         query.push_bind(mailing_id);
         query.push(" AND status = 'sending' AND letter_id IN ");
-        super::push_in_list(&mut query, chunk.iter().copied());
+        super::in_list::push_in_list(&mut query, chunk.iter().copied());
         statements.push(LedgerStatement {
             query,
             delivers: false,
@@ -247,7 +247,7 @@ fn settle_marks<'a>(
         .push(" END, at = UTC_TIMESTAMP() WHERE mailing_id = ")
         .push_bind(mailing_id);
     query.push(" AND status = 'sending' AND letter_id IN ");
-    super::push_in_list(&mut query, answers.iter().map(|(id, ..)| *id));
+    super::in_list::push_in_list(&mut query, answers.iter().map(|(id, ..)| *id));
     query
 }
 
@@ -265,7 +265,7 @@ pub async fn mark_delivered_now(
     let letter_ids: std::collections::BTreeSet<u64> = letter_ids.iter().copied().collect();
     let letter_ids: Vec<u64> = letter_ids.into_iter().collect();
     let mut conn = pool.acquire().await?;
-    for chunk in letter_ids.chunks(super::IN_LIST_CHUNK) {
+    for chunk in letter_ids.chunks(super::in_list::IN_LIST_CHUNK) {
         let mut tx = conn.begin().await?;
         // Those already delivered are not counted again; locked so that no
         // other writer settles them between this read and the upsert.
@@ -273,7 +273,7 @@ pub async fn mark_delivered_now(
             "SELECT COUNT(*) FROM deliveries WHERE status = 'delivered' AND mailing_id = ",
         );
         already.push_bind(mailing_id).push(" AND letter_id IN ");
-        super::push_in_list(&mut already, chunk.iter().copied());
+        super::in_list::push_in_list(&mut already, chunk.iter().copied());
         already.push(" FOR UPDATE");
         let (already,): (i64,) = already.build_query_as().fetch_one(&mut *tx).await?;
         let mut query = QueryBuilder::<MySql>::new(

@@ -11,7 +11,7 @@
 //! names (opted out of tracking, or erased). Such letters are left out of
 //! the page and counted in [`EngagementPage::withheld`].
 
-use super::StoreError;
+use super::error::StoreError;
 use crate::kind::EventKind;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::MySqlPool;
@@ -50,7 +50,7 @@ pub struct EngagementPage {
 }
 
 /// Letters per page: one `IN` list of the privacy check.
-pub const PAGE_LETTERS: u32 = super::IN_LIST_CHUNK as u32;
+pub const PAGE_LETTERS: u32 = super::in_list::IN_LIST_CHUNK as u32;
 
 /// Whether `mailing_id` names a mailing with anything to export: built
 /// letters or a saved creative, under exactly this id (ids compare byte

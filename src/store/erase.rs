@@ -25,7 +25,8 @@
 //! each statement's locks short.
 
 use super::address_list::{HashedEntry, SUPPRESSIONS, TRACKING_OPTOUTS};
-use super::{partitions, StoreError};
+use super::error::StoreError;
+use super::partitions;
 use crate::address::{self, AddressKey};
 use chrono::NaiveDate;
 use sqlx::{MySql, MySqlPool, QueryBuilder};
@@ -165,7 +166,7 @@ pub async fn letters_of(pool: &MySqlPool, email: &str) -> Result<Letters, StoreE
             .push(" AND inserted < ")
             .push_bind(upper);
         query.push(" AND email COLLATE utf8mb4_bin IN ");
-        super::push_in_list(&mut query, spellings.iter().map(String::as_str));
+        super::in_list::push_in_list(&mut query, spellings.iter().map(String::as_str));
         let rows: Vec<(String, u64)> = query.build_query_as().fetch_all(pool).await?;
         found.extend(rows);
     }
@@ -269,7 +270,7 @@ async fn scrub_events(
             );
             if slice.is_empty() {
                 query.push("email COLLATE utf8mb4_bin IN ");
-                super::push_in_list(&mut query, spellings.iter().map(String::as_str));
+                super::in_list::push_in_list(&mut query, spellings.iter().map(String::as_str));
             } else {
                 for (n, (mailing, ids)) in slice.iter().enumerate() {
                     if n > 0 {
@@ -279,7 +280,7 @@ async fn scrub_events(
                         .push("(mailing_id = ")
                         .push_bind(*mailing)
                         .push(" AND letter_id IN ");
-                    super::push_in_list(&mut query, ids.iter().copied());
+                    super::in_list::push_in_list(&mut query, ids.iter().copied());
                     query.push(")");
                 }
             }
@@ -302,11 +303,11 @@ async fn scrub_payloads(
     push_piece_filter(&mut query, "payload", email);
     let mut candidates: Vec<(u64, String)> = query.build_query_as().fetch_all(pool).await?;
     let ids: Vec<u64> = letter_ids.iter().copied().collect();
-    for chunk in ids.chunks(super::IN_LIST_CHUNK) {
+    for chunk in ids.chunks(super::in_list::IN_LIST_CHUNK) {
         let mut query = QueryBuilder::<MySql>::new(format!(
             "SELECT id, payload FROM {table} WHERE letter_id IN "
         ));
-        super::push_in_list(&mut query, chunk.iter().copied());
+        super::in_list::push_in_list(&mut query, chunk.iter().copied());
         candidates.extend(
             query
                 .build_query_as::<(u64, String)>()
@@ -439,7 +440,7 @@ fn push_piece_filter(query: &mut QueryBuilder<'_, MySql>, column: &str, email: &
 /// The address's last open day (`track: "last_open_day"`).
 async fn forget_last_opens(pool: &MySqlPool, spellings: &[String]) -> Result<u64, StoreError> {
     let mut query = QueryBuilder::<MySql>::new("DELETE FROM last_open_days WHERE email IN ");
-    super::push_in_list(&mut query, spellings.iter().map(String::as_str));
+    super::in_list::push_in_list(&mut query, spellings.iter().map(String::as_str));
     Ok(query.build().execute(pool).await?.rows_affected())
 }
 
@@ -447,7 +448,7 @@ async fn forget_last_opens(pool: &MySqlPool, spellings: &[String]) -> Result<u64
 /// any, stays as a keyed hash like every other).
 async fn forget_bounces(pool: &MySqlPool, spellings: &[String]) -> Result<u64, StoreError> {
     let mut query = QueryBuilder::<MySql>::new("DELETE FROM bounces WHERE email IN ");
-    super::push_in_list(&mut query, spellings.iter().map(String::as_str));
+    super::in_list::push_in_list(&mut query, spellings.iter().map(String::as_str));
     Ok(query.build().execute(pool).await?.rows_affected())
 }
 
@@ -469,7 +470,7 @@ async fn scrub_links(
             .push(" AND inserted < ")
             .push_bind(upper);
         query.push(" AND email COLLATE utf8mb4_bin IN ");
-        super::push_in_list(&mut query, spellings.iter().map(String::as_str));
+        super::in_list::push_in_list(&mut query, spellings.iter().map(String::as_str));
         type Row = (u64, NaiveDate, String, Option<String>);
         let rows: Vec<Row> = query.build_query_as().fetch_all(pool).await?;
         for (id, inserted, url, meta) in rows {
@@ -495,7 +496,7 @@ async fn scrub_links(
             .push(" AND inserted < ")
             .push_bind(upper);
         query.push(" AND email COLLATE utf8mb4_bin IN ");
-        super::push_in_list(&mut query, spellings.iter().map(String::as_str));
+        super::in_list::push_in_list(&mut query, spellings.iter().map(String::as_str));
         blanked += query.build().execute(pool).await?.rows_affected();
     }
     Ok((blanked, cleaned))

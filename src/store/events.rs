@@ -10,7 +10,8 @@
 //! silently discard a row whose day has no partition (and truncate oversized
 //! values), which would lose events; this form still fails loudly on those.
 
-use super::{is_no_partition, StoreError};
+use super::error::StoreError;
+use super::mysql_errors::is_no_partition;
 use crate::event::EventRow;
 
 use sqlx::{MySql, MySqlPool, QueryBuilder};

@@ -2,7 +2,7 @@
 //! the seal key and the legacy cut-off come from, and `link_templates`,
 //! what a mailing's links were, kept after their rows are dropped.
 
-use super::StoreError;
+use super::error::StoreError;
 use crate::kind::LinkKind;
 use crate::token::TokenSeal;
 use chrono::NaiveDate;

@@ -2,7 +2,9 @@
 //! needs exactly one read (seed 001: "everything needed for statistics in one
 //! request").
 
-use super::{cluster, is_no_partition, StoreError};
+use super::cluster;
+use super::error::StoreError;
+use super::mysql_errors::is_no_partition;
 use crate::token::Token;
 use chrono::NaiveDate;
 use sqlx::{MySql, MySqlConnection, MySqlPool, QueryBuilder};
@@ -371,13 +373,13 @@ pub async fn of_letters(
     letter_ids: &[u64],
 ) -> Result<Vec<StoredLink>, StoreError> {
     let mut found = Vec::new();
-    for chunk in letter_ids.chunks(super::IN_LIST_CHUNK) {
+    for chunk in letter_ids.chunks(super::in_list::IN_LIST_CHUNK) {
         let mut query = QueryBuilder::<MySql>::new(
             "SELECT id, uuid, CAST(kind AS CHAR), mailing_id, letter_id, email, position, url \
              FROM links WHERE mailing_id = ",
         );
         query.push_bind(mailing_id).push(" AND letter_id IN ");
-        super::push_in_list(&mut query, chunk.iter().copied());
+        super::in_list::push_in_list(&mut query, chunk.iter().copied());
         let rows: Vec<LinkRow> = query.build_query_as().fetch_all(pool).await?;
         for row in rows {
             found.push(stored_link(row)?);
@@ -503,12 +505,12 @@ pub async fn urls_and_tags<'a>(
     }
     let mut out = std::collections::BTreeMap::new();
     for (day, ids) in &by_day {
-        for chunk in ids.chunks(super::IN_LIST_CHUNK) {
+        for chunk in ids.chunks(super::in_list::IN_LIST_CHUNK) {
             let mut query = QueryBuilder::<MySql>::new(
                 "SELECT id, url, CAST(meta AS CHAR) FROM links WHERE inserted = ",
             );
             query.push_bind(*day).push(" AND id IN ");
-            super::push_in_list(&mut query, chunk.iter().copied());
+            super::in_list::push_in_list(&mut query, chunk.iter().copied());
             let rows: Vec<(u64, String, Option<String>)> =
                 query.build_query_as().fetch_all(pool).await?;
             for (id, url, meta) in rows {

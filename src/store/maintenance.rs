@@ -1,7 +1,7 @@
 //! When periodic maintenance (`partitions rotate`) last succeeded: written
 //! by the task, read by the server's health gauges (docs/deploy.md, "Alerts").
 
-use super::StoreError;
+use super::error::StoreError;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::MySqlPool;
 

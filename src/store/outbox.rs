@@ -4,8 +4,8 @@
 //! (`NOW(3)`, UTC in every linktrack session), so several servers agree on
 //! what is due.
 
+use super::error::StoreError;
 use super::rolled_batch::RolledBatch;
-use super::StoreError;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::{MySql, MySqlConnection, MySqlPool, QueryBuilder};
 use std::collections::BTreeMap;
@@ -175,7 +175,7 @@ pub async fn release_settled(
             " ELSE payload END, held = 0, next_attempt_at = NOW(3) \
              WHERE held = 1 AND claim IS NULL AND attempts = 0 AND id IN ",
         );
-        super::push_in_list(&mut query, chunk.iter().map(|(id, ..)| *id));
+        super::in_list::push_in_list(&mut query, chunk.iter().map(|(id, ..)| *id));
         released += query.build().execute(&mut *conn).await?.rows_affected();
     }
     Ok(released)
@@ -183,9 +183,9 @@ pub async fn release_settled(
 
 /// Delete acknowledged rows (one statement per `IN_LIST_CHUNK`).
 pub async fn delivered(pool: &MySqlPool, ids: &[u64]) -> Result<(), StoreError> {
-    for chunk in ids.chunks(super::IN_LIST_CHUNK) {
+    for chunk in ids.chunks(super::in_list::IN_LIST_CHUNK) {
         let mut query = QueryBuilder::<MySql>::new("DELETE FROM outbox WHERE id IN ");
-        super::push_in_list(&mut query, chunk.iter().copied());
+        super::in_list::push_in_list(&mut query, chunk.iter().copied());
         query.build().execute(pool).await?;
     }
     Ok(())
@@ -210,7 +210,7 @@ pub async fn retry_later(
     ids: &[u64],
     retry: &RetryLater,
 ) -> Result<(), StoreError> {
-    for chunk in ids.chunks(super::IN_LIST_CHUNK) {
+    for chunk in ids.chunks(super::in_list::IN_LIST_CHUNK) {
         let mut query = QueryBuilder::<MySql>::new("UPDATE outbox SET attempts = attempts + ");
         query
             .push_bind(u32::from(retry.attempted))
@@ -221,7 +221,7 @@ pub async fn retry_later(
             .push(", batch = ")
             .push_bind(retry.batch)
             .push(" WHERE id IN ");
-        super::push_in_list(&mut query, chunk.iter().copied());
+        super::in_list::push_in_list(&mut query, chunk.iter().copied());
         query.build().execute(pool).await?;
     }
     Ok(())
@@ -232,12 +232,12 @@ pub async fn retry_later(
 /// rows a claim's limit left behind, so that the next claim takes the whole
 /// batch again.
 pub async fn release_first(pool: &MySqlPool, ids: &[u64]) -> Result<(), StoreError> {
-    for chunk in ids.chunks(super::IN_LIST_CHUNK) {
+    for chunk in ids.chunks(super::in_list::IN_LIST_CHUNK) {
         let mut query = QueryBuilder::<MySql>::new(
             "UPDATE outbox SET claim = NULL, next_attempt_at = TIMESTAMP('2000-01-01') \
              WHERE id IN ",
         );
-        super::push_in_list(&mut query, chunk.iter().copied());
+        super::in_list::push_in_list(&mut query, chunk.iter().copied());
         query.build().execute(pool).await?;
     }
     Ok(())
@@ -246,7 +246,7 @@ pub async fn release_first(pool: &MySqlPool, ids: &[u64]) -> Result<(), StoreErr
 /// Move `ids` to the dead letters with `reason`, in one transaction.
 pub async fn give_up(pool: &MySqlPool, ids: &[u64], reason: &str) -> Result<(), StoreError> {
     let mut tx = pool.begin().await?;
-    for chunk in ids.chunks(super::IN_LIST_CHUNK) {
+    for chunk in ids.chunks(super::in_list::IN_LIST_CHUNK) {
         let mut query = QueryBuilder::<MySql>::new(
             "INSERT INTO outbox_dead (endpoint, event_id, event_type, letter_id, occurred_at, \
              payload, attempts, enqueued_at, reason) \
@@ -256,14 +256,14 @@ pub async fn give_up(pool: &MySqlPool, ids: &[u64], reason: &str) -> Result<(), 
         query
             .push_bind(truncated(reason))
             .push(" FROM outbox WHERE id IN ");
-        super::push_in_list(&mut query, chunk.iter().copied());
+        super::in_list::push_in_list(&mut query, chunk.iter().copied());
         query.push(
             " ON DUPLICATE KEY UPDATE attempts = VALUES(attempts), dead_at = NOW(3), \
              reason = VALUES(reason)",
         );
         query.build().execute(&mut *tx).await?;
         let mut query = QueryBuilder::<MySql>::new("DELETE FROM outbox WHERE id IN ");
-        super::push_in_list(&mut query, chunk.iter().copied());
+        super::in_list::push_in_list(&mut query, chunk.iter().copied());
         query.build().execute(&mut *tx).await?;
     }
     tx.commit().await?;

@@ -5,153 +5,27 @@
 //! question other features ask ([`withheld_among`]: may this address be
 //! shown or used per person?).
 //!
+//! The address key (`address_key.rs`) and the change log (`change_log.rs`)
+//! live in files of their own, which the address lists write too; they
+//! are re-exported here.
+//!
 //! Nothing here stores an address in clear except `last_open_days` (whose
 //! row `erase` deletes): erasures and changes are keyed hashes
 //! ([`AddressKey::digest`]).
 
+pub use super::address_key::load_key;
+pub use super::change_log::{
+    changes_since, last_change_id, prune_changes, Change, ChangeRow, CHANGES_PER_READ,
+};
+
 use super::address_list::{SUPPRESSIONS, TRACKING_OPTOUTS};
-use super::StoreError;
+use super::change_log::log_changes;
+use super::error::StoreError;
 use crate::address::{AddressKey, Fingerprint};
 use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
 use sqlx::{MySql, MySqlPool, QueryBuilder};
 use std::collections::HashSet;
 use std::time::Duration;
-
-/// The installation's address key (`privacy_key`, made by `migrate`).
-pub async fn load_key(pool: &MySqlPool) -> Result<AddressKey, StoreError> {
-    let key: Option<Vec<u8>> = sqlx::query_scalar("SELECT hmac_key FROM privacy_key WHERE id = 1")
-        .fetch_optional(pool)
-        .await?;
-    match key {
-        Some(key) if key.len() == 32 => Ok(AddressKey::new(&key)),
-        Some(key) => Err(StoreError::Corrupt {
-            table: "privacy_key",
-            detail: format!("the key is {} bytes, not 32", key.len()),
-        }),
-        None => Err(StoreError::Corrupt {
-            table: "privacy_key",
-            detail: "no key: run `linktrack migrate`".into(),
-        }),
-    }
-}
-
-/// What a row of the change log says about an address.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Change {
-    /// Put on the tracking opt-out list.
-    OptOut,
-    /// Taken off it (`tracking-optouts remove`).
-    OptIn,
-    /// Erased (`linktrack erase`).
-    Erase,
-}
-
-impl Change {
-    fn as_str(self) -> &'static str {
-        match self {
-            Change::OptOut => "optout",
-            Change::OptIn => "optin",
-            Change::Erase => "erase",
-        }
-    }
-
-    fn parse(text: &str) -> Option<Change> {
-        [Change::OptOut, Change::OptIn, Change::Erase]
-            .into_iter()
-            .find(|c| c.as_str() == text)
-    }
-}
-
-/// One row of the change log, as servers read it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ChangeRow {
-    pub id: u64,
-    pub fingerprint: Fingerprint,
-    pub change: Change,
-    /// When it was logged (the database's clock).
-    pub at: DateTime<Utc>,
-    /// How long ago, by the database's clock at the read.
-    pub age: Duration,
-}
-
-/// Rows of the change log read per statement.
-pub const CHANGES_PER_READ: u32 = 10_000;
-
-/// Log `change` for every digest (in the caller's statement order; the
-/// servers apply them in id order).
-pub(crate) async fn log_changes<'e, E>(
-    executor: E,
-    digests: &[[u8; 32]],
-    change: Change,
-) -> Result<(), StoreError>
-where
-    E: sqlx::Executor<'e, Database = MySql>,
-{
-    if digests.is_empty() {
-        return Ok(());
-    }
-    let mut query =
-        QueryBuilder::<MySql>::new("INSERT INTO privacy_changes (email_hmac, change_kind) ");
-    query.push_values(digests, |mut b, digest| {
-        b.push_bind(&digest[..]).push_bind(change.as_str());
-    });
-    query.build().execute(executor).await?;
-    Ok(())
-}
-
-/// The change log past `after`, oldest first, at most `limit` rows.
-pub async fn changes_since(
-    pool: &MySqlPool,
-    after: u64,
-    limit: u32,
-) -> Result<Vec<ChangeRow>, StoreError> {
-    type Row = (u64, Vec<u8>, String, NaiveDateTime, i64);
-    let rows: Vec<Row> = sqlx::query_as(
-        "SELECT id, email_hmac, CAST(change_kind AS CHAR), at, \
-         CAST(TIMESTAMPDIFF(MICROSECOND, at, NOW(3)) DIV 1000 AS SIGNED) \
-         FROM privacy_changes WHERE id > ? ORDER BY id LIMIT ?",
-    )
-    .bind(after)
-    .bind(limit)
-    .fetch_all(pool)
-    .await?;
-    rows.into_iter()
-        .map(|(id, digest, kind, at, age_ms)| {
-            let change = Change::parse(&kind).ok_or_else(|| StoreError::Corrupt {
-                table: "privacy_changes",
-                detail: format!("unknown change {kind:?}"),
-            })?;
-            Ok(ChangeRow {
-                id,
-                fingerprint: crate::address::fingerprint_of(&digest),
-                change,
-                at: at.and_utc(),
-                age: Duration::from_millis(age_ms.max(0) as u64),
-            })
-        })
-        .collect()
-}
-
-/// The newest change's id (0 when there is none).
-pub async fn last_change_id(pool: &MySqlPool) -> Result<u64, StoreError> {
-    let id: Option<u64> = sqlx::query_scalar("SELECT MAX(id) FROM privacy_changes")
-        .fetch_one(pool)
-        .await?;
-    Ok(id.unwrap_or(0))
-}
-
-/// Delete changes older than `age` (servers away longer load the lists
-/// whole), at most `limit` rows; returns how many went.
-pub async fn prune_changes(pool: &MySqlPool, age: Duration, limit: u32) -> Result<u64, StoreError> {
-    let done = sqlx::query(
-        "DELETE FROM privacy_changes WHERE at < NOW(3) - INTERVAL ? SECOND ORDER BY id LIMIT ?",
-    )
-    .bind(age.as_secs())
-    .bind(limit)
-    .execute(pool)
-    .await?;
-    Ok(done.rows_affected())
-}
 
 /// Entries read per statement by [`for_each_opted_out`].
 const FULL_LOAD_PAGE: u32 = 50_000;
@@ -310,7 +184,7 @@ pub async fn note_last_opens(
         by_day.entry(*day).or_default().push(email);
     }
     for (day, emails) in by_day {
-        for chunk in emails.chunks(super::IN_LIST_CHUNK) {
+        for chunk in emails.chunks(super::in_list::IN_LIST_CHUNK) {
             let mut query = QueryBuilder::<MySql>::new("INSERT INTO last_open_days (email, day) ");
             query.push_values(chunk, |mut b, email| {
                 b.push_bind(*email).push_bind(day);
@@ -347,11 +221,11 @@ pub async fn withheld_among(
 ) -> Result<HashSet<String>, StoreError> {
     let key = load_key(pool).await?;
     let mut withheld = TRACKING_OPTOUTS.among_with(pool, &key, emails).await?;
-    for chunk in emails.chunks(super::IN_LIST_CHUNK) {
+    for chunk in emails.chunks(super::in_list::IN_LIST_CHUNK) {
         let digests: Vec<[u8; 32]> = chunk.iter().map(|e| key.digest(e)).collect();
         let mut query =
             QueryBuilder::<MySql>::new("SELECT email_hmac FROM erasures WHERE email_hmac IN ");
-        super::push_in_list(&mut query, digests.iter().map(|d| d.to_vec()));
+        super::in_list::push_in_list(&mut query, digests.iter().map(|d| d.to_vec()));
         let erased: HashSet<Vec<u8>> = query
             .build_query_scalar::<Vec<u8>>()
             .fetch_all(pool)

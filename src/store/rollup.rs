@@ -28,9 +28,9 @@
 //! The rollup transaction runs at READ COMMITTED so `INSERT … SELECT` takes
 //! no gap locks on `events`: the writer keeps appending while a batch rolls.
 
+use super::error::StoreError;
 use super::partitions;
 use super::rolled_batch::RolledBatch;
-use super::StoreError;
 use crate::bots::verdicts::VerdictRules;
 use crate::kind::EventKind;
 use chrono::{NaiveDate, NaiveDateTime, Utc};

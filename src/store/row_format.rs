@@ -14,7 +14,8 @@
 //! Switching a table that holds rows rebuilds every partition; `migrate`
 //! does it only with `--rebuild` and says how long it may take.
 
-use super::{partitions, StoreError};
+use super::error::StoreError;
+use super::partitions;
 use sqlx::MySqlPool;
 use std::str::FromStr;
 

@@ -1,6 +1,6 @@
 //! Segments: from the letter ids the live layer selects to addresses.
 
-use super::StoreError;
+use super::error::StoreError;
 use sqlx::{MySql, MySqlPool, QueryBuilder};
 
 /// Addresses of the given letters of a mailing (from their pixel rows),
@@ -12,12 +12,12 @@ pub async fn addresses_of_letters(
     letter_ids: &[u64],
 ) -> Result<Vec<String>, StoreError> {
     let mut found = Vec::new();
-    for chunk in letter_ids.chunks(super::IN_LIST_CHUNK) {
+    for chunk in letter_ids.chunks(super::in_list::IN_LIST_CHUNK) {
         let mut query = QueryBuilder::<MySql>::new(
             "SELECT email FROM links WHERE kind = 'pixel' AND email <> '' AND mailing_id = ",
         );
         query.push_bind(mailing_id).push(" AND letter_id IN ");
-        super::push_in_list(&mut query, chunk.iter().copied());
+        super::in_list::push_in_list(&mut query, chunk.iter().copied());
         let rows: Vec<(String,)> = query.build_query_as().fetch_all(pool).await?;
         found.extend(rows.into_iter().map(|(e,)| e));
     }

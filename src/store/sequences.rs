@@ -15,7 +15,7 @@
 //! servers then never overlap (seed 002: start values 1, 2, 3 and an
 //! increment of the server count).
 
-use super::StoreError;
+use super::error::StoreError;
 use sqlx::MySqlPool;
 use std::ops::Range;
 

@@ -3,7 +3,7 @@
 //! [`crate::address::normalize`]); callers pass normalised addresses.
 
 use super::address_list::{AddressList, SUPPRESSIONS};
-use super::StoreError;
+use super::error::StoreError;
 use chrono::NaiveDateTime;
 use sqlx::MySqlPool;
 use std::collections::HashSet;

@@ -3,7 +3,7 @@
 //! key, the HTTP-01 challenges being answered, and the lock that lets one
 //! server at a time talk to the CA.
 
-use super::StoreError;
+use super::error::StoreError;
 use chrono::{NaiveDateTime, Utc};
 use sqlx::mysql::MySqlConnection;
 use sqlx::{Connection, MySqlPool};

@@ -3,7 +3,7 @@
 //! `brand.example`, its verification state, and the hosts the server
 //! answers on.
 
-use super::StoreError;
+use super::error::StoreError;
 use chrono::{NaiveDateTime, Utc};
 use sqlx::MySqlPool;
 

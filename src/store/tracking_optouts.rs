@@ -4,7 +4,7 @@
 //! the source; callers pass normalised addresses.
 
 use super::address_list::{AddressList, TRACKING_OPTOUTS};
-use super::StoreError;
+use super::error::StoreError;
 use chrono::NaiveDateTime;
 use sqlx::MySqlPool;
 use std::collections::HashSet;

@@ -6,8 +6,8 @@
 //! its final value; a crash before COMMIT leaves both verdict and counts
 //! as they were, and the batch is judged again.
 
+use super::error::StoreError;
 use super::rolled_batch::RolledBatch;
-use super::StoreError;
 use crate::bots::verdicts::{judge_letter, Judged, LetterHit, VerdictRules};
 use crate::kind::EventKind;
 use crate::token::Token;

@@ -24,7 +24,7 @@
 //! per database and kept for the process.
 
 use super::super::sequences;
-use super::super::StoreError;
+use crate::store::error::StoreError;
 use sqlx::MySqlPool;
 use std::collections::HashMap;
 use std::ops::Range;
@@ -60,7 +60,7 @@ impl HeadWrites {
     /// The shard column's value of a token, when the layout has one.
     pub fn shard_of(&self, token: &[u8; 16]) -> Option<u32> {
         match self.layout {
-            LinkLayout::ByShard { shards } => Some(super::shard_of(token, shards)),
+            LinkLayout::ByShard { shards } => Some(super::shard::shard_of(token, shards)),
             LinkLayout::ByKey => None,
         }
     }
@@ -99,7 +99,7 @@ pub async fn head_writes(pool: &MySqlPool) -> Result<Option<Arc<HeadWrites>>, St
         return Ok(known.clone());
     }
     let mut conn = pool.acquire().await?;
-    let found = if super::is_head(&mut conn).await? {
+    let found = if super::topology::is_head(&mut conn).await? {
         Some(Arc::new(HeadWrites {
             layout: link_layout(&mut conn).await?,
             link_ids: IdBlocks::new(LINK_IDS, LINK_BLOCK),

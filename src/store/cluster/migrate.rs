@@ -1,13 +1,18 @@
 //! `migrate --shards`: create or check a Spider cluster, safely again.
 
 use super::ids::{link_layout, LinkLayout, EVENT_IDS, LINK_IDS};
-use super::{
-    data_table, is_head, placements, server_name, servers, NodeAddress, Placement,
-    DEFAULT_VIRTUAL_SHARDS, SHARDED_TABLES,
+use super::node::NodeAddress;
+use super::topology::{
+    data_table, is_head, placements, server_name, servers, Placement, SHARDED_TABLES,
 };
-use crate::store::StoreError;
+use crate::store::error::StoreError;
+use crate::store::migrations::{self, after_migrations, create_database_and_connect, MIGRATOR};
+use crate::store::row_format::{set_row_format, RowFormatOptions};
 use sqlx::mysql::MySqlConnection;
 use sqlx::Connection;
+
+/// Virtual shards made by the first `migrate --shards` unless told otherwise.
+pub const DEFAULT_VIRTUAL_SHARDS: u32 = 15;
 
 /// Where the Debian/Ubuntu package installs Spider.
 const SPIDER_PACKAGE: &str = "mariadb-plugin-spider";
@@ -17,7 +22,7 @@ const SPIDER_PACKAGE: &str = "mariadb-plugin-spider";
 pub struct ClusterMigrate {
     pub nodes: Vec<NodeAddress>,
     pub virtual_shards: u32,
-    pub row_format: crate::store::RowFormatOptions,
+    pub row_format: RowFormatOptions,
 }
 
 /// Create or check the cluster: each node's database and data tables, the
@@ -27,7 +32,7 @@ pub struct ClusterMigrate {
 pub async fn migrate(head_url: &str, plan: &ClusterMigrate) -> Result<Vec<String>, StoreError> {
     let mut said = Vec::new();
     check_virtual_shards(plan.virtual_shards)?;
-    let head = crate::store::create_database_and_connect(head_url).await?;
+    let head = create_database_and_connect(head_url).await?;
     let mut conn = head.acquire().await?;
     said.extend(install_spider(&mut conn).await?);
     said.extend(spider_settings(&mut conn).await?);
@@ -68,8 +73,8 @@ pub async fn migrate(head_url: &str, plan: &ClusterMigrate) -> Result<Vec<String
         }
     }
     drop(conn);
-    crate::store::MIGRATOR.run(&head).await?;
-    crate::store::after_migrations(&head).await?;
+    MIGRATOR.run(&head).await?;
+    after_migrations(&head).await?;
     for (table, _) in SHARDED_TABLES {
         said.push(seed_ids(&head, table, &plan.nodes, &layout).await?);
     }
@@ -404,12 +409,12 @@ fn quote(text: &str) -> String {
 async fn prepare_node(
     node: &NodeAddress,
     tables: &[String],
-    row_format: &crate::store::RowFormatOptions,
+    row_format: &RowFormatOptions,
     by_shard: bool,
 ) -> Result<Vec<String>, StoreError> {
-    let pool = crate::store::migrate(&node.url()?).await?;
+    let pool = migrations::migrate(&node.url()?).await?;
     let mut said = Vec::new();
-    for line in crate::store::set_row_format(&pool, row_format).await? {
+    for line in set_row_format(&pool, row_format).await? {
         said.push(format!("node {node}: template {line}"));
     }
     let mut created = Vec::new();

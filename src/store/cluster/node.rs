@@ -1,7 +1,8 @@
 //! A data node's address: an entry of `LINKTRACK_SHARDS`, or a server the
 //! head's `mysql.servers` names.
 
-use crate::store::{connect_options, StoreError};
+use crate::store::connect::{connect_failed, connect_options};
+use crate::store::error::StoreError;
 use sqlx::mysql::MySqlConnection;
 use sqlx::ConnectOptions;
 use std::fmt;
@@ -89,7 +90,7 @@ impl NodeAddress {
         options
             .connect()
             .await
-            .map_err(|err| crate::store::connect_failed(&options, &err))
+            .map_err(|err| connect_failed(&options, &err))
     }
 }
 

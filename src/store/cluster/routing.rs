@@ -16,9 +16,13 @@
 //! then asks the new place. While the head is down the last topology stays.
 
 use super::ids::{link_layout, LinkLayout};
-use super::{placements, NodeAddress, Placement};
+use super::node::NodeAddress;
+use super::shard::shard_of;
+use super::topology::{is_head, placements, Placement};
+use crate::store::connect::{connect_lazy, PoolSettings};
+use crate::store::error::StoreError;
 use crate::store::links::{self, StoredLink};
-use crate::store::{mysql_error_number, PoolSettings, StoreError};
+use crate::store::mysql_errors::mysql_error_number;
 use crate::token::Token;
 use sqlx::MySqlPool;
 use std::collections::HashMap;
@@ -79,7 +83,7 @@ impl Router {
 
     async fn start(head: &MySqlPool) -> Result<Option<Router>, StoreError> {
         let mut conn = head.acquire().await?;
-        if !super::is_head(&mut conn).await? {
+        if !is_head(&mut conn).await? {
             return Ok(None);
         }
         if link_layout(&mut conn).await? == LinkLayout::ByKey {
@@ -128,7 +132,7 @@ impl Router {
         let mut by_shard: HashMap<u32, Vec<Token>> = HashMap::new();
         for token in tokens {
             by_shard
-                .entry(super::shard_of(token.as_bytes(), count))
+                .entry(shard_of(token.as_bytes(), count))
                 .or_default()
                 .push(*token);
         }
@@ -238,7 +242,7 @@ impl Router {
             max_connections: NODE_CONNECTIONS,
             acquire_timeout: NODE_ACQUIRE_TIMEOUT,
         };
-        let pool = crate::store::connect_lazy(&node.url()?, &settings)?;
+        let pool = connect_lazy(&node.url()?, &settings)?;
         nodes.push((node.clone(), pool.clone()));
         Ok(pool)
     }

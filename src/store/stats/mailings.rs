@@ -1,0 +1,161 @@
+//! The mailings the database knows (`mailings`): which stored id a request
+//! means (ids compare byte for byte, the columns do not), the creative and
+//! list-management URL the builder saves, and the dashboard's index.
+
+use crate::store::error::StoreError;
+use sqlx::MySqlPool;
+
+/// The stored mailing ids the database takes for `mailing_id`. The columns
+/// compare under a case- and pad-insensitive collation (`A`, `a` and `a `
+/// are equal there, and NUL is ignored), so every caller that needs one
+/// mailing compares the bytes of these itself: ids are byte for byte.
+pub async fn ids_equal_in_collation(
+    pool: &MySqlPool,
+    mailing_id: &str,
+) -> Result<Vec<String>, StoreError> {
+    Ok(sqlx::query_scalar(
+        "SELECT mailing_id FROM mailings WHERE mailing_id = ? \
+         UNION SELECT DISTINCT mailing_id FROM stats_totals WHERE mailing_id = ?",
+    )
+    .bind(mailing_id)
+    .bind(mailing_id)
+    .fetch_all(pool)
+    .await?)
+}
+
+/// False when the database knows mailings that its collation takes for
+/// `mailing_id` but none is `mailing_id` byte for byte (`RT-A` when only
+/// `rt-a` exists): the request names no mailing. True otherwise.
+pub async fn named_exactly(pool: &MySqlPool, mailing_id: &str) -> Result<bool, StoreError> {
+    let ids = ids_equal_in_collation(pool, mailing_id).await?;
+    Ok(ids.is_empty() || ids.iter().any(|id| id.as_bytes() == mailing_id.as_bytes()))
+}
+
+/// A stored mailing whose id the database takes for `mailing_id` although
+/// the bytes differ (`a` when building `A`): building would merge the two.
+pub async fn colliding_mailing(
+    pool: &MySqlPool,
+    mailing_id: &str,
+) -> Result<Option<String>, StoreError> {
+    let ids = ids_equal_in_collation(pool, mailing_id).await?;
+    Ok(ids
+        .into_iter()
+        .find(|id| id.as_bytes() != mailing_id.as_bytes()))
+}
+
+/// Store (or replace) a mailing's creative for the click map. Called by the
+/// builder once per mailing.
+pub async fn save_mailing(
+    pool: &MySqlPool,
+    mailing_id: &str,
+    subject: &str,
+    html: &str,
+) -> Result<(), StoreError> {
+    // Each value is sent once (a derived table names the new row portably;
+    // MariaDB lacks MySQL 8's `AS new`, MySQL 8 deprecates VALUES()): bound
+    // twice, a 9 MB creative made an 18 MB statement, over the default
+    // 16 MB max_allowed_packet.
+    sqlx::query(
+        "INSERT INTO mailings (mailing_id, subject, html) \
+         SELECT * FROM (SELECT ? AS m, ? AS s, ? AS h) AS n \
+         ON DUPLICATE KEY UPDATE subject = n.s, html = n.h",
+    )
+    .bind(mailing_id)
+    .bind(subject)
+    .bind(html)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// The largest creative [`save_mailing`] can store: one statement must fit
+/// the server's `max_allowed_packet` (less room for the rest of it), and
+/// `mailings.html` is a MEDIUMTEXT.
+pub async fn largest_creative(pool: &MySqlPool) -> Result<usize, StoreError> {
+    const MEDIUMTEXT: usize = (1 << 24) - 1;
+    const STATEMENT_AND_SUBJECT: usize = 16 << 10;
+    let packet: u64 = sqlx::query_scalar("SELECT @@max_allowed_packet")
+        .fetch_one(pool)
+        .await?;
+    let packet = usize::try_from(packet).unwrap_or(usize::MAX);
+    Ok(packet.saturating_sub(STATEMENT_AND_SUBJECT).min(MEDIUMTEXT))
+}
+
+/// Save a mailing's list-management URL (`None` clears it).
+pub async fn save_list_manage_url(
+    pool: &MySqlPool,
+    mailing_id: &str,
+    url: Option<&str>,
+) -> Result<(), StoreError> {
+    sqlx::query("UPDATE mailings SET list_manage_url = ? WHERE mailing_id = ?")
+        .bind(url)
+        .bind(mailing_id)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// Where a mailing's readers manage their subscription, if it says.
+pub async fn list_management(
+    pool: &MySqlPool,
+    mailing_id: &str,
+) -> Result<Option<String>, StoreError> {
+    let url: Option<(Option<String>,)> =
+        sqlx::query_as("SELECT list_manage_url FROM mailings WHERE mailing_id = ?")
+            .bind(mailing_id)
+            .fetch_optional(pool)
+            .await?;
+    Ok(url.and_then(|(url,)| url))
+}
+
+/// A mailing's saved creative, if the builder saved one.
+pub async fn mailing_html(
+    pool: &MySqlPool,
+    mailing_id: &str,
+) -> Result<Option<String>, StoreError> {
+    Ok(
+        sqlx::query_scalar("SELECT html FROM mailings WHERE mailing_id = ?")
+            .bind(mailing_id)
+            .fetch_optional(pool)
+            .await?,
+    )
+}
+
+/// One line of the dashboard's index.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct MailingListing {
+    pub mailing_id: String,
+    pub subject: Option<String>,
+    pub opens: u64,
+    pub clicks: u64,
+}
+
+/// Mailings with a saved creative or any rolled event, at most `limit`,
+/// ordered by id.
+pub async fn list_mailings(
+    pool: &MySqlPool,
+    limit: u32,
+) -> Result<Vec<MailingListing>, StoreError> {
+    let rows: Vec<(String, Option<String>, i64, i64)> = sqlx::query_as(
+        "SELECT ids.mailing_id, m.subject, \
+           CAST(COALESCE((SELECT SUM(total) FROM stats_totals t WHERE t.mailing_id = ids.mailing_id \
+             AND t.kind = 'open' AND t.bot = 0), 0) AS SIGNED), \
+           CAST(COALESCE((SELECT SUM(total) FROM stats_totals t WHERE t.mailing_id = ids.mailing_id \
+             AND t.kind = 'click' AND t.bot = 0), 0) AS SIGNED) \
+         FROM (SELECT mailing_id FROM mailings UNION SELECT DISTINCT mailing_id FROM stats_totals) AS ids \
+         LEFT JOIN mailings m ON m.mailing_id = ids.mailing_id \
+         ORDER BY ids.mailing_id LIMIT ?",
+    )
+    .bind(limit)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(mailing_id, subject, opens, clicks)| MailingListing {
+            mailing_id,
+            subject,
+            opens: opens.max(0) as u64,
+            clicks: clicks.max(0) as u64,
+        })
+        .collect())
+}
