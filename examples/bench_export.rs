@@ -164,7 +164,11 @@ async fn export_once(pool: &MySqlPool, format: Format) -> anyhow::Result<Measure
         ..Measured::default()
     };
     let started = Instant::now();
-    let mut chunks = std::pin::pin!(export::recipients(pool.clone(), MAILING.into(), format));
+    let mut chunks = std::pin::pin!(export::recipients(
+        pool.clone(),
+        linktrack::mailing_id::MailingId::parse(MAILING)?,
+        format
+    ));
     let mut sink = std::io::sink();
     let mut next_sample = 100_000;
     while let Some(chunk) = chunks.try_next().await? {

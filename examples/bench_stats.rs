@@ -300,7 +300,8 @@ async fn measure(
     }
 
     let mailing = "bench-0";
-    let summary = stats::summary(pool, mailing)
+    let mailing_id = linktrack::mailing_id::MailingId::parse(mailing)?;
+    let summary = stats::summary(pool, &mailing_id)
         .await?
         .ok_or_else(|| anyhow::anyhow!("no summary"))?;
     let naive_result = naive(pool, mailing).await?;
@@ -309,11 +310,11 @@ async fn measure(
 
     // Before the builder keeps a count: the index fallback.
     let counted = median(args.runs, || async {
-        stats::count_letters(pool, mailing).await.map(|_| ())
+        stats::count_letters(pool, &mailing_id).await.map(|_| ())
     })
     .await?;
     let fallback = median(args.runs, || async {
-        stats::summary(pool, mailing).await.map(|_| ())
+        stats::summary(pool, &mailing_id).await.map(|_| ())
     })
     .await?;
     // What the builder does per batch, here once for the whole mailing.
@@ -321,7 +322,7 @@ async fn measure(
     stats::add_letters_built(&mut conn, mailing, args.letters).await?;
     drop(conn);
     let fast = median(args.runs, || async {
-        stats::summary(pool, mailing).await.map(|_| ())
+        stats::summary(pool, &mailing_id).await.map(|_| ())
     })
     .await?;
     let slow_runs = args.runs.min(3);

@@ -4,6 +4,7 @@
 
 use crate::builder::compose::tracked_url;
 use crate::builder::{self, BuildOptions, Output, Summary};
+use crate::mailing_id::MailingId;
 use crate::store::links::LinkKind;
 use crate::store::{self, partitions, suppressions};
 use crate::token::Token;
@@ -157,6 +158,10 @@ pub async fn deliver_now(database_url: &str, outcome: &DemoOutcome) -> anyhow::R
             mailing_id = mailing.to_owned();
         }
     }
+    if letter_ids.is_empty() {
+        return Ok(());
+    }
+    let mailing_id = MailingId::parse(&mailing_id)?;
     let pool = store::connect(database_url, &store::PoolSettings::default()).await?;
     let reply = "demo: delivered when the demo began serving its links";
     store::deliveries::mark_delivered_now(&pool, &mailing_id, &letter_ids, reply).await?;

@@ -10,6 +10,7 @@
 //! are the humans'; the bots' are beside them. Letters whose address may
 //! not be shown are left out (see [`crate::store::engagement`]).
 
+use crate::mailing_id::MailingId;
 use crate::store::engagement::{self, LetterEngagement, PAGE_LETTERS};
 use crate::store::StoreError;
 use futures_util::stream::{self, Stream};
@@ -87,7 +88,7 @@ enum Cursor {
 /// ([`engagement::mailing_known`]): an unknown one is simply empty here.
 pub fn recipients(
     pool: MySqlPool,
-    mailing_id: String,
+    mailing_id: MailingId,
     format: Format,
 ) -> impl Stream<Item = Result<Chunk, StoreError>> + Send + 'static {
     recipients_paged(pool, mailing_id, format, PAGE_LETTERS)
@@ -97,7 +98,7 @@ pub fn recipients(
 /// cross page bounds).
 pub fn recipients_paged(
     pool: MySqlPool,
-    mailing_id: String,
+    mailing_id: MailingId,
     format: Format,
     page_letters: u32,
 ) -> impl Stream<Item = Result<Chunk, StoreError>> + Send + 'static {

@@ -46,7 +46,7 @@
 //!    what a spam filter sees: links that show their own address
 //!    (`address_text.rs`), short letters with an image (`short_letter.rs`).
 //! 10. [`event`]: [`event::EventRow`], one event (click, open, image load,
-//!    unsubscribe) as recorded, journaled, stored and sent.
+//!     unsubscribe) as recorded, journaled, stored and sent.
 //! 11. [`token`]: the tracking token: new, parse, date, sealed kind and link
 //!     template; the seal key ring and its keys' fingerprints.
 //! 12. [`bots`]: human or bot: the first verdict from the request

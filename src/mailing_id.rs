@@ -73,6 +73,19 @@ impl fmt::Display for MailingId {
     }
 }
 
+/// Compared with text as the text it holds (`id == "w47"`).
+impl PartialEq<str> for MailingId {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for MailingId {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
 impl AsRef<str> for MailingId {
     fn as_ref(&self) -> &str {
         &self.0

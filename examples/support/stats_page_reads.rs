@@ -18,6 +18,11 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 const MAILING: &str = "bench-0";
+
+/// [`MAILING`] as the store's functions take it.
+fn mailing_id() -> linktrack::mailing_id::MailingId {
+    linktrack::mailing_id::MailingId::parse(MAILING).expect("a valid mailing id")
+}
 /// The bearer token of the bench's server.
 const TOKEN: &str = "bench-stats-token";
 
@@ -99,13 +104,13 @@ pub async fn measure(args: &Args, pool: &MySqlPool) -> anyhow::Result<()> {
     // The mailing page's data, store call by store call, as
     // server::stats::dashboard::mailing makes them.
     let (summary_t, summary) = timed(runs, || async {
-        stats::summary(pool, MAILING)
+        stats::summary(pool, &mailing_id())
             .await?
             .ok_or_else(|| anyhow::anyhow!("no summary of {MAILING}"))
     })
     .await?;
     let (html_t, _) = timed(runs, || async {
-        Ok(stats::mailing_html(pool, MAILING).await?)
+        Ok(stats::mailing_html(pool, &mailing_id()).await?)
     })
     .await?;
     let (mailing_bd_t, mailing_bd) = timed(runs, || async {
@@ -115,7 +120,7 @@ pub async fn measure(args: &Args, pool: &MySqlPool) -> anyhow::Result<()> {
     let (overall_bd_t, overall_bd) =
         timed(runs, || async { Ok(breakdowns::read(pool, None).await?) }).await?;
     let (bounces_t, _) = timed(runs, || async {
-        Ok(bounces::mailing_summary(pool, MAILING, summary.letters_built).await?)
+        Ok(bounces::mailing_summary(pool, &mailing_id(), summary.letters_built).await?)
     })
     .await?;
 
@@ -249,7 +254,7 @@ async fn prepare(args: &Args, db: &str, pool: &MySqlPool) -> anyhow::Result<()> 
             started.elapsed().as_secs_f64()
         );
     }
-    if stats::mailing_html(pool, MAILING).await?.is_none() {
+    if stats::mailing_html(pool, &mailing_id()).await?.is_none() {
         let mut html = String::from("<html><body><h1>Bench</h1>");
         for p in 1..=super::LINKS_PER_LETTER {
             html.push_str(&format!(
@@ -257,9 +262,9 @@ async fn prepare(args: &Args, db: &str, pool: &MySqlPool) -> anyhow::Result<()> 
             ));
         }
         html.push_str("</body></html>");
-        stats::save_mailing(pool, MAILING, "Bench mailing", &html).await?;
+        stats::save_mailing(pool, &mailing_id(), "Bench mailing", &html).await?;
     }
-    if stats::letters_counted(pool, MAILING).await?.is_none() {
+    if stats::letters_counted(pool, &mailing_id()).await?.is_none() {
         let mut conn = pool.acquire().await?;
         stats::add_letters_built(&mut conn, MAILING, args.letters).await?;
     }

@@ -74,7 +74,7 @@ pub(crate) fn build_letter(
         rows: Vec::new(),
         mismatch: None,
         letter_id,
-        mailing_id: &ctx.mailing.mailing_id,
+        mailing_id: ctx.mailing.mailing_id.as_str(),
         email: recipient.email.as_str(),
     };
     let mut context = recipient.fields.clone();
@@ -186,7 +186,7 @@ fn fixed_links(
     }
     context.insert(
         "mailing_id".into(),
-        Value::String(ctx.mailing.mailing_id.clone()),
+        Value::String(ctx.mailing.mailing_id.to_string()),
     );
     FixedLinks {
         headers,
@@ -281,7 +281,7 @@ fn assemble(
     let envelope_from = ctx.bounce_address(letter_id, fixed.sent_at);
     let built = message::build(message::MessageParts {
         letter_id,
-        mailing_id: &mailing.mailing_id,
+        mailing_id: mailing.mailing_id.as_str(),
         pool: &mailing.pool,
         from: &mailing.from,
         to_email: recipient.email.as_str(),
@@ -299,7 +299,7 @@ fn assemble(
     .map_err(|e| Reject::Message(e.to_string()))?;
     Ok(Letter {
         letter_id,
-        mailing_id: mailing.mailing_id.clone(),
+        mailing_id: mailing.mailing_id.to_string(),
         email: recipient.email.clone(),
         pool: mailing.pool.clone(),
         subject: content.subject,

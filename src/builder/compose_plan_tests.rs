@@ -16,7 +16,7 @@ const BASE: &str = "https://t.example.com";
 
 fn mailing(html: &str, personalize: bool) -> Mailing {
     Mailing {
-        mailing_id: "plan-check".into(),
+        mailing_id: crate::mailing_id::MailingId::parse("plan-check").unwrap(),
         subject: if personalize {
             "News for {{ first_name }}".into()
         } else {

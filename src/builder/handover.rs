@@ -12,6 +12,7 @@ use crate::delivery::ledger;
 use crate::delivery::log_file::{read_delivery_log, DeliveryLog};
 use crate::delivery::smtp::{self, Deliverer, Outcome, SmtpSettings};
 use crate::delivery::DeliveryCounters;
+use crate::mailing_id::MailingId;
 use crate::store::deliveries;
 use sqlx::MySqlPool;
 use std::path::Path;
@@ -40,7 +41,7 @@ pub struct Delivery {
     pool: MySqlPool,
     /// One per MTA of the mailing's pool; letters are spread over them.
     deliverers: Vec<Deliverer>,
-    mailing_id: String,
+    mailing_id: MailingId,
     sender: lettre::Address,
     connections: usize,
     counters: Arc<DeliveryCounters>,
@@ -192,7 +193,7 @@ impl Delivery {
     async fn hand_over_all(&self, to_send: &[&Letter]) -> Result<Vec<HandedOver>, BuildError> {
         let ledger = ledger::Ledger::start(
             self.pool.clone(),
-            self.mailing_id.clone(),
+            self.mailing_id.to_string(),
             self.delivery_log.clone(),
         );
         let (results, mut answered) = tokio::sync::mpsc::unbounded_channel();
@@ -300,7 +301,8 @@ impl Delivery {
             }
         }
         if !not_attempted.is_empty() {
-            let ledger = ledger::Ledger::start(self.pool.clone(), self.mailing_id.clone(), None);
+            let ledger =
+                ledger::Ledger::start(self.pool.clone(), self.mailing_id.to_string(), None);
             for letter_id in not_attempted {
                 ledger.forget(letter_id).await?;
             }

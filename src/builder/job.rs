@@ -18,6 +18,7 @@ use super::reject::Reject;
 use super::row_writer::StoredBatch;
 use super::summary::Summary;
 use super::track_mode::TrackMode;
+use crate::mailing_id::MailingId;
 use crate::store::links::{self, LinkKind};
 use crate::store::sequences::Sequence;
 use crate::store::{stats, suppressions, tracking_optouts, StoreError};
@@ -254,7 +255,7 @@ pub(super) async fn read_batch(
 
 async fn stored_tokens(
     pool: &MySqlPool,
-    mailing_id: &str,
+    mailing_id: &MailingId,
     letter_ids: &[u64],
 ) -> Result<HashMap<u64, StoredTokens>, StoreError> {
     let mut by_letter: HashMap<u64, StoredTokens> = HashMap::new();

@@ -78,7 +78,7 @@ impl ImageTokens {
         state.new_rows.push(NewLink {
             token,
             kind,
-            mailing_id: ctx.mailing.mailing_id.clone(),
+            mailing_id: ctx.mailing.mailing_id.to_string(),
             letter_id: 0,
             email: String::new(),
             position,

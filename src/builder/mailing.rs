@@ -1,12 +1,13 @@
 //! The mailing file (JSON): what to send and how to track it.
 
+use crate::mailing_id::MailingId;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
 /// A mailing as the builder uses it, with the HTML loaded.
 #[derive(Debug, Clone)]
 pub struct Mailing {
-    pub mailing_id: String,
+    pub mailing_id: MailingId,
     pub subject: String,
     pub from: String,
     pub html: String,
@@ -129,9 +130,6 @@ pub enum MailingError {
     },
 }
 
-/// The longest mailing id the `links.mailing_id` column holds.
-pub(crate) const MAX_MAILING_ID: usize = 64;
-
 impl Mailing {
     /// Read and check a mailing file; `html_file` is relative to it.
     pub fn load(path: &Path) -> Result<Mailing, MailingError> {
@@ -150,19 +148,10 @@ impl Mailing {
             field,
             message: message.to_owned(),
         };
-        // Taken byte for byte: white space around the id is refused, not
-        // trimmed, since `a ` and `a` would otherwise be one mailing.
-        let id = file.mailing_id.as_str();
-        if id.is_empty() || id.chars().count() > MAX_MAILING_ID || id.chars().any(char::is_control)
-        {
-            return Err(field("mailing_id", "must be 1 to 64 printable characters"));
-        }
-        if id.trim() != id {
-            return Err(field(
-                "mailing_id",
-                "must not begin or end with white space (ids are taken byte for byte)",
-            ));
-        }
+        // Taken byte for byte (`MailingId::parse`): white space around the
+        // id is refused, not trimmed.
+        let mailing_id = MailingId::parse(&file.mailing_id)
+            .map_err(|refused| field("mailing_id", &refused.to_string()))?;
         if file.from.trim().is_empty() {
             return Err(field("from", "must not be empty"));
         }
@@ -197,7 +186,7 @@ impl Mailing {
         };
         Ok(Mailing {
             list_manage_url,
-            mailing_id: id.to_owned(),
+            mailing_id,
             subject: file.subject,
             from: file.from,
             html,

@@ -78,7 +78,7 @@ pub(super) async fn store_mailing(
     if let Some(existing) = stats::colliding_mailing(pool, &mailing.mailing_id).await? {
         return Err(BuildError::MailingIdCollides {
             path: options.mailing.clone(),
-            id: mailing.mailing_id.clone(),
+            id: mailing.mailing_id.to_string(),
             existing,
         });
     }

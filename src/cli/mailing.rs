@@ -331,7 +331,7 @@ pub(super) async fn segment(url: &str, args: &SegmentArgs) -> anyhow::Result<()>
         any: args.or.clone(),
         none: args.not.clone(),
     };
-    let letters = live.segment(&args.mailing, &query).await?;
+    let letters = live.segment(args.mailing.as_str(), &query).await?;
     for email in store::segments::addresses_of_letters(&pool, &args.mailing, &letters).await? {
         say!("{email}")?;
     }

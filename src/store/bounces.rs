@@ -2,6 +2,7 @@
 //! a bounce names, and the `bounces` table of every decision.
 
 use super::error::StoreError;
+use crate::mailing_id::MailingId;
 use chrono::NaiveDate;
 use sqlx::{MySqlExecutor, MySqlPool};
 
@@ -291,14 +292,14 @@ impl From<BounceSummary> for BounceFigures {
 /// reads, `bounces_mailing` and the `deliveries` primary key.
 pub async fn mailing_summary(
     pool: &MySqlPool,
-    mailing_id: &str,
+    mailing_id: &MailingId,
     letters_built: u64,
 ) -> Result<BounceSummary, StoreError> {
     let kinds: Vec<(String, i64)> = sqlx::query_as(
         "SELECT CAST(kind AS CHAR), COUNT(DISTINCT letter_id) FROM bounces \
          WHERE mailing_id = ? GROUP BY kind",
     )
-    .bind(mailing_id)
+    .bind(mailing_id.as_str())
     .fetch_all(pool)
     .await?;
     let delivered = super::deliveries::delivered_count(pool, mailing_id).await?;

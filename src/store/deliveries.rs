@@ -1,6 +1,7 @@
 //! What the SMTP delivery has handed over, per letter: a re-run skips it.
 
 use super::error::StoreError;
+use crate::mailing_id::MailingId;
 use sqlx::{Connection, MySql, MySqlConnection, MySqlPool, QueryBuilder};
 use std::collections::HashSet;
 
@@ -30,7 +31,7 @@ pub struct Recorded {
 /// The recorded state of `letter_ids` of `mailing_id`.
 pub async fn recorded_among(
     pool: &MySqlPool,
-    mailing_id: &str,
+    mailing_id: &MailingId,
     letter_ids: &[u64],
 ) -> Result<Recorded, StoreError> {
     let mut recorded = Recorded::default();
@@ -38,7 +39,9 @@ pub async fn recorded_among(
         let mut query = QueryBuilder::<MySql>::new(
             "SELECT letter_id, CAST(status = 'sending' AS SIGNED) FROM deliveries WHERE mailing_id = ",
         );
-        query.push_bind(mailing_id).push(" AND letter_id IN ");
+        query
+            .push_bind(mailing_id.as_str())
+            .push(" AND letter_id IN ");
         super::in_list::push_in_list(&mut query, chunk.iter().copied());
         let rows: Vec<(u64, i64)> = query.build_query_as().fetch_all(pool).await?;
         for (letter_id, sending) in rows {
@@ -125,10 +128,10 @@ async fn count_delivered(
 
 /// The letters of `mailing_id` delivered so far (every run, every sender
 /// that records into `deliveries`): one row read.
-pub async fn delivered_count(pool: &MySqlPool, mailing_id: &str) -> Result<u64, StoreError> {
+pub async fn delivered_count(pool: &MySqlPool, mailing_id: &MailingId) -> Result<u64, StoreError> {
     let count: Option<(u64,)> =
         sqlx::query_as("SELECT delivered FROM stats_deliveries WHERE mailing_id = ?")
-            .bind(mailing_id)
+            .bind(mailing_id.as_str())
             .fetch_optional(pool)
             .await?;
     Ok(count.map_or(0, |(letters,)| letters))
@@ -258,7 +261,7 @@ fn settle_marks<'a>(
 /// minimum delay after it is `too_fast`), not from when they were built.
 pub async fn mark_delivered_now(
     pool: &MySqlPool,
-    mailing_id: &str,
+    mailing_id: &MailingId,
     letter_ids: &[u64],
     reply: &str,
 ) -> Result<(), StoreError> {
@@ -272,7 +275,9 @@ pub async fn mark_delivered_now(
         let mut already = QueryBuilder::<MySql>::new(
             "SELECT COUNT(*) FROM deliveries WHERE status = 'delivered' AND mailing_id = ",
         );
-        already.push_bind(mailing_id).push(" AND letter_id IN ");
+        already
+            .push_bind(mailing_id.as_str())
+            .push(" AND letter_id IN ");
         super::in_list::push_in_list(&mut already, chunk.iter().copied());
         already.push(" FOR UPDATE");
         let (already,): (i64,) = already.build_query_as().fetch_one(&mut *tx).await?;
@@ -280,7 +285,7 @@ pub async fn mark_delivered_now(
             "INSERT INTO deliveries (mailing_id, letter_id, status, reply, at) ",
         );
         query.push_values(chunk, |mut row, letter_id| {
-            row.push_bind(mailing_id)
+            row.push_bind(mailing_id.as_str())
                 .push_bind(*letter_id)
                 .push("'delivered'")
                 .push_bind(reply)
@@ -291,7 +296,7 @@ pub async fn mark_delivered_now(
             .push_bind(reply);
         query.build().execute(&mut *tx).await?;
         let newly = (chunk.len() as u64).saturating_sub(u64::try_from(already).unwrap_or(0));
-        count_delivered(&mut tx, mailing_id, newly).await?;
+        count_delivered(&mut tx, mailing_id.as_str(), newly).await?;
         tx.commit().await?;
     }
     Ok(())

@@ -13,6 +13,7 @@
 
 use super::error::StoreError;
 use crate::kind::EventKind;
+use crate::mailing_id::MailingId;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::MySqlPool;
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -55,7 +56,7 @@ pub const PAGE_LETTERS: u32 = super::in_list::IN_LIST_CHUNK as u32;
 /// Whether `mailing_id` names a mailing with anything to export: built
 /// letters or a saved creative, under exactly this id (ids compare byte
 /// for byte; see [`super::stats::named_exactly`]).
-pub async fn mailing_known(pool: &MySqlPool, mailing_id: &str) -> Result<bool, StoreError> {
+pub async fn mailing_known(pool: &MySqlPool, mailing_id: &MailingId) -> Result<bool, StoreError> {
     if !super::stats::named_exactly(pool, mailing_id).await? {
         return Ok(false);
     }
@@ -64,9 +65,9 @@ pub async fn mailing_known(pool: &MySqlPool, mailing_id: &str) -> Result<bool, S
            OR EXISTS (SELECT 1 FROM stats_letters WHERE mailing_id = ?) \
            OR EXISTS (SELECT 1 FROM links WHERE mailing_id = ? AND letter_id > 0)",
     )
-    .bind(mailing_id)
-    .bind(mailing_id)
-    .bind(mailing_id)
+    .bind(mailing_id.as_str())
+    .bind(mailing_id.as_str())
+    .bind(mailing_id.as_str())
     .fetch_one(pool)
     .await?;
     Ok(known != 0)
@@ -76,7 +77,7 @@ pub async fn mailing_known(pool: &MySqlPool, mailing_id: &str) -> Result<bool, S
 /// (1 to [`PAGE_LETTERS`]), with their engagement.
 pub async fn page(
     pool: &MySqlPool,
-    mailing_id: &str,
+    mailing_id: &MailingId,
     after: u64,
     limit: u32,
 ) -> Result<EngagementPage, StoreError> {
@@ -125,7 +126,7 @@ struct PagedLetter {
 /// 266), which makes the export quadratic.
 async fn letters_after(
     pool: &MySqlPool,
-    mailing_id: &str,
+    mailing_id: &MailingId,
     after: u64,
     limit: u32,
 ) -> Result<Vec<PagedLetter>, StoreError> {
@@ -136,7 +137,7 @@ async fn letters_after(
          GROUP BY letter_id ORDER BY letter_id LIMIT ?",
     )
     .bind(super::links::LAST_OPEN_DAY_PIXEL)
-    .bind(mailing_id)
+    .bind(mailing_id.as_str())
     .bind(after)
     .bind(limit)
     .fetch_all(pool)
@@ -173,14 +174,14 @@ async fn shown_addresses(
 /// Engagement of the letters in `range` (inclusive), by letter id.
 async fn engagement_of(
     pool: &MySqlPool,
-    mailing_id: &str,
+    mailing_id: &MailingId,
     (first, last): (u64, u64),
 ) -> Result<HashMap<u64, LetterEngagement>, StoreError> {
     let rows: Vec<(u64, EventKind, u32, i8, u64, NaiveDateTime)> = sqlx::query_as(
         "SELECT letter_id, kind, position, bot, n, first_at FROM stats_letter_events \
          WHERE mailing_id = ? AND letter_id BETWEEN ? AND ?",
     )
-    .bind(mailing_id)
+    .bind(mailing_id.as_str())
     .bind(first)
     .bind(last)
     .fetch_all(pool)
@@ -219,14 +220,14 @@ async fn engagement_of(
 /// The letters in `range` the MTA refused at hand-over.
 async fn bounced_among(
     pool: &MySqlPool,
-    mailing_id: &str,
+    mailing_id: &MailingId,
     (first, last): (u64, u64),
 ) -> Result<HashSet<u64>, StoreError> {
     let ids: Vec<u64> = sqlx::query_scalar(
         "SELECT letter_id FROM deliveries WHERE mailing_id = ? \
            AND letter_id BETWEEN ? AND ? AND status = 'rejected'",
     )
-    .bind(mailing_id)
+    .bind(mailing_id.as_str())
     .bind(first)
     .bind(last)
     .fetch_all(pool)

@@ -4,6 +4,7 @@
 
 use super::error::StoreError;
 use crate::kind::LinkKind;
+use crate::mailing_id::MailingId;
 use crate::token::TokenSeal;
 use chrono::NaiveDate;
 use sha2::{Digest, Sha256};
@@ -52,7 +53,7 @@ const ROWS_PER_INSERT: usize = 1_000;
 /// builders at once, get the same ids for the same keys.
 pub async fn intern(
     pool: &MySqlPool,
-    mailing_id: &str,
+    mailing_id: &MailingId,
     keys: &[TemplateKey],
     day: NaiveDate,
 ) -> Result<HashMap<TemplateKey, u32>, StoreError> {
@@ -61,7 +62,7 @@ pub async fn intern(
             "INSERT IGNORE INTO link_templates (mailing_id, kind, position, url_hash, url, first_day) ",
         );
         query.push_values(chunk, |mut row, key| {
-            row.push_bind(mailing_id)
+            row.push_bind(mailing_id.as_str())
                 .push_bind(key.kind)
                 .push_bind(key.position)
                 .push_bind(url_hash(&key.url).to_vec())
@@ -80,12 +81,12 @@ pub async fn intern(
 /// Every template of a mailing, by key.
 pub async fn of_mailing(
     pool: &MySqlPool,
-    mailing_id: &str,
+    mailing_id: &MailingId,
 ) -> Result<HashMap<TemplateKey, u32>, StoreError> {
     let rows: Vec<(u32, String, u32, String)> = sqlx::query_as(
         "SELECT id, CAST(kind AS CHAR), position, url FROM link_templates WHERE mailing_id = ?",
     )
-    .bind(mailing_id)
+    .bind(mailing_id.as_str())
     .fetch_all(pool)
     .await?;
     rows.into_iter()

@@ -5,6 +5,7 @@
 use super::cluster;
 use super::error::StoreError;
 use super::mysql_errors::is_no_partition;
+use crate::mailing_id::MailingId;
 use crate::token::Token;
 use chrono::NaiveDate;
 use sqlx::{MySql, MySqlConnection, MySqlPool, QueryBuilder};
@@ -354,13 +355,13 @@ fn insert_columns(head: Option<&HeadRows>) -> &'static str {
 /// to resume an interrupted build without storing anything twice.
 pub async fn letters_of_mailing(
     pool: &MySqlPool,
-    mailing_id: &str,
+    mailing_id: &MailingId,
 ) -> Result<HashMap<String, u64>, StoreError> {
     let rows: Vec<(String, u64)> = sqlx::query_as(
         "SELECT email, MIN(letter_id) FROM links WHERE mailing_id = ? AND letter_id > 0 \
          GROUP BY email",
     )
-    .bind(mailing_id)
+    .bind(mailing_id.as_str())
     .fetch_all(pool)
     .await?;
     Ok(rows.into_iter().collect())
@@ -369,7 +370,7 @@ pub async fn letters_of_mailing(
 /// Every row of the given letters of a mailing (uses the mailing_letter index).
 pub async fn of_letters(
     pool: &MySqlPool,
-    mailing_id: &str,
+    mailing_id: &MailingId,
     letter_ids: &[u64],
 ) -> Result<Vec<StoredLink>, StoreError> {
     let mut found = Vec::new();
@@ -378,7 +379,9 @@ pub async fn of_letters(
             "SELECT id, uuid, CAST(kind AS CHAR), mailing_id, letter_id, email, position, url \
              FROM links WHERE mailing_id = ",
         );
-        query.push_bind(mailing_id).push(" AND letter_id IN ");
+        query
+            .push_bind(mailing_id.as_str())
+            .push(" AND letter_id IN ");
         super::in_list::push_in_list(&mut query, chunk.iter().copied());
         let rows: Vec<LinkRow> = query.build_query_as().fetch_all(pool).await?;
         for row in rows {
@@ -391,12 +394,12 @@ pub async fn of_letters(
 /// The image rows of a mailing: one token per distinct image URL.
 pub async fn images_of_mailing(
     pool: &MySqlPool,
-    mailing_id: &str,
+    mailing_id: &MailingId,
 ) -> Result<HashMap<String, Token>, StoreError> {
     let rows: Vec<(String, Vec<u8>)> = sqlx::query_as(
         "SELECT url, uuid FROM links WHERE mailing_id = ? AND letter_id = 0 AND kind = 'image'",
     )
-    .bind(mailing_id)
+    .bind(mailing_id.as_str())
     .fetch_all(pool)
     .await?;
     rows.into_iter()
@@ -408,13 +411,13 @@ pub async fn images_of_mailing(
 /// and the click and pixel rows of anonymous letters, by (kind, position, URL).
 pub async fn shared_of_mailing(
     pool: &MySqlPool,
-    mailing_id: &str,
+    mailing_id: &MailingId,
 ) -> Result<HashMap<(LinkKind, u32, String), Token>, StoreError> {
     let rows: Vec<(String, u32, String, Vec<u8>)> = sqlx::query_as(
         "SELECT CAST(kind AS CHAR), position, url, uuid FROM links \
          WHERE mailing_id = ? AND letter_id = 0",
     )
-    .bind(mailing_id)
+    .bind(mailing_id.as_str())
     .fetch_all(pool)
     .await?;
     rows.into_iter()

@@ -1,6 +1,7 @@
 //! Segments: from the letter ids the live layer selects to addresses.
 
 use super::error::StoreError;
+use crate::mailing_id::MailingId;
 use sqlx::{MySql, MySqlPool, QueryBuilder};
 
 /// Addresses of the given letters of a mailing (from their pixel rows),
@@ -8,7 +9,7 @@ use sqlx::{MySql, MySqlPool, QueryBuilder};
 /// is built from their clicks: docs/privacy.md).
 pub async fn addresses_of_letters(
     pool: &MySqlPool,
-    mailing_id: &str,
+    mailing_id: &MailingId,
     letter_ids: &[u64],
 ) -> Result<Vec<String>, StoreError> {
     let mut found = Vec::new();
@@ -16,7 +17,9 @@ pub async fn addresses_of_letters(
         let mut query = QueryBuilder::<MySql>::new(
             "SELECT email FROM links WHERE kind = 'pixel' AND email <> '' AND mailing_id = ",
         );
-        query.push_bind(mailing_id).push(" AND letter_id IN ");
+        query
+            .push_bind(mailing_id.as_str())
+            .push(" AND letter_id IN ");
         super::in_list::push_in_list(&mut query, chunk.iter().copied());
         let rows: Vec<(String,)> = query.build_query_as().fetch_all(pool).await?;
         found.extend(rows.into_iter().map(|(e,)| e));

@@ -312,9 +312,14 @@ async fn bounce_figures_in_the_stats_api_and_dashboard_are_what_was_ingested() {
     // bounce (two messages about the same letter: one letter), a policy
     // block and a complaint.
     let delivered: Vec<u64> = letters[..4].iter().map(|l| l.letter_id).collect();
-    linktrack::store::deliveries::mark_delivered_now(&db.pool, &mailing, &delivered, "250 ok")
-        .await
-        .unwrap();
+    linktrack::store::deliveries::mark_delivered_now(
+        &db.pool,
+        &crate::common::mailing_id(&mailing),
+        &delivered,
+        "250 ok",
+    )
+    .await
+    .unwrap();
     let mut sent = messages(&letters).to_vec();
     sent.push((
         "soft-again.eml",

@@ -320,7 +320,7 @@ async fn without_a_bounce_address_the_message_id_and_recipient_find_the_letter()
         .unwrap();
     linktrack::store::deliveries::mark_delivered_now(
         &db.pool,
-        &mailing_id,
+        &crate::common::mailing_id(&mailing_id),
         &[letter.letter_id],
         "250 ok",
     )
@@ -334,7 +334,7 @@ async fn without_a_bounce_address_the_message_id_and_recipient_find_the_letter()
     let other = &letters[1];
     linktrack::store::deliveries::mark_delivered_now(
         &db.pool,
-        &mailing_id,
+        &crate::common::mailing_id(&mailing_id),
         &[other.letter_id],
         "250 ok",
     )

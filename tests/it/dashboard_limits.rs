@@ -29,9 +29,14 @@ async fn a_click_is_answered_while_ten_dashboards_preview_a_runaway_creative() {
     rollup::rollup(&db.pool, 1000).await.unwrap();
     let creative =
         format!("<html><body><a href=\"https://example.com/\">x</a>{LOOPS}{HUGE}</body></html>");
-    stats::save_mailing(&db.pool, MAILING, LOOPS, &creative)
-        .await
-        .unwrap();
+    stats::save_mailing(
+        &db.pool,
+        &crate::common::mailing_id(MAILING),
+        LOOPS,
+        &creative,
+    )
+    .await
+    .unwrap();
     let click = add_link(&db.pool, LinkKind::Click, "https://example.com/c", 1).await;
     let app = TestServer::with_stats(db.pool.clone(), Some(TOKEN), None, None).await;
     let http = reqwest::Client::builder()

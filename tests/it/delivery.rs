@@ -626,7 +626,12 @@ async fn the_delivered_count_counts_each_letter_once_whatever_writes_it_and_how_
         ..LedgerWrites::default()
     };
     write_ledger(&mut conn, "m", &marks).await.unwrap();
-    assert_eq!(delivered_count(&db.pool, "m").await.unwrap(), 0);
+    assert_eq!(
+        delivered_count(&db.pool, &crate::common::mailing_id("m"))
+            .await
+            .unwrap(),
+        0
+    );
     // Answers, one of them a refusal, one mark dropped.
     let answers = LedgerWrites {
         outcomes: vec![
@@ -638,7 +643,12 @@ async fn the_delivered_count_counts_each_letter_once_whatever_writes_it_and_how_
         ..LedgerWrites::default()
     };
     write_ledger(&mut conn, "m", &answers).await.unwrap();
-    assert_eq!(delivered_count(&db.pool, "m").await.unwrap(), 2);
+    assert_eq!(
+        delivered_count(&db.pool, &crate::common::mailing_id("m"))
+            .await
+            .unwrap(),
+        2
+    );
     // The same answers again (a delivery log replayed after a kill), and a
     // different answer for a letter already answered: counted once, and the
     // first answer holds.
@@ -652,7 +662,12 @@ async fn the_delivered_count_counts_each_letter_once_whatever_writes_it_and_how_
         ..LedgerWrites::default()
     };
     write_ledger(&mut conn, "m", &late).await.unwrap();
-    assert_eq!(delivered_count(&db.pool, "m").await.unwrap(), 3);
+    assert_eq!(
+        delivered_count(&db.pool, &crate::common::mailing_id("m"))
+            .await
+            .unwrap(),
+        3
+    );
     let (status,): (String,) =
         sqlx::query_as("SELECT CAST(status AS CHAR) FROM deliveries WHERE letter_id = 3")
             .fetch_one(&db.pool)
@@ -661,17 +676,37 @@ async fn the_delivered_count_counts_each_letter_once_whatever_writes_it_and_how_
     assert_eq!(status, "rejected");
     // Delivered outside the SMTP delivery (the demo): new letters, letters
     // marked, letters already delivered, twice, and another mailing.
-    mark_delivered_now(&db.pool, "m", &[2, 5, 7, 7, 8], "demo")
+    mark_delivered_now(
+        &db.pool,
+        &crate::common::mailing_id("m"),
+        &[2, 5, 7, 7, 8],
+        "demo",
+    )
+    .await
+    .unwrap();
+    mark_delivered_now(&db.pool, &crate::common::mailing_id("m"), &[5, 8], "demo")
         .await
         .unwrap();
-    mark_delivered_now(&db.pool, "m", &[5, 8], "demo")
+    mark_delivered_now(&db.pool, &crate::common::mailing_id("other"), &[1], "demo")
         .await
         .unwrap();
-    mark_delivered_now(&db.pool, "other", &[1], "demo")
-        .await
-        .unwrap();
-    assert_eq!(delivered_count(&db.pool, "m").await.unwrap(), 6);
-    assert_eq!(delivered_count(&db.pool, "other").await.unwrap(), 1);
-    assert_eq!(delivered_count(&db.pool, "none").await.unwrap(), 0);
+    assert_eq!(
+        delivered_count(&db.pool, &crate::common::mailing_id("m"))
+            .await
+            .unwrap(),
+        6
+    );
+    assert_eq!(
+        delivered_count(&db.pool, &crate::common::mailing_id("other"))
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        delivered_count(&db.pool, &crate::common::mailing_id("none"))
+            .await
+            .unwrap(),
+        0
+    );
     assert_delivered_count_agrees(&db).await;
 }

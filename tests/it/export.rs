@@ -341,11 +341,15 @@ async fn recipients_export_agrees_with_the_events_and_shows_nobody_withheld() {
     assert!(ann_line.ends_with(",2,3,1 2,0,1,false,false"), "{ann_line}");
 
     // Pages of two letters give the same bytes as the API's one page.
-    let paged: Vec<export::Chunk> =
-        export::recipients_paged(db.pool.clone(), MAILING.into(), Format::Jsonl, 2)
-            .try_collect()
-            .await
-            .unwrap();
+    let paged: Vec<export::Chunk> = export::recipients_paged(
+        db.pool.clone(),
+        crate::common::mailing_id(MAILING),
+        Format::Jsonl,
+        2,
+    )
+    .try_collect()
+    .await
+    .unwrap();
     assert!(paged.len() >= 7, "{} pages", paged.len());
     let bytes: Vec<u8> = paged.iter().flat_map(|c| c.bytes.clone()).collect();
     assert_eq!(String::from_utf8(bytes).unwrap(), jsonl);

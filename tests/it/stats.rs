@@ -72,7 +72,10 @@ async fn rollup_counts_every_event_exactly_once_across_batches_and_replays() {
     );
     assert_eq!(rollup::rollup(&db.pool, 1000).await.unwrap().events(), 4);
 
-    let s = stats::summary(&db.pool, MAILING).await.unwrap().unwrap();
+    let s = stats::summary(&db.pool, &crate::common::mailing_id(MAILING))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(
         as_naive(&s),
         naive(&db.pool).await,
@@ -148,7 +151,10 @@ async fn concurrent_rollups_count_each_event_once() {
     let [a, b] = runs;
     let (a, b) = (a.await.unwrap().unwrap(), b.await.unwrap().unwrap());
     assert_eq!(a.events() + b.events(), 10);
-    let s = stats::summary(&db.pool, MAILING).await.unwrap().unwrap();
+    let s = stats::summary(&db.pool, &crate::common::mailing_id(MAILING))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(as_naive(&s), naive(&db.pool).await);
     let max_id: u64 = sqlx::query_scalar("SELECT MAX(id) FROM events")
         .fetch_one(&db.pool)
@@ -195,7 +201,10 @@ async fn a_failed_batch_leaves_counts_and_watermark_untouched() {
         .await
         .unwrap();
     assert_eq!(rollup::rollup(&db.pool, 1000).await.unwrap().events(), 3);
-    let s = stats::summary(&db.pool, MAILING).await.unwrap().unwrap();
+    let s = stats::summary(&db.pool, &crate::common::mailing_id(MAILING))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(as_naive(&s), naive(&db.pool).await);
 }
 
@@ -255,7 +264,10 @@ async fn without_a_settle_time_an_out_of_order_commit_is_missed() {
     // This is the single-writer assumption: documented, and shown here.
     let (db, during, after) = out_of_order_commit(Duration::ZERO).await;
     assert_eq!((during, after), (1, 0));
-    let s = stats::summary(&db.pool, MAILING).await.unwrap().unwrap();
+    let s = stats::summary(&db.pool, &crate::common::mailing_id(MAILING))
+        .await
+        .unwrap()
+        .unwrap();
     assert_ne!(as_naive(&s), naive(&db.pool).await);
 }
 
@@ -264,18 +276,32 @@ async fn a_settle_time_counts_an_out_of_order_commit() {
     let (db, during, after) = out_of_order_commit(Duration::from_millis(400)).await;
     assert_eq!(during, 0, "nothing rolls before it has settled");
     assert_eq!(after, 2);
-    let s = stats::summary(&db.pool, MAILING).await.unwrap().unwrap();
+    let s = stats::summary(&db.pool, &crate::common::mailing_id(MAILING))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(as_naive(&s), naive(&db.pool).await);
 }
 
 #[tokio::test]
 async fn unknown_mailings_have_no_summary() {
     let db = TestDb::with_days_since(days_ago(0)).await;
-    assert!(stats::summary(&db.pool, "nope").await.unwrap().is_none());
-    stats::save_mailing(&db.pool, "saved", "Hello", "<p>hi</p>")
+    assert!(stats::summary(&db.pool, &crate::common::mailing_id("nope"))
         .await
+        .unwrap()
+        .is_none());
+    stats::save_mailing(
+        &db.pool,
+        &crate::common::mailing_id("saved"),
+        "Hello",
+        "<p>hi</p>",
+    )
+    .await
+    .unwrap();
+    let s = stats::summary(&db.pool, &crate::common::mailing_id("saved"))
+        .await
+        .unwrap()
         .unwrap();
-    let s = stats::summary(&db.pool, "saved").await.unwrap().unwrap();
     assert_eq!(s.subject.as_deref(), Some("Hello"));
     assert_eq!(s.letters_built, 0);
 }
@@ -286,7 +312,9 @@ async fn letters_built_is_the_builders_count_once_it_keeps_one() {
     let db = TestDb::with_days_since(d1).await;
     letters(&db.pool, d1, 3).await;
     assert_eq!(
-        stats::letters_built(&db.pool, MAILING).await.unwrap(),
+        stats::letters_built(&db.pool, &crate::common::mailing_id(MAILING))
+            .await
+            .unwrap(),
         3,
         "index fallback"
     );
@@ -296,14 +324,21 @@ async fn letters_built_is_the_builders_count_once_it_keeps_one() {
         .await
         .unwrap();
     tx.rollback().await.unwrap();
-    assert_eq!(stats::letters_built(&db.pool, MAILING).await.unwrap(), 3);
+    assert_eq!(
+        stats::letters_built(&db.pool, &crate::common::mailing_id(MAILING))
+            .await
+            .unwrap(),
+        3
+    );
     for n in [2, 5] {
         let mut tx = db.pool.begin().await.unwrap();
         stats::add_letters_built(&mut tx, MAILING, n).await.unwrap();
         tx.commit().await.unwrap();
     }
     assert_eq!(
-        stats::letters_built(&db.pool, MAILING).await.unwrap(),
+        stats::letters_built(&db.pool, &crate::common::mailing_id(MAILING))
+            .await
+            .unwrap(),
         7,
         "the kept count wins"
     );
@@ -316,7 +351,10 @@ async fn erase_leaves_no_row_naming_the_address_and_keeps_the_suppression() {
     let letters = letters(&db.pool, d1, 3).await;
     record(&db.pool, &traffic(&letters, d1, d2)).await;
     rollup::rollup(&db.pool, 1000).await.unwrap();
-    let before = stats::summary(&db.pool, MAILING).await.unwrap().unwrap();
+    let before = stats::summary(&db.pool, &crate::common::mailing_id(MAILING))
+        .await
+        .unwrap()
+        .unwrap();
     let target = letters[0].email.clone();
     linktrack::store::suppressions::add(&db.pool, std::slice::from_ref(&target), "unsubscribed")
         .await
@@ -365,7 +403,10 @@ async fn erase_leaves_no_row_naming_the_address_and_keeps_the_suppression() {
         .unwrap();
     assert!(suppressed.contains(&target), "the suppression entry stays");
     // Statistics stay: the counts were anonymous already.
-    let after = stats::summary(&db.pool, MAILING).await.unwrap().unwrap();
+    let after = stats::summary(&db.pool, &crate::common::mailing_id(MAILING))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(after.clicks, before.clicks);
     // And the redirect still works for the erased letter.
     let link = links::lookup(&db.pool, &letters[0].clicks[0].token)
@@ -388,7 +429,10 @@ async fn the_erase_and_rollup_commands_run_from_the_command_line() {
         linktrack::cli::run(linktrack::cli::args::Cli::try_parse_from(argv).unwrap())
     };
     run(&["stats", "rollup", "--batch", "1"]).await.unwrap();
-    let s = stats::summary(&db.pool, MAILING).await.unwrap().unwrap();
+    let s = stats::summary(&db.pool, &crate::common::mailing_id(MAILING))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!((s.opens.human.total, s.clicks.human.total), (1, 1));
 
     // The address is normalised (trimmed, lowercased) before matching.
@@ -439,7 +483,10 @@ async fn rollups_outlive_dropped_partitions_and_their_watermarks_go() {
     let letters = letters(&db.pool, d1, 3).await;
     record(&db.pool, &traffic(&letters, d1, d2)).await;
     rollup::rollup(&db.pool, 1000).await.unwrap();
-    let before = stats::summary(&db.pool, MAILING).await.unwrap().unwrap();
+    let before = stats::summary(&db.pool, &crate::common::mailing_id(MAILING))
+        .await
+        .unwrap()
+        .unwrap();
     let name = linktrack::store::partitions::partition_name(d1);
     sqlx::query(&format!("ALTER TABLE events DROP PARTITION {name}"))
         .execute(&db.pool)
@@ -459,6 +506,9 @@ async fn rollups_outlive_dropped_partitions_and_their_watermarks_go() {
         days.iter().all(|d| *d >= d2),
         "stale watermarks kept: {days:?}"
     );
-    let after = stats::summary(&db.pool, MAILING).await.unwrap().unwrap();
+    let after = stats::summary(&db.pool, &crate::common::mailing_id(MAILING))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(after.clicks, before.clicks, "counts survive the raw events");
 }

@@ -33,9 +33,14 @@ async fn just_sent_db() -> TestDb {
     record(&db.pool, &hits).await;
     rollup::rollup(&db.pool, 1000).await.unwrap();
     let html = std::fs::read_to_string(fixture_letter()).unwrap();
-    stats::save_mailing(&db.pool, MAILING, "{{ first_name }}, this week…", &html)
-        .await
-        .unwrap();
+    stats::save_mailing(
+        &db.pool,
+        &crate::common::mailing_id(MAILING),
+        "{{ first_name }}, this week…",
+        &html,
+    )
+    .await
+    .unwrap();
     db
 }
 
@@ -651,9 +656,14 @@ async fn the_click_map_makes_the_browser_contact_nobody() {
             1,
         );
     assert!(creative.contains("/logo.png") && creative.contains("/style.css"));
-    stats::save_mailing(&db.pool, MAILING, "November news", &creative)
-        .await
-        .unwrap();
+    stats::save_mailing(
+        &db.pool,
+        &crate::common::mailing_id(MAILING),
+        "November news",
+        &creative,
+    )
+    .await
+    .unwrap();
     let app = spawn(&db, Some(TOKEN), None).await;
     let html = mailing_page(&app).await;
     // The server's image proxy refuses loopback (SSRF), so the image is
@@ -783,9 +793,14 @@ async fn the_mailing_page_before_and_after_traffic_has_no_broken_image_or_consol
         "<p><img src=\"http://127.0.0.1:1/logo.png\" width=\"40\" height=\"20\" alt=\"logo\">",
         1,
     );
-    stats::save_mailing(&db.pool, MAILING, "November news", &creative)
-        .await
-        .unwrap();
+    stats::save_mailing(
+        &db.pool,
+        &crate::common::mailing_id(MAILING),
+        "November news",
+        &creative,
+    )
+    .await
+    .unwrap();
     let app = spawn(&db, Some(TOKEN), None).await;
     let mut doms = Vec::new();
     for stage in ["before", "after"] {

@@ -53,7 +53,7 @@ fn tags(list: &[&str]) -> Vec<String> {
 
 async fn segment(live: &Live, db: &TestDb, query: SegmentQuery) -> Vec<String> {
     let letters = live.segment(MAILING, &query).await.unwrap();
-    segments::addresses_of_letters(&db.pool, MAILING, &letters)
+    segments::addresses_of_letters(&db.pool, &crate::common::mailing_id(MAILING), &letters)
         .await
         .unwrap()
 }

@@ -175,9 +175,14 @@ async fn late_token(pool: &MySqlPool, kind: LinkKind, url: &str, days: u64) -> T
         url: url.to_owned(),
     };
     let made_on = days_ago(days);
-    let ids = link_templates::intern(pool, "m-old", std::slice::from_ref(&key), made_on)
-        .await
-        .unwrap();
+    let ids = link_templates::intern(
+        pool,
+        &crate::common::mailing_id("m-old"),
+        std::slice::from_ref(&key),
+        made_on,
+    )
+    .await
+    .unwrap();
     let made_at = made_on.and_hms_opt(12, 0, 0).unwrap().and_utc();
     seal.seal(made_at, Plaintext::issue(kind.into(), ids[&key], 42))
 }
@@ -204,7 +209,10 @@ async fn an_expired_letter_still_leads_where_it_did_and_names_nobody() {
     .await
     .unwrap();
     rollup::rollup(&db.pool, 1000).await.unwrap();
-    let before = stats::summary(&db.pool, "m-old").await.unwrap().unwrap();
+    let before = stats::summary(&db.pool, &crate::common::mailing_id("m-old"))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(before.clicks.human.total, 1);
     assert_eq!(before.late, LateSummary::default());
     let click = late_token(&db.pool, LinkKind::Click, "https://example.com/spring", 200).await;
@@ -306,7 +314,10 @@ async fn an_expired_letter_still_leads_where_it_did_and_names_nobody() {
     // The statistics keep them apart: late clicks for the mailing and
     // position, the regular figures as they were.
     rollup::rollup(&db.pool, 1000).await.unwrap();
-    let after = stats::summary(&db.pool, "m-old").await.unwrap().unwrap();
+    let after = stats::summary(&db.pool, &crate::common::mailing_id("m-old"))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(after.clicks, before.clicks);
     assert_eq!(after.late.clicks, LateCounts { human: 2, bot: 0 });
     let link = after.links.iter().find(|l| l.position == 3).unwrap();

@@ -27,7 +27,10 @@ fn options(settle: Duration) -> rollup::RollupOptions {
 
 /// (human, bot) click totals of the mailing, and the same counted from `events`.
 async fn click_totals(db: &TestDb) -> ((u64, u64), (i64, i64)) {
-    let s = stats::summary(&db.pool, MAILING).await.unwrap().unwrap();
+    let s = stats::summary(&db.pool, &crate::common::mailing_id(MAILING))
+        .await
+        .unwrap()
+        .unwrap();
     let naive: (i64, i64) = sqlx::query_as(
         "SELECT CAST(COALESCE(SUM(bot = 0), 0) AS SIGNED), CAST(COALESCE(SUM(bot <> 0), 0) AS SIGNED) \
          FROM events WHERE mailing_id = ? AND kind = 'click'",
@@ -104,7 +107,10 @@ async fn a_burst_revises_its_earlier_clicks_before_they_are_counted_and_nothing_
         naive,
         "every click counted once, with its final verdict"
     );
-    let s = stats::summary(&db.pool, MAILING).await.unwrap().unwrap();
+    let s = stats::summary(&db.pool, &crate::common::mailing_id(MAILING))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(s.bot_reasons["click"]["burst"], 3);
 }
 
@@ -301,7 +307,10 @@ async fn bot_replay_set_precision_and_recall() {
         clicks.len(),
         opens.len()
     );
-    let s = stats::summary(&db.pool, MAILING).await.unwrap().unwrap();
+    let s = stats::summary(&db.pool, &crate::common::mailing_id(MAILING))
+        .await
+        .unwrap()
+        .unwrap();
     println!("  reasons: {:?}", s.bot_reasons);
     for figure in [click_p, click_r, open_p, open_r] {
         assert!(figure >= 0.95, "below the floor: {figure}");

@@ -1,5 +1,6 @@
 //! Flags of `export`.
 
+use crate::mailing_id::MailingId;
 use clap::{Args, Subcommand, ValueEnum};
 
 #[derive(Debug, Subcommand)]
@@ -17,7 +18,7 @@ pub enum ExportCommand {
 pub struct RecipientsArgs {
     /// The mailing id.
     #[arg(long, value_name = "ID")]
-    pub mailing: String,
+    pub mailing: MailingId,
     /// csv (a header line, values safe to open in a spreadsheet) or jsonl
     /// (one JSON object per line).
     #[arg(long, value_enum, default_value_t = ExportFormat::Csv)]

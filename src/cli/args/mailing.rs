@@ -4,6 +4,7 @@
 
 use super::secrets::SecretArgs;
 use super::serve::{LiveArgs, VerdictArgs};
+use crate::mailing_id::MailingId;
 use crate::server::state::DEFAULT_BASE_URL;
 use crate::store::suppressions::SuppressionReason;
 use clap::{Args, Subcommand};
@@ -270,7 +271,7 @@ pub enum TrackingOptoutsCommand {
 pub struct SegmentArgs {
     /// The mailing id.
     #[arg(long, value_name = "ID")]
-    pub mailing: String,
+    pub mailing: MailingId,
     /// A tag every selected recipient clicked; repeat it for each further
     /// tag they must all have clicked (`--and TAG` is the same flag).
     #[arg(long, alias = "and", required = true, value_name = "TAG")]

@@ -8,7 +8,7 @@
 //! letters that bounced or were complained about (`bounces ingest`) and
 //! their rates of the letters delivered.
 
-use super::error::StatsError;
+use super::error::{named_mailing, StatsError};
 use super::state::StatsState;
 use crate::live::{LiveSnapshot, SegmentQuery};
 use crate::store::stats::{self, Classes, MailingSummary};
@@ -33,11 +33,12 @@ pub(crate) async fn stats(
     State(state): State<StatsState>,
     Path(id): Path<String>,
 ) -> Result<Json<StatsResponse>, StatsError> {
+    let id = named_mailing(id)?;
     let summary = stats::summary(&state.pool, &id)
         .await?
-        .ok_or_else(|| StatsError::UnknownMailing(id.clone()))?;
+        .ok_or_else(|| StatsError::UnknownMailing(id.to_string()))?;
     let live = match &state.live {
-        Some(live) => match live.snapshot(&id).await {
+        Some(live) => match live.snapshot(id.as_str()).await {
             Ok(snapshot) => Some(snapshot),
             Err(err) => {
                 tracing::warn!(%err, "live stats unavailable; answering without them");
@@ -110,21 +111,22 @@ pub(crate) async fn segment(
     Query(params): Query<SegmentParams>,
 ) -> Result<Json<SegmentResponse>, StatsError> {
     let query = params.query()?;
+    let id = named_mailing(id)?;
     if !crate::store::stats::named_exactly(&state.pool, &id).await? {
-        return Err(StatsError::UnknownMailing(id));
+        return Err(StatsError::UnknownMailing(id.into_string()));
     }
     let live = state
         .live
         .as_ref()
         .ok_or_else(|| StatsError::LiveUnavailable("REDIS_URL is not set".into()))?;
     let letters = live
-        .segment(&id, &query)
+        .segment(id.as_str(), &query)
         .await
         .map_err(|e| StatsError::LiveUnavailable(e.to_string()))?;
     let addresses =
         crate::store::segments::addresses_of_letters(&state.pool, &id, &letters).await?;
     Ok(Json(SegmentResponse {
-        mailing_id: id,
+        mailing_id: id.into_string(),
         count: addresses.len(),
         addresses,
     }))
@@ -145,12 +147,13 @@ pub(crate) async fn breakdowns(
     State(state): State<StatsState>,
     Path(id): Path<String>,
 ) -> Result<Json<BreakdownsResponse>, StatsError> {
+    let id = named_mailing(id)?;
     if !crate::store::engagement::mailing_known(&state.pool, &id).await? {
-        return Err(StatsError::UnknownMailing(id));
+        return Err(StatsError::UnknownMailing(id.into_string()));
     }
-    let breakdowns = crate::store::breakdowns::read(&state.pool, Some(&id)).await?;
+    let breakdowns = crate::store::breakdowns::read(&state.pool, Some(id.as_str())).await?;
     Ok(Json(BreakdownsResponse {
-        mailing_id: Some(id),
+        mailing_id: Some(id.into_string()),
         breakdowns,
     }))
 }

@@ -5,7 +5,7 @@
 //! their text, and the click map with its images inlined. No front-end
 //! build; one hashed script shows times in the viewer's time zone.
 
-use super::error::StatsError;
+use super::error::{named_mailing, StatsError};
 use super::state::StatsState;
 use super::{chart, clickmap, creative_images};
 use crate::letter;
@@ -143,9 +143,10 @@ pub(crate) async fn mailing(
     State(state): State<StatsState>,
     Path(id): Path<String>,
 ) -> Result<Page, StatsError> {
+    let id = named_mailing(id)?;
     let summary = stats::summary(&state.pool, &id)
         .await?
-        .ok_or_else(|| StatsError::UnknownMailing(id.clone()))?;
+        .ok_or_else(|| StatsError::UnknownMailing(id.to_string()))?;
     let clicks: BTreeMap<u32, u64> = summary
         .links
         .iter()
@@ -169,7 +170,7 @@ pub(crate) async fn mailing(
             name: names.get(&link.position).map(String::as_str),
         })
         .collect();
-    let breakdowns = crate::store::breakdowns::read(&state.pool, Some(&id)).await?;
+    let breakdowns = crate::store::breakdowns::read(&state.pool, Some(id.as_str())).await?;
     let (clickmap, preview_limited) = match saved {
         // The saved creative is the template: preview it as the builder would
         // personalise it, so no `{{ … }}` shows and positions still match;
@@ -184,7 +185,7 @@ pub(crate) async fn mailing(
     };
     let live = match &state.live {
         Some(live) => live
-            .snapshot(&id)
+            .snapshot(id.as_str())
             .await
             .inspect_err(|err| tracing::warn!(%err, "dashboard without live stats"))
             .ok(),

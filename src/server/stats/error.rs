@@ -1,6 +1,7 @@
 //! Every failure of a stats request ([`StatsError`]) and its answer: a
 //! status and a JSON `{"error": "…"}` body.
 
+use crate::mailing_id::MailingId;
 use crate::store::StoreError;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -76,4 +77,10 @@ impl IntoResponse for StatsError {
         }
         (status, body).into_response()
     }
+}
+
+/// The mailing a stats URL names, as a [`MailingId`]: an id that breaks
+/// the rules was never stored, so it is answered as any unknown mailing.
+pub(crate) fn named_mailing(id: String) -> Result<MailingId, StatsError> {
+    MailingId::parse(&id).map_err(|_| StatsError::UnknownMailing(id))
 }

@@ -5,7 +5,7 @@
 //! without the body's end (chunked encoding), so a client never takes a cut
 //! export for a whole one.
 
-use super::error::StatsError;
+use super::error::{named_mailing, StatsError};
 use super::state::StatsState;
 use crate::export::{self, Format};
 use crate::store::engagement;
@@ -34,12 +34,13 @@ pub(crate) async fn recipients(
         .unwrap_or("csv")
         .parse()
         .map_err(|err: export::UnknownFormat| StatsError::BadRequest(err.to_string()))?;
+    let id = named_mailing(id)?;
     if !engagement::mailing_known(&state.pool, &id).await? {
-        return Err(StatsError::UnknownMailing(id));
+        return Err(StatsError::UnknownMailing(id.into_string()));
     }
     let disposition = format!(
         "attachment; filename=\"{}-recipients.{}\"",
-        file_name_part(&id),
+        file_name_part(id.as_str()),
         format.extension()
     );
     let mailing = id.clone();

@@ -5,6 +5,7 @@
 use super::counts::LateCounts;
 use super::per_link::LinkStats;
 use crate::kind::EventKind;
+use crate::mailing_id::MailingId;
 use crate::store::error::StoreError;
 use sqlx::MySqlPool;
 
@@ -15,10 +16,10 @@ pub struct LateSummary {
     pub images: LateCounts,
 }
 
-pub(super) async fn has_late(pool: &MySqlPool, mailing_id: &str) -> Result<bool, StoreError> {
+pub(super) async fn has_late(pool: &MySqlPool, mailing_id: &MailingId) -> Result<bool, StoreError> {
     let any: Option<i32> =
         sqlx::query_scalar("SELECT 1 FROM stats_late WHERE mailing_id = ? LIMIT 1")
-            .bind(mailing_id)
+            .bind(mailing_id.as_str())
             .fetch_optional(pool)
             .await?;
     Ok(any.is_some())
@@ -29,12 +30,12 @@ pub(super) async fn has_late(pool: &MySqlPool, mailing_id: &str) -> Result<bool,
 pub(super) async fn read_late(
     pool: &MySqlPool,
     links: &mut Vec<LinkStats>,
-    mailing_id: &str,
+    mailing_id: &MailingId,
 ) -> Result<LateSummary, StoreError> {
     let rows: Vec<(u32, EventKind, i8, u64)> = sqlx::query_as(
         "SELECT position, kind, bot, n FROM stats_late WHERE mailing_id = ? ORDER BY position",
     )
-    .bind(mailing_id)
+    .bind(mailing_id.as_str())
     .fetch_all(pool)
     .await?;
     let mut late = LateSummary::default();

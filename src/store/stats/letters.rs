@@ -2,6 +2,7 @@
 //! own count (`stats_letters`), written on the transaction that stores a
 //! batch, the fallback count from the link rows, and the tracking mode.
 
+use crate::mailing_id::MailingId;
 use crate::store::error::StoreError;
 use sqlx::{MySqlConnection, MySqlPool};
 
@@ -10,7 +11,7 @@ use sqlx::{MySqlConnection, MySqlPool};
 /// link rows (letter 0 holds shared image rows). That fallback reads only
 /// the `mailing_letter` index, but every entry of the mailing in it (about
 /// 0.5 ms per 100 letters here); `examples/bench_stats.rs` measures both.
-pub async fn letters_built(pool: &MySqlPool, mailing_id: &str) -> Result<u64, StoreError> {
+pub async fn letters_built(pool: &MySqlPool, mailing_id: &MailingId) -> Result<u64, StoreError> {
     match letters_counted(pool, mailing_id).await? {
         Some(n) => Ok(n),
         None => count_letters(pool, mailing_id).await,
@@ -20,22 +21,22 @@ pub async fn letters_built(pool: &MySqlPool, mailing_id: &str) -> Result<u64, St
 /// The builder's own count of a mailing's letters, if it keeps one.
 pub async fn letters_counted(
     pool: &MySqlPool,
-    mailing_id: &str,
+    mailing_id: &MailingId,
 ) -> Result<Option<u64>, StoreError> {
     Ok(
         sqlx::query_scalar("SELECT letters FROM stats_letters WHERE mailing_id = ?")
-            .bind(mailing_id)
+            .bind(mailing_id.as_str())
             .fetch_optional(pool)
             .await?,
     )
 }
 
 /// Count the mailing's letters from the `mailing_letter` index.
-pub async fn count_letters(pool: &MySqlPool, mailing_id: &str) -> Result<u64, StoreError> {
+pub async fn count_letters(pool: &MySqlPool, mailing_id: &MailingId) -> Result<u64, StoreError> {
     let n: i64 = sqlx::query_scalar(
         "SELECT COUNT(DISTINCT letter_id) FROM links WHERE mailing_id = ? AND letter_id > 0",
     )
-    .bind(mailing_id)
+    .bind(mailing_id.as_str())
     .fetch_one(pool)
     .await?;
     Ok(n as u64)
@@ -45,13 +46,16 @@ pub async fn count_letters(pool: &MySqlPool, mailing_id: &str) -> Result<u64, St
 /// For a resumed build: on a Spider cluster the earlier run's failed commit
 /// may have kept the count on the head and lost letters' rows on a node,
 /// or kept rows and lost the count (nodes commit one by one, no XA).
-pub async fn recount_letters_built(pool: &MySqlPool, mailing_id: &str) -> Result<u64, StoreError> {
+pub async fn recount_letters_built(
+    pool: &MySqlPool,
+    mailing_id: &MailingId,
+) -> Result<u64, StoreError> {
     let letters = count_letters(pool, mailing_id).await?;
     sqlx::query(
         "INSERT INTO stats_letters (mailing_id, letters) VALUES (?, ?) \
          ON DUPLICATE KEY UPDATE letters = ?",
     )
-    .bind(mailing_id)
+    .bind(mailing_id.as_str())
     .bind(letters)
     .bind(letters)
     .execute(pool)
@@ -113,12 +117,12 @@ pub async fn add_letters_by_mode(
 /// The mailing's tracking mode as its mailing file gave it (the last build's).
 pub async fn save_track_mode(
     pool: &MySqlPool,
-    mailing_id: &str,
+    mailing_id: &MailingId,
     mode: &str,
 ) -> Result<(), StoreError> {
     sqlx::query("UPDATE mailings SET track_mode = ? WHERE mailing_id = ?")
         .bind(mode)
-        .bind(mailing_id)
+        .bind(mailing_id.as_str())
         .execute(pool)
         .await?;
     Ok(())
@@ -135,16 +139,16 @@ pub struct TrackingSummary {
 
 pub async fn tracking_summary(
     pool: &MySqlPool,
-    mailing_id: &str,
+    mailing_id: &MailingId,
 ) -> Result<TrackingSummary, StoreError> {
     let mode: Option<Option<String>> =
         sqlx::query_scalar("SELECT track_mode FROM mailings WHERE mailing_id = ?")
-            .bind(mailing_id)
+            .bind(mailing_id.as_str())
             .fetch_optional(pool)
             .await?;
     let counts: Option<(u64, u64)> =
         sqlx::query_as("SELECT untracked, anonymous FROM stats_letters WHERE mailing_id = ?")
-            .bind(mailing_id)
+            .bind(mailing_id.as_str())
             .fetch_optional(pool)
             .await?;
     let (untracked, anonymous) = counts.unwrap_or_default();

@@ -2,6 +2,7 @@
 //! means (ids compare byte for byte, the columns do not), the creative and
 //! list-management URL the builder saves, and the dashboard's index.
 
+use crate::mailing_id::MailingId;
 use crate::store::error::StoreError;
 use sqlx::MySqlPool;
 
@@ -11,14 +12,14 @@ use sqlx::MySqlPool;
 /// mailing compares the bytes of these itself: ids are byte for byte.
 pub async fn ids_equal_in_collation(
     pool: &MySqlPool,
-    mailing_id: &str,
+    mailing_id: &MailingId,
 ) -> Result<Vec<String>, StoreError> {
     Ok(sqlx::query_scalar(
         "SELECT mailing_id FROM mailings WHERE mailing_id = ? \
          UNION SELECT DISTINCT mailing_id FROM stats_totals WHERE mailing_id = ?",
     )
-    .bind(mailing_id)
-    .bind(mailing_id)
+    .bind(mailing_id.as_str())
+    .bind(mailing_id.as_str())
     .fetch_all(pool)
     .await?)
 }
@@ -26,28 +27,31 @@ pub async fn ids_equal_in_collation(
 /// False when the database knows mailings that its collation takes for
 /// `mailing_id` but none is `mailing_id` byte for byte (`RT-A` when only
 /// `rt-a` exists): the request names no mailing. True otherwise.
-pub async fn named_exactly(pool: &MySqlPool, mailing_id: &str) -> Result<bool, StoreError> {
+pub async fn named_exactly(pool: &MySqlPool, mailing_id: &MailingId) -> Result<bool, StoreError> {
     let ids = ids_equal_in_collation(pool, mailing_id).await?;
-    Ok(ids.is_empty() || ids.iter().any(|id| id.as_bytes() == mailing_id.as_bytes()))
+    Ok(ids.is_empty()
+        || ids
+            .iter()
+            .any(|id| id.as_bytes() == mailing_id.as_str().as_bytes()))
 }
 
 /// A stored mailing whose id the database takes for `mailing_id` although
 /// the bytes differ (`a` when building `A`): building would merge the two.
 pub async fn colliding_mailing(
     pool: &MySqlPool,
-    mailing_id: &str,
+    mailing_id: &MailingId,
 ) -> Result<Option<String>, StoreError> {
     let ids = ids_equal_in_collation(pool, mailing_id).await?;
     Ok(ids
         .into_iter()
-        .find(|id| id.as_bytes() != mailing_id.as_bytes()))
+        .find(|id| id.as_bytes() != mailing_id.as_str().as_bytes()))
 }
 
 /// Store (or replace) a mailing's creative for the click map. Called by the
 /// builder once per mailing.
 pub async fn save_mailing(
     pool: &MySqlPool,
-    mailing_id: &str,
+    mailing_id: &MailingId,
     subject: &str,
     html: &str,
 ) -> Result<(), StoreError> {
@@ -60,7 +64,7 @@ pub async fn save_mailing(
          SELECT * FROM (SELECT ? AS m, ? AS s, ? AS h) AS n \
          ON DUPLICATE KEY UPDATE subject = n.s, html = n.h",
     )
-    .bind(mailing_id)
+    .bind(mailing_id.as_str())
     .bind(subject)
     .bind(html)
     .execute(pool)
@@ -84,12 +88,12 @@ pub async fn largest_creative(pool: &MySqlPool) -> Result<usize, StoreError> {
 /// Save a mailing's list-management URL (`None` clears it).
 pub async fn save_list_manage_url(
     pool: &MySqlPool,
-    mailing_id: &str,
+    mailing_id: &MailingId,
     url: Option<&str>,
 ) -> Result<(), StoreError> {
     sqlx::query("UPDATE mailings SET list_manage_url = ? WHERE mailing_id = ?")
         .bind(url)
-        .bind(mailing_id)
+        .bind(mailing_id.as_str())
         .execute(pool)
         .await?;
     Ok(())
@@ -111,11 +115,11 @@ pub async fn list_management(
 /// A mailing's saved creative, if the builder saved one.
 pub async fn mailing_html(
     pool: &MySqlPool,
-    mailing_id: &str,
+    mailing_id: &MailingId,
 ) -> Result<Option<String>, StoreError> {
     Ok(
         sqlx::query_scalar("SELECT html FROM mailings WHERE mailing_id = ?")
-            .bind(mailing_id)
+            .bind(mailing_id.as_str())
             .fetch_optional(pool)
             .await?,
     )

@@ -3,6 +3,7 @@
 //! first stored letter.
 
 use super::counts::{Counts, LateCounts};
+use crate::mailing_id::MailingId;
 use crate::store::error::StoreError;
 use sqlx::{MySql, MySqlPool, QueryBuilder};
 use std::collections::BTreeMap;
@@ -22,12 +23,12 @@ pub struct LinkStats {
 
 pub(super) async fn read_links(
     pool: &MySqlPool,
-    mailing_id: &str,
+    mailing_id: &MailingId,
 ) -> Result<Vec<LinkStats>, StoreError> {
     let rows: Vec<(u32, i8, u64, u64)> = sqlx::query_as(
         "SELECT position, bot, clicks, uniq FROM stats_links WHERE mailing_id = ? ORDER BY position",
     )
-    .bind(mailing_id)
+    .bind(mailing_id.as_str())
     .fetch_all(pool)
     .await?;
     let mut urls = link_urls(pool, mailing_id).await?;
@@ -65,11 +66,11 @@ pub(super) async fn read_links(
 /// mailing's first stored letter on the first call that finds one.
 pub async fn link_urls(
     pool: &MySqlPool,
-    mailing_id: &str,
+    mailing_id: &MailingId,
 ) -> Result<BTreeMap<u32, String>, StoreError> {
     let kept: Vec<(u32, String)> =
         sqlx::query_as("SELECT position, url FROM stats_link_urls WHERE mailing_id = ?")
-            .bind(mailing_id)
+            .bind(mailing_id.as_str())
             .fetch_all(pool)
             .await?;
     if !kept.is_empty() {
@@ -81,7 +82,7 @@ pub async fn link_urls(
             "INSERT IGNORE INTO stats_link_urls (mailing_id, position, url) ",
         );
         insert.push_values(&urls, |mut row, (position, url)| {
-            row.push_bind(mailing_id)
+            row.push_bind(mailing_id.as_str())
                 .push_bind(*position)
                 .push_bind(url);
         });
@@ -94,12 +95,12 @@ pub async fn link_urls(
 /// `mailing_letter` index in every partition of `links`).
 async fn first_letter_urls(
     pool: &MySqlPool,
-    mailing_id: &str,
+    mailing_id: &MailingId,
 ) -> Result<BTreeMap<u32, String>, StoreError> {
     let first: Option<u64> = sqlx::query_scalar(
         "SELECT MIN(letter_id) FROM links WHERE mailing_id = ? AND letter_id > 0",
     )
-    .bind(mailing_id)
+    .bind(mailing_id.as_str())
     .fetch_one(pool)
     .await?;
     let Some(letter) = first else {
@@ -108,7 +109,7 @@ async fn first_letter_urls(
     let rows: Vec<(u32, String)> = sqlx::query_as(
         "SELECT position, url FROM links WHERE mailing_id = ? AND letter_id = ? AND kind = 'click'",
     )
-    .bind(mailing_id)
+    .bind(mailing_id.as_str())
     .bind(letter)
     .fetch_all(pool)
     .await?;

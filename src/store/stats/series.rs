@@ -2,6 +2,7 @@
 //! for the first days after a send, per minute (`stats_minutes`).
 
 use crate::kind::EventKind;
+use crate::mailing_id::MailingId;
 use crate::store::error::StoreError;
 use chrono::NaiveDateTime;
 use sqlx::MySqlPool;
@@ -27,7 +28,7 @@ pub(super) enum Series {
 
 pub(super) async fn read_series(
     pool: &MySqlPool,
-    mailing_id: &str,
+    mailing_id: &MailingId,
     series: Series,
 ) -> Result<Vec<HourStats>, StoreError> {
     let sql = match series {
@@ -40,8 +41,10 @@ pub(super) async fn read_series(
              WHERE mailing_id = ? AND kind IN ('open', 'click') ORDER BY minute"
         }
     };
-    let rows: Vec<(NaiveDateTime, EventKind, i8, u64)> =
-        sqlx::query_as(sql).bind(mailing_id).fetch_all(pool).await?;
+    let rows: Vec<(NaiveDateTime, EventKind, i8, u64)> = sqlx::query_as(sql)
+        .bind(mailing_id.as_str())
+        .fetch_all(pool)
+        .await?;
     let mut hours: BTreeMap<NaiveDateTime, HourStats> = BTreeMap::new();
     for (hour, kind, bot, n) in rows {
         let h = hours.entry(hour).or_insert_with(|| HourStats {

@@ -10,6 +10,7 @@ use super::per_link::{read_links, LinkStats};
 use super::series::{read_series, HourStats, Series};
 use crate::bots::verdicts::OpenClass;
 use crate::kind::EventKind;
+use crate::mailing_id::MailingId;
 use crate::store::bounces::{self, BounceSummary};
 use crate::store::error::StoreError;
 use sqlx::MySqlPool;
@@ -92,17 +93,17 @@ impl MailingSummary {
 /// The summary of one mailing, or `None` when nothing is known about it.
 pub async fn summary(
     pool: &MySqlPool,
-    mailing_id: &str,
+    mailing_id: &MailingId,
 ) -> Result<Option<MailingSummary>, StoreError> {
     if !named_exactly(pool, mailing_id).await? {
         return Ok(None);
     }
     let mut s = MailingSummary {
-        mailing_id: mailing_id.to_owned(),
+        mailing_id: mailing_id.to_string(),
         ..MailingSummary::default()
     };
     s.subject = sqlx::query_scalar("SELECT subject FROM mailings WHERE mailing_id = ?")
-        .bind(mailing_id)
+        .bind(mailing_id.as_str())
         .fetch_optional(pool)
         .await?;
     let has_events = read_totals(pool, &mut s).await?;
@@ -154,12 +155,12 @@ async fn read_totals(pool: &MySqlPool, s: &mut MailingSummary) -> Result<bool, S
 
 async fn read_bot_reasons(
     pool: &MySqlPool,
-    mailing_id: &str,
+    mailing_id: &MailingId,
 ) -> Result<BTreeMap<String, BTreeMap<String, u64>>, StoreError> {
     let rows: Vec<(String, String, u64)> = sqlx::query_as(
         "SELECT CAST(kind AS CHAR), reason, n FROM stats_bot_reasons WHERE mailing_id = ?",
     )
-    .bind(mailing_id)
+    .bind(mailing_id.as_str())
     .fetch_all(pool)
     .await?;
     let mut out: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();

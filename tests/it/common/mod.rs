@@ -413,3 +413,8 @@ pub async fn wait_for_sessions(db: &TestDb, condition: &str, n: i64) {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
+
+/// `id` as the store's functions take a mailing's id.
+pub fn mailing_id(id: &str) -> linktrack::mailing_id::MailingId {
+    linktrack::mailing_id::MailingId::parse(id).expect("a valid mailing id")
+}

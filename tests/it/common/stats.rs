@@ -44,7 +44,9 @@ pub async fn letters(pool: &MySqlPool, day: NaiveDate, n: u64) -> Vec<FixtureLet
     }
     links::insert(pool, &rows).await.unwrap();
     let ids: Vec<u64> = (1..=n).collect();
-    let stored = links::of_letters(pool, MAILING, &ids).await.unwrap();
+    let stored = links::of_letters(pool, &crate::common::mailing_id(MAILING), &ids)
+        .await
+        .unwrap();
     ids.iter()
         .map(|&letter_id| {
             let mine: Vec<&StoredLink> =

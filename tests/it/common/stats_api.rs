@@ -19,9 +19,14 @@ pub async fn rolled_db() -> TestDb {
     record(&db.pool, &traffic(&letters, d1, d2)).await;
     rollup::rollup(&db.pool, 1000).await.unwrap();
     let html = std::fs::read_to_string(fixture_letter()).unwrap();
-    stats::save_mailing(&db.pool, MAILING, "November news", &html)
-        .await
-        .unwrap();
+    stats::save_mailing(
+        &db.pool,
+        &crate::common::mailing_id(MAILING),
+        "November news",
+        &html,
+    )
+    .await
+    .unwrap();
     db
 }
 
