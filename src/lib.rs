@@ -49,7 +49,8 @@
 //!     template; the seal key ring and its keys' fingerprints.
 //! 11. [`bots`]: human or bot: the first verdict from the request
 //!     (`bots/mod.rs`), scanner networks (`networks.rs`, `networks.toml`), the
-//!     verdict settled with the whole letter in view (`verdicts.rs`).
+//!     rule that settles a verdict with the whole letter in view
+//!     (`letter_judgement.rs`).
 //! 12. [`payload`]: the JSON body every endpoint receives for one event (and
 //!     batches of them): a contract, like the token.
 //!

@@ -70,7 +70,7 @@ impl AppState {
         if !self.settings.record_events {
             return true;
         }
-        let verdict = Some(crate::bots::verdicts::HONEYPOT.to_owned());
+        let verdict = Some(crate::bots::letter_judgement::HONEYPOT.to_owned());
         let named = Named::link(Some(link));
         let row = self.event(EventKind::Click, token, named, meta, Utc::now(), verdict);
         self.journal(self.screened(row, Some(link)))

@@ -3,7 +3,7 @@
 //! [`super::rollup`]), and the saved creative for the click map.
 
 use super::StoreError;
-use crate::bots::verdicts::OpenClass;
+use crate::bots::letter_judgement::OpenClass;
 use crate::kind::EventKind;
 use chrono::NaiveDateTime;
 use sqlx::{MySql, MySqlConnection, MySqlPool, QueryBuilder};
