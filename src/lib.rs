@@ -45,8 +45,12 @@
 //!    (`address_text.rs`), short letters with an image (`short_letter.rs`).
 //! 9. [`event`]: [`event::EventRow`], one event (click, open, image load,
 //!    unsubscribe) as recorded, journaled, stored and sent.
-//! 10. [`token`]: the tracking token: new, parse, date, sealed kind and link
-//!     template; the seal key ring and its keys' fingerprints.
+//! 10. [`token`]: the tracking token, one file per stage: new, parse, date
+//!     and the retention check (`token/uuid_v7.rs`), what it seals
+//!     (`plaintext.rs`), the seal and its key's fingerprint (`seal.rs`) over
+//!     its permutation (`feistel.rs`), the seal key ring (`ring.rs`), the
+//!     VERP bounce address (`bounce_address.rs`), the Spider shard
+//!     (`virtual_shard.rs`).
 //! 11. [`bots`]: human or bot: the first verdict from the request
 //!     (`bots/mod.rs`), scanner networks (`networks.rs`, `networks.toml`), the
 //!     rule that settles a verdict with the whole letter in view
