@@ -393,3 +393,63 @@ fn a_ring_opens_tokens_of_every_key_and_the_current_key_first() {
         .count();
     assert!(refused > 250, "{refused} of 500 refused");
 }
+
+/// Milliseconds in a UTC day.
+const MS_PER_DAY: i64 = 86_400_000;
+
+/// `Token::is_expired` as it was written, with dates.
+fn expired_by_dates(token: &Token, today: NaiveDate, keep_days: u32) -> bool {
+    match today.checked_sub_days(chrono::Days::new(u64::from(keep_days))) {
+        Some(oldest_kept) => token.date() < oldest_kept,
+        None => false,
+    }
+}
+
+/// The request path's check as it was written with dates.
+fn age_by_dates(token: &Token, now: DateTime<Utc>, keep_days: u32) -> Option<bool> {
+    let today = now.date_naive();
+    let tomorrow = today.succ_opt().unwrap_or(today);
+    if token.date() > tomorrow {
+        return None;
+    }
+    Some(expired_by_dates(token, today, keep_days))
+}
+
+/// The request path's check as the server counted it before
+/// (`server/state.rs`'s `token_age`), in days from milliseconds.
+fn age_by_millis(token_millis: u64, now: DateTime<Utc>, keep_days: u32) -> Option<bool> {
+    let token_day = token_millis as i64 / MS_PER_DAY;
+    let today = now.timestamp_millis().div_euclid(MS_PER_DAY);
+    if token_day > today + 1 {
+        return None;
+    }
+    Some(token_day < today - i64::from(keep_days))
+}
+
+proptest! {
+    /// Tokens around today, the retention edge and midnight, and any
+    /// token and time at all, are judged as the dates judged them and as
+    /// the server's own count in milliseconds did, by both of the token's
+    /// checks.
+    #[test]
+    fn token_ages_are_what_the_dates_and_the_old_count_said(
+        now_ms in -200_000_000_000_000i64..200_000_000_000_000,
+        offset_ms in -40 * MS_PER_DAY..3 * MS_PER_DAY,
+        any_ms in 0u64..(1 << 48),
+        keep_days in prop_oneof![0u32..40, Just(u32::MAX), any::<u32>()],
+        random in any::<[u8; 10]>(),
+    ) {
+        let now = DateTime::from_timestamp_millis(now_ms).unwrap();
+        let near = u64::try_from(now_ms + offset_ms).unwrap_or(0) & ((1 << 48) - 1);
+        for ms in [near, any_ms] {
+            let token = Token::from_parts(ms, random);
+            let age = token.is_expired_at(now, keep_days);
+            prop_assert_eq!(age, age_by_dates(&token, now, keep_days));
+            prop_assert_eq!(age, age_by_millis(token.unix_millis(), now, keep_days));
+            prop_assert_eq!(
+                token.is_expired(now.date_naive(), keep_days),
+                expired_by_dates(&token, now.date_naive(), keep_days)
+            );
+        }
+    }
+}

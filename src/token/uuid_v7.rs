@@ -3,11 +3,16 @@
 //! database read), read from its stored bytes, and dated: the day that is
 //! its row's partition and whether that day is past the retention window.
 
-use chrono::{DateTime, NaiveDate, Utc};
+use chrono::{DateTime, Datelike, NaiveDate, Utc};
 use rand::Rng;
 use std::fmt;
 use std::str::FromStr;
 use uuid::Uuid;
+
+/// Milliseconds in a UTC day.
+const MS_PER_DAY: i64 = 86_400_000;
+/// `NaiveDate::num_days_from_ce` of 1970-01-01: day 0 of a token's days.
+const EPOCH_DAYS_FROM_CE: i64 = 719_163;
 
 /// Number of hex digits in a token's text form.
 pub const TOKEN_HEX_LEN: usize = 32;
@@ -127,10 +132,37 @@ impl Token {
     /// True when the token's day is older than `today - keep_days`, i.e. its
     /// partition has been (or may have been) dropped: no database read needed.
     pub fn is_expired(&self, today: NaiveDate, keep_days: u32) -> bool {
-        match today.checked_sub_days(chrono::Days::new(u64::from(keep_days))) {
-            Some(oldest_kept) => self.date() < oldest_kept,
-            None => false,
+        let today = i64::from(today.num_days_from_ce()) - EPOCH_DAYS_FROM_CE;
+        self.is_before_window(today, keep_days)
+    }
+
+    /// [`Token::is_expired`] as of the moment `now`, or `None` when the
+    /// token is dated after tomorrow (tokens are made by our builder, so
+    /// none is; tomorrow allows for clock skew around midnight). The same
+    /// day arithmetic, counted from milliseconds without building dates
+    /// (400 instructions of an open, callgrind): the request path's check.
+    #[inline]
+    pub fn is_expired_at(&self, now: DateTime<Utc>, keep_days: u32) -> Option<bool> {
+        let today = now.timestamp_millis().div_euclid(MS_PER_DAY);
+        if self.day_number() > today + 1 {
+            return None;
         }
+        Some(self.is_before_window(today, keep_days))
+    }
+
+    /// The token's UTC day, counted from 1970-01-01 (day 0).
+    #[inline]
+    fn day_number(&self) -> i64 {
+        // 48 bits of milliseconds: no overflow, and never before the epoch.
+        self.unix_millis() as i64 / MS_PER_DAY
+    }
+
+    /// Whether the token's day is before the window of `keep_days` days
+    /// that ends on day number `today`. A window reaching before chrono's
+    /// first day expires nothing: no token's day (1970 on) is before it.
+    #[inline]
+    fn is_before_window(&self, today: i64, keep_days: u32) -> bool {
+        self.day_number() < today - i64::from(keep_days)
     }
 
     /// The 16 bytes stored in `BINARY(16)` columns.
