@@ -70,7 +70,7 @@ mod process_cpu;
 
 use chrono::{Days, NaiveDate, Utc};
 use clap::Parser;
-use linktrack::bots::verdicts::VerdictRules;
+use linktrack::bots::letter_judgement::VerdictRules;
 use linktrack::event::EventRow;
 use linktrack::kind::EventKind;
 use linktrack::store::{self, partitions, rollup, stats};

@@ -47,11 +47,16 @@
 //!    (`address_text.rs`), short letters with an image (`short_letter.rs`).
 //! 10. [`event`]: [`event::EventRow`], one event (click, open, image load,
 //!     unsubscribe) as recorded, journaled, stored and sent.
-//! 11. [`token`]: the tracking token: new, parse, date, sealed kind and link
-//!     template; the seal key ring and its keys' fingerprints.
+//! 11. [`token`]: the tracking token, one file per stage: new, parse, date
+//!     and the retention check (`token/uuid_v7.rs`), what it seals
+//!     (`plaintext.rs`), the seal and its key's fingerprint (`seal.rs`) over
+//!     its permutation (`feistel.rs`), the seal key ring (`ring.rs`), the
+//!     VERP bounce address (`bounce_address.rs`), the Spider shard
+//!     (`virtual_shard.rs`).
 //! 12. [`bots`]: human or bot: the first verdict from the request
 //!     (`bots/mod.rs`), scanner networks (`networks.rs`, `networks.toml`), the
-//!     verdict settled with the whole letter in view (`verdicts.rs`).
+//!     rule that settles a verdict with the whole letter in view
+//!     (`letter_judgement.rs`).
 //! 13. [`payload`]: the JSON body every endpoint receives for one event (and
 //!     batches of them): a contract, like the token.
 //! 14. [`retry`]: one way to retry (attempts, backoff with jitter,
@@ -91,35 +96,43 @@
 //!     choices: the opt-out list and the erasures as fingerprints, kept
 //!     current from the change log, checked on every hit and by the
 //!     journal replay; and `erase` across servers, tables and Redis
-//!     (`privacy/erase.rs`).
+//!     (`privacy/erase.rs`); how often the view is refreshed and how long
+//!     a server counts as alive (`settings.rs`).
 //! 18. [`domains`]: a tracking domain's DNS checked (its CNAME or
 //!     addresses point at this service), with the system's resolver or a
 //!     given name server.
 //! 19. [`acme`]: automatic TLS for the tracking domains: certificates
 //!     ordered from an ACME directory (HTTP-01, `acme/order.rs`), renewed
 //!     before they end (`certificate.rs`), served by SNI from the table
-//!     the certificate worker keeps (`acme/mod.rs`).
+//!     the certificate worker keeps (`acme/mod.rs`); where and how often
+//!     they are ordered (`settings.rs`).
 //! 20. [`delivery`]: sending mechanics: each letter as a complete RFC 5322
 //!     message (`delivery/message.rs`), SMTP sessions with pipelining and
 //!     retries (`smtp/`), the
-//!     pools file (`pools.rs`), the per-letter ledger (`ledger.rs`).
+//!     pools file (`pools.rs`), the per-letter ledger (`ledger.rs`), the
+//!     run's delivered, retried and refused counts (`counters.rs`).
 //! 21. [`bounces`]: mail that comes back: bounces, complaints and
-//!     auto-replies read (`bounces/parse.rs`, text bounces in `text.rs`),
-//!     classified (`classify.rs`, docs/bounces.md's table), matched to
-//!     their letter through the VERP token or `deliveries` and acted on
-//!     (`ingest.rs`); providers' events (SES, Mailgun) read into the same
-//!     report (`providers.rs`).
+//!     auto-replies read (`bounces/parse.rs`, text bounces in `text.rs`,
+//!     the bare address both read in `bare_address.rs`) into a report
+//!     (`report.rs`), classified (`classify.rs`, docs/bounces.md's table),
+//!     matched to their letter through the VERP token or `deliveries` and
+//!     acted on (`ingest.rs`, soft bounces counted by `soft_policy.rs`,
+//!     decisions sent on through `events_out.rs`); providers' events (SES,
+//!     Mailgun) read into the same report (`providers.rs`).
 //! 22. [`events`]: the event journal (`events/journal.rs`, its versioned
 //!     line in `journal_line.rs`), the fallback queue when it cannot write
 //!     (`fallback.rs`) and its drain (`drain.rs`), the replay into `events`
 //!     (`replay.rs`), which hands each batch to the [`events::OutboxSink`]
-//!     it is given.
+//!     it is given (`outbox_sink.rs`).
 //! 23. [`outbound`]: events out, at least once: the outbox sink (queues each
 //!     event for every matching endpoint), a sender per endpoint
 //!     (`outbound/dispatch.rs`) of signed Standard Webhooks POSTs
 //!     (`webhook.rs`, `signature.rs`) or AMQP messages (`amqp.rs`), the
-//!     endpoints and their settings (`endpoints.rs`), the registry that
-//!     warns when servers' endpoints differ (`registry.rs`).
+//!     endpoints (`endpoints.rs`) made from the command line's settings
+//!     (`settings.rs`), the configured set every part is handed
+//!     (`configured.rs`) with its retry policy (`retry_policy.rs`) and the
+//!     hold of events until their verdicts settle (`hold.rs`), the registry
+//!     that warns when servers' endpoints differ (`registry.rs`).
 //! 24. [`rollup`]: the rollup worker loop: roll `events` into the statistics
 //!     tables, then publish to Redis.
 //!

@@ -5,7 +5,8 @@
 //! took about 2,500 instructions per timestamp, a tenth of what an open
 //! costs the server (callgrind, `bench_serve --callgrind-route pixel`).
 //! Both forms come from one fixed-width layout, and chrono writes what that
-//! layout cannot hold.
+//! layout cannot hold. The writer keeps its last second and the reader its
+//! last day, each per thread ([`LastPerThread`]).
 
 use chrono::{DateTime, Datelike, SecondsFormat, Timelike, Utc};
 use std::cell::Cell;
@@ -56,20 +57,17 @@ fn fixed_width(text: &[u8]) -> Option<DateTime<Utc>> {
     // lines are of one day, and building a date from its digits took about
     // a third of reading the time (callgrind, the replay of opens).
     thread_local! {
-        static DAY: Cell<Option<([u8; 10], chrono::NaiveDate)>> = const { Cell::new(None) };
+        static DAY: LastPerThread<[u8; 10], chrono::NaiveDate> = const { LastPerThread::new() };
     }
     let digits = [*y0, *y1, *y2, *y3, b'-', *mo0, *mo1, b'-', *d0, *d1];
-    let date = DAY.with(|day| match day.get() {
-        Some((seen, date)) if seen == digits => Some(date),
-        _ => {
-            let date = chrono::NaiveDate::from_ymd_opt(
+    let date = DAY.with(|day| {
+        day.get_or(digits, || {
+            chrono::NaiveDate::from_ymd_opt(
                 i32::try_from(number(&[*y0, *y1, *y2, *y3])?).ok()?,
                 number(&[*mo0, *mo1])?,
                 number(&[*d0, *d1])?,
-            )?;
-            day.set(Some((digits, date)));
-            Some(date)
-        }
+            )
+        })
     })?;
     let time = date.and_hms_nano_opt(
         number(&[*h0, *h1])?,
@@ -78,6 +76,32 @@ fn fixed_width(text: &[u8]) -> Option<DateTime<Utc>> {
         number(nanos)?,
     )?;
     Some(time.and_utc())
+}
+
+/// The last value made on a thread, with the key it was made for: a cache
+/// of one, for values that repeat run after run (the second of a busy
+/// server's events, the day of a journal segment's lines). Held in a
+/// `thread_local!`, so reading it takes no lock.
+struct LastPerThread<K, V>(Cell<Option<(K, V)>>);
+
+impl<K: Copy + PartialEq, V: Copy> LastPerThread<K, V> {
+    const fn new() -> Self {
+        LastPerThread(Cell::new(None))
+    }
+
+    /// The value kept for `key`, else the one `make` gives (then kept in
+    /// place of the last); `None`, and nothing kept, when `make` gives none.
+    #[inline]
+    fn get_or(&self, key: K, make: impl FnOnce() -> Option<V>) -> Option<V> {
+        match self.0.get() {
+            Some((seen, value)) if seen == key => Some(value),
+            _ => {
+                let value = make()?;
+                self.0.set(Some((key, value)));
+                Some(value)
+            }
+        }
+    }
 }
 
 /// Decimal digits as a number; `None` if one is not a digit.
@@ -101,7 +125,7 @@ type Digits = [u8; 29];
 /// digits were 500 instructions an event (callgrind, an open's journal line).
 fn digits(at: &DateTime<Utc>) -> Option<Digits> {
     thread_local! {
-        static SECOND: Cell<Option<(SecondKey, SecondDigits)>> = const { Cell::new(None) };
+        static SECOND: LastPerThread<SecondKey, SecondDigits> = const { LastPerThread::new() };
     }
     let nanos = at.nanosecond();
     if nanos >= 1_000_000_000 {
@@ -109,14 +133,7 @@ fn digits(at: &DateTime<Utc>) -> Option<Digits> {
     }
     let naive = at.naive_utc();
     let key = (naive.date(), naive.time().num_seconds_from_midnight());
-    let second = SECOND.with(|cached| match cached.get() {
-        Some((seen, second)) if seen == key => Some(second),
-        _ => {
-            let second = second_digits(at)?;
-            cached.set(Some((key, second)));
-            Some(second)
-        }
-    })?;
+    let second = SECOND.with(|cached| cached.get_or(key, || second_digits(at)))?;
     let mut out = *b"0000-00-00T00:00:00.000000000";
     out[..19].copy_from_slice(&second);
     put(&mut out[20..29], nanos);

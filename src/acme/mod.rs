@@ -13,6 +13,7 @@
 
 pub mod certificate;
 pub mod order;
+mod settings;
 
 use crate::store::tls_certificates::{self, StoredCertificate};
 use crate::store::tracking_domains::{self, DomainState};
@@ -20,9 +21,9 @@ use crate::workers::Stopping;
 use chrono::Utc;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
+pub use settings::{AcmeSettings, CertificateSettings, DEFAULT_CHECK_EVERY};
 use sqlx::MySqlPool;
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -35,36 +36,8 @@ pub const EXPIRY: &str = "linktrack_tls_certificate_expiry_timestamp_seconds";
 /// When each served certificate was issued, Unix seconds, by host.
 pub const ISSUED_AT: &str = "linktrack_tls_certificate_issued_timestamp_seconds";
 
-/// Default of `--acme-check-secs`: how often certificates are checked and
-/// the stored ones read again.
-pub const DEFAULT_CHECK_EVERY: Duration = Duration::from_secs(3600);
 /// The longest wait before a failed host is tried again.
 const MAX_BACKOFF: Duration = Duration::from_secs(24 * 3600);
-
-/// Where and how certificates are ordered.
-#[derive(Debug, Clone)]
-pub struct AcmeSettings {
-    /// The directory URL (Let's Encrypt's:
-    /// `https://acme-v02.api.letsencrypt.org/directory`).
-    pub directory_url: String,
-    /// A PEM root the directory's own HTTPS certificate is checked against
-    /// instead of the system's (a test or private CA).
-    pub ca_file: Option<PathBuf>,
-    /// The account's contact addresses (the CA's expiry notices).
-    pub contact: Vec<String>,
-    /// Renew this long before a certificate ends; `None`: 30 days, or a
-    /// third of a shorter certificate's lifetime.
-    pub renew_before: Option<Duration>,
-}
-
-/// The certificate worker's settings.
-#[derive(Debug, Clone)]
-pub struct CertificateSettings {
-    /// Order and renew here; `None`: only serve what is stored.
-    pub acme: Option<AcmeSettings>,
-    /// How often a pass runs.
-    pub check_every: Duration,
-}
 
 /// The served certificates by host: the TLS listener's SNI table.
 #[derive(Debug, Default)]

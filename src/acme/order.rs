@@ -4,7 +4,7 @@
 //! listener (port 80 in production), where the CA asks for it.
 
 use super::certificate::{leaf_facts, CertificateError};
-use super::AcmeSettings;
+use super::settings::AcmeSettings;
 use crate::store::tls_certificates::{self, StoredCertificate};
 use crate::store::StoreError;
 use chrono::Utc;

@@ -3,7 +3,8 @@
 //! on the verdict, and a wrong verdict can be revisited later.
 //!
 //! This is the *first* verdict, from the request alone, journaled with the
-//! hit; the rollup settles it with the whole letter in view (`verdicts`).
+//! hit; the rollup settles it with the whole letter in view
+//! (`letter_judgement`).
 //!
 //! Signals, strongest first: `HEAD` requests (link checkers), known scanner
 //! and link-preview user agents, Apple Mail Privacy Protection's prefetch, clicks
@@ -13,12 +14,13 @@
 //! every link).
 //!
 //! Below the store and the journal: pure judgement, no I/O. The rollup's
-//! settling verdicts are in [`verdicts`], the scanner networks they read in
-//! [`networks`].
+//! rule that settles verdicts with the whole letter in view is
+//! [`letter_judgement`] (the SQL that applies it is `store::verdicts`), the
+//! scanner networks they read in [`networks`].
 
 pub mod clients;
+pub mod letter_judgement;
 pub mod networks;
-pub mod verdicts;
 
 use crate::kind::EventKind;
 use aho_corasick::AhoCorasick;
@@ -345,7 +347,7 @@ fn classify_request(
 
 /// Apple Mail Privacy Protection prefetches pixels whether or not anyone
 /// reads: a machine open. (Gmail's image proxy fetches when the person opens:
-/// a real open, classed `proxy` when the verdict settles, see `verdicts`.)
+/// a real open, classed `proxy` when the verdict settles, see `letter_judgement`.)
 fn image_proxy(agent: &str, network: Option<IpAddr>) -> Option<&'static str> {
     // A bare "Mozilla/5.0", or Apple's own 17.0.0.0/8.
     let from_apple = matches!(network, Some(IpAddr::V4(v4)) if v4.octets()[0] == 17);

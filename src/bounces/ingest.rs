@@ -8,8 +8,10 @@
 //! recipient.
 
 use super::classify::Class;
-use super::parse::{self, Failure, Kind, Report};
-use super::{EventsOut, SoftPolicy};
+use super::events_out::EventsOut;
+use super::parse;
+use super::report::{Failure, Kind, Report};
+use super::soft_policy::SoftPolicy;
 use crate::address::normalize;
 use crate::delivery::message::{letter_of_message_id, mailing_id_part};
 use crate::kind::TokenKind;

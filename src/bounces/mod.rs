@@ -7,50 +7,21 @@
 //! count, a policy block never; every decision is stored, and goes out as
 //! an `email.bounced` or `email.complained` event ([`EventsOut`]).
 
+mod bare_address;
 pub mod classify;
+mod events_out;
 pub mod ingest;
 pub mod parse;
 pub mod providers;
+mod report;
+mod soft_policy;
 pub mod sources;
 mod text;
 
 pub use classify::Class;
-pub use parse::{Failure, Kind, Report};
-
-/// When soft bounces suppress: `count` soft bounces of distinct letters
-/// within `days` days. The defaults, 3 in 14 days, suppress a mailbox
-/// that stayed full across three sends of a weekly or daily newsletter
-/// over two weeks (a mailbox that is being read gets emptied sooner), and
-/// never one that was full on one day; a single mailing's retries count
-/// once, as one letter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SoftPolicy {
-    pub count: u32,
-    pub days: u32,
-}
-
-impl Default for SoftPolicy {
-    fn default() -> Self {
-        SoftPolicy { count: 3, days: 14 }
-    }
-}
-
-/// Where the events of stored decisions (`email.bounced`,
-/// `email.complained`) go: the names of the endpoints that want an event
-/// of `event_type` in `mailing_id`. `outbound::Outbound` answers it with
-/// the endpoints' filters (it is a later layer); the ingest queues one
-/// outbox row per name, in the transaction that stores the decision, and
-/// the servers' senders deliver them like every event.
-pub trait EventsOut: Send + Sync {
-    fn endpoints_for(&self, event_type: &str, mailing_id: &str) -> Vec<String>;
-}
-
-/// No endpoint: events out are off.
-impl EventsOut for () {
-    fn endpoints_for(&self, _: &str, _: &str) -> Vec<String> {
-        Vec::new()
-    }
-}
+pub use events_out::EventsOut;
+pub use report::{Failure, Kind, Report};
+pub use soft_policy::SoftPolicy;
 
 #[cfg(test)]
 mod tests {

@@ -5,68 +5,11 @@
 //! MIME is mail-parser's; the report fields (`Final-Recipient`, `Status`,
 //! `Feedback-Type`, …) are read here, as RFC 3464 and RFC 5965 define them.
 
-use super::classify::{self, Class, StatusCode};
+use super::bare_address::plain_address;
+use super::classify::{self, StatusCode};
+use super::report::{Failure, Kind, Report};
 use crate::token::{self, Token};
 use mail_parser::{Message, MessageParser, MimeHeaders, PartType};
-
-/// What a message is.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Kind {
-    /// A delivery failure report, with the recipients it names.
-    Bounce {
-        /// `dsn` (RFC 3464) or the text bounce's MTA (`exim`, `qmail`, …).
-        format: &'static str,
-        failures: Vec<Failure>,
-    },
-    /// An abuse report (ARF, `feedback-type: abuse` or `fraud`, or a
-    /// provider's own complaint).
-    Complaint {
-        feedback_type: String,
-        /// The address the report names (`Original-Rcpt-To`, else the
-        /// reported message's `To`); providers often redact it.
-        recipient: Option<String>,
-    },
-    /// An automatic reply (vacation, out of office): never a bounce.
-    AutoReply,
-    /// A report about a delivery that did not fail (`Action: delayed`,
-    /// `relayed`, `delivered`): nothing to decide.
-    NoFailure,
-    /// None of the above.
-    NotABounce { why: &'static str },
-}
-
-/// One recipient a bounce says failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Failure {
-    /// The recipient as reported (`Final-Recipient`, or the address in the
-    /// text), lowercased domain not assumed.
-    pub recipient: String,
-    /// `Original-Recipient`, when the report gives one (an alias that was
-    /// forwarded).
-    pub original_recipient: Option<String>,
-    /// The enhanced status code, `5.1.1`.
-    pub status: Option<String>,
-    /// The remote MTA's words (`Diagnostic-Code`, or the text's line).
-    pub diagnostic: String,
-    /// What it means for the address; `None`: the report says too little.
-    pub class: Option<Class>,
-}
-
-/// A message that came back, read.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Report {
-    pub kind: Kind,
-    /// The bounce's own `Message-ID` (the key that makes a second delivery
-    /// of the same bounce change nothing).
-    pub message_id: Option<String>,
-    /// VERP tokens found where the message was addressed (`To`,
-    /// `Delivered-To`, `X-Original-To`) and in the returned message's
-    /// `Return-Path`: they name our letter.
-    pub verp: Vec<Token>,
-    /// The `Message-ID` of the letter that failed, from the returned
-    /// message or its headers.
-    pub original_message_id: Option<String>,
-}
 
 /// Why a message cannot be read at all.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -406,16 +349,6 @@ fn provider_complaint(message: &Message<'_>, returned: Option<&str>) -> Kind {
             .and_then(|h| header_field(h, "To"))
             .and_then(|to| plain_address(&to)),
     }
-}
-
-/// The bare address of `Name <a@b>` or `a@b`.
-pub(crate) fn plain_address(value: &str) -> Option<String> {
-    let inner = match (value.rfind('<'), value.rfind('>')) {
-        (Some(open), Some(close)) if open < close => &value[open + 1..close],
-        _ => value,
-    };
-    let inner = inner.trim();
-    (inner.contains('@') && !inner.contains(char::is_whitespace)).then(|| inner.to_owned())
 }
 
 /// An automatic reply (RFC 3834 `Auto-Submitted: auto-replied`, the

@@ -12,7 +12,8 @@
 //! one it calls permanent without a code is hard.
 
 use super::classify::{self, Class};
-use super::parse::{self, Failure, Kind, Report};
+use super::parse;
+use super::report::{Failure, Kind, Report};
 use crate::token::Token;
 use serde_json::Value;
 

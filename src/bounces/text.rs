@@ -6,8 +6,9 @@
 //! addresses in it, and for each address the lines that follow it, where
 //! the status code and the remote MTA's words are.
 
+use super::bare_address::plain_address;
 use super::classify::{self, StatusCode};
-use super::parse::{Failure, Kind};
+use super::report::{Failure, Kind};
 use mail_parser::Message;
 
 /// Lines that start the copy of the letter (or its headers): the failure
@@ -67,7 +68,7 @@ pub(crate) fn read(message: &Message<'_>) -> Option<Kind> {
         .header_raw("X-Failed-Recipients")
         .map(|list| {
             list.split(',')
-                .filter_map(|a| super::parse::plain_address(a.trim()))
+                .filter_map(|a| plain_address(a.trim()))
                 .collect()
         })
         .unwrap_or_default();

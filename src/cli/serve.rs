@@ -302,11 +302,11 @@ fn demo_bot_rules(demo: bool) -> crate::bots::BotRules {
 }
 
 fn demo_verdict_rules(
-    rules: crate::bots::verdicts::VerdictRules,
+    rules: crate::bots::letter_judgement::VerdictRules,
     demo: bool,
-) -> crate::bots::verdicts::VerdictRules {
+) -> crate::bots::letter_judgement::VerdictRules {
     if demo {
-        crate::bots::verdicts::VerdictRules {
+        crate::bots::letter_judgement::VerdictRules {
             min_click_delay: crate::demo::DEMO_MIN_CLICK_DELAY,
             ..rules
         }

@@ -13,33 +13,18 @@ mod drain;
 pub mod fallback;
 pub mod journal;
 pub(crate) mod journal_line;
+mod outbox_sink;
 pub(crate) mod replay;
 
 use crate::event::EventRow;
-use crate::store::StoreError;
 use journal::{JournalError, JournalSettings, Recorder};
+pub use outbox_sink::{Enqueued, OutboxSink};
 use sqlx::MySqlPool;
-use std::future::Future;
 use std::path::PathBuf;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-
-/// Where the replay hands on the events it stores: the outbox of the
-/// outbound layer above (its `Outbound` implements this), given to
-/// [`EventPipeline::start`] by whoever wires the server. Called with a
-/// batch's rows before they are inserted, so an event's outbox row always
-/// exists before the rollup can settle the event; idempotent, as the
-/// replay is.
-pub trait OutboxSink: Send + Sync {
-    fn enqueue<'a>(&'a self, pool: &'a MySqlPool, rows: &'a [EventRow]) -> Enqueued<'a>;
-}
-
-/// What [`OutboxSink::enqueue`] returns: boxed, so the pipeline can hold
-/// the sink as a trait object (one allocation per replayed batch).
-pub type Enqueued<'a> = Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + 'a>>;
 
 /// The running journal sealer and replayer, and the handle handlers record with.
 pub struct EventPipeline {

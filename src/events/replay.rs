@@ -8,7 +8,7 @@
 
 use super::journal::{sealed_segments, JournalError, JournalSettings};
 use super::journal_line::{JournalLine, JournalLineError, Replayable, Resolve};
-use super::OutboxSink;
+use super::outbox_sink::OutboxSink;
 use crate::event::EventRow;
 use crate::kind::{EventKind, LinkKind};
 use crate::privacy::{Privacy, Withheld};

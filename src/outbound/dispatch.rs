@@ -25,8 +25,10 @@
 //! every retry carries the same events under the same `webhook-id`.
 
 use super::amqp::AmqpSink;
+use super::configured::Outbound;
+use super::endpoints::{Endpoint, Target};
+use super::retry_policy::RetryPolicy;
 use super::webhook::{Outcome, WebhookSink};
-use super::{Endpoint, Outbound, Target};
 use crate::payload;
 use crate::store::outbox::{self, Claimed, RetryLater};
 use crate::store::StoreError;
@@ -411,7 +413,7 @@ impl Gauges {
 struct Lane {
     name: String,
     sink: Sink,
-    policy: super::RetryPolicy,
+    policy: RetryPolicy,
     last_permanent_log: Arc<Mutex<Option<Instant>>>,
 }
 

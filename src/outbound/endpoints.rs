@@ -20,8 +20,8 @@
 //! exchange = "linktrack.events"
 //! ```
 
+use super::settings::OutboundSettings;
 use super::signature::{Secret, SecretError};
-use super::OutboundSettings;
 use crate::payload::EVENT_TYPES;
 use std::path::{Path, PathBuf};
 use std::time::Duration;

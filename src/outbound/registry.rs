@@ -11,7 +11,7 @@
 //! The number of such differences is the gauge
 //! `linktrack_outbound_endpoint_differences{server}`.
 
-use super::Outbound;
+use super::configured::Outbound;
 use crate::store::outbox::{self, Registered};
 use crate::workers::Stopping;
 use sha2::Digest;

@@ -2,7 +2,7 @@
 //!
 //! 1. The erasure is recorded (`erasures`, as the address's keyed hash)
 //!    and logged for the servers.
-//! 2. Every server seen in the last minute ([`super::ALIVE_WITHIN`]) is
+//! 2. Every server seen in the last minute ([`ALIVE_WITHIN`]) is
 //!    waited for, up to `wait`, until it acknowledges the erasure: from
 //!    then on it stores every event, journaled before or after, without
 //!    the address, and its link cache holds none of the address's links.
@@ -14,6 +14,7 @@
 //! Every step changes only what still names the person: a second run
 //! changes nothing and says so.
 
+use super::settings::ALIVE_WITHIN;
 use crate::address;
 use crate::live::{Forgotten, Live, LiveError};
 use crate::store::erase::{letters_of, scrub, EraseReport};
@@ -127,7 +128,7 @@ async fn wait_for_servers(
 ) -> Result<(Vec<String>, Vec<String>), StoreError> {
     let deadline = Instant::now() + wait;
     loop {
-        let servers = store::live_servers(pool, super::ALIVE_WITHIN).await?;
+        let servers = store::live_servers(pool, ALIVE_WITHIN).await?;
         let (confirmed, unconfirmed): (Vec<ServerAck>, Vec<ServerAck>) = servers
             .into_iter()
             .partition(|server| server.applied_id >= change_id);

@@ -26,8 +26,10 @@
 //! screened with the erasure in view.
 
 pub mod erase;
+mod settings;
 
 pub use erase::{erase, ErasureReport};
+pub use settings::{PrivacySettings, ALIVE_WITHIN};
 
 use crate::address::{AddressKey, Fingerprint};
 use crate::store::privacy::{self as store, Change, ChangeRow};
@@ -39,39 +41,6 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
-
-/// How the view is kept current.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PrivacySettings {
-    /// Read the change log this often: the bound on how late a server
-    /// learns of an opt-out or an erasure (docs/privacy.md).
-    pub refresh_every: Duration,
-    /// Load the lists whole this often (and when the log was pruned past
-    /// what this server read).
-    pub full_every: Duration,
-    /// Change rows younger than this are read again at the next refresh.
-    pub settle: Duration,
-    /// Change rows older than this are deleted (by any server).
-    pub keep_changes: Duration,
-    /// Acknowledge at least this often, even with nothing new: `erase`
-    /// counts a server alive when it acknowledged within a minute.
-    pub heartbeat: Duration,
-}
-
-impl Default for PrivacySettings {
-    fn default() -> Self {
-        PrivacySettings {
-            refresh_every: Duration::from_secs(2),
-            full_every: Duration::from_secs(3_600),
-            settle: Duration::from_secs(5),
-            keep_changes: Duration::from_secs(7 * 24 * 3_600),
-            heartbeat: Duration::from_secs(10),
-        }
-    }
-}
-
-/// How long `erase` counts a server as alive after its last acknowledgement.
-pub const ALIVE_WITHIN: Duration = Duration::from_secs(60);
 
 /// Why a hit must not be stored as the person's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

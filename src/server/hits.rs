@@ -74,7 +74,7 @@ pub(crate) fn journal_honeypot(
     if !state.settings.record_events {
         return true;
     }
-    let verdict = Some(crate::bots::verdicts::HONEYPOT.to_owned());
+    let verdict = Some(crate::bots::letter_judgement::HONEYPOT.to_owned());
     let named = Named::link(Some(link));
     let row = event(EventKind::Click, token, named, meta, Utc::now(), verdict);
     journal(state, screened(state, row, Some(link)))

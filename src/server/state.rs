@@ -238,10 +238,10 @@ impl AppState {
     pub fn check_token_at(
         &self,
         text: &str,
-        now: chrono::DateTime<Utc>,
+        now: DateTime<Utc>,
     ) -> Result<(Token, bool), ServerError> {
         let token = Token::parse(text).map_err(|_| ServerError::NotFound)?;
-        match token_age(token.unix_millis(), now, self.settings.keep_days) {
+        match token.is_expired_at(now, self.settings.keep_days) {
             Some(expired) => Ok((token, expired)),
             None => Err(ServerError::NotFound),
         }
@@ -387,65 +387,4 @@ pub enum SealLoadError {
     /// The database did not answer; try again.
     #[error(transparent)]
     Unavailable(ServerError),
-}
-
-/// Milliseconds in a UTC day.
-const MS_PER_DAY: i64 = 86_400_000;
-
-/// Whether a token stamped at `token_millis` is past the retention window
-/// as of `now` (its day older than today minus `keep_days`: its row is
-/// gone), or `None` when it is dated after tomorrow (tokens are made by our
-/// builder, so none is; tomorrow allows for clock skew around midnight).
-/// Counted in days since the epoch: the same comparisons as of the
-/// tokens' and today's `NaiveDate`s (`Token::date`, `Token::is_expired`),
-/// without building the dates (400 instructions of an open, callgrind).
-fn token_age(token_millis: u64, now: DateTime<Utc>, keep_days: u32) -> Option<bool> {
-    // 48 bits of milliseconds: no overflow, and never before the epoch.
-    let token_day = token_millis as i64 / MS_PER_DAY;
-    let today = now.timestamp_millis().div_euclid(MS_PER_DAY);
-    if token_day > today + 1 {
-        return None;
-    }
-    // A window reaching before chrono's first day expires nothing: no
-    // token's day (1970 on) is before it either way.
-    Some(token_day < today - i64::from(keep_days))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    /// The check as it was written with dates.
-    fn age_by_dates(token: &Token, now: DateTime<Utc>, keep_days: u32) -> Option<bool> {
-        let today = now.date_naive();
-        let tomorrow = today.succ_opt().unwrap_or(today);
-        if token.date() > tomorrow {
-            return None;
-        }
-        Some(token.is_expired(today, keep_days))
-    }
-
-    proptest! {
-        /// Tokens around today, the retention edge and midnight, and any
-        /// token and time at all, are judged as the dates judged them.
-        #[test]
-        fn token_ages_are_what_the_dates_said(
-            now_ms in -200_000_000_000_000i64..200_000_000_000_000,
-            offset_ms in -40 * MS_PER_DAY..3 * MS_PER_DAY,
-            any_ms in 0u64..(1 << 48),
-            keep_days in prop_oneof![0u32..40, Just(u32::MAX), any::<u32>()],
-            random in any::<[u8; 10]>(),
-        ) {
-            let now = DateTime::from_timestamp_millis(now_ms).unwrap();
-            let near = u64::try_from(now_ms + offset_ms).unwrap_or(0) & ((1 << 48) - 1);
-            for ms in [near, any_ms] {
-                let token = Token::from_parts(ms, random);
-                prop_assert_eq!(
-                    token_age(token.unix_millis(), now, keep_days),
-                    age_by_dates(&token, now, keep_days)
-                );
-            }
-        }
-    }
 }

@@ -31,7 +31,7 @@
 use super::error::StoreError;
 use super::partitions;
 use super::rolled_batch::RolledBatch;
-use crate::bots::verdicts::VerdictRules;
+use crate::bots::letter_judgement::VerdictRules;
 use crate::kind::EventKind;
 use chrono::{NaiveDate, NaiveDateTime, Utc};
 use sqlx::{Acquire, MySqlConnection, MySqlPool};

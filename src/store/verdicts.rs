@@ -1,6 +1,6 @@
 //! The settle pass's SQL: the rollup, inside the transaction that counts a
 //! batch, judges the batch's clicks and opens again with their letters in
-//! view ([`crate::bots::verdicts`]) and writes the final verdicts to
+//! view ([`crate::bots::letter_judgement`]) and writes the final verdicts to
 //! `events`, so the rollup tables only ever see settled verdicts. An event
 //! is rolled exactly once, so a verdict changed here is counted once, with
 //! its final value; a crash before COMMIT leaves both verdict and counts
@@ -8,7 +8,7 @@
 
 use super::error::StoreError;
 use super::rolled_batch::RolledBatch;
-use crate::bots::verdicts::{judge_letter, Judged, LetterHit, VerdictRules};
+use crate::bots::letter_judgement::{judge_letter, Judged, LetterHit, VerdictRules};
 use crate::kind::EventKind;
 use crate::token::Token;
 use chrono::{DateTime, NaiveDateTime, Utc};

@@ -79,7 +79,7 @@ fn tokens(letter: &Value, kind: LinkKind) -> Vec<Token> {
 
 /// The rollup with verdicts under which the tests' quick clicks are people's.
 fn lenient_rollup() -> rollup::RollupOptions {
-    let verdicts = linktrack::bots::verdicts::VerdictRules {
+    let verdicts = linktrack::bots::letter_judgement::VerdictRules {
         min_click_delay: Duration::ZERO,
         burst_links: 1_000,
         ..Default::default()

@@ -7,7 +7,7 @@
 
 use crate::common::webhooks::{endpoint, fast_retries, http, letter, metric, Delivery, Receiver};
 use crate::common::{days_ago, TestDb, TestServer};
-use linktrack::bots::verdicts::VerdictRules;
+use linktrack::bots::letter_judgement::VerdictRules;
 use linktrack::outbound::{Hold, Outbound};
 use linktrack::store::rollup::RollupOptions;
 use linktrack::token::Token;

@@ -123,7 +123,7 @@ fn configured(settings: AppSettings) -> AppSettings {
 
 /// Verdict rules under which the tests' clicks are people's.
 fn lenient_rollup() -> rollup::RollupOptions {
-    let verdicts = linktrack::bots::verdicts::VerdictRules {
+    let verdicts = linktrack::bots::letter_judgement::VerdictRules {
         min_click_delay: Duration::ZERO,
         burst_links: 1_000,
         ..Default::default()

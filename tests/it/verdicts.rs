@@ -5,7 +5,7 @@
 use crate::common::stats::{letters, record, Hit, MAILING};
 use crate::common::{days_ago, TestDb};
 use chrono::{NaiveDateTime, Utc};
-use linktrack::bots::verdicts::VerdictRules;
+use linktrack::bots::letter_judgement::VerdictRules;
 use linktrack::store::{rollup, stats};
 use std::sync::Arc;
 use std::time::Duration;

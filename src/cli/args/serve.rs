@@ -304,12 +304,13 @@ impl VerdictArgs {
     /// checked here: a bad entry is an error naming the file and entry).
     pub fn rules(
         &self,
-    ) -> Result<crate::bots::verdicts::VerdictRules, crate::bots::networks::NetworksError> {
+    ) -> Result<crate::bots::letter_judgement::VerdictRules, crate::bots::networks::NetworksError>
+    {
         let networks = match &self.bot_networks {
             Some(path) => crate::bots::networks::Networks::with_operator_file(path)?,
             None => crate::bots::networks::Networks::shipped(),
         };
-        Ok(crate::bots::verdicts::VerdictRules {
+        Ok(crate::bots::letter_judgement::VerdictRules {
             settle: self.settle(),
             networks,
             ..Default::default()

@@ -74,7 +74,7 @@ pub struct Deliverer {
     shared: Arc<Shared>,
     settings: SmtpSettings,
     host: String,
-    counters: Arc<super::DeliveryCounters>,
+    counters: Arc<super::counters::DeliveryCounters>,
 }
 
 /// What every lane of one MTA shares: where it is, TLS, and the sessions
@@ -113,7 +113,7 @@ impl Deliverer {
     /// `counters` gets this MTA's retries (the caller counts outcomes).
     pub fn new(
         settings: SmtpSettings,
-        counters: Arc<super::DeliveryCounters>,
+        counters: Arc<super::counters::DeliveryCounters>,
     ) -> Result<Deliverer, SmtpError> {
         let url_error = |reason: String| SmtpError::Url {
             url: target::redacted(&settings.url),

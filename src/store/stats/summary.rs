@@ -8,7 +8,7 @@ use super::letters::{letters_built, tracking_summary, TrackingSummary};
 use super::mailings::named_exactly;
 use super::per_link::{read_links, LinkStats};
 use super::series::{read_series, HourStats, Series};
-use crate::bots::verdicts::OpenClass;
+use crate::bots::letter_judgement::OpenClass;
 use crate::kind::EventKind;
 use crate::mailing_id::MailingId;
 use crate::store::bounces::{self, BounceSummary};
