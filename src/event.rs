@@ -9,7 +9,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 /// One event row as stored. `inserted` is the UTC day of `occurred_at`.
 ///
 /// Not the journal's line format: that is
-/// `events::journal_line::JournalLine`, versioned apart from this row.
+/// `journal::line::JournalLine`, versioned apart from this row.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EventRow {
     pub event_id: [u8; 16],

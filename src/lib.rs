@@ -119,11 +119,12 @@
 //!     acted on (`ingest.rs`, soft bounces counted by `soft_policy.rs`,
 //!     decisions sent on through `events_out.rs`); providers' events (SES,
 //!     Mailgun) read into the same report (`providers.rs`).
-//! 22. [`events`]: the event journal (`events/journal.rs`, its versioned
-//!     line in `journal_line.rs`), the fallback queue when it cannot write
-//!     (`fallback.rs`) and its drain (`drain.rs`), the replay into `events`
-//!     (`replay.rs`), which hands each batch to the [`events::OutboxSink`]
-//!     it is given (`outbox_sink.rs`).
+//! 22. [`journal`]: the event journal: its segment files
+//!     (`journal/segments.rs`), its versioned line (`line.rs`), the fallback
+//!     queue when it cannot write (`fallback.rs`) and its drain
+//!     (`drain.rs`), the replay into the `events` table (`replay.rs`), which
+//!     hands each batch to the [`journal::OutboxSink`] it is given
+//!     (`outbox_sink.rs`).
 //! 23. [`outbound`]: events out, at least once: the outbox sink (queues each
 //!     event for every matching endpoint), a sender per endpoint
 //!     (`outbound/dispatch.rs`) of signed Standard Webhooks POSTs
@@ -133,7 +134,7 @@
 //!     (`configured.rs`) with its retry policy (`retry_policy.rs`) and the
 //!     hold of events until their verdicts settle (`hold.rs`), the registry
 //!     that warns when servers' endpoints differ (`registry.rs`).
-//! 24. [`rollup`]: the rollup worker loop: roll `events` into the statistics
+//! 24. [`rollup_worker`]: the rollup worker loop: roll `events` into the statistics
 //!     tables, then publish to Redis.
 //!
 //! Jobs (what the commands run):
@@ -206,8 +207,8 @@ pub mod destinations;
 pub mod domains;
 pub mod error_report;
 pub mod event;
-pub mod events;
 pub mod export;
+pub mod journal;
 pub mod kind;
 pub mod letter;
 pub mod live;
@@ -216,7 +217,7 @@ pub mod outbound;
 pub mod payload;
 pub mod privacy;
 pub mod retry;
-pub mod rollup;
+pub mod rollup_worker;
 pub mod server;
 pub mod settings_file;
 pub mod store;

@@ -24,7 +24,7 @@
 //!   failures retry (`Outcome::Retry`) and which are for good
 //!   (`Outcome::Permanent`). The failure count and the next attempt's time
 //!   are stored in `outbox`; this module only says the delay.
-//! - **The event journal** (`events/`, `retry_after`): the replay and the
+//! - **The event journal** (`journal/`, `retry_after`): the replay and the
 //!   fallback drain retry a failed pass forever, `retry_after` apart (1 s
 //!   by default), no growth, no jitter, no deadline but the stop signal.
 //!   Every failure of the drain retries; the replay sets a segment the

@@ -310,7 +310,7 @@ pub(crate) const REPLAY_LIMIT: Duration = Duration::from_secs(600);
 pub(crate) async fn wait_replayed(journal: &Path) -> anyhow::Result<f64> {
     let start = std::time::Instant::now();
     loop {
-        if linktrack::events::journal::unreplayed_segments(journal)?.is_empty() {
+        if linktrack::journal::segments::unreplayed_segments(journal)?.is_empty() {
             return Ok(start.elapsed().as_secs_f64());
         }
         if start.elapsed() > REPLAY_LIMIT {

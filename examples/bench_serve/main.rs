@@ -99,7 +99,7 @@ use webhooks::*;
 
 use chrono::{Days, NaiveTime, Utc};
 use clap::Parser;
-use linktrack::events::journal::JournalSettings;
+use linktrack::journal::segments::JournalSettings;
 use linktrack::kind::TokenKind;
 use linktrack::outbound::signature::Secret;
 use linktrack::outbound::{Endpoint, Outbound, RetryPolicy, Target};

@@ -9,7 +9,7 @@
 use super::{check_agree, ms, mysql_client, Args, Naive};
 use linktrack::address::mailbox_provider;
 use linktrack::bots::clients::Classifier;
-use linktrack::events::journal::JournalSettings;
+use linktrack::journal::segments::JournalSettings;
 use linktrack::server::{App, AppSettings};
 use linktrack::store::stats::{self, HourStats, LinkStats, MailingSummary};
 use linktrack::store::{bounces, breakdowns};

@@ -350,14 +350,14 @@ pub(super) async fn rollup(url: &str, args: &RollupArgs) -> anyhow::Result<()> {
         let every = Duration::from_secs(secs.max(1));
         let mut workers = crate::workers::Workers::new();
         workers.spawn("rollup", move |stopping| {
-            crate::rollup::run_worker(pool, live, options, every, None, stopping)
+            crate::rollup_worker::run_worker(pool, live, options, every, None, stopping)
         });
         crate::server::shutdown_signal().await;
         // The pass in progress commits or rolls back; a minute is plenty.
         workers.shutdown(Duration::from_secs(60)).await;
         return Ok(());
     }
-    let report = crate::rollup::roll_and_publish(&pool, live.as_ref(), &options).await?;
+    let report = crate::rollup_worker::roll_and_publish(&pool, live.as_ref(), &options).await?;
     say!("{report}")?;
     Ok(())
 }

@@ -33,7 +33,7 @@ fn open_geoip(
 
 /// `demo`: its image proxy may fetch the demo's pictures from loopback.
 async fn run_server(url: &str, args: &ServeArgs, demo: bool) -> anyhow::Result<()> {
-    use crate::events::journal::JournalSettings;
+    use crate::journal::segments::JournalSettings;
     use crate::server::{state::ServerSettings, App, AppSettings};
     let pool_settings = store::PoolSettings {
         max_connections: args.db_connections,
@@ -235,8 +235,8 @@ async fn demo_serve_args(
         base_url: Some(base_url),
         keep_days: crate::store::partitions::DEFAULT_KEEP_DAYS,
         journal: args.dir.join("journal"),
-        journal_min_free_bytes: crate::events::journal::DEFAULT_MIN_FREE_BYTES,
-        journal_resume_free_bytes: crate::events::journal::DEFAULT_RESUME_FREE_BYTES,
+        journal_min_free_bytes: crate::journal::segments::DEFAULT_MIN_FREE_BYTES,
+        journal_resume_free_bytes: crate::journal::segments::DEFAULT_RESUME_FREE_BYTES,
         db_timeout_ms: 1500,
         db_connections: 16,
         lookups_in_flight: crate::server::lookups::DEFAULT_IN_FLIGHT as u32,

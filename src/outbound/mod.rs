@@ -23,7 +23,7 @@ pub mod signature;
 pub mod webhook;
 
 use crate::event::EventRow;
-use crate::events::Enqueued;
+use crate::journal::Enqueued;
 use crate::payload::{self, LinkDetails};
 use crate::store::{outbox, StoreError};
 pub use configured::Outbound;
@@ -45,7 +45,7 @@ impl crate::bounces::EventsOut for Outbound {
     }
 }
 
-impl crate::events::OutboxSink for Outbound {
+impl crate::journal::OutboxSink for Outbound {
     fn enqueue<'a>(&'a self, pool: &'a MySqlPool, rows: &'a [EventRow]) -> Enqueued<'a> {
         Box::pin(enqueue(pool, self, rows))
     }

@@ -19,8 +19,8 @@ use super::state::{AppState, SealLoadError, ServerSettings};
 use super::stats::StatsState;
 use super::{handlers, metrics};
 use crate::acme::{CertificateSettings, Certificates};
-use crate::events::journal::JournalSettings;
-use crate::events::EventPipeline;
+use crate::journal::segments::JournalSettings;
+use crate::journal::EventPipeline;
 use crate::live::Live;
 use crate::outbound::Outbound;
 use crate::privacy::{Privacy, PrivacySettings};
@@ -378,7 +378,7 @@ fn start_workers(settings: &AppSettings, workers: &mut Workers, privacy: Privacy
         let options = settings.rollup.clone();
         let senders = Some(settings.outbound.waker());
         workers.spawn("rollup", move |stopping| {
-            crate::rollup::run_worker(pool, live, options, every, senders, stopping)
+            crate::rollup_worker::run_worker(pool, live, options, every, senders, stopping)
         });
     }
     let pool = settings.pool.clone();

@@ -367,7 +367,7 @@ pub(crate) async fn healthz() -> &'static str {
 /// journal writes and its filesystem has room, else 503 (naming what is
 /// down, never the database's error text: that goes to the log) (a node
 /// whose journal cannot write is drained: its events go the slower way,
-/// `events::fallback`). Room has hysteresis: under the low threshold the
+/// `journal::fallback`). Room has hysteresis: under the low threshold the
 /// node is unready until space is back over the higher one, and `detail`
 /// says so with the figures.
 pub(crate) async fn readyz(State(state): State<AppState>) -> Response {

@@ -18,7 +18,6 @@ use super::request::RequestMeta;
 use super::state::{AppState, Reader, ServedLink};
 use crate::bots::Hit;
 use crate::event::EventRow;
-use crate::events;
 use crate::kind::EventKind;
 use crate::privacy::Withheld;
 use crate::store::link_templates::LinkTemplate;
@@ -178,7 +177,7 @@ fn screened(state: &AppState, mut row: EventRow, link: Option<&ServedLink>) -> E
 }
 
 fn journal(state: &AppState, row: EventRow) -> bool {
-    events::append(&state.recorder, row)
+    crate::journal::append(&state.recorder, row)
 }
 
 /// What an event names: its link's row, a late hit's template, or nothing

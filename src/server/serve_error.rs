@@ -3,7 +3,7 @@
 //! return.
 
 use super::stats::StatsError;
-use crate::events::journal::JournalError;
+use crate::journal::segments::JournalError;
 use std::net::SocketAddr;
 
 #[derive(Debug, thiserror::Error)]

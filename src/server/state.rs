@@ -6,7 +6,7 @@ use super::image::{ImageProxy, ImageSettings};
 use super::lookups::{LinkLookups, LookupSettings};
 use crate::address::Fingerprint;
 use crate::bots::{BotDetector, BotRules};
-use crate::events::journal::Recorder;
+use crate::journal::segments::Recorder;
 use crate::kind::LinkKind;
 use crate::privacy::Privacy;
 use crate::store::link_templates::LinkTemplate;

@@ -1,6 +1,6 @@
 //! The rollup's SQL: events rolled into the small per-mailing statistics
 //! tables, and the reads of a rolled batch the live layer publishes. The
-//! loop that runs it is [`crate::rollup`]; the stats API's reads are in
+//! loop that runs it is [`crate::rollup_worker`]; the stats API's reads are in
 //! [`super::stats`].
 //!
 //! # Exactly once

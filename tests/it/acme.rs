@@ -161,7 +161,7 @@ async fn start_server(
     let listener = tokio::net::TcpListener::from_std(listener).unwrap();
     let settings = quick(AppSettings::new(
         db.pool.clone(),
-        linktrack::events::journal::JournalSettings::new(journal),
+        linktrack::journal::segments::JournalSettings::new(journal),
     ));
     let settings = AppSettings {
         tls: Some(TlsSettings {

@@ -7,7 +7,7 @@ use crate::common::{
     days_ago, seal_of, sealed_token, today, token_on, CountedUser, Statements, TestDb, TestServer,
 };
 use chrono::{NaiveDate, Timelike, Utc};
-use linktrack::events::journal::JournalSettings;
+use linktrack::journal::segments::JournalSettings;
 use linktrack::server::AppSettings;
 use linktrack::store::links::{self, LinkKind, NewLink};
 use linktrack::store::{self, PoolSettings};

@@ -8,7 +8,7 @@
 
 use crate::common::{add_link, client, db, events, quick, TestServer};
 use crate::common::{metric_value, metrics_text};
-use linktrack::events::journal::JournalSettings;
+use linktrack::journal::segments::JournalSettings;
 use linktrack::server::AppSettings;
 use linktrack::store::links::LinkKind;
 use reqwest::StatusCode;

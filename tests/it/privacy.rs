@@ -168,7 +168,7 @@ async fn acknowledged_by(pool: &sqlx::MySqlPool, servers: usize, id: u64) {
 }
 
 fn unreplayed(dir: &Path) -> usize {
-    linktrack::events::journal::unreplayed_segments(dir)
+    linktrack::journal::segments::unreplayed_segments(dir)
         .map(|s| s.len())
         .unwrap_or(0)
 }
@@ -357,7 +357,7 @@ async fn erase_leaves_the_address_in_no_table_no_redis_key_and_no_journal() {
         unreplayed(dir_c.path()) > 0,
         "C's journal waits for a replay"
     );
-    let c_journal: String = linktrack::events::journal::unreplayed_segments(dir_c.path())
+    let c_journal: String = linktrack::journal::segments::unreplayed_segments(dir_c.path())
         .unwrap()
         .iter()
         .map(|segment| std::fs::read_to_string(segment).unwrap())

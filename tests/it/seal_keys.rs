@@ -70,7 +70,7 @@ async fn start_refused(db: &TestDb, secret: &str, previous: &[&str]) -> KeyRefus
     let journal = tempfile::tempdir().unwrap();
     let settings = server_with(secret, previous)(AppSettings::new(
         db.pool.clone(),
-        linktrack::events::journal::JournalSettings::new(journal.path()),
+        linktrack::journal::segments::JournalSettings::new(journal.path()),
     ));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     match App::build(settings, listener).await {
@@ -382,7 +382,7 @@ async fn a_server_with_an_unknown_secret_does_not_start() {
         new_secret: true,
         ..server_with(NEW, &[])(AppSettings::new(
             db.pool.clone(),
-            linktrack::events::journal::JournalSettings::new(journal.path()),
+            linktrack::journal::segments::JournalSettings::new(journal.path()),
         ))
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -54,7 +54,7 @@ async fn events_wait_for_a_missing_partition_to_be_created() {
 
 /// The journal segments (`.active` and `.jsonl`) of a directory.
 fn segments(dir: &Path) -> Vec<PathBuf> {
-    linktrack::events::journal::unreplayed_segments(dir).unwrap()
+    linktrack::journal::segments::unreplayed_segments(dir).unwrap()
 }
 
 /// Wait (up to 10 s) until the server has replayed every segment of `dir`.

@@ -68,11 +68,11 @@ async fn the_rollup_keeps_live_counters_recent_clicks_top_links_and_segments() {
     let hits = traffic(&letters, d1, d2);
     record(&db.pool, &hits[..5]).await;
     // Two passes, so counters and sets accumulate across batches.
-    linktrack::rollup::roll_and_publish(&db.pool, Some(&live), &options(2))
+    linktrack::rollup_worker::roll_and_publish(&db.pool, Some(&live), &options(2))
         .await
         .unwrap();
     record(&db.pool, &hits).await;
-    linktrack::rollup::roll_and_publish(&db.pool, Some(&live), &options(2))
+    linktrack::rollup_worker::roll_and_publish(&db.pool, Some(&live), &options(2))
         .await
         .unwrap();
     assert!(live.is_up());
@@ -190,7 +190,7 @@ async fn with_redis_down_the_rollup_and_the_api_keep_working() {
     let live = Live::new("redis://127.0.0.1:1", "lt-down:").unwrap();
     let letters = letters(&db.pool, d1, 3).await;
     record(&db.pool, &traffic(&letters, d1, d1)).await;
-    let report = linktrack::rollup::roll_and_publish(&db.pool, Some(&live), &options(1000))
+    let report = linktrack::rollup_worker::roll_and_publish(&db.pool, Some(&live), &options(1000))
         .await
         .unwrap();
     assert_eq!(report.events(), 10);

@@ -4,7 +4,7 @@
 //! admin listener.
 
 use crate::common::{TestDb, TestServer};
-use linktrack::events::journal::JournalSettings;
+use linktrack::journal::segments::JournalSettings;
 use linktrack::live::Live;
 use linktrack::server::{App, AppSettings};
 use serde_json::Value;

@@ -140,13 +140,13 @@ pub struct ServeArgs {
     /// BYTES free (the load balancer drains the node before its journal
     /// fails)…
     #[arg(long, env = "LINKTRACK_JOURNAL_MIN_FREE_BYTES", value_name = "BYTES",
-          default_value_t = crate::events::journal::DEFAULT_MIN_FREE_BYTES)]
+          default_value_t = crate::journal::segments::DEFAULT_MIN_FREE_BYTES)]
     pub journal_min_free_bytes: u64,
 
     /// …and until it has more than BYTES free again (hysteresis: a node
     /// at the edge does not flap).
     #[arg(long, env = "LINKTRACK_JOURNAL_RESUME_FREE_BYTES", value_name = "BYTES",
-          default_value_t = crate::events::journal::DEFAULT_RESUME_FREE_BYTES)]
+          default_value_t = crate::journal::segments::DEFAULT_RESUME_FREE_BYTES)]
     pub journal_resume_free_bytes: u64,
 
     /// Longest wait for the database (connection, then statement) before a

@@ -5,7 +5,7 @@
 
 use super::{days_ago, seal_of, sealed_token, TestDb};
 use chrono::Utc;
-use linktrack::events::journal::JournalSettings;
+use linktrack::journal::segments::JournalSettings;
 use linktrack::server::state::ServerSettings;
 use linktrack::server::{App, AppSettings, ServeError};
 use linktrack::store::links::{self, LinkKind, NewLink};

@@ -3,9 +3,9 @@
 //! database along the replay's own path.
 
 use super::fallback::JournalHealth;
-use super::journal::Recorder;
-use super::journal_line::Replayable;
+use super::line::Replayable;
 use super::replay::Sinks;
+use super::segments::Recorder;
 use crate::event::EventRow;
 use crate::retry::Backoff;
 use sqlx::MySqlPool;

@@ -1,7 +1,7 @@
 //! Recording hits (clicks, opens, image loads, unsubscribes) without making
 //! the visitor wait for the database.
 //!
-//! A handler appends its event to the [`journal`], an append-only
+//! A handler appends its event to the journal ([`segments`]), an append-only
 //! JSON-lines segment file, and answers once the line is written (the OS
 //! page cache, no fsync). The `replay` task inserts
 //! sealed segments into `events` and deletes a segment only once all of its
@@ -11,14 +11,14 @@
 
 mod drain;
 pub mod fallback;
-pub mod journal;
-pub(crate) mod journal_line;
+pub(crate) mod line;
 mod outbox_sink;
 pub(crate) mod replay;
+pub mod segments;
 
 use crate::event::EventRow;
-use journal::{JournalError, JournalSettings, Recorder};
 pub use outbox_sink::{Enqueued, OutboxSink};
+use segments::{JournalError, JournalSettings, Recorder};
 use sqlx::MySqlPool;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -39,7 +39,7 @@ pub struct EventPipeline {
     drain: JoinHandle<()>,
     replayer: JoinHandle<()>,
     /// The journal directory is ours while this is held.
-    _lock: journal::JournalLock,
+    _lock: segments::JournalLock,
 }
 
 impl EventPipeline {
@@ -63,11 +63,11 @@ impl EventPipeline {
             privacy,
             router,
         };
-        let (next_segment, lock) = journal::recover(&settings.dir).await?;
+        let (next_segment, lock) = segments::recover(&settings.dir).await?;
         let (stop_writer, writer_stopped) = watch::channel(false);
         let (stop_replayer, replayer_stopped) = watch::channel(false);
         let (recorder, writer) =
-            journal::spawn_writer(settings.clone(), next_segment, writer_stopped);
+            segments::spawn_writer(settings.clone(), next_segment, writer_stopped);
         let sealed = writer.sealed.clone();
         let (stop_drain, drain_stopped) = watch::channel(false);
         let drain = tokio::spawn(drain::drain(

@@ -6,9 +6,9 @@
 //! the same events again is a no-op, so the database ends up with each event
 //! exactly once whatever crashes in between.
 
-use super::journal::{sealed_segments, JournalError, JournalSettings};
-use super::journal_line::{JournalLine, JournalLineError, Replayable, Resolve};
+use super::line::{JournalLine, JournalLineError, Replayable, Resolve};
 use super::outbox_sink::OutboxSink;
+use super::segments::{sealed_segments, JournalError, JournalSettings};
 use crate::event::EventRow;
 use crate::kind::{EventKind, LinkKind};
 use crate::privacy::{Privacy, Withheld};

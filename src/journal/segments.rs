@@ -1,5 +1,5 @@
 //! The append-only event journal: a directory of segment files of one line
-//! per event (`journal_line`; the sealed ones are named `.jsonl`, as when
+//! per event (`line.rs`; the sealed ones are named `.jsonl`, as when
 //! the lines were JSON).
 //!
 //! * A handler appends its event's line to `{seq:020}.active` itself, with
@@ -140,7 +140,7 @@ impl Recorder {
 
     /// Append `row` to the journal file only, noting whether it wrote.
     pub(crate) fn append_without_fallback(&self, row: &EventRow) -> Result<(), JournalError> {
-        let mut line = super::journal_line::JournalLine::encode(row);
+        let mut line = super::line::JournalLine::encode(row);
         line.push(b'\n');
         let written = self.append_line(&line);
         match &written {
@@ -404,7 +404,7 @@ impl SegmentState {
         };
         // One write of the whole line (an O_APPEND write of a few hundred
         // bytes is not split), so a crash leaves at most a torn last line,
-        // which the replay skips. The caller logs a failure (`events::record`).
+        // which the replay skips. The caller logs a failure (`journal::append`).
         if let Err(err) = segment.file.write_all(line) {
             // A full disk may take part of the line: cut it off, or later
             // lines would follow a torn one and the segment would not
@@ -500,7 +500,7 @@ mod tests {
         let text = std::fs::read_to_string(&active).unwrap();
         assert_eq!(text.lines().count(), 3);
         let first =
-            crate::events::journal_line::JournalLine::decode(text.lines().next().unwrap()).unwrap();
+            crate::journal::line::JournalLine::decode(text.lines().next().unwrap()).unwrap();
         assert_eq!(first.event_id, [0; 16]);
 
         stop.send(true).unwrap();
