@@ -18,6 +18,51 @@ const EPOCH_DAYS_FROM_CE: i64 = 719_163;
 pub const TOKEN_HEX_LEN: usize = 32;
 
 /// A tracking token. Cheap to copy; compares by its 16 bytes.
+///
+/// # Examples
+///
+/// A token carries the moment it was made, so it names the day (the
+/// `links` partition) its row is in, and an expired link is known without
+/// a database read:
+///
+/// ```
+/// use chrono::{NaiveDate, TimeZone, Utc};
+/// use linktrack::token::Token;
+///
+/// let made = Utc.with_ymd_and_hms(2026, 11, 27, 9, 30, 0).unwrap();
+/// let token = Token::at(made);
+/// assert_eq!(token.date(), NaiveDate::from_ymd_opt(2026, 11, 27).unwrap());
+///
+/// // The URL form is 32 lowercase hex digits, parsed back exactly.
+/// let text = token.to_string();
+/// assert_eq!(text.len(), 32);
+/// assert_eq!(Token::parse(&text), Ok(token));
+/// assert!(Token::parse(&text.to_uppercase()).is_err());
+///
+/// // Kept 30 days: expired on the 31st day after it was made.
+/// let day = |d| NaiveDate::from_ymd_opt(2026, 12, d).unwrap();
+/// assert!(!token.is_expired(day(27), 30));
+/// assert!(token.is_expired(day(28), 30));
+/// ```
+///
+/// A sealed token also carries what it is for (its kind, its link's
+/// template, its letter), readable only with the installation's key:
+///
+/// ```
+/// use chrono::Utc;
+/// use linktrack::kind::TokenKind;
+/// use linktrack::token::{Opened, Plaintext, TokenSeal};
+///
+/// let seal = TokenSeal::derive(Some("the secret"), b"installation key", 0);
+/// let token = seal.seal(Utc::now(), Plaintext::issue(TokenKind::Click, 7, 42));
+/// let Opened::Sealed(plain) = seal.open(&token) else { panic!("sealed") };
+/// assert_eq!(plain.token_kind(), Some(TokenKind::Click));
+/// assert_eq!(plain.template, 7);
+///
+/// // Another key opens it to something else.
+/// let other = TokenSeal::derive(Some("another secret"), b"installation key", 0);
+/// assert_ne!(other.open(&token), Opened::Sealed(plain));
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Token(pub(super) Uuid);
 
