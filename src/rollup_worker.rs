@@ -2,7 +2,7 @@
 //! statistics tables (exactly once, in MySQL: [`crate::store::rollup`]) and
 //! publish each committed batch to the Redis live layer ([`crate::live`]).
 //! `linktrack serve` runs it as a background worker
-//! (`crate::server::workers`); `linktrack stats rollup` runs it alone.
+//! (`crate::workers`); `linktrack stats rollup` runs it alone.
 
 use crate::live::{Live, LiveError};
 use crate::store::rolled_batch::RolledBatch;
