@@ -37,6 +37,7 @@
 mod ids;
 mod migrate;
 mod node;
+mod node_address;
 pub(crate) mod node_failure;
 mod routing;
 mod shard;

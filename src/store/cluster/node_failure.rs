@@ -2,7 +2,7 @@
 //! as `partitions` on a cluster reports it. Apart from the topology because
 //! [`StoreError`](crate::store::StoreError) carries it.
 
-use super::node::NodeAddress;
+use super::node_address::NodeAddress;
 use std::fmt;
 
 /// A node that failed while the others were done.

@@ -1,0 +1,92 @@
+//! A data node's address: an entry of `LINKTRACK_SHARDS`, or a server the
+//! head's `mysql.servers` names. Plain data, apart from connecting to it
+//! (`node.rs`), so that a failure report ([`super::node_failure`]) can name a
+//! node without reaching the store's error and connection code.
+
+use std::fmt;
+
+/// One data node's address, as given in `LINKTRACK_SHARDS` or read from the
+/// head's `mysql.servers`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct NodeAddress {
+    pub host: String,
+    pub port: u16,
+    pub user: String,
+    pub password: String,
+    pub database: String,
+}
+
+impl fmt::Debug for NodeAddress {
+    // Never print the password.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{self}")
+    }
+}
+
+impl fmt::Display for NodeAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}@{}:{}/{}",
+            self.user, self.host, self.port, self.database
+        )
+    }
+}
+
+impl NodeAddress {
+    /// Parse one `mysql://user:password@host:port/database` URL; the error
+    /// says what is wrong without repeating the password.
+    pub fn parse(text: &str) -> Result<NodeAddress, String> {
+        let url = url::Url::parse(text.trim()).map_err(|e| format!("not a URL: {e}"))?;
+        if url.scheme() != "mysql" && url.scheme() != "mariadb" {
+            return Err(format!("scheme {:?}, expected mysql://", url.scheme()));
+        }
+        let host = url
+            .host_str()
+            .filter(|h| !h.is_empty())
+            .ok_or("no host")?
+            .to_owned();
+        let database = url.path().trim_start_matches('/').to_owned();
+        if database.is_empty() || database.contains('/') {
+            return Err("no database: give it as the URL's path, e.g. /linktrack".into());
+        }
+        let decode = |s: &str| {
+            percent_decode(s).map_err(|_| "the user or password is not valid percent-encoding")
+        };
+        Ok(NodeAddress {
+            host,
+            port: url.port().unwrap_or(3306),
+            user: decode(url.username())?,
+            password: decode(url.password().unwrap_or(""))?,
+            database: decode(&database)?,
+        })
+    }
+
+    /// The same server and database (credentials may differ).
+    pub(crate) fn same_place(&self, other: &NodeAddress) -> bool {
+        self.host == other.host && self.port == other.port && self.database == other.database
+    }
+}
+
+fn percent_decode(text: &str) -> Result<String, std::string::FromUtf8Error> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out)
+}
