@@ -65,8 +65,9 @@
 //!
 //! Storage:
 //! 15. [`store`]: every SQL statement. `store/mod.rs` only declares and
-//!     re-exports; the error (`error.rs`) and the MySQL error numbers it
-//!     reads (`mysql_errors.rs`), the pool (`connect.rs`), migrations
+//!     re-exports; the error (`error.rs`), its kind for logs (`deadlock`,
+//!     `connection_lost`, ... in `error_kind.rs`) and the MySQL error
+//!     numbers it reads (`mysql_errors.rs`), the pool (`connect.rs`), migrations
 //!     (`migrations.rs`), `IN` lists (`in_list.rs`);
 //!     links, link templates, events, suppressions, tracking opt-outs,
 //!     tracking domains per sender (`tracking_domains.rs`) and their
@@ -174,8 +175,9 @@
 //!     limiter of wrong secrets per client network (`guesses.rs`); the
 //!     SSRF-safe image proxy (`image.rs`); the providers' bounce webhooks
 //!     with their settings and SNS and Mailgun signature checks
-//!     (`server/hooks/`); the server's error type and its
-//!     pages (`error.rs`, `pages.rs`); Prometheus metrics (`metrics.rs`,
+//!     (`server/hooks/`); the server's error type, which keeps the store's
+//!     error and logs its kind, mapped to a status and page in one
+//!     `IntoResponse` (`error.rs`, `pages.rs`); Prometheus metrics (`metrics.rs`,
 //!     `health_gauges.rs`); the stats API and dashboard (`server/stats/`:
 //!     their state, credentials and templates, and their own error type for
 //!     the API's JSON errors, each in a file of its own). `/metrics` and
