@@ -28,7 +28,7 @@ pub const MAX_MAILING_ID: usize = 64;
 /// assert!(MailingId::parse("news ").is_err());
 /// assert!(MailingId::parse("").is_err());
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct MailingId(String);
 
 /// Why a text is not a mailing id; the message is what a user reads after
@@ -64,6 +64,14 @@ impl MailingId {
 
     pub fn into_string(self) -> String {
         self.0
+    }
+}
+
+/// Quoted, as the text it holds: messages that said `mailing "w47"` when the
+/// id was a `String` still do.
+impl fmt::Debug for MailingId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
     }
 }
 
@@ -139,6 +147,12 @@ mod tests {
             MailingId::parse("w47").map(MailingId::into_string),
             Ok("w47".into())
         );
+    }
+
+    #[test]
+    fn an_id_prints_as_its_text() {
+        let id = MailingId::parse("w47").unwrap();
+        assert_eq!(format!("{id} {id:?}"), r#"w47 "w47""#);
     }
 
     #[test]
