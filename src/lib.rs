@@ -27,44 +27,46 @@
 //! Foundations (plain values and plumbing, no SQL, no HTTP):
 //! 1. [`kind`]: [`kind::LinkKind`] and [`kind::EventKind`], the one spelling
 //!    of every kind (database ENUM, journal, API, Redis counter names).
-//! 2. `timestamp`: an event's UTC time as fixed-width digits, for the
+//! 2. `locks`: a `Mutex` or `RwLock` taken whatever a panicking holder
+//!    left behind (each guards data one statement updates).
+//! 3. `timestamp`: an event's UTC time as fixed-width digits, for the
 //!    journal line and the replay's insert.
-//! 3. [`error_report`]: how the binary prints a fatal error (each cause once).
-//! 4. [`settings_file`]: reading a TOML settings file (pools, endpoints).
-//! 5. [`workers`]: background workers and their stop signal, joined in order
+//! 4. [`error_report`]: how the binary prints a fatal error (each cause once).
+//! 5. [`settings_file`]: reading a TOML settings file (pools, endpoints).
+//! 6. [`workers`]: background workers and their stop signal, joined in order
 //!    at shutdown; the low-priority runtime of the senders and the replay.
-//! 6. [`address`]: address normalisation and validation ([`address::Email`]).
-//! 7. [`mailing_id`]: [`mailing_id::MailingId`], a mailing's id checked once
+//! 7. [`address`]: address normalisation and validation ([`address::Email`]).
+//! 8. [`mailing_id`]: [`mailing_id::MailingId`], a mailing's id checked once
 //!    where it comes in (file, flag, URL) and carried as its own type.
-//! 8. [`destinations`]: which addresses a request made on someone's
+//! 9. [`destinations`]: which addresses a request made on someone's
 //!    behalf may reach (public ones and the networks the operator
 //!    names), for the image proxy and events out (SSRF).
-//! 9. [`letter`]: one letter's HTML: personalise (minijinja,
-//!    `letter/personalize.rs`), rewrite links byte-exactly (`letter/rewrite.rs`,
-//!    start tags in `start_tag.rs`, character references in `charref.rs`),
-//!    a mailing compiled once into fixed text and slots (`letter/plan.rs`),
-//!    what a spam filter sees: links that show their own address
-//!    (`address_text.rs`), short letters with an image (`short_letter.rs`).
-//! 10. [`event`]: [`event::EventRow`], one event (click, open, image load,
+//! 10. [`letter`]: one letter's HTML: personalise (minijinja,
+//!     `letter/personalize.rs`), rewrite links byte-exactly (`letter/rewrite.rs`,
+//!     start tags in `start_tag.rs`, character references in `charref.rs`),
+//!     a mailing compiled once into fixed text and slots (`letter/plan.rs`),
+//!     what a spam filter sees: links that show their own address
+//!     (`address_text.rs`), short letters with an image (`short_letter.rs`).
+//! 11. [`event`]: [`event::EventRow`], one event (click, open, image load,
 //!     unsubscribe) as recorded, journaled, stored and sent.
-//! 11. [`token`]: the tracking token, one file per stage: new, parse, date
+//! 12. [`token`]: the tracking token, one file per stage: new, parse, date
 //!     and the retention check (`token/uuid_v7.rs`), what it seals
 //!     (`plaintext.rs`), the seal and its key's fingerprint (`seal.rs`) over
 //!     its permutation (`feistel.rs`), the seal key ring (`ring.rs`), the
 //!     VERP bounce address (`bounce_address.rs`), the Spider shard
 //!     (`virtual_shard.rs`).
-//! 12. [`bots`]: human or bot: the first verdict from the request
+//! 13. [`bots`]: human or bot: the first verdict from the request
 //!     (`bots/mod.rs`), scanner networks (`networks.rs`, `networks.toml`), the
 //!     rule that settles a verdict with the whole letter in view
 //!     (`letter_judgement.rs`).
-//! 13. [`payload`]: the JSON body every endpoint receives for one event (and
+//! 14. [`payload`]: the JSON body every endpoint receives for one event (and
 //!     batches of them): a contract, like the token.
-//! 14. [`retry`]: one way to retry (attempts, backoff with jitter,
+//! 15. [`retry`]: one way to retry (attempts, backoff with jitter,
 //!     deadline, which errors retry), used by SMTP delivery, events out,
 //!     the journal's replay and drain, and the link lookups.
 //!
 //! Storage:
-//! 15. [`store`]: every SQL statement. `store/mod.rs` only declares and
+//! 16. [`store`]: every SQL statement. `store/mod.rs` only declares and
 //!     re-exports; the error (`error.rs`), its kind for logs (`deadlock`,
 //!     `connection_lost`, ... in `error_kind.rs`) and the MySQL error
 //!     numbers it reads (`mysql_errors.rs`), the pool (`connect.rs`), migrations
@@ -91,28 +93,28 @@
 //!     connection failures said with target and hint (`connect_error.rs`).
 //!
 //! Services (each runs beside a job, on the store):
-//! 16. [`live`]: the optional Redis live layer (counters, recent clicks, top
+//! 17. [`live`]: the optional Redis live layer (counters, recent clicks, top
 //!     links, per-tag letter sets for segments).
-//! 17. [`privacy`]: what every server holds in memory about people's
+//! 18. [`privacy`]: what every server holds in memory about people's
 //!     choices: the opt-out list and the erasures as fingerprints, kept
 //!     current from the change log, checked on every hit and by the
 //!     journal replay; and `erase` across servers, tables and Redis
 //!     (`privacy/erase.rs`); how often the view is refreshed and how long
 //!     a server counts as alive (`settings.rs`).
-//! 18. [`domains`]: a tracking domain's DNS checked (its CNAME or
+//! 19. [`domains`]: a tracking domain's DNS checked (its CNAME or
 //!     addresses point at this service), with the system's resolver or a
 //!     given name server.
-//! 19. [`acme`]: automatic TLS for the tracking domains: certificates
+//! 20. [`acme`]: automatic TLS for the tracking domains: certificates
 //!     ordered from an ACME directory (HTTP-01, `acme/order.rs`), renewed
 //!     before they end (`certificate.rs`), served by SNI from the table
 //!     the certificate worker keeps (`acme/mod.rs`); where and how often
 //!     they are ordered (`settings.rs`).
-//! 20. [`delivery`]: sending mechanics: each letter as a complete RFC 5322
+//! 21. [`delivery`]: sending mechanics: each letter as a complete RFC 5322
 //!     message (`delivery/message.rs`), SMTP sessions with pipelining and
 //!     retries (`smtp/`), the
 //!     pools file (`pools.rs`), the per-letter ledger (`ledger.rs`), the
 //!     run's delivered, retried and refused counts (`counters.rs`).
-//! 21. [`bounces`]: mail that comes back: bounces, complaints and
+//! 22. [`bounces`]: mail that comes back: bounces, complaints and
 //!     auto-replies read (`bounces/parse.rs`, text bounces in `text.rs`,
 //!     the bare address both read in `bare_address.rs`) into a report
 //!     (`report.rs`), classified (`classify.rs`, docs/bounces.md's table),
@@ -120,13 +122,13 @@
 //!     acted on (`ingest.rs`, soft bounces counted by `soft_policy.rs`,
 //!     decisions sent on through `events_out.rs`); providers' events (SES,
 //!     Mailgun) read into the same report (`providers.rs`).
-//! 22. [`journal`]: the event journal: its segment files
+//! 23. [`journal`]: the event journal: its segment files
 //!     (`journal/segments.rs`), its versioned line (`line.rs`), the fallback
 //!     queue when it cannot write (`fallback.rs`) and its drain
 //!     (`drain.rs`), the replay into the `events` table (`replay.rs`), which
 //!     hands each batch to the [`journal::OutboxSink`] it is given
 //!     (`outbox_sink.rs`).
-//! 23. [`outbound`]: events out, at least once: the outbox sink (queues each
+//! 24. [`outbound`]: events out, at least once: the outbox sink (queues each
 //!     event for every matching endpoint), a sender per endpoint
 //!     (`outbound/dispatch.rs`) of signed Standard Webhooks POSTs
 //!     (`webhook.rs`, `signature.rs`) or AMQP messages (`amqp.rs`), the
@@ -135,11 +137,11 @@
 //!     (`configured.rs`) with its retry policy (`retry_policy.rs`) and the
 //!     hold of events until their verdicts settle (`hold.rs`), the registry
 //!     that warns when servers' endpoints differ (`registry.rs`).
-//! 24. [`rollup_worker`]: the rollup worker loop: roll `events` into the statistics
+//! 25. [`rollup_worker`]: the rollup worker loop: roll `events` into the statistics
 //!     tables, then publish to Redis.
 //!
 //! Jobs (what the commands run):
-//! 25. [`builder`]: `linktrack build`, the batch job, a file per stage a
+//! 26. [`builder`]: `linktrack build`, the batch job, a file per stage a
 //!     letter passes through (`builder/mod.rs` only wires them): the
 //!     options (`options.rs`), the summary (`summary.rs`) and the error
 //!     (`error.rs`); the mailing read and made ready (`mailing.rs`,
@@ -157,11 +159,11 @@
 //!     (`output.rs`); handed to the pool (`handover.rs`, one lane's worker
 //!     in `handover_lanes.rs`); the progress bar (`progress.rs`); letters
 //!     composed without a database, for the benchmark (`composer.rs`).
-//! 26. [`demo`]: `linktrack demo`, the whole loop on the compiled-in fixtures.
-//! 27. [`export`]: the recipients export (one row per letter with its
+//! 27. [`demo`]: `linktrack demo`, the whole loop on the compiled-in fixtures.
+//! 28. [`export`]: the recipients export (one row per letter with its
 //!     engagement, CSV or JSON lines), streamed page by page; the API and
 //!     `linktrack export recipients` write it.
-//! 28. [`server`]: `linktrack serve`. [`server::App`] (`server/app.rs`) is the
+//! 29. [`server`]: `linktrack serve`. [`server::App`] (`server/app.rs`) is the
 //!     one wiring (listeners, event pipeline, workers, ordered shutdown),
 //!     with its error (`serve_error.rs`), the public listener's routes
 //!     (`router.rs`) and the stop signals (`shutdown.rs`);
@@ -184,7 +186,7 @@
 //!     `/readyz` are on the admin listener.
 //!
 //! Command line:
-//! 29. [`cli`]: the command line (clap stops here): its flags in
+//! 30. [`cli`]: the command line (clap stops here): its flags in
 //!     `cli/args/`, one file per runner, named as it is; runners that turn
 //!     them into the settings structs below and print what was done
 //!     (`cli/mod.rs` dispatches; `bounces.rs`, `database.rs`, `domains.rs`,
@@ -214,6 +216,7 @@ pub mod journal;
 pub mod kind;
 pub mod letter;
 pub mod live;
+pub(crate) mod locks;
 pub mod mailing_id;
 pub mod outbound;
 pub mod payload;

@@ -15,6 +15,7 @@ pub mod certificate;
 pub mod order;
 mod settings;
 
+use crate::locks::ReadWriteEvenPoisoned;
 use crate::store::tls_certificates::{self, StoredCertificate};
 use crate::store::tracking_domains::{self, DomainState};
 use crate::workers::Stopping;
@@ -47,18 +48,12 @@ pub struct Certificates {
 
 impl Certificates {
     fn replace(&self, loaded: HashMap<String, Arc<CertifiedKey>>) {
-        *self
-            .by_host
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = loaded;
+        *self.by_host.write_even_poisoned() = loaded;
     }
 
     /// The hosts a certificate is served for.
     pub fn hosts(&self) -> Vec<String> {
-        let by_host = self
-            .by_host
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let by_host = self.by_host.read_even_poisoned();
         let mut hosts: Vec<String> = by_host.keys().cloned().collect();
         hosts.sort();
         hosts
@@ -73,11 +68,7 @@ impl ResolvesServerCert for Certificates {
             .server_name()?
             .trim_end_matches('.')
             .to_ascii_lowercase();
-        self.by_host
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .get(&host)
-            .cloned()
+        self.by_host.read_even_poisoned().get(&host).cloned()
     }
 }
 

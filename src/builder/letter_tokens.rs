@@ -5,6 +5,7 @@
 
 use super::mailing_context::MailingContext;
 use super::reject::Reject;
+use crate::locks::LockEvenPoisoned;
 use crate::store::links::{LinkKind, NewLink};
 use crate::token::Token;
 use chrono::{DateTime, Utc};
@@ -68,7 +69,7 @@ impl ImageTokens {
     ) -> Token {
         // A poisoned lock only means another letter's build panicked; the map
         // itself is still consistent (inserts are single operations).
-        let mut state = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut state = self.inner.lock_even_poisoned();
         let key = (kind, position, url.to_owned());
         if let Some(token) = state.known.get(&key) {
             return *token;
@@ -90,7 +91,7 @@ impl ImageTokens {
 
     /// Rows for image URLs first seen since the last call.
     pub(crate) fn take_new_rows(&self) -> Vec<NewLink> {
-        let mut state = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut state = self.inner.lock_even_poisoned();
         std::mem::take(&mut state.new_rows)
     }
 }

@@ -13,6 +13,7 @@
 //! database in the order they were asked for, by one task.
 
 use super::log_file::{DeliveryLog, LogLine};
+use crate::locks::LockEvenPoisoned;
 use crate::store::deliveries::{self, DeliveryStatus, LedgerWrites};
 use crate::store::StoreError;
 use sqlx::pool::PoolConnection;
@@ -146,7 +147,7 @@ impl Ledger {
     }
 
     fn check_failed(&self) -> Result<(), StoreError> {
-        let failed = self.failed.lock().unwrap_or_else(|p| p.into_inner());
+        let failed = self.failed.lock_even_poisoned();
         match failed.as_ref() {
             Some(e) => Err(StoreError::Refused(format!("recording deliveries: {e}"))),
             None => Ok(()),
@@ -210,7 +211,7 @@ async fn write_loop(
         };
         if let Err(e) = &result {
             if answers.iter().any(Option::is_none) {
-                let mut first = failed.lock().unwrap_or_else(|p| p.into_inner());
+                let mut first = failed.lock_even_poisoned();
                 first.get_or_insert_with(|| e.clone());
             }
         }

@@ -17,6 +17,7 @@
 //!
 //! A line: `{"mailing_id":…,"letter_id":…,"status":"sending"|"delivered"|"rejected","reply":…}`.
 
+use crate::locks::LockEvenPoisoned;
 use crate::store::deliveries::DeliveryStatus;
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
@@ -87,20 +88,14 @@ impl DeliveryLog {
             })?;
             bytes.push(b'\n');
         }
-        let mut file = self
-            .file
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut file = self.file.lock_even_poisoned();
         file.write_all(&bytes)
             .map_err(|source| io_error(&self.path, source))
     }
 
     /// Empty the file: every line in it is committed to `deliveries`.
     pub fn clear(&self) -> Result<(), DeliveryLogError> {
-        let file = self
-            .file
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let file = self.file.lock_even_poisoned();
         file.set_len(0)
             .map_err(|source| io_error(&self.path, source))
     }

@@ -32,6 +32,7 @@ pub use erase::{erase, ErasureReport};
 pub use settings::{PrivacySettings, ALIVE_WITHIN};
 
 use crate::address::{AddressKey, Fingerprint};
+use crate::locks::{LockEvenPoisoned, ReadWriteEvenPoisoned};
 use crate::store::privacy::{self as store, Change, ChangeRow};
 use crate::store::StoreError;
 use chrono::{DateTime, Utc};
@@ -465,19 +466,19 @@ impl Privacy {
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, View> {
         // A panic while writing (none is known) leaves whole entries only.
-        self.0.view.read().unwrap_or_else(|p| p.into_inner())
+        self.0.view.read_even_poisoned()
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, View> {
-        self.0.view.write().unwrap_or_else(|p| p.into_inner())
+        self.0.view.write_even_poisoned()
     }
 
     fn lock_in_flight(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, u64>> {
-        self.0.in_flight.lock().unwrap_or_else(|p| p.into_inner())
+        self.0.in_flight.lock_even_poisoned()
     }
 
     fn lock_listeners(&self) -> std::sync::MutexGuard<'_, Vec<ErasureListener>> {
-        self.0.on_erasure.lock().unwrap_or_else(|p| p.into_inner())
+        self.0.on_erasure.lock_even_poisoned()
     }
 }
 

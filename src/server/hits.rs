@@ -19,6 +19,7 @@ use super::state::{AppState, Reader, ServedLink};
 use crate::bots::Hit;
 use crate::event::EventRow;
 use crate::kind::EventKind;
+use crate::locks::LockEvenPoisoned;
 use crate::privacy::Withheld;
 use crate::store::link_templates::LinkTemplate;
 use crate::token::Token;
@@ -253,15 +254,13 @@ impl ClockSequence for EventIds {
 
     fn generate_sequence(&self, seconds: u64, subsec_nanos: u32) -> u64 {
         self.0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .lock_even_poisoned()
             .generate_sequence(seconds, subsec_nanos)
     }
 
     fn generate_timestamp_sequence(&self, seconds: u64, subsec_nanos: u32) -> (u64, u64, u32) {
         self.0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .lock_even_poisoned()
             .generate_timestamp_sequence(seconds, subsec_nanos)
     }
 

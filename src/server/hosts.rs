@@ -6,6 +6,7 @@
 //! by address).
 
 use super::error::ServerError;
+use crate::locks::ReadWriteEvenPoisoned;
 use crate::store::tracking_domains;
 use axum::extract::{Request, State};
 use axum::middleware::Next;
@@ -75,10 +76,7 @@ impl KnownHosts {
 
     /// The list as last read, and whether it is due to be read again.
     fn current(&self) -> (Option<Arc<HashSet<String>>>, bool) {
-        let known = self
-            .known
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let known = self.known.read_even_poisoned();
         let stale = known.read_at.is_none_or(|at| at.elapsed() >= REFRESH);
         (known.added.clone(), stale)
     }
@@ -86,18 +84,12 @@ impl KnownHosts {
     /// Read the list now: when the server starts (so no request reads
     /// it), then in the background. `None` when it cannot be read.
     pub(crate) async fn read(&self) -> Option<Arc<HashSet<String>>> {
-        self.known
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .read_at = Some(Instant::now());
+        self.known.write_even_poisoned().read_at = Some(Instant::now());
         match tracking_domains::hosts(&self.pool).await {
             Ok(hosts) => {
                 let added: Arc<HashSet<String>> =
                     Arc::new(hosts.iter().map(|h| normalise(h)).collect());
-                self.known
-                    .write()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner())
-                    .added = Some(added.clone());
+                self.known.write_even_poisoned().added = Some(added.clone());
                 Some(added)
             }
             Err(err) => {

@@ -24,6 +24,7 @@
 //! per database and kept for the process.
 
 use super::super::sequences;
+use crate::locks::LockEvenPoisoned;
 use crate::store::error::StoreError;
 use sqlx::MySqlPool;
 use std::collections::HashMap;
@@ -113,9 +114,7 @@ pub async fn head_writes(pool: &MySqlPool) -> Result<Option<Arc<HeadWrites>>, St
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // Nothing panics while holding these locks; a poisoned one is still sound.
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+    mutex.lock_even_poisoned()
 }
 
 /// The head's `links` layout, from its partitioning.

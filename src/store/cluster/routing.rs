@@ -19,6 +19,7 @@ use super::ids::{link_layout, LinkLayout};
 use super::node::NodeAddress;
 use super::shard::shard_of;
 use super::topology::{is_head, placements, Placement};
+use crate::locks::{LockEvenPoisoned, ReadWriteEvenPoisoned};
 use crate::store::connect::{connect_lazy, PoolSettings};
 use crate::store::error::StoreError;
 use crate::store::links::{self, StoredLink};
@@ -160,10 +161,7 @@ impl Router {
     }
 
     fn current(&self) -> Arc<Topology> {
-        let guard = self
-            .topology
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let guard = self.topology.read_even_poisoned();
         Arc::clone(&guard)
     }
 
@@ -219,19 +217,13 @@ impl Router {
             shards,
             made_from: fingerprint(placed),
         });
-        *self
-            .topology
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = topology;
+        *self.topology.write_even_poisoned() = topology;
         Ok(())
     }
 
     /// The lookup pool of a data node, made (connecting lazily) once.
     fn node_pool(&self, node: &NodeAddress) -> Result<MySqlPool, StoreError> {
-        let mut nodes = self
-            .nodes
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut nodes = self.nodes.lock_even_poisoned();
         if let Some((_, pool)) = nodes.iter().find(|(at, _)| at == node) {
             return Ok(pool.clone());
         }
