@@ -26,7 +26,7 @@ pub enum ServerError {
     /// `Arc`, because one failed lookup answers every request that shared
     /// it): 503 when the database could not be reached, 500 otherwise, and
     /// the log says which ([`StoreError::kind`]).
-    #[error("database call failed")]
+    #[error("database call failed: {0}")]
     Store(#[source] Arc<StoreError>),
     /// No answer in time, or the lookups have stopped: there is no error of
     /// the database's to keep, only what was waited for.
@@ -155,5 +155,45 @@ pub(crate) async fn within<T>(
         Err(_) => Err(ServerError::Unavailable(format!(
             "no answer within {limit:?}"
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    #[test]
+    fn a_store_error_is_kept_and_mapped_by_what_it_is() {
+        let away: ServerError = StoreError::Sqlx(sqlx::Error::PoolTimedOut).into();
+        assert!(away.is_unavailable());
+        let source = away.source().map(ToString::to_string).unwrap_or_default();
+        assert!(source.contains("pool timed out"), "{source}");
+        assert!(away.to_string().contains("pool timed out"), "{away}");
+        let answer = away.into_response();
+        assert_eq!(answer.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(answer.headers()[header::RETRY_AFTER], "5");
+
+        let wrong: ServerError = StoreError::Corrupt {
+            table: "links",
+            detail: "a URL that is no URL".into(),
+        }
+        .into();
+        assert!(!wrong.is_unavailable());
+        assert_eq!(
+            wrong.into_response().status(),
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
+    }
+
+    #[test]
+    fn a_shared_failure_answers_every_request_that_shared_it_alike() {
+        let shared = Arc::new(ServerError::from(StoreError::Sqlx(sqlx::Error::PoolClosed)));
+        let (first, second) = (
+            ServerError::from_shared(Arc::clone(&shared)),
+            ServerError::from_shared(shared),
+        );
+        assert_eq!(first.to_string(), second.to_string());
+        assert!(first.is_unavailable() && second.is_unavailable());
     }
 }
