@@ -514,7 +514,9 @@ async fn require_admin_token(
         super::stats::credentials::constant_time_eq(given.trim().as_bytes(), guard.token.as_bytes())
     });
     if given.is_some() && !allowed {
-        guard.guesses.wrong(client, "admin_token").await;
+        if let Err(blocked) = guard.guesses.wrong(client, "admin_token").await {
+            return super::guesses::too_many(blocked, "too many wrong admin tokens\n");
+        }
     }
     if allowed {
         next.run(request).await

@@ -9,15 +9,18 @@
 //!   nothing; [`MAX_WRONG_GUESSES`] wrong ones within [`GUESS_WINDOW`] block
 //!   the network for a whole window, and a blocked network is answered 429
 //!   with `Retry-After` *before* its credentials are looked at, so a right
-//!   token is no use from it either.
-//! * **Bounded memory that keeps the blocks**: the counters of networks not
-//!   (yet) blocked live in one bounded cache, which a flood of new addresses
-//!   may evict; blocked networks move to a second bounded cache that only a
+//!   token is no use from it either. Guesses that arrive together and were
+//!   checked before the block are counted one by one: those past the limit
+//!   are answered 429 as well, so never more than the limit hear 401.
+//! * **Bounded memory that keeps the blocks**: the counters of networks
+//!   live in one bounded cache, which a flood of new addresses may evict;
+//!   blocked networks are also kept in a second bounded cache that only a
 //!   block enters, evicted least recently blocked first. Unblocking a network
 //!   therefore takes as many *other blocked* networks as that cache holds
 //!   ([`BLOCKED_NETWORKS`], each needing [`MAX_WRONG_GUESSES`] wrong guesses),
 //!   never merely many addresses.
 
+use crate::locks::LockEvenPoisoned;
 use axum::extract::ConnectInfo;
 use axum::http::{Extensions, HeaderMap};
 use std::net::{IpAddr, SocketAddr};
@@ -143,30 +146,39 @@ impl GuessLimiter {
     }
 
     /// Count one wrong secret from `client`; the one that reaches the limit
-    /// blocks its network for a window (and is logged once).
-    pub async fn wrong(&self, client: Option<IpAddr>, what: &'static str) {
-        let Some(client) = client else { return };
+    /// blocks its network for a window (and is logged once). `Err` for a
+    /// guess past the limit: one that passed [`GuessLimiter::check`] while
+    /// the guesses before it were still being counted (concurrent requests)
+    /// is answered as blocked too, so no more than [`MAX_WRONG_GUESSES`] are
+    /// ever told only that they were wrong.
+    pub async fn wrong(&self, client: Option<IpAddr>, what: &'static str) -> Result<(), Blocked> {
+        let Some(client) = client else { return Ok(()) };
         let network = ClientNetwork::of(client);
         let window = self
             .counting
             .get_with(network, async { Arc::new(Mutex::new((Instant::now(), 0))) })
             .await;
-        let reached = match window.lock() {
-            Ok(mut window) => {
-                if window.0.elapsed() >= GUESS_WINDOW {
-                    *window = (Instant::now(), 0);
-                }
-                window.1 = window.1.saturating_add(1);
-                window.1 == MAX_WRONG_GUESSES
+        let counted = {
+            let mut window = window.lock_even_poisoned();
+            if window.0.elapsed() >= GUESS_WINDOW {
+                *window = (Instant::now(), 0);
             }
-            Err(_) => false,
+            window.1 = window.1.saturating_add(1);
+            window.1
         };
         metrics::counter!("linktrack_wrong_secrets_total", "what" => what).increment(1);
-        if reached {
+        if counted > MAX_WRONG_GUESSES {
+            let whole_window = Blocked {
+                retry_after_secs: GUESS_WINDOW.as_secs(),
+            };
+            return Err(self.check(Some(client)).await.err().unwrap_or(whole_window));
+        }
+        if counted == MAX_WRONG_GUESSES {
+            // The window's count stays (it ends with the block), so a guess
+            // counted after this one is past the limit whenever it arrives.
             self.blocked
                 .insert(network, Instant::now() + GUESS_WINDOW)
                 .await;
-            self.counting.invalidate(&network).await;
             metrics::counter!("linktrack_guessing_networks_blocked_total").increment(1);
             tracing::warn!(
                 %network,
@@ -175,6 +187,7 @@ impl GuessLimiter {
                 GUESS_WINDOW.as_secs()
             );
         }
+        Ok(())
     }
 
     /// Blocked networks held now (after pending evictions), for tests.
@@ -244,14 +257,40 @@ mod tests {
         for n in 0..MAX_WRONG_GUESSES {
             assert_eq!(limiter.check(ip("192.0.2.1")).await, Ok(()), "guess {n}");
             // Rotating through the /24 changes nothing.
-            limiter
+            let counted = limiter
                 .wrong(ip(&format!("192.0.2.{}", n + 1)), "test")
                 .await;
+            assert_eq!(counted, Ok(()), "guess {n}");
         }
         let blocked = limiter.check(ip("192.0.2.200")).await.unwrap_err();
         assert!((1..=GUESS_WINDOW.as_secs()).contains(&blocked.retry_after_secs));
         assert_eq!(limiter.check(ip("192.0.3.1")).await, Ok(()));
         assert_eq!(limiter.check(None).await, Ok(()));
+    }
+
+    /// A hundred wrong guesses at once, all past `check` before the first
+    /// is counted: exactly the limit's worth are told they were wrong, the
+    /// rest that they are blocked.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_guesses_past_the_limit_are_answered_as_blocked() {
+        let limiter = GuessLimiter::default();
+        let mut guesses = tokio::task::JoinSet::new();
+        for n in 0..100 {
+            let limiter = limiter.clone();
+            guesses.spawn(async move {
+                limiter
+                    .wrong(ip(&format!("192.0.2.{}", n + 1)), "test")
+                    .await
+            });
+        }
+        let answers = guesses.join_all().await;
+        let wrong_only = answers.iter().filter(|answer| answer.is_ok()).count();
+        assert_eq!(wrong_only, MAX_WRONG_GUESSES as usize);
+        assert!(answers
+            .iter()
+            .filter_map(|answer| answer.err())
+            .all(|blocked| (1..=GUESS_WINDOW.as_secs()).contains(&blocked.retry_after_secs)));
+        assert!(limiter.check(ip("192.0.2.9")).await.is_err());
     }
 
     /// Issue 43: 120,000 other addresses (each its own network, one wrong
@@ -260,11 +299,11 @@ mod tests {
     async fn a_flood_of_other_networks_does_not_unblock() {
         let limiter = GuessLimiter::with_capacity(1_000, 1_000);
         for _ in 0..MAX_WRONG_GUESSES {
-            limiter.wrong(ip("2001:db8:aa:ff01::1"), "test").await;
+            let _ = limiter.wrong(ip("2001:db8:aa:ff01::1"), "test").await;
         }
         for n in 0u32..120_000 {
             let (a, b) = (n >> 16, n & 0xffff);
-            limiter
+            let _ = limiter
                 .wrong(ip(&format!("2001:db8:{a:x}:{b:x}::1")), "test")
                 .await;
             if n % 10_000 == 0 {
@@ -284,7 +323,7 @@ mod tests {
         let limiter = GuessLimiter::with_capacity(100, 10);
         for net in 0..30u8 {
             for _ in 0..MAX_WRONG_GUESSES {
-                limiter.wrong(ip(&format!("198.51.{net}.1")), "test").await;
+                let _ = limiter.wrong(ip(&format!("198.51.{net}.1")), "test").await;
             }
         }
         assert!(limiter.blocked_count().await <= 10);

@@ -40,7 +40,9 @@ pub(crate) async fn require(
         Err(e) => return e.into_response(),
     };
     if let Some(what) = wrong {
-        state.auth.guesses.wrong(client, what).await;
+        if let Err(blocked) = state.auth.guesses.wrong(client, what).await {
+            return guesses::too_many(blocked, StatsError::TooMany);
+        }
     }
     if request.uri().path().starts_with("/api/") || !state.auth.login {
         StatsError::Unauthorized.into_response()
@@ -132,7 +134,10 @@ pub(crate) async fn login(
         Err(refused) => return Ok(refused.into_response()),
     };
     if !state.auth.token_matches(&form.token) {
-        state.auth.guesses.wrong(client, "login_form").await;
+        if let Err(blocked) = state.auth.guesses.wrong(client, "login_form").await {
+            let page = LOGIN_PAGE.replacen("<form", TOO_MANY_MESSAGE, 1);
+            return Ok(guesses::too_many(blocked, Html(page)));
+        }
         // A browser posted the form: it gets the form again, saying why.
         let page = LOGIN_PAGE.replacen("<form", WRONG_TOKEN_MESSAGE, 1);
         return Ok((StatusCode::UNAUTHORIZED, Html(page)).into_response());
