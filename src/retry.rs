@@ -261,6 +261,19 @@ impl Retries {
     pub fn failures(&self) -> u32 {
         self.failures
     }
+
+    /// A failed pass of a loop that runs until it is stopped (attempts and
+    /// deadline do not apply to it): the wait before the next pass, by the
+    /// failures in a row so far.
+    pub fn wait_after_failure(&mut self) -> Duration {
+        self.failures = self.failures.saturating_add(1);
+        self.backoff.delay(self.failures - 1)
+    }
+
+    /// A pass succeeded: the next failure waits as the first one did.
+    pub fn succeeded(&mut self) {
+        self.failures = 0;
+    }
 }
 
 /// A count of nanoseconds as a `Duration`, `Duration::MAX` past it.
@@ -424,6 +437,19 @@ mod tests {
         let (result, calls, heard) = run(backoff, &[Err("busy"), Err("again"), Ok(1)]).await;
         assert_eq!((result, calls), (Err("again"), 2));
         assert_eq!(heard, [(1, Duration::ZERO)]);
+    }
+
+    /// A loop that runs until stopped waits by its failures in a row,
+    /// whatever the attempts, and starts over after a success.
+    #[test]
+    fn an_endless_loop_waits_by_its_failures_in_a_row() {
+        let mut retries = Backoff::exponential(ms(100), 2)
+            .with_attempts(Attempts::Limited(1))
+            .start();
+        let waits: Vec<_> = (0..3).map(|_| retries.wait_after_failure()).collect();
+        assert_eq!(waits, [ms(100), ms(200), ms(400)]);
+        retries.succeeded();
+        assert_eq!(retries.wait_after_failure(), ms(100));
     }
 
     #[tokio::test]

@@ -25,11 +25,17 @@ pub(crate) async fn drain(
     mut stop: watch::Receiver<bool>,
 ) {
     let queue = recorder.fallback();
-    // A constant schedule: the same wait after every failed pass, and
-    // between passes while events are queued.
-    let retry_after = retry.delay(0);
+    let mut retries = retry.start();
     loop {
         let failed = drain_once(&pool, &sinks, &recorder).await.is_err();
+        // After a failed pass, the schedule's wait for the failures in a
+        // row; while events wait for a journal that cannot write, its first.
+        let pause = if failed {
+            retries.wait_after_failure()
+        } else {
+            retries.succeeded();
+            retry.delay(0)
+        };
         if !recorder.health().is_writable() && queue.is_empty() {
             // No event is coming to try the journal with (a drained node
             // gets no traffic): try the directory itself.
@@ -41,7 +47,7 @@ pub(crate) async fn drain(
         let idle = queue.is_empty() && recorder.health().is_writable();
         tokio::select! {
             _ = queue.wake.notified(), if !failed => {}
-            _ = tokio::time::sleep(retry_after), if failed || !idle => {}
+            _ = tokio::time::sleep(pause), if failed || !idle => {}
             changed = stop.changed() => if changed.is_err() { break },
         }
     }

@@ -67,15 +67,18 @@ pub(crate) async fn run(
     sealed: Arc<Notify>,
     mut stop: watch::Receiver<bool>,
 ) {
+    let mut retries = settings.retry_schedule().start();
     loop {
         let failed = replay_all(&pool, &settings.dir, &sinks).await.is_err();
         if *stop.borrow() {
             break;
         }
-        // After a failure, wait before retrying; otherwise wait for work.
+        // After a failure, wait by the schedule before retrying; otherwise
+        // wait for work.
         let pause = if failed {
-            settings.retry_schedule().delay(0)
+            retries.wait_after_failure()
         } else {
+            retries.succeeded();
             settings.retry_after * 5
         };
         tokio::select! {
