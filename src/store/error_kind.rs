@@ -4,7 +4,9 @@
 
 use super::error::StoreError;
 use super::mysql_errors::{
-    is_no_partition, mysql_error_number, BROKEN_CONNECTION_ERRORS, SPIDER_REMOTE_ERRORS,
+    is_no_partition, mysql_error_number, BROKEN_CONNECTION_ERRORS, ER_LOCK_DEADLOCK,
+    ER_LOCK_WAIT_TIMEOUT, ER_NO_SUCH_TABLE, PRIVILEGE_ERRORS, READ_ONLY_ERRORS,
+    SPIDER_REMOTE_ERRORS,
 };
 
 impl StoreError {
@@ -39,16 +41,8 @@ impl StoreError {
     }
 }
 
-/// MySQL's deadlock (ER_LOCK_DEADLOCK).
-const ER_LOCK_DEADLOCK: u16 = 1213;
-/// MySQL's lock wait timeout (ER_LOCK_WAIT_TIMEOUT).
-const ER_LOCK_WAIT_TIMEOUT: u16 = 1205;
-/// MySQL's "Table doesn't exist" (ER_NO_SUCH_TABLE).
-const ER_NO_SUCH_TABLE: u16 = 1146;
-
 /// [`StoreError::kind`] of a driver error: the server's error number
-/// first (the classes of `RETRYABLE_MYSQL_ERRORS` and
-/// `BROKEN_CONNECTION_ERRORS`), then what the driver saw.
+/// first (the classes `mysql_errors.rs` names), then what the driver saw.
 fn sqlx_error_kind(err: &sqlx::Error) -> &'static str {
     if is_no_partition(err) {
         return "no_partition";
@@ -58,8 +52,8 @@ fn sqlx_error_kind(err: &sqlx::Error) -> &'static str {
             ER_LOCK_DEADLOCK => "deadlock",
             ER_LOCK_WAIT_TIMEOUT => "lock_wait_timeout",
             ER_NO_SUCH_TABLE => "no_such_table",
-            1044 | 1045 | 1142 | 1227 => "privileges",
-            1290 | 1792 | 1836 => "read_only",
+            n if PRIVILEGE_ERRORS.contains(&n) => "privileges",
+            n if READ_ONLY_ERRORS.contains(&n) => "read_only",
             n if BROKEN_CONNECTION_ERRORS.contains(&n) => "connection_lost",
             n if SPIDER_REMOTE_ERRORS.contains(&n) => "data_node_down",
             _ => "statement_refused",
