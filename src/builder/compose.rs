@@ -186,7 +186,7 @@ fn fixed_links(
     }
     context.insert(
         "mailing_id".into(),
-        Value::String(ctx.mailing.mailing_id.to_string()),
+        Value::String(ctx.mailing.mailing_id.as_str().to_owned()),
     );
     FixedLinks {
         headers,
@@ -299,7 +299,7 @@ fn assemble(
     .map_err(|e| Reject::Message(e.to_string()))?;
     Ok(Letter {
         letter_id,
-        mailing_id: mailing.mailing_id.to_string(),
+        mailing_id: mailing.mailing_id.as_str().to_owned(),
         email: recipient.email.clone(),
         pool: mailing.pool.clone(),
         subject: content.subject,

@@ -79,7 +79,7 @@ impl ImageTokens {
         state.new_rows.push(NewLink {
             token,
             kind,
-            mailing_id: ctx.mailing.mailing_id.to_string(),
+            mailing_id: ctx.mailing.mailing_id.as_str().to_owned(),
             letter_id: 0,
             email: String::new(),
             position,
