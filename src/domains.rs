@@ -85,12 +85,14 @@ impl DomainChecker {
                 join(&addresses)
             ),
         };
+        let looked_for = Found {
+            cnames: &cnames,
+            addresses: &addresses,
+            wanted: &wanted,
+        };
         Check {
             state: DomainState::Failed,
-            detail: format!(
-                "{found}; expected CNAME {target} or its addresses [{}]",
-                join(&wanted)
-            ),
+            detail: format!("{found}; {}", looked_for.what_to_change(host, &target)),
         }
     }
 
@@ -113,6 +115,60 @@ impl DomainChecker {
             Ok(found) => found.iter().collect(),
             Err(_) => BTreeSet::new(),
         }
+    }
+}
+
+/// What a failed check found, to say what to change.
+struct Found<'a> {
+    cnames: &'a BTreeSet<String>,
+    addresses: &'a BTreeSet<IpAddr>,
+    /// The target's addresses.
+    wanted: &'a BTreeSet<IpAddr>,
+}
+
+impl Found<'_> {
+    /// What was expected and what to change in DNS (or in the settings)
+    /// for `host` to point at `target`.
+    fn what_to_change(&self, host: &str, target: &str) -> String {
+        let by_address = target.parse::<IpAddr>().is_ok();
+        let expected = if by_address {
+            format!("expected the address {target}")
+        } else {
+            format!(
+                "expected CNAME {target} or its addresses [{}]",
+                join(self.wanted)
+            )
+        };
+        let extra: BTreeSet<IpAddr> = self.addresses.difference(self.wanted).copied().collect();
+        let fix = if by_address && !self.cnames.is_empty() {
+            format!(
+                "a CNAME names a host, never an address: set LINKTRACK_BASE_URL to the \
+                 service's host name (or give --target HOST) to check the CNAME, or give \
+                 {host} an A/AAAA record {target} instead"
+            )
+        } else if !self.cnames.is_empty() {
+            format!("change {host}'s CNAME to {target}")
+        } else if self.addresses.is_empty() && by_address {
+            format!(
+                "give {host} an A/AAAA record {target}; for a CNAME, set LINKTRACK_BASE_URL \
+                 to the service's host name (or give --target HOST): a CNAME cannot point \
+                 at an address"
+            )
+        } else if self.addresses.is_empty() {
+            format!("add a CNAME {host} -> {target}")
+        } else {
+            let or_cname = if by_address {
+                String::new()
+            } else {
+                format!(", or make it a CNAME to {target}")
+            };
+            format!(
+                "remove {host}'s records for [{}], which are not the service's \
+                 (every address must be){or_cname}",
+                join(&extra)
+            )
+        };
+        format!("{expected}: {fix}")
     }
 }
 
@@ -157,6 +213,41 @@ pub fn host_name(text: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn found(cnames: &[&str], addresses: &[&str], wanted: &[&str]) -> String {
+        let cnames = cnames.iter().map(|c| (*c).to_owned()).collect();
+        let parse = |list: &[&str]| -> BTreeSet<IpAddr> {
+            list.iter().map(|a| a.parse().unwrap()).collect()
+        };
+        let (addresses, wanted) = (parse(addresses), parse(wanted));
+        let target = wanted
+            .iter()
+            .next()
+            .map(IpAddr::to_string)
+            .unwrap_or_default();
+        Found {
+            cnames: &cnames,
+            addresses: &addresses,
+            wanted: &wanted,
+        }
+        .what_to_change("click.brand.example", &target)
+    }
+
+    #[test]
+    fn a_failure_says_what_to_change_and_never_expects_a_cname_to_an_address() {
+        let to_address = found(&["elsewhere.example"], &["127.0.0.2"], &["127.0.0.1"]);
+        assert!(!to_address.contains("CNAME 127.0.0.1"), "{to_address}");
+        assert!(to_address.contains("LINKTRACK_BASE_URL"), "{to_address}");
+        let none = found(&[], &[], &["127.0.0.1"]);
+        assert!(
+            none.contains("an A/AAAA record 127.0.0.1")
+                && none.contains("cannot point at an address"),
+            "{none}"
+        );
+        let extra = found(&[], &["127.0.0.1", "::1"], &["127.0.0.1"]);
+        assert!(extra.contains("records for [::1]"), "{extra}");
+        assert!(!extra.contains("CNAME to"), "{extra}");
+    }
 
     #[test]
     fn host_names_are_lowercased_and_checked() {

@@ -4,10 +4,15 @@
 //! flat whatever the mailing's size. `GET /api/mailings/{id}/recipients`
 //! and `linktrack export recipients` both write this stream.
 //!
-//! Columns: `letter_id`, `address`, `first_open` (UTC, RFC 3339), `opens`,
+//! Columns: `letter_id`, `address`, `first_open` (UTC; CSV
+//! `2026-11-26 09:00:00`, which spreadsheets read as a date and time,
+//! JSON RFC 3339), `opens`,
 //! `clicks`, `links_clicked` (positions; CSV: separated by spaces),
-//! `bot_opens`, `bot_clicks`, `unsubscribed`, `bounced`. Opens and clicks
-//! are the humans'; the bots' are beside them. Letters whose address may
+//! `bot_opens`, `bot_clicks`, `unsubscribed`, `bounced` (refused at
+//! hand-over or hard-bounced), `delivered` (empty when linktrack did not
+//! send the letter), `complained`. Opens and clicks are the humans'; the
+//! bots' are beside them. Bounces, deliveries and complaints are read from
+//! the rows the stats API counts, so the two agree. Letters whose address may
 //! not be shown are left out (see [`crate::store::engagement`]).
 
 use crate::mailing_id::MailingId;
@@ -74,7 +79,7 @@ pub struct Chunk {
 
 /// The CSV header line.
 pub const CSV_HEADER: &str = "letter_id,address,first_open,opens,clicks,links_clicked,\
-                              bot_opens,bot_clicks,unsubscribed,bounced\r\n";
+                              bot_opens,bot_clicks,unsubscribed,bounced,delivered,complained\r\n";
 
 /// Where the stream is.
 enum Cursor {
@@ -155,6 +160,8 @@ struct JsonRow<'a> {
     bot_clicks: u64,
     unsubscribed: bool,
     bounced: bool,
+    delivered: Option<bool>,
+    complained: bool,
 }
 
 impl<'a> From<&'a LetterEngagement> for JsonRow<'a> {
@@ -170,6 +177,8 @@ impl<'a> From<&'a LetterEngagement> for JsonRow<'a> {
             bot_clicks: row.bot_clicks,
             unsubscribed: row.unsubscribed,
             bounced: row.bounced,
+            delivered: row.delivered,
+            complained: row.complained,
         }
     }
 }
@@ -178,22 +187,33 @@ fn rfc3339(at: chrono::DateTime<chrono::Utc>) -> String {
     at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
+/// A time as spreadsheets read a date and time (`2026-11-26 09:00:00`,
+/// UTC: ISO 8601 with a space, no zone letter). Excel takes RFC 3339's
+/// `T…Z` for text.
+fn spreadsheet_time(at: chrono::DateTime<chrono::Utc>) -> String {
+    at.format("%Y-%m-%d %H:%M:%S").to_string()
+}
+
 fn write_csv_row(out: &mut Vec<u8>, row: &LetterEngagement) {
     let mut line = String::with_capacity(96);
     let _ = write!(line, "{},", row.letter_id);
     push_csv_field(&mut line, &row.address);
     line.push(',');
     if let Some(at) = row.first_open {
-        line.push_str(&rfc3339(at));
+        line.push_str(&spreadsheet_time(at));
     }
     let _ = write!(line, ",{},{},", row.opens, row.clicks);
     let positions: Vec<String> = row.links_clicked.iter().map(u32::to_string).collect();
     line.push_str(&positions.join(" "));
     let _ = write!(
         line,
-        ",{},{},{},{}\r\n",
+        ",{},{},{},{},",
         row.bot_opens, row.bot_clicks, row.unsubscribed, row.bounced
     );
+    if let Some(delivered) = row.delivered {
+        let _ = write!(line, "{delivered}");
+    }
+    let _ = write!(line, ",{}\r\n", row.complained);
     out.extend_from_slice(line.as_bytes());
 }
 
@@ -229,6 +249,8 @@ mod tests {
             bot_clicks: 0,
             unsubscribed: true,
             bounced: false,
+            delivered: None,
+            complained: false,
         }
     }
 
@@ -239,7 +261,7 @@ mod tests {
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "7,\"'=HYPERLINK(\"\"http://x\"\",\"\"y\"\")@example.com\",\
-             2026-11-26T09:00:00.000Z,2,3,1 3,1,0,true,false\r\n"
+             2026-11-26 09:00:00,2,3,1 3,1,0,true,false,,false\r\n"
         );
         for risky in ["+1@x", "-1@x", "@x", "\tx", "\rx"] {
             assert!(

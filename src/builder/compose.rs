@@ -54,6 +54,9 @@ pub struct Letter {
 pub(crate) struct Built {
     pub letter: Letter,
     pub new_links: Vec<NewLink>,
+    /// The merge fields of the recipient's row that were empty when the
+    /// letter printed an empty value (none: it printed none).
+    pub empty_fields: Vec<String>,
 }
 
 /// Build one letter in tracking mode `mode` (see [`letter_mode`]). `Err`
@@ -96,7 +99,15 @@ pub(crate) fn build_letter(
         }
     };
     let shape = ctx.shape(mode);
-    let mut content = letter_content(ctx, shape, &context, &fixed.tail_urls, &mut link_url)?;
+    let (content, empty_values) = crate::letter::count_empty_values(|| {
+        letter_content(ctx, shape, &context, &fixed.tail_urls, &mut link_url)
+    });
+    let mut content = content?;
+    let empty_fields = if empty_values > 0 {
+        empty_merge_fields(ctx, &recipient.fields)
+    } else {
+        Vec::new()
+    };
     if shape.rewritten
         && ctx.mailing.filter_safe
         && short_letter::pad_past_image_only_sizes(&mut content.html) > 0
@@ -112,7 +123,25 @@ pub(crate) fn build_letter(
     Ok(Built {
         letter,
         new_links: tokens.rows,
+        empty_fields,
     })
+}
+
+/// The fields the mailing's templates use that are empty (blank or `null`)
+/// in the recipient's row.
+fn empty_merge_fields(ctx: &MailingContext, fields: &Map<String, Value>) -> Vec<String> {
+    let used: std::collections::BTreeSet<String> = [&ctx.html, &ctx.subject]
+        .into_iter()
+        .flatten()
+        .flat_map(|template| template.variables())
+        .collect();
+    used.into_iter()
+        .filter(|name| match fields.get(name) {
+            Some(Value::Null) => true,
+            Some(Value::String(text)) => text.trim().is_empty(),
+            _ => false,
+        })
+        .collect()
 }
 
 /// The letter's own links, minted before its content's (the order a

@@ -31,6 +31,18 @@ pub enum BuildError {
         id: String,
         existing: String,
     },
+    #[error(
+        "{path}: {changed}, unlike the letters built under mailing_id {id:?} before, which may \
+         be out already and keep linking where they did; nothing was built: give the changed \
+         mailing a new mailing_id (such as \"{id}-2\"), or put the original back to resume \
+         the earlier build"
+    )]
+    ChangedMailing {
+        path: PathBuf,
+        id: String,
+        /// What changed: the subject, or a tracked link (its position, URLs).
+        changed: String,
+    },
     #[error("{path}: cannot read recipients: {source}")]
     Recipients {
         path: PathBuf,

@@ -199,7 +199,15 @@ impl<'a> Job<'a> {
         };
         for (line, email, result) in built {
             match result {
-                Ok((Built { letter, new_links }, encoded)) => {
+                Ok((
+                    Built {
+                        letter,
+                        new_links,
+                        empty_fields,
+                    },
+                    encoded,
+                )) => {
+                    self.summary.count_empty_fields(&empty_fields);
                     self.summary.letters_untracked += u64::from(letter.track == TrackMode::None);
                     self.summary.letters_anonymous +=
                         u64::from(letter.track == TrackMode::Anonymous);

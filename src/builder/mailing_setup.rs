@@ -82,6 +82,7 @@ pub(super) async fn store_mailing(
             existing,
         });
     }
+    refuse_changed_mailing(pool, options, &ctx).await?;
     stats::save_mailing(pool, &mailing.mailing_id, &mailing.subject, &mailing.html).await?;
     stats::save_track_mode(pool, &mailing.mailing_id, mailing.track.as_str()).await?;
     let list_manage = mailing.list_manage_url.as_deref();
@@ -92,6 +93,59 @@ pub(super) async fn store_mailing(
     let ids = link_templates::intern(pool, &ctx.mailing.mailing_id, &keys, today).await?;
     ctx.set_templates(ids);
     Ok(Arc::new(ctx))
+}
+
+/// A build under a `mailing_id` whose letters were built with another
+/// subject, or with another URL at a tracked link's position, is refused
+/// once, before any letter: the letters out already keep their links, so
+/// the changed mailing needs an id of its own (each resumed letter would
+/// otherwise be rejected one by one). Other changes to the creative (its
+/// text, its pictures) resume as before.
+async fn refuse_changed_mailing(
+    pool: &MySqlPool,
+    options: &BuildOptions,
+    ctx: &MailingContext,
+) -> Result<(), BuildError> {
+    let mailing = &ctx.mailing;
+    let Some(subject) = stats::built_subject(pool, &mailing.mailing_id).await? else {
+        return Ok(());
+    };
+    let refuse = |changed: String| BuildError::ChangedMailing {
+        path: options.mailing.clone(),
+        id: mailing.mailing_id.to_string(),
+        changed,
+    };
+    if subject != mailing.subject {
+        return Err(refuse(format!(
+            "the subject is now {:?}, was {subject:?}",
+            mailing.subject
+        )));
+    }
+    let stored = link_templates::of_mailing(pool, &mailing.mailing_id).await?;
+    match changed_link(&stored, &ctx.template_keys()) {
+        Some(changed) => Err(refuse(changed)),
+        None => Ok(()),
+    }
+}
+
+/// The first tracked link of `now` whose position was stored with other
+/// URLs only: "link 3 is now \"…\", was \"…\"".
+fn changed_link(
+    stored: &std::collections::HashMap<link_templates::TemplateKey, u32>,
+    now: &[link_templates::TemplateKey],
+) -> Option<String> {
+    let clicks = |key: &&link_templates::TemplateKey| key.kind == crate::kind::LinkKind::Click;
+    now.iter().filter(clicks).find_map(|key| {
+        let at_position: Vec<&str> = stored
+            .keys()
+            .filter(clicks)
+            .filter(|old| old.position == key.position)
+            .map(|old| old.url.as_str())
+            .collect();
+        let was = at_position.first()?;
+        (!at_position.contains(&key.url.as_str()))
+            .then(|| format!("link {} is now {:?}, was {was:?}", key.position, key.url))
+    })
 }
 
 /// The base URL of a mailing's tracked links: the verified tracking domain

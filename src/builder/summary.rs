@@ -54,6 +54,11 @@ pub struct Summary {
     /// Letters sent again because a killed run handed them over without
     /// recording the reply (letter id, address): they may arrive twice.
     pub delivery_resent: Vec<(u64, String)>,
+    /// Letters that printed an empty merge field (an empty column of the
+    /// recipient's row, no `default` to fill it): `', your update'`.
+    pub letters_with_empty_fields: u64,
+    /// Of those, how many had each field empty.
+    pub empty_fields: BTreeMap<String, u64>,
 }
 
 impl Summary {
@@ -65,6 +70,17 @@ impl Summary {
         self.delivery_skipped = delivered.skipped;
         self.delivery_retried = retried;
         self.delivery_resent = delivered.resent;
+    }
+
+    /// Count a built letter's empty merge fields (none: it printed none).
+    pub(super) fn count_empty_fields(&mut self, fields: &[String]) {
+        if fields.is_empty() {
+            return;
+        }
+        self.letters_with_empty_fields += 1;
+        for field in fields {
+            *self.empty_fields.entry(field.clone()).or_default() += 1;
+        }
     }
 
     /// Every row read is built, suppressed or rejected: never left out.
@@ -146,6 +162,21 @@ impl std::fmt::Display for Summary {
                 f,
                 "\n{} letters built keeping only the day of the last open (last_open_day)",
                 self.letters_last_open_day
+            )?;
+        }
+        if self.letters_with_empty_fields > 0 {
+            let fields: Vec<String> = self
+                .empty_fields
+                .iter()
+                .map(|(field, count)| format!("{field} {count}"))
+                .collect();
+            write!(
+                f,
+                "\nwarning: {} {} printed an empty merge field (empty in those rows: {}); give \
+                 it a default, e.g. {{{{ first_name | default(\"there\") }}}} (docs/build.md)",
+                self.letters_with_empty_fields,
+                plural(self.letters_with_empty_fields, "letter", "letters"),
+                fields.join(", ")
             )?;
         }
         for (letter_id, email) in &self.delivery_resent {

@@ -2,18 +2,25 @@
 //! the worst of them.
 
 use super::args::bounces::{BouncesCommand, IngestArgs};
+use super::args::secrets::PreviousSecretsError;
 use super::connect::pool;
 use super::exit_status::EXIT_REJECTED;
 use crate::bounces::ingest::Ingest;
 use crate::bounces::{sources, SoftPolicy};
-use crate::outbound::Outbound;
-use crate::store::seal_keys;
+use crate::outbound::{EndpointError, Outbound};
+use crate::store::{seal_keys, StoreError};
 use std::process::ExitCode;
 use std::sync::Arc;
 
 /// EX_TEMPFAIL (sysexits.h): a pipe transport keeps the message and
 /// tries again later.
 const EXIT_TEMPFAIL: u8 = 75;
+
+/// EX_CONFIG (sysexits.h): a setting is wrong, so trying again cannot
+/// help. Postfix's pipe(8) takes it as permanent (5.3.5, "local
+/// configuration error") and Exim too (not in its `temp_errors`): the
+/// message is returned at once, not retried for days.
+const EXIT_CONFIG: u8 = 78;
 
 pub(super) async fn run(url: &str, command: BouncesCommand) -> anyhow::Result<ExitCode> {
     match command {
@@ -25,6 +32,13 @@ async fn ingest(url: &str, args: &IngestArgs) -> anyhow::Result<ExitCode> {
     let messages = sources::read(args.source.as_deref(), args.max_bytes)?;
     let intake = match open(url, args).await {
         Ok(intake) => intake,
+        Err(err) if is_configuration(&err) => {
+            eprintln!(
+                "linktrack bounces ingest: {err:#}; nothing decided: a setting is wrong \
+                 (exit {EXIT_CONFIG}, not retried)"
+            );
+            return Ok(ExitCode::from(EXIT_CONFIG));
+        }
         Err(err) => {
             eprintln!("linktrack bounces ingest: {err:#}; nothing decided, try again later");
             return Ok(ExitCode::from(EXIT_TEMPFAIL));
@@ -52,6 +66,18 @@ async fn ingest(url: &str, args: &IngestArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// Whether opening the intake failed on a setting (a secret the database
+/// does not know or none at all, an unreadable secrets file, a malformed
+/// `DATABASE_URL`, a bad endpoint setting), which no retry mends, rather
+/// than on a database that is away.
+fn is_configuration(err: &anyhow::Error) -> bool {
+    if let Some(store) = err.downcast_ref::<StoreError>() {
+        return matches!(store, StoreError::SealKey(_) | StoreError::BadUrl(_));
+    }
+    err.downcast_ref::<PreviousSecretsError>().is_some()
+        || err.downcast_ref::<EndpointError>().is_some()
 }
 
 async fn open(url: &str, args: &IngestArgs) -> anyhow::Result<Ingest> {

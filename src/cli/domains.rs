@@ -12,7 +12,11 @@ pub(super) async fn run(url: &str, command: DomainsCommand) -> anyhow::Result<()
             let host = host_name(&args.host).map_err(anyhow::Error::msg)?;
             let sender = host_name(&args.sender).map_err(anyhow::Error::msg)?;
             tracking_domains::add(&pool, &host, &sender).await?;
-            say!("added {host} for {sender}, pending: point it at this service (a CNAME to the base URL's host), then run `linktrack domains verify {host}`")
+            say!("added {host} for {sender}, pending: point it at this service (a CNAME to the base URL's host), then run `linktrack domains verify {host}`")?;
+            if tracking_domains::list(&pool).await?.len() == 1 {
+                say!("{}", first_domain_note(&args.tracking.base_url))?;
+            }
+            Ok(())
         }
         DomainsCommand::Remove(args) => {
             let host = host_name(&args.host).map_err(anyhow::Error::msg)?;
@@ -24,6 +28,22 @@ pub(super) async fn run(url: &str, command: DomainsCommand) -> anyhow::Result<()
         DomainsCommand::List => list(&pool).await,
         DomainsCommand::Verify(args) => verify(&pool, &args).await,
     }
+}
+
+/// What the first domain changes: the servers stop answering links on
+/// hosts other than the base URL's and the tracking hosts.
+fn first_domain_note(base_url: &str) -> String {
+    let base_host = url::Url::parse(base_url)
+        .ok()
+        .and_then(|url| url.host_str().map(str::to_owned))
+        .unwrap_or_else(|| base_url.to_owned());
+    let login = format!("{}/login", base_url.trim_end_matches('/'));
+    format!(
+        "note: this is the first tracking domain: within 10 s the servers answer links only on \
+         {base_host} (LINKTRACK_BASE_URL's host) and the tracking domains; a link opened on any \
+         other host (localhost, say, when the base URL names 127.0.0.1) is a 404. The dashboard \
+         is at {login}"
+    )
 }
 
 async fn list(pool: &sqlx::MySqlPool) -> anyhow::Result<()> {

@@ -36,8 +36,8 @@ mod start_tag;
 
 pub use address_text::registrable_domain;
 pub use personalize::{
-    preview, preview_bounded, preview_text, PreviewLimited, PreviewLimits, RenderError, Template,
-    TemplateError,
+    count_empty_values, preview, preview_bounded, preview_text, PreviewLimited, PreviewLimits,
+    RenderError, Template, TemplateError,
 };
 pub use rewrite::{
     positions_left_as_written, rewrite, FoundKind, FoundLink, RewriteError, RewriteOptions,

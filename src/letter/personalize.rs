@@ -6,11 +6,56 @@
 //! template uses, so the error says which field is missing rather than where
 //! rendering stopped. JSON `null` renders as nothing (not minijinja's `none`),
 //! because a recipient's empty field must not print a word into the letter.
+//!
+//! An empty value printed (an empty or blank string, `null`) is counted per
+//! thread ([`count_empty_values`]): the build warns about letters that
+//! printed one. `default` gives such a field a value of its own
+//! (`{{ first_name | default("there") }}`): unlike minijinja's, it takes an
+//! empty or blank string and `null` as missing too, which is what a
+//! recipients file's empty column means.
 
+use std::cell::Cell;
 use std::collections::BTreeSet;
 use std::fmt;
 
 use minijinja::{AutoEscape, Environment, UndefinedBehavior};
+
+thread_local! {
+    /// Empty values printed by renders on this thread: [`count_empty_values`].
+    static EMPTY_VALUES: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Run `render` (renders of [`Template`]s on this thread) and count the
+/// empty values they printed: a merge field left empty by the recipient's
+/// row, where no `default` filled it.
+pub fn count_empty_values<T>(render: impl FnOnce() -> T) -> (T, u32) {
+    let before = EMPTY_VALUES.with(Cell::get);
+    let out = render();
+    let after = EMPTY_VALUES.with(Cell::get);
+    (out, after.wrapping_sub(before))
+}
+
+/// `null`, undefined, or a string of nothing but white space.
+fn is_empty_value(value: &minijinja::Value) -> bool {
+    value.is_none()
+        || value.is_undefined()
+        || value.as_str().is_some_and(|text| text.trim().is_empty())
+}
+
+/// The `default` filter (and its alias `d`): `fallback` when the value is
+/// missing, `null` or an empty or blank string; with `lax` true also for
+/// any other false value (Jinja's `default(x, true)`).
+fn default_filter(
+    value: &minijinja::Value,
+    fallback: Option<minijinja::Value>,
+    lax: Option<bool>,
+) -> minijinja::Value {
+    if is_empty_value(value) || (lax == Some(true) && !value.is_true()) {
+        fallback.unwrap_or_else(|| minijinja::Value::from(""))
+    } else {
+        value.clone()
+    }
+}
 use serde_json::{Map, Value};
 
 /// One mailing's template (HTML body or subject line), compiled.
@@ -140,7 +185,12 @@ fn environment(html: bool) -> Environment<'static> {
     if let Ok(syntax) = syntax {
         environment.set_syntax(syntax);
     }
+    environment.add_filter("default", default_filter);
+    environment.add_filter("d", default_filter);
     environment.set_formatter(|out, state, value| {
+        if is_empty_value(value) {
+            EMPTY_VALUES.with(|count| count.set(count.get().wrapping_add(1)));
+        }
         if value.is_none() {
             return Ok(());
         }
@@ -184,6 +234,36 @@ pub(crate) fn escape_html(text: &str) -> std::borrow::Cow<'_, str> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn default_fills_empty_blank_and_null_fields_and_empty_values_are_counted() {
+        let template = Template::compile(
+            "subject",
+            "{{ first_name | default(\"there\") }}, {{ city }}",
+            false,
+        )
+        .unwrap();
+        for (name, greeting) in [
+            (json!(""), "there"),
+            (json!("  "), "there"),
+            (json!(null), "there"),
+            (json!("Ann"), "Ann"),
+        ] {
+            let (out, empty) = count_empty_values(|| {
+                template.render(&context(json!({"first_name": name, "city": "Oslo"})))
+            });
+            assert_eq!(out.unwrap(), format!("{greeting}, Oslo"), "{name}");
+            assert_eq!(empty, 0, "{name}");
+        }
+        let (out, empty) = count_empty_values(|| {
+            template.render(&context(json!({"first_name": "Ann", "city": ""})))
+        });
+        assert_eq!(out.unwrap(), "Ann, ");
+        assert_eq!(empty, 1);
+        let lax = Template::compile("s", "{{ n | default(\"none\", true) }}", false).unwrap();
+        assert_eq!(lax.render(&context(json!({"n": 0}))).unwrap(), "none");
+        assert_eq!(lax.render(&context(json!({"n": 3}))).unwrap(), "3");
+    }
 
     fn context(value: Value) -> Map<String, Value> {
         match value {

@@ -7,8 +7,13 @@
 //!    then on it stores every event, journaled before or after, without
 //!    the address, and its link cache holds none of the address's links.
 //! 3. Redis (when configured) loses the address's letters: out of every
-//!    segment set and the latest clicks. Redis unavailable stops here,
+//!    segment set and the latest clicks, and with them the letters earlier
+//!    erases without Redis left pending. Redis unavailable stops here,
 //!    before the database is changed, so the command can be run again.
+//!    Without Redis configured the letters are kept as pending work
+//!    (`erase_live_pending`: which letters, no address), since once the
+//!    tables are scrubbed nothing else could find them again; the next
+//!    erase that reaches Redis finishes it.
 //! 4. The database is scrubbed ([`crate::store::erase::scrub`]).
 //!
 //! Every step changes only what still names the person: a second run
@@ -17,7 +22,9 @@
 use super::settings::ALIVE_WITHIN;
 use crate::address;
 use crate::live::{Forgotten, Live, LiveError};
-use crate::store::erase::{letters_of, scrub, EraseReport};
+use crate::store::erase::{
+    keep_for_live, letters_of, pending_for_live, scrub, taken_out_of_live, EraseReport, Letters,
+};
 use crate::store::privacy::{self as store, ServerAck};
 use crate::store::StoreError;
 use sqlx::MySqlPool;
@@ -35,6 +42,19 @@ pub enum EraseError {
     Redis(#[source] LiveError),
 }
 
+/// What an erase did to the Redis live layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LiveOutcome {
+    /// Taken out, with `earlier` letters that earlier erases left pending.
+    Forgotten {
+        forgotten: Forgotten,
+        earlier: usize,
+    },
+    /// No live layer configured: `pending` letters (this address's and
+    /// those earlier erases left) wait for an erase with Redis.
+    Pending { pending: usize },
+}
+
 /// What `erase` did, everywhere.
 #[derive(Debug)]
 pub struct ErasureReport {
@@ -44,8 +64,8 @@ pub struct ErasureReport {
     pub confirmed: Vec<String>,
     /// Servers seen in the last minute that did not within the wait.
     pub unconfirmed: Vec<String>,
-    /// What Redis lost; `None`: no live layer configured.
-    pub redis: Option<Forgotten>,
+    /// What Redis lost, or what waits for it.
+    pub redis: LiveOutcome,
     pub tables: EraseReport,
 }
 
@@ -74,14 +94,42 @@ impl std::fmt::Display for ErasureReport {
             )?;
         }
         match self.redis {
-            Some(forgotten) => writeln!(
+            LiveOutcome::Forgotten { forgotten, earlier } => {
+                write!(
+                    f,
+                    "erase: redis: {} letter ids removed from segment sets, {} latest-click entries removed",
+                    forgotten.segment_members, forgotten.recent_clicks
+                )?;
+                if earlier > 0 {
+                    write!(
+                        f,
+                        " (with {} pending from earlier erases without Redis)",
+                        letters(earlier)
+                    )?;
+                }
+                writeln!(f)?;
+            }
+            LiveOutcome::Pending { pending: 0 } => writeln!(
                 f,
-                "erase: redis: {} letter ids removed from segment sets, {} latest-click entries removed",
-                forgotten.segment_members, forgotten.recent_clicks
+                "erase: redis: no live layer configured (REDIS_URL); nothing pending"
             )?,
-            None => writeln!(f, "erase: redis: no live layer configured")?,
+            LiveOutcome::Pending { pending } => writeln!(
+                f,
+                "erase: redis: no live layer configured (REDIS_URL): {} kept as pending \
+                 work; if the servers use Redis, run erase again with their REDIS_URL and \
+                 LINKTRACK_REDIS_PREFIX to take them out of it",
+                letters(pending)
+            )?,
         }
         write!(f, "{}", self.tables)
+    }
+}
+
+/// "1 letter", "2 letters".
+fn letters(n: usize) -> String {
+    match n {
+        1 => "1 letter".to_owned(),
+        n => format!("{n} letters"),
     }
 }
 
@@ -99,12 +147,13 @@ pub async fn erase(
     let (confirmed, unconfirmed) = wait_for_servers(pool, erasure.change_id, wait).await?;
     let letters = letters_of(pool, &email).await?;
     let redis = match live {
-        Some(live) => Some(
-            live.forget_letters(&letters)
-                .await
-                .map_err(EraseError::Redis)?,
-        ),
-        None => None,
+        Some(live) => forget_in_live(pool, live, &letters).await?,
+        None => {
+            keep_for_live(pool, &letters).await?;
+            LiveOutcome::Pending {
+                pending: pending_for_live(pool).await?.len(),
+            }
+        }
     };
     let tables = scrub(pool, &key, &email, &letters).await?;
     Ok(ErasureReport {
@@ -113,6 +162,25 @@ pub async fn erase(
         unconfirmed,
         redis,
         tables,
+    })
+}
+
+/// Take `letters`, and those earlier erases left pending, out of `live`;
+/// the pending ones are done once Redis has answered.
+async fn forget_in_live(
+    pool: &MySqlPool,
+    live: &Live,
+    letters: &Letters,
+) -> Result<LiveOutcome, EraseError> {
+    let earlier = pending_for_live(pool).await?;
+    let mut all: Letters = letters.iter().chain(&earlier).cloned().collect();
+    all.sort();
+    all.dedup();
+    let forgotten = live.forget_letters(&all).await.map_err(EraseError::Redis)?;
+    taken_out_of_live(pool, &earlier).await?;
+    Ok(LiveOutcome::Forgotten {
+        forgotten,
+        earlier: earlier.len(),
     })
 }
 

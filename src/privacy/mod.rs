@@ -28,7 +28,7 @@
 pub mod erase;
 mod settings;
 
-pub use erase::{erase, ErasureReport};
+pub use erase::{erase, ErasureReport, LiveOutcome};
 pub use settings::{PrivacySettings, ALIVE_WITHIN};
 
 use crate::address::{AddressKey, Fingerprint};

@@ -2,8 +2,10 @@
 //! domains"): with no tracking domain added, every host (as before); once
 //! one is, only the base URL's host and the added ones. An unknown `Host`
 //! is a 404, never a redirect: a tracking host must not become anyone's
-//! open redirector. `/healthz` answers on any host (load balancers probe
-//! by address).
+//! open redirector. A link on an unknown host gets the link-error page;
+//! the service's own pages (dashboard, login, API) get a page that says
+//! which host they are on instead. `/healthz` answers on any host (load
+//! balancers probe by address).
 
 use super::error::ServerError;
 use crate::locks::ReadWriteEvenPoisoned;
@@ -27,6 +29,7 @@ const REFRESH: Duration = Duration::from_secs(10);
 /// `--db-timeout-ms`, not twice that) and an open reads nothing.
 pub(crate) struct KnownHosts {
     pool: MySqlPool,
+    base_url: String,
     base_host: Option<String>,
     known: RwLock<Known>,
     refreshing: AtomicBool,
@@ -47,6 +50,7 @@ impl KnownHosts {
             .and_then(|url| url.host_str().map(normalise));
         KnownHosts {
             pool,
+            base_url: base_url.trim_end_matches('/').to_owned(),
             base_host,
             known: RwLock::new(Known::default()),
             refreshing: AtomicBool::new(false),
@@ -129,9 +133,43 @@ pub(crate) async fn only_known_hosts(
         .map(str::to_owned);
     if hosts.answers(host.as_deref()) {
         next.run(request).await
-    } else {
+    } else if is_link(request.uri().path()) {
         ServerError::NotFound.into_response()
+    } else {
+        not_this_host(&hosts.base_url)
     }
+}
+
+/// Whether `path` is one a letter links to (click, pixel, unsubscribe,
+/// stop-tracking, image, app-link and ACME files): on an unknown host
+/// those are invalid links. Anything else is the service's own pages.
+fn is_link(path: &str) -> bool {
+    ["/c/", "/o/", "/u/", "/t/", "/i/", "/.well-known/"]
+        .iter()
+        .any(|prefix| path.starts_with(prefix))
+}
+
+/// The service's own pages asked for on a host it does not answer on: a
+/// 404 that says where they are (the base URL is the operator's setting,
+/// escaped all the same), never a redirect.
+fn not_this_host(base_url: &str) -> Response {
+    let login = html_escape::encode_double_quoted_attribute(base_url);
+    let text = format!(
+        "This service answers only on the host of its base URL and its tracking domains \
+         (<code>linktrack domains list</code>). The dashboard is at \
+         <a href=\"{login}/login\">{}/login</a>.",
+        html_escape::encode_text(base_url)
+    );
+    let mut response = (
+        axum::http::StatusCode::NOT_FOUND,
+        super::pages::page("Not served on this host", &text),
+    )
+        .into_response();
+    response.headers_mut().insert(
+        axum::http::header::CACHE_CONTROL,
+        axum::http::HeaderValue::from_static("no-store"),
+    );
+    response
 }
 
 fn normalise(host: &str) -> String {

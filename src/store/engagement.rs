@@ -35,9 +35,18 @@ pub struct LetterEngagement {
     /// The letter's unsubscribe link was used (whoever used it: an
     /// unsubscribe is honoured as an instruction).
     pub unsubscribed: bool,
-    /// The MTA refused the letter when linktrack handed it over (known
-    /// only for letters linktrack sent).
+    /// The letter bounced: the MTA refused it when linktrack handed it
+    /// over, or a hard bounce about it came back (`bounces ingest`; the
+    /// letters the stats API counts as `hard`). Soft bounces and policy
+    /// blocks are no bounce of the address here.
     pub bounced: bool,
+    /// The MTA accepted the letter when linktrack handed it over; `None`
+    /// for letters linktrack did not send (unknown). The letters the stats
+    /// API counts as `delivered`.
+    pub delivered: Option<bool>,
+    /// The recipient reported the letter as spam (a complaint `bounces
+    /// ingest` took in; the letters the stats API counts as `complaints`).
+    pub complained: bool,
 }
 
 /// One page of [`page`].
@@ -90,7 +99,8 @@ pub async fn page(
     let next_after = (letters.len() as u32 == limit).then_some(range.1);
     let shown = shown_addresses(pool, &letters).await?;
     let mut engagement = engagement_of(pool, mailing_id, range).await?;
-    let bounced = bounced_among(pool, mailing_id, range).await?;
+    let handover = handover_among(pool, mailing_id, range).await?;
+    let came_back = came_back_among(pool, mailing_id, range).await?;
     let read = letters.len();
     let mut rows = Vec::with_capacity(read);
     for letter in letters {
@@ -100,7 +110,11 @@ pub async fn page(
         let mut row = engagement.remove(&letter.letter_id).unwrap_or_default();
         row.letter_id = letter.letter_id;
         row.address = letter.email;
-        row.bounced = bounced.contains(&letter.letter_id);
+        let handed_over = handover.get(&letter.letter_id).copied();
+        row.delivered = handed_over.map(|status| status == HandOver::Delivered);
+        row.bounced =
+            handed_over == Some(HandOver::Rejected) || came_back.hard.contains(&letter.letter_id);
+        row.complained = came_back.complained.contains(&letter.letter_id);
         rows.push(row);
     }
     Ok(EngagementPage {
@@ -217,20 +231,72 @@ async fn engagement_of(
     Ok(by_letter)
 }
 
-/// The letters in `range` the MTA refused at hand-over.
-async fn bounced_among(
+/// What the MTA answered when linktrack handed a letter over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HandOver {
+    Delivered,
+    Rejected,
+}
+
+/// The answers of the SMTP hand-over to the letters in `range` that have
+/// one (`deliveries`; a letter still `sending` has none yet).
+async fn handover_among(
     pool: &MySqlPool,
     mailing_id: &MailingId,
     (first, last): (u64, u64),
-) -> Result<HashSet<u64>, StoreError> {
-    let ids: Vec<u64> = sqlx::query_scalar(
-        "SELECT letter_id FROM deliveries WHERE mailing_id = ? \
-           AND letter_id BETWEEN ? AND ? AND status = 'rejected'",
+) -> Result<HashMap<u64, HandOver>, StoreError> {
+    let rows: Vec<(u64, String)> = sqlx::query_as(
+        "SELECT letter_id, CAST(status AS CHAR) FROM deliveries WHERE mailing_id = ? \
+           AND letter_id BETWEEN ? AND ? AND status IN ('delivered', 'rejected')",
     )
     .bind(mailing_id.as_str())
     .bind(first)
     .bind(last)
     .fetch_all(pool)
     .await?;
-    Ok(ids.into_iter().collect())
+    Ok(rows
+        .into_iter()
+        .map(|(letter_id, status)| {
+            let answer = match status.as_str() {
+                "delivered" => HandOver::Delivered,
+                _ => HandOver::Rejected,
+            };
+            (letter_id, answer)
+        })
+        .collect())
+}
+
+/// The letters of a range that hard-bounced or were complained about.
+#[derive(Debug, Default)]
+struct CameBack {
+    hard: HashSet<u64>,
+    complained: HashSet<u64>,
+}
+
+/// The hard bounces and complaints `bounces ingest` recorded about the
+/// letters in `range`: the same `bounces` rows the stats API counts
+/// ([`super::bounces::mailing_summary`]), read on its index
+/// (`bounces_mailing`: mailing, kind, letter).
+async fn came_back_among(
+    pool: &MySqlPool,
+    mailing_id: &MailingId,
+    (first, last): (u64, u64),
+) -> Result<CameBack, StoreError> {
+    let rows: Vec<(u64, String)> = sqlx::query_as(
+        "SELECT DISTINCT letter_id, CAST(kind AS CHAR) FROM bounces WHERE mailing_id = ? \
+           AND kind IN ('hard', 'complaint') AND letter_id BETWEEN ? AND ?",
+    )
+    .bind(mailing_id.as_str())
+    .bind(first)
+    .bind(last)
+    .fetch_all(pool)
+    .await?;
+    let mut came_back = CameBack::default();
+    for (letter_id, kind) in rows {
+        match kind.as_str() {
+            "hard" => came_back.hard.insert(letter_id),
+            _ => came_back.complained.insert(letter_id),
+        };
+    }
+    Ok(came_back)
 }

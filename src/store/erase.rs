@@ -173,6 +173,45 @@ pub async fn letters_of(pool: &MySqlPool, email: &str) -> Result<Letters, StoreE
     Ok(found.into_iter().collect())
 }
 
+/// Keep `letters` for the next erase that reaches the Redis live layer
+/// (`erase_live_pending`: which letters, no address); kept already is
+/// kept once.
+pub async fn keep_for_live(pool: &MySqlPool, letters: &Letters) -> Result<(), StoreError> {
+    for chunk in letters.chunks(super::in_list::IN_LIST_CHUNK) {
+        let mut query = QueryBuilder::<MySql>::new(
+            "INSERT IGNORE INTO erase_live_pending (mailing_id, letter_id, recorded_at) ",
+        );
+        query.push_values(chunk, |mut row, (mailing_id, letter_id)| {
+            row.push_bind(mailing_id)
+                .push_bind(*letter_id)
+                .push("UTC_TIMESTAMP()");
+        });
+        query.build().execute(pool).await?;
+    }
+    Ok(())
+}
+
+/// The letters earlier erases could not take out of the live layer.
+pub async fn pending_for_live(pool: &MySqlPool) -> Result<Letters, StoreError> {
+    Ok(sqlx::query_as(
+        "SELECT mailing_id, letter_id FROM erase_live_pending ORDER BY mailing_id, letter_id",
+    )
+    .fetch_all(pool)
+    .await?)
+}
+
+/// `letters` are out of the live layer now: no longer pending.
+pub async fn taken_out_of_live(pool: &MySqlPool, letters: &Letters) -> Result<(), StoreError> {
+    for (mailing_id, letter_id) in letters {
+        sqlx::query("DELETE FROM erase_live_pending WHERE mailing_id = ? AND letter_id = ?")
+            .bind(mailing_id)
+            .bind(letter_id)
+            .execute(pool)
+            .await?;
+    }
+    Ok(())
+}
+
 /// Take `email` (normalised) out of every table, `letters` being its
 /// letters ([`letters_of`]); `links` last.
 pub async fn scrub(

@@ -366,6 +366,6 @@ async fn bounce_figures_in_the_stats_api_and_dashboard_are_what_was_ingested() {
         let card = format!("<b id=\"{id}\">1 (25.00 %)</b>");
         assert!(html.contains(&card), "{card} not in the page");
     }
-    assert!(html.contains("(of letters delivered)"));
+    assert!(html.contains("(of 4 letters delivered)"), "{html}");
     app.stop().await;
 }

@@ -338,7 +338,10 @@ async fn recipients_export_agrees_with_the_events_and_shows_nobody_withheld() {
         .lines()
         .find(|l| l.contains(",ann@example.com,"))
         .unwrap();
-    assert!(ann_line.ends_with(",2,3,1 2,0,1,false,false"), "{ann_line}");
+    assert!(
+        ann_line.ends_with(",2,3,1 2,0,1,false,false,,false"),
+        "{ann_line}"
+    );
 
     // Pages of two letters give the same bytes as the API's one page.
     let paged: Vec<export::Chunk> = export::recipients_paged(

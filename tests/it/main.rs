@@ -5,6 +5,7 @@
 
 mod acme;
 mod admin_listener;
+mod after_demo;
 mod amqp;
 mod bad_input;
 mod bounce_events;

@@ -211,7 +211,7 @@ async fn mailing_page(app: &TestServer) -> String {
 
 /// Chromium on the PATH; a test that needs it fails without it (scripts/test
 /// and scripts/prepare.d install it).
-fn browser() -> PathBuf {
+pub(crate) fn browser() -> PathBuf {
     ["chromium", "chromium-browser", "google-chrome"]
         .iter()
         .find_map(|name| {
@@ -231,7 +231,7 @@ fn browser() -> PathBuf {
 /// `html` saved as `DIR/STEM.html` under the tests' target directory (kept
 /// for a look after the run): its `file:` URL, and the path its screenshot
 /// goes to (an earlier run's removed, so a stale one cannot pass).
-fn saved_page(dir: &str, stem: &str, html: &str) -> (String, PathBuf) {
+pub(crate) fn saved_page(dir: &str, stem: &str, html: &str) -> (String, PathBuf) {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(dir);
     std::fs::create_dir_all(&dir).unwrap();
     let page = dir.join(format!("{stem}.html"));
@@ -241,7 +241,7 @@ fn saved_page(dir: &str, stem: &str, html: &str) -> (String, PathBuf) {
     (format!("file://{}", page.display()), png)
 }
 
-fn run_chromium(binary: &Path, args: &[String]) -> std::process::Output {
+pub(crate) fn run_chromium(binary: &Path, args: &[String]) -> std::process::Output {
     run_chromium_with(binary, args, &[])
 }
 
@@ -558,6 +558,13 @@ async fn unsubscribes_are_counted_whatever_the_user_agent() {
     let page = mailing_page(&app).await;
     assert!(
         page.contains("<small>Unsubscribes</small><b id=\"unsubscribes\">4</b>"),
+        "{page}"
+    );
+    // Listed among the bot verdicts, and said to be counted all the same.
+    assert!(
+        page.contains(
+            "<span id=\"unsubscribe-verdicts\">unsubscribe (counted in Unsubscribes all the same"
+        ),
         "{page}"
     );
     let suppressed: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM suppressions")

@@ -16,8 +16,9 @@ pub enum BouncesCommand {
     /// on: an auto-reply, a delay warning), 2 some message needs a look
     /// (not a bounce, unreadable, too big, a forged bounce address, a
     /// letter whose rows are gone), 75 (EX_TEMPFAIL: a pipe transport
-    /// retries) the database could not be reached, 1 the source could not
-    /// be read.
+    /// retries) the database could not be reached, 78 (EX_CONFIG: not
+    /// retried) a setting is wrong, such as no LINKTRACK_SECRET, 1 the
+    /// source could not be read.
     Ingest(IngestArgs),
 }
 

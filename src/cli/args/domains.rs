@@ -32,6 +32,10 @@ pub struct DomainsAddArgs {
     /// brand.example (a `from` on a subdomain of it uses it too).
     #[arg(long = "for", value_name = "DOMAIN")]
     pub sender: String,
+    /// The base URL, named when the first domain is added: from then on the
+    /// servers answer links on its host and the tracking hosts only.
+    #[command(flatten)]
+    pub tracking: super::mailing::TrackingArgs,
 }
 
 #[derive(Debug, Clone, Args)]

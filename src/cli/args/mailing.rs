@@ -178,7 +178,8 @@ pub struct EraseArgs {
     pub wait_secs: u64,
 
     /// The Redis live layer to clear the address's letters from (segments,
-    /// latest clicks); unset leaves Redis as it is.
+    /// latest clicks): the servers'. Unset leaves Redis as it is and keeps
+    /// the letters as pending work, finished by the next erase with it.
     #[command(flatten)]
     pub live: LiveArgs,
 }

@@ -2,8 +2,11 @@
 //! the server so the page needs no script and no front-end build.
 //!
 //! In the first hours after a send (when people watch most) the hourly
-//! series would be one or two points: the chart then draws minutes. Every
-//! point is drawn as a dot, so a single point shows too.
+//! series would be one or two points: the chart then draws minutes. A
+//! bucket without events is a gap: lines join only neighbouring buckets
+//! that have some (never a slope from 300 down to the empty bucket next
+//! to it), and every bucket with events is drawn as a dot, so a lone one
+//! shows too.
 
 use crate::store::stats::HourStats;
 use chrono::{Duration, NaiveDateTime};
@@ -177,11 +180,47 @@ pub(crate) fn svg(buckets: &[HourStats], resolution: Resolution) -> String {
         rfc3339(last),
         resolution.label(last)
     );
-    out.push_str(&polyline(&opens, "#2b6cb0"));
-    out.push_str(&polyline(&clicks, "#dd6b20"));
-    out.push_str(&dots(&opens, "#2b6cb0"));
-    out.push_str(&dots(&clicks, "#dd6b20"));
+    let open_counts: Vec<u64> = series.iter().map(|s| s.1).collect();
+    let click_counts: Vec<u64> = series.iter().map(|s| s.2).collect();
+    out.push_str(&with_gaps(&opens, &open_counts, "#2b6cb0"));
+    out.push_str(&with_gaps(&clicks, &click_counts, "#dd6b20"));
     out.push_str("</svg>");
+    out
+}
+
+/// One series: a line over each run of neighbouring buckets with events
+/// (`counts`), nothing over buckets without, and a dot on each bucket with
+/// events (while dots fit; a lone bucket gets its dot regardless, or it
+/// would not show at all).
+fn with_gaps(points: &[(f64, f64)], counts: &[u64], colour: &str) -> String {
+    let dotted = points.len() <= MAX_DOTS;
+    let mut out = String::new();
+    let mut run: Vec<(f64, f64)> = Vec::new();
+    let end_run = |run: &mut Vec<(f64, f64)>, out: &mut String| {
+        if run.len() > 1 {
+            out.push_str(&polyline(run, colour));
+        } else if !dotted {
+            out.push_str(&dots(run, colour));
+        }
+        run.clear();
+    };
+    for (point, count) in points.iter().zip(counts) {
+        if *count > 0 {
+            run.push(*point);
+        } else {
+            end_run(&mut run, &mut out);
+        }
+    }
+    end_run(&mut run, &mut out);
+    if dotted {
+        let with_events: Vec<(f64, f64)> = points
+            .iter()
+            .zip(counts)
+            .filter(|(_, count)| **count > 0)
+            .map(|(point, _)| *point)
+            .collect();
+        out.push_str(&dots(&with_events, colour));
+    }
     out
 }
 
@@ -420,6 +459,30 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_bucket_is_a_gap_not_a_slope_to_zero() {
+        // 300 opens at 09:00 and 09:01, none at 09:02, 5 at 09:03 and 09:04.
+        let minutes = [
+            minute(9, 0, 300, 2),
+            minute(9, 1, 300, 2),
+            minute(9, 3, 5, 2),
+            minute(9, 4, 5, 2),
+        ];
+        let svg = svg(&minutes, Resolution::Minute);
+        // Two lines per series, none through the empty minute.
+        assert_eq!(svg.matches("<polyline").count(), 4, "{svg}");
+        let base = HEIGHT - BOTTOM;
+        for line in svg.split("<polyline").skip(1) {
+            let points = line.split("points=\"").nth(1).unwrap();
+            let points = &points[..points.find('"').unwrap()];
+            for point in points.split(' ') {
+                let y: f64 = point.split(',').nth(1).unwrap().parse().unwrap();
+                assert!(y < base, "a line reaches the zero line: {points}");
+            }
+        }
+        assert_eq!(svg.matches("<circle").count(), 8, "{svg}");
+    }
+
+    #[test]
     fn gaps_are_filled_with_zero_hours() {
         let series = contiguous_by(&[hour(1, 5, 1), hour(4, 2, 2)], Resolution::Hour);
         let counts: Vec<(u64, u64)> = series.iter().map(|s| (s.1, s.2)).collect();
@@ -459,8 +522,10 @@ mod tests {
         assert_eq!(resolution(&hours, &minutes), Resolution::Minute);
         let svg = svg(&minutes, Resolution::Minute);
         assert!(svg.contains(r#"data-resolution="minute""#), "{svg}");
-        // Six minutes from 09:02 to 09:07, two series: twelve dots.
-        assert_eq!(svg.matches("<circle").count(), 12, "{svg}");
+        // Six minutes from 09:02 to 09:07, events in two of them, two
+        // series: four dots and no line across the four empty minutes.
+        assert_eq!(svg.matches("<circle").count(), 4, "{svg}");
+        assert_eq!(svg.matches("<polyline").count(), 0, "{svg}");
         assert!(
             svg.contains("2026-11-22 09:02 UTC") && svg.contains("2026-11-22 09:07 UTC"),
             "{svg}"

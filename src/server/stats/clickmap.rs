@@ -134,8 +134,8 @@ pub(crate) fn render(html: &str, clicks: &BTreeMap<u32, u64>) -> Result<String, 
 const MAX_NAME_CHARS: usize = 60;
 
 /// What each tracked link is called in the creative, by position: the
-/// text of its `<a>` (spaces collapsed), else its image's `alt`, else its
-/// `title`; positions without either are left out (the page shows the
+/// text of its `<a>` (spaces collapsed), else its image's `alt` (an image
+/// map's `<area>`: its own `alt`), else its `title`; positions without either are left out (the page shows the
 /// URL). Numbered as [`render`] numbers them.
 pub(crate) fn link_names(html: &str) -> Result<BTreeMap<u32, String>, RewriteError> {
     let options = RewriteOptions {
@@ -156,6 +156,7 @@ pub(crate) fn link_names(html: &str) -> Result<BTreeMap<u32, String>, RewriteErr
     let (open_parts, open_current) = (Rc::clone(&parts), Rc::clone(&current));
     let (text_parts, text_current) = (Rc::clone(&parts), Rc::clone(&current));
     let (img_parts, img_current) = (Rc::clone(&parts), Rc::clone(&current));
+    let area_parts = Rc::clone(&parts);
     rewrite_str(
         &marked,
         RewriteStrSettings::new()
@@ -196,6 +197,22 @@ pub(crate) fn link_names(html: &str) -> Result<BTreeMap<u32, String>, RewriteErr
                     let entry = &mut parts.entry(p).or_default().1;
                     entry.push(' ');
                     entry.push_str(&alt);
+                }
+                Ok(())
+            }))
+            // An image map's areas are links with no text: their alt names them.
+            .append_element_content_handler(element!("area[href]", move |el| {
+                let href = el.get_attribute("href");
+                if let Some(p) = href.as_deref().and_then(marker_position) {
+                    let mut parts = area_parts.borrow_mut();
+                    let entry = parts.entry(p).or_default();
+                    entry.1.push(' ');
+                    entry
+                        .1
+                        .push_str(&el.get_attribute("alt").unwrap_or_default());
+                    entry
+                        .2
+                        .push_str(&el.get_attribute("title").unwrap_or_default());
                 }
                 Ok(())
             })),
@@ -297,6 +314,23 @@ mod tests {
         assert_eq!(names[&2], "Logo");
         assert_eq!(names[&3], "Shop");
         assert_eq!(names[&4], "Read the news", "the same URL, its own position");
+    }
+
+    #[test]
+    fn image_map_areas_are_named_by_their_alt_then_title() {
+        let html = concat!(
+            "<img src=\"m.png\" usemap=\"#m\"><map name=\"m\">",
+            "<area shape=\"rect\" coords=\"0,0,10,10\" href=\"https://example.com/shoes\" alt=\"Shoes\">",
+            "<area shape=\"rect\" coords=\"10,0,20,10\" href=\"https://example.com/hats\" title=\"Hats\">",
+            "</map>"
+        );
+        let names = link_names(html).unwrap();
+        assert_eq!(
+            names.get(&1).map(String::as_str),
+            Some("Shoes"),
+            "{names:?}"
+        );
+        assert_eq!(names.get(&2).map(String::as_str), Some("Hats"), "{names:?}");
     }
 
     const LETTER: &str = concat!(

@@ -261,13 +261,14 @@ fn chart_for(summary: &stats::MailingSummary) -> String {
 }
 
 /// The bounce and complaint cards' percentages (of `base`: delivered
-/// letters, or letters built when none went out over SMTP).
+/// letters, or letters built when none went out over SMTP), the base
+/// with its count ("of 1,000 letters delivered").
 #[derive(serde::Serialize)]
 struct BounceCards {
     hard: String,
     soft: String,
     complaints: String,
-    base: &'static str,
+    base: String,
 }
 
 fn bounce_cards(bounces: &crate::store::bounces::BounceSummary) -> BounceCards {
@@ -276,10 +277,26 @@ fn bounce_cards(bounces: &crate::store::bounces::BounceSummary) -> BounceCards {
         hard: percent(bounces.hard),
         soft: percent(bounces.soft),
         complaints: percent(bounces.complaints),
-        base: match bounces.base().0 {
-            "delivered" => "of letters delivered",
-            _ => "of letters built",
+        base: match bounces.base() {
+            ("delivered", n) => format!("of {} delivered", letters(n)),
+            (_, n) => format!("of {} built", letters(n)),
         },
+    }
+}
+
+/// "1 letter", "1,250 letters".
+fn letters(n: u64) -> String {
+    let digits = n.to_string();
+    let mut grouped = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            grouped.push(',');
+        }
+        grouped.push(digit);
+    }
+    match n {
+        1 => "1 letter".to_owned(),
+        _ => format!("{grouped} letters"),
     }
 }
 

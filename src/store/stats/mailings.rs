@@ -125,41 +125,79 @@ pub async fn mailing_html(
     )
 }
 
+/// The subject an earlier build saved for `mailing_id`, when letters were
+/// built under it: a build that resumes the mailing must send the same.
+pub async fn built_subject(
+    pool: &MySqlPool,
+    mailing_id: &MailingId,
+) -> Result<Option<String>, StoreError> {
+    let saved: Option<String> =
+        sqlx::query_scalar("SELECT subject FROM mailings WHERE mailing_id = ?")
+            .bind(mailing_id.as_str())
+            .fetch_optional(pool)
+            .await?;
+    let Some(saved) = saved else {
+        return Ok(None);
+    };
+    let built: i64 = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM stats_letters WHERE mailing_id = ?) \
+           OR EXISTS (SELECT 1 FROM links WHERE mailing_id = ? AND letter_id > 0)",
+    )
+    .bind(mailing_id.as_str())
+    .bind(mailing_id.as_str())
+    .fetch_one(pool)
+    .await?;
+    Ok((built != 0).then_some(saved))
+}
+
 /// One line of the dashboard's index.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct MailingListing {
     pub mailing_id: String,
     pub subject: Option<String>,
+    /// When its first letters were built (RFC 3339, UTC); `None` for a
+    /// mailing known only by its events.
+    pub built_at: Option<String>,
     pub opens: u64,
     pub clicks: u64,
 }
 
 /// Mailings with a saved creative or any rolled event, at most `limit`,
-/// ordered by id.
+/// the most recently built first (those known only by events last, by id).
 pub async fn list_mailings(
     pool: &MySqlPool,
     limit: u32,
 ) -> Result<Vec<MailingListing>, StoreError> {
-    let rows: Vec<(String, Option<String>, i64, i64)> = sqlx::query_as(
-        "SELECT ids.mailing_id, m.subject, \
+    type Row = (
+        String,
+        Option<String>,
+        Option<chrono::NaiveDateTime>,
+        i64,
+        i64,
+    );
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT ids.mailing_id, m.subject, m.created_at, \
            CAST(COALESCE((SELECT SUM(total) FROM stats_totals t WHERE t.mailing_id = ids.mailing_id \
              AND t.kind = 'open' AND t.bot = 0), 0) AS SIGNED), \
            CAST(COALESCE((SELECT SUM(total) FROM stats_totals t WHERE t.mailing_id = ids.mailing_id \
              AND t.kind = 'click' AND t.bot = 0), 0) AS SIGNED) \
          FROM (SELECT mailing_id FROM mailings UNION SELECT DISTINCT mailing_id FROM stats_totals) AS ids \
          LEFT JOIN mailings m ON m.mailing_id = ids.mailing_id \
-         ORDER BY ids.mailing_id LIMIT ?",
+         ORDER BY m.created_at IS NULL, m.created_at DESC, ids.mailing_id LIMIT ?",
     )
     .bind(limit)
     .fetch_all(pool)
     .await?;
     Ok(rows
         .into_iter()
-        .map(|(mailing_id, subject, opens, clicks)| MailingListing {
-            mailing_id,
-            subject,
-            opens: opens.max(0) as u64,
-            clicks: clicks.max(0) as u64,
-        })
+        .map(
+            |(mailing_id, subject, built_at, opens, clicks)| MailingListing {
+                mailing_id,
+                subject,
+                built_at: built_at.map(|at| at.and_utc().format("%Y-%m-%dT%H:%M:%SZ").to_string()),
+                opens: opens.max(0) as u64,
+                clicks: clicks.max(0) as u64,
+            },
+        )
         .collect())
 }

@@ -28,8 +28,9 @@ pub use letters::{
     recount_letters_built, save_track_mode, tracking_summary, LettersByMode, TrackingSummary,
 };
 pub use mailings::{
-    colliding_mailing, ids_equal_in_collation, largest_creative, list_mailings, list_management,
-    mailing_html, named_exactly, save_list_manage_url, save_mailing, MailingListing,
+    built_subject, colliding_mailing, ids_equal_in_collation, largest_creative, list_mailings,
+    list_management, mailing_html, named_exactly, save_list_manage_url, save_mailing,
+    MailingListing,
 };
 pub use per_link::{link_urls, LinkStats};
 pub use series::HourStats;
