@@ -2,9 +2,7 @@
 //! new LINKTRACK_SECRET, retiring a lost one (docs/token.md, "Rotating the
 //! secret").
 
-use super::args::secrets::{
-    SecretsCommand, SecretsListArgs, SecretsRetireArgs, SecretsRotateArgs,
-};
+use super::args::secrets::{SecretsCommand, SecretsListArgs, SecretsRetireArgs, SecretsRotateArgs};
 use crate::store::{self, seal_keys};
 use crate::token::TokenSeal;
 

@@ -478,9 +478,16 @@ fn fingerprints(db: &TestDb, secret: &str, previous: Option<&str>) -> Vec<String
 }
 
 fn retire(db: &TestDb, fingerprint: &str, typed: Option<u64>) -> std::process::Output {
-    let mut args = vec!["secrets".to_owned(), "retire".to_owned(), fingerprint.to_owned()];
+    let mut args = vec![
+        "secrets".to_owned(),
+        "retire".to_owned(),
+        fingerprint.to_owned(),
+    ];
     if let Some(typed) = typed {
-        args.extend(["--force".to_owned(), "--i-understand-links-break".to_owned()]);
+        args.extend([
+            "--force".to_owned(),
+            "--i-understand-links-break".to_owned(),
+        ]);
         args.push(typed.to_string());
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -510,7 +517,10 @@ async fn retiring_a_key_whose_links_live_needs_the_count_typed_back() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("current key"), "{stderr}");
-    assert!(stderr.contains(&format!("breaks {links} live link")), "{stderr}");
+    assert!(
+        stderr.contains(&format!("breaks {links} live link")),
+        "{stderr}"
+    );
     assert!(
         stderr.contains(&format!("--force --i-understand-links-break {links}")),
         "{stderr}"
@@ -521,14 +531,21 @@ async fn retiring_a_key_whose_links_live_needs_the_count_typed_back() {
         .args(["secrets", "rotate"])
         .output()
         .unwrap();
-    assert!(rotated.status.success(), "{}", String::from_utf8_lossy(&rotated.stderr));
+    assert!(
+        rotated.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rotated.stderr)
+    );
     let new = fingerprints(&db, NEW, Some(OLD))[0].clone();
     assert_ne!(new, old);
     let out = retire(&db, &old, None);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("within --keep-days"), "{stderr}");
-    assert!(stderr.contains(&format!("breaks {links} live link")), "{stderr}");
+    assert!(
+        stderr.contains(&format!("breaks {links} live link")),
+        "{stderr}"
+    );
     // The new current key sealed nothing yet, and is refused all the same.
     let out = retire(&db, &new, None);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -550,7 +567,11 @@ async fn retiring_a_key_whose_links_live_needs_the_count_typed_back() {
     };
     assert_eq!(retired().await, (None, None));
     let out = retire(&db, &old, Some(links));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let (at, given_up) = retired().await;
     assert!(at.is_some());
     assert_eq!(given_up, Some(links));
@@ -571,13 +592,24 @@ async fn a_build_with_a_retired_key_is_refused() {
         .try_into()
         .unwrap();
     let out = retire(&db, &old, Some(links));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let again = tempfile::tempdir().unwrap();
     let options = builder::BuildOptions {
         secret: Some(OLD.to_owned()),
-        ..options(again.path(), fixture("mailing.json"), fixture("recipients.csv"))
+        ..options(
+            again.path(),
+            fixture("mailing.json"),
+            fixture("recipients.csv"),
+        )
     };
-    let refused = builder::run(&db.pool, &options).await.err().expect("refused");
+    let refused = builder::run(&db.pool, &options)
+        .await
+        .err()
+        .expect("refused");
     let text = format!("{refused:#}");
     assert!(text.contains("retired") && text.contains(&old), "{text}");
 }
