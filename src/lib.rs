@@ -85,7 +85,8 @@
 //!     the address key (`address_key.rs`) and the privacy change log
 //!     (`change_log.rs`) beside `privacy.rs`;
 //!     row formats; the seal keys seen and the ring checks (`seal_keys.rs`,
-//!     its refusals in `key_refusal.rs`);
+//!     its refusals in `key_refusal.rs`); provider webhook tokens bound to
+//!     their first event, shared by every server (`provider_tokens.rs`);
 //!     a Spider cluster in `store/cluster/` (topology, node
 //!     addresses, a node's failure, routing, id blocks, `migrate --shards`);
 //!     moving a data table to another node in `store/shard_move/` (one
@@ -172,7 +173,9 @@
 //!     `/o`, `/u`, `/i` and health (`handlers.rs`) with the `Tracked`
 //!     extractor (`request.rs`); shared state and token checks, every
 //!     method of `AppState` (`state.rs`); cache misses of concurrent clicks
-//!     share one statement (`lookups.rs`); a hit classified and journaled,
+//!     share one statement (`lookups.rs`); the link templates of live
+//!     mailings held in memory, for clicks while the database is away
+//!     (`offline_targets.rs`); a hit classified and journaled,
 //!     functions taking the state (`hits.rs`); one
 //!     limiter of wrong secrets per client network (`guesses.rs`); the
 //!     SSRF-safe image proxy (`image.rs`); the providers' bounce webhooks

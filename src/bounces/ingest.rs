@@ -13,14 +13,14 @@ use super::parse;
 use super::report::{Failure, Kind, Report};
 use super::soft_policy::SoftPolicy;
 use crate::address::normalize;
-use crate::delivery::message::{letter_of_message_id, mailing_id_part};
+use crate::delivery::message::{letter_token_of_message_id, mailing_id_part};
 use crate::kind::TokenKind;
 use crate::payload::{self, BounceEvent};
 use crate::store::bounces::{self as rows, Decision, LetterRow, TokenLetter};
 use crate::store::outbox::{self, NewOutboxRow};
 use crate::store::suppressions::{self, SuppressionReason};
 use crate::store::StoreError;
-use crate::token::{Opened, SealRing};
+use crate::token::{Opened, SealRing, Token};
 use sha2::{Digest, Sha256};
 use sqlx::{MySqlConnection, MySqlPool};
 use std::sync::Arc;
@@ -80,8 +80,9 @@ enum Found {
     /// Through a VERP token: only our key makes one, so the letter is
     /// the one the message was about.
     Token(LetterRow),
-    /// Through the returned letter's Message-ID (guessable): acted on only
-    /// when the report names the letter's recipient too.
+    /// Through the returned letter's Message-ID, which carries the
+    /// letter's sealed token, of a letter handed over: acted on only when
+    /// the report names the letter's recipient too.
     MessageId(LetterRow),
     /// A token no key of ours made (forged, or another installation's).
     Forged,
@@ -204,10 +205,45 @@ impl Ingest {
     }
 
     /// The letter the report names: its VERP tokens first, then the
-    /// returned letter's Message-ID.
+    /// sealed token of the returned letter's Message-ID. A letter id
+    /// alone (the Message-IDs of older builds) proves nothing: whoever
+    /// knows an address could guess ids around their own letter.
     async fn letter(&self, report: &Report) -> Result<Found, StoreError> {
+        let found = self.letter_of_tokens(&report.verp).await?;
+        if !matches!(found, Found::Unnamed) {
+            return Ok(found);
+        }
+        let Some((token, part)) = report
+            .original_message_id
+            .as_deref()
+            .and_then(letter_token_of_message_id)
+        else {
+            return Ok(Found::Unnamed);
+        };
+        let letter = match self.letter_of_tokens(&[token]).await? {
+            Found::Token(letter) => letter,
+            other => return Ok(other),
+        };
+        if mailing_id_part(&letter.mailing_id) != part {
+            return Ok(Found::Forged);
+        }
+        // Handed over: a letter never sent cannot come back.
+        Ok(
+            match rows::delivered_letter(&self.pool, letter.letter_id, part, mailing_id_part)
+                .await?
+            {
+                Some(letter) => Found::MessageId(letter),
+                None => Found::Unnamed,
+            },
+        )
+    }
+
+    /// The letter sealed `tokens` (a report's VERP tokens, or the one of
+    /// its returned Message-ID) name: `Forged` when no key of ours made
+    /// any of them, `Unnamed` when there are none.
+    async fn letter_of_tokens(&self, tokens: &[Token]) -> Result<Found, StoreError> {
         let mut gone = None;
-        for token in &report.verp {
+        for token in tokens {
             for opened in self.ring.openings(token, |kind| kind == TokenKind::Bounce) {
                 let Opened::Sealed(plain) = opened else {
                     continue; // made before tokens were sealed: no bounce token
@@ -235,22 +271,11 @@ impl Ingest {
                 letter_id,
             });
         }
-        if !report.verp.is_empty() {
-            return Ok(Found::Forged);
-        }
-        let Some((letter_id, part)) = report
-            .original_message_id
-            .as_deref()
-            .and_then(letter_of_message_id)
-        else {
-            return Ok(Found::Unnamed);
-        };
-        Ok(
-            match rows::delivered_letter(&self.pool, letter_id, part, mailing_id_part).await? {
-                Some(letter) => Found::MessageId(letter),
-                None => Found::Unnamed,
-            },
-        )
+        Ok(if tokens.is_empty() {
+            Found::Unnamed
+        } else {
+            Found::Forged
+        })
     }
 
     /// One failed recipient of a bounce whose letter was found.
@@ -372,6 +397,15 @@ impl Ingest {
             "{} (letter {} of {})",
             letter.email, letter.letter_id, letter.mailing_id
         );
+        // A report stating someone else is refused even with our token: the
+        // token proves the letter, not whom the complaint is about.
+        let stated = report.stated_recipient.as_deref();
+        if let Some(other) = stated.filter(|s| normalize(s) != letter.email) {
+            return Ok(Outcome::look(format!(
+                "the complaint names {other}, not the letter's recipient {}: nothing done",
+                letter.email
+            )));
+        }
         if !named && !by_token {
             return Ok(Outcome::look(format!(
                 "complaint about letter {} of {} that does not name its recipient and has no \

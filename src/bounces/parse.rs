@@ -45,7 +45,16 @@ pub fn parse(raw: &[u8]) -> Result<Report, ParseError> {
         message_id: message.message_id().map(|id| format!("<{id}>")),
         verp,
         original_message_id,
+        stated_recipient: stated_rcpt_to(&message),
     })
+}
+
+/// The `Original-Rcpt-To` of a message's feedback report, if it has one.
+fn stated_rcpt_to(message: &Message<'_>) -> Option<String> {
+    let part = parts_of(message, "message", "feedback-report").next()?;
+    let text = String::from_utf8_lossy(part.contents());
+    let fields: Vec<(String, String)> = report_fields(&text).into_iter().flatten().collect();
+    field(&fields, "Original-Rcpt-To").map(typed_address)
 }
 
 /// What the message is, the most specific reading first: a report

@@ -295,11 +295,16 @@ fn report(
     provider: &str,
     id: &str,
 ) -> Report {
+    let stated_recipient = match &kind {
+        Kind::Complaint { recipient, .. } => recipient.clone(),
+        _ => None,
+    };
     Report {
         kind,
         message_id: Some(format!("<{provider}:{id}>")),
         verp,
         original_message_id,
+        stated_recipient,
     }
 }
 

@@ -63,4 +63,9 @@ pub struct Report {
     /// The `Message-ID` of the letter that failed, from the returned
     /// message or its headers.
     pub original_message_id: Option<String>,
+    /// The address a complaint states it is about: an ARF report's
+    /// `Original-Rcpt-To`, a provider's complained recipient; not the
+    /// returned message's `To`, which providers redact. A complaint
+    /// stating another address than its letter's recipient is refused.
+    pub stated_recipient: Option<String>,
 }

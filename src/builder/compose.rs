@@ -308,6 +308,7 @@ fn assemble(
         .and_then(Value::as_str)
         .filter(|name| !name.trim().is_empty());
     let envelope_from = ctx.bounce_address(letter_id, fixed.sent_at);
+    let letter_token = ctx.letter_token(letter_id, fixed.sent_at).to_string();
     let built = message::build(message::MessageParts {
         letter_id,
         mailing_id: mailing.mailing_id.as_str(),
@@ -317,6 +318,7 @@ fn assemble(
         to_name,
         reply_to: None,
         return_path: envelope_from.as_deref(),
+        letter_token: Some(&letter_token),
         subject: &content.subject,
         html: &content.html,
         text: &content.text,

@@ -134,11 +134,17 @@ impl MailingContext {
     /// id: the same on a re-run (docs/bounces.md, "The bounce address").
     pub(super) fn bounce_address(&self, letter_id: u64, sent_at: DateTime<Utc>) -> Option<String> {
         let domain = self.bounce_domain.as_deref()?;
-        let template = self.template(LinkKind::Unsubscribe, 0, "");
-        let token = self
-            .seal
-            .seal(sent_at, Plaintext::bounce(template, letter_id));
+        let token = self.letter_token(letter_id, sent_at);
         Some(crate::token::bounce_address(&token, domain))
+    }
+
+    /// The letter's sealed bounce token: its VERP address's, and the left
+    /// part of its Message-ID, so a returned message proves its letter
+    /// with or without a bounce domain (docs/bounces.md).
+    pub(super) fn letter_token(&self, letter_id: u64, sent_at: DateTime<Utc>) -> Token {
+        let template = self.template(LinkKind::Unsubscribe, 0, "");
+        self.seal
+            .seal(sent_at, Plaintext::bounce(template, letter_id))
     }
 
     /// The key the letters' tokens are sealed with.

@@ -126,13 +126,36 @@ fn csv_delimiter(header: &[u8], columns: &HeaderPlan) -> std::io::Result<u8> {
     )))
 }
 
+/// The whole first line of `reader` (without its line end), read up to the
+/// most a record may hold: the delimiter is sniffed over all of it, not
+/// over whatever one read of the buffer returned. A longer first line is
+/// refused for what it is.
+pub(super) fn header_line<R: BufRead>(reader: R) -> std::io::Result<Vec<u8>> {
+    let mut line = Vec::new();
+    let limit = super::csv_records::MAX_RECORD_BYTES as u64 + 1;
+    reader.take(limit).read_until(b'\n', &mut line)?;
+    if line.len() as u64 >= limit && !line.ends_with(b"\n") {
+        return Err(invalid_data(format!(
+            "line 1: the CSV header is longer than {} bytes (the most a row may hold); \
+             nothing was built",
+            super::csv_records::MAX_RECORD_BYTES
+        )));
+    }
+    if line.ends_with(b"\n") {
+        line.pop();
+    }
+    Ok(line)
+}
+
 /// Read the header row: the column names, and the reader positioned on the
-/// first row.
+/// first row. `header` is the first line as [`header_line`] read it (from
+/// another reader of the same file): its delimiter is sniffed over it.
 pub(super) fn csv_header<R: BufRead>(
-    mut reader: R,
+    reader: R,
     columns: &HeaderPlan,
+    header: &[u8],
 ) -> std::io::Result<(Vec<String>, CsvRecords<R>)> {
-    let delimiter = csv_delimiter(first_line(reader.fill_buf()?), columns)?;
+    let delimiter = csv_delimiter(header, columns)?;
     let mut records = CsvRecords::new(reader, delimiter, 0, 0);
     let Some(header) = records.next_record()? else {
         return Err(invalid_data("the file is empty".into()));

@@ -8,7 +8,9 @@
 
 use super::columns::HeaderPlan;
 use super::recipient_fields::Entry;
-use super::recipient_lines::{csv_header, csv_rows, first_line, invalid_data, json_lines};
+use super::recipient_lines::{
+    csv_header, csv_rows, first_line, header_line, invalid_data, json_lines,
+};
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -75,12 +77,13 @@ impl Recipients {
             match Format::detect(path, first) {
                 Format::JsonLines => Box::new(json_lines(reader, columns.clone())),
                 Format::Csv => {
+                    let header = header_line(open_counted(path)?.0)?;
                     let (check, _, _) = open_counted(path)?;
-                    let (_, mut records) = csv_header(check, columns)?;
+                    let (_, mut records) = csv_header(check, columns, &header)?;
                     if let Some(refusal) = records.check_rest()? {
                         return Err(invalid_data(refusal.to_string()));
                     }
-                    let (header, records) = csv_header(reader, columns)?;
+                    let (header, records) = csv_header(reader, columns, &header)?;
                     Box::new(csv_rows(records, header))
                 }
             };
@@ -287,6 +290,41 @@ mod tests {
             matches!(&entries[0], Ok(r) if r.email == "a@example.com"),
             "{entries:?}"
         );
+    }
+
+    #[test]
+    fn the_delimiter_is_sniffed_over_the_whole_header_and_a_longer_one_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.csv");
+        // The address column past the first 256 KiB a read returns.
+        let names: Vec<String> = (0..40_000).map(|n| format!("col{n:0>6}")).collect();
+        let header = format!("{};email", names.join(";"));
+        assert!(header.len() > 256 * 1024 && header.len() < 1 << 20);
+        let row = format!("{};a@example.com", vec!["x"; 40_000].join(";"));
+        std::fs::write(&path, format!("{header}\n{row}\n")).unwrap();
+        let entries: Vec<Entry> = Recipients::open(&path, &HeaderPlan::default())
+            .unwrap()
+            .entries
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(entries.len(), 1);
+        let first: String = format!("{:?}", entries[0]).chars().take(300).collect();
+        assert!(first.contains("a@example.com"), "{first}");
+
+        // 40,001 columns of 28 bytes: over the limit, refused for that.
+        let names: Vec<String> = (0..40_001).map(|n| format!("column_{n:0>20}")).collect();
+        let header = format!("email,{}", names.join(","));
+        assert!(header.len() > 1 << 20);
+        std::fs::write(&path, format!("{header}\na@example.com\n")).unwrap();
+        let err = Recipients::open(&path, &HeaderPlan::default())
+            .err()
+            .expect("refused");
+        let text = err.to_string();
+        assert!(
+            text.contains("line 1") && text.contains("header is longer than"),
+            "{text}"
+        );
+        assert!(!text.contains("no address column"), "{text}");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! new LINKTRACK_SECRET, retiring a lost one (docs/token.md, "Rotating the
 //! secret").
 
-use super::args::secrets::{SecretsCommand, SecretsListArgs, SecretsRotateArgs};
+use super::args::secrets::{SecretsCommand, SecretsListArgs, SecretsRetireArgs, SecretsRotateArgs};
 use crate::store::{self, seal_keys};
 use crate::token::TokenSeal;
 
@@ -10,16 +10,7 @@ pub(super) async fn run(url: &str, command: SecretsCommand) -> anyhow::Result<()
     match command {
         SecretsCommand::List(args) => list(url, &args).await,
         SecretsCommand::Rotate(args) => rotate(url, &args).await,
-        SecretsCommand::Retire(args) => {
-            let pool = super::connect::pool(url).await?;
-            let fingerprint = args.fingerprint.trim().to_ascii_lowercase();
-            if !seal_keys::retire(&pool, &fingerprint).await? {
-                anyhow::bail!(
-                    "no seal key {fingerprint} is recorded (`linktrack secrets list` names them)"
-                );
-            }
-            say!("retired the seal key {fingerprint}: servers no longer need it; its links answer 404 (410 past --keep-days)")
-        }
+        SecretsCommand::Retire(args) => retire(url, &args).await,
         SecretsCommand::New => {
             use rand::Rng;
             let mut bytes = [0u8; 32];
@@ -27,6 +18,83 @@ pub(super) async fn run(url: &str, command: SecretsCommand) -> anyhow::Result<()
             say!("{}", hex::encode(bytes))
         }
     }
+}
+
+/// Why `secrets retire` refused: the key still matters, and what to do.
+#[derive(Debug, thiserror::Error)]
+enum RetireRefusal {
+    #[error("no seal key {0} is recorded (`linktrack secrets list` names them)")]
+    Unknown(String),
+    #[error(
+        "the seal key {fingerprint} is {what}: retiring it breaks {links} live link(s) (clicks, \
+         unsubscribe links and bounce addresses answer 404). Keep its secret in \
+         LINKTRACK_PREVIOUS_SECRETS instead{rotate}; if the secret is truly lost, retire it with \
+         `linktrack secrets retire {fingerprint} --force --i-understand-links-break {links}`"
+    )]
+    BreaksLinks {
+        fingerprint: String,
+        what: &'static str,
+        links: u64,
+        rotate: &'static str,
+    },
+    #[error(
+        "--i-understand-links-break {typed} does not match: retiring the seal key \
+         {fingerprint} breaks {links} live link(s); type that number back to retire it"
+    )]
+    CountMismatch {
+        fingerprint: String,
+        typed: u64,
+        links: u64,
+    },
+}
+
+/// `secrets retire`: refused while the key is current or its links live,
+/// unless forced with the count of links that break typed back.
+async fn retire(url: &str, args: &SecretsRetireArgs) -> anyhow::Result<()> {
+    let pool = super::connect::pool(url).await?;
+    let fingerprint = args.fingerprint.trim().to_ascii_lowercase();
+    let cost = seal_keys::retire_cost(&pool, &fingerprint, args.keep_days)
+        .await?
+        .ok_or_else(|| RetireRefusal::Unknown(fingerprint.clone()))?;
+    let given_up = match (cost.breaks_links(), args.i_understand_links_break) {
+        (false, _) => None,
+        (true, None) => {
+            return Err(RetireRefusal::BreaksLinks {
+                fingerprint,
+                what: if cost.current {
+                    "the current key, which new letters are sealed with"
+                } else {
+                    "a key that sealed links within --keep-days"
+                },
+                links: cost.live_links,
+                rotate: if cost.current {
+                    " and rotate to a new key first (`linktrack secrets rotate`)"
+                } else {
+                    ""
+                },
+            }
+            .into())
+        }
+        (true, Some(typed)) if typed != cost.live_links => {
+            return Err(RetireRefusal::CountMismatch {
+                fingerprint,
+                typed,
+                links: cost.live_links,
+            }
+            .into())
+        }
+        (true, Some(typed)) => Some(typed),
+    };
+    if let Some(links) = given_up {
+        tracing::warn!(
+            fingerprint,
+            links,
+            current = cost.current,
+            "seal key retired by force: its live links now answer 404"
+        );
+    }
+    seal_keys::retire(&pool, &fingerprint, given_up).await?;
+    say!("retired the seal key {fingerprint}: servers no longer need it and builds no longer seal with it; its links answer 404 (410 past --keep-days)")
 }
 
 /// Every recorded key, and whether this environment's ring holds it.

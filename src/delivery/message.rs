@@ -31,6 +31,11 @@ pub struct MessageParts<'a> {
     /// as `Return-Path` so that whoever hands the message over from the
     /// letters file uses it too; `None`: no `Return-Path` header.
     pub return_path: Option<&'a str>,
+    /// The letter's sealed bounce token (as its VERP address carries it),
+    /// the left part of its Message-ID: a returned Message-ID then proves
+    /// which letter it was, and no one can guess another letter's.
+    /// `None`: the letter id instead, which proves nothing.
+    pub letter_token: Option<&'a str>,
     pub subject: &'a str,
     pub html: &'a str,
     /// The text/plain part: [`text_part`] of `html` (or the same text
@@ -91,11 +96,11 @@ pub fn build(parts: MessageParts<'_>) -> Result<BuiltMessage, MessageError> {
         .map_err(|_| MessageError::To(parts.to_email.to_owned()))?;
     let to = Mailbox::new(parts.to_name.map(str::to_owned), to_address);
     let domain = from.email.domain().to_owned();
-    let message_id = format!(
-        "<{}.{}@{domain}>",
-        parts.letter_id,
-        id_part(parts.mailing_id)
-    );
+    let letter_part = match parts.letter_token {
+        Some(token) => token.to_owned(),
+        None => parts.letter_id.to_string(),
+    };
+    let message_id = format!("<{letter_part}.{}@{domain}>", id_part(parts.mailing_id));
     let mut builder = Message::builder();
     if let Some(return_path) = parts.return_path {
         builder = builder.raw_header(HeaderValue::new(
@@ -297,21 +302,23 @@ fn boundary(message_id: &str) -> String {
 
 /// Letters, digits, `.`, `-` and `_` of an id, the rest as `-`: safe inside
 /// a Message-ID, List-Id or Feedback-ID.
-/// What a Message-ID this module wrote names: the letter id and the
-/// mailing id as written in it (`<42.spring-2026@zeitung.example>` ->
-/// `(42, "spring-2026")`); `None` for anyone else's id. The mailing part
-/// is [`mailing_id_part`] of the mailing id, so compare it with that.
-pub fn letter_of_message_id(message_id: &str) -> Option<(u64, &str)> {
+/// What a Message-ID this module wrote with a letter token carries: the
+/// token (still to be opened: only a key of ours seals one) and the
+/// mailing id as written in it (`<0192…abcd.spring-2026@zeitung.example>`
+/// -> `(token, "spring-2026")`); `None` for anyone else's id, and for the
+/// letter-id form, which proves nothing. The mailing part is
+/// [`mailing_id_part`] of the mailing id, so compare it with that.
+pub fn letter_token_of_message_id(message_id: &str) -> Option<(crate::token::Token, &str)> {
     let inner = message_id
         .trim()
         .trim_start_matches('<')
         .trim_end_matches('>');
     let (left, _domain) = inner.rsplit_once('@')?;
-    let (letter, mailing) = left.split_once('.')?;
-    if letter.is_empty() || !letter.bytes().all(|b| b.is_ascii_digit()) || mailing.is_empty() {
+    let (token, mailing) = left.split_once('.')?;
+    if token.len() != 32 || mailing.is_empty() {
         return None;
     }
-    Some((letter.parse().ok()?, mailing))
+    Some((crate::token::Token::parse(token).ok()?, mailing))
 }
 
 /// A mailing id as the Message-ID and List-Id carry it.
@@ -345,6 +352,7 @@ mod tests {
             to_name: Some("José Müller"),
             reply_to: None,
             return_path: None,
+            letter_token: None,
             subject: "Grüße, José – this week",
             html,
             // Tests keep parts for the whole test: leaking one string each is fine.
@@ -417,8 +425,10 @@ mod tests {
             without.message
         );
         let verp = "bounces+0123@bounces.zeitung.example";
+        let token = "0192f5a0c0de7000800000000000abcd";
         let with = build(MessageParts {
             return_path: Some(verp),
+            letter_token: Some(token),
             ..parts(&headers, HTML)
         })
         .unwrap();
@@ -432,11 +442,24 @@ mod tests {
             with.message
         );
         assert_eq!(
-            letter_of_message_id(&with.message_id),
-            Some((42, mailing_id_part("spring 2026").as_str()))
+            letter_token_of_message_id(&with.message_id),
+            Some((
+                crate::token::Token::parse(token).unwrap(),
+                mailing_id_part("spring 2026").as_str()
+            ))
         );
-        assert_eq!(letter_of_message_id("<CAF=abc@mail.gmail.com>"), None);
-        assert_eq!(letter_of_message_id("<.x@y>"), None);
+        assert_eq!(
+            with.message_id,
+            format!("<{token}.spring-2026@zeitung.example>")
+        );
+        // The letter id alone (sequential, guessable) names nothing.
+        assert_eq!(letter_token_of_message_id(&without.message_id), None);
+        assert_eq!(
+            letter_token_of_message_id("<42.spring-2026@zeitung.example>"),
+            None
+        );
+        assert_eq!(letter_token_of_message_id("<CAF=abc@mail.gmail.com>"), None);
+        assert_eq!(letter_token_of_message_id("<.x@y>"), None);
     }
 
     #[test]

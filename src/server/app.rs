@@ -210,6 +210,11 @@ impl App {
         }
         let hooks = super::hooks::router(state.clone(), settings.outbound.clone())?;
         start_workers(&settings, &mut workers, privacy);
+        let (offline, pool) = (state.offline.clone(), settings.pool.clone());
+        let (keep_days, db_timeout) = (settings.server.keep_days, settings.server.db_timeout);
+        workers.spawn("offline-targets", move |stopping| {
+            offline.follow(pool, keep_days, db_timeout, stopping)
+        });
         if let Some(tls) = &settings.tls {
             let (pool, settings) = (settings.pool.clone(), tls.certificates.clone());
             workers.spawn("certificates", move |stopping| {

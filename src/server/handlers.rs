@@ -10,6 +10,7 @@ use super::state::AppState;
 use super::{hits, pages};
 use crate::kind::{EventKind, LinkKind};
 use crate::store::events::suppress_unsubscribed;
+use crate::token::Token;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -65,9 +66,35 @@ pub(crate) async fn click(
             hits::journal_late(&state, EventKind::Click, token, &template, meta);
             location
         }
+        Tracked::Unreached {
+            token, template, ..
+        } => {
+            let location = redirect_target(&template.url)?;
+            journal_unreached(&state, EventKind::Click, token, meta)?;
+            location
+        }
     };
     let response = (StatusCode::FOUND, [(header::LOCATION, location)]).into_response();
     Ok(no_store(response))
+}
+
+/// Journal a hit the database could not name (its link's row unread): with
+/// its token alone, as an open is, for the replay to name its letter. Not
+/// journaled (the journal is full or stopped), it is not answered either:
+/// a 503 tells the reader to come back.
+fn journal_unreached(
+    state: &AppState,
+    kind: EventKind,
+    token: Token,
+    meta: RequestMeta,
+) -> Result<(), ServerError> {
+    if hits::journal_hit(state, kind, token, None, meta) {
+        Ok(())
+    } else {
+        Err(ServerError::Unavailable(
+            "the database is away and the journal took no event".to_owned(),
+        ))
+    }
 }
 
 /// The `Location` for a stored URL. Only http(s) is followed: the builder
@@ -159,6 +186,13 @@ pub(crate) async fn unsubscribe_page(
         }
         Tracked::Live { link, .. } => nobodys_unsubscribe_page(&state, &link.mailing_id).await,
         Tracked::Late { template, .. } => late_unsubscribe_page(&state, &template).await,
+        // The address is in the row, unread: the page names the mailing.
+        Tracked::Unreached { template, .. } => {
+            pages::unsubscribe_confirm(&pages::UnsubscribeTarget {
+                email: "",
+                mailing_id: &template.mailing_id,
+            })
+        }
     };
     Ok(no_store(page.into_response()))
 }
@@ -208,6 +242,17 @@ pub(crate) async fn unsubscribe(
         Tracked::Late { template, .. } => {
             let page = late_unsubscribe_page(&state, &template).await;
             return Ok(no_store(page.into_response()));
+        }
+        // The replay reads the address from the row and suppresses it.
+        Tracked::Unreached {
+            token, template, ..
+        } => {
+            journal_unreached(&state, EventKind::Unsubscribe, token, meta)?;
+            let target = pages::UnsubscribeTarget {
+                email: "",
+                mailing_id: &template.mailing_id,
+            };
+            return Ok(no_store(pages::unsubscribed(&target).into_response()));
         }
     };
     let emails = [link.email.as_str()];
@@ -312,6 +357,9 @@ fn opted_out_address(tracked: Tracked<OptOutRoute>) -> Result<String, ServerErro
         Tracked::Live { link, .. } if !link.email.is_empty() => Ok(link.email.clone()),
         Tracked::Live { .. } => Err(ServerError::NotFound),
         Tracked::Late { .. } => Err(ServerError::Gone),
+        Tracked::Unreached { .. } => Err(ServerError::Unavailable(
+            "the database is away: the address is not known here".to_owned(),
+        )),
     }
 }
 
@@ -330,6 +378,12 @@ pub(crate) async fn image(
             &link.url
         }
         Tracked::Late { template, .. } => &template.url,
+        Tracked::Unreached {
+            token, template, ..
+        } => {
+            journal_unreached(&state, EventKind::Image, *token, meta)?;
+            &template.url
+        }
     };
     let image = state
         .images

@@ -6,6 +6,12 @@
 //! the service's own pages (dashboard, login, API) get a page that says
 //! which host they are on instead. `/healthz` answers on any host (load
 //! balancers probe by address).
+//!
+//! Before any of that, the request must say one host (docs/serve.md,
+//! "Security"): two `Host` headers, an absolute-form target whose
+//! authority is not the `Host`'s, or a malformed host or port is a 400
+//! (RFC 9112 §3.2), so that no layer can read another host than the one
+//! checked here.
 
 use super::error::ServerError;
 use crate::locks::ReadWriteEvenPoisoned;
@@ -19,9 +25,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-/// How long the list of hosts is kept before it is read again: an added
-/// domain is answered on within this time.
-const REFRESH: Duration = Duration::from_secs(10);
+/// How often the list of hosts is read again, in the background: an added
+/// domain is answered on (and unknown hosts refused) within this time.
+const REFRESH: Duration = Duration::from_secs(1);
 
 /// The hosts answered on, read from `tracking_domains` when the server
 /// starts and then again in the background: a request never waits for the
@@ -103,6 +109,25 @@ impl KnownHosts {
         }
     }
 
+    /// Read the list every [`REFRESH`] until the last other holder lets
+    /// go, so a domain added while no request came is in force by the
+    /// next one.
+    pub(crate) fn follow(self: &Arc<Self>) {
+        let hosts = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(REFRESH).await;
+                let Some(hosts) = hosts.upgrade() else {
+                    return;
+                };
+                if !hosts.refreshing.swap(true, Ordering::AcqRel) {
+                    hosts.read().await;
+                    hosts.refreshing.store(false, Ordering::Release);
+                }
+            }
+        });
+    }
+
     /// Read the list again off the request path, one read at a time.
     fn refresh_in_background(self: &Arc<Self>) {
         if self.refreshing.swap(true, Ordering::AcqRel) {
@@ -116,21 +141,115 @@ impl KnownHosts {
     }
 }
 
-/// The middleware: unknown hosts get the 404 page.
+/// Why a request's host is refused with 400.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum BadHost {
+    #[error("more than one Host header")]
+    TwoHosts,
+    #[error("the Host header is not text")]
+    NotText,
+    #[error("the request target's authority {target:?} is not the Host {host:?}")]
+    TargetElsewhere { target: String, host: String },
+    #[error("malformed host {0:?}")]
+    Malformed(String),
+}
+
+/// The one host a request names: its `Host` header, or its target's
+/// authority (HTTP/2, or HTTP/1.0 without `Host`). `None` when it names
+/// none.
+pub(crate) fn request_host(request: &Request) -> Result<Option<String>, BadHost> {
+    let mut hosts = request.headers().get_all(axum::http::header::HOST).iter();
+    let header = hosts.next();
+    if hosts.next().is_some() {
+        return Err(BadHost::TwoHosts);
+    }
+    let header = header
+        .map(|value| value.to_str().map_err(|_| BadHost::NotText))
+        .transpose()?;
+    let target = request.uri().authority().map(|a| a.as_str());
+    let host = match (header, target) {
+        (Some(header), Some(target)) if !same_authority(header, target) => {
+            return Err(BadHost::TargetElsewhere {
+                target: target.to_owned(),
+                host: header.to_owned(),
+            })
+        }
+        (Some(host), _) | (None, Some(host)) => host,
+        (None, None) => return Ok(None),
+    };
+    if !well_formed_authority(host) {
+        return Err(BadHost::Malformed(host.to_owned()));
+    }
+    Ok(Some(host.to_owned()))
+}
+
+/// Two authorities naming the same host and port (case and one trailing
+/// dot aside).
+fn same_authority(a: &str, b: &str) -> bool {
+    let port = |x: &str| {
+        x.strip_prefix(host_without_port(x))
+            .unwrap_or("")
+            .to_owned()
+    };
+    normalise(host_without_port(a)) == normalise(host_without_port(b)) && port(a) == port(b)
+}
+
+/// `host[:port]` as RFC 3986 allows it for a name or address we could be
+/// reached by: DNS labels of letters, digits, `-` and `_` (1 to 63 each,
+/// one trailing dot at most), or a bracketed IPv6 address; a port of
+/// digits within 1..=65535 when present.
+pub(crate) fn well_formed_authority(authority: &str) -> bool {
+    let host = host_without_port(authority);
+    let port = &authority[host.len()..];
+    let port_ok = match port.strip_prefix(':') {
+        None => port.is_empty(),
+        Some(digits) => {
+            !digits.is_empty()
+                && digits.len() <= 5
+                && digits.bytes().all(|b| b.is_ascii_digit())
+                && digits
+                    .parse::<u32>()
+                    .is_ok_and(|p| (1..=65_535).contains(&p))
+        }
+    };
+    port_ok && well_formed_host(host)
+}
+
+fn well_formed_host(host: &str) -> bool {
+    if let Some(inner) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        return inner.parse::<std::net::Ipv6Addr>().is_ok();
+    }
+    let name = host.strip_suffix('.').unwrap_or(host);
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            (1..=63).contains(&label.len())
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
+}
+
+/// The middleware: a request naming no single well-formed host gets 400,
+/// unknown hosts the 404 page.
 pub(crate) async fn only_known_hosts(
     State(hosts): State<Arc<KnownHosts>>,
     request: Request,
     next: Next,
 ) -> Response {
+    let host = match request_host(&request) {
+        Ok(host) => host,
+        Err(bad) => {
+            tracing::debug!(%bad, "request refused");
+            let text = format!("Bad request: {bad}\n");
+            return (axum::http::StatusCode::BAD_REQUEST, text).into_response();
+        }
+    };
     if request.uri().path() == "/healthz" {
         return next.run(request).await;
     }
-    let host = request
-        .headers()
-        .get(axum::http::header::HOST)
-        .and_then(|value| value.to_str().ok())
-        .or_else(|| request.uri().host())
-        .map(str::to_owned);
     if hosts.answers(host.as_deref()) {
         next.run(request).await
     } else if is_link(request.uri().path()) {
@@ -189,6 +308,74 @@ pub(crate) fn host_without_port(authority: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn request(target: &str, hosts: &[&str]) -> Request {
+        let mut builder = Request::builder().uri(target);
+        for host in hosts {
+            builder = builder.header(axum::http::header::HOST, *host);
+        }
+        builder.body(axum::body::Body::empty()).unwrap()
+    }
+
+    #[test]
+    fn a_request_names_one_well_formed_host_or_is_refused() {
+        let host = |target: &str, hosts: &[&str]| request_host(&request(target, hosts));
+        assert_eq!(
+            host("/c/x", &["click.a.example"]),
+            Ok(Some("click.a.example".into()))
+        );
+        assert_eq!(
+            host("/c/x", &["click.a.example:8080"]).unwrap().as_deref(),
+            Some("click.a.example:8080")
+        );
+        assert_eq!(host("/c/x", &[]), Ok(None));
+        assert_eq!(
+            host("/c/x", &["a.example", "b.example"]),
+            Err(BadHost::TwoHosts)
+        );
+        assert_eq!(
+            host("/c/x", &["a.example", "a.example"]),
+            Err(BadHost::TwoHosts)
+        );
+        assert!(matches!(
+            host("http://evil.test/c/x", &["click.a.example"]),
+            Err(BadHost::TargetElsewhere { .. })
+        ));
+        assert_eq!(
+            host("http://Click.A.Example/c/x", &["click.a.example"]),
+            Ok(Some("click.a.example".into()))
+        );
+        assert_eq!(
+            host("http://click.a.example/c/x", &[]),
+            Ok(Some("click.a.example".into()))
+        );
+        for bad in [
+            "click.a.example..",
+            "click..a.example",
+            ".click.a.example",
+            "click.a.example:99999",
+            "click.a.example:0",
+            "click.a.example:",
+            "click.a.example:80x",
+            "cl ick.example",
+            "-click.example",
+            "[::1",
+            "[zz::1]:80",
+        ] {
+            assert!(
+                matches!(host("/c/x", &[bad]), Err(BadHost::Malformed(_))),
+                "{bad}"
+            );
+        }
+        for good in [
+            "click.a.example.",
+            "127.0.0.1:8080",
+            "[::1]:80",
+            "localhost",
+        ] {
+            assert!(host("/c/x", &[good]).is_ok(), "{good}");
+        }
+    }
 
     #[test]
     fn ports_and_case_do_not_matter() {

@@ -16,6 +16,7 @@ pub mod image;
 pub mod listen;
 pub(crate) mod lookups;
 pub(crate) mod metrics;
+pub mod offline_targets;
 pub(crate) mod pages;
 pub(crate) mod request;
 mod router;

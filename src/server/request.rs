@@ -350,6 +350,14 @@ pub(crate) enum Tracked<R> {
         template: Arc<LinkTemplate>,
         route: PhantomData<R>,
     },
+    /// The database did not answer; the token's template, held in memory
+    /// (`offline_targets.rs`), says where the link leads. The hit is
+    /// journaled with its token alone: the replay names its letter.
+    Unreached {
+        token: Token,
+        template: Arc<LinkTemplate>,
+        route: PhantomData<R>,
+    },
 }
 
 impl<R: Route> FromRequestParts<AppState> for Tracked<R> {
@@ -385,6 +393,20 @@ impl<R: Route> FromRequestParts<AppState> for Tracked<R> {
                         route: PhantomData,
                     }),
                     None => Err(gone),
+                }
+            }
+            Err(err) if err.is_unavailable() => {
+                let fits = |kind| R::KINDS.contains(&kind);
+                let held = checked
+                    .sealed
+                    .and_then(|_| state.offline_template(&token, R::LINK, fits));
+                match held {
+                    Some(template) => Ok(Tracked::Unreached {
+                        token,
+                        template,
+                        route: PhantomData,
+                    }),
+                    None => Err(err),
                 }
             }
             Err(err) => Err(err),

@@ -24,6 +24,7 @@ pub(super) async fn public_router(
     ));
     // Read before the first request, so that no request reads it.
     known_hosts.read().await;
+    known_hosts.follow();
     let tracking = Router::new()
         .route("/c/{token}", get(handlers::click))
         .route("/o/{file}", get(handlers::pixel))

@@ -4,6 +4,7 @@ use super::error::{within, ServerError};
 use super::hooks::settings::HookSettings;
 use super::image::{ImageProxy, ImageSettings};
 use super::lookups::{LinkLookups, LookupSettings};
+use super::offline_targets::OfflineTargets;
 use crate::address::Fingerprint;
 use crate::bots::{BotDetector, BotRules};
 use crate::journal::segments::Recorder;
@@ -183,6 +184,9 @@ pub struct Shared {
     seal: std::sync::OnceLock<SealRing>,
     /// Link templates read by late hits (issue 27); they never change.
     templates: Cache<u32, Arc<LinkTemplate>>,
+    /// The templates of live mailings, held for clicks while the database
+    /// is away ([`OfflineTargets`]).
+    pub offline: Arc<OfflineTargets>,
 }
 
 impl AppState {
@@ -223,6 +227,7 @@ impl AppState {
             live,
             seal: std::sync::OnceLock::new(),
             templates: Cache::builder().max_capacity(100_000).build(),
+            offline: Arc::new(OfflineTargets::new(super::offline_targets::MAX_TARGETS)),
         })))
     }
 
@@ -320,7 +325,11 @@ impl AppState {
         if plain.template == 0 {
             return Ok(None);
         }
-        let template = match self.templates.get(&plain.template).await {
+        let held = match self.offline.get(plain.template) {
+            Some(template) => Some(template),
+            None => self.templates.get(&plain.template).await,
+        };
+        let template = match held {
             Some(template) => template,
             None => {
                 let find = crate::store::link_templates::find(&self.pool, plain.template);
@@ -338,6 +347,29 @@ impl AppState {
         };
         let fits = template.kind == kind && token.date() >= template.first_day;
         Ok(fits.then_some(template))
+    }
+
+    /// The template a sealed `token` names under any key of the ring, from
+    /// memory alone ([`OfflineTargets`]), if it passes the checks of
+    /// [`AppState::find_template`]: what a click is redirected by while
+    /// the database does not answer.
+    pub fn offline_template(
+        &self,
+        token: &Token,
+        kind: LinkKind,
+        fits: impl Fn(crate::kind::TokenKind) -> bool,
+    ) -> Option<Arc<LinkTemplate>> {
+        let ring = self.seal()?;
+        ring.openings(token, fits).find_map(|opened| {
+            let crate::token::Opened::Sealed(plain) = opened else {
+                return None;
+            };
+            let template = self
+                .offline
+                .get(plain.template)
+                .filter(|_| plain.template != 0)?;
+            (template.kind == kind && token.date() >= template.first_day).then_some(template)
+        })
     }
 
     /// Run one database call within `db_timeout`; running out of time is

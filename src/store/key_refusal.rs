@@ -53,6 +53,13 @@ pub enum KeyRefusal {
         opened: usize,
         sampled: usize,
     },
+    #[error(
+        "the seal key {fingerprint} of LINKTRACK_SECRET was retired (`linktrack secrets \
+         retire`): its links were given up, and nothing new is sealed with it. Build with a new \
+         secret: `linktrack secrets new`, then `linktrack secrets rotate` to it (or pass \
+         --new-secret)"
+    )]
+    Retired { fingerprint: String },
     #[error("the seal key {fingerprint} of LINKTRACK_SECRET is already the current key: set LINKTRACK_SECRET to the new secret (and the old one in LINKTRACK_PREVIOUS_SECRETS) to rotate")]
     AlreadyCurrent { fingerprint: String },
 }

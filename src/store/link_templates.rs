@@ -136,3 +136,35 @@ fn parse_kind(kind: &str) -> Result<LinkKind, StoreError> {
             detail: err.to_string(),
         })
 }
+
+/// Up to `limit` templates with an id above `after_id` whose first token
+/// was made on or after `first_day` (their links may still live), by id:
+/// what a server keeps in memory to redirect while the database is away.
+pub async fn live_after(
+    pool: &MySqlPool,
+    after_id: u32,
+    first_day: NaiveDate,
+    limit: u32,
+) -> Result<Vec<LinkTemplate>, StoreError> {
+    let rows: Vec<(u32, String, String, u32, String, NaiveDate)> = sqlx::query_as(
+        "SELECT id, mailing_id, CAST(kind AS CHAR), position, url, first_day \
+         FROM link_templates WHERE id > ? AND first_day >= ? ORDER BY id LIMIT ?",
+    )
+    .bind(after_id)
+    .bind(first_day)
+    .bind(limit)
+    .fetch_all(pool)
+    .await?;
+    rows.into_iter()
+        .map(|(id, mailing_id, kind, position, url, first_day)| {
+            Ok(LinkTemplate {
+                id,
+                mailing_id,
+                kind: parse_kind(&kind)?,
+                position,
+                url,
+                first_day,
+            })
+        })
+        .collect()
+}

@@ -30,6 +30,7 @@ mod mysql_errors;
 pub mod outbox;
 pub mod partitions;
 pub mod privacy;
+pub mod provider_tokens;
 pub mod rolled_batch;
 pub mod rollup;
 pub mod row_format;

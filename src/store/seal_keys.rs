@@ -135,6 +135,14 @@ pub fn decide(
             }
             Decision::MakeCurrent { how: "new-secret" }
         }
+        (Some(record), Purpose::Build) if record.retired_at.is_some() => {
+            if !new_secret {
+                return Err(KeyRefusal::Retired {
+                    fingerprint: ours.clone(),
+                });
+            }
+            Decision::MakeCurrent { how: "new-secret" }
+        }
         (Some(_), _) => Decision::Known,
     };
     if let Purpose::Serve { keep_days } | Purpose::Rotate { keep_days } = purpose {
@@ -404,24 +412,97 @@ async fn opens_stored_tokens(
     Ok((opened, sampled))
 }
 
-/// `linktrack secrets retire`: the key's tokens are given up; servers no
-/// longer need it. `false` when no such key is recorded.
-pub async fn retire(pool: &MySqlPool, fingerprint: &str) -> Result<bool, StoreError> {
-    if list(pool)
-        .await?
-        .iter()
-        .all(|r| r.fingerprint != fingerprint)
-    {
-        return Ok(false);
+/// What retiring a key would give up: whether it is the current key
+/// (new letters are sealed with it) and how many of its links are live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetireCost {
+    pub current: bool,
+    pub live_links: u64,
+}
+
+impl RetireCost {
+    /// Retiring this key breaks something: it needs `--force`.
+    pub fn breaks_links(&self) -> bool {
+        self.current || self.live_links > 0
     }
-    sqlx::query(
-        "UPDATE seal_keys SET retired_at = COALESCE(retired_at, UTC_TIMESTAMP(3)) \
-         WHERE fingerprint = ?",
+}
+
+/// What retiring `fingerprint` would cost with `keep_days` of links kept;
+/// `None` when no such key is recorded. A key's links are the tokens
+/// stamped while it was current (from its `current_since` to the next
+/// key's), counted back to `keep_days` ago.
+pub async fn retire_cost(
+    pool: &MySqlPool,
+    fingerprint: &str,
+    keep_days: u32,
+) -> Result<Option<RetireCost>, StoreError> {
+    let records = list(pool).await?;
+    let Some(at) = records.iter().position(|r| r.fingerprint == fingerprint) else {
+        return Ok(None);
+    };
+    // Newest first: the key made current after this one ends its period;
+    // the oldest key also sealed whatever came before keys were recorded.
+    let from = (at + 1 < records.len()).then_some(records[at].current_since);
+    let until = at.checked_sub(1).map(|newer| records[newer].current_since);
+    let kept_from = Utc::now().date_naive() - chrono::Days::new(u64::from(keep_days));
+    let live_links = count_links_stamped(pool, from, until, kept_from).await?;
+    Ok(Some(RetireCost {
+        current: at == 0,
+        live_links,
+    }))
+}
+
+/// Links whose token was stamped in `[from, until)` (no lower bound when
+/// `from` is `None`) and inserted on or
+/// after `kept_from` (the token's first 48 bits are its Unix milliseconds).
+async fn count_links_stamped(
+    pool: &MySqlPool,
+    from: Option<DateTime<Utc>>,
+    until: Option<DateTime<Utc>>,
+    kept_from: NaiveDate,
+) -> Result<u64, StoreError> {
+    let millis = |at: DateTime<Utc>| u64::try_from(at.timestamp_millis()).unwrap_or(0);
+    let from_ms = from.map_or(0, millis);
+    let until_ms = until.map_or(u64::MAX, millis);
+    let first_day = from.map_or(kept_from, |f| f.date_naive().max(kept_from));
+    let (count,): (i64,) = sqlx::query_as(
+        "SELECT COUNT(*) FROM links WHERE inserted >= ? \
+         AND CAST(CONV(HEX(SUBSTRING(uuid, 1, 6)), 16, 10) AS UNSIGNED) >= ? \
+         AND CAST(CONV(HEX(SUBSTRING(uuid, 1, 6)), 16, 10) AS UNSIGNED) < ?",
     )
+    .bind(first_day)
+    .bind(from_ms)
+    .bind(until_ms)
+    .fetch_one(pool)
+    .await?;
+    Ok(u64::try_from(count).unwrap_or(0))
+}
+
+/// `linktrack secrets retire`: the key's tokens are given up; servers no
+/// longer need it, and builds no longer seal with it. `given_up` is the
+/// count of live links the operator confirmed breaking (`--force`),
+/// recorded with the key. `false` when no such key is recorded.
+pub async fn retire(
+    pool: &MySqlPool,
+    fingerprint: &str,
+    given_up: Option<u64>,
+) -> Result<bool, StoreError> {
+    let done = sqlx::query(
+        "UPDATE seal_keys SET retired_at = COALESCE(retired_at, UTC_TIMESTAMP(3)), \
+         retired_live_links = COALESCE(?, retired_live_links) WHERE fingerprint = ?",
+    )
+    .bind(given_up)
     .bind(fingerprint)
     .execute(pool)
     .await?;
-    Ok(true)
+    if done.rows_affected() > 0 {
+        return Ok(true);
+    }
+    // Already retired with the same count: nothing changed, yet it exists.
+    Ok(list(pool)
+        .await?
+        .iter()
+        .any(|r| r.fingerprint == fingerprint))
 }
 
 #[cfg(test)]

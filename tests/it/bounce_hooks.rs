@@ -521,3 +521,44 @@ async fn mailgun_posts_need_their_hmac_a_fresh_timestamp_and_an_unused_token() {
     assert_eq!(seen, Some(1.0));
     next.stop().await;
 }
+
+/// A Mailgun signature spent on one server, replayed on a second server
+/// of the same database with another event (a complaint about another
+/// letter): refused there too, nothing stored. The token is bound to its
+/// first event in the database; the provider's own retry of that event
+/// with the same token is still answered (and decided once).
+#[tokio::test]
+async fn a_mailgun_signature_is_spent_on_every_server_at_once() {
+    let db = TestDb::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let letters = build_letters(&db, dir.path()).await;
+    let sns = FakeSnsHost::start().await;
+    let (one, two) = (hook_server(&db, &sns).await, hook_server(&db, &sns).await);
+    let (hard, victim) = (&letters[0], &letters[1]);
+    let at = now();
+    let first = mailgun_post(MAILGUN_KEY, at, "token-x", &mailgun_failed(hard, "ev-x"));
+    let (status, body) = post(&format!("{}/hooks/mailgun", one.base), first.clone()).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(decisions(&db).await, 1);
+
+    // The same signature, another body, the other server.
+    let complained = json!({
+        "event": "complained", "id": "ev-forged",
+        "recipient": victim.email,
+        "envelope": {"sender": victim.envelope_from, "targets": victim.email},
+        "message": {"headers": {"message-id": victim.message_id.trim_matches(['<', '>'])}}
+    });
+    let forged = mailgun_post(MAILGUN_KEY, at, "token-x", &complained);
+    let (status, body) = post(&format!("{}/hooks/mailgun", two.base), forged).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("used before"), "{body}");
+    assert_eq!(reason(&db, &victim.email).await, None);
+    assert_eq!(decisions(&db).await, 1);
+
+    // The provider retrying the very same post elsewhere: decided once.
+    let (status, body) = post(&format!("{}/hooks/mailgun", two.base), first).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(decisions(&db).await, 1);
+    one.stop().await;
+    two.stop().await;
+}

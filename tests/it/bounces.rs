@@ -347,3 +347,99 @@ async fn without_a_bounce_address_the_message_id_and_recipient_find_the_letter()
     assert_eq!(code, 2, "{out}");
     assert_eq!(reason(&db, &other.email).await, None);
 }
+
+/// A returned Message-ID acts only when it carries a sealed token of a
+/// letter that was handed over: a guessed (sequential) id, a forged token
+/// and a real token under another mailing or domain name nobody; and an
+/// ARF report whose `Original-Rcpt-To` is another address is refused even
+/// with the letter's own bounce address.
+#[tokio::test]
+async fn only_a_sealed_token_proves_a_letter_and_only_for_its_recipient() {
+    let db = TestDb::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let letters = build_letters(&db, dir.path()).await;
+    let mailing_id: String = sqlx::query_scalar("SELECT mailing_id FROM mailings LIMIT 1")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let ids: Vec<u64> = letters.iter().map(|l| l.letter_id).collect();
+    linktrack::store::deliveries::mark_delivered_now(
+        &db.pool,
+        &crate::common::mailing_id(&mailing_id),
+        &ids,
+        "250 ok",
+    )
+    .await
+    .unwrap();
+    let letter = &letters[0];
+    let (left, domain) = letter
+        .message_id
+        .trim_matches(['<', '>'])
+        .rsplit_once('@')
+        .unwrap();
+    let (token, part) = left.split_once('.').unwrap();
+    assert_eq!(
+        token.len(),
+        32,
+        "the Message-ID carries the letter's token: {left}"
+    );
+    assert!(
+        !letter
+            .message_id
+            .contains(&format!("<{}.", letter.letter_id)),
+        "{}",
+        letter.message_id
+    );
+    let without_verp = |message_id: String| Built {
+        envelope_from: "news@example.com".into(),
+        message_id,
+        ..letter.clone()
+    };
+    let tries = [
+        ("guessed", format!("<{}.{part}@{domain}>", letter.letter_id)),
+        (
+            "forged",
+            format!("<0189abcdef12700080aa55aa55aa55aa.{part}@{domain}>"),
+        ),
+        (
+            "foreign mailing",
+            format!("<{token}.other-mailing@{domain}>"),
+        ),
+        (
+            "foreign domain",
+            format!("<{}.{part}@evil.test>", letter.letter_id),
+        ),
+    ];
+    for (n, (what, message_id)) in tries.into_iter().enumerate() {
+        let text = addressed(
+            "exim-user-unknown.eml",
+            &without_verp(message_id),
+            &letter.email,
+            &format!("try{n}"),
+        );
+        let (code, out) = ingest_text(&db, dir.path(), "try.eml", &text, &[]);
+        assert_eq!(code, 2, "{what}: {out}");
+        assert_eq!(reason(&db, &letter.email).await, None, "{what}: {out}");
+    }
+    assert!(decisions(&db).await.is_empty());
+
+    // A complaint with the letter's bounce address that names someone else.
+    let other = &letters[1];
+    let arf = addressed("arf-abuse.eml", other, "victim@example.net", "arf-other");
+    let (code, out) = ingest_text(&db, dir.path(), "arf.eml", &arf, &[]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("victim@example.net"), "{out}");
+    assert_eq!(reason(&db, &other.email).await, None);
+    assert_eq!(reason(&db, "victim@example.net").await, None);
+
+    // The letter's own sealed Message-ID, naming its recipient, acts.
+    let text = addressed(
+        "exim-user-unknown.eml",
+        &without_verp(letter.message_id.clone()),
+        &letter.email,
+        "real",
+    );
+    let (code, out) = ingest_text(&db, dir.path(), "real.eml", &text, &[]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(reason(&db, &letter.email).await.as_deref(), Some("bounce"));
+}

@@ -35,6 +35,7 @@ mod journal_full;
 mod links;
 mod mailing_ids;
 mod messages;
+mod offline_clicks;
 mod partitions;
 mod platform_exports;
 mod privacy;

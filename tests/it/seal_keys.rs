@@ -388,7 +388,21 @@ async fn a_server_with_an_unknown_secret_does_not_start() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let refused = App::build(settings, listener).await.err().unwrap();
     assert!(refused.to_string().contains(&old_fingerprint), "{refused}");
-    let out = linktrack(&db, &["secrets", "retire", &old_fingerprint]);
+    let links: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM links")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let out = linktrack(
+        &db,
+        &[
+            "secrets",
+            "retire",
+            &old_fingerprint,
+            "--force",
+            "--i-understand-links-break",
+            &links.to_string(),
+        ],
+    );
     assert!(
         out.status.success(),
         "{}",
@@ -448,4 +462,154 @@ fn refusal_opened(refusal: &KeyRefusal) -> usize {
         }
         other => panic!("refused otherwise: {other}"),
     }
+}
+
+/// `secrets list`'s fingerprints, newest first.
+fn fingerprints(db: &TestDb, secret: &str, previous: Option<&str>) -> Vec<String> {
+    let out = linktrack_with(db, secret, previous)
+        .args(["secrets", "list"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .skip(1)
+        .filter_map(|line| line.split('\t').next().map(str::to_owned))
+        .collect()
+}
+
+fn retire(db: &TestDb, fingerprint: &str, typed: Option<u64>) -> std::process::Output {
+    let mut args = vec![
+        "secrets".to_owned(),
+        "retire".to_owned(),
+        fingerprint.to_owned(),
+    ];
+    if let Some(typed) = typed {
+        args.extend([
+            "--force".to_owned(),
+            "--i-understand-links-break".to_owned(),
+        ]);
+        args.push(typed.to_string());
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    linktrack(db, &args)
+}
+
+/// `secrets retire` gives no live link up by accident: the current key
+/// and a key that sealed links within --keep-days are refused, naming the
+/// count and the fix; `--force` needs that count typed back, and is
+/// recorded; a retired key seals nothing more.
+#[tokio::test]
+async fn retiring_a_key_whose_links_live_needs_the_count_typed_back() {
+    let db = TestDb::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    build_with(&db, dir.path(), OLD).await;
+    let links: u64 = sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM links")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+        .try_into()
+        .unwrap();
+    assert!(links > 0);
+    let old = fingerprints(&db, OLD, None)[0].clone();
+
+    // The current key: refused, whatever it sealed.
+    let out = retire(&db, &old, None);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("current key"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("breaks {links} live link")),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("--force --i-understand-links-break {links}")),
+        "{stderr}"
+    );
+
+    // Rotated: the old key is a previous one whose links live.
+    let rotated = linktrack_with(&db, NEW, Some(OLD))
+        .args(["secrets", "rotate"])
+        .output()
+        .unwrap();
+    assert!(
+        rotated.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rotated.stderr)
+    );
+    let new = fingerprints(&db, NEW, Some(OLD))[0].clone();
+    assert_ne!(new, old);
+    let out = retire(&db, &old, None);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("within --keep-days"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("breaks {links} live link")),
+        "{stderr}"
+    );
+    // The new current key sealed nothing yet, and is refused all the same.
+    let out = retire(&db, &new, None);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("breaks 0 live link"), "{stderr}");
+
+    // A wrong count is refused; the right one retires, on record.
+    let out = retire(&db, &old, Some(links + 1));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("does not match"));
+    let retired = || async {
+        sqlx::query_as::<_, (Option<chrono::NaiveDateTime>, Option<u64>)>(
+            "SELECT retired_at, retired_live_links FROM seal_keys WHERE fingerprint = ?",
+        )
+        .bind(&old)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+    };
+    assert_eq!(retired().await, (None, None));
+    let out = retire(&db, &old, Some(links));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (at, given_up) = retired().await;
+    assert!(at.is_some());
+    assert_eq!(given_up, Some(links));
+}
+
+/// A current key retired by force (its secret lost) seals nothing more:
+/// a build with it is refused, naming the fix.
+#[tokio::test]
+async fn a_build_with_a_retired_key_is_refused() {
+    let db = TestDb::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    build_with(&db, dir.path(), OLD).await;
+    let old = fingerprints(&db, OLD, None)[0].clone();
+    let links: u64 = sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM links")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+        .try_into()
+        .unwrap();
+    let out = retire(&db, &old, Some(links));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let again = tempfile::tempdir().unwrap();
+    let options = builder::BuildOptions {
+        secret: Some(OLD.to_owned()),
+        ..options(
+            again.path(),
+            fixture("mailing.json"),
+            fixture("recipients.csv"),
+        )
+    };
+    let refused = builder::run(&db.pool, &options)
+        .await
+        .err()
+        .expect("refused");
+    let text = format!("{refused:#}");
+    assert!(text.contains("retired") && text.contains(&old), "{text}");
 }

@@ -140,14 +140,14 @@ fn mysql_address() -> String {
 
 /// A TCP relay in front of MariaDB that can fail like a real outage:
 /// `go_down` cuts every open connection and refuses new ones until `come_up`.
-struct FlakyDatabase {
+pub(crate) struct FlakyDatabase {
     addr: std::net::SocketAddr,
     up: Arc<std::sync::atomic::AtomicBool>,
     connections: Arc<std::sync::Mutex<Vec<AbortHandle>>>,
 }
 
 impl FlakyDatabase {
-    async fn start() -> FlakyDatabase {
+    pub(crate) async fn start() -> FlakyDatabase {
         use std::sync::atomic::AtomicBool;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -174,18 +174,18 @@ impl FlakyDatabase {
         }
     }
 
-    fn url(&self, db: &TestDb) -> String {
+    pub(crate) fn url(&self, db: &TestDb) -> String {
         format!("mysql://root@{}/{}", self.addr, db.name)
     }
 
-    fn go_down(&self) {
+    pub(crate) fn go_down(&self) {
         self.up.store(false, Ordering::SeqCst);
         for relay in self.connections.lock().unwrap().drain(..) {
             relay.abort();
         }
     }
 
-    fn come_up(&self) {
+    pub(crate) fn come_up(&self) {
         self.up.store(true, Ordering::SeqCst);
     }
 }

@@ -103,7 +103,9 @@ pub enum SecretsCommand {
     /// restart the servers with the new ring, then the builders.
     Rotate(SecretsRotateArgs),
     /// Give up the links of a key whose secret is lost: servers no longer
-    /// need it (its links answer 404, or 410 past --keep-days).
+    /// need it (its links answer 404, or 410 past --keep-days). Refused for
+    /// the current key and for a key that sealed links within --keep-days,
+    /// unless --force with the count of links that break.
     Retire(SecretsRetireArgs),
     /// Print a new random secret (256 bits, hex).
     New,
@@ -133,6 +135,23 @@ pub struct SecretsRetireArgs {
     /// refusals name it).
     #[arg(value_name = "FINGERPRINT")]
     pub fingerprint: String,
+
+    /// Days of links kept (as `serve --keep-days`): a key that sealed a
+    /// link within them is refused unless --force.
+    #[arg(long, env = "LINKTRACK_KEEP_DAYS", value_name = "DAYS",
+          default_value_t = crate::store::partitions::DEFAULT_KEEP_DAYS)]
+    pub keep_days: u32,
+
+    /// Retire the key although it is the current key or its links are
+    /// live (its secret is truly lost): those links then answer 404.
+    /// Needs --i-understand-links-break with the count the refusal names.
+    #[arg(long, requires = "i_understand_links_break")]
+    pub force: bool,
+
+    /// With --force: the number of live links the refusal named, typed
+    /// back; a different number is refused.
+    #[arg(long, value_name = "N", requires = "force")]
+    pub i_understand_links_break: Option<u64>,
 }
 
 /// Shortest `LINKTRACK_SECRET` / `LINKTRACK_API_TOKEN` the server accepts:

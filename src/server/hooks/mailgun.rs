@@ -89,6 +89,11 @@ impl Verifier {
         Ok(())
     }
 
+    /// How old a signature may be.
+    pub(crate) fn max_age(&self) -> Duration {
+        self.max_age
+    }
+
     /// Whether the token was used before.
     pub(crate) async fn used(&self, token: &str) -> bool {
         self.used.contains_key(token)

@@ -234,11 +234,56 @@ async fn mailgun_post(State(hooks): State<Hooks>, body: Bytes) -> Answer {
         Ok(event) => event,
         Err(err) => return bad_event(MAILGUN, err),
     };
+    if let Err(answer) = bind_token(&hooks, MAILGUN, verifier, &signature.token, &event.id).await {
+        return answer;
+    }
     let answer = act(&hooks, MAILGUN, event).await;
     if answer.0.is_success() {
         verifier.spend(&signature.token).await;
     }
     answer
+}
+
+/// Bind a post's signature token to the event it carries, in the database
+/// every server shares: the signature covers only the timestamp and the
+/// token, so the same token with another event (a captured signature on
+/// a forged body, on this server or another) is refused. The provider's
+/// own retry (same token, same event) goes on to be decided once.
+async fn bind_token(
+    hooks: &Hooks,
+    provider: &'static str,
+    verifier: &mailgun::Verifier,
+    token: &str,
+    event_id: &str,
+) -> Result<(), Answer> {
+    use crate::store::provider_tokens::{self, TokenUse};
+    let pool = &hooks.0.app.pool;
+    let key = event_key(event_id);
+    let bound = provider_tokens::bind(pool, provider, token, &key);
+    match hooks.0.app.bounded(bound).await {
+        Ok(TokenUse::First) => {
+            // Tokens past twice the accepted age are refused as stale first.
+            let prune = provider_tokens::prune(pool, verifier.max_age().saturating_mul(2), 100);
+            if let Err(err) = prune.await {
+                tracing::debug!(%err, "provider tokens not pruned");
+            }
+            Ok(())
+        }
+        Ok(TokenUse::SameEvent) => Ok(()),
+        Ok(TokenUse::OtherEvent) => {
+            let refusal = mailgun::Refusal::Replayed;
+            Err(refused(
+                provider,
+                refusal.reason(),
+                StatusCode::FORBIDDEN,
+                refusal.to_string(),
+            ))
+        }
+        Err(err) => Err((
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the database failed: {err}; nothing decided, try again\n"),
+        )),
+    }
 }
 
 /// Decide an authenticated event as `bounces ingest` decides a message;
