@@ -183,6 +183,8 @@ pub struct Shared {
     seal: std::sync::OnceLock<SealRing>,
     /// Link templates read by late hits (issue 27); they never change.
     templates: Cache<u32, Arc<LinkTemplate>>,
+    /// Repointed links and UTM tags, applied to each click's target.
+    pub link_rules: super::link_rules::LinkRules,
 }
 
 impl AppState {
@@ -223,6 +225,7 @@ impl AppState {
             live,
             seal: std::sync::OnceLock::new(),
             templates: Cache::builder().max_capacity(100_000).build(),
+            link_rules: super::link_rules::LinkRules::default(),
         })))
     }
 
