@@ -446,7 +446,7 @@ mod tests {
             ("ftp://a.test/x", "http:// or https://"),
             ("/relative", "http:// or https://"),
             ("https://a.test/x y", "white space"),
-            ("https://a.test/?u={{ id }}", "fields"),
+            ("https://a.test/?u={{id}}", "fields"),
         ] {
             let err = check_target(bad).unwrap_err();
             assert_eq!(err.code(), "target_refused");
