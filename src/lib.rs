@@ -46,7 +46,8 @@
 //!     start tags in `start_tag.rs`, character references in `charref.rs`),
 //!     a mailing compiled once into fixed text and slots (`letter/plan.rs`),
 //!     what a spam filter sees: links that show their own address
-//!     (`address_text.rs`), short letters with an image (`short_letter.rs`).
+//!     (`address_text.rs`), short letters with an image (`short_letter.rs`);
+//!     UTM tags merged into a click's target at the redirect (`utm.rs`).
 //! 11. [`event`]: [`event::EventRow`], one event (click, open, image load,
 //!     unsubscribe) as recorded, journaled, stored and sent.
 //! 12. [`token`]: the tracking token, one file per stage: new, parse, date
@@ -72,6 +73,8 @@
 //!     numbers it reads (`mysql_errors.rs`), the pool (`connect.rs`), migrations
 //!     (`migrations.rs`), `IN` lists (`in_list.rs`);
 //!     links, link templates, events, suppressions, tracking opt-outs,
+//!     link names, UTM tags and repoints (`link_rules.rs`) and repointing
+//!     a sent link (`repoint.rs`),
 //!     tracking domains per sender (`tracking_domains.rs`) and their
 //!     certificates and ACME account (`tls_certificates.rs`),
 //!     sequences, deliveries, dashboard sessions; daily partitions in
@@ -176,7 +179,8 @@
 //!     share one statement (`lookups.rs`); the link templates of live
 //!     mailings held in memory, for clicks while the database is away
 //!     (`offline_targets.rs`); a hit classified and journaled,
-//!     functions taking the state (`hits.rs`); one
+//!     functions taking the state (`hits.rs`); repointed links and UTM
+//!     tags held in memory and applied to each click (`link_rules.rs`); one
 //!     limiter of wrong secrets per client network (`guesses.rs`); the
 //!     SSRF-safe image proxy (`image.rs`); the providers' bounce webhooks
 //!     with their settings and SNS and Mailgun signature checks
@@ -185,7 +189,8 @@
 //!     `IntoResponse` (`error.rs`, `pages.rs`); Prometheus metrics (`metrics.rs`,
 //!     `health_gauges.rs`); the stats API and dashboard (`server/stats/`:
 //!     their state, credentials and templates, and their own error type for
-//!     the API's JSON errors, each in a file of its own). `/metrics` and
+//!     the API's JSON errors, each in a file of its own; the links API,
+//!     `links_api.rs`). `/metrics` and
 //!     `/readyz` are on the admin listener.
 //!
 //! Command line:
@@ -193,7 +198,7 @@
 //!     `cli/args/`, one file per runner, named as it is; runners that turn
 //!     them into the settings structs below and print what was done
 //!     (`cli/mod.rs` dispatches; `bounces.rs`, `database.rs`, `domains.rs`,
-//!     `export.rs`, `mailing.rs`, `secrets.rs`, `serve.rs`, `webhooks.rs`),
+//!     `export.rs`, `links.rs`, `mailing.rs`, `secrets.rs`, `serve.rs`, `webhooks.rs`),
 //!     with what they share in files of its own: the database and live
 //!     layer they connect to (`connect.rs`), their lines out and `say!`
 //!     (`output.rs`), exit statuses (`exit_status.rs`), the log

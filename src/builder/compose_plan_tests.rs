@@ -34,6 +34,7 @@ fn mailing(html: &str, personalize: bool) -> Mailing {
         honeypot: true,
         filter_safe: true,
         list_manage_url: None,
+        utm: None,
     }
 }
 

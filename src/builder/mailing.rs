@@ -36,6 +36,9 @@ pub struct Mailing {
     /// `mailto:` address): shown by an unsubscribe link whose row has
     /// expired, which can no longer unsubscribe anyone itself.
     pub list_manage_url: Option<String>,
+    /// UTM tags added to every tracked link's target at the redirect
+    /// (never written into the letter); `None`: none.
+    pub utm: Option<crate::letter::utm::UtmTags>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -66,6 +69,7 @@ struct MailingFile {
     #[serde(default = "yes")]
     filter_safe: bool,
     list_manage_url: Option<String>,
+    utm: Option<crate::letter::utm::UtmTags>,
 }
 
 /// A string or an integer JSON number (as its decimal text).
@@ -184,7 +188,12 @@ impl Mailing {
                 ))
             }
         };
+        let utm = file.utm.filter(|tags| !tags.is_empty());
+        if let Some(tags) = &utm {
+            tags.check().map_err(|err| field("utm", &err.to_string()))?;
+        }
         Ok(Mailing {
+            utm,
             list_manage_url,
             mailing_id,
             subject: file.subject,

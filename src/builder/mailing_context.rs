@@ -11,6 +11,7 @@ use crate::delivery::body::BodyPlan;
 use crate::delivery::message;
 use crate::letter::plan::{Plan, PlanSource, Slot, Unplannable};
 use crate::letter::{rewrite, FoundKind, FoundLink, RewriteOptions, Template};
+use crate::store::link_rules::MailingLink;
 use crate::store::link_templates::TemplateKey;
 use crate::store::links::LinkKind;
 use crate::token::{Plaintext, Token, TokenSeal};
@@ -119,6 +120,7 @@ impl MailingContext {
             plans: Vec::new(),
             bounce_domain: None,
         };
+        context.mailing_links()?;
         context.plans = context.compile_plans();
         Ok(context)
     }
@@ -356,6 +358,52 @@ impl MailingContext {
         keys
     }
 
+    /// The creative's click positions with their names and UTM choice
+    /// (`data-linktrack-name`, `data-linktrack-utm`), as the stats number
+    /// them. Two links of one name are refused, naming both.
+    pub(crate) fn mailing_links(&self) -> Result<Vec<MailingLink>, PrepareError> {
+        let options = RewriteOptions {
+            track_links: true,
+            proxy_images: false,
+            own_base_url: &self.base_url,
+            pixel_html: None,
+            shown_address_base: None,
+        };
+        let mut links = Vec::new();
+        let _ = rewrite(&self.mailing.html, &options, |found: &FoundLink| {
+            if found.kind == FoundKind::Click {
+                links.push(MailingLink {
+                    position: found.position,
+                    name: found.name.clone(),
+                    utm: found.utm,
+                    source_url: found.url.clone(),
+                });
+            }
+            String::new()
+        });
+        let mut named: HashMap<&str, &MailingLink> = HashMap::new();
+        for link in &links {
+            let Some(name) = link.name.as_deref() else {
+                continue;
+            };
+            check_link_name(name).map_err(|message| PrepareError::Template {
+                field: "html",
+                message: format!("link {} ({}): {message}", link.position, link.source_url),
+            })?;
+            if let Some(first) = named.insert(name, link) {
+                return Err(PrepareError::Template {
+                    field: "html",
+                    message: format!(
+                        "links {} ({}) and {} ({}) are both named {name:?} \
+                         (data-linktrack-name must be unique within a mailing)",
+                        first.position, first.source_url, link.position, link.source_url
+                    ),
+                });
+            }
+        }
+        Ok(links)
+    }
+
     /// The ids [`Self::template_keys`] were stored under.
     pub(crate) fn set_templates(&mut self, ids: HashMap<TemplateKey, u32>) {
         self.templates.clear();
@@ -402,6 +450,31 @@ pub(crate) fn check_bounce_domain(domain: &str) -> Result<(), String> {
             "{domain:?} is not a mail domain (bounces+TOKEN@{domain} is no address)"
         )),
     }
+}
+
+/// The longest link name, in characters (the column's width).
+pub(crate) const MAX_LINK_NAME: usize = 100;
+
+/// Whether `name` can name a link: at most [`MAX_LINK_NAME`] characters,
+/// no control characters, not only digits (a name stands where a position
+/// may, as in `PATCH /api/mailings/{id}/links/{position or name}`).
+pub(crate) fn check_link_name(name: &str) -> Result<(), String> {
+    if name.chars().count() > MAX_LINK_NAME {
+        return Err(format!(
+            "data-linktrack-name is longer than {MAX_LINK_NAME} characters"
+        ));
+    }
+    if name.chars().any(char::is_control) {
+        return Err(format!(
+            "data-linktrack-name {name:?} has a control character"
+        ));
+    }
+    if name.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!(
+            "data-linktrack-name {name:?} is only digits, which would read as a position"
+        ));
+    }
+    Ok(())
 }
 
 /// The template variable holding the letter's "stop tracking me" URL.

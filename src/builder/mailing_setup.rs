@@ -8,7 +8,7 @@ use super::mailing::Mailing;
 use super::mailing_context::{check_bounce_domain, MailingContext, PrepareError};
 use super::options::BuildOptions;
 use super::row_writer::ensure_partitions;
-use crate::store::{link_templates, seal_keys, stats, tracking_domains};
+use crate::store::{link_rules, link_templates, seal_keys, stats, tracking_domains};
 use sqlx::MySqlPool;
 use std::sync::Arc;
 
@@ -92,6 +92,14 @@ pub(super) async fn store_mailing(
     let today = chrono::Utc::now().date_naive();
     let ids = link_templates::intern(pool, &ctx.mailing.mailing_id, &keys, today).await?;
     ctx.set_templates(ids);
+    // Names and UTM choices before the UTM tags: a server that sees the
+    // tags reads the positions they apply to.
+    let positions = ctx.mailing_links().map_err(|source| BuildError::Template {
+        path: options.mailing.clone(),
+        source,
+    })?;
+    link_rules::save_positions(pool, &ctx.mailing.mailing_id, &positions).await?;
+    link_rules::save_utm(pool, &ctx.mailing.mailing_id, ctx.mailing.utm.as_ref()).await?;
     Ok(Arc::new(ctx))
 }
 

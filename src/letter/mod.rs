@@ -33,6 +33,7 @@ pub mod plan;
 pub mod rewrite;
 pub mod short_letter;
 mod start_tag;
+pub mod utm;
 
 pub use address_text::registrable_domain;
 pub use personalize::{

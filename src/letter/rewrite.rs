@@ -40,7 +40,11 @@
 //! elements. SendGrid's `clicktracking="off"` and Mailgun's
 //! `disable-tracking="true"` on a link mean the same (other values of them
 //! track the link, and they are removed like ours).
-//! `data-linktrack-tag="…"` fills [`FoundLink::tag`]. Both are ours,
+//! `data-linktrack-tag="…"` fills [`FoundLink::tag`],
+//! `data-linktrack-name="…"` [`FoundLink::name`] (the name a sender gives
+//! the link's position), and `data-linktrack-utm="off"` clears
+//! [`FoundLink::utm`] (the mailing's UTM tags are not added to this link at
+//! the redirect). All of them are ours,
 //! not the recipient's, so they are removed (with the whitespace before them)
 //! from every element the active step looks at: `<a>`, `<area>`, VML elements
 //! when `track_links` is on, `<img>` when `proxy_images` is on. With both steps
@@ -86,6 +90,11 @@ pub struct FoundLink {
     /// The element's `data-linktrack-tag`, decoded and trimmed; `None` when
     /// absent or blank.
     pub tag: Option<String>,
+    /// The element's `data-linktrack-name`, decoded and trimmed; `None` when
+    /// absent or blank.
+    pub name: Option<String>,
+    /// `false` when the element says `data-linktrack-utm="off"`.
+    pub utm: bool,
 }
 
 /// What to rewrite.
@@ -390,6 +399,8 @@ impl Finder<'_> {
         let mut url_attribute = None;
         let mut opted_out = None;
         let mut label = None;
+        let mut name = None;
+        let mut utm_off = None;
         for attribute in start_tag::attributes(tag) {
             if attribute.is_named(url_attribute_name) {
                 url_attribute.get_or_insert(attribute);
@@ -398,6 +409,12 @@ impl Finder<'_> {
                 self.remove_attribute(tag, offset, &attribute);
             } else if attribute.is_named("data-linktrack-tag") {
                 label.get_or_insert_with(|| tag_label(attribute.raw_value(tag)));
+                self.remove_attribute(tag, offset, &attribute);
+            } else if attribute.is_named("data-linktrack-name") {
+                name.get_or_insert_with(|| tag_label(attribute.raw_value(tag)));
+                self.remove_attribute(tag, offset, &attribute);
+            } else if attribute.is_named("data-linktrack-utm") {
+                utm_off.get_or_insert_with(|| is_off(attribute.raw_value(tag)));
                 self.remove_attribute(tag, offset, &attribute);
             } else if let Some(opts_out) = foreign_opt_out(kind, &attribute, tag) {
                 if opts_out {
@@ -436,6 +453,8 @@ impl Finder<'_> {
                     position,
                     url: url.into_owned(),
                     tag: label.flatten(),
+                    name: name.flatten(),
+                    utm: utm_off != Some(true),
                 },
                 quote,
             },

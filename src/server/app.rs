@@ -215,6 +215,7 @@ impl App {
         workers.spawn("offline-targets", move |stopping| {
             offline.follow(pool, keep_days, db_timeout, stopping)
         });
+        follow_link_rules(&settings.pool, &state, &mut workers).await;
         if let Some(tls) = &settings.tls {
             let (pool, settings) = (settings.pool.clone(), tls.certificates.clone());
             workers.spawn("certificates", move |stopping| {
@@ -392,6 +393,17 @@ fn start_workers(settings: &AppSettings, workers: &mut Workers, privacy: Privacy
     });
     let server = crate::outbound::registry::server_id(&settings.journal.dir);
     crate::outbound::start_senders(&settings.pool, &settings.outbound, server, workers);
+}
+
+/// Read the repoints and UTM tags before the first click when the database
+/// answers, then keep them current in a worker.
+async fn follow_link_rules(pool: &MySqlPool, state: &AppState, workers: &mut Workers) {
+    let rules = state.link_rules.clone();
+    if let Err(err) = rules.refresh(pool).await {
+        tracing::warn!(%err, "link repoints and UTM tags not read yet; retrying in the background");
+    }
+    let pool = pool.clone();
+    workers.spawn("link-rules", move |stopping| rules.run(pool, stopping));
 }
 
 /// Binds the TLS listener, its certificates picked by SNI from `certificates`.

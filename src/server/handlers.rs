@@ -43,6 +43,10 @@ fn no_store(mut response: Response) -> Response {
 /// Once the link's row is gone, a token sealed with a link template still
 /// leads where it did (issue 27), recorded as a late click: mailing and
 /// position only, nobody's address.
+///
+/// Either way the target is the link's as built unless the sender
+/// repointed it since, with the mailing's UTM tags added
+/// ([`LinkRules`](super::link_rules::LinkRules)).
 pub(crate) async fn click(
     State(state): State<AppState>,
     meta: RequestMeta,
@@ -55,14 +59,22 @@ pub(crate) async fn click(
                 hits::journal_honeypot(&state, token, &link, meta);
                 return Ok(no_store(StatusCode::NO_CONTENT.into_response()));
             }
-            let location = redirect_target(&link.url)?;
+            let target =
+                state
+                    .link_rules
+                    .target(&link.mailing_id, link.position, link.letter_id, &link.url);
+            let location = redirect_target(&target)?;
             hits::journal_hit(&state, EventKind::Click, token, Some(&*link), meta);
             location
         }
         Tracked::Late {
             token, template, ..
         } => {
-            let location = redirect_target(&template.url)?;
+            let target =
+                state
+                    .link_rules
+                    .target(&template.mailing_id, template.position, 0, &template.url);
+            let location = redirect_target(&target)?;
             hits::journal_late(&state, EventKind::Click, token, &template, meta);
             location
         }

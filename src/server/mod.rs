@@ -13,6 +13,7 @@ pub(crate) mod hits;
 pub mod hooks;
 pub(crate) mod hosts;
 pub mod image;
+pub mod link_rules;
 pub mod listen;
 pub(crate) mod lookups;
 pub(crate) mod metrics;

@@ -187,6 +187,8 @@ pub struct Shared {
     /// The templates of live mailings, held for clicks while the database
     /// is away ([`OfflineTargets`]).
     pub offline: Arc<OfflineTargets>,
+    /// Repointed links and UTM tags, applied to each click's target.
+    pub link_rules: super::link_rules::LinkRules,
 }
 
 impl AppState {
@@ -228,6 +230,7 @@ impl AppState {
             seal: std::sync::OnceLock::new(),
             templates: Cache::builder().max_capacity(100_000).build(),
             offline: Arc::new(OfflineTargets::new(super::offline_targets::MAX_TARGETS)),
+            link_rules: super::link_rules::LinkRules::default(),
         })))
     }
 

@@ -39,6 +39,7 @@ mod offline_clicks;
 mod partitions;
 mod platform_exports;
 mod privacy;
+mod repoint;
 mod row_format;
 mod seal_keys;
 mod server_crash;

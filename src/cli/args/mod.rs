@@ -7,7 +7,7 @@
 //! One file per runner of `cli/`, holding the flags of the commands it
 //! runs: `database` (migrate, partitions, shards), `mailing` (build,
 //! suppressions, tracking-optouts, erase, segment, stats rollup, and where
-//! tracked URLs point), `bounces`, `export`, `domains`, `secrets` (and the
+//! tracked URLs point), `bounces`, `export`, `links`, `domains`, `secrets` (and the
 //! checks of secret settings), `serve` (serve, demo, and the bot verdicts
 //! and live layer it shares with the mailing commands), `webhooks` (and
 //! events out).
@@ -20,6 +20,7 @@ pub mod bounces;
 pub mod database;
 pub mod domains;
 pub mod export;
+pub mod links;
 pub mod mailing;
 pub mod secrets;
 pub mod serve;
@@ -166,6 +167,10 @@ pub enum Command {
     /// (docs/domains.md, "Tracking domains").
     #[command(subcommand)]
     Domains(domains::DomainsCommand),
+    /// A sent mailing's links: list where they lead, repoint them
+    /// (docs/serve.md, "Repointing a sent link").
+    #[command(subcommand)]
+    Links(links::LinksCommand),
 }
 
 #[cfg(test)]

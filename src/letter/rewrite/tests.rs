@@ -222,6 +222,25 @@ fn tag_attribute_fills_found_link_and_is_removed() {
 }
 
 #[test]
+fn name_and_utm_attributes_fill_found_link_and_are_removed_byte_exactly() {
+    let html = "<a class=\"b\"\r\n  data-linktrack-name=\" cta \"\r\n  href='http://x.test/?utm_source=partner'>x</a>\
+                <a data-linktrack-utm=OFF href=http://y.test data-linktrack-name=''>y</a>\
+                <a href=\"http://z.test\" data-linktrack-utm=\"on\">z</a>";
+    let (out, found) = run(html);
+    assert_eq!(found[0].name.as_deref(), Some("cta"));
+    assert!(found[0].utm);
+    assert_eq!(found[1].name, None);
+    assert!(!found[1].utm);
+    assert!(found[2].utm, "only \"off\" turns the tags off");
+    assert_eq!(
+        out,
+        "<a class=\"b\"\r\n  href='https://t.test/c/1'>x</a>\
+         <a href=\"https://t.test/c/2\">y</a>\
+         <a href=\"https://t.test/c/3\">z</a>"
+    );
+}
+
+#[test]
 fn control_attributes_stay_when_the_step_is_off() {
     let html = r#"<a data-linktrack="off" href="http://x.test">x</a><img data-linktrack="off" src="http://i.test/a.png">"#;
     let options = RewriteOptions {

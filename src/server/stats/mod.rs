@@ -29,6 +29,7 @@ pub(crate) mod dashboard;
 mod error;
 mod export;
 mod headers;
+mod links_api;
 mod page_templates;
 mod state;
 
@@ -55,6 +56,7 @@ pub fn router(state: StatsState) -> Router {
         .route("/login", get(auth::login_form).post(auth::login))
         .route("/logout", post(auth::logout))
         .merge(protected)
+        .merge(links_api::router(state.clone()))
         .route_layer(middleware::from_fn(headers::security_headers))
         .with_state(state)
 }

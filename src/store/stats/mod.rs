@@ -32,6 +32,6 @@ pub use mailings::{
     list_management, mailing_html, named_exactly, save_list_manage_url, save_mailing,
     MailingListing,
 };
-pub use per_link::{link_urls, LinkStats};
+pub use per_link::{link_urls, LinkStats, TargetClicks};
 pub use series::HourStats;
 pub use summary::{summary, Classes, MailingSummary};

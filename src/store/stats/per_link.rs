@@ -5,6 +5,7 @@
 use super::counts::{Counts, LateCounts};
 use crate::mailing_id::MailingId;
 use crate::store::error::StoreError;
+use crate::store::link_rules;
 use sqlx::{MySql, MySqlPool, QueryBuilder};
 use std::collections::BTreeMap;
 
@@ -19,6 +20,26 @@ pub struct LinkStats {
     pub bot: Counts,
     /// Late clicks on this position (issue 27), apart from the counts above.
     pub late: LateCounts,
+    /// The link's `data-linktrack-name`, when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Where the position led, version by version, once it was repointed
+    /// (empty until then): the clicks each target got.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub targets: Vec<TargetClicks>,
+}
+
+/// One target a repointed position led every letter to, and its clicks.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct TargetClicks {
+    /// 0: the URL it was built with; 1, 2, …: each repoint.
+    pub version: u32,
+    pub url: String,
+    /// When it became the target (`None`: from the start).
+    pub since: Option<chrono::DateTime<chrono::Utc>>,
+    /// People's clicks on the position while this was the target (from
+    /// the recorded events; bots apart, as in `human`).
+    pub clicks: u64,
 }
 
 pub(super) async fn read_links(
@@ -59,7 +80,63 @@ pub(super) async fn read_links(
             link.human = counts;
         }
     }
+    add_names_and_targets(pool, mailing_id, &mut by_position).await?;
     Ok(by_position.into_values().collect())
+}
+
+/// The most repoints of a position whose clicks the stats count apart;
+/// clicks before the oldest of them count for the target it replaced.
+const MOST_TARGETS: usize = 20;
+
+/// Each position's name, and for a repointed one its targets with the
+/// clicks each got (counted from `events` between the repoints' times).
+async fn add_names_and_targets(
+    pool: &MySqlPool,
+    mailing_id: &MailingId,
+    by_position: &mut BTreeMap<u32, LinkStats>,
+) -> Result<(), StoreError> {
+    for link in link_rules::positions(pool, mailing_id).await? {
+        if let Some(stats) = by_position.get_mut(&link.position) {
+            stats.name = link.name;
+        }
+    }
+    let mut history: BTreeMap<u32, Vec<link_rules::Repoint>> = BTreeMap::new();
+    for repoint in link_rules::history(pool, mailing_id).await? {
+        if repoint.letter_id.is_none() {
+            history.entry(repoint.position).or_default().push(repoint);
+        }
+    }
+    for (position, repoints) in history {
+        let Some(stats) = by_position.get_mut(&position) else {
+            continue;
+        };
+        // The newest ones only: each target is one count over `events`.
+        let repoints = &repoints[repoints.len().saturating_sub(MOST_TARGETS)..];
+        let Some(oldest) = repoints.first() else {
+            continue;
+        };
+        let first = oldest.from.clone();
+        let mut targets = vec![TargetClicks {
+            version: oldest.version.saturating_sub(1),
+            url: first,
+            since: None,
+            clicks: 0,
+        }];
+        targets.extend(repoints.iter().map(|r| TargetClicks {
+            version: r.version,
+            url: r.to.clone(),
+            since: Some(r.at),
+            clicks: 0,
+        }));
+        for n in 0..targets.len() {
+            let until = targets.get(n + 1).and_then(|next| next.since);
+            let since = targets[n].since;
+            targets[n].clicks =
+                link_rules::clicks_between(pool, mailing_id, position, since, until).await?;
+        }
+        stats.targets = targets;
+    }
+    Ok(())
 }
 
 /// Click URLs by position: from `stats_link_urls`, filled from the

@@ -1,0 +1,261 @@
+//! Where a click leads now: every server holds the sender's rules for
+//! mailings' links in memory ([`LinkRules`]): the links repointed after
+//! sending (`link_repoints`) and the mailings' UTM tags (`mailing_utm`,
+//! rendered per position with `mailing_links`' names and UTM choices). A
+//! worker reads what was added since its last look every
+//! [`POLL_EVERY`], so a repoint reaches every server within seconds.
+//!
+//! The redirect applies them after the link is found (from the link cache
+//! or the database), so the cache never needs invalidating: it holds the
+//! rows as built, and the rules are a lookup beside it. A server whose
+//! mailings have no rules reads one atomic flag per click; otherwise one
+//! hash lookup by mailing id under a read lock.
+
+use crate::letter::utm::{add_parameters, EncodedParameter, UtmLink, UtmTags};
+use crate::locks::{LockEvenPoisoned, ReadWriteEvenPoisoned};
+use crate::mailing_id::MailingId;
+use crate::store::link_rules::{self, Repoint, StoredUtm};
+use crate::store::StoreError;
+use sqlx::MySqlPool;
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+/// How often a server reads new repoints and UTM tags.
+pub const POLL_EVERY: Duration = Duration::from_secs(2);
+
+/// Rows read per statement while catching up.
+const ROWS_PER_READ: u32 = 5_000;
+
+/// The rules of every mailing that has any, shared by the handlers.
+#[derive(Clone, Default)]
+pub struct LinkRules(Arc<Inner>);
+
+#[derive(Default)]
+struct Inner {
+    /// Some mailing has rules: the redirect looks them up.
+    any: AtomicBool,
+    table: RwLock<Arc<RulesTable>>,
+    /// The newest rows taken in (applying a row again changes nothing).
+    seen: Mutex<Seen>,
+}
+
+#[derive(Default, Clone, Copy)]
+struct Seen {
+    repoint: u64,
+    utm: u64,
+}
+
+#[derive(Default, Clone)]
+struct RulesTable {
+    mailings: HashMap<String, Arc<MailingRules>>,
+}
+
+/// One mailing's rules.
+#[derive(Default, Clone, Debug)]
+struct MailingRules {
+    /// Where each repointed position leads now, for every letter.
+    targets: HashMap<u32, Arc<str>>,
+    /// Where one letter's repointed link leads now (`--recipient`).
+    letter_targets: HashMap<(u32, u64), Arc<str>>,
+    /// The mailing's UTM tags, when it has any.
+    utm: Option<UtmTags>,
+    /// The tags rendered per position of the creative (empty: the link
+    /// says `data-linktrack-utm="off"`).
+    utm_by_position: HashMap<u32, Arc<[EncodedParameter]>>,
+}
+
+impl LinkRules {
+    /// Where a click on `stored` (the link's URL as built) leads: its
+    /// repointed target, if any, with the mailing's UTM tags added.
+    /// Borrowed when no rule applies.
+    pub fn target<'u>(
+        &self,
+        mailing_id: &str,
+        position: u32,
+        letter_id: u64,
+        stored: &'u str,
+    ) -> Cow<'u, str> {
+        if !self.0.any.load(Ordering::Acquire) {
+            return Cow::Borrowed(stored);
+        }
+        let Some(rules) = self.mailing(mailing_id) else {
+            return Cow::Borrowed(stored);
+        };
+        let repointed = rules
+            .letter_targets
+            .get(&(position, letter_id))
+            .or_else(|| rules.targets.get(&position));
+        let url: Cow<'u, str> = match repointed {
+            Some(target) => Cow::Owned(target.to_string()),
+            None => Cow::Borrowed(stored),
+        };
+        let Some(tags) = &rules.utm else {
+            return url;
+        };
+        let parameters = match rules.utm_by_position.get(&position) {
+            Some(parameters) => Cow::Borrowed(&parameters[..]),
+            // A position the creative does not have (a loop's extra link):
+            // the tags with no name.
+            None => Cow::Owned(render(tags, mailing_id, position, None)),
+        };
+        let tagged = match add_parameters(&url, &parameters) {
+            Cow::Owned(tagged) => Some(tagged),
+            Cow::Borrowed(_) => None,
+        };
+        tagged.map_or(url, Cow::Owned)
+    }
+
+    fn mailing(&self, mailing_id: &str) -> Option<Arc<MailingRules>> {
+        self.0
+            .table
+            .read_even_poisoned()
+            .mailings
+            .get(mailing_id)
+            .cloned()
+    }
+
+    /// Take in the repoints and UTM tags written since the last call.
+    /// Returns how many rows were new.
+    pub async fn refresh(&self, pool: &MySqlPool) -> Result<usize, StoreError> {
+        let mut seen = *self.0.seen.lock_even_poisoned();
+        let repoints = read_all(
+            seen.repoint,
+            |after| link_rules::repoints_since(pool, after, ROWS_PER_READ),
+            |r: &Repoint| r.id,
+        )
+        .await?;
+        let utms = read_all(
+            seen.utm,
+            |after| link_rules::utm_since(pool, after, ROWS_PER_READ),
+            |u: &StoredUtm| u.id,
+        )
+        .await?;
+        if repoints.is_empty() && utms.is_empty() {
+            return Ok(0);
+        }
+        let mut table = RulesTable::clone(&self.0.table.read_even_poisoned());
+        for repoint in &repoints {
+            let rules = Arc::make_mut(
+                table
+                    .mailings
+                    .entry(repoint.mailing_id.clone())
+                    .or_default(),
+            );
+            let target: Arc<str> = Arc::from(repoint.to.as_str());
+            match repoint.letter_id {
+                Some(letter) => rules
+                    .letter_targets
+                    .insert((repoint.position, letter), target),
+                None => rules.targets.insert(repoint.position, target),
+            };
+            seen.repoint = seen.repoint.max(repoint.id);
+        }
+        for utm in &utms {
+            let by_position = utm_by_position(pool, utm).await?;
+            let rules = Arc::make_mut(table.mailings.entry(utm.mailing_id.clone()).or_default());
+            rules.utm = (!utm.tags.is_empty()).then(|| utm.tags.clone());
+            rules.utm_by_position = by_position;
+            seen.utm = seen.utm.max(utm.id);
+        }
+        let any = !table.mailings.is_empty();
+        *self.0.table.write_even_poisoned() = Arc::new(table);
+        self.0.any.store(any, Ordering::Release);
+        *self.0.seen.lock_even_poisoned() = seen;
+        Ok(repoints.len() + utms.len())
+    }
+
+    /// Refresh every [`POLL_EVERY`] until stopped (`serve` runs it as a
+    /// worker). A failure is logged and retried at the next tick.
+    pub async fn run(self, pool: MySqlPool, mut stopping: crate::workers::Stopping) {
+        let mut tick = tokio::time::interval(POLL_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                biased;
+                () = stopping.requested() => return,
+                _ = tick.tick() => {}
+            }
+            match self.refresh(&pool).await {
+                Ok(0) => {}
+                Ok(rows) => tracing::info!(rows, "link repoints and UTM tags taken in"),
+                Err(err) => tracing::warn!(%err, "link repoints and UTM tags not read; retrying"),
+            }
+        }
+    }
+}
+
+/// Every row after `after`, read `ROWS_PER_READ` at a time.
+async fn read_all<T, F, Fut>(
+    mut after: u64,
+    read: F,
+    id: impl Fn(&T) -> u64,
+) -> Result<Vec<T>, StoreError>
+where
+    F: Fn(u64) -> Fut,
+    Fut: std::future::Future<Output = Result<Vec<T>, StoreError>>,
+{
+    let mut all = Vec::new();
+    loop {
+        let rows = read(after).await?;
+        let full = rows.len() >= ROWS_PER_READ as usize;
+        if let Some(last) = rows.last() {
+            after = id(last);
+        }
+        all.extend(rows);
+        if !full {
+            return Ok(all);
+        }
+    }
+}
+
+/// A mailing's UTM tags rendered for each position of its creative.
+async fn utm_by_position(
+    pool: &MySqlPool,
+    utm: &StoredUtm,
+) -> Result<HashMap<u32, Arc<[EncodedParameter]>>, StoreError> {
+    if utm.tags.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let Ok(mailing_id) = MailingId::parse(&utm.mailing_id) else {
+        return Ok(HashMap::new());
+    };
+    let positions = link_rules::positions(pool, &mailing_id).await?;
+    Ok(positions
+        .into_iter()
+        .map(|link| {
+            let parameters = if link.utm {
+                render(
+                    &utm.tags,
+                    &utm.mailing_id,
+                    link.position,
+                    link.name.as_deref(),
+                )
+            } else {
+                Vec::new()
+            };
+            (link.position, Arc::from(parameters))
+        })
+        .collect())
+}
+
+/// The tags for one link; a tag that fails to render (the build checked
+/// them, so only a row written by hand) is left out, and said.
+fn render(
+    tags: &UtmTags,
+    mailing_id: &str,
+    position: u32,
+    name: Option<&str>,
+) -> Vec<EncodedParameter> {
+    let link = UtmLink {
+        mailing_id,
+        position,
+        name: name.unwrap_or_default(),
+    };
+    tags.render(link).unwrap_or_else(|err| {
+        tracing::warn!(%err, mailing_id, "UTM tags not added");
+        Vec::new()
+    })
+}

@@ -1,0 +1,463 @@
+//! Links the sender controls after sending, end to end on real MariaDB: a
+//! mailing built with UTM tags and a named link, served by two servers
+//! (one with the link in its cache), repointed from the command line and
+//! the API; the bad inputs refused naming what is wrong.
+
+use crate::common::build::{options, tracked_tokens};
+use crate::common::{client, linktrack, quick, server_pool, TestDb, TestServer};
+use linktrack::builder;
+use linktrack::server::AppSettings;
+use linktrack::store::links::LinkKind;
+use linktrack::store::repoint::{self, LinkSelector, RepointRequest};
+use linktrack::token::Token;
+use reqwest::{header, StatusCode};
+use std::time::{Duration, Instant};
+
+const MAILING: &str = "m-links-56";
+const API_TOKEN: &str = "links-test-token";
+const CTA: &str = "https://shop.example/spring?utm_source=partner#buy";
+const OTHER: &str = "https://shop.example/about";
+const FIXED: &str = "https://shop.example/fixed";
+
+/// Build the mailing for `readers` and return each letter's click tokens
+/// (in position order) and HTML.
+async fn build(db: &TestDb, dir: &std::path::Path, readers: &[&str]) -> Vec<(Vec<Token>, String)> {
+    let mailing = dir.join("mailing.json");
+    let html = format!(
+        "<p>Hi <a href=\"{CTA}\" data-linktrack-name=\"cta\">Buy</a> \
+         <a data-linktrack-utm=\"off\" href=\"{OTHER}\">About</a></p>"
+    );
+    let file = serde_json::json!({
+        "mailing_id": MAILING,
+        "subject": "Spring",
+        "from": "News <news@example.com>",
+        "html": html,
+        "honeypot": false,
+        "utm": {"source": "newsletter", "medium": "email", "campaign": "m{{ mailing_id }}-{{ name }}-{{ position }}"},
+    });
+    std::fs::write(&mailing, file.to_string()).unwrap();
+    let recipients = dir.join("r.jsonl");
+    let lines: String = readers
+        .iter()
+        .map(|r| format!("{{\"email\":\"{r}\"}}\n"))
+        .collect();
+    std::fs::write(&recipients, lines).unwrap();
+    let summary = builder::run(&db.pool, &options(dir, mailing, recipients))
+        .await
+        .unwrap();
+    assert_eq!(summary.letters_built, readers.len() as u64);
+    std::fs::read_to_string(dir.join("letters.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let letter: serde_json::Value = serde_json::from_str(line).unwrap();
+            let html = letter["html"].as_str().unwrap().to_owned();
+            let clicks = tracked_tokens(&html)
+                .into_iter()
+                .filter(|(kind, _)| *kind == LinkKind::Click)
+                .map(|(_, token)| token)
+                .collect();
+            (clicks, html)
+        })
+        .collect()
+}
+
+async fn location(server: &TestServer, token: Token) -> String {
+    let answer = client()
+        .get(server.url(&format!("/c/{token}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), StatusCode::FOUND);
+    answer.headers()[header::LOCATION]
+        .to_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// Poll `server` until `token` redirects to `want` (a deadline, no timing
+/// asserted: the servers poll every 2 s).
+async fn wait_for_location(server: &TestServer, token: Token, want: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut seen = String::new();
+    while Instant::now() < deadline {
+        seen = location(server, token).await;
+        if seen == want {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{token} still leads to {seen:?}, not {want:?}");
+}
+
+async fn start(db: &TestDb) -> TestServer {
+    TestServer::start(server_pool(db).await, |settings| AppSettings {
+        api_token: Some(API_TOKEN.to_owned()),
+        ..quick(settings)
+    })
+    .await
+}
+
+fn tagged(url_without_fragment: &str, fragment: &str, position: u32, name: &str) -> String {
+    let separator = if url_without_fragment.contains('?') {
+        '&'
+    } else {
+        '?'
+    };
+    format!(
+        "{url_without_fragment}{separator}utm_medium=email&utm_campaign=m{MAILING}-{name}-{position}{fragment}"
+    )
+}
+
+#[tokio::test]
+async fn repointed_links_reach_every_server_and_keep_utm_tags_at_the_redirect() {
+    let db = TestDb::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let letters = build(&db, dir.path(), &["ann@example.com", "bob@example.com"]).await;
+    let (ann, html) = &letters[0];
+    let bob = &letters[1].0;
+    assert_eq!(ann.len(), 2, "two click links: {html}");
+    // The letter carries no tags and none of our attributes.
+    assert!(
+        !html.contains("utm_medium") && !html.contains("data-linktrack"),
+        "{html}"
+    );
+
+    // Server A has the links in its cache before the repoint; B is cold.
+    let a = start(&db).await;
+    // The link's own utm_source stays, the mailing's other tags are added
+    // before the fragment; the link marked utm="off" gets none.
+    let cta_tagged = tagged(
+        "https://shop.example/spring?utm_source=partner",
+        "#buy",
+        1,
+        "cta",
+    );
+    assert_eq!(location(&a, ann[0]).await, cta_tagged);
+    assert_eq!(location(&a, ann[1]).await, OTHER);
+
+    let out = linktrack(
+        &db,
+        &[
+            "links",
+            "repoint",
+            "--mailing",
+            MAILING,
+            "--position",
+            "1",
+            "--to",
+            FIXED,
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let b = start(&db).await;
+    let fixed_tagged =
+        format!("{FIXED}?utm_source=newsletter&utm_medium=email&utm_campaign=m{MAILING}-cta-1");
+    for server in [&a, &b] {
+        for letter in [ann, bob] {
+            wait_for_location(server, letter[0], &fixed_tagged).await;
+            assert_eq!(
+                location(server, letter[1]).await,
+                OTHER,
+                "position 2 untouched"
+            );
+        }
+    }
+
+    // By name through the API, then one recipient's link only.
+    let http = client();
+    let patched = http
+        .patch(a.url(&format!("/api/mailings/{MAILING}/links/cta")))
+        .bearer_auth(API_TOKEN)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(serde_json::json!({"to": "https://shop.example/v2"}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        patched.status(),
+        StatusCode::OK,
+        "{}",
+        patched.text().await.unwrap()
+    );
+    let out = linktrack(
+        &db,
+        &[
+            "links",
+            "repoint",
+            "--mailing",
+            MAILING,
+            "--name",
+            "cta",
+            "--recipient",
+            "Bob@Example.com",
+            "--to",
+            "https://shop.example/bob",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v2 = format!(
+        "https://shop.example/v2?utm_source=newsletter&utm_medium=email&utm_campaign=m{MAILING}-cta-1"
+    );
+    let bobs = format!(
+        "https://shop.example/bob?utm_source=newsletter&utm_medium=email&utm_campaign=m{MAILING}-cta-1"
+    );
+    for server in [&a, &b] {
+        wait_for_location(server, ann[0], &v2).await;
+        wait_for_location(server, bob[0], &bobs).await;
+    }
+
+    // The history: who, from, to, in order.
+    let listed: serde_json::Value = http
+        .get(b.url(&format!("/api/mailings/{MAILING}/links")))
+        .bearer_auth(API_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .map(|text| serde_json::from_str(&text).unwrap())
+        .unwrap();
+    let cta = &listed["links"][0];
+    assert_eq!(cta["name"], "cta");
+    assert_eq!(cta["built"], CTA);
+    assert_eq!(cta["current"], "https://shop.example/v2");
+    let history: Vec<(String, String, String, Option<u64>)> = cta["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["who"].as_str().unwrap().to_owned(),
+                r["from"].as_str().unwrap().to_owned(),
+                r["to"].as_str().unwrap().to_owned(),
+                r["letter_id"].as_u64(),
+            )
+        })
+        .collect();
+    assert_eq!(history.len(), 3, "{history:?}");
+    assert_eq!(history[0], ("cli".into(), CTA.into(), FIXED.into(), None));
+    assert_eq!(
+        history[1],
+        (
+            "api_token".into(),
+            FIXED.into(),
+            "https://shop.example/v2".into(),
+            None
+        )
+    );
+    assert_eq!(history[2].0, "cli");
+    assert_eq!(history[2].1, "https://shop.example/v2");
+    assert!(
+        history[2].3.is_some(),
+        "one letter's repoint names its letter"
+    );
+    assert_eq!(listed["links"][1]["utm"], false);
+    let printed = linktrack(&db, &["links", "list", "--mailing", MAILING]);
+    let printed = String::from_utf8_lossy(&printed.stdout);
+    assert!(
+        printed.contains("1 \"cta\": https://shop.example/v2"),
+        "{printed}"
+    );
+    assert!(
+        printed.contains(&format!("by cli: {CTA} -> {FIXED}")),
+        "{printed}"
+    );
+
+    a.stop().await;
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn bad_repoints_are_refused_naming_what_is_wrong_and_record_nothing() {
+    let db = TestDb::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    build(&db, dir.path(), &["ann@example.com"]).await;
+    for (args, says) in [
+        (
+            vec!["--position", "1", "--to", "javascript:alert(1)"],
+            "must be an http:// or https:// URL",
+        ),
+        (
+            vec!["--position", "1", "--to", "data:text/html,hi"],
+            "must be an http:// or https:// URL",
+        ),
+        (
+            vec!["--position", "9", "--to", FIXED],
+            "has no link at position 9 (its links are 1–2)",
+        ),
+        (
+            vec!["--name", "nope", "--to", FIXED],
+            "has no link named \"nope\" (its names: \"cta\")",
+        ),
+        (
+            vec!["--from", "https://elsewhere.example/", "--to", FIXED],
+            "no link of mailing",
+        ),
+        (
+            vec![
+                "--position",
+                "1",
+                "--recipient",
+                "zed@example.com",
+                "--to",
+                FIXED,
+            ],
+            "has no letter",
+        ),
+    ] {
+        let mut all = vec!["links", "repoint", "--mailing", MAILING];
+        all.extend(args.iter().copied());
+        let out = linktrack(&db, &all);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} was accepted");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+    let out = linktrack(
+        &db,
+        &[
+            "links",
+            "repoint",
+            "--mailing",
+            "no-such",
+            "--position",
+            "1",
+            "--to",
+            FIXED,
+        ],
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("mailing \"no-such\" not found"));
+    let recorded: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM link_repoints")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(recorded, 0);
+
+    // The API says the same as JSON {"error": {"code", "message"}}.
+    let server = start(&db).await;
+    let http = client();
+    for (path, body, status, code) in [
+        (
+            "/api/mailings/no-such/links/1",
+            FIXED,
+            StatusCode::NOT_FOUND,
+            "unknown_mailing",
+        ),
+        (
+            &*format!("/api/mailings/{MAILING}/links/7"),
+            FIXED,
+            StatusCode::NOT_FOUND,
+            "unknown_position",
+        ),
+        (
+            &*format!("/api/mailings/{MAILING}/links/nope"),
+            FIXED,
+            StatusCode::NOT_FOUND,
+            "unknown_name",
+        ),
+        (
+            &*format!("/api/mailings/{MAILING}/links/cta"),
+            "javascript:alert(1)",
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "target_refused",
+        ),
+    ] {
+        let answer = http
+            .patch(server.url(path))
+            .bearer_auth(API_TOKEN)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(serde_json::json!({ "to": body }).to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), status, "{path}");
+        let json: serde_json::Value = serde_json::from_str(&answer.text().await.unwrap()).unwrap();
+        assert_eq!(json["error"]["code"], code, "{path}: {json}");
+        assert!(json["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()));
+    }
+    let unauthorised = http
+        .patch(server.url(&format!("/api/mailings/{MAILING}/links/1")))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(serde_json::json!({ "to": FIXED }).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unauthorised.status(), StatusCode::UNAUTHORIZED);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn ten_thousand_repoints_in_a_row_leave_the_last_one_in_force() {
+    let db = TestDb::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let letters = build(&db, dir.path(), &["ann@example.com"]).await;
+    let server = start(&db).await;
+    let mailing = linktrack::mailing_id::MailingId::parse(MAILING).unwrap();
+    const N: u32 = 10_000;
+    for n in 1..=N {
+        let request = RepointRequest {
+            links: LinkSelector::Position(2),
+            recipient: None,
+            to: format!("https://shop.example/n/{n}"),
+            who: "test".into(),
+        };
+        let done = repoint::repoint(&db.pool, &mailing, &request)
+            .await
+            .unwrap();
+        assert_eq!(done.len(), 1);
+        assert_eq!(done[0].version, n);
+    }
+    wait_for_location(
+        &server,
+        letters[0].0[1],
+        &format!("https://shop.example/n/{N}"),
+    )
+    .await;
+    let listed = repoint::list(&db.pool, &mailing).await.unwrap();
+    assert_eq!(listed[1].version, N);
+    assert_eq!(listed[1].history.len(), N as usize);
+    assert_eq!(listed[1].history[1].from, "https://shop.example/n/1");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn two_links_of_one_name_are_a_build_error_naming_both() {
+    let db = TestDb::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mailing = dir.path().join("mailing.json");
+    let file = serde_json::json!({
+        "mailing_id": "m-clash",
+        "subject": "S",
+        "from": "news@example.com",
+        "html": "<a href=\"https://a.example/\" data-linktrack-name=\"cta\">a</a>\
+                 <a href=\"https://b.example/\" data-linktrack-name=\"cta\">b</a>",
+    });
+    std::fs::write(&mailing, file.to_string()).unwrap();
+    let recipients = dir.path().join("r.jsonl");
+    std::fs::write(&recipients, "{\"email\":\"ann@example.com\"}\n").unwrap();
+    let err = builder::run(&db.pool, &options(dir.path(), mailing, recipients))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(
+            "links 1 (https://a.example/) and 2 (https://b.example/) are both named \"cta\""
+        ),
+        "{err}"
+    );
+    let stored: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM links")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(stored, 0, "nothing built");
+}
