@@ -7,6 +7,7 @@ mod acme;
 mod admin_listener;
 mod amqp;
 mod bad_input;
+mod bounce_classify;
 mod bounce_events;
 mod bounce_hooks;
 mod bounce_loop;
