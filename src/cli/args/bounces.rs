@@ -3,6 +3,8 @@
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
 
+// Parsed once per run: the size of its variants costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum BouncesCommand {
     /// Read bounces, complaints and auto-replies and act on them: a hard
