@@ -1,167 +1,58 @@
-//! What a failed delivery means for the address: the classification table
-//! of docs/bounces.md, in code. The enhanced status code (RFC 3463) decides
-//! when the report has one; the diagnostic text decides otherwise, and
-//! overrides a code only where MTAs are known to use the wrong one (a
-//! "mailbox full" under 5.x.x, a spam block under 5.1.x). Every rule is a
-//! row of the table, tested in this file.
+//! What a failed delivery means for the address: the reason
+//! (`reasons.rs`, the table of docs/bounces.md) from the enhanced status
+//! code (RFC 3463) and the remote MTA's words, and its class. Every rule
+//! is a row of the table, tested in this file and in `reasons.rs`.
 
-/// What a failure says about the recipient's address.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Class {
-    /// The address is dead (no such user, mailbox disabled, domain with no
-    /// mail): suppressed at once, reason `bounce`.
-    Hard,
-    /// The address may work later (mailbox full, a temporary 4.x.x):
-    /// counted; suppressed after [`super::SoftPolicy`]'s soft bounces.
-    Soft,
-    /// Not the address's fault (a 5.7.x policy or reputation block, DMARC,
-    /// the message's size or content, the sender's own configuration):
-    /// never suppresses; reported to the operator.
-    Policy,
-}
+use super::reasons;
+pub use super::reasons::{Class, Reason};
 
-impl Class {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Class::Hard => "hard",
-            Class::Soft => "soft",
-            Class::Policy => "policy",
-        }
-    }
-}
-
-/// Words that say the address itself does not exist or takes no mail.
-const DEAD_ADDRESS: &[&str] = &[
-    "user unknown",
-    "unknown user",
-    "no such user",
-    "no such recipient",
-    "no such mailbox",
-    "unknown recipient",
-    "recipient unknown",
-    "recipient not found",
-    "recipientnotfound",
-    "address not found",
-    "address couldn't be found",
-    "address could not be found",
-    "does not exist",
-    "doesn't exist",
-    "doesn't have a",
-    "no mailbox here",
-    "mailbox unavailable",
-    "mailbox not found",
-    "invalid recipient",
-    "invalid mailbox",
-    "mailbox disabled",
-    "mailbox is disabled",
-    "account disabled",
-    "account is disabled",
-    "account has been disabled",
-    "account is inactive",
-    "user not found",
-    "not our customer",
-    "unrouteable address",
-    "unroutable address",
-    "host or domain name not found",
-    "domain not found",
-    "no mx",
-];
-
-/// Words that say the mailbox exists but cannot take mail now.
-const FULL_MAILBOX: &[&str] = &[
-    "mailbox full",
-    "mailbox is full",
-    "over quota",
-    "quota exceeded",
-    "exceeded storage",
-    "exceeds its quota",
-    "insufficient storage",
-    "out of storage",
-    "inbox is full",
-    "mailbox size limit",
-];
-
-/// Words that say the receiver refused the sender or the message, not
-/// the address: reputation, spam, authentication, rate limits.
-const NOT_THE_ADDRESS: &[&str] = &[
-    "spam",
-    "blocked",
-    "blacklist",
-    "block list",
-    "blocklist",
-    "denylist",
-    "reputation",
-    "dmarc",
-    "spf",
-    "dkim",
-    "policy",
-    "rate limit",
-    "too many",
-    "message too large",
-    "message size exceeds",
-    "content rejected",
-    "not authorized",
-    "access denied",
-    "relay",
-];
-
-/// Whether `text` (lowercased) has one of `words`.
-fn says(text: &str, words: &[&str]) -> bool {
-    words.iter().any(|word| text.contains(word))
-}
-
-/// The class of one failed recipient: `status` the enhanced status code
+/// The reason of one failed recipient: `status` the enhanced status code
 /// (`5.1.1`; `None` when the report has none), `diagnostic` the remote
-/// MTA's words. `None`: nothing to decide (a code of success, or no code
-/// and no words that say anything).
-pub fn classify(status: Option<&str>, diagnostic: &str) -> Option<Class> {
+/// MTA's words. A precise code decides (5.2.2 is a full mailbox whatever
+/// the words); a loose one (5.1.1, 5.7.1, 5.0.0: codes MTAs give to many
+/// refusals) gives way to the words (a 5.7.1 "unknown user" is an
+/// unknown user, a 5.1.1 "blocked" a block). `None`: nothing to decide
+/// (a code of success, or no code and no words that say anything).
+pub fn reason(status: Option<&str>, diagnostic: &str) -> Option<Reason> {
     let text = diagnostic.to_ascii_lowercase();
+    let words = reasons::by_words(&text);
     let Some(code) = status.and_then(StatusCode::parse) else {
-        return classify_text(&text);
+        return words;
     };
-    match (code.class, code.subject, code.detail) {
-        (2, ..) => None,
-        // Temporary: never the address's death, whatever the words.
-        (4, ..) => Some(Class::Soft),
-        // Mailbox full under a permanent code (5.2.2, or "over quota"
-        // with another code): it may empty.
-        (5, 2, 2) => Some(Class::Soft),
-        (5, ..) if says(&text, FULL_MAILBOX) => Some(Class::Soft),
-        // 5.7.x is policy; 5.1.7 and 5.1.8 are the sender's own address.
-        (5, 7, _) | (5, 1, 7) | (5, 1, 8) => Some(Class::Policy),
-        // A spam or reputation block said with an address code (some
-        // receivers answer 5.1.1 to senders they block): not the address.
-        (5, 1, _) | (5, 2, 1) if says(&text, NOT_THE_ADDRESS) && !says(&text, DEAD_ADDRESS) => {
-            Some(Class::Policy)
-        }
-        // Bad destination mailbox or system, mailbox disabled, no route
-        // to the domain: the address is dead.
-        (5, 1, _) | (5, 2, 1) | (5, 4, 4) => Some(Class::Hard),
-        // Message too big (5.2.3, 5.3.4), content (5.6.x), protocol (5.5.x):
-        // the message's or the sender's fault.
-        (5, 2, 3) | (5, 3, 4) | (5, 5, _) | (5, 6, _) => Some(Class::Policy),
-        // Any other permanent code (5.0.0 above all): the words decide;
-        // with none that name the address, it is not suppressed.
-        (5, ..) => Some(match classify_text(&text) {
-            Some(Class::Hard) => Class::Hard,
-            Some(Class::Soft) => Class::Soft,
-            _ => Class::Policy,
-        }),
-        _ => classify_text(&text),
+    if code.class == 2 {
+        return None;
     }
+    Some(
+        match reasons::by_code(code.class, code.subject, code.detail) {
+            Some(precise) if !precise.is_loose() => precise,
+            Some(loose) => words.unwrap_or(loose),
+            None => words.unwrap_or(Reason::Undefined),
+        },
+    )
 }
 
-/// The class from the words alone (text bounces without a code).
-fn classify_text(text: &str) -> Option<Class> {
-    if says(text, FULL_MAILBOX) {
-        Some(Class::Soft)
-    } else if says(text, NOT_THE_ADDRESS) {
-        Some(Class::Policy)
-    } else if says(text, DEAD_ADDRESS) {
-        Some(Class::Hard)
-    } else {
-        None
+/// The class of one failed recipient (the arguments as [`reason`]'s): the
+/// reason's, as the reference parsers class it (a 4.1.1 "user unknown"
+/// is hard too: the receiver says the user is unknown, and only asks the
+/// sender to try again).
+pub fn classify(status: Option<&str>, diagnostic: &str) -> Option<Class> {
+    reason(status, diagnostic).map(Reason::class)
+}
+
+/// The reason and class of a recipient a bounce says failed: as
+/// [`reason`] and [`classify`], except that a failure whose code and
+/// words say nothing readable is `undefined`, soft (counted, as the
+/// reference parsers count it), unless its code is one of success.
+pub fn failed(status: Option<&str>, diagnostic: &str) -> (Option<Reason>, Option<Class>) {
+    let success = status
+        .and_then(StatusCode::parse)
+        .is_some_and(|code| code.class == 2);
+    if success {
+        return (None, None);
+    }
+    match reason(status, diagnostic) {
+        Some(reason) => (Some(reason), classify(status, diagnostic)),
+        None => (Some(Reason::Undefined), Some(Class::Soft)),
     }
 }
 
@@ -225,69 +116,135 @@ pub fn reply_code_in_text(text: &str) -> Option<StatusCode> {
 mod tests {
     use super::*;
 
-    /// The table of docs/bounces.md, row by row.
+    /// The table of docs/bounces.md, row by row: the code, the words,
+    /// the reason and the class.
     #[test]
     fn the_documented_table() {
-        let rows: &[(&str, &str, Option<Class>)] = &[
+        use Reason::*;
+        let rows: &[(&str, &str, Reason, Class)] = &[
             (
                 "5.1.1",
                 "550 5.1.1 <a@b>: Recipient address rejected: User unknown",
-                Some(Class::Hard),
+                UserUnknown,
+                Class::Hard,
             ),
             (
                 "5.1.10",
                 "RESOLVER.ADR.RecipientNotFound",
-                Some(Class::Hard),
+                UserUnknown,
+                Class::Hard,
             ),
-            ("5.1.2", "Host or domain name not found", Some(Class::Hard)),
-            ("5.2.1", "mailbox disabled", Some(Class::Hard)),
-            ("5.4.4", "Unrouteable address", Some(Class::Hard)),
-            ("5.0.0", "unknown user: \"nobody\"", Some(Class::Hard)),
-            ("4.2.2", "mailbox full", Some(Class::Soft)),
-            ("5.2.2", "Mailbox full", Some(Class::Soft)),
-            ("5.0.0", "user is over quota", Some(Class::Soft)),
-            ("4.7.1", "greylisted, try again", Some(Class::Soft)),
-            ("4.4.1", "connection timed out", Some(Class::Soft)),
+            (
+                "5.1.2",
+                "Host or domain name not found",
+                HostUnknown,
+                Class::Hard,
+            ),
+            ("5.4.4", "Unrouteable address", HostUnknown, Class::Hard),
+            (
+                "5.0.0",
+                "unknown user: \"nobody\"",
+                UserUnknown,
+                Class::Hard,
+            ),
+            // Exim's 5.7.1 for an unknown user: the words win.
+            (
+                "5.7.1",
+                "550 5.7.1 <nobody@example.org>: unknown user",
+                UserUnknown,
+                Class::Hard,
+            ),
+            (
+                "4.1.1",
+                "450 4.1.1 User unknown in virtual alias table",
+                UserUnknown,
+                Class::Hard,
+            ),
+            ("5.1.6", "has moved", HasMoved, Class::Hard),
+            (
+                "5.1.10",
+                "Recipient address has null MX",
+                NotAccept,
+                Class::Hard,
+            ),
+            ("5.2.1", "mailbox disabled", Suspend, Class::Soft),
+            ("4.2.2", "mailbox full", MailboxFull, Class::Soft),
+            ("5.2.2", "Mailbox full", MailboxFull, Class::Soft),
+            ("5.0.0", "user is over quota", MailboxFull, Class::Soft),
+            // A 5.x.x "mailbox full" (a 5.1.1 from some receivers) is full.
+            ("5.1.1", "552 mailbox is full", MailboxFull, Class::Soft),
+            ("5.3.4", "message too big", MesgTooBig, Class::Soft),
+            (
+                "5.2.3",
+                "552 5.2.3 message size exceeds fixed limit",
+                ExceedLimit,
+                Class::Soft,
+            ),
+            ("4.7.1", "greylisted, try again", SystemError, Class::Soft),
+            ("4.4.1", "connection timed out", Expired, Class::Soft),
+            ("5.4.7", "delivery time expired", Expired, Class::Soft),
+            (
+                "5.0.0",
+                "Remote server said nothing useful",
+                Undefined,
+                Class::Soft,
+            ),
             (
                 "5.7.1",
                 "Message rejected due to DMARC policy",
-                Some(Class::Policy),
+                AuthFailure,
+                Class::Policy,
             ),
             (
                 "5.7.26",
                 "unauthenticated email is not accepted",
-                Some(Class::Policy),
+                AuthFailure,
+                Class::Policy,
             ),
             (
                 "5.7.1",
                 "Service unavailable; client host blocked using Spamhaus",
-                Some(Class::Policy),
+                Blocked,
+                Class::Policy,
+            ),
+            (
+                "5.7.1",
+                "message rejected as spam",
+                SpamDetected,
+                Class::Policy,
             ),
             (
                 "5.1.8",
                 "Sender address rejected: domain not found",
-                Some(Class::Policy),
+                Rejected,
+                Class::Policy,
             ),
             (
                 "5.1.1",
                 "550 5.1.1 blocked due to poor reputation",
-                Some(Class::Policy),
+                BadReputation,
+                Class::Policy,
             ),
-            ("5.3.4", "message too big", Some(Class::Policy)),
-            (
-                "5.0.0",
-                "Remote server said nothing useful",
-                Some(Class::Policy),
-            ),
-            ("2.0.0", "delivered", None),
+            ("5.7.1", "Relay access denied", NoRelaying, Class::Policy),
+            ("5.6.0", "conversion failed", ContentError, Class::Policy),
         ];
-        for (status, diagnostic, class) in rows {
+        for (status, diagnostic, reason_, class) in rows {
             assert_eq!(
-                classify(Some(status), diagnostic),
-                *class,
+                (
+                    reason(Some(status), diagnostic),
+                    classify(Some(status), diagnostic)
+                ),
+                (Some(*reason_), Some(*class)),
                 "{status} {diagnostic}"
             );
         }
+        assert_eq!(classify(Some("2.0.0"), "delivered"), None);
+        assert_eq!(
+            failed(Some("5.0.0"), ""),
+            (Some(Undefined), Some(Class::Soft))
+        );
+        assert_eq!(failed(None, ""), (Some(Undefined), Some(Class::Soft)));
+        assert_eq!(failed(Some("2.0.0"), ""), (None, None));
     }
 
     #[test]

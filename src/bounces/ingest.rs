@@ -9,7 +9,8 @@
 
 use super::classify::Class;
 use super::events_out::EventsOut;
-use super::parse;
+use super::read;
+use super::reading::Reading;
 use super::report::{Failure, Kind, Report};
 use super::soft_policy::SoftPolicy;
 use crate::address::normalize;
@@ -58,6 +59,13 @@ impl Outcome {
         }
     }
 
+    /// The line followed by what the message was read as (a message not
+    /// acted on still says what linktrack made of it).
+    fn read_as(mut self, report: &Report) -> Outcome {
+        self.line = format!("{}; read as {}", self.line, Reading::of(report));
+        self
+    }
+
     fn decided(mut self, kind: &'static str) -> Outcome {
         self.decided.push(kind);
         self
@@ -102,7 +110,7 @@ impl Ingest {
                 self.max_bytes
             )));
         }
-        let report = match parse::parse(raw) {
+        let report = match read::read(raw) {
             Ok(report) => report,
             Err(err) => return Ok(Outcome::look(format!("unreadable: {err}; nothing done"))),
         };
@@ -185,7 +193,7 @@ impl Ingest {
             Kind::Complaint { .. } => "complaint",
             _ => "bounce",
         };
-        Ok(match self.letter(report).await? {
+        let outcome = match self.letter(report).await? {
             Found::Forged => Outcome::look(format!(
                 "{what} to a forged or foreign bounce address (no key of ours made its token): \
                  nothing done"
@@ -201,7 +209,8 @@ impl Ingest {
                 "{what} that names no letter of ours (no bounce address, no Message-ID of a \
                  delivered letter): nothing done"
             )),
-        })
+        };
+        Ok(outcome.read_as(report))
     }
 
     /// The letter the report names: its VERP tokens first, then the

@@ -13,6 +13,9 @@ mod events_out;
 pub mod ingest;
 pub mod parse;
 pub mod providers;
+pub mod read;
+pub mod reading;
+pub mod reasons;
 mod report;
 mod soft_policy;
 pub mod sources;
@@ -224,6 +227,61 @@ mod tests {
         // Every prefix of a real DSN parses to something, never a panic.
         for end in (0..raw.len()).step_by(7) {
             let _ = parse::parse(&raw[..end]);
+        }
+    }
+
+    /// Every fixture, cut at every third byte: read and said, never a panic.
+    #[test]
+    fn truncated_real_messages_are_read_and_said() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/bounces");
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "eml") {
+                let raw = std::fs::read(&path).unwrap();
+                for end in (0..raw.len()).step_by(3) {
+                    if let Ok(report) = read::read(&raw[..end]) {
+                        let _ = reading::Reading::of(&report).to_string();
+                    }
+                }
+            }
+        }
+    }
+
+    fn fixture_bytes() -> Vec<Vec<u8>> {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/bounces");
+        let mut all: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "eml"))
+            .collect();
+        all.sort();
+        all.iter().map(|p| std::fs::read(p).unwrap()).collect()
+    }
+
+    proptest::proptest! {
+        /// Random bytes: read or refused, never a panic.
+        #[test]
+        fn random_bytes_never_panic(raw in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..4096)) {
+            if let Ok(report) = read::read(&raw) {
+                let _ = reading::Reading::of(&report).to_string();
+            }
+        }
+
+        /// Real messages with bytes overwritten at random places.
+        #[test]
+        fn damaged_real_messages_never_panic(
+            which in 0usize..64,
+            damage in proptest::collection::vec((proptest::prelude::any::<u16>(), proptest::prelude::any::<u8>()), 1..40),
+        ) {
+            let fixtures = fixture_bytes();
+            let mut raw = fixtures[which % fixtures.len()].clone();
+            for (at, byte) in damage {
+                let at = at as usize % raw.len();
+                raw[at] = byte;
+            }
+            if let Ok(report) = read::read(&raw) {
+                let _ = reading::Reading::of(&report).to_string();
+            }
         }
     }
 }

@@ -290,10 +290,12 @@ fn delivery_status(message: &Message<'_>) -> Option<Kind> {
                     .to_owned()
             })
             .unwrap_or_default();
+        let (reason, class) = classify::failed(status.as_deref(), &diagnostic);
         failures.push(Failure {
             recipient: typed_address(recipient),
             original_recipient: field(group, "Original-Recipient").map(typed_address),
-            class: classify::classify(status.as_deref(), &diagnostic),
+            class,
+            reason,
             status,
             diagnostic,
         });

@@ -101,6 +101,7 @@ fn ses_bounce(bounce: &Value) -> Result<Kind, EventError> {
             .or_else(|| classify::status_in_text(diagnostic).map(|c| c.to_string()));
         let words = format!("{diagnostic} {sub_type}");
         let class = classify::classify(status.as_deref(), &words);
+        let reason = classify::reason(status.as_deref(), &words);
         failures.push(Failure {
             recipient: address.to_owned(),
             original_recipient: None,
@@ -111,6 +112,7 @@ fn ses_bounce(bounce: &Value) -> Result<Kind, EventError> {
                 diagnostic.to_owned()
             },
             class: ses_class(bounce_type, sub_type, class),
+            reason,
         });
     }
     if failures.is_empty() {
@@ -272,6 +274,7 @@ fn mailgun_failure(event: &Value) -> Result<Kind, EventError> {
         },
         _ => return Err(EventError::Field("severity")),
     };
+    let why = classify::reason(code.as_deref(), &diagnostic);
     Ok(Kind::Bounce {
         format: "mailgun",
         failures: vec![Failure {
@@ -284,6 +287,7 @@ fn mailgun_failure(event: &Value) -> Result<Kind, EventError> {
                 diagnostic
             },
             class,
+            reason: why,
         }],
     })
 }

@@ -3,7 +3,7 @@
 //! (`parse.rs` for reports, `text.rs` for text bounces, `providers.rs`
 //! for providers' events) all produce it and the ingest acts on it.
 
-use super::classify::Class;
+use super::classify::{Class, Reason};
 use crate::token::Token;
 
 /// What a message is.
@@ -47,6 +47,8 @@ pub struct Failure {
     pub diagnostic: String,
     /// What it means for the address; `None`: the report says too little.
     pub class: Option<Class>,
+    /// Why it failed (docs/bounces.md, "Reasons"); `None` as for `class`.
+    pub reason: Option<Reason>,
 }
 
 /// A message that came back, read.

@@ -7,7 +7,7 @@
 //! the status code and the remote MTA's words are.
 
 use super::bare_address::plain_address;
-use super::classify::{self, StatusCode};
+use super::classify::{self, Reason, StatusCode};
 use super::report::{Failure, Kind};
 use mail_parser::Message;
 
@@ -82,11 +82,41 @@ pub(crate) fn read(message: &Message<'_>) -> Option<Kind> {
     if named.is_empty() {
         return None;
     }
+    if named.iter().all(|a| is_google_group(a)) {
+        return Some(group_refusal(named));
+    }
     let failures = named
         .iter()
         .map(|recipient| failure(section, recipient, &named))
         .collect();
     Some(Kind::Bounce { format, failures })
+}
+
+fn is_google_group(address: &str) -> bool {
+    address
+        .rsplit_once('@')
+        .is_some_and(|(_, domain)| domain.eq_ignore_ascii_case("googlegroups.com"))
+}
+
+/// Google Groups' notice that a group refused the post (it does not
+/// exist, or the sender may not post to it), written in the sender's
+/// language: the group refused the sender, no reader's address failed.
+fn group_refusal(groups: Vec<String>) -> Kind {
+    Kind::Bounce {
+        format: "googlegroups",
+        failures: groups
+            .into_iter()
+            .map(|recipient| Failure {
+                recipient,
+                original_recipient: None,
+                status: None,
+                diagnostic: "the Google group does not exist or refuses posts from the sender"
+                    .into(),
+                class: Some(Reason::Rejected.class()),
+                reason: Some(Reason::Rejected),
+            })
+            .collect(),
+    }
 }
 
 /// The whole text of the message's text parts (HTML only when there is no
@@ -199,10 +229,12 @@ fn failure(section: &str, recipient: &str, named: &[String]) -> Failure {
     }
     let status = classify::status_in_text(&words).or_else(|| classify::reply_code_in_text(&words));
     let diagnostic = diagnostic_line(&block, &words);
+    let (reason, class) = classify::failed(status.map(|s| s.to_string()).as_deref(), &words);
     Failure {
         recipient: recipient.to_owned(),
         original_recipient: None,
-        class: classify::classify(status.map(|s| s.to_string()).as_deref(), &words),
+        class,
+        reason,
         status: status
             .filter(|s| s.subject != 0 || s.detail != 0)
             .map(|s| s.to_string()),

@@ -1,12 +1,14 @@
 //! `linktrack bounces ingest`: one line per message, the exit status from
-//! the worst of them.
+//! the worst of them; `bounces classify`: one line (or JSON object) per
+//! message, what it was read as.
 
-use super::args::bounces::{BouncesCommand, IngestArgs};
+use super::args::bounces::{BouncesCommand, ClassifyArgs, IngestArgs};
 use super::args::secrets::PreviousSecretsError;
 use super::connect::pool;
 use super::exit_status::EXIT_REJECTED;
 use crate::bounces::ingest::Ingest;
-use crate::bounces::{sources, SoftPolicy};
+use crate::bounces::reading::Reading;
+use crate::bounces::{read, sources, SoftPolicy};
 use crate::outbound::{EndpointError, Outbound};
 use crate::store::{seal_keys, StoreError};
 use std::process::ExitCode;
@@ -25,6 +27,37 @@ const EXIT_CONFIG: u8 = 78;
 pub(super) async fn run(url: &str, command: BouncesCommand) -> anyhow::Result<ExitCode> {
     match command {
         BouncesCommand::Ingest(args) => ingest(url, &args).await,
+        BouncesCommand::Classify(args) => classify(&args),
+    }
+}
+
+/// Every message of the source, read and said; nothing stored.
+fn classify(args: &ClassifyArgs) -> anyhow::Result<ExitCode> {
+    for message in sources::read(args.source.as_deref(), args.max_bytes)? {
+        let reading = read_one(&message, args.max_bytes);
+        if args.json {
+            let mut value = serde_json::to_value(&reading)?;
+            if let Some(object) = value.as_object_mut() {
+                object.insert("source".into(), message.name.clone().into());
+            }
+            say!("{value}")?;
+        } else {
+            say!("{}: {reading}", message.name)?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn read_one(message: &sources::Message, max_bytes: usize) -> Reading {
+    if message.size > max_bytes {
+        return Reading::not_a_bounce(&format!(
+            "too big: {} bytes, over --max-bytes {max_bytes}; not read",
+            message.size
+        ));
+    }
+    match read::read(&message.raw) {
+        Ok(report) => Reading::of(&report),
+        Err(err) => Reading::not_a_bounce(&format!("unreadable: {err}")),
     }
 }
 

@@ -8,6 +8,7 @@ mod admin_listener;
 mod after_demo;
 mod amqp;
 mod bad_input;
+mod bounce_classify;
 mod bounce_events;
 mod bounce_hooks;
 mod bounce_loop;
