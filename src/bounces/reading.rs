@@ -157,6 +157,7 @@ mod tests {
                 }],
             },
             message_id: None,
+            stated_recipient: None,
             verp: Vec::new(),
             original_message_id: None,
         };
