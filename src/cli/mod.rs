@@ -13,6 +13,7 @@ mod database;
 mod domains;
 mod exit_status;
 mod export;
+mod keys;
 mod logging;
 mod mailing;
 mod secrets;
@@ -80,6 +81,7 @@ async fn run_command(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Secrets(command) => secrets::run(url, command).await?,
         Command::Domains(command) => domains::run(url, command).await?,
+        Command::Keys(command) => keys::run(url, command).await?,
         Command::Webhooks(WebhooksCommand::NewSecret) => {
             say!("{}", crate::outbound::signature::Secret::generate())?;
         }

@@ -6,6 +6,8 @@
 mod acme;
 mod admin_listener;
 mod amqp;
+mod api_description;
+mod api_keys;
 mod bad_input;
 mod bounce_events;
 mod bounce_hooks;

@@ -10,7 +10,7 @@
 //! tracked URLs point), `bounces`, `export`, `domains`, `secrets` (and the
 //! checks of secret settings), `serve` (serve, demo, and the bot verdicts
 //! and live layer it shares with the mailing commands), `webhooks` (and
-//! events out).
+//! events out), `keys` (the API's keys).
 
 // These doc comments are clap's --help text, written for a terminal:
 // `[::]` is an address, not a link, and a URL is shown as it is.
@@ -20,6 +20,7 @@ pub mod bounces;
 pub mod database;
 pub mod domains;
 pub mod export;
+pub mod keys;
 pub mod mailing;
 pub mod secrets;
 pub mod serve;
@@ -166,6 +167,10 @@ pub enum Command {
     /// (docs/domains.md, "Tracking domains").
     #[command(subcommand)]
     Domains(domains::DomainsCommand),
+    /// Keys of the HTTP API, each limited to its scopes: create, list,
+    /// revoke (docs/api.md, "Keys and scopes").
+    #[command(subcommand)]
+    Keys(keys::KeysCommand),
 }
 
 #[cfg(test)]
