@@ -3,10 +3,12 @@
 -- server's key secret (docs/api.md, "Keys"), `prefix` the public part
 -- printed in logs and `keys list`. `scopes` is the comma-separated list of
 -- scope names; a key is refused once `revoked` is set or `expires` passed.
+-- Names and prefixes are utf8mb4 so that any name asked for (an emoji too)
+-- is compared, not refused by the column or a mix of collations.
 CREATE TABLE IF NOT EXISTS api_keys (
     id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,
-    name VARCHAR(100) NOT NULL,
-    prefix CHAR(8) CHARACTER SET ascii NOT NULL,
+    name VARCHAR(100) CHARACTER SET utf8mb4 NOT NULL,
+    prefix CHAR(8) CHARACTER SET utf8mb4 NOT NULL,
     key_hash BINARY(32) NOT NULL,
     scopes VARCHAR(500) CHARACTER SET ascii NOT NULL,
     created DATETIME NOT NULL,
