@@ -77,7 +77,8 @@
 //!     a sent link (`repoint.rs`),
 //!     tracking domains per sender (`tracking_domains.rs`) and their
 //!     certificates and ACME account (`tls_certificates.rs`),
-//!     sequences, deliveries, dashboard sessions; daily partitions in
+//!     sequences, deliveries, dashboard sessions, API keys (`api_keys.rs`,
+//!     their keyed hashes and scopes as stored); daily partitions in
 //!     `store/partitions/` (planning the days, the DDL on one server or on
 //!     every Spider node, the report); the rollup's SQL
 //!     (`rollup.rs`, `rolled_batch.rs`, settling verdicts in `verdicts.rs`,
@@ -143,9 +144,14 @@
 //!     that warns when servers' endpoints differ (`registry.rs`).
 //! 25. [`rollup_worker`]: the rollup worker loop: roll `events` into the statistics
 //!     tables, then publish to Redis.
+//! 26. [`api_keys`]: API keys and their scopes ([`api_keys::Scope`], one
+//!     spelling each, `scope.rs`), a key's text and keyed hash
+//!     (`secret.rs`), making one (`manage.rs`), and the one check of a
+//!     presented key or `LINKTRACK_API_TOKEN` with its short cache
+//!     ([`api_keys::KeyVerifier`], `verifier.rs`) the API and the relay call.
 //!
 //! Jobs (what the commands run):
-//! 26. [`builder`]: `linktrack build`, the batch job, a file per stage a
+//! 27. [`builder`]: `linktrack build`, the batch job, a file per stage a
 //!     letter passes through (`builder/mod.rs` only wires them): the
 //!     options (`options.rs`), the summary (`summary.rs`) and the error
 //!     (`error.rs`); the mailing read and made ready (`mailing.rs`,
@@ -163,11 +169,11 @@
 //!     (`output.rs`); handed to the pool (`handover.rs`, one lane's worker
 //!     in `handover_lanes.rs`); the progress bar (`progress.rs`); letters
 //!     composed without a database, for the benchmark (`composer.rs`).
-//! 27. [`demo`]: `linktrack demo`, the whole loop on the compiled-in fixtures.
-//! 28. [`export`]: the recipients export (one row per letter with its
+//! 28. [`demo`]: `linktrack demo`, the whole loop on the compiled-in fixtures.
+//! 29. [`export`]: the recipients export (one row per letter with its
 //!     engagement, CSV or JSON lines), streamed page by page; the API and
 //!     `linktrack export recipients` write it.
-//! 29. [`server`]: `linktrack serve`. [`server::App`] (`server/app.rs`) is the
+//! 30. [`server`]: `linktrack serve`. [`server::App`] (`server/app.rs`) is the
 //!     one wiring (listeners, event pipeline, workers, ordered shutdown),
 //!     with its error (`serve_error.rs`), the public listener's routes
 //!     (`router.rs`) and the stop signals (`shutdown.rs`);
@@ -187,18 +193,22 @@
 //!     (`server/hooks/`); the server's error type, which keeps the store's
 //!     error and logs its kind, mapped to a status and page in one
 //!     `IntoResponse` (`error.rs`, `pages.rs`); Prometheus metrics (`metrics.rs`,
-//!     `health_gauges.rs`); the stats API and dashboard (`server/stats/`:
-//!     their state, credentials and templates, and their own error type for
-//!     the API's JSON errors, each in a file of its own; the links API,
-//!     `links_api.rs`). `/metrics` and
+//!     `health_gauges.rs`); the dashboard (`server/stats/`: its state,
+//!     credentials and templates, and its own error type, each in a file
+//!     of its own); the operators' API (`server/api/`, docs/api.md: the
+//!     caller extractor and its one scope check, the one JSON error shape,
+//!     JSON bodies, the handlers of stats, exports, keys and a mailing's
+//!     links (`links.rs`), and the OpenAPI description every route is
+//!     registered with). `/metrics` and
 //!     `/readyz` are on the admin listener.
 //!
 //! Command line:
-//! 30. [`cli`]: the command line (clap stops here): its flags in
+//! 31. [`cli`]: the command line (clap stops here): its flags in
 //!     `cli/args/`, one file per runner, named as it is; runners that turn
 //!     them into the settings structs below and print what was done
 //!     (`cli/mod.rs` dispatches; `bounces.rs`, `database.rs`, `domains.rs`,
-//!     `export.rs`, `links.rs`, `mailing.rs`, `secrets.rs`, `serve.rs`, `webhooks.rs`),
+//!     `export.rs`, `keys.rs`, `links.rs`, `mailing.rs`, `secrets.rs`, `serve.rs`,
+//!     `webhooks.rs`),
 //!     with what they share in files of its own: the database and live
 //!     layer they connect to (`connect.rs`), their lines out and `say!`
 //!     (`output.rs`), exit statuses (`exit_status.rs`), the log
@@ -209,6 +219,7 @@
 
 pub mod acme;
 pub mod address;
+pub mod api_keys;
 pub mod bots;
 pub mod bounces;
 pub mod builder;

@@ -14,6 +14,7 @@ mod domains;
 mod exit_status;
 mod export;
 mod links;
+mod keys;
 mod logging;
 mod mailing;
 mod secrets;
@@ -85,6 +86,7 @@ async fn run_command(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Links(args::links::LinksCommand::Repoint(args)) => {
             links::repoint(url, &args).await?
         }
+        Command::Keys(command) => keys::run(url, command).await?,
         Command::Webhooks(WebhooksCommand::NewSecret) => {
             say!("{}", crate::outbound::signature::Secret::generate())?;
         }

@@ -14,6 +14,7 @@ use std::time::Duration;
 pub(super) async fn serve(url: &str, args: &ServeArgs) -> anyhow::Result<()> {
     check_secret("LINKTRACK_SECRET", args.seal.current.secret.as_deref())?;
     check_secret("LINKTRACK_API_TOKEN", args.api_token.as_deref())?;
+    check_secret("LINKTRACK_API_KEY_SECRET", args.api_key_secret.as_deref())?;
     check_secret("LINKTRACK_ADMIN_TOKEN", args.admin_token.as_deref())?;
     run_server(url, args, false).await
 }
@@ -62,6 +63,7 @@ async fn run_server(url: &str, args: &ServeArgs, demo: bool) -> anyhow::Result<(
             ..ServerSettings::default()
         },
         api_token: args.api_token.clone(),
+        api_key_secret: args.api_key_secret.clone(),
         secret: args.seal.current.secret.clone(),
         previous_secrets: args.seal.secrets()?.previous,
         new_secret: args.seal.current.new_secret,
@@ -254,6 +256,7 @@ async fn demo_serve_args(
         },
         geoip: None,
         api_token: Some(api_token),
+        api_key_secret: None,
         seal: super::args::secrets::RingArgs {
             current: super::args::secrets::SecretArgs {
                 secret: Some(secret),

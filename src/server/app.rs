@@ -12,6 +12,7 @@
 //! 3. The background workers are asked to stop and joined (same bound), so
 //!    a worker reading `events` sees every event of this run on its way out.
 
+use super::api::ApiState;
 use super::listen::{self, ConnectionLimits};
 use super::router::public_router;
 use super::serve_error::ServeError;
@@ -46,6 +47,9 @@ pub struct AppSettings {
     pub journal: JournalSettings,
     /// Bearer token of the stats API and dashboard; `None` turns them off.
     pub api_token: Option<String>,
+    /// `LINKTRACK_API_KEY_SECRET`: the key of API keys' stored hashes;
+    /// `None`: `secret` is (docs/api.md, "Keys and scopes").
+    pub api_key_secret: Option<String>,
     /// `LINKTRACK_SECRET`: the current seal key's secret, and the key of
     /// the dashboard login; `None` turns the login form off.
     pub secret: Option<String>,
@@ -91,6 +95,7 @@ impl AppSettings {
             server: ServerSettings::default(),
             journal,
             api_token: None,
+            api_key_secret: None,
             secret: None,
             previous_secrets: Vec::new(),
             new_secret: false,
@@ -113,7 +118,8 @@ pub struct App {
     admin: Option<TcpListener>,
     admin_token: Option<String>,
     state: AppState,
-    stats: StatsState,
+    /// The API's state, the dashboard's inside it.
+    api: ApiState,
     /// `/hooks/ses` and `/hooks/mailgun` (`hooks`).
     hooks: Router,
     pipeline: EventPipeline,
@@ -208,6 +214,7 @@ impl App {
             Some(opened) => state.set_seal(opened),
             None => load_seal_later(&state, secrets),
         }
+        let api = api_state(&settings, stats);
         let hooks = super::hooks::router(state.clone(), settings.outbound.clone())?;
         start_workers(&settings, &mut workers, privacy);
         let (offline, pool) = (state.offline.clone(), settings.pool.clone());
@@ -227,7 +234,7 @@ impl App {
             admin,
             admin_token: settings.admin_token,
             state,
-            stats,
+            api,
             hooks,
             pipeline,
             workers,
@@ -269,7 +276,7 @@ impl App {
             admin,
             admin_token,
             state,
-            stats,
+            api,
             hooks,
             pipeline,
             workers,
@@ -280,13 +287,13 @@ impl App {
         // One shutdown signal for both listeners.
         let (stop, stopped) = watch::channel(false);
         let admin_task = admin.map(|listener| {
-            let app = admin_router(state.clone(), admin_guard(admin_token, &stats));
+            let app = admin_router(state.clone(), admin_guard(admin_token, &api.stats));
             let mut stopped = stopped.clone();
             tokio::spawn(listen::serve(listener, app, limits, None, async move {
                 let _ = stopped.wait_for(|s| *s).await;
             }))
         });
-        let app = public_router(state, stats, hooks).await;
+        let app = public_router(state, api, hooks).await;
         let tls_task = tls.map(|tls| {
             let mut stopped = stopped.clone();
             let serving = listen::serve(
@@ -332,7 +339,7 @@ impl App {
             admin,
             admin_token,
             state,
-            stats,
+            api,
             hooks,
             pipeline,
             workers,
@@ -342,7 +349,7 @@ impl App {
         let mut handles = pipeline.abort_handles();
         handles.extend(workers.abort_handles());
         if let Some(listener) = admin {
-            let app = admin_router(state.clone(), admin_guard(admin_token, &stats));
+            let app = admin_router(state.clone(), admin_guard(admin_token, &api.stats));
             let serving = listen::serve(listener, app, limits, None, std::future::pending());
             handles.push(tokio::spawn(serving).abort_handle());
         }
@@ -350,7 +357,7 @@ impl App {
             // The pipeline and the workers live as long as the server task.
             let _pipeline = pipeline;
             let _workers = workers;
-            let app = public_router(state, stats, hooks).await;
+            let app = public_router(state, api, hooks).await;
             if let Some(tls) = tls {
                 let acceptor = Some(tls.acceptor);
                 let serving = listen::serve(
@@ -476,6 +483,29 @@ struct AdminGuard {
     token: std::sync::Arc<str>,
     guesses: super::guesses::GuessLimiter,
     trust_forwarded_for: bool,
+}
+
+/// The API's state: the dashboard's, and the keys checked with the key
+/// secret (the dedicated one, else `LINKTRACK_SECRET`). The API is on with
+/// a token or a dedicated key secret; with neither it stays off (404), as
+/// it always was without a token.
+fn api_state(settings: &AppSettings, stats: StatsState) -> ApiState {
+    let on = settings.api_token.is_some() || settings.api_key_secret.is_some();
+    let key_secret = [&settings.api_key_secret, &settings.secret]
+        .into_iter()
+        .flatten()
+        .find_map(|secret| crate::api_keys::KeySecret::new(secret))
+        .filter(|_| on);
+    let keys = crate::api_keys::KeyVerifier::new(
+        stats.pool.clone(),
+        key_secret.clone(),
+        settings.api_token.as_deref(),
+    );
+    ApiState {
+        stats,
+        keys,
+        key_secret,
+    }
 }
 
 fn admin_guard(token: Option<String>, stats: &StatsState) -> Option<AdminGuard> {

@@ -3,6 +3,7 @@
 //!
 //! Its files are listed in the crate docs' Layout (`src/lib.rs`).
 
+pub mod api;
 pub mod app;
 pub(crate) mod error;
 pub mod geoip;

@@ -3,7 +3,7 @@
 //! ([`serve_demo_images`]).
 
 use super::state::AppState;
-use super::{handlers, hosts, metrics, stats, well_known};
+use super::{api, handlers, hosts, metrics, stats, well_known};
 use axum::routing::get;
 use axum::Router;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
@@ -12,11 +12,8 @@ use tower_http::trace::{DefaultOnFailure, TraceLayer};
 /// The public host: tracking routes, `/healthz`, the stats API and
 /// dashboard, the providers' webhooks (`hooks`), all under the same request ids, tracing and metrics.
 /// Readiness and metrics are on the admin listener only ([`app`](super::app)).
-pub(super) async fn public_router(
-    state: AppState,
-    stats: stats::StatsState,
-    hooks: Router,
-) -> Router {
+pub(super) async fn public_router(state: AppState, api: api::ApiState, hooks: Router) -> Router {
+    let stats = api.stats.clone();
     let request_id = axum::http::HeaderName::from_static("x-request-id");
     let known_hosts = std::sync::Arc::new(hosts::KnownHosts::new(
         state.pool.clone(),
@@ -51,6 +48,7 @@ pub(super) async fn public_router(
         .with_state(state);
     tracking
         .merge(stats::router(stats))
+        .merge(api::router(api))
         .merge(hooks)
         .layer(axum::middleware::from_fn_with_state(
             known_hosts,

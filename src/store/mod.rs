@@ -7,6 +7,7 @@
 
 mod address_key;
 pub mod address_list;
+pub mod api_keys;
 pub mod bounces;
 pub mod breakdowns;
 mod change_log;

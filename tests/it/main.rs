@@ -7,6 +7,8 @@ mod acme;
 mod admin_listener;
 mod after_demo;
 mod amqp;
+mod api_description;
+mod api_keys;
 mod bad_input;
 mod bounce_classify;
 mod bounce_events;

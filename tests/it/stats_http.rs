@@ -120,7 +120,11 @@ async fn the_api_needs_the_token_and_answers_json() {
         .unwrap();
     assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
     let error: serde_json::Value = serde_json::from_str(&unknown.text().await.unwrap()).unwrap();
-    assert!(error["error"].as_str().unwrap().contains("nope"), "{error}");
+    assert_eq!(error["error"]["code"], "not_found", "{error}");
+    assert!(
+        error["error"]["message"].as_str().unwrap().contains("nope"),
+        "{error}"
+    );
     app.stop().await;
 }
 

@@ -10,7 +10,7 @@
 //! tracked URLs point), `bounces`, `export`, `links`, `domains`, `secrets` (and the
 //! checks of secret settings), `serve` (serve, demo, and the bot verdicts
 //! and live layer it shares with the mailing commands), `webhooks` (and
-//! events out).
+//! events out), `keys` (the API's keys).
 
 // These doc comments are clap's --help text, written for a terminal:
 // `[::]` is an address, not a link, and a URL is shown as it is.
@@ -21,6 +21,7 @@ pub mod database;
 pub mod domains;
 pub mod export;
 pub mod links;
+pub mod keys;
 pub mod mailing;
 pub mod secrets;
 pub mod serve;
@@ -171,6 +172,10 @@ pub enum Command {
     /// (docs/serve.md, "Repointing a sent link").
     #[command(subcommand)]
     Links(links::LinksCommand),
+    /// Keys of the HTTP API, each limited to its scopes: create, list,
+    /// revoke (docs/api.md, "Keys and scopes").
+    #[command(subcommand)]
+    Keys(keys::KeysCommand),
 }
 
 #[cfg(test)]

@@ -224,6 +224,17 @@ pub struct ServeArgs {
     )]
     pub api_token: Option<String>,
 
+    /// The secret API keys' stored hashes are keyed with (HMAC-SHA256),
+    /// the same as `linktrack keys create`'s. Unset: LINKTRACK_SECRET
+    /// (docs/api.md, "Keys and scopes").
+    #[arg(
+        long,
+        env = "LINKTRACK_API_KEY_SECRET",
+        hide_env_values = true,
+        value_name = "SECRET"
+    )]
+    pub api_key_secret: Option<String>,
+
     /// The seal key ring (LINKTRACK_SECRET, which also signs dashboard
     /// logins: unset turns the login form off; and the previous secrets).
     #[command(flatten)]

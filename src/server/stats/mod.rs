@@ -1,6 +1,7 @@
-//! The operators' side of the server: the stats API (`/api/mailings/…`) and
-//! the dashboard (`/mailings`, `/login`), as one axum router the main app
-//! mounts with `.merge(stats::router(state))`.
+//! The operators' dashboard (`/mailings`, `/login`), as one axum router
+//! the main app mounts with `.merge(stats::router(state))`; its state and
+//! credentials are shared with the API (`server/api/`), which has its own
+//! routes, keys and scopes (docs/api.md).
 //!
 //! # Access
 //!
@@ -19,7 +20,6 @@
 //! Handlers stay thin: SQL is in [`crate::store::stats`], Redis in
 //! [`crate::live`].
 
-pub(crate) mod api;
 pub(crate) mod auth;
 pub(crate) mod chart;
 pub(crate) mod clickmap;
@@ -27,7 +27,6 @@ mod creative_images;
 pub(crate) mod credentials;
 pub(crate) mod dashboard;
 mod error;
-mod export;
 mod headers;
 mod links_api;
 mod page_templates;
@@ -43,11 +42,6 @@ pub use state::StatsState;
 /// The stats routes. Mount into the main app with `.merge(router(state))`.
 pub fn router(state: StatsState) -> Router {
     let protected = Router::new()
-        .route("/api/mailings/{id}/stats", get(api::stats))
-        .route("/api/mailings/{id}/segment", get(api::segment))
-        .route("/api/mailings/{id}/recipients", get(export::recipients))
-        .route("/api/mailings/{id}/breakdowns", get(api::breakdowns))
-        .route("/api/breakdowns", get(api::breakdowns_overall))
         .route("/mailings", get(dashboard::index))
         .route("/mailings/{id}", get(dashboard::mailing))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::require));

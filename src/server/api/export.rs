@@ -5,9 +5,11 @@
 //! without the body's end (chunked encoding), so a client never takes a cut
 //! export for a whole one.
 
-use super::error::{named_mailing, StatsError};
-use super::state::StatsState;
+use super::caller::ApiCaller;
+use super::error::{named_mailing, unknown_mailing, ApiError, ErrorBody};
+use crate::api_keys::Scope;
 use crate::export::{self, Format};
+use crate::server::stats::StatsState;
 use crate::store::engagement;
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
@@ -16,27 +18,49 @@ use axum::response::{IntoResponse, Response};
 use futures_util::TryStreamExt;
 
 /// The query: `format` is `csv` (the default) or `jsonl`.
-#[derive(Debug, Default, serde::Deserialize)]
+#[derive(Debug, Default, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct ExportParams {
+    /// `csv` (the default) or `jsonl`.
     #[serde(default)]
+    #[param(pattern = "^(csv|jsonl)$")]
     pub format: Option<String>,
 }
 
 /// `GET /api/mailings/{id}/recipients`.
+#[utoipa::path(
+    get,
+    path = "/api/mailings/{id}/recipients",
+    tag = "stats",
+    params(("id" = String, Path, description = "The mailing's id"), ExportParams),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "One row per letter with its engagement (scope export:read)",
+         content((String = "text/csv"), (String = "application/x-ndjson"))),
+        (status = 400, description = "An unknown format", body = ErrorBody),
+        (status = 401, description = "No valid key", body = ErrorBody),
+        (status = 403, description = "The key lacks the scope", body = ErrorBody),
+        (status = 404, description = "No such mailing", body = ErrorBody),
+        (status = 429, description = "Too many wrong keys", body = ErrorBody),
+        (status = 503, description = "The database is unavailable", body = ErrorBody),
+    )
+)]
 pub(crate) async fn recipients(
+    caller: ApiCaller,
     State(state): State<StatsState>,
     Path(id): Path<String>,
     Query(params): Query<ExportParams>,
-) -> Result<Response, StatsError> {
+) -> Result<Response, ApiError> {
+    caller.require(Scope::ExportRead)?;
     let format: Format = params
         .format
         .as_deref()
         .unwrap_or("csv")
         .parse()
-        .map_err(|err: export::UnknownFormat| StatsError::BadRequest(err.to_string()))?;
+        .map_err(|err: export::UnknownFormat| ApiError::BadRequest(err.to_string()))?;
     let id = named_mailing(id)?;
     if !engagement::mailing_known(&state.pool, &id).await? {
-        return Err(StatsError::UnknownMailing(id.into_string()));
+        return Err(unknown_mailing(id.as_str()));
     }
     let disposition = format!(
         "attachment; filename=\"{}-recipients.{}\"",
