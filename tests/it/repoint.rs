@@ -248,7 +248,7 @@ async fn repointed_links_reach_every_server_and_keep_utm_tags_at_the_redirect() 
     assert_eq!(
         history[1],
         (
-            "api_token".into(),
+            "LINKTRACK_API_TOKEN".into(),
             FIXED.into(),
             "https://shop.example/v2".into(),
             None

@@ -18,6 +18,12 @@ pub enum ApiError {
     Off,
     #[error("{0}")]
     NotFound(String),
+    /// A 404 with a code of its own (`unknown_position`, `unknown_name`, …).
+    #[error("{message}")]
+    Coded { code: &'static str, message: String },
+    /// A request understood but refused by a rule (422), with its code.
+    #[error("{message}")]
+    Unprocessable { code: &'static str, message: String },
     #[error("a valid API key is required (Authorization: Bearer lt_…)")]
     Unauthorized,
     #[error("this key lacks a scope: {} needs scope {scope}", what)]
@@ -49,7 +55,9 @@ pub struct ErrorBody {
 pub struct ErrorDetail {
     /// One of `not_found`, `unauthorized`, `missing_scope`,
     /// `too_many_requests`, `bad_request`, `conflict`, `unavailable`,
-    /// `internal`.
+    /// `internal`; a mailing's links add `unknown_mailing`,
+    /// `unknown_position`, `unknown_name`, `no_link_with_url`,
+    /// `unknown_recipient` (404) and `target_refused` (422).
     pub code: String,
     pub message: String,
 }
@@ -75,6 +83,8 @@ impl ApiError {
     fn status_and_code(&self) -> (StatusCode, &'static str) {
         match self {
             ApiError::Off | ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            ApiError::Coded { code, .. } => (StatusCode::NOT_FOUND, code),
+            ApiError::Unprocessable { code, .. } => (StatusCode::UNPROCESSABLE_ENTITY, code),
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
             ApiError::MissingScope { .. } => (StatusCode::FORBIDDEN, "missing_scope"),
             ApiError::TooMany { .. } | ApiError::TooManyStreams(_) => {

@@ -2,7 +2,7 @@
 //! dashboard's pages (`server/stats/`): the caller extractor and its one
 //! scope check (`caller.rs`), the error every answer has (`error.rs`), JSON
 //! bodies (`json_body.rs`), the shared state (`state.rs`), the handlers
-//! (`stats.rs`, `export.rs`, `keys.rs`) and the OpenAPI description
+//! (`stats.rs`, `export.rs`, `keys.rs`, a mailing's links in `links.rs`) and the OpenAPI description
 //! (`description.rs`, open schemas of the store's answers in `schema.rs`).
 //!
 //! Every route is registered through utoipa-axum's `routes!`, which adds
@@ -15,6 +15,7 @@ mod error;
 mod export;
 mod json_body;
 mod keys;
+mod links;
 mod schema;
 mod state;
 mod stats;
@@ -40,6 +41,8 @@ pub fn described_routes() -> (Router<ApiState>, utoipa::openapi::OpenApi) {
         .routes(routes!(export::recipients))
         .routes(routes!(keys::create, keys::list))
         .routes(routes!(keys::revoke))
+        .routes(routes!(links::list))
+        .routes(routes!(links::repoint_link))
         .split_for_parts()
 }
 

@@ -28,7 +28,6 @@ pub(crate) mod credentials;
 pub(crate) mod dashboard;
 mod error;
 mod headers;
-mod links_api;
 mod page_templates;
 mod state;
 
@@ -50,7 +49,6 @@ pub fn router(state: StatsState) -> Router {
         .route("/login", get(auth::login_form).post(auth::login))
         .route("/logout", post(auth::logout))
         .merge(protected)
-        .merge(links_api::router(state.clone()))
         .route_layer(middleware::from_fn(headers::security_headers))
         .with_state(state)
 }
