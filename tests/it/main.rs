@@ -37,6 +37,7 @@ mod messages;
 mod partitions;
 mod platform_exports;
 mod privacy;
+mod relay;
 mod row_format;
 mod seal_keys;
 mod server_crash;
