@@ -164,6 +164,8 @@
 //!     mailing prepared once (`mailing_context.rs`), with its tokens
 //!     (`letter_tokens.rs`), tracked URLs (`tracked_urls.rs`), parts before
 //!     `</body>` (`letter_shape.rs`) and tracking mode (`track_mode.rs`);
+//!     the HTML parts of a letter composed elsewhere tracked by the same
+//!     rules (`tracked_parts.rs`, for the relay);
 //!     why a recipient gets none (`reject.rs`); the rows inserted, one
 //!     transaction per batch (`row_writer.rs`); letters and rejects written
 //!     (`output.rs`); handed to the pool (`handover.rs`, one lane's worker
@@ -202,13 +204,24 @@
 //!     registered with). `/metrics` and
 //!     `/readyz` are on the admin listener.
 //!
+//! 31. [`relay`]: `linktrack relay`, the SMTP relay that tracks mail other
+//!     platforms send through it (docs/relay.md), a file per part
+//!     (`relay/mod.rs` only wires them): its settings (`settings.rs`), who
+//!     may submit (`access.rs`), a command read (`command.rs`), AUTH
+//!     (`auth.rs`), the data after DATA (`data.rs`), the session
+//!     (`session.rs`) and what sessions share (`shared.rs`), a message's
+//!     header fields (`headers.rs`) and HTML parts (`mime.rs`), a message
+//!     tracked by the builder's rules (`track.rs`, through
+//!     `builder/tracked_parts.rs`), the on-disk spool (`spool.rs`) and the
+//!     worker that forwards it (`forward.rs`).
+//!
 //! Command line:
-//! 31. [`cli`]: the command line (clap stops here): its flags in
+//! 32. [`cli`]: the command line (clap stops here): its flags in
 //!     `cli/args/`, one file per runner, named as it is; runners that turn
 //!     them into the settings structs below and print what was done
 //!     (`cli/mod.rs` dispatches; `bounces.rs`, `database.rs`, `domains.rs`,
-//!     `export.rs`, `keys.rs`, `links.rs`, `mailing.rs`, `secrets.rs`, `serve.rs`,
-//!     `webhooks.rs`),
+//!     `export.rs`, `keys.rs`, `links.rs`, `mailing.rs`, `relay.rs`, `secrets.rs`,
+//!     `serve.rs`, `webhooks.rs`),
 //!     with what they share in files of its own: the database and live
 //!     layer they connect to (`connect.rs`), their lines out and `say!`
 //!     (`output.rs`), exit statuses (`exit_status.rs`), the log
@@ -240,6 +253,7 @@ pub mod mailing_id;
 pub mod outbound;
 pub mod payload;
 pub mod privacy;
+pub mod relay;
 pub mod retry;
 pub mod rollup_worker;
 pub mod server;

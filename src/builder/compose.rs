@@ -82,22 +82,7 @@ pub(crate) fn build_letter(
     };
     let mut context = recipient.fields.clone();
     let fixed = fixed_links(ctx, &mut tokens, images, mode, &mut context);
-    let mut link_url = |found: &FoundLink| match found.kind {
-        FoundKind::Click => {
-            let meta = link_meta(found.tag.as_deref(), &ctx.mailing.tags);
-            let (position, url) = (found.position, found.url.as_str());
-            let token = if mode == TrackMode::Anonymous {
-                images.shared_token(ctx, LinkKind::Click, position, url, meta, made_at)
-            } else {
-                tokens.token(LinkKind::Click, position, url, meta)
-            };
-            tracked_url(&ctx.base_url, LinkKind::Click, &token)
-        }
-        FoundKind::Image => {
-            let token = images.token_for(ctx, &found.url, made_at);
-            tracked_url(&ctx.base_url, LinkKind::Image, &token)
-        }
-    };
+    let mut link_url = |found: &FoundLink| letter_link_url(ctx, &mut tokens, images, mode, found);
     let shape = ctx.shape(mode);
     let (content, empty_values) = crate::letter::count_empty_values(|| {
         letter_content(ctx, shape, &context, &fixed.tail_urls, &mut link_url)
@@ -144,18 +129,47 @@ fn empty_merge_fields(ctx: &MailingContext, fields: &Map<String, Value>) -> Vec<
         .collect()
 }
 
+/// The tracked URL of a link or image the rewriter found in a letter in
+/// `mode`: the letter's own token, or the mailing's shared one (images,
+/// and every link of an anonymous letter).
+pub(super) fn letter_link_url(
+    ctx: &MailingContext,
+    tokens: &mut LetterTokens<'_>,
+    images: &ImageTokens,
+    mode: TrackMode,
+    found: &FoundLink,
+) -> String {
+    let made_at = tokens.made_at;
+    match found.kind {
+        FoundKind::Click => {
+            let meta = link_meta(found.tag.as_deref(), &ctx.mailing.tags);
+            let (position, url) = (found.position, found.url.as_str());
+            let token = if mode == TrackMode::Anonymous {
+                images.shared_token(ctx, LinkKind::Click, position, url, meta, made_at)
+            } else {
+                tokens.token(LinkKind::Click, position, url, meta)
+            };
+            tracked_url(&ctx.base_url, LinkKind::Click, &token)
+        }
+        FoundKind::Image => {
+            let token = images.token_for(ctx, &found.url, made_at);
+            tracked_url(&ctx.base_url, LinkKind::Image, &token)
+        }
+    }
+}
+
 /// The letter's own links, minted before its content's (the order a
 /// resumed run relies on): the unsubscribe link and its headers, the
 /// stop-tracking link, the honeypot and the pixel, as the shape has them.
-struct FixedLinks {
-    headers: BTreeMap<String, String>,
+pub(super) struct FixedLinks {
+    pub(super) headers: BTreeMap<String, String>,
     /// The message's Date: the unsubscribe token's time.
-    sent_at: DateTime<Utc>,
+    pub(super) sent_at: DateTime<Utc>,
     /// The tail's URLs, by `TAIL_FOOTER`, `TAIL_HONEYPOT`, `TAIL_PIXEL`.
-    tail_urls: [String; 3],
+    pub(super) tail_urls: [String; 3],
 }
 
-fn fixed_links(
+pub(super) fn fixed_links(
     ctx: &MailingContext,
     tokens: &mut LetterTokens<'_>,
     images: &ImageTokens,

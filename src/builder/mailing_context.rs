@@ -72,6 +72,20 @@ impl MailingContext {
         max_letter_bytes: usize,
         seal: TokenSeal,
     ) -> Result<MailingContext, PrepareError> {
+        let mut context = Self::prepare_unplanned(mailing, base_url, max_letter_bytes, seal)?;
+        context.mailing_links()?;
+        context.plans = context.compile_plans();
+        Ok(context)
+    }
+
+    /// [`Self::prepare`] without the plans: for one letter (a relayed
+    /// message), which a plan would not make any faster.
+    pub(crate) fn prepare_unplanned(
+        mailing: Mailing,
+        base_url: &str,
+        max_letter_bytes: usize,
+        seal: TokenSeal,
+    ) -> Result<MailingContext, PrepareError> {
         let base_url = base_url.trim_end_matches('/').to_owned();
         if mailing.html.len() > max_letter_bytes {
             return Err(PrepareError::TooBig {
@@ -108,7 +122,7 @@ impl MailingContext {
         } else {
             (None, None)
         };
-        let mut context = MailingContext {
+        Ok(MailingContext {
             mailing,
             base_url,
             max_letter_bytes,
@@ -119,10 +133,7 @@ impl MailingContext {
             templates: HashMap::new(),
             plans: Vec::new(),
             bounce_domain: None,
-        };
-        context.mailing_links()?;
-        context.plans = context.compile_plans();
-        Ok(context)
+        })
     }
 
     /// Give every letter its own envelope sender at `domain` (VERP).

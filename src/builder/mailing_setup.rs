@@ -160,7 +160,11 @@ fn changed_link(
 /// of its `from` domain (or of that domain's registrable domain), with the
 /// scheme, port and path of `base_url`; else `base_url` itself
 /// (docs/domains.md, "Tracking domains").
-async fn tracking_base(pool: &MySqlPool, base_url: &str, from: &str) -> Result<String, BuildError> {
+pub(super) async fn tracking_base(
+    pool: &MySqlPool,
+    base_url: &str,
+    from: &str,
+) -> Result<String, BuildError> {
     let Some(domain) = from_domain(from) else {
         return Ok(base_url.to_owned());
     };

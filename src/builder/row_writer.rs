@@ -88,7 +88,10 @@ pub(super) fn spawn_writer(
 
 /// Insert a batch's rows in one transaction; if a day's partition is
 /// missing (the job crossed midnight twice), create it and try once more.
-async fn store_rows(pool: &MySqlPool, rows: &[links::NewLink]) -> Result<(), BuildError> {
+pub(super) async fn store_rows(
+    pool: &MySqlPool,
+    rows: &[links::NewLink],
+) -> Result<(), BuildError> {
     if rows.is_empty() {
         return Ok(());
     }

@@ -17,6 +17,7 @@ mod links;
 mod keys;
 mod logging;
 mod mailing;
+mod relay;
 mod secrets;
 mod serve;
 mod webhooks;
@@ -60,6 +61,7 @@ async fn run_command(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bounces(command) => return bounces::run(url, command).await,
         Command::TrackingOptouts(command) => return mailing::tracking_optouts(url, command).await,
         Command::Serve(args) => serve::serve(url, &args).await?,
+        Command::Relay(args) => relay::relay(url, &args).await?,
         Command::Demo(args) => serve::demo(url, &args).await?,
         Command::Erase(args) => mailing::erase(url, &args).await?,
         Command::Segment(args) => mailing::segment(url, &args).await?,

@@ -250,3 +250,17 @@ pub async fn is_suppressed(pool: &MySqlPool, email: &str) -> Result<bool, StoreE
         .await?
         .is_empty())
 }
+
+/// Whether `email` was erased (`linktrack erase`): its keyed hash is in
+/// `erasures`.
+pub async fn is_erased(pool: &MySqlPool, email: &str) -> Result<bool, StoreError> {
+    let email = crate::address::normalize(email);
+    let key = load_key(pool).await?;
+    let digest = key.digest(&email);
+    let found: Option<i64> =
+        sqlx::query_scalar("SELECT 1 FROM erasures WHERE email_hmac = ? LIMIT 1")
+            .bind(digest.to_vec())
+            .fetch_optional(pool)
+            .await?;
+    Ok(found.is_some())
+}

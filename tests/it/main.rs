@@ -43,6 +43,7 @@ mod partitions;
 mod platform_exports;
 mod privacy;
 mod repoint;
+mod relay;
 mod row_format;
 mod seal_keys;
 mod server_crash;

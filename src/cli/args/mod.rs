@@ -23,6 +23,7 @@ pub mod export;
 pub mod links;
 pub mod keys;
 pub mod mailing;
+pub mod relay;
 pub mod secrets;
 pub mod serve;
 pub mod webhooks;
@@ -132,6 +133,11 @@ pub enum Command {
     TrackingOptouts(TrackingOptoutsCommand),
     /// Run the tracking HTTP server: redirects, open pixel, image proxy, unsubscribe.
     Serve(ServeArgs),
+    /// An SMTP relay in front of the sending pool's MTA: every message
+    /// other platforms send through it is tracked as `build` tracks a
+    /// letter, one letter per recipient, spooled on disk before the 250,
+    /// and forwarded to --smtp (docs/relay.md).
+    Relay(relay::RelayArgs),
     /// The whole loop on the fixtures: migrate, create partitions, build the
     /// fixture mailing, print tracked URLs to open, then serve them.
     Demo(DemoArgs),

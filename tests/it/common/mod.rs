@@ -18,6 +18,7 @@ pub mod mmdb;
 pub mod postfix;
 pub mod privacy;
 mod server;
+pub mod smtp_sink;
 pub mod spider;
 pub mod stats;
 pub mod stats_api;

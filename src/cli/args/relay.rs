@@ -1,0 +1,118 @@
+//! Flags of `linktrack relay`, the ones `cli/relay.rs` runs.
+
+use super::mailing::TrackingArgs;
+use super::secrets::SecretArgs;
+use clap::{Args, ValueEnum};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, Args)]
+pub struct RelayArgs {
+    /// Where the SMTP server listens (a port of 0 picks one; the log says
+    /// which).
+    #[arg(
+        long,
+        env = "LINKTRACK_RELAY_LISTEN",
+        default_value = "127.0.0.1:2525",
+        value_name = "ADDR"
+    )]
+    pub listen: SocketAddr,
+
+    /// The name the relay gives in its greeting and EHLO reply.
+    #[arg(long, default_value = "localhost", value_name = "NAME")]
+    pub hostname: String,
+
+    /// The downstream MTA every message goes on to, as `build --smtp`:
+    /// smtp://host:port, smtp://host:port?tls=required (STARTTLS),
+    /// smtps://… (implicit TLS); user:password@ in the URL for AUTH.
+    #[arg(
+        long,
+        env = "LINKTRACK_SMTP_URL",
+        hide_env_values = true,
+        value_name = "URL"
+    )]
+    pub smtp: String,
+
+    /// SMTP connections to the downstream MTA.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub smtp_connections: u32,
+
+    /// Messages over one downstream connection before it is closed and a
+    /// new one opened. Default: no limit.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub smtp_messages_per_connection: Option<u32>,
+
+    /// Retries of a temporary downstream failure (4xx, refused, timeout)
+    /// before the letter waits in the spool for the next round.
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    pub smtp_retries: u32,
+
+    /// Wait before the first retry, in milliseconds; it doubles each time.
+    /// The spool's rounds after a failure start at this wait too, doubling
+    /// up to an hour.
+    #[arg(long, default_value_t = 1000, value_name = "MS")]
+    pub smtp_backoff_ms: u64,
+
+    /// A network that may submit without AUTH (CIDR, e.g. 10.0.0.0/8 or
+    /// 127.0.0.1/32), as Postfix's mynetworks; repeatable. Every other
+    /// client must authenticate (530 5.7.0): the relay is never open.
+    #[arg(long, value_name = "CIDR")]
+    pub relay_open_to: Vec<ipnet::IpNet>,
+
+    /// The AUTH password (PLAIN or LOGIN, any user name); unset turns AUTH
+    /// off, leaving only --relay-open-to.
+    #[arg(
+        long,
+        env = "LINKTRACK_API_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    pub api_token: Option<String>,
+
+    /// The spool: accepted messages wait here on disk (fsync'd before the
+    /// 250) until the downstream MTA takes them. Keep it across restarts.
+    #[arg(
+        long,
+        env = "LINKTRACK_RELAY_SPOOL",
+        default_value = "relay-spool",
+        value_name = "DIR"
+    )]
+    pub spool: PathBuf,
+
+    /// The largest message accepted, in bytes (EHLO's SIZE; larger: 552).
+    #[arg(long, default_value_t = 50 * 1024 * 1024, value_name = "BYTES")]
+    pub max_message_bytes: usize,
+
+    /// The most recipients of one message (more: 452 4.5.3, and the
+    /// client sends the rest in another transaction).
+    #[arg(long, default_value_t = 1000, value_name = "N")]
+    pub max_recipients: usize,
+
+    /// The mailing of a message without an X-Linktrack-Mailing field.
+    /// Default: relay-YYYY-MM-DD, the UTC day the message arrived.
+    #[arg(long, value_name = "ID")]
+    pub default_mailing: Option<String>,
+
+    /// A recipient on the suppression list: refused at RCPT TO with 550
+    /// 5.7.1 and the reason, or accepted and never forwarded (counted).
+    #[arg(long, value_enum, default_value_t = Suppressed::Refuse)]
+    pub suppressed: Suppressed,
+
+    #[command(flatten)]
+    pub tracking: TrackingArgs,
+
+    /// Give every letter its own envelope sender, bounces+TOKEN@NAME
+    /// (VERP), as `build --bounce-domain` (docs/bounces.md).
+    #[arg(long, env = "LINKTRACK_BOUNCE_DOMAIN", value_name = "NAME")]
+    pub bounce_domain: Option<String>,
+
+    #[command(flatten)]
+    pub seal: SecretArgs,
+}
+
+/// `--suppressed`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Suppressed {
+    Refuse,
+    Drop,
+}

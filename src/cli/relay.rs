@@ -1,0 +1,59 @@
+//! `linktrack relay`: the flags made into the relay's settings, then the
+//! relay run until Ctrl-C or SIGTERM.
+
+use super::args::relay::{RelayArgs, Suppressed};
+use super::args::secrets::check_secret;
+use super::connect::pool;
+use crate::delivery::smtp::SmtpSettings;
+use crate::relay::{self, RelaySettings, SuppressedAction};
+use std::time::Duration;
+
+pub(super) async fn relay(url: &str, args: &RelayArgs) -> anyhow::Result<()> {
+    check_secret("LINKTRACK_SECRET", args.seal.secret.as_deref())?;
+    check_secret("LINKTRACK_API_TOKEN", args.api_token.as_deref())?;
+    let pool = pool(url).await?;
+    let backoff = Duration::from_millis(args.smtp_backoff_ms);
+    let settings = RelaySettings {
+        listen: args.listen,
+        hostname: args.hostname.clone(),
+        smtp: SmtpSettings {
+            url: args.smtp.clone(),
+            connections: args.smtp_connections,
+            messages_per_connection: args.smtp_messages_per_connection,
+            retries: args.smtp_retries,
+            backoff,
+        },
+        open_to: args.relay_open_to.clone(),
+        api_token: args.api_token.clone(),
+        spool: args.spool.clone(),
+        max_message_bytes: args.max_message_bytes,
+        max_recipients: args.max_recipients.max(1),
+        default_mailing: args.default_mailing.clone(),
+        suppressed: match args.suppressed {
+            Suppressed::Refuse => SuppressedAction::Refuse,
+            Suppressed::Drop => SuppressedAction::Drop,
+        },
+        base_url: args.tracking.base_url.clone(),
+        bounce_domain: args.bounce_domain.clone(),
+        secret: args.seal.secret.clone(),
+        retry_after: backoff,
+    };
+    relay::run(pool, settings, stop_signal()).await?;
+    Ok(())
+}
+
+/// Ctrl-C or SIGTERM (what is queued stays in the spool for the next start).
+async fn stop_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

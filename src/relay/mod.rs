@@ -1,0 +1,145 @@
+//! `linktrack relay`: an ESMTP server (RFC 5321) in front of the sending
+//! pool's MTA, for platforms that compose and send their own mail. Each
+//! accepted message is tracked as `build` tracks a letter, one letter per
+//! recipient, spooled on disk before the client hears 250, and forwarded
+//! downstream by the spool worker (docs/relay.md).
+//!
+//! A file per part, this one only wiring them: the settings
+//! (`settings.rs`), who may submit (`access.rs`), a command line read
+//! (`command.rs`), AUTH (`auth.rs`), the data after DATA (`data.rs`), the
+//! session (`session.rs`) with what its sessions share (`shared.rs`), the
+//! header fields (`headers.rs`) and HTML parts (`mime.rs`) of a message,
+//! a message tracked (`track.rs`), the spool (`spool.rs`) and its worker
+//! (`forward.rs`).
+
+mod access;
+mod auth;
+mod command;
+mod data;
+mod forward;
+mod headers;
+mod mime;
+mod session;
+mod settings;
+mod shared;
+mod spool;
+mod track;
+
+pub use settings::{RelaySettings, SuppressedAction};
+
+use crate::delivery::smtp::{Deliverer, SmtpError};
+use crate::delivery::DeliveryCounters;
+use crate::store::{seal_keys, StoreError};
+use shared::Shared;
+use spool::Spool;
+use sqlx::MySqlPool;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Notify};
+use track::{Tracker, TrackerSettings};
+
+/// Why the relay cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    #[error("--listen {addr}: {source}")]
+    Listen {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("--spool {path}: {source}")]
+    Spool {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Smtp(#[from] SmtpError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Serve until `shutdown` resolves; the spool worker stops with it (what
+/// is queued stays queued for the next start).
+pub async fn run(
+    pool: MySqlPool,
+    settings: RelaySettings,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), RelayError> {
+    let secrets = seal_keys::RingSecrets {
+        current: settings.secret.clone(),
+        previous: Vec::new(),
+        new_secret: false,
+    };
+    let ring = seal_keys::open_ring(&pool, &secrets, seal_keys::Purpose::Build).await?;
+    let seal = ring.ring.current().clone();
+    let spool = Spool::open(&settings.spool).map_err(|source| RelayError::Spool {
+        path: settings.spool.clone(),
+        source,
+    })?;
+    let deliverer = Deliverer::new(settings.smtp.clone(), Arc::new(DeliveryCounters::default()))?;
+    let listener =
+        TcpListener::bind(settings.listen)
+            .await
+            .map_err(|source| RelayError::Listen {
+                addr: settings.listen,
+                source,
+            })?;
+    let bound = listener.local_addr().map_err(|source| RelayError::Listen {
+        addr: settings.listen,
+        source,
+    })?;
+    let tracker = Tracker::new(
+        pool.clone(),
+        seal,
+        TrackerSettings {
+            base_url: settings.base_url.clone(),
+            bounce_domain: settings.bounce_domain.clone(),
+            default_mailing: settings.default_mailing.clone(),
+            max_letter_bytes: settings.max_message_bytes,
+        },
+    );
+    let wake = Arc::new(Notify::new());
+    let retry_after = settings.retry_after;
+    let shared = Arc::new(Shared {
+        settings,
+        pool,
+        tracker,
+        spool: Arc::new(spool),
+        wake: Arc::clone(&wake),
+        dropped: AtomicU64::new(0),
+    });
+    let (stop, stopped) = watch::channel(false);
+    let worker = tokio::spawn(forward::run(
+        Arc::clone(&shared.spool),
+        deliverer.clone(),
+        Arc::clone(&wake),
+        retry_after,
+        stopped,
+    ));
+    // What an earlier run left queued goes first.
+    wake.notify_one();
+    tracing::info!(
+        listen = %bound,
+        downstream = deliverer.host(),
+        spool = %shared.settings.spool.display(),
+        "serving SMTP relay"
+    );
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let _ = stream.set_nodelay(true);
+                    tokio::spawn(session::serve(stream, peer, Arc::clone(&shared)));
+                }
+                Err(e) => tracing::warn!(error = %e, "accepting an SMTP connection"),
+            },
+            _ = &mut shutdown => break,
+        }
+    }
+    let _ = stop.send(true);
+    let _ = worker.await;
+    Ok(())
+}

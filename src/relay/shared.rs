@@ -1,0 +1,22 @@
+//! What every SMTP session of one relay shares: its settings, the
+//! database, the tracker, the spool and the spool worker's wake-up.
+
+use super::settings::RelaySettings;
+use super::spool::Spool;
+use super::track::Tracker;
+use sqlx::MySqlPool;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use tokio::sync::Notify;
+
+/// Shared by the sessions (behind an `Arc`).
+pub(crate) struct Shared {
+    pub settings: RelaySettings,
+    pub pool: MySqlPool,
+    pub tracker: Tracker,
+    pub spool: Arc<Spool>,
+    /// Told when a message is queued.
+    pub wake: Arc<Notify>,
+    /// Suppressed recipients accepted and dropped (`--suppressed drop`).
+    pub dropped: AtomicU64,
+}

@@ -1,0 +1,335 @@
+//! `linktrack relay`: real clients (Python's smtplib) hand it messages on
+//! loopback, a real MTA (Postfix's smtp-sink) downstream keeps what it
+//! forwards. Each recipient gets a letter of its own whose links are
+//! tracked (rows stored, redirecting on `serve`), suppressed recipients
+//! are refused at RCPT TO, only the open networks submit without AUTH,
+//! bad input gets a clear reply and the session goes on, and a message
+//! accepted before a kill -9 is forwarded exactly once after a restart.
+
+use crate::common::build::{tracked_tokens, BASE};
+use crate::common::smtp_sink::SmtpSink;
+use crate::common::{down_socket, linktrack, serve_command, Serving, TestDb};
+use linktrack::store::links::LinkKind;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const TOKEN: &str = "relay-test-token-0123456789abcdef";
+
+/// `linktrack relay` on a free loopback port, forwarding to `smtp`, open
+/// to 127.0.0.3 only, AUTH with [`TOKEN`].
+async fn start_relay(db: &TestDb, smtp: &str, spool: &Path, extra: &[&str]) -> Serving {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_linktrack"));
+    command
+        .args(["relay", "--listen", "127.0.0.1:0", "--smtp", smtp])
+        .args(["--relay-open-to", "127.0.0.3/32", "--base-url", BASE])
+        .args(["--smtp-backoff-ms", "50", "--spool"])
+        .arg(spool)
+        .args(extra)
+        .env("DATABASE_URL", &db.url)
+        .env("LINKTRACK_API_TOKEN", TOKEN)
+        .env_remove("LINKTRACK_BOUNCE_DOMAIN")
+        .env_remove("LINKTRACK_SMTP_URL")
+        .env("RUST_LOG", "error,linktrack=info");
+    Serving::spawn(command).await
+}
+
+/// Run a Python smtplib script against the relay at `port`; its printed
+/// lines (JSON) come back.
+fn smtplib(port: u16, script: &str) -> Vec<serde_json::Value> {
+    let program = format!(
+        "import smtplib, json, sys\nPORT = {port}\nTOKEN = {TOKEN:?}\n\
+         def out(*a):\n    print(json.dumps([x.decode() if isinstance(x, bytes) else x for x in a]))\n    \
+         sys.stdout.flush()\n{script}"
+    );
+    let output = Command::new("python3")
+        .args(["-c", &program])
+        .output()
+        .expect("python3 runs");
+    assert!(
+        output.status.success(),
+        "the smtplib script failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect()
+}
+
+const HTML_MESSAGE: &str = "From: News <news@example.com>\r\n\
+Subject: Spring\r\n\
+X-Linktrack-Mailing: spring-relay\r\n\
+X-Linktrack-Tags: spring, news\r\n\
+MIME-Version: 1.0\r\n\
+Content-Type: multipart/alternative; boundary=\"b1\"\r\n\r\n\
+--b1\r\nContent-Type: text/plain; charset=utf-8\r\n\r\nRead https://example.com/page\r\n\
+--b1\r\nContent-Type: text/html; charset=utf-8\r\nContent-Transfer-Encoding: quoted-printable\r\n\r\n\
+<html><body><p>Caf=C3=A9 <a href=3D\"https://example.com/page?a=3D1&amp;b=3D2\">read</a>\r\n\
+<a href=3D\"https://example.com/off\" data-linktrack=3D\"off\">plain</a></p></body></html>\r\n\
+--b1--\r\n";
+
+#[tokio::test]
+async fn each_recipient_gets_a_tracked_letter_and_the_suppressed_one_is_refused() {
+    let db = TestDb::new().await;
+    let added = linktrack(&db, &["suppressions", "add", "gone@example.org"]);
+    assert!(added.status.success(), "{added:?}");
+    let sink = SmtpSink::start(&[]);
+    let spool = tempfile::tempdir().unwrap();
+    let relay = start_relay(&db, &sink.url(), spool.path(), &[]).await;
+    let script = format!(
+        "s = smtplib.SMTP('127.0.0.1', PORT, source_address=('127.0.0.2', 0))\n\
+         code, ehlo = s.ehlo('client.example')\n\
+         out('ehlo', code, ehlo.decode())\n\
+         out('mail', *s.mail('news@example.com'))\n\
+         s.rset()\n\
+         s.login('any', TOKEN)\n\
+         out('mail', *s.mail('news@example.com'))\n\
+         for r in ['a@example.com', 'b@example.net', 'gone@example.org']:\n    \
+             code, text = s.rcpt(r)\n    out('rcpt', r, code, text.decode())\n\
+         out('data', *s.data({HTML_MESSAGE:?}.encode()))\n\
+         s.quit()\n"
+    );
+    let replies = smtplib(relay.addr.port(), &script);
+    let ehlo = replies[0][2].as_str().unwrap();
+    for keyword in [
+        "PIPELINING",
+        "8BITMIME",
+        "SMTPUTF8",
+        "SIZE",
+        "ENHANCEDSTATUSCODES",
+        "AUTH PLAIN LOGIN",
+    ] {
+        assert!(ehlo.contains(keyword), "EHLO lacks {keyword}: {ehlo}");
+    }
+    // From 127.0.0.2, not an open network, without AUTH: refused.
+    assert_eq!(replies[1][1], 530, "{replies:?}");
+    assert_eq!(replies[2][1], 250, "{replies:?}");
+    assert_eq!(replies[3][2], 250);
+    assert_eq!(replies[4][2], 250);
+    assert_eq!(replies[5][2], 550, "{replies:?}");
+    let refusal = replies[5][3].as_str().unwrap();
+    assert!(
+        refusal.starts_with("5.7.1") && refusal.contains("suppression list"),
+        "{refusal}"
+    );
+    assert_eq!(replies[6][1], 250, "{replies:?}");
+
+    let messages = sink.wait_for(2);
+    assert_eq!(messages.len(), 2, "{}", relay.log());
+    let mut clicks = Vec::new();
+    for message in &messages {
+        assert!(!message.contains("X-Linktrack-Mailing"), "{message}");
+        assert!(
+            message.contains("List-Unsubscribe: <https://t.example.test/u/"),
+            "{message}"
+        );
+        assert!(message.contains("List-Unsubscribe-Post: List-Unsubscribe=One-Click"));
+        assert!(
+            message.contains("Read https://example.com/page"),
+            "the text part stays: {message}"
+        );
+        let unfolded = message.replace("=\r\n", "").replace("=\n", "");
+        assert!(
+            unfolded.contains("https://example.com/off"),
+            "data-linktrack=off stays"
+        );
+        assert!(
+            !unfolded.contains("https://example.com/page?a"),
+            "the link is tracked: {message}"
+        );
+        let tokens = tracked_tokens(&unfolded);
+        assert!(
+            tokens.iter().any(|(kind, _)| *kind == LinkKind::Pixel),
+            "{message}"
+        );
+        clicks.extend(
+            tokens
+                .into_iter()
+                .filter(|(kind, _)| *kind == LinkKind::Click),
+        );
+    }
+    // Two letters, each its click and honeypot tokens, no two the same.
+    let mut distinct: Vec<String> = clicks.iter().map(|(_, t)| t.to_string()).collect();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len(), clicks.len());
+
+    let rows: Vec<(String, String)> = sqlx::query_as(
+        "SELECT email, url FROM links WHERE mailing_id = 'spring-relay' AND kind = 'click' \
+         AND url <> '' ORDER BY email",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        rows,
+        vec![
+            (
+                "a@example.com".to_owned(),
+                "https://example.com/page?a=1&b=2".to_owned()
+            ),
+            (
+                "b@example.net".to_owned(),
+                "https://example.com/page?a=1&b=2".to_owned()
+            ),
+        ]
+    );
+    let letters: i64 =
+        sqlx::query_scalar("SELECT letters_built FROM mailings WHERE mailing_id = 'spring-relay'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(letters, 2);
+
+    // The links redirect to their originals on `serve`.
+    let journal = tempfile::tempdir().unwrap();
+    let serving = Serving::spawn(serve_command(&db, journal.path(), &[])).await;
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let mut redirected = 0;
+    for (_, token) in &clicks {
+        let response = client
+            .get(format!("{}/c/{token}", serving.base()))
+            .send()
+            .await
+            .unwrap();
+        // The honeypot's `/c/` link leads elsewhere.
+        let location = response
+            .headers()
+            .get("location")
+            .and_then(|l| l.to_str().ok());
+        if response.status() == 302 && location == Some("https://example.com/page?a=1&b=2") {
+            redirected += 1;
+        }
+    }
+    assert_eq!(redirected, 2, "one tracked link per letter redirects");
+}
+
+#[tokio::test]
+async fn only_the_open_networks_submit_without_auth() {
+    let db = TestDb::new().await;
+    let sink = SmtpSink::start(&[]);
+    let spool = tempfile::tempdir().unwrap();
+    let relay = start_relay(&db, &sink.url(), spool.path(), &[]).await;
+    let script = "for source in ['127.0.0.2', '127.0.0.3']:\n    \
+        s = smtplib.SMTP('127.0.0.1', PORT, source_address=(source, 0))\n    \
+        s.ehlo('client.example')\n    \
+        out(source, *s.mail('someone@example.com'))\n    \
+        s.rset()\n    \
+        try:\n        s.login('any', 'not-the-token')\n        out(source, 'login', 235)\n    \
+        except smtplib.SMTPAuthenticationError as e:\n        out(source, 'login', e.smtp_code)\n    \
+        s.quit()\n";
+    let replies = smtplib(relay.addr.port(), script);
+    assert_eq!(replies[0][1], 530, "{replies:?}");
+    assert!(replies[0][2].as_str().unwrap().starts_with("5.7.0"));
+    assert_eq!(
+        replies[1][2], 535,
+        "a wrong password is refused: {replies:?}"
+    );
+    assert_eq!(replies[2][1], 250, "127.0.0.3 is open: {replies:?}");
+}
+
+#[tokio::test]
+async fn bad_input_gets_a_clear_reply_and_the_next_message_goes_through() {
+    let db = TestDb::new().await;
+    let sink = SmtpSink::start(&[]);
+    let spool = tempfile::tempdir().unwrap();
+    let relay = start_relay(
+        &db,
+        &sink.url(),
+        spool.path(),
+        &["--max-message-bytes", "100000", "--max-recipients", "100"],
+    )
+    .await;
+    let script = "s = smtplib.SMTP('127.0.0.1', PORT, source_address=('127.0.0.3', 0))\n\
+        s.ehlo('client.example')\n\
+        def send(name, body):\n    \
+            s.mail('news@example.com'); s.rcpt('a@example.com')\n    \
+            s.putcmd('data'); s.getreply()\n    \
+            s.send(body + b'\\r\\n.\\r\\n')\n    \
+            out(name, *s.getreply())\n\
+        send('bare-lf', b'Subject: x\\n\\nbody\\n')\n\
+        send('nul', b'Subject: x\\r\\n\\r\\nbo\\x00dy')\n\
+        send('no-headers', b'just text')\n\
+        send('too-big', b'Subject: x\\r\\n\\r\\n' + b'0123456789' * 20000)\n\
+        s.mail('news@example.com')\n\
+        codes = [s.rcpt('r%d@example.com' % n)[0] for n in range(10000)]\n\
+        out('rcpts', codes.count(250), codes.count(452))\n\
+        s.rset()\n\
+        s.mail('news@example.com'); s.rcpt('a@example.com')\n\
+        out('good', *s.data(b'Subject: fine\\r\\n\\r\\nno html here\\r\\n'))\n\
+        s.quit()\n";
+    let replies = smtplib(relay.addr.port(), script);
+    let reply = |n: usize| {
+        (
+            replies[n][1].as_i64().unwrap(),
+            replies[n][2].as_str().unwrap().to_owned(),
+        )
+    };
+    assert_eq!(reply(0).0, 554, "{replies:?}");
+    assert!(reply(0).1.contains("Bare LF"));
+    assert_eq!(reply(1).0, 554);
+    assert!(reply(1).1.contains("NUL"));
+    assert_eq!(reply(2).0, 554);
+    assert!(reply(2).1.contains("no header fields"), "{replies:?}");
+    assert_eq!(reply(3).0, 552);
+    assert!(reply(3).1.starts_with("5.3.4"));
+    assert_eq!(replies[4][1], 100, "{replies:?}");
+    assert_eq!(replies[4][2], 9900);
+    assert_eq!(replies[5][1], 250, "{replies:?}");
+    let messages = sink.wait_for(1);
+    assert_eq!(messages.len(), 1, "only the good message went on");
+    assert!(messages[0].contains("Subject: fine"), "{}", messages[0]);
+    assert!(messages[0].contains("no html here"), "{}", messages[0]);
+}
+
+#[tokio::test]
+async fn a_message_accepted_before_a_kill_is_forwarded_once_after_the_restart() {
+    let db = TestDb::new().await;
+    let spool = tempfile::tempdir().unwrap();
+    // The MTA is down: the message waits in the spool.
+    let (_down, down) = down_socket();
+    let mut relay = start_relay(&db, &format!("smtp://{down}"), spool.path(), &[]).await;
+    let script = format!(
+        "s = smtplib.SMTP('127.0.0.1', PORT, source_address=('127.0.0.3', 0))\n\
+         s.ehlo('client.example')\n\
+         s.mail('news@example.com'); s.rcpt('a@example.com')\n\
+         out(*s.data({HTML_MESSAGE:?}.encode()))\n\
+         s.quit()\n"
+    );
+    let replies = smtplib(relay.addr.port(), &script);
+    assert_eq!(replies[0][0], 250, "{replies:?}");
+    relay.child.kill().unwrap(); // SIGKILL
+    relay.wait_exit().await;
+
+    let sink = SmtpSink::start(&[]);
+    let relay = start_relay(&db, &sink.url(), spool.path(), &[]).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while queued(spool.path()) > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the spool never emptied: {}",
+            relay.log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let messages = sink.wait_for(1);
+    assert_eq!(messages.len(), 1, "{}", relay.log());
+    assert!(messages[0].contains("https://t.example.test/c/"));
+}
+
+/// Letters still in the spool's queue.
+fn queued(spool: &Path) -> usize {
+    std::fs::read_dir(spool.join("queue"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|message| {
+            std::fs::read_dir(message.path())
+                .map(|letters| letters.count())
+                .unwrap_or(0)
+        })
+        .sum()
+}
