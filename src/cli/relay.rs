@@ -11,6 +11,7 @@ use std::time::Duration;
 pub(super) async fn relay(url: &str, args: &RelayArgs) -> anyhow::Result<()> {
     check_secret("LINKTRACK_SECRET", args.seal.secret.as_deref())?;
     check_secret("LINKTRACK_API_TOKEN", args.api_token.as_deref())?;
+    check_secret("LINKTRACK_API_KEY_SECRET", args.api_key_secret.as_deref())?;
     let pool = pool(url).await?;
     let backoff = Duration::from_millis(args.smtp_backoff_ms);
     let settings = RelaySettings {
@@ -25,6 +26,7 @@ pub(super) async fn relay(url: &str, args: &RelayArgs) -> anyhow::Result<()> {
         },
         open_to: args.relay_open_to.clone(),
         api_token: args.api_token.clone(),
+        api_key_secret: args.api_key_secret.clone(),
         spool: args.spool.clone(),
         max_message_bytes: args.max_message_bytes,
         max_recipients: args.max_recipients.max(1),

@@ -3,9 +3,9 @@
 //! grants `relay:send`. Everyone else is refused at MAIL FROM: the relay
 //! is never open.
 
+use crate::api_keys::{KeyVerifier, Scope};
 use ipnet::IpNet;
 use std::net::IpAddr;
-use subtle::ConstantTimeEq;
 
 /// Whether `peer` may submit without AUTH.
 pub(crate) fn is_open_to(peer: IpAddr, open_to: &[IpNet]) -> bool {
@@ -17,13 +17,21 @@ pub(crate) fn is_open_to(peer: IpAddr, open_to: &[IpNet]) -> bool {
     open_to.iter().any(|net| net.contains(&peer))
 }
 
-/// Whether `password` grants the scope `relay:send`. Until API keys with
-/// scopes exist this is `LINKTRACK_API_TOKEN` (unset: nobody), compared in
-/// constant time; the user name is not checked.
-pub(crate) fn grants_relay_send(api_token: Option<&str>, password: &[u8]) -> bool {
-    match api_token {
-        Some(token) if !token.is_empty() => bool::from(token.as_bytes().ct_eq(password)),
-        _ => false,
+/// Whether `password` grants the scope `relay:send`: `LINKTRACK_API_TOKEN`
+/// (every scope, compared in constant time) or a live API key with the
+/// scope. The user name is not checked. A database that cannot answer
+/// refuses (the client may try again), logged.
+pub(crate) async fn grants_relay_send(keys: &KeyVerifier, password: &[u8]) -> bool {
+    let Ok(password) = std::str::from_utf8(password) else {
+        return false;
+    };
+    match keys.verify(password).await {
+        Ok(Some(caller)) => caller.scopes.contains(Scope::RelaySend),
+        Ok(None) => false,
+        Err(err) => {
+            tracing::warn!(error = %err, "relay AUTH: the key could not be checked");
+            false
+        }
     }
 }
 
@@ -40,17 +48,16 @@ mod tests {
         assert!(!is_open_to("127.0.0.3".parse().unwrap(), &[]));
     }
 
-    #[test]
-    fn the_password_is_the_api_token() {
-        assert!(grants_relay_send(
-            Some("s3cret-token-0123"),
-            b"s3cret-token-0123"
-        ));
-        assert!(!grants_relay_send(
-            Some("s3cret-token-0123"),
-            b"s3cret-token-012"
-        ));
-        assert!(!grants_relay_send(None, b""));
-        assert!(!grants_relay_send(Some(""), b""));
+    #[tokio::test]
+    async fn the_api_token_grants_relay_send_and_nothing_else_does_without_keys() {
+        // No key secret: only the token is compared, the database never asked.
+        let pool = sqlx::MySqlPool::connect_lazy("mysql://root@127.0.0.1:9/none").unwrap();
+        let keys = KeyVerifier::new(pool.clone(), None, Some("s3cret-token-0123"));
+        assert!(grants_relay_send(&keys, b"s3cret-token-0123").await);
+        assert!(!grants_relay_send(&keys, b"s3cret-token-012").await);
+        assert!(!grants_relay_send(&keys, b"").await);
+        assert!(!grants_relay_send(&keys, b"\xff\xfe").await);
+        let off = KeyVerifier::new(pool, None, None);
+        assert!(!grants_relay_send(&off, b"").await);
     }
 }

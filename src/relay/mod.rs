@@ -27,6 +27,7 @@ mod track;
 
 pub use settings::{RelaySettings, SuppressedAction};
 
+use crate::api_keys::KeyVerifier;
 use crate::delivery::smtp::{Deliverer, SmtpError};
 use crate::delivery::DeliveryCounters;
 use crate::store::{seal_keys, StoreError};
@@ -102,8 +103,14 @@ pub async fn run(
     );
     let wake = Arc::new(Notify::new());
     let retry_after = settings.retry_after;
+    let key_secret = [&settings.api_key_secret, &settings.secret]
+        .into_iter()
+        .flatten()
+        .find_map(|secret| crate::api_keys::KeySecret::new(secret));
+    let keys = KeyVerifier::new(pool.clone(), key_secret, settings.api_token.as_deref());
     let shared = Arc::new(Shared {
         settings,
+        keys,
         pool,
         tracker,
         spool: Arc::new(spool),

@@ -446,8 +446,7 @@ impl Session {
             }
             Some(Ok(None)) => "501 5.0.0 Authentication cancelled".into(),
             Some(Ok(Some(credentials))) => {
-                let token = shared.settings.api_token.as_deref();
-                if grants_relay_send(token, &credentials.password) {
+                if grants_relay_send(&shared.keys, &credentials.password).await {
                     self.authenticated = true;
                     "235 2.7.0 Authentication successful".into()
                 } else {

@@ -18,9 +18,12 @@ pub struct RelaySettings {
     pub smtp: SmtpSettings,
     /// Networks that may submit without AUTH (Postfix's `mynetworks`).
     pub open_to: Vec<IpNet>,
-    /// `LINKTRACK_API_TOKEN`: the AUTH password (unset: only `open_to`
-    /// may submit).
+    /// `LINKTRACK_API_TOKEN`: an AUTH password with every scope.
     pub api_token: Option<String>,
+    /// `LINKTRACK_API_KEY_SECRET` (else `secret`): API keys with the scope
+    /// `relay:send` are AUTH passwords too. With neither this, `secret`
+    /// nor `api_token`, only `open_to` may submit.
+    pub api_key_secret: Option<String>,
     /// The spool: accepted messages wait here, on disk, until forwarded.
     pub spool: PathBuf,
     /// The largest message accepted (EHLO's SIZE).

@@ -4,6 +4,7 @@
 use super::settings::RelaySettings;
 use super::spool::Spool;
 use super::track::Tracker;
+use crate::api_keys::KeyVerifier;
 use sqlx::MySqlPool;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -12,6 +13,8 @@ use tokio::sync::Notify;
 /// Shared by the sessions (behind an `Arc`).
 pub(crate) struct Shared {
     pub settings: RelaySettings,
+    /// Checks an AUTH password: the API token or a key (scope `relay:send`).
+    pub keys: KeyVerifier,
     pub pool: MySqlPool,
     pub tracker: Tracker,
     pub spool: Arc<Spool>,

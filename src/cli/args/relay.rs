@@ -59,8 +59,10 @@ pub struct RelayArgs {
     #[arg(long, value_name = "CIDR")]
     pub relay_open_to: Vec<ipnet::IpNet>,
 
-    /// The AUTH password (PLAIN or LOGIN, any user name); unset turns AUTH
-    /// off, leaving only --relay-open-to.
+    /// An AUTH password (PLAIN or LOGIN, any user name) with every scope;
+    /// an API key with the scope relay:send (`linktrack keys create`) is
+    /// one too. With neither this nor a key secret, AUTH is off, leaving
+    /// only --relay-open-to.
     #[arg(
         long,
         env = "LINKTRACK_API_TOKEN",
@@ -68,6 +70,17 @@ pub struct RelayArgs {
         value_name = "TOKEN"
     )]
     pub api_token: Option<String>,
+
+    /// The secret API keys are hashed with, the same as `linktrack keys
+    /// create`'s and `serve`'s. Unset: LINKTRACK_SECRET (docs/api.md,
+    /// "Keys and scopes").
+    #[arg(
+        long,
+        env = "LINKTRACK_API_KEY_SECRET",
+        hide_env_values = true,
+        value_name = "SECRET"
+    )]
+    pub api_key_secret: Option<String>,
 
     /// The spool: accepted messages wait here on disk (fsync'd before the
     /// 250) until the downstream MTA takes them. Keep it across restarts.
