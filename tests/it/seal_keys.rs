@@ -606,10 +606,9 @@ async fn a_build_with_a_retired_key_is_refused() {
             fixture("recipients.csv"),
         )
     };
-    let refused = builder::run(&db.pool, &options)
-        .await
-        .err()
-        .expect("refused");
+    let Err(refused) = builder::run(&db.pool, &options).await else {
+        panic!("a build with a retired key was not refused");
+    };
     let text = format!("{refused:#}");
     assert!(text.contains("retired") && text.contains(&old), "{text}");
 }

@@ -92,7 +92,7 @@ mod tests {
         let mut operations = 0;
         for (path, item) in &description.paths.paths {
             assert!(path.starts_with("/api/"), "{path} is outside /api/");
-            let url = format!("{base}{}", path.replace('{', "").replace('}', ""));
+            let url = format!("{base}{}", path.replace(['{', '}'], ""));
             let methods = [
                 (reqwest::Method::GET, item.get.is_some()),
                 (reqwest::Method::POST, item.post.is_some()),
