@@ -176,7 +176,7 @@ impl Session {
                     format!("SIZE {}", settings.max_message_bytes),
                     "ENHANCEDSTATUSCODES".into(),
                 ];
-                if settings.api_token.is_some() {
+                if shared.keys.enabled() {
                     lines.push("AUTH PLAIN LOGIN".into());
                 }
                 multiline(250, &lines)
@@ -390,8 +390,8 @@ impl Session {
             Some("503 5.5.1 Already authenticated")
         } else if self.from.is_some() {
             Some("503 5.5.1 Not during a transaction")
-        } else if shared.settings.api_token.is_none() {
-            Some("503 5.5.1 AUTH is off (no LINKTRACK_API_TOKEN)")
+        } else if !shared.keys.enabled() {
+            Some("503 5.5.1 AUTH is off (no LINKTRACK_API_TOKEN or API key secret)")
         } else {
             None
         };
