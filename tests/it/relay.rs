@@ -175,8 +175,8 @@ async fn each_recipient_gets_a_tracked_letter_and_the_suppressed_one_is_refused(
             ),
         ]
     );
-    let letters: i64 =
-        sqlx::query_scalar("SELECT letters_built FROM mailings WHERE mailing_id = 'spring-relay'")
+    let letters: u64 =
+        sqlx::query_scalar("SELECT letters FROM stats_letters WHERE mailing_id = 'spring-relay'")
             .fetch_one(&db.pool)
             .await
             .unwrap();

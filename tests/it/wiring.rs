@@ -46,7 +46,16 @@ async fn a_click_on_a_built_letter_shows_in_the_stats_api_of_the_same_server() {
         )
     };
     let app = App::build(settings, listener).await.unwrap();
-    assert_eq!(app.worker_names(), ["privacy", "rollup", "health-gauges"]);
+    assert_eq!(
+        app.worker_names(),
+        [
+            "privacy",
+            "rollup",
+            "health-gauges",
+            "offline-targets",
+            "link-rules"
+        ]
+    );
     let server = TestServer::running(app);
     let admin = &server.admin;
 

@@ -572,6 +572,7 @@ mod tests {
             "DOMAIN",
             "HOST|ADDR",
             "ARN",
+            "ACTION",
         ];
         for (path, help) in every_help() {
             for line in help.lines() {

@@ -108,7 +108,7 @@ pub struct RelayArgs {
 
     /// A recipient on the suppression list: refused at RCPT TO with 550
     /// 5.7.1 and the reason, or accepted and never forwarded (counted).
-    #[arg(long, value_enum, default_value_t = Suppressed::Refuse)]
+    #[arg(long, value_enum, value_name = "ACTION", default_value_t = Suppressed::Refuse)]
     pub suppressed: Suppressed,
 
     #[command(flatten)]

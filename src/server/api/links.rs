@@ -26,6 +26,7 @@ pub(crate) struct LinksResponse {
 #[utoipa::path(
     get,
     path = "/api/mailings/{id}/links",
+    operation_id = "list_links",
     tag = "links",
     params(("id" = String, Path, description = "The mailing's id")),
     security(("bearer" = [])),
@@ -77,6 +78,7 @@ pub(crate) struct RepointResponse {
 #[utoipa::path(
     patch,
     path = "/api/mailings/{id}/links/{link}",
+    operation_id = "repoint_link",
     tag = "links",
     params(
         ("id" = String, Path, description = "The mailing's id"),

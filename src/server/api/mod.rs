@@ -59,6 +59,11 @@ pub fn router(state: ApiState) -> Router {
                 async move { Json(description.as_ref().clone()) }
             }),
         )
+        // Answers hold a sender's figures and keys: never cached, never
+        // sniffed (the dashboard's pages have the same).
+        .layer(axum::middleware::from_fn(
+            crate::server::stats::security_headers,
+        ))
         .with_state(state)
 }
 

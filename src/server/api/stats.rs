@@ -244,7 +244,7 @@ impl utoipa::PartialSchema for StatsResponse {
     fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
         use utoipa::openapi::schema::Type::{Array, Boolean, Integer, Object, String};
         open_object(
-            "A mailing's figures: fields as in docs/operate.md, \"Stats API\"",
+            "A mailing's figures: fields as in docs/operate.md, \"Statistics and the dashboard\"",
             &[
                 field("mailing_id", String),
                 nullable("subject", String),

@@ -36,6 +36,7 @@ use axum::{middleware, Router};
 
 pub use credentials::{Auth, LOGIN_WINDOW, MAX_FAILED_LOGINS, SESSION_TTL};
 pub use error::StatsError;
+pub(crate) use headers::security_headers;
 pub use state::StatsState;
 
 /// The stats routes. Mount into the main app with `.merge(router(state))`.
