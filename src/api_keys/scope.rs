@@ -4,7 +4,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-/// What an API key may do. The names are a contract (docs/api.md, "Scopes").
+/// What an API key may do. The names are a contract (docs/api.md, "Keys and scopes").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Scope {
     StatsRead,

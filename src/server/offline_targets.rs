@@ -1,6 +1,6 @@
 //! The link templates of live mailings, kept in memory by every server so
 //! that a click keeps working while the database is away (docs/serve.md,
-//! "Clicks without the database"): a sealed token names its template, and
+//! "Security", item 17): a sealed token names its template, and
 //! a template's URL is the same in every letter (a personalised URL has
 //! none), so its redirect needs no row.
 //!

@@ -573,6 +573,8 @@ mod tests {
             "HOST|ADDR",
             "ARN",
             "ACTION",
+            "SCOPE[,SCOPE…]",
+            "NAME|PREFIX",
         ];
         for (path, help) in every_help() {
             for line in help.lines() {
