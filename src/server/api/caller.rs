@@ -5,7 +5,7 @@
 //! 429 itself. A handler then says what it needs with
 //! [`ApiCaller::require`], the one way a scope is checked:
 //!
-//! ```ignore
+//! ```text
 //! async fn handler(caller: ApiCaller, …) -> Result<…, ApiError> {
 //!     caller.require(Scope::LettersWrite)?;
 //! ```
