@@ -77,7 +77,15 @@ pub struct AppSettings {
     /// are obtained (docs/domains.md, "Certificates"); `None`: plain HTTP
     /// only, TLS left to a reverse proxy.
     pub tls: Option<TlsSettings>,
+    /// How often this server reads again what other servers write: link
+    /// repoints and UTM tags, and live mailings' link templates (the
+    /// offline redirects). Defaults to [`FOLLOW_EVERY`].
+    pub follow_every: Duration,
 }
+
+/// Every server takes in another server's repoint, and a new mailing's
+/// links for the offline redirects, within this.
+pub const FOLLOW_EVERY: Duration = Duration::from_secs(2);
 
 /// `--tls-listen` and the certificates served there.
 #[derive(Debug, Clone)]
@@ -108,6 +116,7 @@ impl AppSettings {
             outbound: Outbound::default(),
             privacy: PrivacySettings::default(),
             tls: None,
+            follow_every: FOLLOW_EVERY,
         }
     }
 }
@@ -219,10 +228,11 @@ impl App {
         start_workers(&settings, &mut workers, privacy);
         let (offline, pool) = (state.offline.clone(), settings.pool.clone());
         let (keep_days, db_timeout) = (settings.server.keep_days, settings.server.db_timeout);
+        let every = settings.follow_every;
         workers.spawn("offline-targets", move |stopping| {
-            offline.follow(pool, keep_days, db_timeout, stopping)
+            offline.follow(pool, keep_days, db_timeout, every, stopping)
         });
-        follow_link_rules(&settings.pool, &state, &mut workers).await;
+        follow_link_rules(&settings.pool, &state, every, &mut workers).await;
         if let Some(tls) = &settings.tls {
             let (pool, settings) = (settings.pool.clone(), tls.certificates.clone());
             workers.spawn("certificates", move |stopping| {
@@ -404,13 +414,20 @@ fn start_workers(settings: &AppSettings, workers: &mut Workers, privacy: Privacy
 
 /// Read the repoints and UTM tags before the first click when the database
 /// answers, then keep them current in a worker.
-async fn follow_link_rules(pool: &MySqlPool, state: &AppState, workers: &mut Workers) {
+async fn follow_link_rules(
+    pool: &MySqlPool,
+    state: &AppState,
+    every: Duration,
+    workers: &mut Workers,
+) {
     let rules = state.link_rules.clone();
     if let Err(err) = rules.refresh(pool).await {
         tracing::warn!(%err, "link repoints and UTM tags not read yet; retrying in the background");
     }
     let pool = pool.clone();
-    workers.spawn("link-rules", move |stopping| rules.run(pool, stopping));
+    workers.spawn("link-rules", move |stopping| {
+        rules.run(pool, every, stopping)
+    });
 }
 
 /// Binds the TLS listener, its certificates picked by SNI from `certificates`.
@@ -491,11 +508,11 @@ struct AdminGuard {
 /// it always was without a token.
 fn api_state(settings: &AppSettings, stats: StatsState) -> ApiState {
     let on = settings.api_token.is_some() || settings.api_key_secret.is_some();
-    let key_secret = [&settings.api_key_secret, &settings.secret]
-        .into_iter()
-        .flatten()
-        .find_map(|secret| crate::api_keys::KeySecret::new(secret))
-        .filter(|_| on);
+    let key_secret = crate::api_keys::KeySecret::in_force(
+        settings.api_key_secret.as_deref(),
+        settings.secret.as_deref(),
+    )
+    .filter(|_| on);
     let keys = crate::api_keys::KeyVerifier::new(
         stats.pool.clone(),
         key_secret.clone(),

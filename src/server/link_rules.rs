@@ -3,7 +3,7 @@
 //! sending (`link_repoints`) and the mailings' UTM tags (`mailing_utm`,
 //! rendered per position with `mailing_links`' names and UTM choices). A
 //! worker reads what was added since its last look every
-//! [`POLL_EVERY`], so a repoint reaches every server within seconds.
+//! [`FOLLOW_EVERY`](crate::server::FOLLOW_EVERY), so a repoint reaches every server within seconds.
 //!
 //! The redirect applies them after the link is found (from the link cache
 //! or the database), so the cache never needs invalidating: it holds the
@@ -22,9 +22,6 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
-
-/// How often a server reads new repoints and UTM tags.
-pub const POLL_EVERY: Duration = Duration::from_secs(2);
 
 /// Rows read per statement while catching up.
 const ROWS_PER_READ: u32 = 5_000;
@@ -167,10 +164,17 @@ impl LinkRules {
         Ok(repoints.len() + utms.len())
     }
 
-    /// Refresh every [`POLL_EVERY`] until stopped (`serve` runs it as a
+    /// Refresh `every` ([`FOLLOW_EVERY`](crate::server::FOLLOW_EVERY) in
+    /// `serve`) until stopped (`serve` runs it as a
     /// worker). A failure is logged and retried at the next tick.
-    pub async fn run(self, pool: MySqlPool, mut stopping: crate::workers::Stopping) {
-        let mut tick = tokio::time::interval(POLL_EVERY);
+    pub async fn run(
+        self,
+        pool: MySqlPool,
+        every: Duration,
+        mut stopping: crate::workers::Stopping,
+    ) {
+        // `serve` read them just before starting this worker.
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {

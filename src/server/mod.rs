@@ -28,7 +28,7 @@ pub mod state;
 pub mod stats;
 pub(crate) mod well_known;
 
-pub use app::{App, AppSettings, TlsSettings};
+pub use app::{App, AppSettings, TlsSettings, FOLLOW_EVERY};
 pub use router::serve_demo_images;
 pub use serve_error::ServeError;
 pub use shutdown::shutdown_signal;

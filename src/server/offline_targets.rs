@@ -26,10 +26,6 @@ pub const MAX_TARGETS: usize = 1_000_000;
 /// Templates read per statement.
 const PAGE: u32 = 10_000;
 
-/// How often a server looks for new templates (and, while the database
-/// is away, tries again).
-pub const REFRESH_EVERY: Duration = Duration::from_secs(2);
-
 /// The templates held, by id.
 #[derive(Default)]
 pub struct OfflineTargets {
@@ -110,18 +106,20 @@ impl OfflineTargets {
         }
     }
 
-    /// Refresh every [`REFRESH_EVERY`] until stopping is asked for; a
+    /// Refresh `every` ([`FOLLOW_EVERY`](crate::server::FOLLOW_EVERY) in
+    /// `serve`) until stopping is asked for; a
     /// refresh the database does not answer is tried again next time.
     pub async fn follow(
         self: Arc<Self>,
         pool: MySqlPool,
         keep_days: u32,
         db_timeout: Duration,
+        every: Duration,
         mut stopping: Stopping,
     ) {
         loop {
             let refresh = self.refresh(&pool, keep_days);
-            match tokio::time::timeout(db_timeout.max(REFRESH_EVERY), refresh).await {
+            match tokio::time::timeout(db_timeout.max(every), refresh).await {
                 Ok(Ok(_)) => {
                     metrics::gauge!("linktrack_offline_targets").set(self.len() as f64);
                 }
@@ -130,7 +128,7 @@ impl OfflineTargets {
             }
             tokio::select! {
                 _ = stopping.requested() => return,
-                _ = tokio::time::sleep(REFRESH_EVERY) => {}
+                _ = tokio::time::sleep(every) => {}
             }
         }
     }

@@ -43,8 +43,9 @@ fn link(token: Token, kind: LinkKind, n: u32) -> NewLink {
 }
 
 /// The server under test on a pool of the counted user. The journal is
-/// sealed only on stop, and the privacy view read at the start only, so
-/// every statement before the stop is the request path's.
+/// sealed only on stop, and the privacy view, link rules and live link
+/// templates read at the start only, so every statement before the stop
+/// is the request path's.
 pub(crate) async fn counted_app(user: &CountedUser) -> TestServer {
     let settings = PoolSettings {
         max_connections: 16,
@@ -60,6 +61,7 @@ pub(crate) async fn counted_app(user: &CountedUser) -> TestServer {
             refresh_every: Duration::from_secs(3_600),
             ..Default::default()
         },
+        follow_every: Duration::from_secs(3_600),
         ..settings
     })
     .await
