@@ -3,83 +3,11 @@
 //! across re-runs; refusals go to the rejects file; an unreachable MTA
 //! fails the job naming the host.
 
+use crate::common::smtp_sink::SmtpSink;
 use crate::common::TestDb;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output};
+use std::path::Path;
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
-
-/// Postfix's smtp-sink on a free loopback port, dumping each message into
-/// `dir`; killed on drop.
-struct SmtpSink {
-    child: Child,
-    port: u16,
-    dir: tempfile::TempDir,
-}
-
-impl SmtpSink {
-    /// `extra`: smtp-sink options, e.g. `-f RCPT` to refuse every recipient.
-    fn start(extra: &[&str]) -> SmtpSink {
-        let dir = tempfile::tempdir().unwrap();
-        let template = format!("{}/%H%M%S.", dir.path().display());
-        // smtp-sink cannot be handed a bound socket, and it says nothing of
-        // a port 0's number: a port is picked, and when smtp-sink exits
-        // because it was taken meanwhile (it cannot bind), another is
-        // picked and smtp-sink started again.
-        for _ in 0..3 {
-            let port = crate::common::pick_port("127.0.0.1");
-            let mut child = Command::new("smtp-sink")
-                .args(["-u", "root", "-d", &template])
-                .args(extra)
-                .arg(format!("127.0.0.1:{port}"))
-                .arg("100")
-                .spawn()
-                .expect("smtp-sink runs (Debian's postfix; scripts/test installs it)");
-            let deadline = Instant::now() + Duration::from_secs(10);
-            loop {
-                if child.try_wait().unwrap().is_some() {
-                    break; // it could not bind: another port
-                }
-                if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                    return SmtpSink { child, port, dir };
-                }
-                assert!(Instant::now() < deadline, "smtp-sink did not listen");
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-        panic!("smtp-sink exited on three picked ports");
-    }
-
-    fn url(&self) -> String {
-        format!("smtp://127.0.0.1:{}", self.port)
-    }
-
-    /// The messages received so far.
-    fn messages(&self) -> Vec<String> {
-        let mut files: Vec<PathBuf> = std::fs::read_dir(self.dir.path())
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .collect();
-        files.sort();
-        // smtp-sink removes the file of a transaction the client abandons
-        // (a killed run's envelope sent ahead): gone between the listing
-        // and the read, it was no message.
-        files
-            .iter()
-            .filter_map(|f| match std::fs::read(f) {
-                Ok(bytes) => Some(String::from_utf8_lossy(&bytes).into_owned()),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-                Err(e) => panic!("{}: {e}", f.display()),
-            })
-            .collect()
-    }
-}
-
-impl Drop for SmtpSink {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn build(db: &TestDb, dir: &Path, smtp: &str, extra: &[&str]) -> Output {
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");

@@ -122,6 +122,15 @@ impl Serving {
     }
 }
 
+/// A test that ends without stopping its server (or panics first) leaves
+/// no process behind.
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// The address named `field` (`listen`, `admin`) of the `serving` log
 /// line in `log`.
 fn logged_addr(log: &str, field: &str) -> Option<SocketAddr> {
