@@ -35,6 +35,16 @@ impl KeySecret {
         Some(KeySecret { mac })
     }
 
+    /// The key secret in force: `LINKTRACK_API_KEY_SECRET`, else
+    /// `LINKTRACK_SECRET` (blank ones count as unset), the same rule in
+    /// `serve`, `relay` and `keys` so their hashes agree (docs/api.md,
+    /// "Keys and scopes").
+    pub fn in_force(api_key_secret: Option<&str>, secret: Option<&str>) -> Option<KeySecret> {
+        api_key_secret
+            .and_then(KeySecret::new)
+            .or_else(|| secret.and_then(KeySecret::new))
+    }
+
     /// The stored hash of a key.
     pub fn hash(&self, key: &str) -> [u8; 32] {
         let mut mac = self.mac.clone();

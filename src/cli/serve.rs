@@ -13,8 +13,7 @@ use std::time::Duration;
 /// starts (a compose file's `change-me` must not reach production).
 pub(super) async fn serve(url: &str, args: &ServeArgs) -> anyhow::Result<()> {
     check_secret("LINKTRACK_SECRET", args.seal.current.secret.as_deref())?;
-    check_secret("LINKTRACK_API_TOKEN", args.api_token.as_deref())?;
-    check_secret("LINKTRACK_API_KEY_SECRET", args.api_key_secret.as_deref())?;
+    args.api.check()?;
     check_secret("LINKTRACK_ADMIN_TOKEN", args.admin_token.as_deref())?;
     run_server(url, args, false).await
 }
@@ -62,8 +61,8 @@ async fn run_server(url: &str, args: &ServeArgs, demo: bool) -> anyhow::Result<(
             hooks: args.hooks.settings()?,
             ..ServerSettings::default()
         },
-        api_token: args.api_token.clone(),
-        api_key_secret: args.api_key_secret.clone(),
+        api_token: args.api.api_token.clone(),
+        api_key_secret: args.api.api_key_secret.clone(),
         secret: args.seal.current.secret.clone(),
         previous_secrets: args.seal.secrets()?.previous,
         new_secret: args.seal.current.new_secret,
@@ -255,8 +254,10 @@ async fn demo_serve_args(
             acme_check_secs: crate::acme::DEFAULT_CHECK_EVERY.as_secs(),
         },
         geoip: None,
-        api_token: Some(api_token),
-        api_key_secret: None,
+        api: super::args::keys::ApiAccessArgs {
+            api_token: Some(api_token),
+            api_key_secret: None,
+        },
         seal: super::args::secrets::RingArgs {
             current: super::args::secrets::SecretArgs {
                 secret: Some(secret),

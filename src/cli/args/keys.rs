@@ -31,18 +31,44 @@ pub struct KeySecretArgs {
 impl KeySecretArgs {
     /// The key secret in force: the dedicated one, else LINKTRACK_SECRET.
     pub fn key_secret(&self) -> Option<crate::api_keys::KeySecret> {
-        key_secret(self.api_key_secret.as_deref(), self.secret.as_deref())
+        crate::api_keys::KeySecret::in_force(self.api_key_secret.as_deref(), self.secret.as_deref())
     }
 }
 
-/// `LINKTRACK_API_KEY_SECRET`, else `LINKTRACK_SECRET` (blank ones unset).
-pub fn key_secret(
-    api_key_secret: Option<&str>,
-    secret: Option<&str>,
-) -> Option<crate::api_keys::KeySecret> {
-    api_key_secret
-        .and_then(crate::api_keys::KeySecret::new)
-        .or_else(|| secret.and_then(crate::api_keys::KeySecret::new))
+/// Who may call the API and authenticate to the relay: the all-scope
+/// token, and the secret the keys' stored hashes are keyed with.
+#[derive(Debug, Clone, Args)]
+pub struct ApiAccessArgs {
+    /// A bearer token with every scope: the API's and dashboard's, and an
+    /// AUTH password of `relay`. API keys (`linktrack keys create`) work
+    /// beside it. With neither this nor a key secret, the API answers 404
+    /// and the relay offers no AUTH.
+    #[arg(
+        long,
+        env = "LINKTRACK_API_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    pub api_token: Option<String>,
+
+    /// The secret API keys' stored hashes are keyed with (HMAC-SHA256),
+    /// the same as `linktrack keys create`'s. Unset: LINKTRACK_SECRET
+    /// (docs/api.md, "Keys and scopes").
+    #[arg(
+        long,
+        env = "LINKTRACK_API_KEY_SECRET",
+        hide_env_values = true,
+        value_name = "SECRET"
+    )]
+    pub api_key_secret: Option<String>,
+}
+
+impl ApiAccessArgs {
+    /// Both are secrets: refused when they look like a placeholder.
+    pub fn check(&self) -> Result<(), super::secrets::WeakSecret> {
+        super::secrets::check_secret("LINKTRACK_API_TOKEN", self.api_token.as_deref())?;
+        super::secrets::check_secret("LINKTRACK_API_KEY_SECRET", self.api_key_secret.as_deref())
+    }
 }
 
 #[derive(Debug, Subcommand)]

@@ -215,25 +215,9 @@ pub struct ServeArgs {
     #[arg(long, env = "LINKTRACK_GEOIP", value_name = "FILE")]
     pub geoip: Option<std::path::PathBuf>,
 
-    /// Bearer token of the stats API and dashboard; unset turns them off (404).
-    #[arg(
-        long,
-        env = "LINKTRACK_API_TOKEN",
-        hide_env_values = true,
-        value_name = "TOKEN"
-    )]
-    pub api_token: Option<String>,
-
-    /// The secret API keys' stored hashes are keyed with (HMAC-SHA256),
-    /// the same as `linktrack keys create`'s. Unset: LINKTRACK_SECRET
-    /// (docs/api.md, "Keys and scopes").
-    #[arg(
-        long,
-        env = "LINKTRACK_API_KEY_SECRET",
-        hide_env_values = true,
-        value_name = "SECRET"
-    )]
-    pub api_key_secret: Option<String>,
+    /// The API's token and key secret.
+    #[command(flatten)]
+    pub api: super::keys::ApiAccessArgs,
 
     /// The seal key ring (LINKTRACK_SECRET, which also signs dashboard
     /// logins: unset turns the login form off; and the previous secrets).
