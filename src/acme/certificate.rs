@@ -62,12 +62,22 @@ pub fn leaf_facts(host: &str, chain_pem: &str) -> Result<LeafFacts, CertificateE
 
 /// The chain and key as rustls serves them (ring's signing keys).
 pub fn certified_key(cert: &StoredCertificate) -> Result<Arc<CertifiedKey>, CertificateError> {
-    let certs = chain(&cert.host, &cert.chain_pem)?;
-    let key = PrivateKeyDer::from_pem_slice(cert.key_pem.as_bytes())
-        .map_err(|err| unusable(&cert.host, format!("private key PEM: {err}")))?;
+    certified_key_of(&cert.host, &cert.chain_pem, &cert.key_pem)
+}
+
+/// A PEM chain and key as rustls serves them; `name` (a host or a file)
+/// names them in an error.
+pub fn certified_key_of(
+    name: &str,
+    chain_pem: &str,
+    key_pem: &str,
+) -> Result<Arc<CertifiedKey>, CertificateError> {
+    let certs = chain(name, chain_pem)?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
+        .map_err(|err| unusable(name, format!("private key PEM: {err}")))?;
     let provider = rustls::crypto::ring::default_provider();
     let certified = CertifiedKey::from_der(certs, key, &provider)
-        .map_err(|err| unusable(&cert.host, format!("key and certificate: {err}")))?;
+        .map_err(|err| unusable(name, format!("key and certificate: {err}")))?;
     Ok(Arc::new(certified))
 }
 

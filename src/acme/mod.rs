@@ -51,6 +51,12 @@ impl Certificates {
         *self.by_host.write_even_poisoned() = loaded;
     }
 
+    /// The certificate served for `host` (a trailing dot and case ignored).
+    pub fn for_host(&self, host: &str) -> Option<Arc<CertifiedKey>> {
+        let host = host.trim_end_matches('.').to_ascii_lowercase();
+        self.by_host.read_even_poisoned().get(&host).cloned()
+    }
+
     /// The hosts a certificate is served for.
     pub fn hosts(&self) -> Vec<String> {
         let by_host = self.by_host.read_even_poisoned();
@@ -64,11 +70,7 @@ impl ResolvesServerCert for Certificates {
     /// A handshake without SNI, or for a host without a certificate, is
     /// refused: there is no default certificate to give away.
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        let host = hello
-            .server_name()?
-            .trim_end_matches('.')
-            .to_ascii_lowercase();
-        self.by_host.read_even_poisoned().get(&host).cloned()
+        self.for_host(hello.server_name()?)
     }
 }
 
@@ -108,7 +110,7 @@ pub async fn run(
 /// Reads every stored certificate into the SNI table and the gauges. A
 /// certificate that cannot be used is left out (and said); the others are
 /// served.
-async fn load(pool: &MySqlPool, certificates: &Certificates) {
+pub async fn load(pool: &MySqlPool, certificates: &Certificates) {
     let stored = match tls_certificates::list(pool).await {
         Ok(stored) => stored,
         Err(err) => {

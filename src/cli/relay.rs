@@ -10,8 +10,7 @@ use std::time::Duration;
 
 pub(super) async fn relay(url: &str, args: &RelayArgs) -> anyhow::Result<()> {
     check_secret("LINKTRACK_SECRET", args.seal.secret.as_deref())?;
-    check_secret("LINKTRACK_API_TOKEN", args.api_token.as_deref())?;
-    check_secret("LINKTRACK_API_KEY_SECRET", args.api_key_secret.as_deref())?;
+    args.api.check()?;
     let pool = pool(url).await?;
     let backoff = Duration::from_millis(args.smtp_backoff_ms);
     let settings = RelaySettings {
@@ -25,8 +24,8 @@ pub(super) async fn relay(url: &str, args: &RelayArgs) -> anyhow::Result<()> {
             backoff,
         },
         open_to: args.relay_open_to.clone(),
-        api_token: args.api_token.clone(),
-        api_key_secret: args.api_key_secret.clone(),
+        api_token: args.api.api_token.clone(),
+        api_key_secret: args.api.api_key_secret.clone(),
         spool: args.spool.clone(),
         max_message_bytes: args.max_message_bytes,
         max_recipients: args.max_recipients.max(1),
@@ -39,6 +38,10 @@ pub(super) async fn relay(url: &str, args: &RelayArgs) -> anyhow::Result<()> {
         bounce_domain: args.bounce_domain.clone(),
         secret: args.seal.secret.clone(),
         retry_after: backoff,
+        tls: relay::RelayTls {
+            files: args.tls_cert.clone().zip(args.tls_key.clone()),
+            from_domains: args.tls_from_domains,
+        },
     };
     relay::run(pool, settings, stop_signal()).await?;
     Ok(())

@@ -16,6 +16,8 @@ pub(crate) enum Command {
     Noop,
     Quit,
     Vrfy,
+    /// `STARTTLS` (RFC 3207).
+    StartTls,
     /// `AUTH MECHANISM [initial-response]`.
     Auth {
         mechanism: String,
@@ -47,6 +49,8 @@ pub(crate) fn parse(line: &str) -> Command {
         "NOOP" => Command::Noop,
         "QUIT" => Command::Quit,
         "VRFY" => Command::Vrfy,
+        "STARTTLS" if rest.is_empty() => Command::StartTls,
+        "STARTTLS" => Command::Malformed("STARTTLS takes no parameter"),
         "AUTH" => {
             let mut words = rest.split_whitespace();
             match words.next() {
@@ -139,5 +143,7 @@ mod tests {
             Command::Ehlo("client.example".into())
         );
         assert_eq!(parse("BDAT 100"), Command::Unknown);
+        assert_eq!(parse("starttls"), Command::StartTls);
+        assert!(matches!(parse("STARTTLS now"), Command::Malformed(_)));
     }
 }

@@ -10,7 +10,7 @@
 //! session (`session.rs`) with what its sessions share (`shared.rs`), the
 //! header fields (`headers.rs`) and HTML parts (`mime.rs`) of a message,
 //! a message tracked (`track.rs`), the spool (`spool.rs`) and its worker
-//! (`forward.rs`).
+//! (`forward.rs`), and the certificates of STARTTLS (`tls.rs`).
 
 mod access;
 mod auth;
@@ -23,9 +23,11 @@ mod session;
 mod settings;
 mod shared;
 mod spool;
+mod tls;
 mod track;
 
 pub use settings::{RelaySettings, SuppressedAction};
+pub use tls::{RelayTls, TlsError};
 
 use crate::api_keys::KeyVerifier;
 use crate::delivery::smtp::{Deliverer, SmtpError};
@@ -59,6 +61,8 @@ pub enum RelayError {
     Smtp(#[from] SmtpError),
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error(transparent)]
+    Tls(#[from] TlsError),
 }
 
 /// Serve until `shutdown` resolves; the spool worker stops with it (what
@@ -103,10 +107,14 @@ pub async fn run(
     );
     let wake = Arc::new(Notify::new());
     let retry_after = settings.retry_after;
-    let key_secret = [&settings.api_key_secret, &settings.secret]
-        .into_iter()
-        .flatten()
-        .find_map(|secret| crate::api_keys::KeySecret::new(secret));
+    let (tls, reloading) = match tls::acceptor(&settings.tls, &pool).await? {
+        Some((acceptor, reloading)) => (Some(acceptor), reloading),
+        None => (None, None),
+    };
+    let key_secret = crate::api_keys::KeySecret::in_force(
+        settings.api_key_secret.as_deref(),
+        settings.secret.as_deref(),
+    );
     let keys = KeyVerifier::new(pool.clone(), key_secret, settings.api_token.as_deref());
     let shared = Arc::new(Shared {
         settings,
@@ -116,6 +124,7 @@ pub async fn run(
         spool: Arc::new(spool),
         wake: Arc::clone(&wake),
         dropped: AtomicU64::new(0),
+        tls,
     });
     let (stop, stopped) = watch::channel(false);
     let worker = tokio::spawn(forward::run(
@@ -131,6 +140,7 @@ pub async fn run(
         listen = %bound,
         downstream = deliverer.host(),
         spool = %shared.settings.spool.display(),
+        starttls = shared.tls.is_some(),
         "serving SMTP relay"
     );
     tokio::pin!(shutdown);
@@ -147,6 +157,9 @@ pub async fn run(
         }
     }
     let _ = stop.send(true);
+    if let Some(reloading) = reloading {
+        reloading.abort();
+    }
     let _ = worker.await;
     Ok(())
 }

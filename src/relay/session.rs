@@ -4,7 +4,8 @@
 //! with enhanced status codes (RFC 3463). Commands are answered in order
 //! and replies flushed when no further command is waiting (PIPELINING).
 //! A message is answered 250 only once its letters are on disk in the
-//! spool (`spool.rs`).
+//! spool (`spool.rs`). After STARTTLS the session starts again over TLS,
+//! knowing nothing of what was said before it (RFC 3207, section 4.2).
 
 use super::access::{grants_relay_send, is_open_to};
 use super::auth::{self, LOGIN_PASSWORD_PROMPT, LOGIN_USER_PROMPT};
@@ -29,9 +30,21 @@ const IDLE: Duration = Duration::from_secs(300);
 /// Bad commands and failed AUTHs before the session is closed.
 const MAX_ERRORS: u32 = 10;
 
+/// Where a session stands with TLS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tls {
+    /// The relay has no certificate: STARTTLS is not offered.
+    Unavailable,
+    /// Offered, not started: AUTH waits for it.
+    Offered,
+    /// The session runs over TLS.
+    On,
+}
+
 /// The state of one session.
 struct Session {
     peer: SocketAddr,
+    tls: Tls,
     greeted: bool,
     authenticated: bool,
     from: Option<String>,
@@ -45,10 +58,36 @@ struct Session {
 enum Next {
     Go,
     Close,
+    /// 220 said to STARTTLS: the handshake comes next.
+    StartTls,
 }
 
-/// Serve one connection until QUIT, an error or the idle timeout.
-pub(crate) async fn serve<S>(stream: S, peer: SocketAddr, shared: Arc<Shared>)
+/// Serve one connection until QUIT, an error or the idle timeout; after
+/// STARTTLS, the same over TLS.
+pub(crate) async fn serve(stream: tokio::net::TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
+    let tls = match shared.tls {
+        Some(_) => Tls::Offered,
+        None => Tls::Unavailable,
+    };
+    let Some(stream) = session(stream, peer, &shared, tls).await else {
+        return;
+    };
+    let Some(acceptor) = shared.tls.clone() else {
+        return;
+    };
+    match tokio::time::timeout(IDLE, acceptor.accept(stream)).await {
+        Ok(Ok(stream)) => {
+            metrics::counter!("linktrack_relay_starttls_total").increment(1);
+            let _ = session(stream, peer, &shared, Tls::On).await;
+        }
+        Ok(Err(err)) => tracing::debug!(%peer, %err, "STARTTLS handshake failed"),
+        Err(_) => tracing::debug!(%peer, "STARTTLS handshake timed out"),
+    }
+}
+
+/// One session over `stream` until it closes; the stream back when the
+/// client asked for STARTTLS and was told to go ahead.
+async fn session<S>(stream: S, peer: SocketAddr, shared: &Shared, tls: Tls) -> Option<S>
 where
     S: tokio::io::AsyncRead + AsyncWrite + Unpin,
 {
@@ -56,6 +95,7 @@ where
     let mut reader = BufReader::new(read);
     let mut session = Session {
         peer,
+        tls,
         greeted: false,
         authenticated: false,
         from: None,
@@ -63,39 +103,45 @@ where
         dropped: 0,
         errors: 0,
     };
-    let greeting = format!("220 {} ESMTP linktrack relay", shared.settings.hostname);
-    if reply(&mut write, &reader, &greeting).await.is_err() {
-        return;
+    // Over TLS the client speaks first (EHLO again), without a greeting.
+    if tls != Tls::On {
+        let greeting = format!("220 {} ESMTP linktrack relay", shared.settings.hostname);
+        reply(&mut write, &reader, &greeting).await.ok()?;
     }
     loop {
         let line = match read_line(&mut reader).await {
             Ok(Some(line)) => line,
-            Ok(None) => return,
+            Ok(None) => return None,
             Err(Line::TooLong) => {
                 session.errors += 1;
-                if reply(&mut write, &reader, "500 5.5.6 Line too long")
+                reply(&mut write, &reader, "500 5.5.6 Line too long")
                     .await
-                    .is_err()
-                {
-                    return;
-                }
+                    .ok()?;
                 continue;
             }
             Err(Line::Idle) => {
                 let _ = reply(&mut write, &reader, "421 4.4.2 Idle too long; closing").await;
-                return;
+                return None;
             }
         };
         let next = session
-            .command(parse(&line), &mut reader, &mut write, &shared)
+            .command(parse(&line), &mut reader, &mut write, shared)
             .await;
         match next {
             Ok(Next::Go) if session.errors < MAX_ERRORS => {}
             Ok(Next::Go) => {
                 let _ = reply(&mut write, &reader, "421 4.7.0 Too many errors; closing").await;
-                return;
+                return None;
             }
-            Ok(Next::Close) | Err(_) => return,
+            Ok(Next::StartTls) => {
+                // Whatever the client pipelined after STARTTLS was sent in
+                // the clear and would be taken as said over TLS (the
+                // STARTTLS injection of CVE-2011-0411): it is dropped with
+                // the reader's buffer.
+                write.flush().await.ok()?;
+                return Some(reader.into_inner().unsplit(write));
+            }
+            Ok(Next::Close) | Err(_) => return None,
         }
     }
 }
@@ -176,7 +222,11 @@ impl Session {
                     format!("SIZE {}", settings.max_message_bytes),
                     "ENHANCEDSTATUSCODES".into(),
                 ];
-                if shared.keys.enabled() {
+                if self.tls == Tls::Offered {
+                    lines.push("STARTTLS".into());
+                }
+                // Passwords only over TLS when TLS is there to be had.
+                if shared.keys.enabled() && self.tls != Tls::Offered {
                     lines.push("AUTH PLAIN LOGIN".into());
                 }
                 multiline(250, &lines)
@@ -186,6 +236,18 @@ impl Session {
                 self.reset();
                 format!("250 {}", settings.hostname)
             }
+            Command::StartTls => match self.tls {
+                Tls::Offered if self.from.is_some() => "503 5.5.1 Not during a transaction".into(),
+                Tls::Offered => {
+                    reply(write, reader, "220 2.0.0 Ready to start TLS").await?;
+                    return Ok(Next::StartTls);
+                }
+                Tls::On => "503 5.5.1 TLS is already on".into(),
+                Tls::Unavailable => {
+                    self.errors += 1;
+                    "502 5.5.1 STARTTLS is not offered here".into()
+                }
+            },
             Command::Auth { mechanism, initial } => {
                 return self.auth(&mechanism, initial, reader, write, shared).await;
             }
@@ -392,6 +454,8 @@ impl Session {
             Some("503 5.5.1 Not during a transaction")
         } else if !shared.keys.enabled() {
             Some("503 5.5.1 AUTH is off (no LINKTRACK_API_TOKEN or API key secret)")
+        } else if self.tls == Tls::Offered {
+            Some("538 5.7.11 Encryption required: STARTTLS first")
         } else {
             None
         };

@@ -45,6 +45,8 @@ pub struct RelaySettings {
     /// How long a message that keeps failing temporarily downstream waits
     /// between rounds, at first (it doubles, up to an hour).
     pub retry_after: Duration,
+    /// STARTTLS: the certificates shown (off by default).
+    pub tls: super::tls::RelayTls,
 }
 
 /// What the relay does with a recipient on the suppression list.

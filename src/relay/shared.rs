@@ -22,4 +22,6 @@ pub(crate) struct Shared {
     pub wake: Arc<Notify>,
     /// Suppressed recipients accepted and dropped (`--suppressed drop`).
     pub dropped: AtomicU64,
+    /// STARTTLS's server side; `None`: not offered.
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
 }

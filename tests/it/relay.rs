@@ -333,3 +333,120 @@ fn queued(spool: &Path) -> usize {
         })
         .sum()
 }
+
+/// A test CA and, signed by it, a certificate for `relay.example.test`
+/// (`cert.pem`, `key.pem` in `dir`); returns the CA's PEM file.
+fn write_relay_certificate(dir: &Path) -> std::path::PathBuf {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "linktrack relay test CA");
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let params = rcgen::CertificateParams::new(vec!["relay.example.test".to_owned()]).unwrap();
+    let cert = params.signed_by(&key, &issuer).unwrap();
+    std::fs::write(dir.join("cert.pem"), cert.pem()).unwrap();
+    std::fs::write(dir.join("key.pem"), key.serialize_pem()).unwrap();
+    let ca_file = dir.join("ca.pem");
+    std::fs::write(&ca_file, ca_cert.pem()).unwrap();
+    ca_file
+}
+
+#[tokio::test]
+async fn starttls_comes_before_auth_and_the_letter_goes_through_over_tls() {
+    let db = TestDb::new().await;
+    let sink = SmtpSink::start(&[]);
+    let spool = tempfile::tempdir().unwrap();
+    let certs = tempfile::tempdir().unwrap();
+    let ca = write_relay_certificate(certs.path());
+    let (cert, key) = (certs.path().join("cert.pem"), certs.path().join("key.pem"));
+    let relay = start_relay(
+        &db,
+        &sink.url(),
+        spool.path(),
+        &[
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+        ],
+    )
+    .await;
+    let script = format!(
+        "import ssl\n\
+         s = smtplib.SMTP('127.0.0.1', PORT, source_address=('127.0.0.2', 0))\n\
+         code, ehlo = s.ehlo('client.example')\n\
+         out('ehlo', code, ehlo.decode())\n\
+         out('auth-in-clear', *s.docmd('AUTH', 'PLAIN AGFueQB4'))\n\
+         context = ssl.create_default_context(cafile={ca:?})\n\
+         s._host = 'relay.example.test'\n\
+         out('starttls', *s.starttls(context=context))\n\
+         out('version', s.sock.version())\n\
+         code, ehlo = s.ehlo('client.example')\n\
+         out('ehlo-tls', code, ehlo.decode())\n\
+         out('starttls-again', *s.docmd('STARTTLS'))\n\
+         out('login', *s.login('any', TOKEN))\n\
+         out('send', s.sendmail('news@example.com', ['a@example.com'], {HTML_MESSAGE:?}.encode()))\n\
+         s.quit()\n",
+        ca = ca.to_str().unwrap(),
+    );
+    let replies = smtplib(relay.addr.port(), &script);
+    let ehlo = replies[0][2].as_str().unwrap();
+    assert!(ehlo.contains("STARTTLS"), "{ehlo}");
+    assert!(!ehlo.contains("AUTH"), "no password in the clear: {ehlo}");
+    assert_eq!(replies[1][1], 538, "AUTH before STARTTLS: {replies:?}");
+    assert_eq!(replies[2][1], 220, "{replies:?}");
+    assert!(
+        replies[3][1].as_str().unwrap().starts_with("TLSv1."),
+        "{replies:?}"
+    );
+    let ehlo = replies[4][2].as_str().unwrap();
+    assert!(ehlo.contains("AUTH PLAIN LOGIN"), "{ehlo}");
+    assert!(!ehlo.contains("STARTTLS"), "offered once: {ehlo}");
+    assert_eq!(replies[5][1], 503, "{replies:?}");
+    assert_eq!(replies[6][1], 235, "{replies:?}");
+    assert_eq!(replies[7][1], serde_json::json!({}), "{replies:?}");
+    let messages = sink.wait_for(1);
+    assert_eq!(messages.len(), 1, "{}", relay.log());
+    assert!(
+        messages[0].contains("List-Unsubscribe: <https://t.example.test/u/"),
+        "the letter is tracked: {}",
+        messages[0]
+    );
+}
+
+#[tokio::test]
+async fn a_certificate_file_that_is_not_one_stops_the_start_naming_it() {
+    let db = TestDb::new().await;
+    let spool = tempfile::tempdir().unwrap();
+    let certs = tempfile::tempdir().unwrap();
+    let cert = certs.path().join("cert.pem");
+    std::fs::write(&cert, "not a certificate").unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_linktrack"))
+        .args([
+            "relay",
+            "--listen",
+            "127.0.0.1:0",
+            "--smtp",
+            "smtp://127.0.0.1:9",
+        ])
+        .args(["--base-url", BASE, "--spool"])
+        .arg(spool.path())
+        .arg("--tls-cert")
+        .arg(&cert)
+        .arg("--tls-key")
+        .arg(&cert)
+        .env("DATABASE_URL", &db.url)
+        .env_remove("LINKTRACK_SMTP_URL")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("cert.pem") && stderr.contains("--tls-cert"),
+        "{stderr}"
+    );
+}

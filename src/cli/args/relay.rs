@@ -59,28 +59,11 @@ pub struct RelayArgs {
     #[arg(long, value_name = "CIDR")]
     pub relay_open_to: Vec<ipnet::IpNet>,
 
-    /// An AUTH password (PLAIN or LOGIN, any user name) with every scope;
-    /// an API key with the scope relay:send (`linktrack keys create`) is
-    /// one too. With neither this nor a key secret, AUTH is off, leaving
-    /// only --relay-open-to.
-    #[arg(
-        long,
-        env = "LINKTRACK_API_TOKEN",
-        hide_env_values = true,
-        value_name = "TOKEN"
-    )]
-    pub api_token: Option<String>,
-
-    /// The secret API keys are hashed with, the same as `linktrack keys
-    /// create`'s and `serve`'s. Unset: LINKTRACK_SECRET (docs/api.md,
-    /// "Keys and scopes").
-    #[arg(
-        long,
-        env = "LINKTRACK_API_KEY_SECRET",
-        hide_env_values = true,
-        value_name = "SECRET"
-    )]
-    pub api_key_secret: Option<String>,
+    /// AUTH (PLAIN or LOGIN, any user name): the password is an API key
+    /// with the scope relay:send, or the token. With neither a token nor
+    /// a key secret, AUTH is off, leaving only --relay-open-to.
+    #[command(flatten)]
+    pub api: super::keys::ApiAccessArgs,
 
     /// The spool: accepted messages wait here on disk (fsync'd before the
     /// 250) until the downstream MTA takes them. Keep it across restarts.
@@ -121,6 +104,32 @@ pub struct RelayArgs {
 
     #[command(flatten)]
     pub seal: SecretArgs,
+
+    /// Offer STARTTLS with this certificate chain (PEM, leaf first); with
+    /// --tls-key. Clients then authenticate only after STARTTLS
+    /// (docs/relay.md, "STARTTLS").
+    #[arg(
+        long,
+        env = "LINKTRACK_RELAY_TLS_CERT",
+        value_name = "FILE",
+        requires = "tls_key"
+    )]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The private key (PEM) of --tls-cert.
+    #[arg(
+        long,
+        env = "LINKTRACK_RELAY_TLS_KEY",
+        value_name = "FILE",
+        requires = "tls_cert"
+    )]
+    pub tls_key: Option<PathBuf>,
+
+    /// Offer STARTTLS with the tracking domains' certificates that `serve`
+    /// obtained (docs/domains.md, "Certificates"), picked by the name the
+    /// client asks for; other names get --tls-cert's.
+    #[arg(long, env = "LINKTRACK_RELAY_TLS_FROM_DOMAINS")]
+    pub tls_from_domains: bool,
 }
 
 /// `--suppressed`.
