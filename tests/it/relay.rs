@@ -450,3 +450,84 @@ async fn a_certificate_file_that_is_not_one_stops_the_start_naming_it() {
         "{stderr}"
     );
 }
+
+/// The way a sending host uses the relay: swaks submits to a real Postfix
+/// whose `relayhost` is the relay; Postfix goes over STARTTLS and AUTHs
+/// with the token (SASL), the relay tracks the letter and hands it on.
+#[tokio::test]
+async fn postfix_with_the_relay_as_relayhost_hands_it_swaks_letter_over_tls() {
+    use crate::common::postfix::{Postfix, PostfixConfig};
+    let db = TestDb::new().await;
+    let sink = SmtpSink::start(&[]);
+    let spool = tempfile::tempdir().unwrap();
+    let certs = tempfile::tempdir().unwrap();
+    write_relay_certificate(certs.path());
+    let (cert, key) = (certs.path().join("cert.pem"), certs.path().join("key.pem"));
+    let relay = start_relay(
+        &db,
+        &sink.url(),
+        spool.path(),
+        &[
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+        ],
+    )
+    .await;
+    let postfix = Postfix::start(PostfixConfig {
+        main_cf: vec![
+            // Nothing is kept here: every domain goes to the relayhost.
+            "virtual_mailbox_domains =".into(),
+            format!("relayhost = [127.0.0.1]:{}", relay.addr.port()),
+            "smtp_sasl_auth_enable = yes".into(),
+            format!("smtp_sasl_password_maps = static:any:{TOKEN}"),
+            "smtp_sasl_security_options = noanonymous".into(),
+            "smtp_tls_security_level = encrypt".into(),
+        ],
+        ..PostfixConfig::default()
+    });
+    let message = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(message.path(), HTML_MESSAGE.replace("\r\n", "\n")).unwrap();
+    let swaks = Command::new("swaks")
+        .args(["--server", &format!("127.0.0.1:{}", postfix.port)])
+        .args(["--from", "news@example.com", "--to", "reader@example.net"])
+        .arg("--data")
+        .arg(message.path())
+        .output()
+        .expect("swaks runs (Debian's swaks; scripts/test installs it)");
+    assert!(
+        swaks.status.success(),
+        "{}",
+        String::from_utf8_lossy(&swaks.stdout)
+    );
+    let messages = sink.wait_for(1);
+    assert_eq!(
+        messages.len(),
+        1,
+        "postfix: {}\nrelay: {}",
+        postfix.log(),
+        relay.log()
+    );
+    let letter = &messages[0];
+    assert!(
+        letter.contains("List-Unsubscribe: <https://t.example.test/u/"),
+        "{letter}"
+    );
+    assert!(!letter.contains("X-Linktrack-Mailing"), "{letter}");
+    let log = postfix.log();
+    assert!(
+        log.contains("status=sent") && log.contains(&format!("127.0.0.1]:{}", relay.addr.port())),
+        "Postfix says it handed the letter to the relay: {log}"
+    );
+    let stored: (i64,) = sqlx::query_as(
+        "SELECT COUNT(*) FROM links WHERE mailing_id = 'spring-relay' AND email = 'reader@example.net'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert!(
+        stored.0 >= 2,
+        "the letter's link and pixel rows: {stored:?}"
+    );
+}
