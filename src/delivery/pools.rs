@@ -73,6 +73,20 @@ pub fn route(path: &Path, pool: &str) -> Result<PoolRoute, PoolsError> {
             known: file.pools.keys().cloned().collect::<Vec<_>>().join(", "),
         });
     };
+    checked(path, pool, entry)
+}
+
+/// Every pool of the file, each checked as [`route`] checks one (the
+/// relay, whose messages name their pool, serves them all).
+pub fn all(path: &Path) -> Result<BTreeMap<String, PoolRoute>, PoolsError> {
+    let file: PoolsFile = crate::settings_file::read_toml_file(path)?;
+    file.pools
+        .iter()
+        .map(|(pool, entry)| Ok((pool.clone(), checked(path, pool, entry)?)))
+        .collect()
+}
+
+fn checked(path: &Path, pool: &str, entry: &PoolEntry) -> Result<PoolRoute, PoolsError> {
     let url_error = |message: String| PoolsError::Url {
         path: path.to_owned(),
         pool: pool.to_owned(),

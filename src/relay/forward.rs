@@ -1,6 +1,7 @@
 //! The spool worker: hands each queued letter to the downstream MTA
-//! (`delivery::smtp`, the sessions and retries `build --smtp` uses),
-//! oldest first. Delivered: it leaves the spool. Refused for good (5xx):
+//! (`delivery::smtp`, the sessions and retries `build --smtp` uses), or
+//! to its pool's MTAs (`--pools`), oldest first, over every connection
+//! the MTAs take at once. Delivered: it leaves the spool. Refused for good (5xx):
 //! kept in `rejected/` with the reply, logged and counted (a bounce the
 //! sending platform learns of from the log; docs/relay.md). Still failing
 //! temporarily after the lane's retries: it stays queued and the round
@@ -8,11 +9,83 @@
 //! longer than [`MAX_QUEUE_AGE`] is refused as Postfix does.
 
 use super::spool::{Queued, Spool};
-use crate::delivery::smtp::{Deliverer, Envelope, Outcome};
+use crate::delivery::pools::{self, PoolsError};
+use crate::delivery::smtp::{Deliverer, Envelope, Outcome, SmtpError, SmtpSettings};
+use crate::delivery::DeliveryCounters;
 use crate::retry::{Attempts, Backoff};
-use std::sync::Arc;
+use std::collections::{HashMap, VecDeque};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{watch, Notify};
+
+/// Where letters go: `--smtp`'s MTA (pool `None`), or each pool's MTAs.
+pub(crate) struct Downstream {
+    by_pool: HashMap<Option<String>, Vec<Deliverer>>,
+}
+
+/// A downstream the relay cannot use, named.
+#[derive(Debug, thiserror::Error)]
+pub enum DownstreamError {
+    #[error(transparent)]
+    Smtp(#[from] SmtpError),
+    #[error(transparent)]
+    Pools(#[from] PoolsError),
+}
+
+impl Downstream {
+    /// `smtp` alone, or (with a pools file) every pool of the file, with
+    /// `smtp`'s retries, backoff and messages per connection where the
+    /// file does not say (as `build --pools`).
+    pub(crate) fn open(
+        smtp: &SmtpSettings,
+        pools_file: Option<&Path>,
+    ) -> Result<Downstream, DownstreamError> {
+        let counters = Arc::new(DeliveryCounters::default());
+        let mut by_pool = HashMap::new();
+        let Some(file) = pools_file else {
+            by_pool.insert(None, vec![Deliverer::new(smtp.clone(), counters)?]);
+            return Ok(Downstream { by_pool });
+        };
+        for (pool, route) in pools::all(file)? {
+            let deliverers = route
+                .urls
+                .iter()
+                .map(|url| {
+                    let settings = SmtpSettings {
+                        url: url.clone(),
+                        connections: route.connections,
+                        messages_per_connection: route
+                            .messages_per_connection
+                            .or(smtp.messages_per_connection),
+                        retries: smtp.retries,
+                        backoff: smtp.backoff,
+                    };
+                    Deliverer::new(settings, Arc::clone(&counters))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            by_pool.insert(Some(pool), deliverers);
+        }
+        Ok(Downstream { by_pool })
+    }
+
+    /// The pools' names (`None` without a pools file).
+    pub(crate) fn pools(&self) -> Option<Vec<String>> {
+        let names: Vec<String> = self.by_pool.keys().flatten().cloned().collect();
+        (!names.is_empty()).then(|| {
+            let mut names = names;
+            names.sort();
+            names
+        })
+    }
+
+    /// The MTAs' `host:port`s, for the start-up line.
+    pub(crate) fn hosts(&self) -> String {
+        let mut hosts: Vec<&str> = self.by_pool.values().flatten().map(|d| d.host()).collect();
+        hosts.sort_unstable();
+        hosts.join(",")
+    }
+}
 
 /// How long a letter may stay queued before it is given up.
 const MAX_QUEUE_AGE: Duration = Duration::from_secs(5 * 24 * 3600);
@@ -23,7 +96,7 @@ const LONGEST_WAIT: Duration = Duration::from_secs(3600);
 /// is notified (a message was queued) or the wait after a failure ends.
 pub(crate) async fn run(
     spool: Arc<Spool>,
-    deliverer: Deliverer,
+    downstream: Arc<Downstream>,
     wake: Arc<Notify>,
     retry_after: Duration,
     mut stop: watch::Receiver<bool>,
@@ -33,7 +106,7 @@ pub(crate) async fn run(
         .with_attempts(Attempts::Unlimited);
     let mut failures = 0u32;
     loop {
-        let wait = match round(&spool, &deliverer).await {
+        let wait = match round(&spool, &downstream).await {
             Round::Done => {
                 failures = 0;
                 None
@@ -73,13 +146,16 @@ enum Round {
     Failing,
 }
 
-async fn round(spool: &Arc<Spool>, deliverer: &Deliverer) -> Round {
+/// Every queued letter, grouped by pool, each pool's letters shared by
+/// its MTAs' lanes (one session each, all at once). A lane whose MTA keeps
+/// failing stops; the other lanes go on with the rest.
+async fn round(spool: &Arc<Spool>, downstream: &Downstream) -> Round {
     let listed = {
         let spool = Arc::clone(spool);
-        tokio::task::spawn_blocking(move || spool.queued()).await
+        tokio::task::spawn_blocking(move || spool.queued_by_pool()).await
     };
-    let queued = match listed {
-        Ok(Ok(queued)) => queued,
+    let by_pool = match listed {
+        Ok(Ok(by_pool)) => by_pool,
         Ok(Err(e)) => {
             tracing::error!(error = %e, "cannot read the relay's spool");
             return Round::Failing;
@@ -89,18 +165,58 @@ async fn round(spool: &Arc<Spool>, deliverer: &Deliverer) -> Round {
             return Round::Failing;
         }
     };
-    let mut lane = deliverer.lane();
-    for letter in queued {
-        match forward(spool, &mut lane, &letter).await {
-            Ok(true) => {}
-            Ok(false) => return Round::Failing,
-            Err(e) => {
-                tracing::error!(error = %e, file = %letter.path.display(), "the relay's spool");
-                return Round::Failing;
+    let mut lanes = tokio::task::JoinSet::new();
+    let mut failing = false;
+    for (pool, letters) in by_pool {
+        let Some(deliverers) = downstream.by_pool.get(&pool) else {
+            tracing::error!(
+                ?pool,
+                letters = letters.len(),
+                "queued letters of a pool the pools file no longer has; they wait"
+            );
+            failing = true;
+            continue;
+        };
+        let queue = Arc::new(Mutex::new(VecDeque::from(letters)));
+        for deliverer in deliverers {
+            for _ in 0..deliverer.connections() {
+                let (spool, queue, lane) =
+                    (Arc::clone(spool), Arc::clone(&queue), deliverer.lane());
+                lanes.spawn(drain(spool, lane, queue));
             }
         }
     }
-    Round::Done
+    while let Some(done) = lanes.join_next().await {
+        failing |= !matches!(done, Ok(true));
+    }
+    if failing {
+        Round::Failing
+    } else {
+        Round::Done
+    }
+}
+
+/// One lane's share of a pool's letters: the next one until none is left
+/// (`true`) or the MTA keeps failing (`false`: the rest waits for others).
+async fn drain(
+    spool: Arc<Spool>,
+    mut lane: crate::delivery::smtp::Lane,
+    queue: Arc<Mutex<VecDeque<Queued>>>,
+) -> bool {
+    loop {
+        let next = queue.lock().ok().and_then(|mut queue| queue.pop_front());
+        let Some(letter) = next else {
+            return true;
+        };
+        match forward(&spool, &mut lane, &letter).await {
+            Ok(true) => {}
+            Ok(false) => return false,
+            Err(e) => {
+                tracing::error!(error = %e, file = %letter.path.display(), "the relay's spool");
+                return false;
+            }
+        }
+    }
 }
 
 /// Forward one letter; `Ok(false)`: a temporary failure, it stays queued.

@@ -26,12 +26,11 @@ mod spool;
 mod tls;
 mod track;
 
+pub use forward::DownstreamError;
 pub use settings::{RelaySettings, SuppressedAction};
 pub use tls::{RelayTls, TlsError};
 
 use crate::api_keys::KeyVerifier;
-use crate::delivery::smtp::{Deliverer, SmtpError};
-use crate::delivery::DeliveryCounters;
 use crate::store::{seal_keys, StoreError};
 use shared::Shared;
 use spool::Spool;
@@ -58,7 +57,7 @@ pub enum RelayError {
         source: std::io::Error,
     },
     #[error(transparent)]
-    Smtp(#[from] SmtpError),
+    Downstream(#[from] DownstreamError),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -83,7 +82,19 @@ pub async fn run(
         path: settings.spool.clone(),
         source,
     })?;
-    let deliverer = Deliverer::new(settings.smtp.clone(), Arc::new(DeliveryCounters::default()))?;
+    let downstream = Arc::new(forward::Downstream::open(
+        &settings.smtp,
+        settings.pools.as_deref(),
+    )?);
+    if let Some(pools) = downstream.pools() {
+        if !pools.contains(&settings.default_pool) {
+            tracing::warn!(
+                pool = %settings.default_pool,
+                pools = %pools.join(","),
+                "--pool names no pool of the file: messages without X-Linktrack-Pool are refused"
+            );
+        }
+    }
     let listener =
         TcpListener::bind(settings.listen)
             .await
@@ -103,6 +114,8 @@ pub async fn run(
             bounce_domain: settings.bounce_domain.clone(),
             default_mailing: settings.default_mailing.clone(),
             max_letter_bytes: settings.max_message_bytes,
+            pools: downstream.pools(),
+            default_pool: settings.default_pool.clone(),
         },
     );
     let wake = Arc::new(Notify::new());
@@ -129,7 +142,7 @@ pub async fn run(
     let (stop, stopped) = watch::channel(false);
     let worker = tokio::spawn(forward::run(
         Arc::clone(&shared.spool),
-        deliverer.clone(),
+        Arc::clone(&downstream),
         Arc::clone(&wake),
         retry_after,
         stopped,
@@ -138,7 +151,7 @@ pub async fn run(
     wake.notify_one();
     tracing::info!(
         listen = %bound,
-        downstream = deliverer.host(),
+        downstream = downstream.hosts(),
         spool = %shared.settings.spool.display(),
         starttls = shared.tls.is_some(),
         "serving SMTP relay"

@@ -14,8 +14,14 @@ pub struct RelaySettings {
     pub listen: SocketAddr,
     /// The name said in the greeting and EHLO reply.
     pub hostname: String,
-    /// The downstream MTA (the `build --smtp` settings).
+    /// The downstream MTA (the `build --smtp` settings); with `pools`, the
+    /// retries, backoff and messages per connection of every pool's MTAs.
     pub smtp: SmtpSettings,
+    /// The pools file (`build --pools`): a message's `X-Linktrack-Pool`
+    /// (else `default_pool`) picks the MTAs it goes out through.
+    pub pools: Option<PathBuf>,
+    /// The pool of a message without `X-Linktrack-Pool`.
+    pub default_pool: String,
     /// Networks that may submit without AUTH (Postfix's `mynetworks`).
     pub open_to: Vec<IpNet>,
     /// `LINKTRACK_API_TOKEN`: an AUTH password with every scope.

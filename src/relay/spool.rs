@@ -94,6 +94,32 @@ impl Spool {
         Ok(found)
     }
 
+    /// [`Spool::queued`], by the pool each letter goes out through (read
+    /// from its envelope line), oldest first within a pool. A letter
+    /// whose envelope cannot be read is left to [`Spool::load`] to report
+    /// (it is listed under no pool).
+    pub(crate) fn queued_by_pool(&self) -> io::Result<Vec<(Option<String>, Vec<Queued>)>> {
+        let mut by_pool: Vec<(Option<String>, Vec<Queued>)> = Vec::new();
+        for queued in self.queued()? {
+            let pool = Spool::envelope(&queued.path)
+                .ok()
+                .and_then(|letter| letter.pool);
+            match by_pool.iter_mut().find(|(p, _)| *p == pool) {
+                Some((_, letters)) => letters.push(queued),
+                None => by_pool.push((pool, vec![queued])),
+            }
+        }
+        Ok(by_pool)
+    }
+
+    /// A letter's envelope line alone (its message left unread).
+    fn envelope(path: &Path) -> io::Result<Outgoing> {
+        use std::io::BufRead;
+        let mut line = Vec::new();
+        io::BufReader::new(File::open(path)?).read_until(b'\n', &mut line)?;
+        serde_json::from_slice(line.trim_ascii_end()).map_err(io::Error::other)
+    }
+
     /// A letter's envelope and message.
     pub(crate) fn load(path: &Path) -> io::Result<Outgoing> {
         let bytes = fs::read(path)?;
@@ -191,6 +217,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let spool = Spool::open(dir.path()).unwrap();
         let letter = |to: &str| Outgoing {
+            pool: None,
             from: "a@example.com".into(),
             to: to.into(),
             data: b"Subject: x\r\n\r\nbody\r\n".to_vec(),

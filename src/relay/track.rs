@@ -33,7 +33,8 @@ use tokio::sync::Mutex;
 pub(crate) const MAILING_FIELD: &str = "x-linktrack-mailing";
 pub(crate) const TAGS_FIELD: &str = "x-linktrack-tags";
 pub(crate) const TRACK_FIELD: &str = "x-linktrack-track";
-const OUR_FIELDS: [&str; 3] = [MAILING_FIELD, TAGS_FIELD, TRACK_FIELD];
+pub(crate) const POOL_FIELD: &str = "x-linktrack-pool";
+const OUR_FIELDS: [&str; 4] = [MAILING_FIELD, TAGS_FIELD, TRACK_FIELD, POOL_FIELD];
 
 /// One recipient of an accepted message.
 #[derive(Debug, Clone)]
@@ -48,6 +49,9 @@ pub(crate) struct Recipient {
 pub(crate) struct Outgoing {
     pub from: String,
     pub to: String,
+    /// The sending pool (`--pools`) it goes out through; `None`: `--smtp`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
     #[serde(skip)]
     pub data: Vec<u8>,
 }
@@ -61,6 +65,8 @@ pub(crate) enum TrackError {
     MailingId(#[from] MailingIdError),
     #[error("X-Linktrack-Track: {0}")]
     Mode(#[from] UnknownMode),
+    #[error("X-Linktrack-Pool: no pool {pool:?} in the pools file (pools: {known})")]
+    UnknownPool { pool: String, known: String },
     #[error("the message cannot be tracked: {0}")]
     Prepare(#[from] PrepareError),
     #[error("the message cannot be tracked: {0}")]
@@ -84,6 +90,10 @@ pub(crate) struct TrackerSettings {
     pub bounce_domain: Option<String>,
     pub default_mailing: Option<String>,
     pub max_letter_bytes: usize,
+    /// The pools of `--pools` (`None`: one downstream, `--smtp`).
+    pub pools: Option<Vec<String>>,
+    /// The pool of a message without `X-Linktrack-Pool`.
+    pub default_pool: String,
 }
 
 /// Tracks accepted messages; one per relay, shared by its sessions.
@@ -127,6 +137,7 @@ impl Tracker {
     ) -> Result<Vec<Outgoing>, TrackError> {
         let parts = html_parts(raw)?;
         let mailing = self.mailing_of(raw, from)?;
+        let pool = self.pool_of(raw)?;
         if parts.is_empty() {
             let data = edit_top_fields(raw, &OUR_FIELDS, &[]);
             return Ok(recipients
@@ -134,6 +145,7 @@ impl Tracker {
                 .map(|r| Outgoing {
                     from: from.to_owned(),
                     to: r.email.clone(),
+                    pool: pool.clone(),
                     data: data.clone(),
                 })
                 .collect());
@@ -184,12 +196,30 @@ impl Tracker {
             out.push(Outgoing {
                 from: tracked.envelope_from.unwrap_or_else(|| from.to_owned()),
                 to: recipient.email.clone(),
+                pool: pool.clone(),
                 data,
             });
         }
         rows.extend(known.images.take_new_rows());
         store_letter_rows(&self.pool, &rows).await?;
         Ok(out)
+    }
+
+    /// The pool a message goes out through: `X-Linktrack-Pool`, else the
+    /// relay's default; `None` without `--pools`.
+    fn pool_of(&self, raw: &[u8]) -> Result<Option<String>, TrackError> {
+        let Some(pools) = &self.settings.pools else {
+            return Ok(None);
+        };
+        let pool =
+            field_value(raw, POOL_FIELD).unwrap_or_else(|| self.settings.default_pool.clone());
+        if !pools.contains(&pool) {
+            return Err(TrackError::UnknownPool {
+                pool,
+                known: pools.join(", "),
+            });
+        }
+        Ok(Some(pool))
     }
 
     /// The mailing a message belongs to, from its `X-Linktrack-*` fields

@@ -531,3 +531,68 @@ async fn postfix_with_the_relay_as_relayhost_hands_it_swaks_letter_over_tls() {
         "the letter's link and pixel rows: {stored:?}"
     );
 }
+
+/// `--pools`: a message goes out through the MTAs of the pool its
+/// `X-Linktrack-Pool` names (the field removed), else `--pool`'s; a pool
+/// the file does not have is refused at DATA naming the field.
+#[tokio::test]
+async fn each_message_goes_out_through_its_pools_mta() {
+    let db = TestDb::new().await;
+    let (news, receipts) = (SmtpSink::start(&[]), SmtpSink::start(&[]));
+    let spool = tempfile::tempdir().unwrap();
+    let pools = spool.path().join("pools.toml");
+    std::fs::write(
+        &pools,
+        format!(
+            "[pools.news]\nurls = [\"{}\"]\nconnections = 2\n\
+             [pools.receipts]\nurls = [\"{}\"]\n",
+            news.url(),
+            receipts.url()
+        ),
+    )
+    .unwrap();
+    let queue = spool.path().join("queue");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_linktrack"));
+    command
+        .args(["relay", "--listen", "127.0.0.1:0", "--pools"])
+        .arg(&pools)
+        .args(["--pool", "news", "--relay-open-to", "127.0.0.0/8"])
+        .args(["--base-url", BASE, "--smtp-backoff-ms", "50", "--spool"])
+        .arg(&queue)
+        .env("DATABASE_URL", &db.url)
+        .env_remove("LINKTRACK_BOUNCE_DOMAIN")
+        .env_remove("LINKTRACK_SMTP_URL")
+        .env("RUST_LOG", "error,linktrack=info");
+    let relay = Serving::spawn(command).await;
+    let receipt = HTML_MESSAGE.replace(
+        "Subject: Spring\r\n",
+        "Subject: Receipt\r\nX-Linktrack-Pool: receipts\r\n",
+    );
+    let stray = HTML_MESSAGE.replace(
+        "Subject: Spring\r\n",
+        "Subject: Stray\r\nX-Linktrack-Pool: nowhere\r\n",
+    );
+    let script = format!(
+        "s = smtplib.SMTP('127.0.0.1', PORT)\n\
+         for n in range(6):\n    \
+             out('news', s.sendmail('news@example.com', [f'r{{n}}@example.com'], {HTML_MESSAGE:?}.encode()))\n\
+         out('receipt', s.sendmail('shop@example.com', ['buyer@example.com'], {receipt:?}.encode()))\n\
+         try:\n    s.sendmail('shop@example.com', ['x@example.com'], {stray:?}.encode())\n    out('stray', 250, '')\n\
+         except smtplib.SMTPDataError as e:\n    out('stray', e.smtp_code, e.smtp_error.decode())\n\
+         s.quit()\n"
+    );
+    let replies = smtplib(relay.addr.port(), &script);
+    assert_eq!(replies[7][1], 554, "{replies:?}");
+    let refusal = replies[7][2].as_str().unwrap();
+    assert!(
+        refusal.contains("X-Linktrack-Pool") && refusal.contains("nowhere"),
+        "{refusal}"
+    );
+    let newsletters = news.wait_for(6);
+    let receipts_got = receipts.wait_for(1);
+    assert_eq!(newsletters.len(), 6, "{}", relay.log());
+    assert_eq!(receipts_got.len(), 1, "{}", relay.log());
+    assert!(receipts_got[0].contains("Subject: Receipt"));
+    assert!(!receipts_got[0].contains("X-Linktrack-Pool"));
+    assert!(newsletters.iter().all(|m| m.contains("Subject: Spring")));
+}

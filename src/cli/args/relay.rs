@@ -29,12 +29,25 @@ pub struct RelayArgs {
         long,
         env = "LINKTRACK_SMTP_URL",
         hide_env_values = true,
-        value_name = "URL"
+        value_name = "URL",
+        required_unless_present = "pools",
+        conflicts_with = "pools"
     )]
-    pub smtp: String,
+    pub smtp: Option<String>,
 
-    /// SMTP connections to the downstream MTA.
-    #[arg(long, default_value_t = 1, value_name = "N")]
+    /// A pools file (TOML, as `build --pools`): each message goes out
+    /// through the MTAs of the pool its X-Linktrack-Pool field names, else
+    /// --pool's (docs/relay.md, "Pools"). Takes the place of --smtp.
+    #[arg(long, env = "LINKTRACK_POOLS", value_name = "FILE")]
+    pub pools: Option<PathBuf>,
+
+    /// The pool of a message without an X-Linktrack-Pool field.
+    #[arg(long, default_value = "default", value_name = "NAME")]
+    pub pool: String,
+
+    /// SMTP connections to the downstream MTA used in parallel (with
+    /// --pools, each pool's `connections` per MTA instead).
+    #[arg(long, default_value_t = 4, value_name = "N")]
     pub smtp_connections: u32,
 
     /// Messages over one downstream connection before it is closed and a
