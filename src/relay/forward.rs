@@ -6,13 +6,18 @@
 //! sending platform learns of from the log; docs/relay.md). Still failing
 //! temporarily after the lane's retries: it stays queued and the round
 //! is tried again later, the wait doubling up to an hour; a letter queued
-//! longer than [`MAX_QUEUE_AGE`] is refused as Postfix does.
+//! longer than [`MAX_QUEUE_AGE`] is refused as Postfix does. Each tracked
+//! letter's answer is recorded in `deliveries` (and the mailing's
+//! delivered count), as `build` records its own, a batch at a time; a
+//! database away loses those rows, never a letter.
 
 use super::spool::{Queued, Spool};
 use crate::delivery::pools::{self, PoolsError};
 use crate::delivery::smtp::{Deliverer, Envelope, Outcome, SmtpError, SmtpSettings};
 use crate::delivery::DeliveryCounters;
 use crate::retry::{Attempts, Backoff};
+use crate::store::deliveries::{self, DeliveryStatus};
+use sqlx::MySqlPool;
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -89,12 +94,16 @@ impl Downstream {
 
 /// How long a letter may stay queued before it is given up.
 const MAX_QUEUE_AGE: Duration = Duration::from_secs(5 * 24 * 3600);
+/// Answers recorded per statement batch.
+const ANSWERS_PER_WRITE: usize = 200;
+
 /// The longest wait between rounds of a failing MTA.
 const LONGEST_WAIT: Duration = Duration::from_secs(3600);
 
 /// Run until `stop` turns true: a round over the spool whenever `wake`
 /// is notified (a message was queued) or the wait after a failure ends.
 pub(crate) async fn run(
+    pool: MySqlPool,
     spool: Arc<Spool>,
     downstream: Arc<Downstream>,
     wake: Arc<Notify>,
@@ -106,7 +115,7 @@ pub(crate) async fn run(
         .with_attempts(Attempts::Unlimited);
     let mut failures = 0u32;
     loop {
-        let wait = match round(&spool, &downstream).await {
+        let wait = match round(&pool, &spool, &downstream).await {
             Round::Done => {
                 failures = 0;
                 None
@@ -149,7 +158,7 @@ enum Round {
 /// Every queued letter, grouped by pool, each pool's letters shared by
 /// its MTAs' lanes (one session each, all at once). A lane whose MTA keeps
 /// failing stops; the other lanes go on with the rest.
-async fn round(spool: &Arc<Spool>, downstream: &Downstream) -> Round {
+async fn round(db: &MySqlPool, spool: &Arc<Spool>, downstream: &Downstream) -> Round {
     let listed = {
         let spool = Arc::clone(spool);
         tokio::task::spawn_blocking(move || spool.queued_by_pool()).await
@@ -167,10 +176,10 @@ async fn round(spool: &Arc<Spool>, downstream: &Downstream) -> Round {
     };
     let mut lanes = tokio::task::JoinSet::new();
     let mut failing = false;
-    for (pool, letters) in by_pool {
-        let Some(deliverers) = downstream.by_pool.get(&pool) else {
+    for (pool_name, letters) in by_pool {
+        let Some(deliverers) = downstream.by_pool.get(&pool_name) else {
             tracing::error!(
-                ?pool,
+                pool = ?pool_name,
                 letters = letters.len(),
                 "queued letters of a pool the pools file no longer has; they wait"
             );
@@ -182,7 +191,7 @@ async fn round(spool: &Arc<Spool>, downstream: &Downstream) -> Round {
             for _ in 0..deliverer.connections() {
                 let (spool, queue, lane) =
                     (Arc::clone(spool), Arc::clone(&queue), deliverer.lane());
-                lanes.spawn(drain(spool, lane, queue));
+                lanes.spawn(drain(db.clone(), spool, lane, queue));
             }
         }
     }
@@ -199,24 +208,44 @@ async fn round(spool: &Arc<Spool>, downstream: &Downstream) -> Round {
 /// One lane's share of a pool's letters: the next one until none is left
 /// (`true`) or the MTA keeps failing (`false`: the rest waits for others).
 async fn drain(
+    pool: MySqlPool,
     spool: Arc<Spool>,
     mut lane: crate::delivery::smtp::Lane,
     queue: Arc<Mutex<VecDeque<Queued>>>,
 ) -> bool {
-    loop {
+    let mut answers = Vec::new();
+    let going_on = loop {
         let next = queue.lock().ok().and_then(|mut queue| queue.pop_front());
         let Some(letter) = next else {
-            return true;
+            break true;
         };
-        match forward(&spool, &mut lane, &letter).await {
+        match forward(&spool, &mut lane, &letter, &mut answers).await {
             Ok(true) => {}
-            Ok(false) => return false,
+            Ok(false) => break false,
             Err(e) => {
                 tracing::error!(error = %e, file = %letter.path.display(), "the relay's spool");
-                return false;
+                break false;
             }
         }
+        if answers.len() >= ANSWERS_PER_WRITE {
+            record(&pool, &mut answers).await;
+        }
+    };
+    record(&pool, &mut answers).await;
+    going_on
+}
+
+/// Write the answers gathered so far to `deliveries`. The letters are
+/// already settled in the spool: a failure here costs their rows, logged,
+/// never a letter sent twice.
+async fn record(pool: &MySqlPool, answers: &mut Vec<(String, u64, DeliveryStatus, String)>) {
+    if answers.is_empty() {
+        return;
     }
+    if let Err(err) = deliveries::record_answers(pool, answers).await {
+        tracing::warn!(%err, letters = answers.len(), "relayed letters' deliveries not recorded");
+    }
+    answers.clear();
 }
 
 /// Forward one letter; `Ok(false)`: a temporary failure, it stays queued.
@@ -224,6 +253,7 @@ async fn forward(
     spool: &Spool,
     lane: &mut crate::delivery::smtp::Lane,
     queued: &Queued,
+    answers: &mut Vec<(String, u64, DeliveryStatus, String)>,
 ) -> std::io::Result<bool> {
     let letter = Spool::load(&queued.path)?;
     if queued.in_doubt {
@@ -257,13 +287,24 @@ async fn forward(
         message: &letter.data,
     };
     match lane.deliver(envelope, None).await {
-        Outcome::Delivered(_) => {
+        Outcome::Delivered(reply) => {
             Spool::delivered(&sending)?;
+            if let Some((mailing_id, letter_id)) = letter.letter {
+                answers.push((mailing_id, letter_id, DeliveryStatus::Delivered, reply));
+            }
             metrics::counter!("linktrack_relay_forwarded_total").increment(1);
             Ok(true)
         }
         Outcome::Rejected(reply) => {
             let kept = spool.rejected(&sending, &reply)?;
+            if let Some((mailing_id, letter_id)) = letter.letter.clone() {
+                answers.push((
+                    mailing_id,
+                    letter_id,
+                    DeliveryStatus::Rejected,
+                    reply.clone(),
+                ));
+            }
             tracing::warn!(
                 to = %letter.to,
                 %reply,

@@ -141,6 +141,7 @@ pub async fn run(
     });
     let (stop, stopped) = watch::channel(false);
     let worker = tokio::spawn(forward::run(
+        shared.pool.clone(),
         Arc::clone(&shared.spool),
         Arc::clone(&downstream),
         Arc::clone(&wake),

@@ -218,6 +218,7 @@ mod tests {
         let spool = Spool::open(dir.path()).unwrap();
         let letter = |to: &str| Outgoing {
             pool: None,
+            letter: None,
             from: "a@example.com".into(),
             to: to.into(),
             data: b"Subject: x\r\n\r\nbody\r\n".to_vec(),

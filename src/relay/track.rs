@@ -52,6 +52,10 @@ pub(crate) struct Outgoing {
     /// The sending pool (`--pools`) it goes out through; `None`: `--smtp`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pool: Option<String>,
+    /// The tracked letter it is (its mailing and letter id), for its
+    /// `deliveries` row; `None`: untracked (no HTML part).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub letter: Option<(String, u64)>,
     #[serde(skip)]
     pub data: Vec<u8>,
 }
@@ -146,6 +150,7 @@ impl Tracker {
                     from: from.to_owned(),
                     to: r.email.clone(),
                     pool: pool.clone(),
+                    letter: None,
                     data: data.clone(),
                 })
                 .collect());
@@ -197,6 +202,7 @@ impl Tracker {
                 from: tracked.envelope_from.unwrap_or_else(|| from.to_owned()),
                 to: recipient.email.clone(),
                 pool: pool.clone(),
+                letter: Some((ctx.mailing.mailing_id.as_str().to_owned(), letter_id)),
                 data,
             });
         }

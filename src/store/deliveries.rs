@@ -254,6 +254,27 @@ fn settle_marks<'a>(
     query
 }
 
+/// Record what MTAs answered for letters handed over by the relay, each
+/// `(mailing_id, letter_id, status, reply)`: their rows written and the
+/// delivered ones counted, one transaction per mailing (as a build's
+/// ledger writes them), so stats and exports count relayed letters too.
+pub async fn record_answers(
+    pool: &MySqlPool,
+    answers: &[(String, u64, DeliveryStatus, String)],
+) -> Result<(), StoreError> {
+    let mut by_mailing: std::collections::BTreeMap<&str, LedgerWrites> = Default::default();
+    for (mailing_id, letter_id, status, reply) in answers {
+        let writes = by_mailing.entry(mailing_id.as_str()).or_default();
+        writes.sending.push(*letter_id);
+        writes.outcomes.push((*letter_id, *status, reply.clone()));
+    }
+    let mut conn = pool.acquire().await?;
+    for (mailing_id, writes) in &by_mailing {
+        write_ledger(&mut conn, mailing_id, writes).await?;
+    }
+    Ok(())
+}
+
 /// Record `letter_ids` of `mailing_id` as delivered now (the database's
 /// clock), with `reply`: letters handed over outside linktrack's SMTP
 /// delivery, as the demo's letters are when it starts serving them. Their

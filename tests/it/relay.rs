@@ -206,6 +206,25 @@ async fn each_recipient_gets_a_tracked_letter_and_the_suppressed_one_is_refused(
         }
     }
     assert_eq!(redirected, 2, "one tracked link per letter redirects");
+
+    // Each forwarded letter is delivered as stats count it: its row and
+    // the mailing's delivered count (written after the MTA's answer).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let delivered = loop {
+        let delivered: (i64, Option<u64>) = sqlx::query_as(
+            "SELECT (SELECT COUNT(*) FROM deliveries WHERE mailing_id = 'spring-relay' \
+             AND status = 'delivered'), \
+             (SELECT delivered FROM stats_deliveries WHERE mailing_id = 'spring-relay')",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        if delivered.0 == 2 || Instant::now() > deadline {
+            break delivered;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(delivered, (2, Some(2)), "{}", relay.log());
 }
 
 #[tokio::test]
@@ -515,9 +534,19 @@ async fn postfix_with_the_relay_as_relayhost_hands_it_swaks_letter_over_tls() {
         "{letter}"
     );
     assert!(!letter.contains("X-Linktrack-Mailing"), "{letter}");
-    let log = postfix.log();
+    // Postfix logs the hand-over once the relay's 250 is in, through its
+    // log service: a moment after the letter may have gone on to the sink.
+    let relayed = format!("127.0.0.1]:{}", relay.addr.port());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let log = loop {
+        let log = postfix.log();
+        if (log.contains("status=sent") && log.contains(&relayed)) || Instant::now() > deadline {
+            break log;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert!(
-        log.contains("status=sent") && log.contains(&format!("127.0.0.1]:{}", relay.addr.port())),
+        log.contains("status=sent") && log.contains(&relayed),
         "Postfix says it handed the letter to the relay: {log}"
     );
     let stored: (i64,) = sqlx::query_as(
