@@ -165,7 +165,9 @@
 //!     (`letter_tokens.rs`), tracked URLs (`tracked_urls.rs`), parts before
 //!     `</body>` (`letter_shape.rs`) and tracking mode (`track_mode.rs`);
 //!     the HTML parts of a letter composed elsewhere tracked by the same
-//!     rules (`tracked_parts.rs`, for the relay);
+//!     rules (`tracked_parts.rs`), whole letters so tracked with their
+//!     mailing and rows (`tracked_letters.rs`, for the relay and `POST
+//!     /api/letters`);
 //!     why a recipient gets none (`reject.rs`); the rows inserted, one
 //!     transaction per batch (`row_writer.rs`); letters and rejects written
 //!     (`output.rs`); handed to the pool (`handover.rs`, one lane's worker

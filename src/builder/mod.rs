@@ -49,6 +49,7 @@ pub(crate) mod reject;
 mod row_writer;
 mod summary;
 pub mod track_mode;
+pub(crate) mod tracked_letters;
 pub(crate) mod tracked_parts;
 mod tracked_urls;
 

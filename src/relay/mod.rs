@@ -31,6 +31,7 @@ pub use settings::{RelaySettings, SuppressedAction};
 pub use tls::{RelayTls, TlsError};
 
 use crate::api_keys::KeyVerifier;
+use crate::builder::tracked_letters::{LetterTracker, LetterTrackerSettings};
 use crate::store::{seal_keys, StoreError};
 use shared::Shared;
 use spool::Spool;
@@ -106,14 +107,19 @@ pub async fn run(
         addr: settings.listen,
         source,
     })?;
-    let tracker = Tracker::new(
+    let letters = LetterTracker::new(
         pool.clone(),
         seal,
-        TrackerSettings {
+        LetterTrackerSettings {
             base_url: settings.base_url.clone(),
             bounce_domain: settings.bounce_domain.clone(),
-            default_mailing: settings.default_mailing.clone(),
             max_letter_bytes: settings.max_message_bytes,
+        },
+    );
+    let tracker = Tracker::new(
+        Arc::new(letters),
+        TrackerSettings {
+            default_mailing: settings.default_mailing.clone(),
             pools: downstream.pools(),
             default_pool: settings.default_pool.clone(),
         },

@@ -9,25 +9,12 @@
 
 use super::headers::{edit_top_fields, field_value};
 use super::mime::{html_parts, replace_parts, HtmlPart, MimeError};
-use crate::builder::letter_tokens::ImageTokens;
 use crate::builder::mailing::Mailing;
-use crate::builder::mailing_context::{MailingContext, PrepareError};
-use crate::builder::reject::Reject;
 use crate::builder::track_mode::{TrackMode, UnknownMode};
-use crate::builder::tracked_parts::{
-    fixed_template_keys, store_letter_rows, track_parts, tracking_base_for,
-};
-use crate::builder::{BuildError, LETTER_SEQUENCE};
+use crate::builder::tracked_letters::{LetterRecipient, LetterTracker, TrackLetterError};
 use crate::mailing_id::{MailingId, MailingIdError};
-use crate::store::link_templates::{self, TemplateKey};
-use crate::store::sequences::Sequence;
-use crate::store::{partitions, stats, StoreError};
-use crate::token::TokenSeal;
-use sqlx::MySqlPool;
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use tokio::sync::Mutex;
 
 /// The fields a sender sets for the relay, removed before forwarding.
 pub(crate) const MAILING_FIELD: &str = "x-linktrack-mailing";
@@ -37,12 +24,7 @@ pub(crate) const POOL_FIELD: &str = "x-linktrack-pool";
 const OUR_FIELDS: [&str; 4] = [MAILING_FIELD, TAGS_FIELD, TRACK_FIELD, POOL_FIELD];
 
 /// One recipient of an accepted message.
-#[derive(Debug, Clone)]
-pub(crate) struct Recipient {
-    pub email: String,
-    /// Opted out of tracking: the message goes untracked.
-    pub opted_out: bool,
-}
+pub(crate) type Recipient = LetterRecipient;
 
 /// One message to forward: its envelope and data.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -71,29 +53,23 @@ pub(crate) enum TrackError {
     Mode(#[from] UnknownMode),
     #[error("X-Linktrack-Pool: no pool {pool:?} in the pools file (pools: {known})")]
     UnknownPool { pool: String, known: String },
-    #[error("the message cannot be tracked: {0}")]
-    Prepare(#[from] PrepareError),
-    #[error("the message cannot be tracked: {0}")]
-    Letter(#[from] Reject),
-    #[error("the database: {0}")]
-    Store(#[from] StoreError),
-    #[error("storing the links: {0}")]
-    Rows(#[from] BuildError),
+    #[error(transparent)]
+    Letters(#[from] TrackLetterError),
 }
 
 impl TrackError {
     /// A fault of the message (5xx) rather than of the relay's database (4xx).
     pub(crate) fn is_permanent(&self) -> bool {
-        !matches!(self, TrackError::Store(_) | TrackError::Rows(_))
+        match self {
+            TrackError::Letters(err) => err.is_permanent(),
+            _ => true,
+        }
     }
 }
 
-/// What the tracker is given once.
+/// What the relay's tracker is given once, besides the letter tracker.
 pub(crate) struct TrackerSettings {
-    pub base_url: String,
-    pub bounce_domain: Option<String>,
     pub default_mailing: Option<String>,
-    pub max_letter_bytes: usize,
     /// The pools of `--pools` (`None`: one downstream, `--smtp`).
     pub pools: Option<Vec<String>>,
     /// The pool of a message without `X-Linktrack-Pool`.
@@ -102,33 +78,13 @@ pub(crate) struct TrackerSettings {
 
 /// Tracks accepted messages; one per relay, shared by its sessions.
 pub(crate) struct Tracker {
-    pool: MySqlPool,
-    seal: TokenSeal,
+    letters: Arc<LetterTracker>,
     settings: TrackerSettings,
-    sequence: Mutex<Sequence>,
-    /// Mailings this process has stored, with what their letters share.
-    mailings: Mutex<HashMap<String, Arc<KnownMailing>>>,
 }
-
-/// A mailing stored once per process: its fixed link templates' ids and
-/// the image tokens its letters share.
-struct KnownMailing {
-    templates: HashMap<TemplateKey, u32>,
-    images: ImageTokens,
-}
-
-/// Letter ids reserved per round trip (a relay takes them one by one).
-const ID_BLOCK: u64 = 100;
 
 impl Tracker {
-    pub(crate) fn new(pool: MySqlPool, seal: TokenSeal, settings: TrackerSettings) -> Tracker {
-        Tracker {
-            pool,
-            seal,
-            settings,
-            sequence: Mutex::new(Sequence::new(LETTER_SEQUENCE, ID_BLOCK)),
-            mailings: Mutex::new(HashMap::new()),
-        }
+    pub(crate) fn new(letters: Arc<LetterTracker>, settings: TrackerSettings) -> Tracker {
+        Tracker { letters, settings }
     }
 
     /// The messages to forward for `raw` sent by `from` to `recipients`;
@@ -155,60 +111,31 @@ impl Tracker {
                 })
                 .collect());
         }
-        let known = self.known_mailing(&mailing, &parts[0].html).await?;
-        let base_url =
-            tracking_base_for(&self.pool, &self.settings.base_url, &mailing.from).await?;
-        let mut ctx = MailingContext::prepare_unplanned(
-            mailing,
-            &base_url,
-            self.settings.max_letter_bytes,
-            self.seal.clone(),
-        )?;
-        ctx.set_templates(known.templates.clone());
-        ctx.set_bounce_domain(self.settings.bounce_domain.clone());
         let has_unsubscribe = field_value(raw, "list-unsubscribe").is_some();
-        let mut rows = Vec::new();
-        let mut out = Vec::with_capacity(recipients.len());
         let html: Vec<&str> = parts.iter().map(|p| p.html.as_str()).collect();
-        for recipient in recipients {
-            let letter_id = self.sequence.lock().await.next(&self.pool).await?;
-            let mode = if recipient.opted_out {
-                TrackMode::None
-            } else {
-                ctx.mailing.track
-            };
-            let now = chrono::Utc::now();
-            let tracked = track_parts(
-                &ctx,
-                &known.images,
-                &recipient.email,
-                letter_id,
-                mode,
-                now,
-                &html,
-            )?;
-            rows.extend(tracked.rows);
-            let added: Vec<String> = if has_unsubscribe {
-                Vec::new()
-            } else {
-                tracked
-                    .headers
-                    .iter()
-                    .map(|(k, v)| format!("{k}: {v}"))
-                    .collect()
-            };
-            let data = letter_message(raw, &parts, &tracked.html_parts, &added);
-            out.push(Outgoing {
-                from: tracked.envelope_from.unwrap_or_else(|| from.to_owned()),
-                to: recipient.email.clone(),
-                pool: pool.clone(),
-                letter: Some((ctx.mailing.mailing_id.as_str().to_owned(), letter_id)),
-                data,
-            });
-        }
-        rows.extend(known.images.take_new_rows());
-        store_letter_rows(&self.pool, &rows).await?;
-        Ok(out)
+        let mailing_id = mailing.mailing_id.as_str().to_owned();
+        let tracked = self.letters.track(mailing, recipients, &html).await?;
+        Ok(tracked
+            .into_iter()
+            .map(|letter| {
+                let added: Vec<String> = if has_unsubscribe {
+                    Vec::new()
+                } else {
+                    letter
+                        .headers
+                        .iter()
+                        .map(|(k, v)| format!("{k}: {v}"))
+                        .collect()
+                };
+                Outgoing {
+                    from: letter.envelope_from.unwrap_or_else(|| from.to_owned()),
+                    to: letter.email,
+                    pool: pool.clone(),
+                    letter: Some((mailing_id.clone(), letter.letter_id)),
+                    data: letter_message(raw, &parts, &letter.html_parts, &added),
+                }
+            })
+            .collect())
     }
 
     /// The pool a message goes out through: `X-Linktrack-Pool`, else the
@@ -273,34 +200,6 @@ impl Tracker {
             list_manage_url: None,
             utm: None,
         })
-    }
-
-    /// The mailing as this process stored it, storing it the first time:
-    /// today's partitions, its subject and (first) creative for the
-    /// dashboard, its mode, its fixed link templates.
-    async fn known_mailing(
-        &self,
-        mailing: &Mailing,
-        first_html: &str,
-    ) -> Result<Arc<KnownMailing>, TrackError> {
-        let key = mailing.mailing_id.as_str().to_owned();
-        let mut known = self.mailings.lock().await;
-        if let Some(found) = known.get(&key) {
-            return Ok(Arc::clone(found));
-        }
-        partitions::ensure_ahead(&self.pool, 1).await?;
-        let id = &mailing.mailing_id;
-        stats::save_mailing(&self.pool, id, &mailing.subject, first_html).await?;
-        stats::save_track_mode(&self.pool, id, mailing.track.as_str()).await?;
-        let today = chrono::Utc::now().date_naive();
-        let templates =
-            link_templates::intern(&self.pool, id, &fixed_template_keys(), today).await?;
-        let entry = Arc::new(KnownMailing {
-            templates,
-            images: ImageTokens::default(),
-        });
-        known.insert(key, Arc::clone(&entry));
-        Ok(entry)
     }
 }
 

@@ -1,0 +1,199 @@
+//! Letters another platform composed, tracked as `build` tracks its own,
+//! one call per message: the mailing stored the first time this process
+//! meets it (its partitions, subject, first creative, mode and fixed link
+//! templates), a letter id per recipient, each recipient's HTML parts
+//! tracked ([`super::tracked_parts`]), and every row stored in one
+//! transaction before the letters are handed back. The relay
+//! (`relay/track.rs`, for messages over SMTP) and `POST /api/letters`
+//! (`server/api/letters.rs`) both track through one [`LetterTracker`].
+
+use super::error::BuildError;
+use super::job::LETTER_SEQUENCE;
+use super::letter_tokens::ImageTokens;
+use super::mailing::Mailing;
+use super::mailing_context::{MailingContext, PrepareError};
+use super::reject::Reject;
+use super::track_mode::TrackMode;
+use super::tracked_parts::{
+    fixed_template_keys, store_letter_rows, track_parts, tracking_base_for,
+};
+use crate::store::link_templates::{self, TemplateKey};
+use crate::store::sequences::Sequence;
+use crate::store::{partitions, stats, StoreError};
+use crate::token::TokenSeal;
+use sqlx::MySqlPool;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use tokio::sync::Mutex;
+
+/// What the tracker is given once.
+#[derive(Debug, Clone)]
+pub(crate) struct LetterTrackerSettings {
+    /// Where tracked URLs point (`LINKTRACK_BASE_URL`), unless the sender
+    /// has a tracking domain.
+    pub(crate) base_url: String,
+    /// `LINKTRACK_BOUNCE_DOMAIN`: each letter gets its VERP address there.
+    pub(crate) bounce_domain: Option<String>,
+    /// The largest tracked letter.
+    pub(crate) max_letter_bytes: usize,
+}
+
+/// One recipient of a letter.
+#[derive(Debug, Clone)]
+pub(crate) struct LetterRecipient {
+    pub(crate) email: String,
+    /// Opted out of tracking: the letter goes untracked.
+    pub(crate) opted_out: bool,
+}
+
+/// One recipient's tracked letter.
+#[derive(Debug, Clone)]
+pub(crate) struct TrackedLetter {
+    pub(crate) letter_id: u64,
+    pub(crate) email: String,
+    /// The HTML parts, tracked, in the order given.
+    pub(crate) html_parts: Vec<String>,
+    /// `List-Unsubscribe` and `List-Unsubscribe-Post`.
+    pub(crate) headers: BTreeMap<String, String>,
+    /// The letter's VERP envelope sender, with a bounce domain.
+    pub(crate) envelope_from: Option<String>,
+}
+
+/// Why letters could not be tracked.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum TrackLetterError {
+    #[error("the letter cannot be tracked: {0}")]
+    Prepare(#[from] PrepareError),
+    #[error("the letter cannot be tracked: {0}")]
+    Letter(#[from] Reject),
+    #[error("the database: {0}")]
+    Store(#[from] StoreError),
+    #[error("storing the links: {0}")]
+    Rows(#[from] BuildError),
+}
+
+impl TrackLetterError {
+    /// A fault of the letter (refuse it) rather than of the database (try
+    /// again later).
+    pub(crate) fn is_permanent(&self) -> bool {
+        !matches!(self, TrackLetterError::Store(_) | TrackLetterError::Rows(_))
+    }
+}
+
+/// Tracks letters; one per process, shared by its callers.
+pub(crate) struct LetterTracker {
+    pool: MySqlPool,
+    seal: TokenSeal,
+    settings: LetterTrackerSettings,
+    sequence: Mutex<Sequence>,
+    /// Mailings this process has stored, with what their letters share.
+    mailings: Mutex<HashMap<String, Arc<KnownMailing>>>,
+}
+
+/// A mailing stored once per process: its fixed link templates' ids and
+/// the image tokens its letters share.
+struct KnownMailing {
+    templates: HashMap<TemplateKey, u32>,
+    images: ImageTokens,
+}
+
+/// Letter ids reserved per round trip (letters come one message at a time).
+const ID_BLOCK: u64 = 100;
+
+impl LetterTracker {
+    pub(crate) fn new(
+        pool: MySqlPool,
+        seal: TokenSeal,
+        settings: LetterTrackerSettings,
+    ) -> LetterTracker {
+        LetterTracker {
+            pool,
+            seal,
+            settings,
+            sequence: Mutex::new(Sequence::new(LETTER_SEQUENCE, ID_BLOCK)),
+            mailings: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Track `html` (a letter's HTML parts; at least one) of `mailing` for
+    /// each of `recipients`; their rows are committed when this returns.
+    pub(crate) async fn track(
+        &self,
+        mailing: Mailing,
+        recipients: &[LetterRecipient],
+        html: &[&str],
+    ) -> Result<Vec<TrackedLetter>, TrackLetterError> {
+        let known = self
+            .known_mailing(&mailing, html.first().copied().unwrap_or_default())
+            .await?;
+        let base_url =
+            tracking_base_for(&self.pool, &self.settings.base_url, &mailing.from).await?;
+        let mut ctx = MailingContext::prepare_unplanned(
+            mailing,
+            &base_url,
+            self.settings.max_letter_bytes,
+            self.seal.clone(),
+        )?;
+        ctx.set_templates(known.templates.clone());
+        ctx.set_bounce_domain(self.settings.bounce_domain.clone());
+        let mut rows = Vec::new();
+        let mut letters = Vec::with_capacity(recipients.len());
+        for recipient in recipients {
+            let letter_id = self.sequence.lock().await.next(&self.pool).await?;
+            let mode = if recipient.opted_out {
+                TrackMode::None
+            } else {
+                ctx.mailing.track
+            };
+            let now = chrono::Utc::now();
+            let tracked = track_parts(
+                &ctx,
+                &known.images,
+                &recipient.email,
+                letter_id,
+                mode,
+                now,
+                html,
+            )?;
+            rows.extend(tracked.rows);
+            letters.push(TrackedLetter {
+                letter_id,
+                email: recipient.email.clone(),
+                html_parts: tracked.html_parts,
+                headers: tracked.headers,
+                envelope_from: tracked.envelope_from,
+            });
+        }
+        rows.extend(known.images.take_new_rows());
+        store_letter_rows(&self.pool, &rows).await?;
+        Ok(letters)
+    }
+
+    /// The mailing as this process stored it, storing it the first time:
+    /// today's partitions, its subject and (first) creative for the
+    /// dashboard, its mode, its fixed link templates.
+    async fn known_mailing(
+        &self,
+        mailing: &Mailing,
+        first_html: &str,
+    ) -> Result<Arc<KnownMailing>, TrackLetterError> {
+        let key = mailing.mailing_id.as_str().to_owned();
+        let mut known = self.mailings.lock().await;
+        if let Some(found) = known.get(&key) {
+            return Ok(Arc::clone(found));
+        }
+        partitions::ensure_ahead(&self.pool, 1).await?;
+        let id = &mailing.mailing_id;
+        stats::save_mailing(&self.pool, id, &mailing.subject, first_html).await?;
+        stats::save_track_mode(&self.pool, id, mailing.track.as_str()).await?;
+        let today = chrono::Utc::now().date_naive();
+        let templates =
+            link_templates::intern(&self.pool, id, &fixed_template_keys(), today).await?;
+        let entry = Arc::new(KnownMailing {
+            templates,
+            images: ImageTokens::default(),
+        });
+        known.insert(key, Arc::clone(&entry));
+        Ok(entry)
+    }
+}
