@@ -42,17 +42,23 @@ impl Dovecot {
                 pop3s: ports[3],
             };
             dovecot.write_instance();
+            // Its daemon keeps the standard output and error it was given:
+            // a file, not a pipe a waiting `output()` would never see closed.
+            let errors = dovecot.dir.path().join("start.err");
             let started = Command::new("/usr/sbin/dovecot")
                 .arg("-c")
                 .arg(dovecot.dir.path().join("dovecot.conf"))
-                .output()
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::fs::File::create(&errors).unwrap())
+                .status()
                 .expect("dovecot runs (Debian's dovecot-imapd; scripts/test installs it)");
-            if started.status.success() && dovecot.listening() {
+            if started.success() && dovecot.listening() {
                 return dovecot;
             }
             eprintln!(
                 "dovecot did not start: {}\n{}",
-                String::from_utf8_lossy(&started.stderr),
+                std::fs::read_to_string(&errors).unwrap_or_default(),
                 dovecot.log()
             );
         }
