@@ -126,7 +126,8 @@
 //!     matched to their letter through the VERP token or `deliveries` and
 //!     acted on (`ingest.rs`, soft bounces counted by `soft_policy.rs`,
 //!     decisions sent on through `events_out.rs`); providers' events (SES,
-//!     Mailgun) read into the same report (`providers.rs`).
+//!     Mailgun) read into the same report (`providers.rs`); the bounce
+//!     mailbox read over IMAP or POP3 (`bounces/mailbox/`).
 //! 23. [`journal`]: the event journal: its segment files
 //!     (`journal/segments.rs`), its versioned line (`line.rs`), the fallback
 //!     queue when it cannot write (`fallback.rs`) and its drain

@@ -11,6 +11,7 @@ mod bare_address;
 pub mod classify;
 mod events_out;
 pub mod ingest;
+pub mod mailbox;
 pub mod parse;
 pub mod providers;
 pub mod read;

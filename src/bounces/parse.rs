@@ -322,9 +322,17 @@ fn complaint(message: &Message<'_>, returned: Option<&str>) -> Kind {
     let feedback_type = field(&fields, "Feedback-Type")
         .unwrap_or_default()
         .to_ascii_lowercase();
-    if !matches!(feedback_type.as_str(), "abuse" | "fraud") {
+    // `opt-out` (MAAWG's ARF type for a reader's unsubscribe request,
+    // `opt-out-list` its list form) is a reader saying "no more": acted
+    // on as a complaint. `auth-failure` (a DMARC forensic report),
+    // `not-spam`, `virus` and `other` say nothing of the reader's wish.
+    if !matches!(
+        feedback_type.as_str(),
+        "abuse" | "fraud" | "opt-out" | "opt-out-list"
+    ) {
         return Kind::NotABounce {
-            why: "a feedback report that is not a complaint (feedback-type not abuse or fraud)",
+            why: "a feedback report that is not a complaint (feedback-type not abuse, fraud \
+                  or opt-out)",
         };
     }
     let recipient = field(&fields, "Original-Rcpt-To")
@@ -425,6 +433,8 @@ pub(crate) fn looks_like_bounce(message: &Message<'_>) -> bool {
         "non remis",
         "unzustellbar",
         "address not found",
+        // KDDI's au one net ("mail error notice").
+        "メールエラー通知",
     ]
     .iter()
     .any(|word| subject.contains(word));

@@ -23,7 +23,13 @@ const COPY_MARKERS: &[&str] = &[
     "----- unsent message below -----",
     "content-type: message/rfc822",
     "--- the header of the original message is following",
+    "----- unsent message follows -----",
 ];
+
+/// The transcript of an SMTP session: after the failure section in
+/// Sendmail's bounces, the failure section itself in V5 Sendmail's (they
+/// have nothing before it).
+const TRANSCRIPT: &str = "----- transcript of session follows -----";
 
 /// Which MTA wrote the text, from the words each is documented to use.
 const MTAS: &[(&str, &str)] = &[
@@ -53,17 +59,39 @@ const MTAS: &[(&str, &str)] = &[
 pub(crate) fn read(message: &Message<'_>) -> Option<Kind> {
     let text = body_text(message);
     let lower = text.to_ascii_lowercase();
-    let section_end = COPY_MARKERS
-        .iter()
-        .filter_map(|marker| lower.find(marker))
-        .min()
-        .unwrap_or(text.len());
-    let section = &text[..section_end];
-    let format = MTAS
+    let own = own_addresses(message);
+    let end_before = |skip: Option<&str>| {
+        COPY_MARKERS
+            .iter()
+            .filter(|marker| Some(**marker) != skip)
+            .filter_map(|marker| lower.find(marker))
+            .min()
+            .unwrap_or(text.len())
+    };
+    let mut section_end = end_before(None);
+    let mut format = MTAS
         .iter()
         .find(|(words, _)| lower[..section_end].contains(words))
         .map_or("text", |(_, mta)| mta);
-    let own = own_addresses(message);
+    // V5 Sendmail: nothing before the transcript names an address; the
+    // transcript is the failure section.
+    let before = &text[..section_end];
+    if !addresses_in(before)
+        .iter()
+        .any(|a| !own.iter().any(|o| o.eq_ignore_ascii_case(a)))
+    {
+        let through = end_before(Some(TRANSCRIPT));
+        if lower
+            .get(section_end..through)
+            .is_some_and(|t| t.starts_with(TRANSCRIPT))
+        {
+            section_end = through;
+            if format == "text" {
+                format = "sendmail";
+            }
+        }
+    }
+    let section = &text[..section_end];
     let mut named: Vec<String> = message
         .header_raw("X-Failed-Recipients")
         .map(|list| {

@@ -2,11 +2,14 @@
 //! the worst of them; `bounces classify`: one line (or JSON object) per
 //! message, what it was read as.
 
-use super::args::bounces::{BouncesCommand, ClassifyArgs, IngestArgs};
+use super::args::bounces::{
+    AfterArg, BouncesCommand, ClassifyArgs, FetchArgs, IngestArgs, IntakeArgs,
+};
 use super::args::secrets::PreviousSecretsError;
 use super::connect::pool;
 use super::exit_status::EXIT_REJECTED;
-use crate::bounces::ingest::Ingest;
+use crate::bounces::ingest::{Ingest, Outcome};
+use crate::bounces::mailbox::{self, After, Disposal, MailboxUrl, PassError, Protocol};
 use crate::bounces::reading::Reading;
 use crate::bounces::{read, sources, SoftPolicy};
 use crate::outbound::{EndpointError, Outbound};
@@ -28,6 +31,7 @@ pub(super) async fn run(url: &str, command: BouncesCommand) -> anyhow::Result<Ex
     match command {
         BouncesCommand::Ingest(args) => ingest(url, &args).await,
         BouncesCommand::Classify(args) => classify(&args),
+        BouncesCommand::Fetch(args) => fetch(url, &args).await,
     }
 }
 
@@ -62,8 +66,8 @@ fn read_one(message: &sources::Message, max_bytes: usize) -> Reading {
 }
 
 async fn ingest(url: &str, args: &IngestArgs) -> anyhow::Result<ExitCode> {
-    let messages = sources::read(args.source.as_deref(), args.max_bytes)?;
-    let intake = match open(url, args).await {
+    let messages = sources::read(args.source.as_deref(), args.intake.max_bytes)?;
+    let intake = match open(url, &args.intake).await {
         Ok(intake) => intake,
         Err(err) if is_configuration(&err) => {
             eprintln!(
@@ -113,7 +117,7 @@ fn is_configuration(err: &anyhow::Error) -> bool {
         || err.downcast_ref::<EndpointError>().is_some()
 }
 
-async fn open(url: &str, args: &IngestArgs) -> anyhow::Result<Ingest> {
+async fn open(url: &str, args: &IntakeArgs) -> anyhow::Result<Ingest> {
     // The endpoints are checked before the database is touched: a bad
     // setting is an error naming it, not a retry.
     let outbound = Outbound::from_settings(&args.outbound.settings())?;
@@ -133,4 +137,158 @@ async fn open(url: &str, args: &IngestArgs) -> anyhow::Result<Ingest> {
         max_bytes: args.max_bytes,
         events_out: Arc::new(outbound),
     })
+}
+
+/// `bounces fetch`: one pass over the mailbox, or with `--watch` one
+/// every `--poll` seconds until SIGTERM or Ctrl-C.
+async fn fetch(url: &str, args: &FetchArgs) -> anyhow::Result<ExitCode> {
+    const WHO: &str = "linktrack bounces fetch";
+    let config_error = |why: &dyn std::fmt::Display| {
+        eprintln!("{WHO}: {why}; nothing read: a setting is wrong (exit {EXIT_CONFIG})");
+        Ok(ExitCode::from(EXIT_CONFIG))
+    };
+    let mailbox_url = match MailboxUrl::parse(&args.mailbox) {
+        Ok(parsed) => parsed,
+        Err(err) => return config_error(&err),
+    };
+    let disposal = Disposal {
+        after: match (args.after, mailbox_url.protocol) {
+            (Some(AfterArg::Move), _) | (None, Protocol::Imap) => After::Move,
+            (Some(AfterArg::Seen), _) => After::Seen,
+            (Some(AfterArg::Delete), _) | (None, Protocol::Pop3) => After::Delete,
+        },
+        done_folder: args.done_folder.clone(),
+        look_folder: args.look_folder.clone(),
+    };
+    if let Err(why) = disposal.check(mailbox_url.protocol) {
+        return config_error(&why);
+    }
+    let password = match password(args) {
+        Ok(password) => password,
+        Err(why) => return config_error(&why),
+    };
+    let tls = match crate::delivery::smtp::tls_config() {
+        Ok(tls) => tls,
+        Err(why) => return config_error(&why),
+    };
+    let intake = match open(url, &args.intake).await {
+        Ok(intake) => intake,
+        Err(err) if is_configuration(&err) => return config_error(&format!("{err:#}")),
+        Err(err) => {
+            eprintln!("{WHO}: {err:#}; nothing read, try again later");
+            return Ok(ExitCode::from(EXIT_TEMPFAIL));
+        }
+    };
+    let mut say = |name: &str, outcome: &Outcome| say!("{name}: {}", outcome.line);
+    if !args.watch {
+        let pass = mailbox::pass(&mailbox_url, &password, &disposal, &intake, &tls, &mut say);
+        return match pass.await {
+            Ok(pass) => {
+                say!("{mailbox_url}: {}", summary(&pass, &disposal))?;
+                Ok(if pass.looks > 0 {
+                    ExitCode::from(EXIT_REJECTED)
+                } else {
+                    ExitCode::SUCCESS
+                })
+            }
+            Err(err) => Ok(pass_failed(&err)),
+        };
+    }
+    let mut stop = Stop::new()?;
+    loop {
+        let pass = mailbox::pass(&mailbox_url, &password, &disposal, &intake, &tls, &mut say);
+        let result = tokio::select! {
+            result = pass => result,
+            () = stop.signalled() => return Ok(ExitCode::SUCCESS),
+        };
+        match result {
+            Ok(pass) if pass.listed > 0 => {
+                say!("{mailbox_url}: {}", summary(&pass, &disposal))?;
+            }
+            Ok(_) => {}
+            Err(PassError::Said(err)) => return Err(err),
+            Err(PassError::Mailbox(err)) if err.is_setting() => return config_error(&err),
+            Err(err) => {
+                pass_failed(&err);
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(std::time::Duration::from_secs(args.poll)) => {}
+            () = stop.signalled() => return Ok(ExitCode::SUCCESS),
+        }
+    }
+}
+
+/// A pass's end, said: "3 messages read: 2 acted on, 1 to look at".
+fn summary(pass: &mailbox::Pass, disposal: &Disposal) -> String {
+    let looks = match disposal.after {
+        After::Seen => "flagged".to_owned(),
+        _ => format!("in {}", disposal.look_folder),
+    };
+    format!(
+        "{} read: {} acted on, {} to look at ({looks})",
+        super::output::counted(pass.listed as u64, "message", "messages"),
+        pass.done,
+        pass.looks
+    )
+}
+
+/// A pass that stopped, said; its exit status.
+fn pass_failed(err: &PassError) -> ExitCode {
+    const WHO: &str = "linktrack bounces fetch";
+    match err {
+        PassError::Mailbox(err) if err.is_setting() => {
+            eprintln!("{WHO}: {err}; a setting is wrong (exit {EXIT_CONFIG})");
+            ExitCode::from(EXIT_CONFIG)
+        }
+        PassError::Said(_) => ExitCode::SUCCESS,
+        _ => {
+            eprintln!(
+                "{WHO}: {err}; what was read before is stored and set aside, the rest \
+                 stays in the mailbox for the next pass (exit {EXIT_TEMPFAIL})"
+            );
+            ExitCode::from(EXIT_TEMPFAIL)
+        }
+    }
+}
+
+/// The mailbox password: --password-file's first line, else
+/// LINKTRACK_MAILBOX_PASSWORD.
+fn password(args: &FetchArgs) -> Result<String, String> {
+    if let Some(path) = &args.password_file {
+        let text = std::fs::read_to_string(path)
+            .map_err(|err| format!("--password-file {}: {err}", path.display()))?;
+        let first = text.lines().next().unwrap_or_default();
+        if first.is_empty() {
+            return Err(format!(
+                "--password-file {}: its first line is empty",
+                path.display()
+            ));
+        }
+        return Ok(first.to_owned());
+    }
+    match std::env::var("LINKTRACK_MAILBOX_PASSWORD") {
+        Ok(password) if !password.is_empty() => Ok(password),
+        _ => Err("no mailbox password: set LINKTRACK_MAILBOX_PASSWORD or --password-file".into()),
+    }
+}
+
+/// SIGTERM or Ctrl-C, for --watch: the pass under way is dropped (a
+/// message being decided is either stored or not, and read again).
+struct Stop {
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl Stop {
+    fn new() -> anyhow::Result<Stop> {
+        let terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        Ok(Stop { terminate })
+    }
+
+    async fn signalled(&mut self) {
+        tokio::select! {
+            _ = self.terminate.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    }
 }

@@ -14,6 +14,7 @@ mod bounce_classify;
 mod bounce_events;
 mod bounce_hooks;
 mod bounce_loop;
+mod bounce_mailbox;
 mod bounces;
 mod build;
 mod common;

@@ -30,6 +30,72 @@ pub enum BouncesCommand {
     /// how linktrack reads your MTA's bounces before pointing them at it.
     /// Exit status: 0 every message read, 1 the source could not be read.
     Classify(ClassifyArgs),
+    /// Read the bounce mailbox where it lives, over IMAP or POP3 with TLS
+    /// (imaps://, pop3s://) or STARTTLS (imap://, pop3://): each message
+    /// is acted on as `ingest` acts on a file, and only once its decision
+    /// is stored is it moved (--after move, the default), marked seen or
+    /// deleted, so a cut connection or a crash loses nothing and a re-run
+    /// reads nothing twice. A message that needs a look goes to
+    /// --look-folder (or is flagged) and the rest are read. The password
+    /// is LINKTRACK_MAILBOX_PASSWORD or --password-file, never in the URL.
+    /// One pass, or with --watch one every --poll seconds until stopped
+    /// (docs/bounces.md, "The bounce mailbox"). Exit status (one pass): 0
+    /// every message read and acted on, 2 some message needs a look, 75
+    /// the mailbox or the database could not be reached or failed (what
+    /// was read is stored; try again), 78 a setting is wrong (the URL,
+    /// the password, the folder, a certificate not trusted, the secrets).
+    Fetch(FetchArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct FetchArgs {
+    /// The mailbox: imaps://USER@HOST[:PORT]/FOLDER (TLS, port 993;
+    /// FOLDER defaults to INBOX), imap://… (STARTTLS, 143),
+    /// pop3s://USER@HOST[:PORT] (995) or pop3://… (STLS, 110). The user
+    /// percent-encoded (bounces%40example.com).
+    #[arg(value_name = "URL")]
+    pub mailbox: String,
+
+    /// A file whose first line is the mailbox password (else the
+    /// variable LINKTRACK_MAILBOX_PASSWORD).
+    #[arg(long, value_name = "FILE")]
+    pub password_file: Option<PathBuf>,
+
+    /// What becomes of a message once read and acted on: `move` to
+    /// --done-folder, mark it `seen` (only unseen messages are read), or
+    /// `delete` it (the only choice for POP3, its default).
+    #[arg(long, value_enum, value_name = "ACTION")]
+    pub after: Option<AfterArg>,
+
+    /// Where --after move puts messages read (made if missing).
+    #[arg(long, default_value = "linktrack-done", value_name = "NAME")]
+    pub done_folder: String,
+
+    /// Where messages that need a look go (IMAP, --after move or delete;
+    /// made if missing); with --after seen they are flagged instead, and
+    /// over POP3 they stay in the mailbox.
+    #[arg(long, default_value = "linktrack-look", value_name = "NAME")]
+    pub look_folder: String,
+
+    /// Keep reading: a pass every --poll seconds until SIGTERM or
+    /// Ctrl-C; a failed pass is said and the next one tries again.
+    #[arg(long)]
+    pub watch: bool,
+
+    /// Seconds between passes with --watch.
+    #[arg(long, default_value_t = 60, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub poll: u64,
+
+    #[command(flatten)]
+    pub intake: IntakeArgs,
+}
+
+/// `--after`'s choices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum AfterArg {
+    Move,
+    Seen,
+    Delete,
 }
 
 #[derive(Debug, Args)]
@@ -58,6 +124,14 @@ pub struct IngestArgs {
     #[arg(value_name = "FILE|DIR|-")]
     pub source: Option<PathBuf>,
 
+    #[command(flatten)]
+    pub intake: IntakeArgs,
+}
+
+/// What `ingest` and `fetch` decide with: the soft bounce limit, the
+/// largest message read, the seal keys and the endpoints of the events.
+#[derive(Debug, Args)]
+pub struct IntakeArgs {
     /// Soft bounces (of distinct letters) that suppress an address...
     #[arg(long, default_value_t = 3, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub soft_bounces: u32,

@@ -8,6 +8,7 @@
 //! it is ours and not lettre's.
 
 mod connection;
+pub(crate) use connection::tls_config;
 mod reply;
 mod target;
 mod transparency;

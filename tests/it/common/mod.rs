@@ -13,6 +13,7 @@ pub mod amqp;
 pub mod build;
 mod child;
 pub mod cluster;
+pub mod dovecot;
 pub mod image_upstream;
 pub mod mmdb;
 pub mod postfix;
