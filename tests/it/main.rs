@@ -25,6 +25,7 @@ mod delivery;
 mod demo;
 mod deploy;
 mod domains;
+mod event_stream;
 mod expired_links;
 mod export;
 mod filters;
