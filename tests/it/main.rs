@@ -9,6 +9,7 @@ mod after_demo;
 mod amqp;
 mod api_description;
 mod api_keys;
+mod api_lists;
 mod bad_input;
 mod bounce_classify;
 mod bounce_events;

@@ -3,13 +3,15 @@
 //! scope check (`caller.rs`), the error every answer has (`error.rs`), JSON
 //! bodies (`json_body.rs`), the shared state (`state.rs`), the handlers
 //! (`stats.rs`, `export.rs`, `keys.rs`, a mailing's links in `links.rs`),
-//! the live event stream (`events_stream.rs`, fed by `event_feed.rs`) and the OpenAPI description
+//! the live event stream (`events_stream.rs`, fed by `event_feed.rs`), the
+//! suppression and tracking opt-out lists (`address_lists.rs`) and the OpenAPI description
 //! (`description.rs`, open schemas of the store's answers in `schema.rs`).
 //!
 //! Every route is registered through utoipa-axum's `routes!`, which adds
 //! the handler's description with it: a route cannot exist undescribed.
 //! `GET /api/openapi.json` serves the description, without a key.
 
+mod address_lists;
 mod caller;
 mod description;
 mod error;
@@ -47,6 +49,18 @@ pub fn described_routes() -> (Router<ApiState>, utoipa::openapi::OpenApi) {
         .routes(routes!(links::list))
         .routes(routes!(links::repoint_link))
         .routes(routes!(events_stream::stream))
+        .routes(routes!(
+            address_lists::list_suppressions,
+            address_lists::add_suppressions
+        ))
+        .routes(routes!(address_lists::import_suppressions))
+        .routes(routes!(address_lists::remove_suppression))
+        .routes(routes!(
+            address_lists::list_tracking_optouts,
+            address_lists::add_tracking_optouts
+        ))
+        .routes(routes!(address_lists::import_tracking_optouts))
+        .routes(routes!(address_lists::remove_tracking_optout))
         .split_for_parts()
 }
 
