@@ -194,7 +194,7 @@ async fn add_checked(
     Ok(AddReport {
         taken: valid.len() as u64,
         added,
-        already_listed: valid.len() as u64 - added,
+        already_listed: (valid.len() as u64).saturating_sub(added),
         refused,
         refused_count,
     })
@@ -219,8 +219,7 @@ async fn add_json(
             .enumerate()
             .map(|(n, raw)| (format!("addresses[{n}]"), raw.as_str())),
     );
-    if valid.is_empty() {
-        let first = &refused[0];
+    if let (true, Some(first)) = (valid.is_empty(), refused.first()) {
         return Err(ApiError::Unprocessable {
             code: "invalid_address",
             message: format!(
@@ -335,9 +334,11 @@ async fn page(
     let entries = list
         .page(&state.pool, params.after.as_deref(), limit)
         .await?;
-    let next = (entries.len() == limit as usize)
-        .then(|| entries.last().map(|e| e.email.clone()))
-        .flatten();
+    let next = if entries.len() == limit as usize {
+        entries.last().map(|e| e.email.clone())
+    } else {
+        None
+    };
     Ok((entries, next))
 }
 

@@ -1,5 +1,5 @@
 //! `GET /api/events/stream` (scope `events:read`): the live event stream,
-//! server-sent events fed by the server's [`EventFeed`]. Each event's
+//! server-sent events fed by the server's `EventFeed` (`event_feed.rs`). Each event's
 //! `data:` is the JSON the webhooks carry and its `id:` a cursor a client
 //! resumes from with `Last-Event-ID`; a comment line every
 //! [`HEARTBEAT`] keeps proxies from closing a quiet stream (docs/api.md,
