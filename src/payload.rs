@@ -280,6 +280,54 @@ pub fn render(
     serde_json::to_string(&payload)
 }
 
+/// The type of the event stream's verdict event: a click, open or image
+/// load sent with its first verdict has settled (docs/api.md, "The event
+/// stream").
+pub const VERDICT: &str = "verdict";
+
+#[derive(Serialize)]
+struct VerdictPayload<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    timestamp: String,
+    data: VerdictData<'a>,
+}
+
+#[derive(Serialize)]
+struct VerdictData<'a> {
+    event_id: String,
+    event_type: &'static str,
+    mailing_id: Option<&'a str>,
+    bot: Bot<'a>,
+    /// The settled verdict differs from the first one.
+    changed: bool,
+}
+
+/// The body of a `verdict` event: the settled verdict of the event
+/// `event_id` (of type `event_type`), `{"type": "verdict", "timestamp",
+/// "data": {"event_id", "event_type", "mailing_id", "bot", "changed"}}`.
+pub fn render_verdict(
+    event_id: &[u8; 16],
+    event_type: &'static str,
+    mailing_id: Option<&str>,
+    verdict: bool,
+    reason: Option<&str>,
+    changed: bool,
+    at: DateTime<Utc>,
+) -> Result<String, serde_json::Error> {
+    serde_json::to_string(&VerdictPayload {
+        kind: VERDICT,
+        timestamp: rfc3339(at),
+        data: VerdictData {
+            event_id: hex::encode(event_id),
+            event_type,
+            mailing_id,
+            bot: Bot::of(verdict, reason, true),
+            changed,
+        },
+    })
+}
+
 fn borrowed(text: &Option<String>) -> Option<Cow<'_, str>> {
     text.as_deref().map(Cow::Borrowed)
 }

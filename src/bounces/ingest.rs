@@ -540,10 +540,17 @@ fn said(action: &str, reason: &str) -> String {
 /// SHA-256 over the source message's key and the address, so the same
 /// decision always has the same id.
 fn event_id(decision: &Decision<'_>) -> [u8; 16] {
+    decision_event_id(&decision.source_key, &decision.letter.email)
+}
+
+/// The event id of the decision stored with `source_key` for `email` (a
+/// `bounces` row): the same id its webhook carried (the event stream
+/// reads it back from the row).
+pub fn decision_event_id(source_key: &[u8], email: &str) -> [u8; 16] {
     let mut hash = Sha256::new();
     hash.update(b"linktrack bounce event\0");
-    hash.update(decision.source_key);
-    hash.update(decision.letter.email.as_bytes());
+    hash.update(source_key);
+    hash.update(email.as_bytes());
     let digest: [u8; 32] = hash.finalize().into();
     let mut id = [0; 16];
     id.copy_from_slice(&digest[..16]);

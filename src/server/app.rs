@@ -303,6 +303,8 @@ impl App {
                 let _ = stopped.wait_for(|s| *s).await;
             }))
         });
+        // Event streams never end by themselves: told to when accepting stops.
+        let event_streams = api.events.clone();
         let app = public_router(state, api, hooks).await;
         let tls_task = tls.map(|tls| {
             let mut stopped = stopped.clone();
@@ -323,6 +325,7 @@ impl App {
                 () = shutdown => {}
                 _ = public_stopped.wait_for(|s| *s) => {}
             }
+            event_streams.close();
         })
         .await;
         let _ = stop.send(true);
@@ -518,10 +521,12 @@ fn api_state(settings: &AppSettings, stats: StatsState) -> ApiState {
         key_secret.clone(),
         settings.api_token.as_deref(),
     );
+    let events = super::api::event_feed::EventFeed::new(stats.pool.clone());
     ApiState {
         stats,
         keys,
         key_secret,
+        events,
     }
 }
 

@@ -20,6 +20,7 @@ pub mod engagement;
 pub mod erase;
 mod error;
 mod error_kind;
+pub mod event_feed;
 pub mod events;
 mod in_list;
 mod key_refusal;

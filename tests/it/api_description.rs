@@ -59,6 +59,9 @@ async fn the_description_is_valid_openapi_3_1_and_names_the_routes() {
         "/api/mailings/{id}/recipients",
         "/api/mailings/{id}/breakdowns",
         "/api/keys",
+        "/api/events/stream",
+        "/api/suppressions",
+        "/api/tracking-optouts",
     ] {
         assert!(description["paths"][path].is_object(), "{path} missing");
     }

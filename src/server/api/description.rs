@@ -19,6 +19,8 @@ use utoipa::{Modify, OpenApi};
     tags(
         (name = "stats", description = "Figures, breakdowns and exports of mailings"),
         (name = "keys", description = "API keys and their scopes (scope keys:admin)"),
+        (name = "events", description = "The live event stream (scope events:read)"),
+        (name = "lists", description = "The suppression and tracking opt-out lists (scopes suppressions:read, suppressions:write)"),
     )
 )]
 pub(crate) struct ApiDoc;

@@ -2,16 +2,21 @@
 //! dashboard's pages (`server/stats/`): the caller extractor and its one
 //! scope check (`caller.rs`), the error every answer has (`error.rs`), JSON
 //! bodies (`json_body.rs`), the shared state (`state.rs`), the handlers
-//! (`stats.rs`, `export.rs`, `keys.rs`, a mailing's links in `links.rs`) and the OpenAPI description
+//! (`stats.rs`, `export.rs`, `keys.rs`, a mailing's links in `links.rs`),
+//! the live event stream (`events_stream.rs`, fed by `event_feed.rs`), the
+//! suppression and tracking opt-out lists (`address_lists.rs`) and the OpenAPI description
 //! (`description.rs`, open schemas of the store's answers in `schema.rs`).
 //!
 //! Every route is registered through utoipa-axum's `routes!`, which adds
 //! the handler's description with it: a route cannot exist undescribed.
 //! `GET /api/openapi.json` serves the description, without a key.
 
+mod address_lists;
 mod caller;
 mod description;
 mod error;
+pub mod event_feed;
+mod events_stream;
 mod export;
 mod json_body;
 mod keys;
@@ -43,6 +48,19 @@ pub fn described_routes() -> (Router<ApiState>, utoipa::openapi::OpenApi) {
         .routes(routes!(keys::revoke))
         .routes(routes!(links::list))
         .routes(routes!(links::repoint_link))
+        .routes(routes!(events_stream::stream))
+        .routes(routes!(
+            address_lists::list_suppressions,
+            address_lists::add_suppressions
+        ))
+        .routes(routes!(address_lists::import_suppressions))
+        .routes(routes!(address_lists::remove_suppression))
+        .routes(routes!(
+            address_lists::list_tracking_optouts,
+            address_lists::add_tracking_optouts
+        ))
+        .routes(routes!(address_lists::import_tracking_optouts))
+        .routes(routes!(address_lists::remove_tracking_optout))
         .split_for_parts()
 }
 
@@ -80,8 +98,9 @@ mod tests {
         let stats = StatsState::new(pool.clone(), None, None, None).unwrap();
         let state = ApiState {
             stats,
-            keys: KeyVerifier::new(pool, None, None),
+            keys: KeyVerifier::new(pool.clone(), None, None),
             key_secret: None,
+            events: event_feed::EventFeed::new(pool),
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());

@@ -2,6 +2,7 @@
 //! (pool, live layer, the guess limiter), the key verifier and the key
 //! secret new keys are hashed with.
 
+use super::event_feed::EventFeed;
 use crate::api_keys::{KeySecret, KeyVerifier};
 use crate::server::stats::StatsState;
 use axum::extract::FromRef;
@@ -13,6 +14,8 @@ pub struct ApiState {
     pub keys: KeyVerifier,
     /// The key of new keys' hashes (`POST /api/keys`); `None`: keys off.
     pub key_secret: Option<KeySecret>,
+    /// What feeds `GET /api/events/stream`.
+    pub events: EventFeed,
 }
 
 impl FromRef<ApiState> for StatsState {
