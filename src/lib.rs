@@ -83,7 +83,8 @@
 //!     every Spider node, the report); the rollup's SQL
 //!     (`rollup.rs`, `rolled_batch.rs`, settling verdicts in `verdicts.rs`,
 //!     a batch read, counted and written in `store/tally/`);
-//!     the outbox (`outbox.rs`); stats reads in `store/stats/`, one file per
+//!     the outbox (`outbox.rs`); the events and bounce decisions after a
+//!     point, for the API's live stream (`event_feed.rs`); stats reads in `store/stats/`, one file per
 //!     question (summary, links, late events, series, letters, mailings);
 //!     segments; erasure;
 //!     the address key (`address_key.rs`) and the privacy change log
