@@ -144,8 +144,10 @@ fn judge(
     }
 }
 
-/// The clicks of the mailing's `letters` within the windows around their
-/// settling hits (the honeypot clicks and bursts they may belong to), by
+/// The clicks and opens of the mailing's `letters` within the windows
+/// around their settling hits (the honeypot clicks, bursts, walks and
+/// time-of-click checks they may belong to; the opens that show a person
+/// read the letter before a fast click), by
 /// the `mailing_letter` index: one short range per letter, in the one or
 /// two day partitions the window touches (`inserted` is the UTC day of
 /// `occurred_at`).
@@ -159,8 +161,14 @@ async fn letter_clicks(
     let (Some(first), Some(last)) = (times.clone().min(), times.max()) else {
         return Ok(HashMap::new());
     };
-    let reach = chrono::Duration::from_std(rules.honeypot_window.max(rules.burst_window))
-        .unwrap_or_default();
+    let reach = chrono::Duration::from_std(
+        rules
+            .honeypot_window
+            .max(rules.burst_window)
+            .max(rules.check_window)
+            .max(rules.min_click_delay),
+    )
+    .unwrap_or_default();
     let ids: Vec<u64> = letters.keys().copied().collect();
     let mut found: HashMap<u64, Vec<Stored>> = HashMap::new();
     let (from, to) = (first - reach, last + reach);
@@ -178,7 +186,7 @@ async fn letter_clicks(
     Ok(found)
 }
 
-/// The settle pass's read of `letters`' clicks from `from` to `to`, the
+/// The settle pass's read of `letters`' clicks and opens from `from` to `to`, the
 /// values written in. A list of bound ids made a prepared statement per
 /// list whose plan was made at each execution (0.86 s a statement for 1,000
 /// letters on the loaded bench machine, against 8 ms written in); MariaDB
@@ -201,7 +209,7 @@ pub fn context_read_sql(
     super::events::push_text(&mut sql, Some(mailing));
     // Dates and times formatted by chrono: digits, dashes, colons, a dot.
     sql.push_str(&format!(
-        " AND inserted >= '{}' AND inserted <= '{}' AND kind = 'click' \
+        " AND inserted >= '{}' AND inserted <= '{}' AND kind IN ('click', 'open', 'image') \
          AND occurred_at >= '{}' AND occurred_at <= '{}' AND letter_id IN (",
         from.date(),
         to.date(),
