@@ -464,11 +464,14 @@ fn near_honeypot_open(
 
 /// For each hit: whether it is a click of a burst (some `burst_window`
 /// holds it and clicks on `burst_links` different links). The honeypot
-/// is not a link of the letter and does not count.
+/// is not a link of the letter and does not count, nor do clicks a request
+/// signal or a listed network already calls a machine's: a person clicking
+/// while Safe Links walks the letter makes no burst with it.
 fn burst_members(rules: &VerdictRules, hits: &[LetterHit]) -> Vec<bool> {
     let clicks: Vec<(DateTime<Utc>, u32)> = hits
         .iter()
         .filter(|h| h.kind == EventKind::Click && h.reason.as_deref() != Some(HONEYPOT))
+        .filter(|h| !listed_or_flagged(rules, h))
         .filter_map(|h| h.position.map(|p| (h.at, p)))
         .collect();
     let window = chrono::Duration::from_std(rules.burst_window).unwrap_or_default();
@@ -749,6 +752,29 @@ mod tests {
         assert_eq!(
             reasons(&judged),
             [Some("honeypot"), Some("honeypot_window"), None, None]
+        );
+    }
+
+    /// Clicks of a listed scanner make no burst with a person's click.
+    #[test]
+    fn a_listed_scanners_clicks_make_no_burst_with_a_persons() {
+        let rules = VerdictRules::default();
+        let home = "86.85.99.0";
+        let hits = [
+            click(600_000, 1, "40.107.3.0"),
+            click(600_400, 2, "40.107.9.0"),
+            open_at(600_500, home),
+            click(600_900, 3, home),
+        ];
+        let judged = judge_letter(&rules, t0(), &hits);
+        assert_eq!(
+            reasons(&judged),
+            [
+                Some("net:microsoft_eop"),
+                Some("net:microsoft_eop"),
+                None,
+                None
+            ]
         );
     }
 }

@@ -256,6 +256,8 @@ impl Tracker {
         let id = &mailing.mailing_id;
         stats::save_mailing(&self.pool, id, &mailing.subject, first_html).await?;
         stats::save_track_mode(&self.pool, id, mailing.track.as_str()).await?;
+        let sender = crate::builder::tracked_parts::sender_domain(&mailing.from);
+        stats::save_sender_domain(&self.pool, id, sender.as_deref()).await?;
         let today = chrono::Utc::now().date_naive();
         let templates =
             link_templates::intern(&self.pool, id, &fixed_template_keys(), today).await?;
