@@ -19,7 +19,7 @@
 //!   (a scanner following the visible links, from one address or many);
 //! * a click sooner than `min_click_delay` after the letter's delivery
 //!   (the `deliveries` record; the build time when linktrack did not send),
-//!   unless it looks like a person's ([`looks_like_a_person`]): a fast
+//!   unless it looks like a person's (`looks_like_a_person`): a fast
 //!   reader is not a bot for being fast alone;
 //! * a burst: `burst_links` different links within `burst_window`, every
 //!   click of it, the earlier ones too.

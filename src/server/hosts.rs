@@ -12,7 +12,7 @@
 //! the host's (the sender domain `build` saved, or its registrable
 //! domain); another sender's host, pending or verified, is a 404 for it.
 //! The base URL's host answers every sender's links. The check is made
-//! where the link's mailing is known ([`ServedFor`], read by
+//! where the link's mailing is known (`ServedFor`, read by
 //! `request::Tracked` and the pixel).
 //!
 //! Before any of that, the request must say one host (docs/serve.md,
@@ -52,11 +52,14 @@ pub(crate) struct KnownHosts {
     senders: moka::future::Cache<String, Option<Arc<str>>>,
 }
 
+/// The added tracking hosts, each with the sender it stands for.
+type AddedHosts = HashMap<String, Arc<str>>;
+
 /// The added hosts as last read, each with its sender (`None`: never
 /// read), and when the last read was started.
 #[derive(Default)]
 struct Known {
-    added: Option<Arc<HashMap<String, Arc<str>>>>,
+    added: Option<Arc<AddedHosts>>,
     read_at: Option<Instant>,
 }
 
@@ -174,7 +177,7 @@ impl KnownHosts {
     }
 
     /// The list as last read, and whether it is due to be read again.
-    fn current(&self) -> (Option<Arc<HashMap<String, Arc<str>>>>, bool) {
+    fn current(&self) -> (Option<Arc<AddedHosts>>, bool) {
         let known = self.known.read_even_poisoned();
         let stale = known.read_at.is_none_or(|at| at.elapsed() >= REFRESH);
         (known.added.clone(), stale)
@@ -182,11 +185,11 @@ impl KnownHosts {
 
     /// Read the list now: when the server starts (so no request reads
     /// it), then in the background. `None` when it cannot be read.
-    pub(crate) async fn read(&self) -> Option<Arc<HashMap<String, Arc<str>>>> {
+    pub(crate) async fn read(&self) -> Option<Arc<AddedHosts>> {
         self.known.write_even_poisoned().read_at = Some(Instant::now());
         match tracking_domains::hosts(&self.pool).await {
             Ok(hosts) => {
-                let added: Arc<HashMap<String, Arc<str>>> = Arc::new(
+                let added: Arc<AddedHosts> = Arc::new(
                     hosts
                         .iter()
                         .map(|(host, sender)| (normalise(host), Arc::from(normalise(sender))))
