@@ -11,8 +11,16 @@
 //! * a scanner network ([`Networks`]) for the hit's kind;
 //! * a click within `honeypot_window` of a click on the honeypot, from any
 //!   address (a scanner walks every link, the invisible one too);
+//! * a time-of-click check: a click followed within `check_window` by a
+//!   click on the same link from another network (a gateway fetching the
+//!   target just before it lets the person through);
+//! * a walk: clicks on `walk_links` different links within
+//!   `min_click_delay`, from networks no person of the letter opened from
+//!   (a scanner following the visible links, from one address or many);
 //! * a click sooner than `min_click_delay` after the letter's delivery
-//!   (the `deliveries` record; the build time when linktrack did not send);
+//!   (the `deliveries` record; the build time when linktrack did not send),
+//!   unless it looks like a person's (`looks_like_a_person`): a fast
+//!   reader is not a bot for being fast alone;
 //! * a burst: `burst_links` different links within `burst_window`, every
 //!   click of it, the earlier ones too.
 //!
@@ -41,6 +49,12 @@ pub struct VerdictRules {
     pub burst_window: Duration,
     /// …this many make a burst.
     pub burst_links: usize,
+    /// A click followed this soon by a click on the same link from another
+    /// network is a gateway's time-of-click check.
+    pub check_window: Duration,
+    /// Different links clicked within `min_click_delay`, from networks no
+    /// person of the letter opened from, that make a walk.
+    pub walk_links: usize,
     /// A hit's verdict is final this long after it happened: the rollup
     /// counts it, and events out send it, only then. Longer than every
     /// window above, so everything that can change it has happened.
@@ -55,6 +69,8 @@ impl Default for VerdictRules {
             honeypot_window: Duration::from_secs(10),
             burst_window: Duration::from_secs(2),
             burst_links: 3,
+            check_window: Duration::from_secs(5),
+            walk_links: 4,
             settle: Duration::ZERO,
             networks: Networks::shipped(),
         }
@@ -134,8 +150,10 @@ impl OpenClass {
 /// the request's (HEAD, no or a scanner's user agent, Apple's prefetch, the
 /// honeypot) or an operator's, and stays.
 fn made_here(reason: &str) -> bool {
-    matches!(reason, "too_fast" | "burst" | "honeypot_window")
-        || reason.starts_with("net:")
+    matches!(
+        reason,
+        "too_fast" | "burst" | "honeypot_window" | "time_of_click" | "walk"
+    ) || reason.starts_with("net:")
         || reason.starts_with("proxy:")
 }
 
@@ -157,17 +175,44 @@ pub fn judge_letter(
     delivered_at: DateTime<Utc>,
     hits: &[LetterHit],
 ) -> Vec<Judged> {
-    let honeypots: Vec<DateTime<Utc>> = hits
+    let honeypots: Vec<&LetterHit> = hits
         .iter()
         .filter(|h| h.kind == EventKind::Click && h.reason.as_deref() == Some(HONEYPOT))
-        .map(|h| h.at)
         .collect();
+    let clicks: Vec<&LetterHit> = hits
+        .iter()
+        .filter(|h| {
+            h.kind == EventKind::Click
+                && h.reason.as_deref() != Some(HONEYPOT)
+                && !listed_or_flagged(rules, h)
+        })
+        .collect();
+    let opens: Vec<Open> = hits
+        .iter()
+        .filter(|h| matches!(h.kind, EventKind::Open | EventKind::Image))
+        .map(|h| {
+            let judged = judge_open(rules, &honeypots, &clicks, h);
+            Open {
+                at: h.at,
+                ip: h.ip,
+                class: OpenClass::of(judged.bot, judged.reason.as_deref()),
+            }
+        })
+        .collect();
+    let letter = Letter {
+        delivered_at,
+        honeypots,
+        opens,
+        clicks,
+    };
     let bursts = burst_members(rules, hits);
     hits.iter()
         .zip(bursts)
         .map(|(hit, in_burst)| match hit.kind {
-            EventKind::Click => judge_click(rules, delivered_at, &honeypots, in_burst, hit),
-            EventKind::Open | EventKind::Image => judge_open(rules, &honeypots, hit),
+            EventKind::Click => judge_click(rules, &letter, in_burst, hit),
+            EventKind::Open | EventKind::Image => {
+                judge_open(rules, &letter.honeypots, &letter.clicks, hit)
+            }
             EventKind::Unsubscribe => Judged {
                 bot: hit.reason.is_some(),
                 reason: hit.reason.clone(),
@@ -176,10 +221,104 @@ pub fn judge_letter(
         .collect()
 }
 
+/// What a click is judged against: the letter's other hits.
+struct Letter<'a> {
+    delivered_at: DateTime<Utc>,
+    /// Clicks on the honeypot link.
+    honeypots: Vec<&'a LetterHit>,
+    /// Opens and image loads, with the class each is judged to have.
+    opens: Vec<Open>,
+    /// Clicks on the letter's links that no request signal or listed
+    /// network already calls a machine's.
+    clicks: Vec<&'a LetterHit>,
+}
+
+struct Open {
+    at: DateTime<Utc>,
+    ip: Option<IpAddr>,
+    class: OpenClass,
+}
+
+impl Letter<'_> {
+    /// Whether a person opened the letter, pictures shown, from `ip`'s
+    /// network by `at` (a `human` open from that network, or a provider's
+    /// proxy fetching for the person, from any). Apple's prefetch and a
+    /// scanner's fetch are no one's reading.
+    fn opened_by_a_person(&self, ip: Option<IpAddr>, at: DateTime<Utc>, proxy_too: bool) -> bool {
+        self.opens.iter().any(|open| {
+            open.at <= at
+                && match open.class {
+                    OpenClass::Human => ip.is_some() && open.ip == ip,
+                    OpenClass::Proxy => proxy_too,
+                    OpenClass::Machine | OpenClass::Scanner => false,
+                }
+        })
+    }
+
+    /// The different links among `clicks` within `window` of `at`.
+    fn links_near<'h>(
+        &self,
+        at: DateTime<Utc>,
+        window: chrono::Duration,
+        clicks: impl Iterator<Item = &'h &'h LetterHit>,
+    ) -> usize {
+        let mut positions: Vec<u32> = clicks
+            .filter(|c| (c.at - at).abs() <= window)
+            .filter_map(|c| c.position)
+            .collect();
+        positions.sort_unstable();
+        positions.dedup();
+        positions.len()
+    }
+}
+
+/// A click the request's own signals or a listed scanner network already
+/// call a machine's: not counted among the letter's clicks a person
+/// might have made.
+fn listed_or_flagged(rules: &VerdictRules, hit: &LetterHit) -> bool {
+    hit.reason.as_deref().is_some_and(from_the_request)
+        || matches!(
+            hit.ip
+                .and_then(|ip| rules.networks.lookup(ip, EventKind::Click)),
+            Some((_, Role::Scanner | Role::Machine))
+        )
+}
+
+/// A browser's user agent: `Mozilla/5.0 (platform)` and a rendering engine.
+/// Scanners often send one too; this alone proves nothing, its absence
+/// (a bare or a library's agent) is a machine's sign.
+fn browser_agent(agent: Option<&str>) -> bool {
+    let Some(agent) = agent else {
+        return false;
+    };
+    let Some(rest) = agent.trim().strip_prefix("Mozilla/5.0 (") else {
+        return false;
+    };
+    let Some((platform, engine)) = rest.split_once(')') else {
+        return false;
+    };
+    platform.len() >= 4
+        && ["AppleWebKit/", "Gecko/", "Trident/", "Gecko)"]
+            .iter()
+            .any(|marker| engine.contains(marker))
+}
+
+/// Whether a click that a time window alone would call a bot's looks like
+/// a person's in every other respect: a browser's user agent, the letter
+/// opened with pictures by a person before it (from the click's network,
+/// or through a provider's proxy), and no more than two different links
+/// clicked around it by anyone not already known to be a machine (a person
+/// reading fast clicks one or two; a scanner follows them all).
+fn looks_like_a_person(rules: &VerdictRules, letter: &Letter<'_>, hit: &LetterHit) -> bool {
+    let window = chrono::Duration::from_std(rules.min_click_delay).unwrap_or_default();
+    browser_agent(hit.user_agent.as_deref())
+        && letter.opened_by_a_person(hit.ip, hit.at, true)
+        && letter.links_near(hit.at, window, letter.clicks.iter()) <= 2
+}
+
 fn judge_click(
     rules: &VerdictRules,
-    delivered_at: DateTime<Utc>,
-    honeypots: &[DateTime<Utc>],
+    letter: &Letter<'_>,
     in_burst: bool,
     hit: &LetterHit,
 ) -> Judged {
@@ -192,12 +331,30 @@ fn judge_click(
     {
         return Judged::bot(format!("net:{name}"));
     }
-    if near_any(hit.at, honeypots, rules.honeypot_window) {
+    let honeypot_window = chrono::Duration::from_std(rules.honeypot_window).unwrap_or_default();
+    let near_honeypots: Vec<&&LetterHit> = letter
+        .honeypots
+        .iter()
+        .filter(|h| (hit.at - h.at).abs() <= honeypot_window)
+        .collect();
+    // A person's click near a scanner's honeypot click, from another
+    // network (Safe Links walks the letter as the reader opens it), is
+    // the person's.
+    if !near_honeypots.is_empty()
+        && (near_honeypots.iter().any(|h| h.ip == hit.ip)
+            || !looks_like_a_person(rules, letter, hit))
+    {
         return Judged::bot("honeypot_window");
     }
-    let since = hit.at - delivered_at;
+    if time_of_click_check(rules, letter, hit) {
+        return Judged::bot("time_of_click");
+    }
+    if walk(rules, letter, hit) {
+        return Judged::bot("walk");
+    }
+    let since = hit.at - letter.delivered_at;
     let min = chrono::Duration::from_std(rules.min_click_delay).unwrap_or_default();
-    if since > -BEFORE_DELIVERY && since < min {
+    if since > -BEFORE_DELIVERY && since < min && !looks_like_a_person(rules, letter, hit) {
         return Judged::bot("too_fast");
     }
     if in_burst {
@@ -206,7 +363,40 @@ fn judge_click(
     Judged::human()
 }
 
-fn judge_open(rules: &VerdictRules, honeypots: &[DateTime<Utc>], hit: &LetterHit) -> Judged {
+/// A gateway's time-of-click check: the same link clicked again from
+/// another network within `check_window` after this click (the gateway
+/// fetches the target, then lets the person through), and no person
+/// opened the letter from this click's network.
+fn time_of_click_check(rules: &VerdictRules, letter: &Letter<'_>, hit: &LetterHit) -> bool {
+    let window = chrono::Duration::from_std(rules.check_window).unwrap_or_default();
+    hit.position.is_some()
+        && !letter.opened_by_a_person(hit.ip, hit.at, false)
+        && letter.clicks.iter().any(|c| {
+            c.position == hit.position && c.ip != hit.ip && c.at > hit.at && c.at - hit.at <= window
+        })
+}
+
+/// A walk over the letter's links: clicks on `walk_links` different links
+/// within `min_click_delay` of this one, from networks no person of the
+/// letter opened from (one address or many), this click among them.
+fn walk(rules: &VerdictRules, letter: &Letter<'_>, hit: &LetterHit) -> bool {
+    let window = chrono::Duration::from_std(rules.min_click_delay).unwrap_or_default();
+    let strangers = || {
+        letter
+            .clicks
+            .iter()
+            .filter(|c| !letter.opened_by_a_person(c.ip, c.at, false))
+    };
+    !letter.opened_by_a_person(hit.ip, hit.at, false)
+        && letter.links_near(hit.at, window, strangers()) >= rules.walk_links
+}
+
+fn judge_open(
+    rules: &VerdictRules,
+    honeypots: &[&LetterHit],
+    clicks: &[&LetterHit],
+    hit: &LetterHit,
+) -> Judged {
     if let Some(reason) = hit.reason.as_deref().filter(|r| from_the_request(r)) {
         return Judged::bot(reason);
     }
@@ -222,7 +412,7 @@ fn judge_open(rules: &VerdictRules, honeypots: &[DateTime<Utc>], hit: &LetterHit
         Some((name, Role::Machine)) => return Judged::bot(format!("machine:{name}")),
         _ => {}
     }
-    if near_any(hit.at, honeypots, rules.honeypot_window) {
+    if near_honeypot_open(rules, honeypots, clicks, hit) {
         return Judged::bot("honeypot_window");
     }
     let proxy = if lower.contains("googleimageproxy") {
@@ -241,19 +431,47 @@ fn judge_open(rules: &VerdictRules, honeypots: &[DateTime<Utc>], hit: &LetterHit
     }
 }
 
-fn near_any(at: DateTime<Utc>, marks: &[DateTime<Utc>], window: Duration) -> bool {
-    marks
+/// An open within `honeypot_window` of a honeypot click is a scanner's,
+/// unless it comes from another network than every such click, with a
+/// browser's user agent, and its network clicked no more than two links
+/// around it (a person opening the letter while a gateway walks it).
+fn near_honeypot_open(
+    rules: &VerdictRules,
+    honeypots: &[&LetterHit],
+    clicks: &[&LetterHit],
+    hit: &LetterHit,
+) -> bool {
+    let window = chrono::Duration::from_std(rules.honeypot_window).unwrap_or_default();
+    let near: Vec<&&LetterHit> = honeypots
         .iter()
-        .any(|mark| (at - *mark).abs().to_std().unwrap_or_default() <= window)
+        .filter(|h| (hit.at - h.at).abs() <= window)
+        .collect();
+    if near.is_empty() {
+        return false;
+    }
+    let mut links: Vec<u32> = clicks
+        .iter()
+        .filter(|c| c.ip == hit.ip && (c.at - hit.at).abs() <= window)
+        .filter_map(|c| c.position)
+        .collect();
+    links.sort_unstable();
+    links.dedup();
+    near.iter().any(|h| h.ip == hit.ip)
+        || hit.ip.is_none()
+        || !browser_agent(hit.user_agent.as_deref())
+        || links.len() > 2
 }
 
 /// For each hit: whether it is a click of a burst (some `burst_window`
 /// holds it and clicks on `burst_links` different links). The honeypot
-/// is not a link of the letter and does not count.
+/// is not a link of the letter and does not count, nor do clicks a request
+/// signal or a listed network already calls a machine's: a person clicking
+/// while Safe Links walks the letter makes no burst with it.
 fn burst_members(rules: &VerdictRules, hits: &[LetterHit]) -> Vec<bool> {
     let clicks: Vec<(DateTime<Utc>, u32)> = hits
         .iter()
         .filter(|h| h.kind == EventKind::Click && h.reason.as_deref() != Some(HONEYPOT))
+        .filter(|h| !listed_or_flagged(rules, h))
         .filter_map(|h| h.position.map(|p| (h.at, p)))
         .collect();
     let window = chrono::Duration::from_std(rules.burst_window).unwrap_or_default();
@@ -405,5 +623,158 @@ mod tests {
         fast.reason = Some("too_fast".into());
         let judged = judge_letter(&rules, t0(), &[head, fast]);
         assert_eq!(reasons(&judged), [Some("head"), None], "too_fast is redone");
+    }
+
+    fn open_at(ms_after: i64, ip: &str) -> LetterHit {
+        LetterHit {
+            kind: EventKind::Open,
+            position: None,
+            ..click(ms_after, 0, ip)
+        }
+    }
+
+    /// A person who opens the letter as it arrives and clicks a link
+    /// within the fast window is a person: the window alone is not enough.
+    /// The same click with no one's open, a library's agent, or among many
+    /// links clicked is too fast.
+    #[test]
+    fn a_fast_reader_with_nothing_machine_like_is_a_person() {
+        let rules = VerdictRules::default();
+        let home = "86.85.99.0";
+        let reader = [open_at(2_000, home), click(5_000, 3, home)];
+        let judged = judge_letter(&rules, t0(), &reader);
+        assert_eq!(reasons(&judged), [None, None]);
+        assert!(!judged[1].bot);
+
+        let no_open = [click(5_000, 3, home)];
+        assert_eq!(
+            reasons(&judge_letter(&rules, t0(), &no_open)),
+            [Some("too_fast")]
+        );
+        let mut library = click(5_000, 3, home);
+        library.user_agent = Some("Mozilla/5.0".into());
+        let judged = judge_letter(&rules, t0(), &[open_at(2_000, home), library]);
+        assert_eq!(reasons(&judged)[1], Some("too_fast"));
+        let elsewhere = [open_at(2_000, "151.59.14.0"), click(5_000, 3, home)];
+        assert_eq!(
+            reasons(&judge_letter(&rules, t0(), &elsewhere))[1],
+            Some("too_fast"),
+            "a person's open from another network"
+        );
+        // Gmail's proxy fetches the pixel for the person, from Google.
+        let mut proxied = open_at(2_000, "66.249.84.0");
+        proxied.user_agent = Some("Mozilla/5.0 (via ggpht.com GoogleImageProxy)".into());
+        let judged = judge_letter(&rules, t0(), &[proxied, click(5_000, 3, home)]);
+        assert_eq!(reasons(&judged), [Some("proxy:gmail"), None]);
+        // Three links in the window: a scanner, not a reader.
+        let many = [
+            open_at(1_000, home),
+            click(3_000, 1, home),
+            click(5_500, 2, home),
+            click(8_000, 3, home),
+        ];
+        let judged = judge_letter(&rules, t0(), &many);
+        assert_eq!(
+            reasons(&judged)[1..],
+            [Some("too_fast"), Some("too_fast"), Some("too_fast")]
+        );
+    }
+
+    /// A gateway fetching the link just before the person's own click is
+    /// a bot; the person's click, fast or not, is not.
+    #[test]
+    fn a_time_of_click_check_before_a_persons_click_is_the_bot() {
+        let rules = VerdictRules::default();
+        let home = "92.14.7.0";
+        let gateway = "20.61.12.0";
+        let late = [
+            open_at(3_600_000, home),
+            click(3_605_000, 4, gateway),
+            click(3_605_700, 4, home),
+        ];
+        let judged = judge_letter(&rules, t0(), &late);
+        assert_eq!(reasons(&judged), [None, Some("time_of_click"), None]);
+        let fast = [
+            open_at(2_000, home),
+            click(6_000, 4, gateway),
+            click(6_400, 4, home),
+        ];
+        let judged = judge_letter(&rules, t0(), &fast);
+        assert_eq!(reasons(&judged), [None, Some("time_of_click"), None]);
+        // Two people? A person clicking on after clicking from the same
+        // network is no check; a click of another link is no check.
+        let other_link = [click(3_605_000, 5, gateway), click(3_605_700, 4, home)];
+        assert_eq!(
+            reasons(&judge_letter(&rules, t0(), &other_link)),
+            [None, None]
+        );
+    }
+
+    /// A scanner from home addresses following only the visible links,
+    /// slowly enough to make no burst and past the fast window: a walk,
+    /// from one address or one address a link.
+    #[test]
+    fn a_stealth_scanner_walking_the_visible_links_is_a_bot() {
+        let rules = VerdictRules::default();
+        let one: Vec<LetterHit> = (0..8)
+            .map(|n| click(20_000 + n * 1_600, n as u32 + 1, "176.33.2.0"))
+            .collect();
+        let judged = judge_letter(&rules, t0(), &one);
+        assert!(judged.iter().all(|j| j.reason.as_deref() == Some("walk")));
+        let many: Vec<LetterHit> = (0..8)
+            .map(|n| click(20_000 + n * 1_600, n as u32 + 1, &format!("188.{n}.2.0")))
+            .collect();
+        let judged = judge_letter(&rules, t0(), &many);
+        assert!(judged.iter().all(|j| j.reason.as_deref() == Some("walk")));
+        // A reader who opened and clicks four links in ten seconds reads.
+        let mut reader = vec![open_at(15_000, "176.33.2.0")];
+        reader.extend((0..4).map(|n| click(20_000 + n * 2_500, n as u32 + 1, "176.33.2.0")));
+        let judged = judge_letter(&rules, t0(), &reader);
+        assert!(judged.iter().all(|j| !j.bot), "{judged:?}");
+    }
+
+    /// Safe Links walks the letter, honeypot too, as the person opens and
+    /// clicks: the person's open and click, from their own network, are
+    /// theirs; a click from the honeypot's own network is not.
+    #[test]
+    fn a_person_reading_while_a_gateway_walks_the_letter_is_a_person() {
+        let rules = VerdictRules::default();
+        let home = "81.20.30.0";
+        let mut honeypot = click(2_500, 0, "34.90.1.0");
+        honeypot.reason = Some(HONEYPOT.into());
+        let hits = [
+            honeypot,
+            click(2_700, 5, "34.90.1.0"),
+            open_at(3_000, home),
+            click(7_000, 2, home),
+        ];
+        let judged = judge_letter(&rules, t0(), &hits);
+        assert_eq!(
+            reasons(&judged),
+            [Some("honeypot"), Some("honeypot_window"), None, None]
+        );
+    }
+
+    /// Clicks of a listed scanner make no burst with a person's click.
+    #[test]
+    fn a_listed_scanners_clicks_make_no_burst_with_a_persons() {
+        let rules = VerdictRules::default();
+        let home = "86.85.99.0";
+        let hits = [
+            click(600_000, 1, "40.107.3.0"),
+            click(600_400, 2, "40.107.9.0"),
+            open_at(600_500, home),
+            click(600_900, 3, home),
+        ];
+        let judged = judge_letter(&rules, t0(), &hits);
+        assert_eq!(
+            reasons(&judged),
+            [
+                Some("net:microsoft_eop"),
+                Some("net:microsoft_eop"),
+                None,
+                None
+            ]
+        );
     }
 }

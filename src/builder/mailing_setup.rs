@@ -85,6 +85,8 @@ pub(super) async fn store_mailing(
     refuse_changed_mailing(pool, options, &ctx).await?;
     stats::save_mailing(pool, &mailing.mailing_id, &mailing.subject, &mailing.html).await?;
     stats::save_track_mode(pool, &mailing.mailing_id, mailing.track.as_str()).await?;
+    let sender = from_domain(&mailing.from);
+    stats::save_sender_domain(pool, &mailing.mailing_id, sender.as_deref()).await?;
     let list_manage = mailing.list_manage_url.as_deref();
     stats::save_list_manage_url(pool, &mailing.mailing_id, list_manage).await?;
     // Stored before any letter: a resumed build gets the same ids back.
@@ -191,8 +193,9 @@ pub(super) async fn tracking_base(
     })
 }
 
-/// The lowercase domain of a `from` mailbox (`News <news@Brand.example>`).
-fn from_domain(from: &str) -> Option<String> {
+/// The lowercase domain of a `from` mailbox (`News <news@Brand.example>`):
+/// the sender whose tracking hosts serve the mailing's links.
+pub(crate) fn from_domain(from: &str) -> Option<String> {
     let mailbox: lettre::message::Mailbox = from.parse().ok()?;
     Some(
         mailbox

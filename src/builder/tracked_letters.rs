@@ -1,7 +1,7 @@
 //! Letters another platform composed, tracked as `build` tracks its own,
 //! one call per message: the mailing stored the first time this process
-//! meets it (its partitions, subject, first creative, mode and fixed link
-//! templates), a letter id per recipient, each recipient's HTML parts
+//! meets it (its partitions, subject, first creative, mode, sender and
+//! fixed link templates), a letter id per recipient, each recipient's HTML parts
 //! tracked ([`super::tracked_parts`]), and every row stored in one
 //! transaction before the letters are handed back. The relay
 //! (`relay/track.rs`, for messages over SMTP) and `POST /api/letters`
@@ -186,6 +186,8 @@ impl LetterTracker {
         let id = &mailing.mailing_id;
         stats::save_mailing(&self.pool, id, &mailing.subject, first_html).await?;
         stats::save_track_mode(&self.pool, id, mailing.track.as_str()).await?;
+        let sender = super::tracked_parts::sender_domain(&mailing.from);
+        stats::save_sender_domain(&self.pool, id, sender.as_deref()).await?;
         let today = chrono::Utc::now().date_naive();
         let templates =
             link_templates::intern(&self.pool, id, &fixed_template_keys(), today).await?;

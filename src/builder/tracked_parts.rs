@@ -119,3 +119,9 @@ pub(crate) async fn tracking_base_for(
 ) -> Result<String, BuildError> {
     super::mailing_setup::tracking_base(pool, base_url, from).await
 }
+
+/// The sender a mailing's links belong to: the lowercase domain of its
+/// `from` (as `build` saves it).
+pub(crate) fn sender_domain(from: &str) -> Option<String> {
+    super::mailing_setup::from_domain(from)
+}

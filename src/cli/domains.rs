@@ -39,7 +39,7 @@ fn first_domain_note(base_url: &str) -> String {
         .unwrap_or_else(|| base_url.to_owned());
     let login = format!("{}/login", base_url.trim_end_matches('/'));
     format!(
-        "note: this is the first tracking domain: within 10 s the servers answer links only on \
+        "note: this is the first tracking domain: within 2 s the servers answer links only on \
          {base_host} (LINKTRACK_BASE_URL's host) and the tracking domains; a link opened on any \
          other host (localhost, say, when the base URL names 127.0.0.1) is a 404. The dashboard \
          is at {login}"

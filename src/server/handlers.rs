@@ -2,6 +2,7 @@
 //! the hit and answers; the work lives in [`AppState`] and the modules it uses.
 
 use super::error::ServerError;
+use super::hosts::ServedFor;
 use super::request::{
     ClickRoute, ImageRoute, OptOutRoute, PixelRoute, RequestMeta, RouteToken, TokenRefusal,
     Tracked, UnsubscribeRoute,
@@ -145,6 +146,7 @@ fn header_safe_url(url: &str) -> String {
 pub(crate) async fn pixel(
     State(state): State<AppState>,
     meta: RequestMeta,
+    served: Option<axum::Extension<ServedFor>>,
     token: Result<RouteToken<PixelRoute>, TokenRefusal>,
 ) -> Result<Response, ServerError> {
     match token {
@@ -152,14 +154,38 @@ pub(crate) async fn pixel(
             token,
             expired: false,
             checked_at,
+            sealed,
             ..
         }) => {
+            if let Some(axum::Extension(served)) = &served {
+                if !pixel_served(&state, served, sealed.as_ref()).await {
+                    return Err(ServerError::NotFound);
+                }
+            }
             hits::journal_hit_at(&state, EventKind::Open, token, None, meta, checked_at);
         }
         Err(TokenRefusal::WrongKind) => return Err(ServerError::NotFound),
         Ok(_) | Err(TokenRefusal::Malformed) => {}
     }
     Ok(pixel_response())
+}
+
+/// Whether an added tracking host serves this pixel: its mailing, known
+/// from the token's template when this server holds it (a live mailing's),
+/// is the host's sender's. A pixel whose template is not held is judged by
+/// the host list alone: an open reads no link.
+async fn pixel_served(
+    state: &AppState,
+    served: &ServedFor,
+    sealed: Option<&crate::token::Plaintext>,
+) -> bool {
+    let template = sealed
+        .filter(|plain| plain.template != 0)
+        .and_then(|plain| state.offline.get(plain.template));
+    match template {
+        Some(template) => served.serves(&template.mailing_id, true).await,
+        None => true,
+    }
 }
 
 /// The pixel's answer, built directly: the same headers in the same order

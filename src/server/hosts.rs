@@ -7,6 +7,14 @@
 //! which host they are on instead. `/healthz` answers on any host (load
 //! balancers probe by address).
 //!
+//! Tracking hosts are per sender (docs/serve.md, "Security"): a link
+//! asked for on an added host answers only when its mailing's sender is
+//! the host's (the sender domain `build` saved, or its registrable
+//! domain); another sender's host, pending or verified, is a 404 for it.
+//! The base URL's host answers every sender's links. The check is made
+//! where the link's mailing is known (`ServedFor`, read by
+//! `request::Tracked` and the pixel).
+//!
 //! Before any of that, the request must say one host (docs/serve.md,
 //! "Security"): two `Host` headers, an absolute-form target whose
 //! authority is not the `Host`'s, or a malformed host or port is a 400
@@ -20,7 +28,7 @@ use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use sqlx::MySqlPool;
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -39,14 +47,88 @@ pub(crate) struct KnownHosts {
     base_host: Option<String>,
     known: RwLock<Known>,
     refreshing: AtomicBool,
+    /// The sender of each mailing whose links were asked for on an added
+    /// host lately (`None`: built before senders were kept).
+    senders: moka::future::Cache<String, Option<Arc<str>>>,
 }
 
-/// The added hosts as last read (`None`: never read), and when the last
-/// read was started.
+/// The added tracking hosts, each with the sender it stands for.
+type AddedHosts = HashMap<String, Arc<str>>;
+
+/// The added hosts as last read, each with its sender (`None`: never
+/// read), and when the last read was started.
 #[derive(Default)]
 struct Known {
-    added: Option<Arc<HashSet<String>>>,
+    added: Option<Arc<AddedHosts>>,
     read_at: Option<Instant>,
+}
+
+/// What a request's host allows.
+enum Answer {
+    /// Every link: the base URL's host, or no tracking domain added (or
+    /// the list not read yet).
+    Every,
+    /// The links of this sender's mailings only.
+    Sender(Arc<str>),
+    /// Nothing: an unknown host.
+    Refused,
+}
+
+/// Put on a request asked for on an added tracking host: the links it may
+/// serve are its sender's ([`ServedFor::serves`]).
+#[derive(Clone)]
+pub(crate) struct ServedFor {
+    hosts: Arc<KnownHosts>,
+    sender: Arc<str>,
+}
+
+/// How long a mailing's sender is remembered (a rebuild may change its
+/// `from`).
+const SENDER_TTL: Duration = Duration::from_secs(60);
+/// Longest wait for a mailing's sender; past it the host list alone
+/// decides, as it does while the database is away.
+const SENDER_READ: Duration = Duration::from_millis(500);
+
+impl ServedFor {
+    /// Whether this host serves the links of `mailing`: its sender domain
+    /// (or that domain's registrable domain, as the builder falls back to)
+    /// is the host's sender. A mailing built before senders were kept is
+    /// served on every added host, as before. `read` says whether the
+    /// sender may be read from the database when not remembered; while the
+    /// database is away (or does not answer within [`SENDER_READ`]) the
+    /// host list alone decides, so clicks keep working.
+    pub(crate) async fn serves(&self, mailing: &str, read: bool) -> bool {
+        let sender = match self.hosts.senders.get(mailing).await {
+            Some(sender) => sender,
+            None if !read => return true,
+            None => {
+                let found = tokio::time::timeout(
+                    SENDER_READ,
+                    crate::store::stats::sender_domain(&self.hosts.pool, mailing),
+                )
+                .await;
+                match found {
+                    Ok(Ok(found)) => {
+                        let sender: Option<Arc<str>> = found.flatten().map(Arc::from);
+                        self.hosts
+                            .senders
+                            .insert(mailing.to_owned(), sender.clone())
+                            .await;
+                        sender
+                    }
+                    Ok(Err(err)) => {
+                        tracing::debug!(%err, "mailing's sender unread: the host list decides");
+                        return true;
+                    }
+                    Err(_) => return true,
+                }
+            }
+        };
+        let Some(sender) = sender else {
+            return true;
+        };
+        *sender == *self.sender || crate::letter::registrable_domain(&sender) == *self.sender
+    }
 }
 
 impl KnownHosts {
@@ -60,32 +142,42 @@ impl KnownHosts {
             base_host,
             known: RwLock::new(Known::default()),
             refreshing: AtomicBool::new(false),
+            senders: moka::future::Cache::builder()
+                .max_capacity(100_000)
+                .time_to_live(SENDER_TTL)
+                .build(),
         }
     }
 
-    /// Whether a request for `host` is answered. While the list cannot be
-    /// read (the database is down) the last one read is used, and before
-    /// any could be read every host is answered: the redirects keep
-    /// working from their cache, as they do for any other outage.
-    fn answers(self: &Arc<Self>, host: Option<&str>) -> bool {
+    /// What a request for `host` is answered with. While the list cannot
+    /// be read (the database is down) the last one read is used, and
+    /// before any could be read every host is answered: the redirects
+    /// keep working from their cache, as they do for any other outage.
+    fn answers(self: &Arc<Self>, host: Option<&str>) -> Answer {
         let (added, stale) = self.current();
         if stale {
             self.refresh_in_background();
         }
         let Some(added) = added else {
-            return true;
+            return Answer::Every;
         };
         if added.is_empty() {
-            return true;
+            return Answer::Every;
         }
         let Some(host) = host.map(host_without_port).map(normalise) else {
-            return false;
+            return Answer::Refused;
         };
-        self.base_host.as_deref() == Some(host.as_str()) || added.contains(&host)
+        if self.base_host.as_deref() == Some(host.as_str()) {
+            return Answer::Every;
+        }
+        match added.get(&host) {
+            Some(sender) => Answer::Sender(Arc::clone(sender)),
+            None => Answer::Refused,
+        }
     }
 
     /// The list as last read, and whether it is due to be read again.
-    fn current(&self) -> (Option<Arc<HashSet<String>>>, bool) {
+    fn current(&self) -> (Option<Arc<AddedHosts>>, bool) {
         let known = self.known.read_even_poisoned();
         let stale = known.read_at.is_none_or(|at| at.elapsed() >= REFRESH);
         (known.added.clone(), stale)
@@ -93,12 +185,16 @@ impl KnownHosts {
 
     /// Read the list now: when the server starts (so no request reads
     /// it), then in the background. `None` when it cannot be read.
-    pub(crate) async fn read(&self) -> Option<Arc<HashSet<String>>> {
+    pub(crate) async fn read(&self) -> Option<Arc<AddedHosts>> {
         self.known.write_even_poisoned().read_at = Some(Instant::now());
         match tracking_domains::hosts(&self.pool).await {
             Ok(hosts) => {
-                let added: Arc<HashSet<String>> =
-                    Arc::new(hosts.iter().map(|h| normalise(h)).collect());
+                let added: Arc<AddedHosts> = Arc::new(
+                    hosts
+                        .iter()
+                        .map(|(host, sender)| (normalise(host), Arc::from(normalise(sender))))
+                        .collect(),
+                );
                 self.known.write_even_poisoned().added = Some(added.clone());
                 Some(added)
             }
@@ -236,7 +332,7 @@ fn well_formed_host(host: &str) -> bool {
 /// unknown hosts the 404 page.
 pub(crate) async fn only_known_hosts(
     State(hosts): State<Arc<KnownHosts>>,
-    request: Request,
+    mut request: Request,
     next: Next,
 ) -> Response {
     let host = match request_host(&request) {
@@ -250,12 +346,17 @@ pub(crate) async fn only_known_hosts(
     if request.uri().path() == "/healthz" {
         return next.run(request).await;
     }
-    if hosts.answers(host.as_deref()) {
-        next.run(request).await
-    } else if is_link(request.uri().path()) {
-        ServerError::NotFound.into_response()
-    } else {
-        not_this_host(&hosts.base_url)
+    match hosts.answers(host.as_deref()) {
+        Answer::Every => next.run(request).await,
+        Answer::Sender(sender) => {
+            request.extensions_mut().insert(ServedFor {
+                hosts: Arc::clone(&hosts),
+                sender,
+            });
+            next.run(request).await
+        }
+        Answer::Refused if is_link(request.uri().path()) => ServerError::NotFound.into_response(),
+        Answer::Refused => not_this_host(&hosts.base_url),
     }
 }
 

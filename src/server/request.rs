@@ -2,6 +2,7 @@
 //! privacy), user agent (truncated), and whether it was a `HEAD`.
 
 use super::error::ServerError;
+use super::hosts::ServedFor;
 use super::state::{AppState, ServedLink};
 use crate::kind::{LinkKind, TokenKind};
 use crate::store::link_templates::LinkTemplate;
@@ -374,7 +375,7 @@ impl<R: Route> FromRequestParts<AppState> for Tracked<R> {
         } else {
             state.find_link(token).await
         };
-        match found {
+        let tracked = match found {
             // A legacy token's kind is its row's (a sealed one's was checked).
             Ok(link) if R::serves(link.kind) => Ok(Tracked::Live { token, link }),
             Ok(_) => Err(ServerError::NotFound),
@@ -410,7 +411,19 @@ impl<R: Route> FromRequestParts<AppState> for Tracked<R> {
                 }
             }
             Err(err) => Err(err),
+        }?;
+        // On an added tracking host, only its sender's links answer.
+        if let Some(served) = parts.extensions.get::<ServedFor>() {
+            let (mailing, read) = match &tracked {
+                Tracked::Live { link, .. } => (link.mailing_id.as_str(), true),
+                Tracked::Late { template, .. } => (template.mailing_id.as_str(), true),
+                Tracked::Unreached { template, .. } => (template.mailing_id.as_str(), false),
+            };
+            if !served.serves(mailing, read).await {
+                return Err(ServerError::NotFound);
+            }
         }
+        Ok(tracked)
     }
 }
 

@@ -144,10 +144,12 @@ pub async fn host_for_sender(
 }
 
 /// Every host added, whatever its state (a pending one must answer its
-/// checks): the hosts the server answers on besides the base URL's.
-pub async fn hosts(pool: &MySqlPool) -> Result<Vec<String>, StoreError> {
-    let hosts: Vec<(String,)> = sqlx::query_as("SELECT host FROM tracking_domains")
-        .fetch_all(pool)
-        .await?;
-    Ok(hosts.into_iter().map(|(host,)| host).collect())
+/// checks), with the sender it stands for: the hosts the server answers on
+/// besides the base URL's.
+pub async fn hosts(pool: &MySqlPool) -> Result<Vec<(String, String)>, StoreError> {
+    let hosts: Vec<(String, String)> =
+        sqlx::query_as("SELECT host, sender_domain FROM tracking_domains")
+            .fetch_all(pool)
+            .await?;
+    Ok(hosts)
 }

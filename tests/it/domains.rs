@@ -244,6 +244,216 @@ async fn a_senders_letters_use_its_verified_host_and_the_server_answers_only_kno
     server.stop().await;
 }
 
+/// The URLs of `letter`'s links on `route` (`/c/`, `/o/`, `/u/`).
+fn urls_of(letter: &serde_json::Value, route: &str) -> Vec<String> {
+    let html = letter["html"].as_str().unwrap();
+    ["href=\"", "src=\""]
+        .iter()
+        .flat_map(|attr| html.match_indices(attr).map(move |(at, m)| (at, m.len())))
+        .map(|(at, len)| &html[at + len..])
+        .map(|rest| rest[..rest.find('"').unwrap()].to_owned())
+        .filter(|url| url.contains(route))
+        .collect()
+}
+
+/// The path and query of a URL on any host.
+fn path_of(url: &str) -> &str {
+    let after_scheme = url.split_once("://").map_or(url, |(_, rest)| rest);
+    &after_scheme[after_scheme.find('/').unwrap()..]
+}
+
+/// Issue 57: tracking hosts are per sender. A sender's links (click,
+/// pixel, unsubscribe page) answer on its own tracking host, a subdomain
+/// sender's on its registrable domain's, and everyone's on the base URL's
+/// host; another sender's host, pending or verified, is a 404 for them,
+/// never a redirect.
+#[tokio::test]
+async fn a_senders_links_answer_only_on_its_own_hosts_and_the_base_url() {
+    let db = TestDb::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    for (host, sender) in [
+        ("click.brand.example", "brand.example"),
+        ("click.evil.example", "evil.example"),
+    ] {
+        tracking_domains::add(&db.pool, host, sender).await.unwrap();
+    }
+    tracking_domains::set_state(
+        &db.pool,
+        "click.brand.example",
+        DomainState::Verified,
+        "CNAME",
+    )
+    .await
+    .unwrap();
+    let brand = build_from(&db, dir.path(), "m-brand", "News <news@mail.brand.example>").await;
+    let evil = build_from(&db, dir.path(), "m-evil", "x@evil.example").await;
+    let stored: Vec<(String, Option<String>)> =
+        sqlx::query_as("SELECT mailing_id, sender_domain FROM mailings ORDER BY mailing_id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        stored,
+        [
+            ("m-brand".to_owned(), Some("mail.brand.example".to_owned())),
+            ("m-evil".to_owned(), Some("evil.example".to_owned())),
+        ]
+    );
+    let server = TestServer::start(
+        db.pool.clone(),
+        quick_with(linktrack::server::state::ServerSettings {
+            base_url: format!("https://{SERVICE}"),
+            ..test_settings()
+        }),
+    )
+    .await;
+    let http = client();
+    let status = |url: String, host: &'static str| {
+        let request = http.get(server.url(path_of(&url))).header(HOST, host);
+        async move {
+            let response = request.send().await.unwrap();
+            (response.status(), response.headers().get(LOCATION).cloned())
+        }
+    };
+    let brand_click = urls_of(&brand, "/c/").remove(0);
+    assert!(
+        brand_click.starts_with("https://click.brand.example/c/"),
+        "{brand_click}"
+    );
+    let evil_click = urls_of(&evil, "/c/").remove(0);
+    for (url, host, want) in [
+        (&brand_click, "click.brand.example", StatusCode::FOUND),
+        (&brand_click, SERVICE, StatusCode::FOUND),
+        (&brand_click, "click.evil.example", StatusCode::NOT_FOUND),
+        (&evil_click, "click.evil.example", StatusCode::FOUND),
+        (&evil_click, SERVICE, StatusCode::FOUND),
+        (&evil_click, "click.brand.example", StatusCode::NOT_FOUND),
+    ] {
+        for _ in 0..2 {
+            // Twice: the second time the mailing's sender is remembered.
+            let (got, location) = status(url.clone(), host).await;
+            assert_eq!(got, want, "{url} on {host}");
+            assert_eq!(
+                location.is_some(),
+                want == StatusCode::FOUND,
+                "{url} on {host}"
+            );
+        }
+    }
+    // The pixel and the unsubscribe page of brand's letter.
+    let pixel = urls_of(&brand, "/o/").remove(0);
+    let unsubscribe = brand["headers"]["List-Unsubscribe"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches('<')
+        .split('>')
+        .next()
+        .unwrap()
+        .to_owned();
+    for url in [pixel, unsubscribe] {
+        assert_eq!(
+            status(url.clone(), "click.brand.example").await.0,
+            StatusCode::OK,
+            "{url}"
+        );
+        assert_eq!(
+            status(url.clone(), SERVICE).await.0,
+            StatusCode::OK,
+            "{url}"
+        );
+        assert_eq!(
+            status(url.clone(), "click.evil.example").await.0,
+            StatusCode::NOT_FOUND,
+            "{url}"
+        );
+    }
+    server.stop().await;
+}
+
+/// Issue 57: a domain added with `linktrack domains add` is answered on
+/// by every running server within 2 s of the command returning. Two
+/// servers on one database; a host unknown to both (404) until the
+/// command, then each is polled until it answers, and must before the
+/// 2 s the contract allows.
+#[tokio::test]
+async fn a_new_domain_is_answered_on_every_server_within_two_seconds_of_the_command() {
+    use linktrack::store::links;
+    let db = TestDb::with_days_since(crate::common::days_ago(1)).await;
+    // One domain already: unknown hosts are refused.
+    tracking_domains::add(&db.pool, "click.first.example", "first.example")
+        .await
+        .unwrap();
+    let seal = crate::common::seal_of(&db.pool).await;
+    let token =
+        crate::common::sealed_token(&seal, chrono::Utc::now(), linktrack::kind::LinkKind::Click);
+    links::insert(&db.pool, &[crate::common::click_link(token, 1)])
+        .await
+        .unwrap();
+    let settings = || {
+        quick_with(linktrack::server::state::ServerSettings {
+            base_url: format!("https://{SERVICE}"),
+            ..test_settings()
+        })
+    };
+    let servers = [
+        TestServer::start(db.pool.clone(), settings()).await,
+        TestServer::start(db.pool.clone(), settings()).await,
+    ];
+    let http = client();
+    let new_host = "go.second.example";
+    let answers = |server: &TestServer| {
+        http.get(server.url(&format!("/c/{token}")))
+            .header(HOST, new_host)
+            .send()
+    };
+    for server in &servers {
+        let known = http
+            .get(server.url(&format!("/c/{token}")))
+            .header(HOST, SERVICE)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            known.status(),
+            StatusCode::FOUND,
+            "the link, on the base URL's host"
+        );
+        let refused = answers(server).await.unwrap();
+        assert_eq!(refused.status(), StatusCode::NOT_FOUND, "unknown before");
+    }
+    let db_url = db.url.clone();
+    let added = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(crate::common::linktrack_binary())
+            .args(["domains", "add", new_host, "--for", "second.example"])
+            .env("DATABASE_URL", db_url)
+            .env("RUST_LOG", "warn")
+            .output()
+            .expect("running linktrack")
+    })
+    .await
+    .unwrap();
+    let returned = Instant::now();
+    assert!(added.status.success(), "{added:?}");
+    let deadline = returned + Duration::from_secs(2);
+    for (n, server) in servers.iter().enumerate() {
+        loop {
+            let response = answers(server).await.unwrap();
+            if response.status() == StatusCode::FOUND {
+                break;
+            }
+            assert_eq!(response.status(), StatusCode::NOT_FOUND);
+            assert!(
+                Instant::now() < deadline,
+                "server {n} still refuses {new_host} 2 s after `domains add` returned"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    for server in servers {
+        server.stop().await;
+    }
+}
+
 #[tokio::test]
 async fn app_link_files_are_served_per_host_as_json_and_never_redirected() {
     let db = TestDb::new().await;

@@ -140,8 +140,13 @@ fn precision_recall(pairs: &[(bool, bool)]) -> (f64, f64) {
 /// addresses through a trusted X-Forwarded-For, user agents as recorded),
 /// settled by the rollup, and scored: precision and recall of `bot` for
 /// clicks (the honeypot's own clicks left out: they are bots by
-/// construction) and for opens. Takes about 50 s: the hits are played on
-/// their own clock. Figures in docs/operate.md ("Serving in one page").
+/// construction) and for opens. The set has fast human readers (the open
+/// and a click within 10 s of delivery, some through Gmail's proxy, some
+/// while Safe Links walks the letter), stealth scanners from residential
+/// ranges following only the visible links, and gateways' time-of-click
+/// checks just before a person's click (issue 57). Takes about 50 s: the
+/// hits are played on their own clock. Figures in docs/operate.md
+/// ("Serving in one page").
 #[tokio::test]
 async fn bot_replay_set_precision_and_recall() {
     use linktrack::store::links::{self, LinkKind, NewLink};
@@ -312,8 +317,9 @@ async fn bot_replay_set_precision_and_recall() {
         .unwrap()
         .unwrap();
     println!("  reasons: {:?}", s.bot_reasons);
+    // Issue 57's aim is 0.98 on all four, with margin: the floor is 0.98.
     for figure in [click_p, click_r, open_p, open_r] {
-        assert!(figure >= 0.95, "below the floor: {figure}");
+        assert!(figure >= 0.98, "below the floor: {figure}");
     }
 }
 

@@ -72,6 +72,35 @@ pub async fn save_mailing(
     Ok(())
 }
 
+/// Save the domain of a mailing's `from` (lowercase; `None` when it has
+/// none): the sender whose tracking hosts serve its links.
+pub async fn save_sender_domain(
+    pool: &MySqlPool,
+    mailing_id: &MailingId,
+    sender_domain: Option<&str>,
+) -> Result<(), StoreError> {
+    sqlx::query("UPDATE mailings SET sender_domain = ? WHERE mailing_id = ?")
+        .bind(sender_domain)
+        .bind(mailing_id.as_str())
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// The sender domain saved for a mailing: `None` when there is no such
+/// mailing, `Some(None)` when it was built before senders were kept.
+pub async fn sender_domain(
+    pool: &MySqlPool,
+    mailing_id: &str,
+) -> Result<Option<Option<String>>, StoreError> {
+    let found: Option<(Option<String>,)> =
+        sqlx::query_as("SELECT sender_domain FROM mailings WHERE mailing_id = ?")
+            .bind(mailing_id)
+            .fetch_optional(pool)
+            .await?;
+    Ok(found.map(|(domain,)| domain))
+}
+
 /// The largest creative [`save_mailing`] can store: one statement must fit
 /// the server's `max_allowed_packet` (less room for the rest of it), and
 /// `mailings.html` is a MEDIUMTEXT.
