@@ -10,7 +10,10 @@
 //! `clicks`, `links_clicked` (positions; CSV: separated by spaces),
 //! `bot_opens`, `bot_clicks`, `unsubscribed`, `bounced` (refused at
 //! hand-over or hard-bounced), `delivered` (empty when linktrack did not
-//! send the letter), `complained`. Opens and clicks are the humans'; the
+//! send the letter), `complained`, `urls_clicked` (the URLs of the links
+//! in `links_clicked`, as the letter has them, in the same order; CSV:
+//! separated by spaces). The column list is a contract: new columns are
+//! appended, never renamed or reordered. Opens and clicks are the humans'; the
 //! bots' are beside them. Bounces, deliveries and complaints are read from
 //! the rows the stats API counts, so the two agree. Letters whose address may
 //! not be shown are left out (see [`crate::store::engagement`]).
@@ -79,7 +82,8 @@ pub struct Chunk {
 
 /// The CSV header line.
 pub const CSV_HEADER: &str = "letter_id,address,first_open,opens,clicks,links_clicked,\
-                              bot_opens,bot_clicks,unsubscribed,bounced,delivered,complained\r\n";
+                              bot_opens,bot_clicks,unsubscribed,bounced,delivered,complained,\
+                              urls_clicked\r\n";
 
 /// Where the stream is.
 enum Cursor {
@@ -162,6 +166,7 @@ struct JsonRow<'a> {
     bounced: bool,
     delivered: Option<bool>,
     complained: bool,
+    urls_clicked: &'a [String],
 }
 
 impl<'a> From<&'a LetterEngagement> for JsonRow<'a> {
@@ -179,6 +184,7 @@ impl<'a> From<&'a LetterEngagement> for JsonRow<'a> {
             bounced: row.bounced,
             delivered: row.delivered,
             complained: row.complained,
+            urls_clicked: &row.urls_clicked,
         }
     }
 }
@@ -213,8 +219,32 @@ fn write_csv_row(out: &mut Vec<u8>, row: &LetterEngagement) {
     if let Some(delivered) = row.delivered {
         let _ = write!(line, "{delivered}");
     }
-    let _ = write!(line, ",{}\r\n", row.complained);
+    let _ = write!(line, ",{},", row.complained);
+    push_csv_field(&mut line, &spaced_urls(&row.urls_clicked));
+    line.push_str("\r\n");
     out.extend_from_slice(line.as_bytes());
+}
+
+/// URLs separated by spaces, as one CSV value: a white space inside a URL
+/// (a personalised one may carry it) is percent-encoded, so the spaces
+/// only ever separate.
+fn spaced_urls(urls: &[String]) -> String {
+    let mut joined = String::new();
+    for url in urls.iter().filter(|url| !url.is_empty()) {
+        if !joined.is_empty() {
+            joined.push(' ');
+        }
+        for c in url.chars() {
+            match c {
+                ' ' => joined.push_str("%20"),
+                '\t' => joined.push_str("%09"),
+                '\r' => joined.push_str("%0D"),
+                '\n' => joined.push_str("%0A"),
+                c => joined.push(c),
+            }
+        }
+    }
+    joined
 }
 
 /// Append `value` as one CSV field: neutralised for spreadsheets
@@ -245,6 +275,10 @@ mod tests {
             opens: 2,
             clicks: 3,
             links_clicked: vec![1, 3],
+            urls_clicked: vec![
+                "https://a.example/x?q=1,2".into(),
+                "https://b.example/a b".into(),
+            ],
             bot_opens: 1,
             bot_clicks: 0,
             unsubscribed: true,
@@ -261,7 +295,8 @@ mod tests {
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "7,\"'=HYPERLINK(\"\"http://x\"\",\"\"y\"\")@example.com\",\
-             2026-11-26 09:00:00,2,3,1 3,1,0,true,false,,false\r\n"
+             2026-11-26 09:00:00,2,3,1 3,1,0,true,false,,false,\
+             \"https://a.example/x?q=1,2 https://b.example/a%20b\"\r\n"
         );
         for risky in ["+1@x", "-1@x", "@x", "\tx", "\rx"] {
             assert!(

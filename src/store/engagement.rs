@@ -30,6 +30,11 @@ pub struct LetterEngagement {
     pub clicks: u64,
     /// Positions of the links a human clicked, ascending.
     pub links_clicked: Vec<u32>,
+    /// The URLs of those links as this letter has them (personalised
+    /// ones filled in), one per position of `links_clicked`, in its order:
+    /// what the person clicked. Where a repointed link sent them is
+    /// `targets_clicked`'s.
+    pub urls_clicked: Vec<String>,
     pub bot_opens: u64,
     pub bot_clicks: u64,
     /// The letter's unsubscribe link was used (whoever used it: an
@@ -99,6 +104,7 @@ pub async fn page(
     let next_after = (letters.len() as u32 == limit).then_some(range.1);
     let shown = shown_addresses(pool, &letters).await?;
     let mut engagement = engagement_of(pool, mailing_id, range).await?;
+    add_clicked_urls(pool, mailing_id, &mut engagement).await?;
     let handover = handover_among(pool, mailing_id, range).await?;
     let came_back = came_back_among(pool, mailing_id, range).await?;
     let read = letters.len();
@@ -229,6 +235,45 @@ async fn engagement_of(
         }
     }
     Ok(by_letter)
+}
+
+/// Fill in `urls_clicked` of the letters that have clicks: their click
+/// links' stored URLs (the `mailing_letter` index of `links`, one `IN`
+/// list of the page's clicking letters).
+async fn add_clicked_urls(
+    pool: &MySqlPool,
+    mailing_id: &MailingId,
+    engagement: &mut HashMap<u64, LetterEngagement>,
+) -> Result<(), StoreError> {
+    let clicking: Vec<u64> = engagement
+        .iter()
+        .filter(|(_, row)| !row.links_clicked.is_empty())
+        .map(|(&letter_id, _)| letter_id)
+        .collect();
+    for chunk in clicking.chunks(super::in_list::IN_LIST_CHUNK) {
+        let mut query = sqlx::QueryBuilder::<sqlx::MySql>::new(
+            "SELECT letter_id, position, url FROM links FORCE INDEX (mailing_letter) \
+             WHERE mailing_id = ",
+        );
+        query.push_bind(mailing_id.as_str());
+        query.push(" AND kind = 'click' AND letter_id IN ");
+        super::in_list::push_in_list(&mut query, chunk.iter().copied());
+        let rows: Vec<(u64, u32, String)> = query.build_query_as().fetch_all(pool).await?;
+        let mut urls: HashMap<(u64, u32), String> = HashMap::with_capacity(rows.len());
+        for (letter_id, position, url) in rows {
+            urls.entry((letter_id, position)).or_insert(url);
+        }
+        for letter_id in chunk {
+            if let Some(row) = engagement.get_mut(letter_id) {
+                row.urls_clicked = row
+                    .links_clicked
+                    .iter()
+                    .map(|&position| urls.remove(&(*letter_id, position)).unwrap_or_default())
+                    .collect();
+            }
+        }
+    }
+    Ok(())
 }
 
 /// What the MTA answered when linktrack handed a letter over.

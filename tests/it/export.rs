@@ -339,8 +339,56 @@ async fn recipients_export_agrees_with_the_events_and_shows_nobody_withheld() {
         .find(|l| l.contains(",ann@example.com,"))
         .unwrap();
     assert!(
-        ann_line.ends_with(",2,3,1 2,0,1,false,false,,false"),
+        ann_line.ends_with(
+            ",2,3,1 2,0,1,false,false,,false,https://example.com/one https://example.com/two"
+        ),
         "{ann_line}"
+    );
+    // Read as a spreadsheet reads it: by the header's names, each column
+    // where the contract puts it.
+    let mut sheet = csv::Reader::from_reader(csv.as_bytes());
+    let header: Vec<String> = sheet.headers().unwrap().iter().map(str::to_owned).collect();
+    assert_eq!(
+        header,
+        [
+            "letter_id",
+            "address",
+            "first_open",
+            "opens",
+            "clicks",
+            "links_clicked",
+            "bot_opens",
+            "bot_clicks",
+            "unsubscribed",
+            "bounced",
+            "delivered",
+            "complained",
+            "urls_clicked"
+        ]
+    );
+    let records: Vec<csv::StringRecord> = sheet.records().map(Result::unwrap).collect();
+    assert_eq!(records.len(), 10);
+    let column = |name: &str| header.iter().position(|h| h == name).unwrap();
+    let record_of = |email: &str| {
+        records
+            .iter()
+            .find(|r| &r[column("address")] == email)
+            .unwrap()
+    };
+    let ann_record = record_of("ann@example.com");
+    assert_eq!(&ann_record[column("links_clicked")], "1 2");
+    assert_eq!(
+        &ann_record[column("urls_clicked")],
+        "https://example.com/one https://example.com/two"
+    );
+    assert_eq!(
+        &record_of(FORMULA)[column("urls_clicked")],
+        "https://example.com/two"
+    );
+    assert_eq!(&record_of("eve@example.com")[column("urls_clicked")], "");
+    assert_eq!(
+        ann_row["urls_clicked"],
+        json!(["https://example.com/one", "https://example.com/two"])
     );
 
     // Pages of two letters give the same bytes as the API's one page.
