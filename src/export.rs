@@ -12,7 +12,10 @@
 //! hand-over or hard-bounced), `delivered` (empty when linktrack did not
 //! send the letter), `complained`, `urls_clicked` (the URLs of the links
 //! in `links_clicked`, as the letter has them, in the same order; CSV:
-//! separated by spaces). The column list is a contract: new columns are
+//! separated by spaces), `targets_clicked` (where those clicks went:
+//! `POSITION@VERSION` for each version of a link's target a human click
+//! reached, version 0 the built URL and 1, 2, … its repoints; CSV:
+//! separated by spaces, JSON: objects with the clicks). The column list is a contract: new columns are
 //! appended, never renamed or reordered. Opens and clicks are the humans'; the
 //! bots' are beside them. Bounces, deliveries and complaints are read from
 //! the rows the stats API counts, so the two agree. Letters whose address may
@@ -85,7 +88,7 @@ pub struct Chunk {
 /// The CSV header line.
 pub const CSV_HEADER: &str = "letter_id,address,first_open,opens,clicks,links_clicked,\
                               bot_opens,bot_clicks,unsubscribed,bounced,delivered,complained,\
-                              urls_clicked\r\n";
+                              urls_clicked,targets_clicked\r\n";
 
 /// The other columns of the recipients file a mailing was built from,
 /// joined to the export by address (`export recipients --with FILE`).
@@ -344,6 +347,7 @@ struct JsonRow<'a> {
     delivered: Option<bool>,
     complained: bool,
     urls_clicked: &'a [String],
+    targets_clicked: &'a [engagement::TargetClicked],
 }
 
 impl<'a> From<&'a LetterEngagement> for JsonRow<'a> {
@@ -362,6 +366,7 @@ impl<'a> From<&'a LetterEngagement> for JsonRow<'a> {
             delivered: row.delivered,
             complained: row.complained,
             urls_clicked: &row.urls_clicked,
+            targets_clicked: &row.targets_clicked,
         }
     }
 }
@@ -398,6 +403,13 @@ fn write_csv_row(out: &mut Vec<u8>, row: &LetterEngagement) {
     }
     let _ = write!(line, ",{},", row.complained);
     push_csv_field(&mut line, &spaced_urls(&row.urls_clicked));
+    line.push(',');
+    let targets: Vec<String> = row
+        .targets_clicked
+        .iter()
+        .map(|t| format!("{}@{}", t.position, t.version))
+        .collect();
+    line.push_str(&targets.join(" "));
     line.push_str("\r\n");
     out.extend_from_slice(line.as_bytes());
 }
@@ -456,6 +468,23 @@ mod tests {
                 "https://a.example/x?q=1,2".into(),
                 "https://b.example/a b".into(),
             ],
+            targets_clicked: vec![
+                engagement::TargetClicked {
+                    position: 1,
+                    version: 0,
+                    clicks: 1,
+                },
+                engagement::TargetClicked {
+                    position: 1,
+                    version: 2,
+                    clicks: 1,
+                },
+                engagement::TargetClicked {
+                    position: 3,
+                    version: 0,
+                    clicks: 1,
+                },
+            ],
             bot_opens: 1,
             bot_clicks: 0,
             unsubscribed: true,
@@ -473,7 +502,7 @@ mod tests {
             String::from_utf8(out).unwrap(),
             "7,\"'=HYPERLINK(\"\"http://x\"\",\"\"y\"\")@example.com\",\
              2026-11-26 09:00:00,2,3,1 3,1,0,true,false,,false,\
-             \"https://a.example/x?q=1,2 https://b.example/a%20b\"\r\n"
+             \"https://a.example/x?q=1,2 https://b.example/a%20b\",1@0 1@2 3@0\r\n"
         );
         for risky in ["+1@x", "-1@x", "@x", "\tx", "\rx"] {
             assert!(

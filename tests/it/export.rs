@@ -340,7 +340,8 @@ async fn recipients_export_agrees_with_the_events_and_shows_nobody_withheld() {
         .unwrap();
     assert!(
         ann_line.ends_with(
-            ",2,3,1 2,0,1,false,false,,false,https://example.com/one https://example.com/two"
+            ",2,3,1 2,0,1,false,false,,false,https://example.com/one https://example.com/two,\
+             1@0 2@0"
         ),
         "{ann_line}"
     );
@@ -363,7 +364,8 @@ async fn recipients_export_agrees_with_the_events_and_shows_nobody_withheld() {
             "bounced",
             "delivered",
             "complained",
-            "urls_clicked"
+            "urls_clicked",
+            "targets_clicked"
         ]
     );
     let records: Vec<csv::StringRecord> = sheet.records().map(Result::unwrap).collect();
@@ -386,6 +388,11 @@ async fn recipients_export_agrees_with_the_events_and_shows_nobody_withheld() {
         "https://example.com/two"
     );
     assert_eq!(&record_of("eve@example.com")[column("urls_clicked")], "");
+    assert_eq!(&ann_record[column("targets_clicked")], "1@0 2@0");
+    assert_eq!(
+        ann_row["targets_clicked"],
+        json!([{"position": 1, "version": 0, "clicks": 2}, {"position": 2, "version": 0, "clicks": 1}])
+    );
     assert_eq!(
         ann_row["urls_clicked"],
         json!(["https://example.com/one", "https://example.com/two"])
@@ -884,7 +891,11 @@ async fn export_with_the_recipients_file_appends_its_columns_by_address() {
     let summary = builder::run(&db.pool, &options(dir.path(), m, r.clone()))
         .await
         .unwrap();
-    assert_eq!((summary.rejected, summary.letters_built), (0, 3), "{summary}");
+    assert_eq!(
+        (summary.rejected, summary.letters_built),
+        (0, 3),
+        "{summary}"
+    );
 
     // The file the marketer has now: the same people (Ann's address in
     // another case), one who got no letter, one line without an address,

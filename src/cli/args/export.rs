@@ -8,7 +8,8 @@ pub enum ExportCommand {
     /// One row per letter of a mailing with its engagement: address, letter,
     /// first open, opens, clicks, the links clicked (positions), the bots'
     /// opens and clicks beside, unsubscribed, bounced, delivered,
-    /// complained and the clicked links' URLs; to standard output,
+    /// complained, the clicked links' URLs and which version of a repointed
+    /// link each click reached; to standard output,
     /// streamed. `--with FILE` appends the recipients file's other columns
     /// (names and the like, which linktrack does not keep). Letters whose address may not be shown
     /// (anonymous, `last_open_day`, opted out of tracking, erased) are left
