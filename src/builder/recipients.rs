@@ -106,7 +106,7 @@ impl Recipients {
     /// (`export recipients --with`).
     pub(crate) fn open_with(
         path: &Path,
-        mappings: Vec<super::ColumnMapping>,
+        mappings: Vec<super::columns::ColumnMapping>,
     ) -> std::io::Result<Recipients> {
         let plan = HeaderPlan {
             mappings,
