@@ -60,6 +60,9 @@ pub(crate) struct Recipients {
     pub bytes_read: Arc<AtomicU64>,
     /// File size, when known.
     pub total_bytes: Option<u64>,
+    /// A CSV file's columns as fields, in the header's order (the address
+    /// column as `email`); empty for JSON Lines.
+    pub columns: Vec<String>,
 }
 
 impl Recipients {
@@ -73,6 +76,7 @@ impl Recipients {
             .iter()
             .copied()
             .find(|b| !b.is_ascii_whitespace());
+        let mut fields = Vec::new();
         let entries: Box<dyn Iterator<Item = std::io::Result<Entry>> + Send> =
             match Format::detect(path, first) {
                 Format::JsonLines => Box::new(json_lines(reader, columns.clone())),
@@ -84,6 +88,7 @@ impl Recipients {
                         return Err(invalid_data(refusal.to_string()));
                     }
                     let (header, records) = csv_header(reader, columns, &header)?;
+                    fields.clone_from(&header);
                     Box::new(csv_rows(records, header))
                 }
             };
@@ -91,7 +96,23 @@ impl Recipients {
             entries,
             bytes_read,
             total_bytes,
+            columns: fields,
         })
+    }
+
+    /// Open a recipients file as `build` reads it, its address column
+    /// found the same way (a platform's name, or `--column email=HEADER`
+    /// in `mappings`), for reading its other columns back
+    /// (`export recipients --with`).
+    pub(crate) fn open_with(
+        path: &Path,
+        mappings: Vec<super::columns::ColumnMapping>,
+    ) -> std::io::Result<Recipients> {
+        let plan = HeaderPlan {
+            mappings,
+            ..HeaderPlan::default()
+        };
+        Recipients::open(path, &plan)
     }
 }
 

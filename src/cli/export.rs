@@ -18,7 +18,37 @@ pub(super) async fn recipients(url: &str, args: &RecipientsArgs) -> anyhow::Resu
         ExportFormat::Csv => Format::Csv,
         ExportFormat::Jsonl => Format::Jsonl,
     };
-    let mut chunks = std::pin::pin!(export::recipients(pool, args.mailing.clone(), format));
+    let chunks = match &args.with {
+        None => futures_util::future::Either::Left(export::recipients(
+            pool,
+            args.mailing.clone(),
+            format,
+        )),
+        Some(path) => {
+            let input = export::InputColumns::read(path, args.column.clone())
+                .with_context(|| format!("reading {}", path.display()))?;
+            eprintln!(
+                "{}: {} to join by address ({}), {} line(s) without a usable address, {} \
+                 repeated address(es) (the first line of each is used)",
+                path.display(),
+                counted(input.addresses() as u64, "address", "addresses"),
+                if input.names.is_empty() {
+                    "no other column".to_owned()
+                } else {
+                    input.names.join(", ")
+                },
+                input.unusable_lines,
+                input.repeated,
+            );
+            futures_util::future::Either::Right(export::recipients_with(
+                pool,
+                args.mailing.clone(),
+                format,
+                std::sync::Arc::new(input),
+            ))
+        }
+    };
+    let mut chunks = std::pin::pin!(chunks);
     let (mut rows, mut withheld) = (0, 0);
     let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
     while let Some(chunk) = chunks.try_next().await? {

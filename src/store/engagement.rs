@@ -30,6 +30,17 @@ pub struct LetterEngagement {
     pub clicks: u64,
     /// Positions of the links a human clicked, ascending.
     pub links_clicked: Vec<u32>,
+    /// The URLs of those links as this letter has them (personalised
+    /// ones filled in), one per position of `links_clicked`, in its order:
+    /// what the person clicked. Where a repointed link sent them is
+    /// `targets_clicked`'s.
+    pub urls_clicked: Vec<String>,
+    /// Where the clicks of `links_clicked` went: each (position, version)
+    /// a human click reached, with how many, by position then version.
+    /// Version 0 is the URL the letter was built with, 1, 2, … each
+    /// repoint of the position (`links list`); a click counts for the
+    /// version in force when it was recorded.
+    pub targets_clicked: Vec<TargetClicked>,
     pub bot_opens: u64,
     pub bot_clicks: u64,
     /// The letter's unsubscribe link was used (whoever used it: an
@@ -47,6 +58,14 @@ pub struct LetterEngagement {
     /// The recipient reported the letter as spam (a complaint `bounces
     /// ingest` took in; the letters the stats API counts as `complaints`).
     pub complained: bool,
+}
+
+/// Human clicks of one letter on one version of a link's target.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+pub struct TargetClicked {
+    pub position: u32,
+    pub version: u32,
+    pub clicks: u64,
 }
 
 /// One page of [`page`].
@@ -99,6 +118,8 @@ pub async fn page(
     let next_after = (letters.len() as u32 == limit).then_some(range.1);
     let shown = shown_addresses(pool, &letters).await?;
     let mut engagement = engagement_of(pool, mailing_id, range).await?;
+    add_clicked_urls(pool, mailing_id, &mut engagement).await?;
+    add_targets(pool, mailing_id, range, &mut engagement).await?;
     let handover = handover_among(pool, mailing_id, range).await?;
     let came_back = came_back_among(pool, mailing_id, range).await?;
     let read = letters.len();
@@ -229,6 +250,146 @@ async fn engagement_of(
         }
     }
     Ok(by_letter)
+}
+
+/// Fill in `urls_clicked` of the letters that have clicks: their click
+/// links' stored URLs (the `mailing_letter` index of `links`, one `IN`
+/// list of the page's clicking letters).
+async fn add_clicked_urls(
+    pool: &MySqlPool,
+    mailing_id: &MailingId,
+    engagement: &mut HashMap<u64, LetterEngagement>,
+) -> Result<(), StoreError> {
+    let clicking: Vec<u64> = engagement
+        .iter()
+        .filter(|(_, row)| !row.links_clicked.is_empty())
+        .map(|(&letter_id, _)| letter_id)
+        .collect();
+    for chunk in clicking.chunks(super::in_list::IN_LIST_CHUNK) {
+        let mut query = sqlx::QueryBuilder::<sqlx::MySql>::new(
+            "SELECT letter_id, position, url FROM links FORCE INDEX (mailing_letter) \
+             WHERE mailing_id = ",
+        );
+        query.push_bind(mailing_id.as_str());
+        query.push(" AND kind = 'click' AND letter_id IN ");
+        super::in_list::push_in_list(&mut query, chunk.iter().copied());
+        let rows: Vec<(u64, u32, String)> = query.build_query_as().fetch_all(pool).await?;
+        let mut urls: HashMap<(u64, u32), String> = HashMap::with_capacity(rows.len());
+        for (letter_id, position, url) in rows {
+            urls.entry((letter_id, position)).or_insert(url);
+        }
+        for letter_id in chunk {
+            if let Some(row) = engagement.get_mut(letter_id) {
+                row.urls_clicked = row
+                    .links_clicked
+                    .iter()
+                    .map(|&position| urls.remove(&(*letter_id, position)).unwrap_or_default())
+                    .collect();
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Fill in `targets_clicked`. A mailing never repointed sent every click
+/// to version 0: nothing more is read. Otherwise the page's human clicks
+/// are read from `events` (the `mailing_letter` index: mailing, letter,
+/// kind, time) and each is given the version in force at its time: the
+/// newest repoint, of the position or of that letter's link, recorded
+/// at or before it.
+async fn add_targets(
+    pool: &MySqlPool,
+    mailing_id: &MailingId,
+    (first, last): (u64, u64),
+    engagement: &mut HashMap<u64, LetterEngagement>,
+) -> Result<(), StoreError> {
+    let history = super::link_rules::history(pool, mailing_id).await?;
+    if history.is_empty() {
+        for row in engagement.values_mut() {
+            row.targets_clicked = row
+                .links_clicked
+                .iter()
+                .map(|&position| TargetClicked {
+                    position,
+                    version: 0,
+                    clicks: 0,
+                })
+                .collect();
+        }
+        let counts: Vec<(u64, u32, u64)> = sqlx::query_as(
+            "SELECT letter_id, position, n FROM stats_letter_events \
+             WHERE mailing_id = ? AND letter_id BETWEEN ? AND ? AND kind = 'click' AND bot = 0",
+        )
+        .bind(mailing_id.as_str())
+        .bind(first)
+        .bind(last)
+        .fetch_all(pool)
+        .await?;
+        for (letter_id, position, n) in counts {
+            if let Some(target) = engagement.get_mut(&letter_id).and_then(|row| {
+                row.targets_clicked
+                    .iter_mut()
+                    .find(|t| t.position == position)
+            }) {
+                target.clicks += n;
+            }
+        }
+        return Ok(());
+    }
+    let clicks: Vec<(u64, u32, NaiveDateTime)> = sqlx::query_as(
+        "SELECT letter_id, position, occurred_at FROM events \
+         WHERE mailing_id = ? AND letter_id BETWEEN ? AND ? AND kind = 'click' AND bot = 0 \
+           AND COALESCE(link_id, 1) <> 0 AND position IS NOT NULL",
+    )
+    .bind(mailing_id.as_str())
+    .bind(first)
+    .bind(last)
+    .fetch_all(pool)
+    .await?;
+    let mut by_position: HashMap<u32, Vec<&super::link_rules::Repoint>> = HashMap::new();
+    for repoint in &history {
+        by_position
+            .entry(repoint.position)
+            .or_default()
+            .push(repoint);
+    }
+    let mut counted: HashMap<u64, std::collections::BTreeMap<(u32, u32), u64>> = HashMap::new();
+    for (letter_id, position, at) in clicks {
+        let Some(row) = engagement.get(&letter_id) else {
+            continue;
+        };
+        if !row.links_clicked.contains(&position) {
+            continue;
+        }
+        let at = at.and_utc();
+        let version = by_position
+            .get(&position)
+            .and_then(|repoints| {
+                repoints
+                    .iter()
+                    .rev()
+                    .find(|r| r.letter_id.is_none_or(|letter| letter == letter_id) && r.at <= at)
+            })
+            .map_or(0, |r| r.version);
+        *counted
+            .entry(letter_id)
+            .or_default()
+            .entry((position, version))
+            .or_default() += 1;
+    }
+    for (letter_id, targets) in counted {
+        if let Some(row) = engagement.get_mut(&letter_id) {
+            row.targets_clicked = targets
+                .into_iter()
+                .map(|((position, version), clicks)| TargetClicked {
+                    position,
+                    version,
+                    clicks,
+                })
+                .collect();
+        }
+    }
+    Ok(())
 }
 
 /// What the MTA answered when linktrack handed a letter over.

@@ -339,8 +339,63 @@ async fn recipients_export_agrees_with_the_events_and_shows_nobody_withheld() {
         .find(|l| l.contains(",ann@example.com,"))
         .unwrap();
     assert!(
-        ann_line.ends_with(",2,3,1 2,0,1,false,false,,false"),
+        ann_line.ends_with(
+            ",2,3,1 2,0,1,false,false,,false,https://example.com/one https://example.com/two,\
+             1@0 2@0"
+        ),
         "{ann_line}"
+    );
+    // Read as a spreadsheet reads it: by the header's names, each column
+    // where the contract puts it.
+    let mut sheet = csv::Reader::from_reader(csv.as_bytes());
+    let header: Vec<String> = sheet.headers().unwrap().iter().map(str::to_owned).collect();
+    assert_eq!(
+        header,
+        [
+            "letter_id",
+            "address",
+            "first_open",
+            "opens",
+            "clicks",
+            "links_clicked",
+            "bot_opens",
+            "bot_clicks",
+            "unsubscribed",
+            "bounced",
+            "delivered",
+            "complained",
+            "urls_clicked",
+            "targets_clicked"
+        ]
+    );
+    let records: Vec<csv::StringRecord> = sheet.records().map(Result::unwrap).collect();
+    assert_eq!(records.len(), 10);
+    let column = |name: &str| header.iter().position(|h| h == name).unwrap();
+    let record_of = |email: &str| {
+        records
+            .iter()
+            .find(|r| &r[column("address")] == email)
+            .unwrap()
+    };
+    let ann_record = record_of("ann@example.com");
+    assert_eq!(&ann_record[column("links_clicked")], "1 2");
+    assert_eq!(
+        &ann_record[column("urls_clicked")],
+        "https://example.com/one https://example.com/two"
+    );
+    assert_eq!(
+        &record_of(FORMULA)[column("urls_clicked")],
+        "https://example.com/two"
+    );
+    assert_eq!(&record_of("eve@example.com")[column("urls_clicked")], "");
+    assert_eq!(&ann_record[column("targets_clicked")], "1@0 2@0");
+    assert_eq!(
+        ann_row["targets_clicked"],
+        json!([{"position": 1, "version": 0, "clicks": 2}, {"position": 2, "version": 0, "clicks": 1}])
+    );
+    assert_eq!(
+        ann_row["urls_clicked"],
+        json!(["https://example.com/one", "https://example.com/two"])
     );
 
     // Pages of two letters give the same bytes as the API's one page.
@@ -812,4 +867,136 @@ fn serve_names_a_geoip_file_it_cannot_read() {
         assert!(said.contains("--geoip"), "{said}");
         assert!(said.contains(&path.display().to_string()), "{said}");
     }
+}
+
+/// `export recipients --with FILE`: the recipients file's other columns
+/// (which linktrack does not keep) joined by address, the address column
+/// found and normalised as `build` finds it; the file's rows that are no
+/// letter of the mailing are ignored. Read as a spreadsheet reads it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn export_with_the_recipients_file_appends_its_columns_by_address() {
+    let db = TestDb::with_days_since(days_ago(1)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mailing = json!({"mailing_id": "m-join", "subject": "S", "from": "news@example.com",
+        "html": "<p>Hi {{ first_name }}</p><a href=\"https://example.com/one\">one</a></body>"});
+    let (m, r) = (dir.path().join("m.json"), dir.path().join("r.csv"));
+    std::fs::write(&m, mailing.to_string()).unwrap();
+    // A Mailchimp-shaped export: its address column is `Email Address`.
+    std::fs::write(
+        &r,
+        "Email Address,First Name,Last Name\r\nann@example.com,Ann,Lee\r\n\
+         bob@example.com,Bob,\"Ray, Jr.\"\r\ncy@example.com,Cy,Park\r\n",
+    )
+    .unwrap();
+    let summary = builder::run(&db.pool, &options(dir.path(), m, r.clone()))
+        .await
+        .unwrap();
+    assert_eq!(
+        (summary.rejected, summary.letters_built),
+        (0, 3),
+        "{summary}"
+    );
+
+    // The file the marketer has now: the same people (Ann's address in
+    // another case), one who got no letter, one line without an address,
+    // one formula in a field.
+    let with = dir.path().join("crm.csv");
+    std::fs::write(
+        &with,
+        "Email Address,First Name,Last Name,clicks\r\nANN@Example.com,Ann,Lee,x\r\n\
+         bob@example.com,Bob,\"Ray, Jr.\",y\r\nnobody@example.com,No,Body,z\r\n\
+         not-an-address,Q,Q,q\r\ncy@example.com,=1+1,Park,w\r\n",
+    )
+    .unwrap();
+    let with_arg = with.to_str().unwrap();
+    let out = linktrack(
+        &db,
+        &[
+            "export",
+            "recipients",
+            "--mailing",
+            "m-join",
+            "--with",
+            with_arg,
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("4 addresses to join"), "{stderr}");
+    assert!(
+        stderr.contains("1 line(s) without a usable address"),
+        "{stderr}"
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(!text.contains("nobody@example.com"), "{text}");
+    let mut sheet = csv::Reader::from_reader(text.as_bytes());
+    let header: Vec<String> = sheet.headers().unwrap().iter().map(str::to_owned).collect();
+    // The contract's columns first, unchanged; then the file's, in its
+    // order, a name the export has marked as the input's.
+    let own: Vec<&str> = export::CSV_HEADER.trim_end().split(',').collect();
+    assert_eq!(&header[..own.len()], own.as_slice());
+    assert_eq!(
+        &header[own.len()..],
+        ["First Name", "Last Name", "input_clicks"]
+    );
+    let records: Vec<csv::StringRecord> = sheet.records().map(Result::unwrap).collect();
+    assert_eq!(records.len(), 3, "{text}");
+    let by_address: BTreeMap<String, Vec<String>> = records
+        .iter()
+        .map(|r| {
+            (
+                r[1].to_owned(),
+                r.iter().skip(own.len()).map(str::to_owned).collect(),
+            )
+        })
+        .collect();
+    assert_eq!(by_address["ann@example.com"], ["Ann", "Lee", "x"]);
+    assert_eq!(by_address["bob@example.com"], ["Bob", "Ray, Jr.", "y"]);
+    // A value a spreadsheet would run as a formula is neutralised.
+    assert_eq!(by_address["cy@example.com"], ["'=1+1", "Park", "w"]);
+
+    // JSON lines: the same values under the same names.
+    let out = linktrack(
+        &db,
+        &[
+            "export",
+            "recipients",
+            "--mailing",
+            "m-join",
+            "--with",
+            with_arg,
+            "--format",
+            "jsonl",
+        ],
+    );
+    assert!(out.status.success());
+    let rows: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let cy = rows
+        .iter()
+        .find(|r| r["address"] == "cy@example.com")
+        .unwrap();
+    assert_eq!(
+        (&cy["First Name"], &cy["input_clicks"], &cy["clicks"]),
+        (&json!("=1+1"), &json!("w"), &json!(0))
+    );
+
+    // A file that cannot be read is named; nothing is written.
+    let out = linktrack(
+        &db,
+        &[
+            "export",
+            "recipients",
+            "--mailing",
+            "m-join",
+            "--with",
+            "/nonexistent.csv",
+        ],
+    );
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent.csv"));
 }

@@ -461,3 +461,142 @@ async fn two_links_of_one_name_are_a_build_error_naming_both() {
         .unwrap();
     assert_eq!(stored, 0, "nothing built");
 }
+
+/// The export says which target each click went to: clicks before a
+/// repoint count for version 0 (the built URL), after it for version 1;
+/// each counted by the click's recorded time against the repoint's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_export_shows_clicks_before_and_after_a_repoint() {
+    let db = TestDb::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let letters = build(&db, dir.path(), &["ann@example.com", "bob@example.com"]).await;
+    let (ann, bob) = (&letters[0].0, &letters[1].0);
+    let mut settings = crate::common::test_settings();
+    settings.bots.min_click_delay = Duration::ZERO;
+    settings.bots.burst_links = 1_000;
+    let server = TestServer::start(server_pool(&db).await, |s| AppSettings {
+        api_token: Some(API_TOKEN.to_owned()),
+        ..crate::common::quick_with(settings)(s)
+    })
+    .await;
+    // Before the fix: Ann clicks the button twice and the other link once.
+    location(&server, ann[0]).await;
+    location(&server, ann[0]).await;
+    location(&server, ann[1]).await;
+    crate::common::wait_for_events(&db.pool, 3).await;
+    let request = RepointRequest {
+        links: LinkSelector::Name("cta".into()),
+        recipient: None,
+        to: FIXED.into(),
+        who: "test".into(),
+    };
+    let mailing = crate::common::mailing_id(MAILING);
+    let recorded = repoint::repoint(&db.pool, &mailing, &request)
+        .await
+        .unwrap();
+    assert_eq!(recorded[0].version, 1);
+    // After it: every click the wait makes reaches the fixed target.
+    let fixed =
+        format!("{FIXED}?utm_source=newsletter&utm_medium=email&utm_campaign=m{MAILING}-cta-1");
+    wait_for_location(&server, bob[0], &fixed).await;
+    wait_for_location(&server, ann[0], &fixed).await;
+    server.stop().await;
+    let verdicts = linktrack::bots::letter_judgement::VerdictRules {
+        min_click_delay: Duration::ZERO,
+        burst_links: 1_000,
+        ..Default::default()
+    };
+    linktrack::store::rollup::rollup_with(
+        &db.pool,
+        &linktrack::store::rollup::RollupOptions {
+            verdicts: std::sync::Arc::new(verdicts),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+
+    // What the events say, by brute force against the repoint's time.
+    let events: Vec<(u64, u32, chrono::NaiveDateTime)> = sqlx::query_as(
+        "SELECT letter_id, position, occurred_at FROM events WHERE kind = 'click' AND bot = 0",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert!(events.len() >= 5, "{events:?}");
+    let fixed_at = recorded[0].at.naive_utc();
+    let mut expected: std::collections::BTreeMap<(u64, u32, u32), u64> = Default::default();
+    for (letter, position, at) in &events {
+        let version = u32::from(*position == 1 && *at >= fixed_at);
+        *expected.entry((*letter, *position, version)).or_default() += 1;
+    }
+
+    let out = linktrack(
+        &db,
+        &[
+            "export",
+            "recipients",
+            "--mailing",
+            MAILING,
+            "--format",
+            "jsonl",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut exported: std::collections::BTreeMap<(u64, u32, u32), u64> = Default::default();
+    for line in String::from_utf8(out.stdout).unwrap().lines() {
+        let row: serde_json::Value = serde_json::from_str(line).unwrap();
+        for target in row["targets_clicked"].as_array().unwrap() {
+            exported.insert(
+                (
+                    row["letter_id"].as_u64().unwrap(),
+                    target["position"].as_u64().unwrap() as u32,
+                    target["version"].as_u64().unwrap() as u32,
+                ),
+                target["clicks"].as_u64().unwrap(),
+            );
+        }
+        if row["address"] == "ann@example.com" {
+            let versions: Vec<(u64, u64)> = row["targets_clicked"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| {
+                    (
+                        t["position"].as_u64().unwrap(),
+                        t["version"].as_u64().unwrap(),
+                    )
+                })
+                .collect();
+            assert_eq!(versions, [(1, 0), (1, 1), (2, 0)], "{row}");
+            assert_eq!(row["targets_clicked"][0]["clicks"], 2, "{row}");
+        }
+        if row["address"] == "bob@example.com" {
+            let versions: Vec<u64> = row["targets_clicked"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["version"].as_u64().unwrap())
+                .collect();
+            assert_eq!(versions, [1], "{row}");
+        }
+    }
+    assert_eq!(exported, expected);
+
+    // The CSV says the same as POSITION@VERSION.
+    let out = linktrack(&db, &["export", "recipients", "--mailing", MAILING]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut sheet = csv::Reader::from_reader(text.as_bytes());
+    let header = sheet.headers().unwrap().clone();
+    let at = header.iter().position(|h| h == "targets_clicked").unwrap();
+    let ann_row = sheet
+        .records()
+        .map(Result::unwrap)
+        .find(|r| &r[1] == "ann@example.com")
+        .unwrap();
+    assert_eq!(&ann_row[at], "1@0 1@1 2@0");
+}

@@ -7,8 +7,11 @@ use clap::{Args, Subcommand, ValueEnum};
 pub enum ExportCommand {
     /// One row per letter of a mailing with its engagement: address, letter,
     /// first open, opens, clicks, the links clicked (positions), the bots'
-    /// opens and clicks beside, unsubscribed and bounced; to standard
-    /// output, streamed. Letters whose address may not be shown
+    /// opens and clicks beside, unsubscribed, bounced, delivered,
+    /// complained, the clicked links' URLs and which version of a repointed
+    /// link each click reached; to standard output,
+    /// streamed. `--with FILE` appends the recipients file's other columns
+    /// (names and the like, which linktrack does not keep). Letters whose address may not be shown
     /// (anonymous, `last_open_day`, opted out of tracking, erased) are left
     /// out and counted on standard error. See docs/operate.md, "Exports".
     Recipients(RecipientsArgs),
@@ -23,6 +26,18 @@ pub struct RecipientsArgs {
     /// (one JSON object per line).
     #[arg(long, value_enum, default_value_t = ExportFormat::Csv)]
     pub format: ExportFormat,
+    /// The recipients file the mailing was built from (CSV or JSON Lines,
+    /// read as `build` reads it): its other columns (first_name, …) are
+    /// appended to each row, matched by address. linktrack keeps no
+    /// recipient's fields, so they come from this file; its rows that are
+    /// no letter of the mailing are ignored (docs/operate.md, "Exports").
+    #[arg(long = "with", value_name = "FILE")]
+    pub with: Option<std::path::PathBuf>,
+    /// With `--with`: which column of the file is the address, as for
+    /// `build` (`--column email="Contact Email"`); other mappings rename a
+    /// column.
+    #[arg(long, value_name = "FIELD=HEADER", requires = "with")]
+    pub column: Vec<crate::builder::ColumnMapping>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
