@@ -600,3 +600,84 @@ async fn the_export_shows_clicks_before_and_after_a_repoint() {
         .unwrap();
     assert_eq!(&ann_row[at], "1@0 1@1 2@0");
 }
+
+/// `GET /api/mailings`: every mailing by id, a page at a time after a
+/// cursor, with its campaign and counts; `?utm_campaign=` keeps one
+/// campaign's (its `{{ mailing_id }}` filled in).
+#[tokio::test]
+async fn the_mailings_list_pages_by_id_and_filters_by_utm_campaign() {
+    let db = TestDb::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    build(&db, dir.path(), &["ann@example.com"]).await;
+    let other = tempfile::tempdir().unwrap();
+    let mailing = other.path().join("mailing.json");
+    let file = serde_json::json!({
+        "mailing_id": "m-other",
+        "subject": "Launch",
+        "from": "News <news@example.com>",
+        "html": format!("<p><a href=\"{OTHER}\">About</a></p>"),
+        "utm": {"source": "newsletter", "campaign": "{{ mailing_id }}-launch"},
+    });
+    std::fs::write(&mailing, file.to_string()).unwrap();
+    let recipients = other.path().join("r.jsonl");
+    std::fs::write(&recipients, "{\"email\":\"cy@example.com\"}\n").unwrap();
+    builder::run(&db.pool, &options(other.path(), mailing, recipients))
+        .await
+        .unwrap();
+    let server = start(&db).await;
+    let get = |query: &str| {
+        let url = server.url(&format!("/api/mailings{query}"));
+        async move {
+            let answer = client()
+                .get(url)
+                .bearer_auth(API_TOKEN)
+                .send()
+                .await
+                .unwrap();
+            let status = answer.status();
+            (
+                status,
+                serde_json::from_str::<serde_json::Value>(&answer.text().await.unwrap()).unwrap(),
+            )
+        }
+    };
+    let ids = |page: &serde_json::Value| -> Vec<String> {
+        page["mailings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["mailing_id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+
+    let (status, all) = get("").await;
+    assert_eq!(status, StatusCode::OK, "{all}");
+    assert_eq!(ids(&all), [MAILING, "m-other"]);
+    assert_eq!(all["mailings"][1]["utm_campaign"], "m-other-launch");
+    assert_eq!(all["mailings"][1]["subject"], "Launch");
+    assert!(all["next"].is_null());
+
+    let (_, first) = get("?limit=1").await;
+    assert_eq!(ids(&first), [MAILING]);
+    assert_eq!(first["next"], MAILING);
+    let (_, second) = get(&format!("?limit=1&after={MAILING}")).await;
+    assert_eq!(ids(&second), ["m-other"]);
+
+    let (_, launch) = get("?utm_campaign=m-other-launch").await;
+    assert_eq!(ids(&launch), ["m-other"], "{launch}");
+    let (_, none) = get("?utm_campaign=spring").await;
+    assert!(ids(&none).is_empty(), "{none}");
+
+    let (status, bad) = get("?limit=0").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(
+        bad["error"]["message"].as_str().unwrap().contains("limit"),
+        "{bad}"
+    );
+    let anonymous = client()
+        .get(server.url("/api/mailings"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status(), StatusCode::UNAUTHORIZED);
+}

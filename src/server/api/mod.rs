@@ -4,7 +4,8 @@
 //! bodies (`json_body.rs`), the shared state (`state.rs`), the handlers
 //! (`stats.rs`, `export.rs`, `keys.rs`, a mailing's links in `links.rs`),
 //! the live event stream (`events_stream.rs`, fed by `event_feed.rs`), the
-//! suppression and tracking opt-out lists (`address_lists.rs`) and the OpenAPI description
+//! suppression and tracking opt-out lists (`address_lists.rs`), the
+//! mailings' list (`mailings.rs`) and the OpenAPI description
 //! (`description.rs`, open schemas of the store's answers in `schema.rs`).
 //!
 //! Every route is registered through utoipa-axum's `routes!`, which adds
@@ -21,6 +22,7 @@ mod export;
 mod json_body;
 mod keys;
 mod links;
+mod mailings;
 mod schema;
 mod state;
 mod stats;
@@ -46,6 +48,7 @@ pub fn described_routes() -> (Router<ApiState>, utoipa::openapi::OpenApi) {
         .routes(routes!(export::recipients))
         .routes(routes!(keys::create, keys::list))
         .routes(routes!(keys::revoke))
+        .routes(routes!(mailings::list))
         .routes(routes!(links::list))
         .routes(routes!(links::repoint_link))
         .routes(routes!(events_stream::stream))

@@ -230,3 +230,78 @@ pub async fn list_mailings(
         )
         .collect())
 }
+
+/// One mailing of the API's list (`GET /api/mailings`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct MailingPageRow {
+    pub mailing_id: String,
+    pub subject: Option<String>,
+    /// When its first letters were built (RFC 3339, UTC).
+    pub built_at: Option<String>,
+    /// The mailing's `utm.campaign`, `{{ mailing_id }}` filled in.
+    pub utm_campaign: Option<String>,
+    /// Letters the MTAs accepted.
+    pub delivered: u64,
+    /// People's opens and clicks (bots left out), as rolled up.
+    pub opens: u64,
+    pub clicks: u64,
+}
+
+/// Mailings in id order after `after`, at most `limit`; with `utm_campaign`
+/// only those whose campaign tag (its `{{ mailing_id }}` filled in) is it.
+pub async fn mailings_page(
+    pool: &MySqlPool,
+    after: &str,
+    limit: u32,
+    utm_campaign: Option<&str>,
+) -> Result<Vec<MailingPageRow>, StoreError> {
+    type Row = (
+        String,
+        Option<String>,
+        Option<chrono::NaiveDateTime>,
+        Option<String>,
+        i64,
+        i64,
+        i64,
+    );
+    // The campaign as the redirect renders it for this mailing; position
+    // and name vary per link and are left as written.
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT m.mailing_id, m.subject, m.created_at, c.campaign, \
+           CAST(COALESCE((SELECT d.delivered FROM stats_deliveries d \
+             WHERE d.mailing_id = m.mailing_id), 0) AS SIGNED), \
+           CAST(COALESCE((SELECT SUM(total) FROM stats_totals t WHERE t.mailing_id = m.mailing_id \
+             AND t.kind = 'open' AND t.bot = 0), 0) AS SIGNED), \
+           CAST(COALESCE((SELECT SUM(total) FROM stats_totals t WHERE t.mailing_id = m.mailing_id \
+             AND t.kind = 'click' AND t.bot = 0), 0) AS SIGNED) \
+         FROM mailings m \
+         LEFT JOIN (SELECT u.mailing_id, REPLACE(REPLACE(u.campaign, '{{ mailing_id }}', u.mailing_id), \
+             '{{mailing_id}}', u.mailing_id) AS campaign FROM mailing_utm u) AS c \
+           ON c.mailing_id = m.mailing_id \
+         WHERE m.mailing_id > ? AND (? IS NULL OR c.campaign = ?) \
+         ORDER BY m.mailing_id LIMIT ?",
+    )
+    .bind(after)
+    .bind(utm_campaign)
+    .bind(utm_campaign)
+    .bind(limit)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(
+            |(mailing_id, subject, built_at, utm_campaign, delivered, opens, clicks)| {
+                MailingPageRow {
+                    mailing_id,
+                    subject,
+                    built_at: built_at
+                        .map(|at| at.and_utc().format("%Y-%m-%dT%H:%M:%SZ").to_string()),
+                    utm_campaign,
+                    delivered: delivered.max(0) as u64,
+                    opens: opens.max(0) as u64,
+                    clicks: clicks.max(0) as u64,
+                }
+            },
+        )
+        .collect())
+}

@@ -29,8 +29,8 @@ pub use letters::{
 };
 pub use mailings::{
     built_subject, colliding_mailing, ids_equal_in_collation, largest_creative, list_mailings,
-    list_management, mailing_html, named_exactly, save_list_manage_url, save_mailing,
-    save_sender_domain, sender_domain, MailingListing,
+    list_management, mailing_html, mailings_page, named_exactly, save_list_manage_url,
+    save_mailing, save_sender_domain, sender_domain, MailingListing, MailingPageRow,
 };
 pub use per_link::{link_urls, LinkStats, TargetClicks};
 pub use series::HourStats;
