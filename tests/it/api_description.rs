@@ -56,6 +56,7 @@ async fn the_description_is_valid_openapi_3_1_and_names_the_routes() {
     assert_eq!(description["openapi"], "3.1.0");
     for path in [
         "/api/mailings",
+        "/api/erase",
         "/api/mailings/{id}/stats",
         "/api/mailings/{id}/recipients",
         "/api/mailings/{id}/breakdowns",

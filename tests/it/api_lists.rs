@@ -287,3 +287,89 @@ async fn tracking_optouts_are_added_listed_and_removed() {
     assert_eq!(page["entries"].as_array().unwrap().len(), 1);
     app.stop().await;
 }
+
+/// `POST /api/erase`: the scope `erase` only; the address's rows gone
+/// everywhere, its letters counted in the answer, which names it by its
+/// place alone; a repeat says so; bad bodies refused naming the field.
+#[tokio::test]
+async fn erase_over_the_api_scrubs_the_address_and_needs_its_scope() {
+    let db = TestDb::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mailing = dir.path().join("mailing.json");
+    let file = json!({
+        "mailing_id": "m-erase-api",
+        "subject": "Hello",
+        "from": "News <news@example.com>",
+        "html": "<p><a href=\"https://example.com/a\">A</a></p>",
+    });
+    std::fs::write(&mailing, file.to_string()).unwrap();
+    let recipients = dir.path().join("r.jsonl");
+    std::fs::write(
+        &recipients,
+        "{\"email\":\"ann@example.com\"}\n{\"email\":\"bob@example.com\"}\n",
+    )
+    .unwrap();
+    linktrack::builder::run(
+        &db.pool,
+        &crate::common::build::options(dir.path(), mailing, recipients),
+    )
+    .await
+    .unwrap();
+    let app = server(&db).await;
+    let stats_key = key(&app, "stats-only", "stats:read").await;
+    let erase_key = key(&app, "eraser", "erase").await;
+    let body = || json_body(json!({"addresses": ["ann@example.com"], "wait_secs": 1}));
+
+    let (status, refused) = call(&app, Method::POST, "/api/erase", &stats_key, body()).await;
+    assert_refused(status, &refused, StatusCode::FORBIDDEN, &["erase"]);
+    let rows = |email: &'static str| {
+        let pool = db.pool.clone();
+        async move {
+            let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM links WHERE email = ?")
+                .bind(email)
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+            n
+        }
+    };
+    assert!(rows("ann@example.com").await > 0, "nothing erased yet");
+
+    let (status, answer) = call(&app, Method::POST, "/api/erase", &erase_key, body()).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let erased = &answer["erased"][0];
+    assert_eq!(erased["at"], "addresses[0]");
+    assert_eq!(erased["repeated"], false);
+    assert_eq!(erased["letters"], 1, "{answer}");
+    assert!(erased["links"].as_u64().unwrap() >= 1, "{answer}");
+    assert!(
+        !answer.to_string().contains("ann@"),
+        "the answer names no address"
+    );
+    assert_eq!(rows("ann@example.com").await, 0);
+    assert!(rows("bob@example.com").await > 0, "only the address named");
+
+    let (_, again) = call(&app, Method::POST, "/api/erase", &erase_key, body()).await;
+    assert_eq!(again["erased"][0]["repeated"], true, "{again}");
+
+    let bad = json_body(json!({"addresses": ["someone@example.com", "no-at-sign"]}));
+    let (status, refused) = call(&app, Method::POST, "/api/erase", &erase_key, bad).await;
+    assert_refused(
+        status,
+        &refused,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        &["addresses[1]"],
+    );
+    let long = json_body(json!({"addresses": ["bob@example.com"], "wait_secs": 99}));
+    let (status, refused) = call(&app, Method::POST, "/api/erase", &erase_key, long).await;
+    assert_refused(
+        status,
+        &refused,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        &["wait_secs"],
+    );
+    assert!(
+        rows("bob@example.com").await > 0,
+        "a refused body erases nothing"
+    );
+}

@@ -21,6 +21,7 @@ use utoipa::{Modify, OpenApi};
         (name = "keys", description = "API keys and their scopes (scope keys:admin)"),
         (name = "events", description = "The live event stream (scope events:read)"),
         (name = "lists", description = "The suppression and tracking opt-out lists (scopes suppressions:read, suppressions:write)"),
+        (name = "privacy", description = "Erasing an address everywhere (scope erase)"),
     )
 )]
 pub(crate) struct ApiDoc;

@@ -5,7 +5,8 @@
 //! (`stats.rs`, `export.rs`, `keys.rs`, a mailing's links in `links.rs`),
 //! the live event stream (`events_stream.rs`, fed by `event_feed.rs`), the
 //! suppression and tracking opt-out lists (`address_lists.rs`), the
-//! mailings' list (`mailings.rs`) and the OpenAPI description
+//! mailings' list (`mailings.rs`), erasing an address (`erase.rs`) and the
+//! OpenAPI description
 //! (`description.rs`, open schemas of the store's answers in `schema.rs`).
 //!
 //! Every route is registered through utoipa-axum's `routes!`, which adds
@@ -15,6 +16,7 @@
 mod address_lists;
 mod caller;
 mod description;
+mod erase;
 mod error;
 pub mod event_feed;
 mod events_stream;
@@ -49,6 +51,7 @@ pub fn described_routes() -> (Router<ApiState>, utoipa::openapi::OpenApi) {
         .routes(routes!(keys::create, keys::list))
         .routes(routes!(keys::revoke))
         .routes(routes!(mailings::list))
+        .routes(routes!(erase::erase))
         .routes(routes!(links::list))
         .routes(routes!(links::repoint_link))
         .routes(routes!(events_stream::stream))
