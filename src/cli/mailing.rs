@@ -53,13 +53,8 @@ pub(super) async fn build(url: &str, args: &BuildArgs) -> anyhow::Result<ExitCod
         progress: !args.no_progress,
         // With --pools these settings are the template for each pool's MTAs.
         smtp: (args.smtp.is_some() || args.pools.is_some()).then(|| {
-            crate::delivery::smtp::SmtpSettings {
-                url: args.smtp.clone().unwrap_or_default(),
-                connections: args.smtp_connections,
-                messages_per_connection: args.smtp_messages_per_connection,
-                retries: args.smtp_retries,
-                backoff: std::time::Duration::from_millis(args.smtp_backoff_ms),
-            }
+            args.smtp_sessions
+                .settings(args.smtp.clone().unwrap_or_default())
         }),
         pools: args.pools.clone(),
         return_path: args.return_path.clone(),

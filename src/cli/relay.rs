@@ -4,25 +4,20 @@
 use super::args::relay::{RelayArgs, Suppressed};
 use super::args::secrets::check_secret;
 use super::connect::pool;
-use crate::delivery::smtp::SmtpSettings;
 use crate::relay::{self, RelaySettings, SuppressedAction};
-use std::time::Duration;
 
 pub(super) async fn relay(url: &str, args: &RelayArgs) -> anyhow::Result<()> {
     check_secret("LINKTRACK_SECRET", args.seal.secret.as_deref())?;
     args.api.check()?;
     let pool = pool(url).await?;
-    let backoff = Duration::from_millis(args.smtp_backoff_ms);
+    let smtp = args
+        .smtp_sessions
+        .settings(args.smtp.clone().unwrap_or_default());
+    let retry_after = smtp.backoff;
     let settings = RelaySettings {
         listen: args.listen,
         hostname: args.hostname.clone(),
-        smtp: SmtpSettings {
-            url: args.smtp.clone().unwrap_or_default(),
-            connections: args.smtp_connections,
-            messages_per_connection: args.smtp_messages_per_connection,
-            retries: args.smtp_retries,
-            backoff,
-        },
+        smtp,
         pools: args.pools.clone(),
         default_pool: args.pool.clone(),
         open_to: args.relay_open_to.clone(),
@@ -39,7 +34,7 @@ pub(super) async fn relay(url: &str, args: &RelayArgs) -> anyhow::Result<()> {
         base_url: args.tracking.base_url.clone(),
         bounce_domain: args.bounce_domain.clone(),
         secret: args.seal.secret.clone(),
-        retry_after: backoff,
+        retry_after,
         tls: relay::RelayTls {
             files: args.tls_cert.clone().zip(args.tls_key.clone()),
             from_domains: args.tls_from_domains,

@@ -99,23 +99,8 @@ pub struct BuildArgs {
     )]
     pub pools: Option<PathBuf>,
 
-    /// SMTP connections used in parallel (per MTA with --pools).
-    #[arg(long, default_value_t = 4, value_name = "N")]
-    pub smtp_connections: u32,
-
-    /// Messages sent over one SMTP connection before it is closed (QUIT)
-    /// and a new one opened, for relays that cap messages per session
-    /// (a pool's `messages_per_connection` takes precedence). Default: no limit.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    pub smtp_messages_per_connection: Option<u32>,
-
-    /// Retries of a temporary failure (4xx, refused, timeout) per letter.
-    #[arg(long, default_value_t = 5, value_name = "N")]
-    pub smtp_retries: u32,
-
-    /// Wait before the first retry, in milliseconds; it doubles each time.
-    #[arg(long, default_value_t = 1000, value_name = "MS")]
-    pub smtp_backoff_ms: u64,
+    #[command(flatten)]
+    pub smtp_sessions: SmtpSessionArgs,
 
     /// Envelope sender (Return-Path) for bounces; default the mailing's From.
     #[arg(long, value_name = "ADDRESS")]
@@ -317,4 +302,44 @@ pub struct RollupArgs {
     pub verdicts: VerdictArgs,
     #[command(flatten)]
     pub live: LiveArgs,
+}
+
+/// How SMTP sessions to an MTA are held and retried: `build --smtp` and
+/// `relay` hand letters over with the same ones.
+#[derive(Debug, Clone, Args)]
+pub struct SmtpSessionArgs {
+    /// SMTP connections used in parallel (with --pools, each pool's
+    /// `connections` per MTA instead, 4 when it does not say).
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    pub smtp_connections: u32,
+
+    /// Messages sent over one SMTP connection before it is closed (QUIT)
+    /// and a new one opened, for relays that cap messages per session
+    /// (a pool's `messages_per_connection` takes precedence). Default: no limit.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub smtp_messages_per_connection: Option<u32>,
+
+    /// Retries of a temporary failure (4xx, refused, timeout) per letter
+    /// (the relay's letter then waits in its spool for the next round).
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    pub smtp_retries: u32,
+
+    /// Wait before the first retry, in milliseconds; it doubles each time
+    /// (the relay's spool rounds after a failure start at it too, doubling
+    /// up to an hour).
+    #[arg(long, default_value_t = 1000, value_name = "MS")]
+    pub smtp_backoff_ms: u64,
+}
+
+impl SmtpSessionArgs {
+    /// The delivery settings for the MTA at `url`.
+    pub fn settings(&self, url: String) -> crate::delivery::smtp::SmtpSettings {
+        crate::delivery::smtp::SmtpSettings {
+            url,
+            connections: self.smtp_connections,
+            messages_per_connection: self.smtp_messages_per_connection,
+            retries: self.smtp_retries,
+            backoff: std::time::Duration::from_millis(self.smtp_backoff_ms),
+        }
+    }
 }

@@ -1,6 +1,6 @@
 //! Flags of `linktrack relay`, the ones `cli/relay.rs` runs.
 
-use super::mailing::TrackingArgs;
+use super::mailing::{SmtpSessionArgs, TrackingArgs};
 use super::secrets::SecretArgs;
 use clap::{Args, ValueEnum};
 use std::net::SocketAddr;
@@ -45,26 +45,8 @@ pub struct RelayArgs {
     #[arg(long, default_value = "default", value_name = "NAME")]
     pub pool: String,
 
-    /// SMTP connections to the downstream MTA used in parallel (with
-    /// --pools, each pool's `connections` per MTA instead).
-    #[arg(long, default_value_t = 4, value_name = "N")]
-    pub smtp_connections: u32,
-
-    /// Messages over one downstream connection before it is closed and a
-    /// new one opened. Default: no limit.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    pub smtp_messages_per_connection: Option<u32>,
-
-    /// Retries of a temporary downstream failure (4xx, refused, timeout)
-    /// before the letter waits in the spool for the next round.
-    #[arg(long, default_value_t = 5, value_name = "N")]
-    pub smtp_retries: u32,
-
-    /// Wait before the first retry, in milliseconds; it doubles each time.
-    /// The spool's rounds after a failure start at this wait too, doubling
-    /// up to an hour.
-    #[arg(long, default_value_t = 1000, value_name = "MS")]
-    pub smtp_backoff_ms: u64,
+    #[command(flatten)]
+    pub smtp_sessions: SmtpSessionArgs,
 
     /// A network that may submit without AUTH (CIDR, e.g. 10.0.0.0/8 or
     /// 127.0.0.1/32), as Postfix's mynetworks; repeatable. Every other
