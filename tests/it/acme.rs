@@ -36,7 +36,11 @@ struct Pebble {
 impl Pebble {
     async fn start(http_port: u16, dns: SocketAddr) -> Pebble {
         let dir = tempfile::tempdir().unwrap();
-        let ca_file = write_listener_certificate(dir.path());
+        let ca_file = crate::common::test_ca::write_signed_certificate(
+            dir.path(),
+            "linktrack test CA",
+            &["127.0.0.1", "localhost"],
+        );
         let (acme_port, management_port) = (free_port(), free_port());
         let config = serde_json::json!({"pebble": {
             "listenAddress": format!("127.0.0.1:{acme_port}"),
@@ -124,29 +128,6 @@ impl Drop for Pebble {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// A test CA and, signed by it, pebble's listener certificate for
-/// 127.0.0.1 (`cert.pem`, `key.pem` in `dir`); returns the CA's PEM file.
-fn write_listener_certificate(dir: &Path) -> PathBuf {
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, "linktrack test CA");
-    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = rcgen::Issuer::new(ca_params, ca_key);
-    let key = rcgen::KeyPair::generate().unwrap();
-    let params =
-        rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
-            .unwrap();
-    let cert = params.signed_by(&key, &issuer).unwrap();
-    std::fs::write(dir.join("cert.pem"), cert.pem()).unwrap();
-    std::fs::write(dir.join("key.pem"), key.serialize_pem()).unwrap();
-    let ca_file = dir.join("ca.pem");
-    std::fs::write(&ca_file, ca_cert.pem()).unwrap();
-    ca_file
 }
 
 /// The server on `listener` (the port pebble validates HTTP-01 on), with a

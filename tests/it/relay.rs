@@ -353,25 +353,28 @@ fn queued(spool: &Path) -> usize {
         .sum()
 }
 
-/// A test CA and, signed by it, a certificate for `relay.example.test`
-/// (`cert.pem`, `key.pem` in `dir`); returns the CA's PEM file.
-fn write_relay_certificate(dir: &Path) -> std::path::PathBuf {
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, "linktrack relay test CA");
-    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = rcgen::Issuer::new(ca_params, ca_key);
-    let key = rcgen::KeyPair::generate().unwrap();
-    let params = rcgen::CertificateParams::new(vec!["relay.example.test".to_owned()]).unwrap();
-    let cert = params.signed_by(&key, &issuer).unwrap();
-    std::fs::write(dir.join("cert.pem"), cert.pem()).unwrap();
-    std::fs::write(dir.join("key.pem"), key.serialize_pem()).unwrap();
-    let ca_file = dir.join("ca.pem");
-    std::fs::write(&ca_file, ca_cert.pem()).unwrap();
-    ca_file
+/// [`start_relay`] offering STARTTLS with a certificate for
+/// `relay.example.test` (signed by a test CA of its own, its files in
+/// `certs`); returns it and the CA's PEM file, for the client to trust.
+async fn start_relay_with_tls(
+    db: &TestDb,
+    smtp: &str,
+    spool: &Path,
+    certs: &Path,
+) -> (Serving, std::path::PathBuf) {
+    let ca = crate::common::test_ca::write_signed_certificate(
+        certs,
+        "linktrack relay test CA",
+        &["relay.example.test"],
+    );
+    let (cert, key) = (certs.join("cert.pem"), certs.join("key.pem"));
+    let flags = [
+        "--tls-cert",
+        cert.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+    ];
+    (start_relay(db, smtp, spool, &flags).await, ca)
 }
 
 #[tokio::test]
@@ -380,20 +383,7 @@ async fn starttls_comes_before_auth_and_the_letter_goes_through_over_tls() {
     let sink = SmtpSink::start(&[]);
     let spool = tempfile::tempdir().unwrap();
     let certs = tempfile::tempdir().unwrap();
-    let ca = write_relay_certificate(certs.path());
-    let (cert, key) = (certs.path().join("cert.pem"), certs.path().join("key.pem"));
-    let relay = start_relay(
-        &db,
-        &sink.url(),
-        spool.path(),
-        &[
-            "--tls-cert",
-            cert.to_str().unwrap(),
-            "--tls-key",
-            key.to_str().unwrap(),
-        ],
-    )
-    .await;
+    let (relay, ca) = start_relay_with_tls(&db, &sink.url(), spool.path(), certs.path()).await;
     let script = format!(
         "import ssl\n\
          s = smtplib.SMTP('127.0.0.1', PORT, source_address=('127.0.0.2', 0))\n\
@@ -480,20 +470,7 @@ async fn postfix_with_the_relay_as_relayhost_hands_it_swaks_letter_over_tls() {
     let sink = SmtpSink::start(&[]);
     let spool = tempfile::tempdir().unwrap();
     let certs = tempfile::tempdir().unwrap();
-    write_relay_certificate(certs.path());
-    let (cert, key) = (certs.path().join("cert.pem"), certs.path().join("key.pem"));
-    let relay = start_relay(
-        &db,
-        &sink.url(),
-        spool.path(),
-        &[
-            "--tls-cert",
-            cert.to_str().unwrap(),
-            "--tls-key",
-            key.to_str().unwrap(),
-        ],
-    )
-    .await;
+    let (relay, _ca) = start_relay_with_tls(&db, &sink.url(), spool.path(), certs.path()).await;
     let postfix = Postfix::start(PostfixConfig {
         main_cf: vec![
             // Nothing is kept here: every domain goes to the relayhost.

@@ -23,6 +23,7 @@ pub mod smtp_sink;
 pub mod spider;
 pub mod stats;
 pub mod stats_api;
+pub mod test_ca;
 pub mod webhooks;
 pub use child::*;
 pub use server::*;
