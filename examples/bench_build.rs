@@ -37,17 +37,20 @@
 //! `local_infile=ON`. Each run uses fresh `lt_bench_*` databases and drops them.
 #![allow(clippy::unwrap_used)] // tests and benchmarks: a failure should stop them loudly
 
+#[path = "support/fresh_db.rs"]
+mod fresh_db;
 #[path = "support/mysql_client.rs"]
 mod mysql_client;
 #[path = "support/process_cpu.rs"]
 mod process_cpu;
+use fresh_db::fresh_db;
 use process_cpu::{mariadbd_stat, ProcessCpu};
 
 use chrono::{DateTime, NaiveTime, Utc};
 use clap::Parser;
 use linktrack::builder::{self, BuildOptions, Output};
 use linktrack::delivery::smtp::SmtpSettings;
-use linktrack::store::{self, partitions, RowFormat};
+use linktrack::store::{self, RowFormat};
 use linktrack::token::Token;
 use rand::{Rng, RngExt};
 use sqlx::{MySql, MySqlPool, QueryBuilder};
@@ -213,23 +216,6 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-/// A fresh, migrated database with today's partitions.
-async fn fresh_db(server: &str, name: &str) -> anyhow::Result<(MySqlPool, String)> {
-    let url = format!("{server}/{name}");
-    let admin = MySqlPool::connect(server).await?;
-    sqlx::query(&format!("DROP DATABASE IF EXISTS `{name}`"))
-        .execute(&admin)
-        .await?;
-    let pool = store::migrate(&url).await?;
-    let policy = partitions::Policy {
-        today: Utc::now().date_naive(),
-        ahead_days: 1,
-        keep_days: None,
-    };
-    partitions::run(&pool, &policy, &partitions::RunOptions::default()).await?;
-    Ok((pool, url))
 }
 
 async fn drop_db(server: &str, name: &str) -> anyhow::Result<()> {

@@ -25,15 +25,16 @@
 //! over the round (the clients are other processes), MariaDB's beside it.
 #![allow(clippy::unwrap_used)] // benchmarks: a failure should stop them loudly
 
+#[path = "support/fresh_db.rs"]
+mod fresh_db;
 #[path = "support/process_cpu.rs"]
 mod process_cpu;
+use fresh_db::fresh_db;
 use process_cpu::{mariadbd_stat, ProcessCpu};
 
-use chrono::Utc;
 use clap::Parser;
 use linktrack::delivery::smtp::SmtpSettings;
 use linktrack::relay::{RelaySettings, RelayTls, SuppressedAction};
-use linktrack::store::{self, partitions};
 use sqlx::MySqlPool;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -88,7 +89,8 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let sink = Sink::start()?;
     let name = format!("lt_bench_relay_{}", std::process::id());
-    let (pool, admin) = fresh_db(&args.server, &name).await?;
+    let (pool, _) = fresh_db(&args.server, &name).await?;
+    let admin = MySqlPool::connect(&args.server).await?;
     let mariadb = mariadbd_stat(&admin).await;
     let spool = tempfile::tempdir()?;
     let relay_port = free_port();
@@ -301,21 +303,6 @@ async fn wait_spool_empty(spool: &Path) -> anyhow::Result<()> {
         anyhow::ensure!(Instant::now() < deadline, "the spool did not drain");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-}
-
-async fn fresh_db(server: &str, name: &str) -> anyhow::Result<(MySqlPool, MySqlPool)> {
-    let admin = MySqlPool::connect(server).await?;
-    sqlx::query(&format!("DROP DATABASE IF EXISTS `{name}`"))
-        .execute(&admin)
-        .await?;
-    let pool = store::migrate(&format!("{server}/{name}")).await?;
-    let policy = partitions::Policy {
-        today: Utc::now().date_naive(),
-        ahead_days: 1,
-        keep_days: None,
-    };
-    partitions::run(&pool, &policy, &partitions::RunOptions::default()).await?;
-    Ok((pool, admin))
 }
 
 /// `client.py PORT SESSIONS MESSAGES`: SESSIONS threads, each one SMTP
