@@ -10,6 +10,7 @@ use super::tracked_urls::tracked_url_of;
 use crate::delivery::body::BodyPlan;
 use crate::delivery::message;
 use crate::letter::plan::{Plan, PlanSource, Slot, Unplannable};
+use crate::letter::rewrite::creative_click_links;
 use crate::letter::{rewrite, FoundKind, FoundLink, RewriteOptions, Template};
 use crate::store::link_rules::MailingLink;
 use crate::store::link_templates::TemplateKey;
@@ -373,25 +374,35 @@ impl MailingContext {
     /// (`data-linktrack-name`, `data-linktrack-utm`), as the stats number
     /// them. Two links of one name are refused, naming both.
     pub(crate) fn mailing_links(&self) -> Result<Vec<MailingLink>, PrepareError> {
-        let options = RewriteOptions {
-            track_links: true,
-            proxy_images: false,
-            own_base_url: &self.base_url,
-            pixel_html: None,
-            shown_address_base: None,
+        let found = if self.mailing.personalize {
+            creative_click_links(&self.mailing.html, &self.base_url)
+        } else {
+            let options = RewriteOptions {
+                track_links: true,
+                proxy_images: false,
+                own_base_url: &self.base_url,
+                pixel_html: None,
+                shown_address_base: None,
+            };
+            let mut found = Vec::new();
+            rewrite(&self.mailing.html, &options, |link: &FoundLink| {
+                if link.kind == FoundKind::Click {
+                    found.push(link.clone());
+                }
+                String::new()
+            })
+            .map(|_| found)
         };
-        let mut links = Vec::new();
-        let _ = rewrite(&self.mailing.html, &options, |found: &FoundLink| {
-            if found.kind == FoundKind::Click {
-                links.push(MailingLink {
-                    position: found.position,
-                    name: found.name.clone(),
-                    utm: found.utm,
-                    source_url: found.url.clone(),
-                });
-            }
-            String::new()
-        });
+        let links: Vec<MailingLink> = found
+            .unwrap_or_default()
+            .into_iter()
+            .map(|found| MailingLink {
+                position: found.position,
+                name: found.name,
+                utm: found.utm,
+                source_url: found.url,
+            })
+            .collect();
         let mut named: HashMap<&str, &MailingLink> = HashMap::new();
         for link in &links {
             let Some(name) = link.name.as_deref() else {

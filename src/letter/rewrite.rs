@@ -177,6 +177,32 @@ pub fn positions_left_as_written(
     Ok(all.into_iter().filter(|p| !tracked.contains(p)).collect())
 }
 
+/// The click links of a creative before it is personalised, numbered as
+/// the links of each letter made from it will be: a link whose URL is
+/// still a minijinja template (`https://shop.example/u/{{ id }}`, or
+/// `{{ url }}` whole) is a tracked link once filled in, so it counts.
+/// (A `{% for %}` loop's extra links cannot be counted before rendering.)
+pub fn creative_click_links(
+    html: &str,
+    own_base_url: &str,
+) -> Result<Vec<FoundLink>, RewriteError> {
+    let options = RewriteOptions {
+        track_links: true,
+        proxy_images: false,
+        own_base_url,
+        pixel_html: None,
+        shown_address_base: None,
+    };
+    let edits = find_edits_counting(html, &options, true)?;
+    Ok(edits
+        .into_iter()
+        .filter_map(|edit| match edit.action {
+            Action::ReplaceUrl { link, .. } if link.kind == FoundKind::Click => Some(link),
+            _ => None,
+        })
+        .collect())
+}
+
 /// The visible text of every `<a href>` of `html` (conditional comments
 /// aside), as the link-text rule reads it.
 pub(crate) fn link_texts(html: &str) -> Result<Vec<String>, RewriteError> {
@@ -218,10 +244,22 @@ struct Finder<'o> {
     edits: Vec<Edit>,
     clicks: u32,
     images: u32,
+    /// Count a URL that is still a minijinja template as a link
+    /// ([`creative_click_links`]).
+    template_links: bool,
 }
 
 fn find_edits(html: &str, options: &RewriteOptions) -> Result<Vec<Edit>, RewriteError> {
+    find_edits_counting(html, options, false)
+}
+
+fn find_edits_counting(
+    html: &str,
+    options: &RewriteOptions,
+    template_links: bool,
+) -> Result<Vec<Edit>, RewriteError> {
     let finder = RefCell::new(Finder {
+        template_links,
         options,
         tracking: options
             .shown_address_base
@@ -433,7 +471,12 @@ impl Finder<'_> {
             return;
         };
         let url = browser_url(raw_value);
-        if !is_rewritable(&url, self.options.own_base_url) {
+        let counted = if self.template_links {
+            will_be_rewritable(&url, self.options.own_base_url)
+        } else {
+            is_rewritable(&url, self.options.own_base_url)
+        };
+        if !counted {
             return;
         }
         let position = self.next_position(kind);
@@ -553,6 +596,18 @@ const TEMPLATE_MARKERS: [&str; 7] = ["{{", "{%", "*|", "<%", "[%", "%%", "${"];
 fn is_rewritable(url: &str, own_base_url: &str) -> bool {
     has_http_scheme(url)
         && !TEMPLATE_MARKERS.iter().any(|marker| url.contains(marker))
+        && !is_own_link(url, own_base_url)
+}
+
+/// [`is_rewritable`] once minijinja (the build's personaliser) has filled
+/// in the URL's `{{ }}` and `{% %}`; other engines' tags stay as written.
+fn will_be_rewritable(url: &str, own_base_url: &str) -> bool {
+    let filled_later = ["{{", "{%"];
+    let other_engines = TEMPLATE_MARKERS
+        .iter()
+        .filter(|marker| !filled_later.contains(marker));
+    (has_http_scheme(url) || url.starts_with("{{"))
+        && !other_engines.into_iter().any(|marker| url.contains(marker))
         && !is_own_link(url, own_base_url)
 }
 

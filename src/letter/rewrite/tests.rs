@@ -504,3 +504,43 @@ fn links_showing_another_sites_address_are_left_as_written_and_keep_their_number
         .unwrap()
         .is_empty());
 }
+
+#[test]
+fn a_creatives_links_are_numbered_as_its_personalised_letters_will_be() {
+    let html = r#"<a href="https://shop.example/u/{{ id }}" data-linktrack-name="mine">Yours</a>
+<a href="{{ offer_url }}">Offer</a> <a href="https://x.example/*|MERGE|*">Mailchimp's</a>
+<a href="https://shop.example/sale" data-linktrack-name="cta">Sale</a>"#;
+    let links = creative_click_links(html, OWN_BASE).unwrap();
+    let summary: Vec<(u32, Option<&str>, &str)> = links
+        .iter()
+        .map(|l| (l.position, l.name.as_deref(), l.url.as_str()))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            (1, Some("mine"), "https://shop.example/u/{{ id }}"),
+            (2, None, "{{ offer_url }}"),
+            (3, Some("cta"), "https://shop.example/sale"),
+        ]
+    );
+    // The letter made from it numbers the same links the same way.
+    let letter = html
+        .replace("{{ id }}", "7")
+        .replace("{{ offer_url }}", "https://shop.example/offer");
+    let mut positions = Vec::new();
+    rewrite(&letter, &options(), |found| {
+        if found.kind == FoundKind::Click {
+            positions.push((found.position, found.url.clone()));
+        }
+        String::new()
+    })
+    .unwrap();
+    assert_eq!(
+        positions,
+        [
+            (1, "https://shop.example/u/7".to_owned()),
+            (2, "https://shop.example/offer".to_owned()),
+            (3, "https://shop.example/sale".to_owned()),
+        ]
+    );
+}
