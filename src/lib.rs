@@ -47,7 +47,9 @@
 //!     a mailing compiled once into fixed text and slots (`letter/plan.rs`),
 //!     what a spam filter sees: links that show their own address
 //!     (`address_text.rs`), short letters with an image (`short_letter.rs`);
-//!     UTM tags merged into a click's target at the redirect (`utm.rs`).
+//!     UTM tags merged into a click's target at the redirect (`utm.rs`);
+//!     a personalised link's fields carried into a repointed target
+//!     (`link_template.rs`).
 //! 11. [`event`]: [`event::EventRow`], one event (click, open, image load,
 //!     unsubscribe) as recorded, journaled, stored and sent.
 //! 12. [`token`]: the tracking token, one file per stage: new, parse, date

@@ -28,6 +28,7 @@
 
 mod address_text;
 mod charref;
+pub mod link_template;
 pub(crate) mod personalize;
 pub mod plan;
 pub mod rewrite;

@@ -11,6 +11,7 @@
 //! mailings have no rules reads one atomic flag per click; otherwise one
 //! hash lookup by mailing id under a read lock.
 
+use crate::letter::link_template::Refill;
 use crate::letter::utm::{add_parameters, EncodedParameter, UtmLink, UtmTags};
 use crate::locks::{LockEvenPoisoned, ReadWriteEvenPoisoned};
 use crate::mailing_id::MailingId;
@@ -57,6 +58,9 @@ struct MailingRules {
     targets: HashMap<u32, Arc<str>>,
     /// Where one letter's repointed link leads now (`--recipient`).
     letter_targets: HashMap<(u32, u64), Arc<str>>,
+    /// Positions repointed to a target with fields, filled in per letter
+    /// from the link's stored URL.
+    refills: HashMap<u32, Arc<Refill>>,
     /// The mailing's UTM tags, when it has any.
     utm: Option<UtmTags>,
     /// The tags rendered per position of the creative (empty: the link
@@ -87,7 +91,14 @@ impl LinkRules {
             .or_else(|| rules.targets.get(&position));
         let url: Cow<'u, str> = match repointed {
             Some(target) => Cow::Owned(target.to_string()),
-            None => Cow::Borrowed(stored),
+            None => match rules.refills.get(&position) {
+                // A stored URL its template does not make (only a row
+                // changed by hand) keeps leading where it was built to.
+                Some(refill) => refill
+                    .apply(stored)
+                    .map_or(Cow::Borrowed(stored), Cow::Owned),
+                None => Cow::Borrowed(stored),
+            },
         };
         let Some(tags) = &rules.utm else {
             return url;
@@ -133,6 +144,7 @@ impl LinkRules {
         if repoints.is_empty() && utms.is_empty() {
             return Ok(0);
         }
+        let refills = refills(pool, &repoints).await?;
         let mut table = RulesTable::clone(&self.0.table.read_even_poisoned());
         for repoint in &repoints {
             let rules = Arc::make_mut(
@@ -141,13 +153,7 @@ impl LinkRules {
                     .entry(repoint.mailing_id.clone())
                     .or_default(),
             );
-            let target: Arc<str> = Arc::from(repoint.to.as_str());
-            match repoint.letter_id {
-                Some(letter) => rules
-                    .letter_targets
-                    .insert((repoint.position, letter), target),
-                None => rules.targets.insert(repoint.position, target),
-            };
+            take_in(rules, repoint, refills.get(&repoint.id).cloned());
             seen.repoint = seen.repoint.max(repoint.id);
         }
         for utm in &utms {
@@ -189,6 +195,77 @@ impl LinkRules {
             }
         }
     }
+}
+
+/// Apply one repoint, newer than every one applied before: a repoint of a
+/// position for every letter replaces the letters' own older ones.
+fn take_in(rules: &mut MailingRules, repoint: &Repoint, refill: Option<Arc<Refill>>) {
+    let position = repoint.position;
+    if let Some(letter) = repoint.letter_id {
+        let target: Arc<str> = Arc::from(repoint.to.as_str());
+        rules.letter_targets.insert((position, letter), target);
+        return;
+    }
+    if refill.is_none() && repoint.to.contains("{{") {
+        return; // not applied, said by `refills`
+    }
+    rules.letter_targets.retain(|(p, _), _| *p != position);
+    match refill {
+        Some(refill) => {
+            rules.targets.remove(&position);
+            rules.refills.insert(position, refill);
+        }
+        None => {
+            rules.refills.remove(&position);
+            rules
+                .targets
+                .insert(position, Arc::from(repoint.to.as_str()));
+        }
+    }
+}
+
+/// The refills of the repoints (for every letter) whose target has
+/// fields, by repoint id: each made from its position's URL as built. One
+/// the `repoint` check would have refused (only a row written by hand) is
+/// left out and said, so its letters keep their last target.
+async fn refills(
+    pool: &MySqlPool,
+    repoints: &[Repoint],
+) -> Result<HashMap<u64, Arc<Refill>>, StoreError> {
+    let mut built: HashMap<String, HashMap<u32, String>> = HashMap::new();
+    let mut refills = HashMap::new();
+    for repoint in repoints {
+        if repoint.letter_id.is_some() || !repoint.to.contains("{{") {
+            continue;
+        }
+        if !built.contains_key(&repoint.mailing_id) {
+            let urls = match MailingId::parse(&repoint.mailing_id) {
+                Ok(mailing_id) => link_rules::positions(pool, &mailing_id)
+                    .await?
+                    .into_iter()
+                    .map(|link| (link.position, link.source_url))
+                    .collect(),
+                Err(_) => HashMap::new(),
+            };
+            built.insert(repoint.mailing_id.clone(), urls);
+        }
+        let source = built
+            .get(&repoint.mailing_id)
+            .and_then(|urls| urls.get(&repoint.position))
+            .map_or("", String::as_str);
+        match Refill::new(source, &repoint.to) {
+            Ok(refill) => {
+                refills.insert(repoint.id, Arc::new(refill));
+            }
+            Err(err) => tracing::warn!(
+                %err,
+                mailing_id = %repoint.mailing_id,
+                position = repoint.position,
+                "repoint with fields not applied"
+            ),
+        }
+    }
+    Ok(refills)
 }
 
 /// Every row after `after`, read `ROWS_PER_READ` at a time.

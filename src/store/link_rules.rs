@@ -401,13 +401,14 @@ pub async fn repoints_since(
 
 /// Where a mailing's repointed links lead now: the newest repoint of each
 /// position (every letter) and of each letter's link, as (position, letter
-/// or 0) -> target. Reads one row per link repointed, however often.
+/// or 0) -> (the repoint's id, target). Reads one row per link repointed,
+/// however often.
 pub async fn current_targets(
     pool: &MySqlPool,
     mailing_id: &MailingId,
-) -> Result<std::collections::HashMap<(u32, u64), String>, StoreError> {
-    let rows: Vec<(u32, u64, String)> = sqlx::query_as(
-        "SELECT r.position, r.letter_id, r.to_url FROM link_repoints r \
+) -> Result<std::collections::HashMap<(u32, u64), (u64, String)>, StoreError> {
+    let rows: Vec<(u32, u64, u64, String)> = sqlx::query_as(
+        "SELECT r.position, r.letter_id, r.id, r.to_url FROM link_repoints r \
          JOIN (SELECT MAX(id) AS id FROM link_repoints WHERE mailing_id = ? \
                GROUP BY position, letter_id) newest ON newest.id = r.id",
     )
@@ -416,7 +417,7 @@ pub async fn current_targets(
     .await?;
     Ok(rows
         .into_iter()
-        .map(|(position, letter, to)| ((position, letter), to))
+        .map(|(position, letter, id, to)| ((position, letter), (id, to)))
         .collect())
 }
 

@@ -7,6 +7,7 @@
 
 use super::error::StoreError;
 use super::link_rules::{self, MailingLink, NewRepoint, Repoint};
+use crate::letter::link_template::Refill;
 use crate::mailing_id::MailingId;
 use std::collections::{BTreeMap, HashMap};
 
@@ -66,6 +67,8 @@ pub enum RepointError {
     UnknownRecipient { mailing: String, address: String },
     #[error("target {url:?} refused: {rule}")]
     TargetRefused { url: String, rule: &'static str },
+    #[error("target {url:?} refused: {reason}")]
+    FieldsRefused { url: String, reason: String },
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -79,7 +82,9 @@ impl RepointError {
             RepointError::UnknownName { .. } => "unknown_name",
             RepointError::NoLinkWithUrl { .. } => "no_link_with_url",
             RepointError::UnknownRecipient { .. } => "unknown_recipient",
-            RepointError::TargetRefused { .. } => "target_refused",
+            RepointError::TargetRefused { .. } | RepointError::FieldsRefused { .. } => {
+                "target_refused"
+            }
             RepointError::Store(_) => "database",
         }
     }
@@ -106,9 +111,9 @@ pub fn check_target(url: &str) -> Result<(), RepointError> {
     if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return refuse("a target has no white space or control characters (percent-encode them)");
     }
-    if url.contains("{{") || url.contains("{%") {
+    if has_fields(url) {
         return refuse(
-            "a target is a complete URL; fields ({{ … }}) are not filled in at the redirect",
+            "a target is a complete URL here; fields ({{ … }}) repoint a personalised position or name",
         );
     }
     let http = "the target must be an http:// or https:// URL (javascript:, data: and every other scheme are refused)";
@@ -119,6 +124,11 @@ pub fn check_target(url: &str) -> Result<(), RepointError> {
         },
         _ => refuse(http),
     }
+}
+
+/// Whether a target is a template (`{{ … }}` or `{% … %}` in it).
+fn has_fields(url: &str) -> bool {
+    url.contains("{{") || url.contains("{%")
 }
 
 /// One click position of a mailing as listed: its name, where it leads
@@ -204,7 +214,10 @@ pub async fn repoint(
     mailing_id: &MailingId,
     request: &RepointRequest,
 ) -> Result<Vec<Repoint>, RepointError> {
-    check_target(&request.to)?;
+    let with_fields = has_fields(&request.to);
+    if !with_fields {
+        check_target(&request.to)?;
+    }
     if !link_rules::mailing_exists(pool, mailing_id).await? {
         return Err(RepointError::UnknownMailing(mailing_id.to_string()));
     }
@@ -223,6 +236,13 @@ pub async fn repoint(
         LinkSelector::Name(name) => vec![named(&listed, &mailing, name)?],
         LinkSelector::From(url) => current.leading_to(url).collect(),
     };
+    if with_fields {
+        let repoints = with_letter_fields(
+            pool, mailing_id, request, &listed, &current, positions, letter,
+        )
+        .await?;
+        return Ok(link_rules::record(pool, mailing_id, &request.who, &repoints).await?);
+    }
     let mut repoints = Vec::new();
     match letter {
         Some(letter) => {
@@ -275,6 +295,83 @@ pub async fn repoint(
         }
     }
     Ok(link_rules::record(pool, mailing_id, &request.who, &repoints).await?)
+}
+
+/// The repoints of a target with fields
+/// (`https://shop.example/account/{{ id }}`): each letter's link leads to
+/// it filled with the values that letter's link was built with. One
+/// repoint per position for every letter (the servers fill it in at the
+/// redirect, from the link's stored URL), or the one letter's, filled in
+/// now. Refused when a field is not one of the position's built URL.
+async fn with_letter_fields(
+    pool: &sqlx::MySqlPool,
+    mailing_id: &MailingId,
+    request: &RepointRequest,
+    listed: &[MailingLink],
+    current: &Current,
+    positions: Vec<u32>,
+    letter: Option<u64>,
+) -> Result<Vec<NewRepoint>, RepointError> {
+    let refused = |reason: String| RepointError::FieldsRefused {
+        url: request.to.clone(),
+        reason,
+    };
+    if matches!(request.links, LinkSelector::From(_)) {
+        return Err(refused(
+            "a target with fields repoints a position or a name (--position, --name), not --from"
+                .to_owned(),
+        ));
+    }
+    let naming_the_target = |error: RepointError| match error {
+        RepointError::TargetRefused { rule, .. } => RepointError::TargetRefused {
+            url: request.to.clone(),
+            rule,
+        },
+        other => other,
+    };
+    let stored = match letter {
+        Some(letter) => link_rules::letter_urls(pool, mailing_id, letter).await?,
+        None => Default::default(),
+    };
+    let mut repoints = Vec::new();
+    for position in positions {
+        let built = listed
+            .iter()
+            .find(|link| link.position == position)
+            .map_or("", |link| link.source_url.as_str());
+        let refill = Refill::new(built, &request.to)
+            .map_err(|e| refused(format!("position {position}: {e}")))?;
+        check_target(&refill.sample_target()).map_err(naming_the_target)?;
+        let Some(letter) = letter else {
+            repoints.push(NewRepoint {
+                position,
+                letter_id: 0,
+                from: current.of_position(position),
+                to: request.to.clone(),
+            });
+            continue;
+        };
+        let Some(built_url) = stored.get(&position) else {
+            continue;
+        };
+        let to = refill.apply(built_url).ok_or_else(|| {
+            refused(format!(
+                "this letter's link at position {position} ({built_url}) is not a URL {built} makes"
+            ))
+        })?;
+        check_target(&to)?;
+        let from = current
+            .of_letter(position, letter)
+            .or_else(|| current.position_repointed(position))
+            .unwrap_or_else(|| built_url.clone());
+        repoints.push(NewRepoint {
+            position,
+            letter_id: letter,
+            from,
+            to,
+        });
+    }
+    Ok(repoints)
 }
 
 /// The letters of personalised positions (their URL differs per letter)
@@ -378,16 +475,22 @@ struct Current {
 impl Current {
     /// From the creative's links and the current targets of the repointed
     /// ones ([`link_rules::current_targets`]).
-    fn of(links: &[MailingLink], targets: HashMap<(u32, u64), String>) -> Current {
+    /// A letter's own repoint gives way to a newer one of its position.
+    fn of(links: &[MailingLink], targets: HashMap<(u32, u64), (u64, String)>) -> Current {
         let mut positions: BTreeMap<u32, (String, bool)> = links
             .iter()
             .map(|link| (link.position, (link.source_url.clone(), false)))
             .collect();
+        let position_ids: HashMap<u32, u64> = targets
+            .iter()
+            .filter(|((_, letter), _)| *letter == 0)
+            .map(|((position, _), (id, _))| (*position, *id))
+            .collect();
         let mut letters = HashMap::new();
-        for ((position, letter), to) in targets {
+        for ((position, letter), (id, to)) in targets {
             if letter == 0 {
                 positions.insert(position, (to, true));
-            } else {
+            } else if position_ids.get(&position).is_none_or(|&newer| newer < id) {
                 letters.insert((position, letter), to);
             }
         }

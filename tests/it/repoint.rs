@@ -22,11 +22,25 @@ const FIXED: &str = "https://shop.example/fixed";
 /// Build the mailing for `readers` and return each letter's click tokens
 /// (in position order) and HTML.
 async fn build(db: &TestDb, dir: &std::path::Path, readers: &[&str]) -> Vec<(Vec<Token>, String)> {
-    let mailing = dir.join("mailing.json");
     let html = format!(
         "<p>Hi <a href=\"{CTA}\" data-linktrack-name=\"cta\">Buy</a> \
          <a data-linktrack-utm=\"off\" href=\"{OTHER}\">About</a></p>"
     );
+    let lines: Vec<String> = readers
+        .iter()
+        .map(|r| format!("{{\"email\":\"{r}\"}}"))
+        .collect();
+    build_with(db, dir, &html, &lines).await
+}
+
+/// Build `html` for the recipients file's `lines` (JSON objects).
+async fn build_with(
+    db: &TestDb,
+    dir: &std::path::Path,
+    html: &str,
+    lines: &[String],
+) -> Vec<(Vec<Token>, String)> {
+    let mailing = dir.join("mailing.json");
     let file = serde_json::json!({
         "mailing_id": MAILING,
         "subject": "Spring",
@@ -37,15 +51,11 @@ async fn build(db: &TestDb, dir: &std::path::Path, readers: &[&str]) -> Vec<(Vec
     });
     std::fs::write(&mailing, file.to_string()).unwrap();
     let recipients = dir.join("r.jsonl");
-    let lines: String = readers
-        .iter()
-        .map(|r| format!("{{\"email\":\"{r}\"}}\n"))
-        .collect();
-    std::fs::write(&recipients, lines).unwrap();
+    std::fs::write(&recipients, lines.join("\n") + "\n").unwrap();
     let summary = builder::run(&db.pool, &options(dir, mailing, recipients))
         .await
         .unwrap();
-    assert_eq!(summary.letters_built, readers.len() as u64);
+    assert_eq!(summary.letters_built, lines.len() as u64);
     std::fs::read_to_string(dir.join("letters.jsonl"))
         .unwrap()
         .lines()
@@ -680,4 +690,123 @@ async fn the_mailings_list_pages_by_id_and_filters_by_utm_campaign() {
         .await
         .unwrap();
     assert_eq!(anonymous.status(), StatusCode::UNAUTHORIZED);
+}
+
+/// A personalised link repointed with its fields: each reader's link leads
+/// to the new target filled with the values their own link was built with;
+/// one recipient's is filled at once; a field the built URL lacks is
+/// refused naming the ones it has; a later repoint for every letter
+/// replaces a letter's own.
+#[tokio::test]
+async fn a_personalised_link_is_repointed_with_each_readers_own_fields() {
+    let db = TestDb::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let html = "<p><a href=\"https://shop.example/u/{{ id }}?e={{ email|urlencode }}\" \
+                data-linktrack-name=\"mine\" data-linktrack-utm=\"off\">Yours</a></p>";
+    let readers = [("ann+news@example.com", "a-1"), ("bob@example.com", "b/2")];
+    let lines: Vec<String> = readers
+        .iter()
+        .map(|(email, id)| serde_json::json!({"email": email, "id": id}).to_string())
+        .collect();
+    let letters = build_with(&db, dir.path(), html, &lines).await;
+    let server = start(&db).await;
+    assert_eq!(
+        location(&server, letters[0].0[0]).await,
+        "https://shop.example/u/a-1?e=ann%2Bnews%40example.com"
+    );
+
+    let repoint = |args: &[&str]| {
+        let mut all = vec!["links", "repoint", "--mailing", MAILING];
+        all.extend(args);
+        linktrack(&db, &all)
+    };
+    let out = repoint(&[
+        "--name",
+        "mine",
+        "--to",
+        "https://shop.example/account/{{id}}?from=news&e={{ email | urlencode }}",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_for_location(
+        &server,
+        letters[0].0[0],
+        "https://shop.example/account/a-1?from=news&e=ann%2Bnews%40example.com",
+    )
+    .await;
+    wait_for_location(
+        &server,
+        letters[1].0[0],
+        "https://shop.example/account/b/2?from=news&e=bob%40example.com",
+    )
+    .await;
+
+    // A field the link was not built with, and fields for --from: refused.
+    for (args, says) in [
+        (
+            vec!["--position", "1", "--to", "https://shop.example/{{ first_name }}"],
+            "field {{ first_name }} is not in the link's URL (its fields: {{ id }}, {{ email|urlencode }})",
+        ),
+        (
+            vec!["--from", "https://shop.example/u/a-1?e=ann%2Bnews%40example.com", "--to", "https://shop.example/{{ id }}"],
+            "not --from",
+        ),
+        (
+            vec!["--position", "1", "--to", "{{ id }}"],
+            "must be an http:// or https:// URL",
+        ),
+    ] {
+        let out = repoint(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} was accepted");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+
+    // One reader's link, through the API: filled in and stored complete.
+    let patched = client()
+        .patch(server.url(&format!("/api/mailings/{MAILING}/links/mine")))
+        .bearer_auth(API_TOKEN)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(
+            serde_json::json!({"recipient": "bob@example.com", "to": "https://help.example/{{ id }}"})
+                .to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        patched.status(),
+        StatusCode::OK,
+        "{}",
+        patched.text().await.unwrap()
+    );
+    let body: serde_json::Value = serde_json::from_str(&patched.text().await.unwrap()).unwrap();
+    assert_eq!(
+        body["repointed"][0]["to"], "https://help.example/b/2",
+        "{body}"
+    );
+    wait_for_location(&server, letters[1].0[0], "https://help.example/b/2").await;
+    assert_eq!(
+        location(&server, letters[0].0[0]).await,
+        "https://shop.example/account/a-1?from=news&e=ann%2Bnews%40example.com"
+    );
+
+    // Then every letter again: the newest repoint wins over bob's own.
+    let out = repoint(&["--position", "1", "--to", FIXED]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for letter in &letters {
+        wait_for_location(&server, letter.0[0], FIXED).await;
+    }
+    let mailing = linktrack::mailing_id::MailingId::parse(MAILING).unwrap();
+    let listed = repoint::list(&db.pool, &mailing).await.unwrap();
+    assert_eq!(listed[0].current, FIXED);
+    assert_eq!(listed[0].history.len(), 3);
+    server.stop().await;
 }

@@ -40,7 +40,10 @@ pub struct RepointArgs {
     /// Every link that leads to this URL now.
     #[arg(long, value_name = "URL")]
     pub from: Option<String>,
-    /// The new target: an http:// or https:// URL.
+    /// The new target: an http:// or https:// URL. For a personalised
+    /// link, it may use the fields of the link's URL as built
+    /// (`https://shop.example/a/{{ id }}`): each reader's link is filled
+    /// with their own values (docs/serve.md "Repointing a sent link").
     #[arg(long, value_name = "URL")]
     pub to: String,
     /// Only this recipient's letter.

@@ -129,10 +129,12 @@ fn mailing(id: String) -> Result<MailingId, ApiError> {
 fn repoint_error(err: RepointError) -> ApiError {
     match err {
         RepointError::Store(store) => ApiError::Store(store),
-        RepointError::TargetRefused { .. } => ApiError::Unprocessable {
-            code: err.code(),
-            message: err.to_string(),
-        },
+        RepointError::TargetRefused { .. } | RepointError::FieldsRefused { .. } => {
+            ApiError::Unprocessable {
+                code: err.code(),
+                message: err.to_string(),
+            }
+        }
         other => ApiError::Coded {
             code: other.code(),
             message: other.to_string(),
