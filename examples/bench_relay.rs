@@ -4,6 +4,7 @@
 //! ```sh
 //! apt-get install -y postfix && cargo run --release --example bench_relay
 //! cargo run --release --example bench_relay -- --messages 4000 --sessions 8 --rounds 3
+//! cargo run --release --example bench_relay -- --queued   # spool every message first
 //! ```
 //!
 //! Four paths, in alternating rounds, the best round of each:
@@ -56,6 +57,10 @@ struct Args {
     size: u32,
     #[arg(long, default_value_t = 3)]
     rounds: u32,
+    /// Run the relay with `--forward queued` (every message spooled,
+    /// fsync'd, before its 250) instead of the default `--forward now`.
+    #[arg(long)]
+    queued: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -243,6 +248,7 @@ fn spawn_relay(
         api_token: None,
         api_key_secret: None,
         spool: spool.to_owned(),
+        forward_now: !args.queued,
         max_message_bytes: 50 << 20,
         max_recipients: 1000,
         default_mailing: Some("bench-relay".into()),

@@ -1,7 +1,7 @@
 //! `linktrack relay`: the flags made into the relay's settings, then the
 //! relay run until Ctrl-C or SIGTERM.
 
-use super::args::relay::{RelayArgs, Suppressed};
+use super::args::relay::{Forward, RelayArgs, Suppressed};
 use super::args::secrets::check_secret;
 use super::connect::pool;
 use crate::relay::{self, RelaySettings, SuppressedAction};
@@ -24,6 +24,7 @@ pub(super) async fn relay(url: &str, args: &RelayArgs) -> anyhow::Result<()> {
         api_token: args.api.api_token.clone(),
         api_key_secret: args.api.api_key_secret.clone(),
         spool: args.spool.clone(),
+        forward_now: args.forward == Forward::Now,
         max_message_bytes: args.max_message_bytes,
         max_recipients: args.max_recipients.max(1),
         default_mailing: args.default_mailing.clone(),

@@ -84,6 +84,13 @@ impl Downstream {
         })
     }
 
+    /// Each pool's MTAs (pool `None`: `--smtp`'s).
+    pub(crate) fn deliverers(&self) -> impl Iterator<Item = (&Option<String>, &[Deliverer])> {
+        self.by_pool
+            .iter()
+            .map(|(pool, deliverers)| (pool, deliverers.as_slice()))
+    }
+
     /// The MTAs' `host:port`s, for the start-up line.
     pub(crate) fn hosts(&self) -> String {
         let mut hosts: Vec<&str> = self.by_pool.values().flatten().map(|d| d.host()).collect();

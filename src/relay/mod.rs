@@ -1,15 +1,16 @@
 //! `linktrack relay`: an ESMTP server (RFC 5321) in front of the sending
 //! pool's MTA, for platforms that compose and send their own mail. Each
 //! accepted message is tracked as `build` tracks a letter, one letter per
-//! recipient, spooled on disk before the client hears 250, and forwarded
-//! downstream by the spool worker (docs/relay.md).
+//! recipient, handed to the MTA or spooled on disk before the client hears
+//! 250; the spool worker forwards what was spooled (docs/relay.md).
 //!
 //! A file per part, this one only wiring them: the settings
 //! (`settings.rs`), who may submit (`access.rs`), a command line read
 //! (`command.rs`), AUTH (`auth.rs`), the data after DATA (`data.rs`), the
 //! session (`session.rs`) with what its sessions share (`shared.rs`), the
 //! header fields (`headers.rs`) and HTML parts (`mime.rs`) of a message,
-//! a message tracked (`track.rs`), the spool (`spool.rs`) and its worker
+//! a message tracked (`track.rs`), its letters handed to the MTA while the
+//! client waits (`hand_over.rs`), the spool (`spool.rs`) and its worker
 //! (`forward.rs`), and the certificates of STARTTLS (`tls.rs`).
 
 mod access;
@@ -17,6 +18,7 @@ mod auth;
 mod command;
 mod data;
 mod forward;
+mod hand_over;
 mod headers;
 mod mime;
 mod session;
@@ -135,11 +137,18 @@ pub async fn run(
         settings.secret.as_deref(),
     );
     let keys = KeyVerifier::new(pool.clone(), key_secret, settings.api_token.as_deref());
+    let (hand_over, recorder) = if settings.forward_now {
+        let (hand_over, recorder) = hand_over::HandOver::new(&downstream, pool.clone());
+        (Some(hand_over), Some(recorder))
+    } else {
+        (None, None)
+    };
     let shared = Arc::new(Shared {
         settings,
         keys,
         pool,
         tracker,
+        hand_over,
         spool: Arc::new(spool),
         wake: Arc::clone(&wake),
         dropped: AtomicU64::new(0),
@@ -181,5 +190,11 @@ pub async fn run(
         reloading.abort();
     }
     let _ = worker.await;
+    // The sessions still running hold the hand-over; what they answered is
+    // recorded by the time the last lets it go.
+    drop(shared);
+    if let Some(recorder) = recorder {
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), recorder).await;
+    }
     Ok(())
 }

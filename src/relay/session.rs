@@ -412,6 +412,17 @@ impl Session {
                 return "451 4.3.0 Cannot store the message's links now; try again later".into();
             }
         };
+        let letters = match &shared.hand_over {
+            Some(hand_over) => hand_over.deliver(letters).await,
+            None => letters,
+        };
+        if letters.is_empty() {
+            shared
+                .dropped
+                .fetch_add(self.dropped as u64, Ordering::Relaxed);
+            metrics::counter!("linktrack_relay_accepted_total").increment(1);
+            return "250 2.0.0 Ok: delivered to the MTA".into();
+        }
         let spool = Arc::clone(&shared.spool);
         let put = tokio::task::spawn_blocking(move || spool.put(&letters)).await;
         match put {

@@ -32,6 +32,10 @@ pub struct RelaySettings {
     pub api_key_secret: Option<String>,
     /// The spool: accepted messages wait here, on disk, until forwarded.
     pub spool: PathBuf,
+    /// Hand each accepted message to the MTA while its client waits
+    /// (`--forward now`); what the MTA does not take at once is spooled.
+    /// `false`: every message is spooled first.
+    pub forward_now: bool,
     /// The largest message accepted (EHLO's SIZE).
     pub max_message_bytes: usize,
     /// The most RCPT TOs in one transaction.

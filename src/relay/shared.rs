@@ -1,6 +1,7 @@
 //! What every SMTP session of one relay shares: its settings, the
 //! database, the tracker, the spool and the spool worker's wake-up.
 
+use super::hand_over::HandOver;
 use super::settings::RelaySettings;
 use super::spool::Spool;
 use super::track::Tracker;
@@ -18,6 +19,8 @@ pub(crate) struct Shared {
     pub pool: MySqlPool,
     pub tracker: Tracker,
     pub spool: Arc<Spool>,
+    /// The MTAs a message is handed to at once (`--forward now`).
+    pub hand_over: Option<HandOver>,
     /// Told when a message is queued.
     pub wake: Arc<Notify>,
     /// Suppressed recipients accepted and dropped (`--suppressed drop`).

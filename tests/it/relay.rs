@@ -321,6 +321,10 @@ async fn a_message_accepted_before_a_kill_is_forwarded_once_after_the_restart() 
     );
     let replies = smtplib(relay.addr.port(), &script);
     assert_eq!(replies[0][0], 250, "{replies:?}");
+    assert!(
+        replies[0][1].as_str().unwrap().contains("queued as"),
+        "the MTA is down: spooled before the 250: {replies:?}"
+    );
     relay.child.kill().unwrap(); // SIGKILL
     relay.wait_exit().await;
 
@@ -338,6 +342,52 @@ async fn a_message_accepted_before_a_kill_is_forwarded_once_after_the_restart() 
     let messages = sink.wait_for(1);
     assert_eq!(messages.len(), 1, "{}", relay.log());
     assert!(messages[0].contains("https://t.example.test/c/"));
+}
+
+/// `--forward now` (the default): with the MTA up, the message is in the
+/// MTA's hands when the client hears 250, and never touched the spool;
+/// `--forward queued` spools it first.
+#[tokio::test]
+async fn a_message_the_mta_takes_at_once_is_answered_without_the_spool() {
+    let db = TestDb::new().await;
+    let sink = SmtpSink::start(&[]);
+    let script = format!(
+        "s = smtplib.SMTP('127.0.0.1', PORT, source_address=('127.0.0.3', 0))\n\
+         s.ehlo('client.example')\n\
+         for n in range(3):\n    \
+             s.mail('news@example.com'); s.rcpt('a%d@example.com' % n); s.rcpt('b%d@example.com' % n)\n    \
+             out(*s.data({HTML_MESSAGE:?}.encode()))\n\
+         s.quit()\n"
+    );
+    for (flags, said, letters) in [
+        (&[][..], "delivered to the MTA", 6),
+        (&["--forward", "queued"][..], "queued as", 12),
+    ] {
+        let spool = tempfile::tempdir().unwrap();
+        let relay = start_relay(&db, &sink.url(), spool.path(), flags).await;
+        let replies = smtplib(relay.addr.port(), &script);
+        for reply in &replies {
+            assert_eq!(reply[0], 250, "{flags:?}: {replies:?}");
+            assert!(
+                reply[1].as_str().unwrap().contains(said),
+                "{flags:?}: {replies:?}"
+            );
+        }
+        if flags.is_empty() {
+            // Nothing was ever written: no message folder, queued or staged.
+            for folder in ["queue", "tmp"] {
+                let entries = std::fs::read_dir(spool.path().join(folder))
+                    .unwrap()
+                    .count();
+                assert_eq!(entries, 0, "{folder}: {}", relay.log());
+            }
+        }
+        let messages = sink.wait_for(letters);
+        assert_eq!(messages.len(), letters, "{}", relay.log());
+        assert!(messages
+            .iter()
+            .all(|m| m.contains("https://t.example.test/c/")));
+    }
 }
 
 /// Letters still in the spool's queue.

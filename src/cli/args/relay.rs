@@ -70,6 +70,14 @@ pub struct RelayArgs {
     )]
     pub spool: PathBuf,
 
+    /// When an accepted message goes downstream: `now`, to the MTA while
+    /// the client waits for the reply to DATA (what the MTA took needs no
+    /// spool; what it did not take is spooled before the 250), or
+    /// `queued`, spooled first and forwarded by the spool worker
+    /// (docs/relay.md, "Forwarding").
+    #[arg(long, value_enum, value_name = "ACTION", default_value_t = Forward::Now)]
+    pub forward: Forward,
+
     /// The largest message accepted, in bytes (EHLO's SIZE; larger: 552).
     #[arg(long, default_value_t = 50 * 1024 * 1024, value_name = "BYTES")]
     pub max_message_bytes: usize,
@@ -132,4 +140,11 @@ pub struct RelayArgs {
 pub enum Suppressed {
     Refuse,
     Drop,
+}
+
+/// `--forward`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Forward {
+    Now,
+    Queued,
 }

@@ -203,15 +203,10 @@ impl Lane {
         loop {
             match self.send(&message, next.as_ref()).await {
                 Ok(reply) => return Outcome::Delivered(reply.to_string()),
-                // 5xx, or a message this MTA can never take (an address
-                // that needs SMTPUTF8 the server lacks): retrying cannot help.
-                Err(Failure::Send(SendError::Refused(reply))) if reply.is_permanent() => {
-                    return Outcome::Rejected(SendError::Refused(reply).to_string());
-                }
-                Err(Failure::Send(SendError::Unsendable(reason))) => {
-                    return Outcome::Rejected(reason);
-                }
                 Err(err) => {
+                    if let Some(outcome) = final_failure(&err) {
+                        return outcome;
+                    }
                     let Ok(wait) = retries.failed(true) else {
                         return Outcome::Failed(err.to_string());
                     };
@@ -224,6 +219,28 @@ impl Lane {
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     tokio::time::sleep(wait).await;
                 }
+            }
+        }
+    }
+
+    /// Hand one message to the MTA once: a temporary failure is returned
+    /// at once ([`Outcome::Failed`]), for a caller with somewhere else to
+    /// put the message (the relay's spool) rather than a client to keep
+    /// waiting through the retries.
+    pub async fn deliver_once(&mut self, letter: Envelope<'_>) -> Outcome {
+        let recipient: Address = match letter.to.parse() {
+            Ok(address) => address,
+            Err(e) => return Outcome::Rejected(format!("recipient {:?}: {e}", letter.to)),
+        };
+        let message = Message {
+            from: letter.from.as_ref(),
+            to: recipient.as_ref(),
+            data: letter.message,
+        };
+        match self.send(&message, None).await {
+            Ok(reply) => Outcome::Delivered(reply.to_string()),
+            Err(failure) => {
+                final_failure(&failure).unwrap_or_else(|| Outcome::Failed(failure.to_string()))
             }
         }
     }
@@ -283,6 +300,19 @@ impl Drop for Lane {
         if let Ok(mut parked) = self.deliverer.shared.parked.lock() {
             parked.push(session);
         }
+    }
+}
+
+/// A failure retrying cannot help, as its outcome: a 5xx, or a message
+/// this MTA can never take (an address that needs SMTPUTF8 the server
+/// lacks). `None`: a temporary failure.
+fn final_failure(failure: &Failure) -> Option<Outcome> {
+    match failure {
+        Failure::Send(SendError::Refused(reply)) if reply.is_permanent() => Some(
+            Outcome::Rejected(SendError::Refused(reply.clone()).to_string()),
+        ),
+        Failure::Send(SendError::Unsendable(reason)) => Some(Outcome::Rejected(reason.clone())),
+        _ => None,
     }
 }
 
