@@ -59,6 +59,7 @@ mod slow_clients;
 mod smtp_sessions;
 mod spider_grow;
 mod spider_migrate;
+mod spider_repoint;
 mod spider_serve;
 mod stats;
 mod stats_http;
