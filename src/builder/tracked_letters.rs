@@ -88,7 +88,14 @@ pub(crate) struct LetterTracker {
     sequence: Mutex<Sequence>,
     /// Mailings this process has stored, with what their letters share.
     mailings: Mutex<HashMap<String, Arc<KnownMailing>>>,
+    /// Each `From`'s tracking base URL (its sender's tracking domain),
+    /// read again after [`BASE_URL_TTL`].
+    base_urls: moka::future::Cache<String, String>,
 }
+
+/// How long a sender's tracking base URL is used before it is read again:
+/// a tracking domain added for a sender reaches its letters within this.
+const BASE_URL_TTL: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A mailing stored once per process: its fixed link templates' ids and
 /// the image tokens its letters share.
@@ -112,7 +119,25 @@ impl LetterTracker {
             settings,
             sequence: Mutex::new(Sequence::new(LETTER_SEQUENCE, ID_BLOCK)),
             mailings: Mutex::new(HashMap::new()),
+            base_urls: moka::future::Cache::builder()
+                .max_capacity(10_000)
+                .time_to_live(BASE_URL_TTL)
+                .build(),
         }
+    }
+
+    /// [`tracking_base_for`] the letter's `From`, read once per
+    /// [`BASE_URL_TTL`] (the relay and the letters API track one message
+    /// at a time: two statements a message otherwise).
+    async fn base_url_for(&self, from: &str) -> Result<String, TrackLetterError> {
+        if let Some(found) = self.base_urls.get(from).await {
+            return Ok(found);
+        }
+        let base_url = tracking_base_for(&self.pool, &self.settings.base_url, from).await?;
+        self.base_urls
+            .insert(from.to_owned(), base_url.clone())
+            .await;
+        Ok(base_url)
     }
 
     /// Track `html` (a letter's HTML parts; at least one) of `mailing` for
@@ -126,8 +151,7 @@ impl LetterTracker {
         let known = self
             .known_mailing(&mailing, html.first().copied().unwrap_or_default())
             .await?;
-        let base_url =
-            tracking_base_for(&self.pool, &self.settings.base_url, &mailing.from).await?;
+        let base_url = self.base_url_for(&mailing.from).await?;
         let mut ctx = MailingContext::prepare_unplanned(
             mailing,
             &base_url,

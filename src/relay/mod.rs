@@ -143,9 +143,11 @@ pub async fn run(
     } else {
         (None, None)
     };
+    let address_key = crate::store::privacy::load_key(&pool).await?;
     let shared = Arc::new(Shared {
         settings,
         keys,
+        address_key,
         pool,
         tracker,
         hand_over,

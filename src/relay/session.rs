@@ -14,7 +14,7 @@ use super::data::{read_data, Data};
 use super::settings::SuppressedAction;
 use super::shared::Shared;
 use super::track::Recipient;
-use crate::store::{privacy, tracking_optouts};
+use crate::store::privacy;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -324,15 +324,14 @@ impl Session {
         if let Err(e) = to.parse::<lettre::Address>() {
             return format!("553 5.1.3 <{to}>: not an address ({e})");
         }
-        let email = crate::address::normalize(to);
-        let suppressed = match refusal(shared, &email).await {
-            Ok(suppressed) => suppressed,
+        let standing = match privacy::standing(&shared.pool, &shared.address_key, to).await {
+            Ok(standing) => standing,
             Err(e) => {
-                tracing::warn!(error = %e, "the relay cannot read the suppression list");
+                tracing::warn!(error = %e, "the relay cannot read the suppression and opt-out lists");
                 return "451 4.3.0 The suppression list cannot be read now; try again later".into();
             }
         };
-        if let Some(reason) = suppressed {
+        if let Some(reason) = refusal(standing) {
             return match settings.suppressed {
                 SuppressedAction::Refuse => format!("550 5.7.1 <{to}>: {reason}"),
                 SuppressedAction::Drop => {
@@ -341,14 +340,7 @@ impl Session {
                 }
             };
         }
-        let opted_out =
-            match tracking_optouts::opted_out_among(&shared.pool, &[email.as_str()]).await {
-                Ok(found) => !found.is_empty(),
-                Err(e) => {
-                    tracing::warn!(error = %e, "the relay cannot read the tracking opt-outs");
-                    return "451 4.3.0 The opt-out list cannot be read now; try again later".into();
-                }
-            };
+        let opted_out = standing.opted_out;
         self.recipients.push(Recipient {
             email: to.to_owned(),
             opted_out,
@@ -553,19 +545,14 @@ where
 
 /// Why a recipient is refused, if it is: on the suppression list (as
 /// itself or as an erased address's keyed hash), or erased.
-async fn refusal(
-    shared: &Shared,
-    email: &str,
-) -> Result<Option<&'static str>, crate::store::StoreError> {
-    if privacy::is_suppressed(&shared.pool, email).await? {
-        return Ok(Some(
-            "on the suppression list (unsubscribed, bounced or complained)",
-        ));
+fn refusal(standing: privacy::Standing) -> Option<&'static str> {
+    if standing.suppressed {
+        return Some("on the suppression list (unsubscribed, bounced or complained)");
     }
-    if privacy::is_erased(&shared.pool, email).await? {
-        return Ok(Some("the address was erased from linktrack"));
+    if standing.erased {
+        return Some("the address was erased from linktrack");
     }
-    Ok(None)
+    None
 }
 
 /// A multi-line reply: `250-first`, …, `250 last`.

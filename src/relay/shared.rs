@@ -17,6 +17,8 @@ pub(crate) struct Shared {
     /// Checks an AUTH password: the API token or a key (scope `relay:send`).
     pub keys: KeyVerifier,
     pub pool: MySqlPool,
+    /// The keyed hash of erased addresses (read once: it never changes).
+    pub address_key: crate::address::AddressKey,
     pub tracker: Tracker,
     pub spool: Arc<Spool>,
     /// The MTAs a message is handed to at once (`--forward now`).

@@ -251,6 +251,49 @@ pub async fn is_suppressed(pool: &MySqlPool, email: &str) -> Result<bool, StoreE
         .is_empty())
 }
 
+/// Where one recipient stands, for the relay's `RCPT TO`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Standing {
+    /// On the suppression list (in clear or, erased, by keyed hash).
+    pub suppressed: bool,
+    /// Erased (`linktrack erase`).
+    pub erased: bool,
+    /// Opted out of tracking.
+    pub opted_out: bool,
+}
+
+/// [`is_suppressed`], [`is_erased`] and the tracking opt-out list for one
+/// address in one statement (five index lookups), with the key read once
+/// by the caller: the relay asks it for every recipient.
+pub async fn standing(
+    pool: &MySqlPool,
+    key: &AddressKey,
+    email: &str,
+) -> Result<Standing, StoreError> {
+    let email = crate::address::normalize(email);
+    let digest = key.digest(&email).to_vec();
+    let (suppressed, erased, opted_out): (i64, i64, i64) = sqlx::query_as(
+        "SELECT \
+         CAST(EXISTS(SELECT 1 FROM suppressions WHERE email = ?) \
+           OR EXISTS(SELECT 1 FROM suppressions_hashed WHERE email_hmac = ?) AS SIGNED), \
+         CAST(EXISTS(SELECT 1 FROM erasures WHERE email_hmac = ?) AS SIGNED), \
+         CAST(EXISTS(SELECT 1 FROM tracking_optouts WHERE email = ?) \
+           OR EXISTS(SELECT 1 FROM tracking_optouts_hashed WHERE email_hmac = ?) AS SIGNED)",
+    )
+    .bind(&email)
+    .bind(&digest)
+    .bind(&digest)
+    .bind(&email)
+    .bind(&digest)
+    .fetch_one(pool)
+    .await?;
+    Ok(Standing {
+        suppressed: suppressed != 0,
+        erased: erased != 0,
+        opted_out: opted_out != 0,
+    })
+}
+
 /// Whether `email` was erased (`linktrack erase`): its keyed hash is in
 /// `erasures`.
 pub async fn is_erased(pool: &MySqlPool, email: &str) -> Result<bool, StoreError> {
