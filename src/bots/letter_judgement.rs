@@ -199,12 +199,22 @@ pub fn judge_letter(
             }
         })
         .collect();
-    let letter = Letter {
+    let mut letter = Letter {
         delivered_at,
         honeypots,
         opens,
         clicks,
+        strangers: Vec::new(),
     };
+    // Once per letter, not once per click judged: a hot letter has
+    // hundreds of clicks, and each would scan them all, each scanning the
+    // opens.
+    letter.strangers = letter
+        .clicks
+        .iter()
+        .copied()
+        .filter(|c| !letter.opened_by_a_person(c.ip, c.at, false))
+        .collect();
     let bursts = burst_members(rules, hits);
     hits.iter()
         .zip(bursts)
@@ -231,6 +241,9 @@ struct Letter<'a> {
     /// Clicks on the letter's links that no request signal or listed
     /// network already calls a machine's.
     clicks: Vec<&'a LetterHit>,
+    /// Those of `clicks` from a network no person of the letter had opened
+    /// it from by then (a walk's candidates).
+    strangers: Vec<&'a LetterHit>,
 }
 
 struct Open {
@@ -381,14 +394,8 @@ fn time_of_click_check(rules: &VerdictRules, letter: &Letter<'_>, hit: &LetterHi
 /// letter opened from (one address or many), this click among them.
 fn walk(rules: &VerdictRules, letter: &Letter<'_>, hit: &LetterHit) -> bool {
     let window = chrono::Duration::from_std(rules.min_click_delay).unwrap_or_default();
-    let strangers = || {
-        letter
-            .clicks
-            .iter()
-            .filter(|c| !letter.opened_by_a_person(c.ip, c.at, false))
-    };
     !letter.opened_by_a_person(hit.ip, hit.at, false)
-        && letter.links_near(hit.at, window, strangers()) >= rules.walk_links
+        && letter.links_near(hit.at, window, letter.strangers.iter()) >= rules.walk_links
 }
 
 fn judge_open(

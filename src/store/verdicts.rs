@@ -121,11 +121,13 @@ fn judge(
     changes: &mut HashMap<Judged, Vec<u64>>,
 ) {
     let mut hits: Vec<LetterHit> = settling.iter().map(|s| s.hit.clone()).collect();
+    // A set, not a scan per hit: a hot letter has hundreds of hits.
+    let settling_ids: std::collections::HashSet<u64> = settling.iter().map(|s| s.id).collect();
     hits.extend(
         context
             .into_iter()
             .flatten()
-            .filter(|c| !settling.iter().any(|s| s.id == c.id))
+            .filter(|c| !settling_ids.contains(&c.id))
             .map(|c| c.hit.clone()),
     );
     // Linktrack did not deliver it: the token's time is the build time.
