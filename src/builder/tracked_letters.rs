@@ -2,8 +2,11 @@
 //! one call per message: the mailing stored the first time this process
 //! meets it (its partitions, subject, first creative, mode, sender and
 //! fixed link templates), a letter id per recipient, each recipient's HTML parts
-//! tracked ([`super::tracked_parts`]), and every row stored in one
-//! transaction before the letters are handed back. The relay
+//! tracked ([`super::tracked_parts`]), and every row stored before the
+//! letters are handed back: in one transaction with the rows of the
+//! letters other callers tracked at the same moment (one writer task
+//! takes whatever is waiting: a group commit, so concurrent SMTP sessions
+//! share a commit instead of queueing for one each). The relay
 //! (`relay/track.rs`, for messages over SMTP) and `POST /api/letters`
 //! (`server/api/letters.rs`) both track through one [`LetterTracker`].
 
@@ -18,13 +21,14 @@ use super::tracked_parts::{
     fixed_template_keys, store_letter_rows, track_parts, tracking_base_for,
 };
 use crate::store::link_templates::{self, TemplateKey};
+use crate::store::links::NewLink;
 use crate::store::sequences::Sequence;
 use crate::store::{partitions, stats, StoreError};
 use crate::token::TokenSeal;
 use sqlx::MySqlPool;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use tokio::sync::Mutex;
+use tokio::sync::{mpsc, oneshot, Mutex};
 
 /// What the tracker is given once.
 #[derive(Debug, Clone)]
@@ -70,13 +74,20 @@ pub(crate) enum TrackLetterError {
     Store(#[from] StoreError),
     #[error("storing the links: {0}")]
     Rows(#[from] BuildError),
+    #[error("storing the links: {0}")]
+    SharedRows(String),
 }
 
 impl TrackLetterError {
     /// A fault of the letter (refuse it) rather than of the database (try
     /// again later).
     pub(crate) fn is_permanent(&self) -> bool {
-        !matches!(self, TrackLetterError::Store(_) | TrackLetterError::Rows(_))
+        !matches!(
+            self,
+            TrackLetterError::Store(_)
+                | TrackLetterError::Rows(_)
+                | TrackLetterError::SharedRows(_)
+        )
     }
 }
 
@@ -91,7 +102,16 @@ pub(crate) struct LetterTracker {
     /// Each `From`'s tracking base URL (its sender's tracking domain),
     /// read again after [`BASE_URL_TTL`].
     base_urls: moka::future::Cache<String, String>,
+    /// The row writer's queue (`None` outside a Tokio runtime: each call
+    /// stores its own rows).
+    rows: Option<mpsc::Sender<WaitingRows>>,
 }
+
+/// One caller's rows and where the writer says they are stored.
+type WaitingRows = (Vec<NewLink>, oneshot::Sender<Result<(), String>>);
+
+/// The most rows one shared transaction takes.
+const ROWS_PER_COMMIT: usize = 5_000;
 
 /// How long a sender's tracking base URL is used before it is read again:
 /// a tracking domain added for a sender reaches its letters within this.
@@ -113,6 +133,11 @@ impl LetterTracker {
         seal: TokenSeal,
         settings: LetterTrackerSettings,
     ) -> LetterTracker {
+        let rows = tokio::runtime::Handle::try_current().ok().map(|runtime| {
+            let (sender, waiting) = mpsc::channel(1024);
+            runtime.spawn(write_rows(pool.clone(), waiting));
+            sender
+        });
         LetterTracker {
             pool,
             seal,
@@ -123,6 +148,24 @@ impl LetterTracker {
                 .max_capacity(10_000)
                 .time_to_live(BASE_URL_TTL)
                 .build(),
+            rows,
+        }
+    }
+
+    /// Store one call's rows, in the writer's next transaction.
+    async fn store(&self, rows: Vec<NewLink>) -> Result<(), TrackLetterError> {
+        let Some(writer) = &self.rows else {
+            return Ok(store_letter_rows(&self.pool, &rows).await?);
+        };
+        let (stored, answer) = oneshot::channel();
+        if let Err(mpsc::error::SendError((rows, _))) = writer.send((rows, stored)).await {
+            return Ok(store_letter_rows(&self.pool, &rows).await?);
+        }
+        match answer.await {
+            Ok(result) => result.map_err(TrackLetterError::SharedRows),
+            Err(_) => Err(TrackLetterError::SharedRows(
+                "the row writer stopped".to_owned(),
+            )),
         }
     }
 
@@ -189,7 +232,7 @@ impl LetterTracker {
             });
         }
         rows.extend(known.images.take_new_rows());
-        store_letter_rows(&self.pool, &rows).await?;
+        self.store(rows).await?;
         Ok(letters)
     }
 
@@ -221,5 +264,32 @@ impl LetterTracker {
         });
         known.insert(key, Arc::clone(&entry));
         Ok(entry)
+    }
+}
+
+/// The row writer: each round takes every caller waiting (up to
+/// [`ROWS_PER_COMMIT`] rows), stores their rows in one transaction and
+/// answers each. Ends when the tracker is dropped.
+async fn write_rows(pool: MySqlPool, mut waiting: mpsc::Receiver<WaitingRows>) {
+    while let Some(first) = waiting.recv().await {
+        let mut count = first.0.len();
+        let mut round = vec![first];
+        while count < ROWS_PER_COMMIT {
+            match waiting.try_recv() {
+                Ok(next) => {
+                    count += next.0.len();
+                    round.push(next);
+                }
+                Err(_) => break,
+            }
+        }
+        let (rows, answers): (Vec<Vec<NewLink>>, Vec<_>) = round.into_iter().unzip();
+        let result = store_letter_rows(&pool, &rows.concat())
+            .await
+            .map_err(|err| err.to_string());
+        metrics::histogram!("linktrack_tracked_letters_per_commit").record(answers.len() as f64);
+        for answer in answers {
+            let _ = answer.send(result.clone());
+        }
     }
 }
