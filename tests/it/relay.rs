@@ -341,7 +341,7 @@ async fn a_message_accepted_before_a_kill_is_forwarded_once_after_the_restart() 
     }
     let messages = sink.wait_for(1);
     assert_eq!(messages.len(), 1, "{}", relay.log());
-    assert!(messages[0].contains("https://t.example.test/c/"));
+    assert!(tracked_link_in(&messages[0]), "{}", messages[0]);
 }
 
 /// `--forward now` (the default): with the MTA up, the message is in the
@@ -384,10 +384,16 @@ async fn a_message_the_mta_takes_at_once_is_answered_without_the_spool() {
         }
         let messages = sink.wait_for(letters);
         assert_eq!(messages.len(), letters, "{}", relay.log());
-        assert!(messages
-            .iter()
-            .all(|m| m.contains("https://t.example.test/c/")));
+        assert!(messages.iter().all(|m| tracked_link_in(m)));
     }
+}
+
+/// Whether a forwarded message's HTML part holds a tracked link: its
+/// quoted-printable soft line breaks (`=` CRLF) may fall inside the URL.
+fn tracked_link_in(message: &str) -> bool {
+    message
+        .replace("=\r\n", "")
+        .contains("https://t.example.test/c/")
 }
 
 /// Letters still in the spool's queue.
