@@ -258,6 +258,7 @@ fn spawn_relay(
         secret: None,
         retry_after: Duration::from_millis(100),
         tls: RelayTls::default(),
+        dkim_keys: Vec::new(),
     };
     tokio::spawn(async move {
         let never = std::future::pending::<()>();

@@ -218,8 +218,10 @@
 //!     (`session.rs`) and what sessions share (`shared.rs`), a message's
 //!     header fields (`headers.rs`) and HTML parts (`mime.rs`), a message
 //!     tracked by the builder's rules (`track.rs`, through
-//!     `builder/tracked_parts.rs`), the on-disk spool (`spool.rs`) and the
-//!     worker that forwards it (`forward.rs`).
+//!     `builder/tracked_parts.rs`), the DKIM signatures tracking broke
+//!     removed and made again with the domain's key (`dkim.rs`), the
+//!     on-disk spool (`spool.rs`) and the worker that forwards it
+//!     (`forward.rs`).
 //!
 //! Command line:
 //! 32. [`cli`]: the command line (clap stops here): its flags in

@@ -40,6 +40,7 @@ pub(super) async fn relay(url: &str, args: &RelayArgs) -> anyhow::Result<()> {
             files: args.tls_cert.clone().zip(args.tls_key.clone()),
             from_domains: args.tls_from_domains,
         },
+        dkim_keys: args.dkim_key.clone(),
     };
     relay::run(pool, settings, stop_signal()).await?;
     Ok(())

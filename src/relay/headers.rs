@@ -55,6 +55,35 @@ pub(crate) fn field_value(raw: &[u8], name: &str) -> Option<String> {
         })
 }
 
+/// Every field `name` (any case) of the message's top header block, each
+/// whole: its name, value, folded lines and line end, byte for byte.
+pub(crate) fn whole_fields<'a>(raw: &'a [u8], name: &str) -> Vec<&'a [u8]> {
+    let Some(end) = header_block_end(raw) else {
+        return Vec::new();
+    };
+    fields(&raw[..end])
+        .into_iter()
+        .filter(|(field, _)| field.trim_ascii().eq_ignore_ascii_case(name.as_bytes()))
+        .map(|(_, whole)| whole)
+        .collect()
+}
+
+/// The message without the top-block fields equal byte for byte to one
+/// of `dropped` (as [`whole_fields`] gives them); the rest as it was.
+pub(crate) fn without_whole_fields(raw: &[u8], dropped: &[Vec<u8>]) -> Vec<u8> {
+    let Some(end) = header_block_end(raw) else {
+        return raw.to_vec();
+    };
+    let mut out = Vec::with_capacity(raw.len());
+    for (_, whole) in fields(&raw[..end]) {
+        if !dropped.iter().any(|d| d.as_slice() == whole) {
+            out.extend_from_slice(whole);
+        }
+    }
+    out.extend_from_slice(&raw[end..]);
+    out
+}
+
 /// `block` (a header block) without the fields named in `names`
 /// (lowercase), folded lines and all.
 pub(crate) fn without_fields(block: &[u8], names: &[&str]) -> Vec<u8> {

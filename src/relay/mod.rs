@@ -9,14 +9,16 @@
 //! (`command.rs`), AUTH (`auth.rs`), the data after DATA (`data.rs`), the
 //! session (`session.rs`) with what its sessions share (`shared.rs`), the
 //! header fields (`headers.rs`) and HTML parts (`mime.rs`) of a message,
-//! a message tracked (`track.rs`), its letters handed to the MTA while the
-//! client waits (`hand_over.rs`), the spool (`spool.rs`) and its worker
-//! (`forward.rs`), and the certificates of STARTTLS (`tls.rs`).
+//! a message tracked (`track.rs`) and DKIM for what tracking changed
+//! (`dkim.rs`), its letters handed to the MTA while the client waits
+//! (`hand_over.rs`), the spool (`spool.rs`) and its worker (`forward.rs`),
+//! and the certificates of STARTTLS (`tls.rs`).
 
 mod access;
 mod auth;
 mod command;
 mod data;
+mod dkim;
 mod forward;
 mod hand_over;
 mod headers;
@@ -28,6 +30,7 @@ mod spool;
 mod tls;
 mod track;
 
+pub use dkim::{BadDkimKeySpec, DkimKeyError, DkimKeySpec};
 pub use forward::DownstreamError;
 pub use settings::{RelaySettings, SuppressedAction};
 pub use tls::{RelayTls, TlsError};
@@ -65,6 +68,8 @@ pub enum RelayError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Tls(#[from] TlsError),
+    #[error(transparent)]
+    Dkim(#[from] DkimKeyError),
 }
 
 /// Serve until `shutdown` resolves; the spool worker stops with it (what
@@ -74,6 +79,8 @@ pub async fn run(
     settings: RelaySettings,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), RelayError> {
+    // First: a key that cannot be used stops the start, not the first message.
+    let dkim = Arc::new(dkim::Dkim::load(&settings.dkim_keys)?);
     let secrets = seal_keys::RingSecrets {
         current: settings.secret.clone(),
         previous: Vec::new(),
@@ -125,6 +132,7 @@ pub async fn run(
             pools: downstream.pools(),
             default_pool: settings.default_pool.clone(),
         },
+        dkim,
     );
     let wake = Arc::new(Notify::new());
     let retry_after = settings.retry_after;

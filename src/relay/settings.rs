@@ -57,6 +57,9 @@ pub struct RelaySettings {
     pub retry_after: Duration,
     /// STARTTLS: the certificates shown (off by default).
     pub tls: super::tls::RelayTls,
+    /// `--dkim-key`: the keys that sign again the letters whose upstream
+    /// DKIM signature tracking broke, by the From address's domain.
+    pub dkim_keys: Vec<super::dkim::DkimKeySpec>,
 }
 
 /// What the relay does with a recipient on the suppression list.

@@ -5,8 +5,11 @@
 //! `List-Unsubscribe-Post` added when absent, the envelope sender the
 //! letter's VERP address when a bounce domain is set, the
 //! `X-Linktrack-*` fields removed. A message without an HTML part goes on
-//! untouched (but for those fields).
+//! untouched (but for those fields). Upstream DKIM signatures that this
+//! breaks are removed, and the letters signed again where the relay has
+//! the domain's key (`dkim.rs`).
 
+use super::dkim::{Dkim, Plan};
 use super::headers::{edit_top_fields, field_value};
 use super::mime::{html_parts, replace_parts, HtmlPart, MimeError};
 use crate::builder::mailing::Mailing;
@@ -55,6 +58,8 @@ pub(crate) enum TrackError {
     UnknownPool { pool: String, known: String },
     #[error(transparent)]
     Letters(#[from] TrackLetterError),
+    #[error("DKIM signing stopped short: {0}")]
+    Signing(#[from] tokio::task::JoinError),
 }
 
 impl TrackError {
@@ -62,6 +67,7 @@ impl TrackError {
     pub(crate) fn is_permanent(&self) -> bool {
         match self {
             TrackError::Letters(err) => err.is_permanent(),
+            TrackError::Signing(_) => false,
             _ => true,
         }
     }
@@ -80,27 +86,61 @@ pub(crate) struct TrackerSettings {
 pub(crate) struct Tracker {
     letters: Arc<LetterTracker>,
     settings: TrackerSettings,
+    dkim: Arc<Dkim>,
 }
 
 impl Tracker {
-    pub(crate) fn new(letters: Arc<LetterTracker>, settings: TrackerSettings) -> Tracker {
-        Tracker { letters, settings }
+    pub(crate) fn new(
+        letters: Arc<LetterTracker>,
+        settings: TrackerSettings,
+        dkim: Arc<Dkim>,
+    ) -> Tracker {
+        Tracker {
+            letters,
+            settings,
+            dkim,
+        }
     }
 
-    /// The messages to forward for `raw` sent by `from` to `recipients`;
-    /// their rows are committed when this returns.
+    /// The messages to forward for `raw` sent by `from` to `recipients`,
+    /// DKIM seen to; their rows are committed when this returns.
     pub(crate) async fn track(
         &self,
         from: &str,
         recipients: &[Recipient],
         raw: &[u8],
     ) -> Result<Vec<Outgoing>, TrackError> {
+        let (letters, rewritten) = self.letters_of(from, recipients, raw).await?;
+        let removed: Vec<&str> = OUR_FIELDS
+            .into_iter()
+            .filter(|name| field_value(raw, name).is_some())
+            .collect();
+        let plan = self.dkim.plan(raw, rewritten, &removed);
+        if plan == Plan::AsIs {
+            return Ok(letters);
+        }
+        let dkim = Arc::clone(&self.dkim);
+        let sealed = tokio::task::spawn_blocking(move || {
+            let mut letters = letters;
+            dkim.seal(&plan, letters.iter_mut().map(|l| &mut l.data));
+            letters
+        });
+        Ok(sealed.await?)
+    }
+
+    /// The letters of `raw`, and whether tracking rewrote their bodies.
+    async fn letters_of(
+        &self,
+        from: &str,
+        recipients: &[Recipient],
+        raw: &[u8],
+    ) -> Result<(Vec<Outgoing>, bool), TrackError> {
         let parts = html_parts(raw)?;
         let mailing = self.mailing_of(raw, from)?;
         let pool = self.pool_of(raw)?;
         if parts.is_empty() {
             let data = edit_top_fields(raw, &OUR_FIELDS, &[]);
-            return Ok(recipients
+            let letters = recipients
                 .iter()
                 .map(|r| Outgoing {
                     from: from.to_owned(),
@@ -109,13 +149,14 @@ impl Tracker {
                     letter: None,
                     data: data.clone(),
                 })
-                .collect());
+                .collect();
+            return Ok((letters, false));
         }
         let has_unsubscribe = field_value(raw, "list-unsubscribe").is_some();
         let html: Vec<&str> = parts.iter().map(|p| p.html.as_str()).collect();
         let mailing_id = mailing.mailing_id.as_str().to_owned();
         let tracked = self.letters.track(mailing, recipients, &html).await?;
-        Ok(tracked
+        let letters = tracked
             .into_iter()
             .map(|letter| {
                 let added: Vec<String> = if has_unsubscribe {
@@ -135,7 +176,8 @@ impl Tracker {
                     data: letter_message(raw, &parts, &letter.html_parts, &added),
                 }
             })
-            .collect())
+            .collect();
+        Ok((letters, true))
     }
 
     /// The pool a message goes out through: `X-Linktrack-Pool`, else the

@@ -46,6 +46,7 @@ mod partitions;
 mod platform_exports;
 mod privacy;
 mod relay;
+mod relay_dkim;
 mod repoint;
 mod row_format;
 mod seal_keys;

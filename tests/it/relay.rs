@@ -18,7 +18,7 @@ const TOKEN: &str = "relay-test-token-0123456789abcdef";
 
 /// `linktrack relay` on a free loopback port, forwarding to `smtp`, open
 /// to 127.0.0.3 only, AUTH with [`TOKEN`].
-async fn start_relay(db: &TestDb, smtp: &str, spool: &Path, extra: &[&str]) -> Serving {
+pub(crate) async fn start_relay(db: &TestDb, smtp: &str, spool: &Path, extra: &[&str]) -> Serving {
     let mut command = Command::new(env!("CARGO_BIN_EXE_linktrack"));
     command
         .args(["relay", "--listen", "127.0.0.1:0", "--smtp", smtp])
@@ -36,7 +36,7 @@ async fn start_relay(db: &TestDb, smtp: &str, spool: &Path, extra: &[&str]) -> S
 
 /// Run a Python smtplib script against the relay at `port`; its printed
 /// lines (JSON) come back.
-fn smtplib(port: u16, script: &str) -> Vec<serde_json::Value> {
+pub(crate) fn smtplib(port: u16, script: &str) -> Vec<serde_json::Value> {
     let program = format!(
         "import smtplib, json, sys\nPORT = {port}\nTOKEN = {TOKEN:?}\n\
          def out(*a):\n    print(json.dumps([x.decode() if isinstance(x, bytes) else x for x in a]))\n    \

@@ -575,6 +575,7 @@ mod tests {
             "ACTION",
             "SCOPE[,SCOPE…]",
             "NAME|PREFIX",
+            "DOMAIN=SELECTOR:FILE",
         ];
         for (path, help) in every_help() {
             for line in help.lines() {

@@ -133,6 +133,21 @@ pub struct RelayArgs {
     /// client asks for; other names get --tls-cert's.
     #[arg(long, env = "LINKTRACK_RELAY_TLS_FROM_DOMAINS")]
     pub tls_from_domains: bool,
+
+    /// Sign again with this key (PEM, RSA of 2048 bits or more, or
+    /// Ed25519) the letters of DOMAIN whose DKIM signature tracking broke,
+    /// as d=DOMAIN, s=SELECTOR; repeatable, one per domain (the
+    /// environment variable: comma-separated). Without a key for a
+    /// letter's domain its broken signature is removed, counted and
+    /// logged. The log names the DNS record to publish (docs/relay.md,
+    /// "DKIM").
+    #[arg(
+        long,
+        env = "LINKTRACK_RELAY_DKIM_KEYS",
+        value_name = "DOMAIN=SELECTOR:FILE",
+        value_delimiter = ','
+    )]
+    pub dkim_key: Vec<crate::relay::DkimKeySpec>,
 }
 
 /// `--suppressed`.
