@@ -15,13 +15,19 @@ pub use super::reasons::{Class, Reason};
 /// (a code of success, or no code and no words that say anything).
 pub fn reason(status: Option<&str>, diagnostic: &str) -> Option<Reason> {
     let text = diagnostic.to_ascii_lowercase();
-    let words = reasons::by_words(&text);
-    let Some(code) = status.and_then(StatusCode::parse) else {
-        return words;
-    };
-    if code.class == 2 {
+    let code = status.and_then(StatusCode::parse);
+    if code.is_some_and(|code| code.class == 2) {
         return None;
     }
+    // A provider's own code ("LPN007_416") is more precise than the
+    // status code it goes with.
+    if let Some(provider) = reasons::by_provider_code(&text) {
+        return Some(provider);
+    }
+    let words = reasons::by_words(&text).or_else(|| syntax_refusal(&text));
+    let Some(code) = code else {
+        return words;
+    };
     Some(
         match reasons::by_code(code.class, code.subject, code.detail) {
             Some(precise) if !precise.is_loose() => precise,
@@ -29,6 +35,14 @@ pub fn reason(status: Option<&str>, diagnostic: &str) -> Option<Reason> {
             None => words.unwrap_or(Reason::Undefined),
         },
     )
+}
+
+/// A refusal whose reply code is one of a command the receiver could not
+/// parse or did not expect (RFC 5321: 500 to 504, the reply's first
+/// word) and whose words say nothing else: the sender's client spoke wrongly, `syntaxerror`.
+fn syntax_refusal(text: &str) -> Option<Reason> {
+    let reply = text.trim_start().get(..3)?;
+    matches!(reply, "500" | "501" | "502" | "503" | "504").then_some(Reason::SyntaxError)
 }
 
 /// The class of one failed recipient (the arguments as [`reason`]'s): the
@@ -93,6 +107,15 @@ pub fn status_in_text(text: &str) -> Option<StatusCode> {
     text.split(|c: char| !(c.is_ascii_digit() || c == '.'))
         .filter(|word| word.len() >= 5)
         .find_map(|word| StatusCode::parse(word.trim_matches('.')))
+}
+
+/// The first enhanced status code of a failure (4.x.x or 5.x.x) in free
+/// text, past any of success.
+pub fn failure_status_in_text(text: &str) -> Option<StatusCode> {
+    text.split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .filter(|word| word.len() >= 5)
+        .filter_map(|word| StatusCode::parse(word.trim_matches('.')))
+        .find(|code| code.class != 2)
 }
 
 /// The first SMTP reply code in free text (`550`, `452`), as the class of
@@ -262,6 +285,65 @@ mod tests {
         assert_eq!(
             classify(Some("not a code"), "user unknown"),
             Some(Class::Hard)
+        );
+    }
+
+    /// Providers' own codes outrank the status code; a bare 50x reply
+    /// with nothing else said is the client's syntax.
+    #[test]
+    fn provider_codes_and_syntax_replies() {
+        use Reason::*;
+        let rows: &[(&str, &str, Reason)] = &[
+            (
+                "5.5.0",
+                "550 5.5.0 Adresse destinataire invalide. Invalid recipient. LPN007_416",
+                UserUnknown,
+            ),
+            (
+                "5.5.0",
+                "550 5.5.0 Le compte du destinataire est bloque. LPN007_426",
+                Suspend,
+            ),
+            (
+                "5.2.0",
+                "550 5.2.0 Mail rejete. Mail rejected. ofr_506 [506]",
+                SpamDetected,
+            ),
+            (
+                "5.0.0",
+                "550 Ip frequency limited [x] Blocked IP 192.0.2.1",
+                TooManyConn,
+            ),
+            ("5.0.0", "550 : User unknown", Filtered),
+            (
+                "5.0.0",
+                "The recipient name is not recognized (000C05A6)",
+                UserUnknown,
+            ),
+            ("5.5.0", "503 Improper sequence of commands", SyntaxError),
+            (
+                "5.0.0",
+                "504 Command parameter not implemented",
+                SyntaxError,
+            ),
+            ("5.0.0", "500 Line limit exceeded", MesgTooBig),
+            (
+                "5.0.0",
+                "The account or domain may not exist, they may be blacklisted",
+                HostUnknown,
+            ),
+        ];
+        for (status, diagnostic, want) in rows {
+            assert_eq!(
+                reason(Some(status), diagnostic),
+                Some(*want),
+                "{diagnostic}"
+            );
+        }
+        // A success found in a transcript is not the failure's code.
+        assert_eq!(
+            failure_status_in_text("Out: 250 2.1.0 Ok In: 550 5.2.2 full").map(|c| c.to_string()),
+            Some("5.2.2".into())
         );
     }
 

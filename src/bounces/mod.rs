@@ -217,6 +217,42 @@ mod tests {
         }
     }
 
+    /// Real bounces of other MTAs and providers (sisimai's public set,
+    /// fixtures/bounces/set-of-emails/SOURCES.md): each read, one file at
+    /// a time, as the class sisimai's reason for it falls in.
+    #[test]
+    fn real_public_bounces_are_classed_as_the_reference_parser_classes_them() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/bounces/set-of-emails");
+        let sources = std::fs::read_to_string(dir.join("SOURCES.md")).unwrap();
+        let rows: Vec<(&str, &str)> = sources
+            .lines()
+            .filter(|line| line.starts_with("| ") && line.contains(".eml |"))
+            .filter_map(|line| {
+                let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+                Some((*cells.get(1)?, *cells.get(3)?))
+            })
+            .collect();
+        assert!(rows.len() >= 10, "{rows:?}");
+        let mut wrong = Vec::new();
+        for (name, kind) in &rows {
+            let raw = std::fs::read(dir.join(name)).unwrap();
+            let reading = reading::Reading::of(&read::read(&raw).unwrap());
+            if reading.kind != *kind {
+                wrong.push(format!("{name}: {kind} expected, read {reading:?}"));
+            }
+        }
+        assert!(wrong.is_empty(), "{wrong:#?}");
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let name = entry.unwrap().file_name().into_string().unwrap();
+            if name.ends_with(".eml") {
+                assert!(
+                    sources.contains(&format!("| {name} |")),
+                    "{name} not in SOURCES.md"
+                );
+            }
+        }
+    }
+
     #[test]
     fn garbage_is_no_message_and_nothing_panics() {
         assert_eq!(parse::parse(b""), Err(parse::ParseError::NotAMessage));

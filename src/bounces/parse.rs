@@ -6,7 +6,7 @@
 //! `Feedback-Type`, …) are read here, as RFC 3464 and RFC 5965 define them.
 
 use super::bare_address::plain_address;
-use super::classify::{self, StatusCode};
+use super::classify::{self, Reason, StatusCode};
 use super::report::{Failure, Kind, Report};
 use crate::token::{self, Token};
 use mail_parser::{Message, MessageParser, MimeHeaders, PartType};
@@ -39,7 +39,7 @@ pub fn parse(raw: &[u8]) -> Result<Report, ParseError> {
         .and_then(|h| header_field(h, "Message-ID"))
         .map(|id| id.trim().to_owned())
         .or_else(|| text_original_message_id(&message));
-    let kind = read_kind(&message, returned.as_deref());
+    let kind = read_kind(&message, raw, returned.as_deref());
     Ok(Report {
         kind,
         message_id: message.message_id().map(|id| format!("<{id}>")),
@@ -59,13 +59,29 @@ fn stated_rcpt_to(message: &Message<'_>) -> Option<String> {
 
 /// What the message is, the most specific reading first: a report
 /// (feedback or delivery status), then an auto-reply, then a text bounce.
-fn read_kind(message: &Message<'_>, returned: Option<&str>) -> Kind {
+fn read_kind(message: &Message<'_>, raw: &[u8], returned: Option<&str>) -> Kind {
     let report_type = report_type(message);
     if report_type.as_deref() == Some("feedback-report") || is_provider_complaint(message) {
         return complaint(message, returned);
     }
-    if report_type.as_deref() == Some("delivery-status") {
-        if let Some(kind) = delivery_status(message) {
+    // Some MTAs (McAfee's, OpenSMTPD's) send the report part in a
+    // multipart/mixed: read it all the same.
+    let has_report_part = parts_of(message, "message", "delivery-status")
+        .next()
+        .is_some();
+    let is_report = report_type.as_deref() == Some("delivery-status");
+    if is_report || has_report_part {
+        match delivery_status(message) {
+            // In a multipart/mixed, the text is the notice: a report part
+            // that names no failure does not overrule it.
+            Some(kind) if is_report || matches!(kind, Kind::Bounce { .. }) => {
+                return with_said_in_text(kind, message);
+            }
+            _ => {}
+        }
+        // A report whose MIME is broken (no boundary lines): its fields,
+        // read in the raw text.
+        if let Some(kind @ Kind::Bounce { .. }) = report_in_raw_text(raw) {
             return kind;
         }
     }
@@ -260,37 +276,137 @@ fn delivery_status(message: &Message<'_>) -> Option<Kind> {
     let part = parts_of(message, "message", "delivery-status")
         .chain(parts_of(message, "message", "global-delivery-status"))
         .next()?;
-    let text = String::from_utf8_lossy(part.contents());
-    let groups = report_fields(&text);
-    let mut failures = Vec::new();
-    let mut other_actions = false;
-    for group in groups.iter().skip(1) {
-        let Some(recipient) = field(group, "Final-Recipient") else {
+    delivery_fields(&String::from_utf8_lossy(part.contents()))
+}
+
+/// A report's failures that carry no `Diagnostic-Code` (OpenSMTPD writes
+/// none; Sendmail's may be empty): the remote MTA's words are in the
+/// human-readable part, on the recipient's line and the next two.
+fn with_said_in_text(kind: Kind, message: &Message<'_>) -> Kind {
+    let Kind::Bounce {
+        format,
+        mut failures,
+    } = kind
+    else {
+        return kind;
+    };
+    let Some(text) = message.body_text(0) else {
+        return Kind::Bounce { format, failures };
+    };
+    for failure in failures.iter_mut() {
+        if !failure.diagnostic.is_empty() {
+            continue;
+        }
+        let recipient = failure.recipient.to_ascii_lowercase();
+        let lines: Vec<&str> = text.lines().collect();
+        let Some(at) = lines
+            .iter()
+            .position(|line| line.to_ascii_lowercase().contains(&recipient))
+        else {
             continue;
         };
+        // The recipient's line and its indented continuations.
+        let continued = lines[at + 1..]
+            .iter()
+            .take(2)
+            .take_while(|line| line.starts_with([' ', '\t']) && !line.trim().is_empty());
+        let said: String = std::iter::once(&lines[at])
+            .chain(continued)
+            .map(|line| line.trim())
+            .collect::<Vec<_>>()
+            .join(" ");
+        let code_in_words = classify::failure_status_in_text(&said).map(|c| c.to_string());
+        let status = code_in_words.as_deref().or(failure.status.as_deref());
+        let (reason, class) = classify::failed(status, &said);
+        // The text names a reason, or the report's own code said nothing.
+        let better = reason != Some(Reason::Undefined)
+            || matches!(failure.reason, None | Some(Reason::Undefined));
+        if better {
+            if code_in_words.is_some() {
+                failure.status = code_in_words.clone();
+            }
+            failure.reason = reason;
+            failure.class = class;
+            failure.diagnostic = said.chars().take(1000).collect();
+        }
+    }
+    Kind::Bounce { format, failures }
+}
+
+/// The RFC 3464 fields of a bounce whose `message/delivery-status` part
+/// MIME did not find (a report without its boundary lines): only the
+/// text before the returned message is read.
+fn report_in_raw_text(raw: &[u8]) -> Option<Kind> {
+    let head = &raw[..raw.len().min(128 << 10)];
+    let text = String::from_utf8_lossy(head);
+    let lower = text.to_ascii_lowercase();
+    let end = [
+        "content-type: message/rfc822",
+        "content-type: text/rfc822-headers",
+    ]
+    .iter()
+    .filter_map(|marker| lower.find(marker))
+    .min()
+    .unwrap_or(text.len());
+    let text = text.get(..end)?;
+    if !lower[..end].contains("final-recipient:") {
+        return None;
+    }
+    delivery_fields(text)
+}
+
+/// The failures of a delivery-status text: one per recipient group (a
+/// group with `Final-Recipient`, or `Original-Recipient` only, as some
+/// MTAs write) whose `Action` is `failed` (or absent with a 4/5 status).
+fn delivery_fields(text: &str) -> Option<Kind> {
+    let groups = report_fields(text);
+    let mut failures = Vec::new();
+    let mut other_actions = false;
+    for group in &groups {
+        let Some(recipient) =
+            field(group, "Final-Recipient").or_else(|| field(group, "Original-Recipient"))
+        else {
+            continue;
+        };
+        if typed_address(recipient).is_empty() {
+            continue;
+        }
         let action = field(group, "Action")
             .unwrap_or_default()
             .to_ascii_lowercase();
-        let status = field(group, "Status").map(str::to_owned);
+        let said = field(group, "Diagnostic-Code").unwrap_or_default();
+        // No `Status` (McAfee's reports): the code the words give.
+        let status = field(group, "Status")
+            .map(str::to_owned)
+            .or_else(|| classify::failure_status_in_text(said).map(|code| code.to_string()));
         let status_class = status
             .as_deref()
             .and_then(StatusCode::parse)
             .map(|c| c.class);
+        // `expired` is no RFC 3464 action, but SendGrid and others write
+        // it for a message they gave up on: a failure.
+        let expired = action.starts_with("expired");
         let failed = action.starts_with("failed")
+            || expired
             || (action.is_empty() && matches!(status_class, Some(4 | 5)));
         if !failed {
             other_actions = true;
             continue;
         }
-        let diagnostic = field(group, "Diagnostic-Code")
-            .map(|d| {
-                d.split_once(';')
-                    .map_or(d, |(_, text)| text)
-                    .trim()
-                    .to_owned()
-            })
-            .unwrap_or_default();
-        let (reason, class) = classify::failed(status.as_deref(), &diagnostic);
+        let (diagnostic_type, diagnostic) = match said.split_once(';') {
+            Some((kind, text)) if !kind.contains(' ') => (kind.trim(), text.trim()),
+            _ => ("", said.trim()),
+        };
+        let diagnostic = diagnostic.to_owned();
+        // `X-Unix`: the local delivery program (procmail, a pipe) failed.
+        let mailer = diagnostic_type.eq_ignore_ascii_case("x-unix");
+        let (reason, class) = match classify::failed(status.as_deref(), &diagnostic) {
+            _ if mailer => (Some(Reason::MailerError), Some(Reason::MailerError.class())),
+            (Some(Reason::Undefined), _) if expired => {
+                (Some(Reason::Expired), Some(Reason::Expired.class()))
+            }
+            said => said,
+        };
         failures.push(Failure {
             recipient: typed_address(recipient),
             original_recipient: field(group, "Original-Recipient").map(typed_address),
@@ -351,9 +467,20 @@ fn complaint(message: &Message<'_>, returned: Option<&str>) -> Kind {
 /// A complaint some providers send without an ARF part (say, a forwarded
 /// message with `X-Feedback-Type: abuse` set by their relay).
 fn is_provider_complaint(message: &Message<'_>) -> bool {
-    message
+    let tagged = message
         .header_raw("X-Feedback-Type")
-        .is_some_and(|t| t.trim().eq_ignore_ascii_case("abuse"))
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case("abuse"));
+    // Outlook.com's (Hotmail's) junk mail reporting program (JMRP): the
+    // reported message attached, under this subject, without an ARF part.
+    let jmrp = message.subject().is_some_and(|s| {
+        s.trim()
+            .to_ascii_lowercase()
+            .starts_with("complaint about message from")
+    }) && message
+        .parts
+        .iter()
+        .any(|part| matches!(part.body, PartType::Message(_)));
+    tagged || jmrp
 }
 
 fn provider_complaint(message: &Message<'_>, returned: Option<&str>) -> Kind {

@@ -6,8 +6,8 @@
 use super::classify::StatusCode;
 use super::parse::{self, ParseError};
 use super::providers;
-use super::reasons::{Class, Reason};
-use super::report::{Kind, Report};
+use super::reasons::{self, Class, Reason};
+use super::report::{Failure, Kind, Report};
 use mail_parser::MessageParser;
 use serde_json::Value;
 
@@ -21,29 +21,95 @@ pub fn read(raw: &[u8]) -> Result<Report, ParseError> {
     Ok(ses_by_mail(raw).unwrap_or(report))
 }
 
-/// How a bounce's text says the remote MTA refused the message after its
-/// data, not at `RCPT TO`: Postfix's "(in reply to end of DATA command)",
-/// Exim's "after end of data", a Sendmail or Courier transcript's `>>>
-/// DATA` (with no `>>> RCPT` refused before it).
-const AFTER_DATA: &[&str] = &[
+/// How a bounce's text names the SMTP command the remote MTA refused:
+/// Postfix's "(in reply to RCPT TO command)", Exim's "after RCPT TO:" or
+/// "after end of data", a Sendmail or Courier transcript's `>>> RCPT` and
+/// `>>> DATA`. The last one named is the one refused.
+const ENVELOPE_COMMANDS: &[&str] = &[
+    "in reply to rcpt to command",
+    "in reply to mail from command",
+    "in reply to helo command",
+    "in reply to ehlo command",
+    "after rcpt to",
+    "after mail from",
+    "after helo",
+    "after ehlo",
+    "after initial connection",
+    ">>> rcpt",
+    ">>> mail from",
+    ">>> helo",
+    ">>> ehlo",
+    "rcpt to:<",
+    "smtp command: rcpt",
+    "smtp:rcpt",
+    "was rcpt to response",
+    "server has rejected address",
+    "did not like our rcpt to",
+    "did not like our mail from",
+];
+const DATA_COMMANDS: &[&str] = &[
     "in reply to end of data command",
     "in reply to data command",
     "after end of data",
+    "after data",
+    ">>> data",
+    ">>> .",
+    "smtp command\ndata",
+    "smtp command: data",
+    "did not like our data",
 ];
 
-/// A "user unknown" given after the message's data, once the receiver
-/// had accepted the recipient at `RCPT TO`, is the receiver's filter
-/// speaking, not the address's death: `filtered`, a policy block (as the
-/// reference parsers read it), unless its code is 5.1.1. Only the
-/// bounce's text before the returned message is read.
+/// How a bounce's text says the remote MTA refused the connection itself
+/// (its greeting, or `HELO`): nothing the address or the message could
+/// have changed.
+const CONNECTION_COMMANDS: &[&str] = &[
+    "after initial connection",
+    "in reply to helo command",
+    "in reply to ehlo command",
+    "after helo",
+    "after ehlo",
+    ">>> helo",
+    ">>> ehlo",
+    "did not like our greeting",
+    "did not like our helo",
+    "did not like our ehlo",
+];
+
+/// Where the refusal came in the SMTP session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// At the envelope (`HELO`, `MAIL FROM`, `RCPT TO`): the receiver
+    /// judged the address itself.
+    Envelope,
+    /// After the data, or the bounce does not say: a filter may have
+    /// spoken.
+    DataOrUnsaid,
+}
+
+/// The stage the bounce's text (lowercased, whitespace folded) names
+/// last.
+fn stage(text: &str) -> Stage {
+    let last = |markers: &[&str]| markers.iter().filter_map(|m| text.rfind(m)).max();
+    match (last(ENVELOPE_COMMANDS), last(DATA_COMMANDS)) {
+        (Some(envelope), Some(data)) if envelope > data => Stage::Envelope,
+        (Some(_), None) => Stage::Envelope,
+        _ => Stage::DataOrUnsaid,
+    }
+}
+
+/// A "user unknown" the receiver gave other than at `RCPT TO` (after the
+/// message's data, or where the bounce names no command) is the
+/// receiver's filter speaking, not the address's death: `filtered`, a
+/// policy block (as the reference parsers read it), unless its code says
+/// the mailbox does not exist (5.1.0, 5.1.1, 5.1.3). Only the bounce's
+/// text before the returned message is read.
 fn filtered_after_data(report: &mut Report, raw: &[u8]) {
     let Kind::Bounce { failures, .. } = &mut report.kind else {
         return;
     };
-    if !failures
-        .iter()
-        .any(|f| f.reason == Some(Reason::UserUnknown))
-    {
+    let unknown_user = |f: &Failure| f.reason == Some(Reason::UserUnknown);
+    let unsaid = |f: &Failure| matches!(f.reason, None | Some(Reason::Undefined));
+    if !failures.iter().any(|f| unknown_user(f) || unsaid(f)) {
         return;
     }
     let head = &raw[..raw.len().min(64 << 10)];
@@ -56,25 +122,60 @@ fn filtered_after_data(report: &mut Report, raw: &[u8]) {
         .split("content-type: text/rfc822-headers")
         .next()
         .unwrap_or_default();
-    let transcript_data = text.contains(">>> data") && !text.contains(">>> rcpt");
-    if !transcript_data && !AFTER_DATA.iter().any(|marker| text.contains(marker)) {
+    // Lines fold anywhere ("end of DATA\n    command").
+    let folded = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let lined = text.lines().map(str::trim).collect::<Vec<_>>().join("\n");
+    let stage = match stage(&folded) {
+        Stage::Envelope => Stage::Envelope,
+        Stage::DataOrUnsaid => stage(&lined),
+    };
+    // A refusal that says nothing, given at the connection or `HELO`:
+    // the receiver refused the sending host, a block.
+    let at_connection = CONNECTION_COMMANDS
+        .iter()
+        .any(|m| folded.contains(m) || lined.contains(m));
+    if at_connection {
+        for failure in failures.iter_mut().filter(|f| unsaid(f)) {
+            failure.reason = Some(Reason::Blocked);
+            failure.class = Some(Reason::Blocked.class());
+        }
+    }
+    if stage == Stage::Envelope {
         return;
     }
     for failure in failures.iter_mut() {
-        // 5.1.1 is the code of a mailbox that does not exist, whenever
-        // it is said (a pipelining client reads RCPT's refusal after
-        // sending DATA); the loose codes (5.0.0, 5.2.0, 5.7.1) are not.
-        let mailbox_code = failure
-            .status
-            .as_deref()
-            .and_then(StatusCode::parse)
-            .is_some_and(|code| code.subject == 1 && code.detail == 1);
-        if failure.reason == Some(Reason::UserUnknown) && !mailbox_code {
+        if failure.reason == Some(Reason::UserUnknown) && !says_no_mailbox(failure) {
             failure.reason = Some(Reason::Filtered);
             failure.class = Some(Class::Policy);
         }
     }
 }
+
+/// Whether a failure's code says the mailbox does not exist whatever
+/// the stage: an address status (5.1.x: 5.1.1, Microsoft's 5.1.10 and
+/// 5.1.351), a disabled mailbox (5.2.1) whose words say the user is
+/// unknown, a provider's own code for it (Orange's 416, Exchange 2003's
+/// 000C05A6), or a vendor's own words for it.
+fn says_no_mailbox(failure: &Failure) -> bool {
+    let code = failure.status.as_deref().and_then(StatusCode::parse);
+    let address_or_mailbox =
+        code.is_some_and(|code| code.subject == 1 || (code.subject, code.detail) == (2, 1));
+    let diagnostic = failure.diagnostic.to_ascii_lowercase();
+    address_or_mailbox
+        || reasons::by_provider_code(&diagnostic) == Some(Reason::UserUnknown)
+        || NO_MAILBOX_WORDS.iter().any(|w| diagnostic.contains(w))
+}
+
+/// Vendors' words for a mailbox that does not exist, whatever the
+/// command: Yahoo's "dd" notice, Lotus Notes' and Domino's directories,
+/// IMail's, Microsoft's reply to `RCPT TO`.
+const NO_MAILBOX_WORDS: &[&str] = &[
+    "delivery error: dd this user doesn't have",
+    "not listed in domino directory",
+    "not listed in public name & address book",
+    "invalid final delivery userid",
+    "requested action not taken: mailbox unavailable",
+];
 
 /// An SES notification in a message's text: the notification itself
 /// (SNS's "email" protocol) or SNS's envelope with it as `Message`
@@ -83,10 +184,22 @@ fn ses_by_mail(raw: &[u8]) -> Option<Report> {
     let message = MessageParser::default().parse(raw)?;
     let body = message.body_text(0)?;
     let json = &body[body.find('{')?..];
-    let value = serde_json::Deserializer::from_str(json)
-        .into_iter::<Value>()
-        .next()?
-        .ok()?;
+    let first_value = |json: &str| {
+        serde_json::Deserializer::from_str(json)
+            .into_iter::<Value>()
+            .next()
+            .and_then(Result::ok)
+    };
+    // An MTA that folds lines longer than SMTP allows (RFC 5321: 998
+    // characters) ends the piece with `!` and a line break.
+    let value = first_value(json).or_else(|| {
+        first_value(
+            &json
+                .replace("!\r\n", "")
+                .replace("!\n", "")
+                .replace(['\r', '\n'], ""),
+        )
+    })?;
     let notification = match value.get("Message").and_then(Value::as_str) {
         Some(inner) => inner.to_owned(),
         None => value.to_string(),
@@ -151,6 +264,37 @@ mod tests {
         assert_eq!(
             reading("5.1.1", "in reply to end of DATA command"),
             (Some(Reason::UserUnknown), Some(Class::Hard))
+        );
+        // The fold of a long line does not hide the command.
+        assert_eq!(
+            reading("5.0.0", "in reply to end of DATA\r\n    command"),
+            (Some(Reason::Filtered), Some(Class::Policy))
+        );
+        // No command named: not known to be the address's death.
+        assert_eq!(
+            reading("5.0.0", "no command named"),
+            (Some(Reason::Filtered), Some(Class::Policy))
+        );
+    }
+
+    #[test]
+    fn a_refusal_at_the_connection_that_says_nothing_is_a_block() {
+        let raw = "From: Mail Delivery System <Mailer-Daemon@mta.example.com>\r\n\
+                   To: news@example.com\r\nSubject: Mail delivery failed\r\n\
+                   Message-ID: <b2@mta.example.com>\r\n\r\n\
+                   This message was created automatically by mail delivery software.\r\n\r\n\
+                   A message that you sent could not be delivered to one or more of its\r\n\
+                   recipients. This is a permanent error. The following address(es) failed:\r\n\r\n\
+                   \x20 reader@example.org\r\n\
+                   \x20   host mx.example.org [192.0.2.9]\r\n\
+                   \x20   SMTP error from remote mail server after initial connection:\r\n\
+                   \x20   554 mx.example.org :\r\n";
+        let Kind::Bounce { failures, .. } = read(raw.as_bytes()).unwrap().kind else {
+            panic!("not read as a bounce");
+        };
+        assert_eq!(
+            (failures[0].reason, failures[0].class),
+            (Some(Reason::Blocked), Some(Class::Policy))
         );
     }
 

@@ -197,6 +197,79 @@ pub fn by_code(class: u8, subject: u16, detail: u16) -> Option<Reason> {
 /// reasons first (a "mailbox full" notice also says "mailbox"; a spam
 /// block often says "rejected" too).
 const PHRASES: &[(Reason, &[&str])] = &[
+    // Precise wordings that also contain a broader row's word ("blocked
+    // IP" in Tencent's rate limit, "blacklisted" in Exim's guess at an
+    // unknown domain, "host not found" in a DNS lookup to try again).
+    (
+        Reason::TooManyConn,
+        &[
+            "frequency limited",
+            "connection rate limit exceeded",
+            "maximum connection limit",
+            "per-domain connection limit",
+            "max emails per hour",
+            "throttling failure",
+            "trop de connexions",
+            "too many errors from your ip",
+            "we have already made numerous attempts to deliver",
+        ],
+    ),
+    (
+        Reason::Speeding,
+        &["is receiving mail at a rate", "please try again slower"],
+    ),
+    (
+        Reason::HostUnknown,
+        &[
+            "the account or domain may not exist",
+            "recipient address rejected: unknown domain name",
+        ],
+    ),
+    (
+        Reason::NetworkError,
+        &[
+            "host not found, try again",
+            "host name lookup failure",
+            "dns records for the destination computer could not be found",
+        ],
+    ),
+    (
+        Reason::RequirePtr,
+        &["unverifyable sending ip", "unverifiable sending ip"],
+    ),
+    (
+        Reason::UserUnknown,
+        &[
+            "not listed in domino directory",
+            "not listed in public name & address book",
+        ],
+    ),
+    (Reason::PolicyViolation, &["host network not allowed"]),
+    (
+        Reason::MailerError,
+        &[
+            "mailer error",
+            "procmail:",
+            "bin/procmail",
+            "command died with status",
+            "pipe to |/",
+        ],
+    ),
+    (
+        Reason::Suspend,
+        &[
+            "tried to reach is inactive",
+            "tried to reach is disabled",
+            "disabled recipient",
+            "recipient account is blocked",
+            "recipient suspend the service",
+        ],
+    ),
+    (
+        Reason::Blocked,
+        &["weren't sent. we recommend", "refused to talk to me"],
+    ),
+    (Reason::NoRelaying, &["not configured to relay mail"]),
     (
         Reason::MailboxFull,
         &[
@@ -244,6 +317,7 @@ const PHRASES: &[(Reason, &[&str])] = &[
         &[
             "message too big",
             "message is too big",
+            "line limit exceeded",
             "message too large for",
             "message size exceeds",
             "message length exceeds",
@@ -539,8 +613,13 @@ const PHRASES: &[(Reason, &[&str])] = &[
     (
         Reason::UserUnknown,
         &[
-            "recipient address rejected",
-            "address rejected",
+            "recipient address rejected: user unknown",
+            "recipient address rejected: unknown user",
+            "recipient address rejected: invalid user",
+            "recipient address rejected: userunknown",
+            "recipient address rejected: access denied",
+            "5.1.0 address rejected",
+            "recipient address rejected.",
             "invalid final delivery userid",
             "user unknown",
             "unknown user",
@@ -548,7 +627,6 @@ const PHRASES: &[(Reason, &[&str])] = &[
             "recipient unknown",
             "recipient not found",
             "recipientnotfound",
-            "recipient address rejected: user unknown",
             "no such user",
             "no such recipient",
             "no such mailbox",
@@ -754,6 +832,74 @@ const PHRASES: &[(Reason, &[&str])] = &[
         ],
     ),
 ];
+
+/// Orange's (France Télécom's) reply codes, the number after a server's
+/// tag (`LPN007_416`, `OFR005_505`, `ofr_506`), as Orange documents them.
+const ORANGE_CODES: &[(&str, Reason)] = &[
+    ("101", Reason::Blocked),
+    ("102", Reason::Blocked),
+    ("103", Reason::Blocked),
+    ("104", Reason::TooManyConn),
+    ("305", Reason::SecurityError),
+    ("401", Reason::AuthFailure),
+    ("402", Reason::SecurityError),
+    ("403", Reason::Rejected),
+    ("405", Reason::Rejected),
+    ("415", Reason::Rejected),
+    ("416", Reason::UserUnknown),
+    ("417", Reason::MailboxFull),
+    ("418", Reason::UserUnknown),
+    ("420", Reason::Suspend),
+    ("421", Reason::Rejected),
+    ("426", Reason::Suspend),
+    ("505", Reason::SystemError),
+    ("506", Reason::SpamDetected),
+    ("510", Reason::Blocked),
+    ("514", Reason::MesgTooBig),
+    ("517", Reason::AuthFailure),
+    ("630", Reason::PolicyViolation),
+    ("999", Reason::Blocked),
+];
+
+/// Exchange 2000/2003's (IMS's) codes, in parentheses after its words.
+const EXCHANGE_CODES: &[(&str, Reason)] = &[
+    ("000c05a6", Reason::UserUnknown),
+    ("000c0595", Reason::Filtered),
+    ("000b099c", Reason::OnHold),
+    ("000b09aa", Reason::OnHold),
+    ("000b09b6", Reason::OnHold),
+    ("00010256", Reason::SystemError),
+    ("000d06b5", Reason::SystemError),
+    ("00120270", Reason::NetworkError),
+    ("00050311", Reason::ContentError),
+    ("000502cc", Reason::ContentError),
+    ("000b0981", Reason::SecurityError),
+];
+
+/// The reason a provider's own code in the words names (`text`
+/// lowercased): Orange's, Exchange 2003's, and KDDI au's "550 : User
+/// unknown" (an empty address: the recipient's reception filter, where
+/// a mailbox that does not exist is "550 <address>: User unknown").
+pub fn by_provider_code(text: &str) -> Option<Reason> {
+    if text.contains("550 : user unknown") {
+        return Some(Reason::Filtered);
+    }
+    for tag in ["lpn", "ofr", "ouk"] {
+        for (at, _) in text.match_indices(tag) {
+            let rest = text[at + tag.len()..].trim_start_matches(|c: char| c.is_ascii_digit());
+            let Some(number) = rest.strip_prefix('_').and_then(|r| r.get(..3)) else {
+                continue;
+            };
+            if let Some((_, reason)) = ORANGE_CODES.iter().find(|(code, _)| *code == number) {
+                return Some(*reason);
+            }
+        }
+    }
+    EXCHANGE_CODES
+        .iter()
+        .find(|(code, _)| text.contains(&format!("({code})")))
+        .map(|(_, reason)| *reason)
+}
 
 /// The reason the words say (`text` lowercased), the first row that has
 /// one of its phrases.

@@ -24,6 +24,9 @@ const COPY_MARKERS: &[&str] = &[
     "content-type: message/rfc822",
     "--- the header of the original message is following",
     "----- unsent message follows -----",
+    "message headers follow",
+    "original message follows",
+    "------- returned message --------",
 ];
 
 /// The transcript of an SMTP session: after the failure section in
@@ -106,6 +109,26 @@ pub(crate) fn read(message: &Message<'_>) -> Option<Kind> {
             .filter(|a| !own.iter().any(|o| o.eq_ignore_ascii_case(a)))
             .collect();
     }
+    if named.is_empty() {
+        // A bounce whose recipient is also its own `To` (a redacted
+        // sample, a message to oneself): only an address the text lists
+        // as failed, alone on its line as `address:`.
+        named = failed_address_lines(section);
+    }
+    if named.is_empty() {
+        // Or anywhere in the failure section, but for the bounce's
+        // sender and our own bounce addresses.
+        let senders: Vec<String> = ["From", "Return-Path", "Sender"]
+            .iter()
+            .filter_map(|name| message.header_raw(*name))
+            .flat_map(addresses_in)
+            .collect();
+        named = addresses_in(section)
+            .into_iter()
+            .filter(|a| !senders.iter().any(|s| s.eq_ignore_ascii_case(a)))
+            .filter(|a| crate::token::token_of_bounce_address(a).is_none())
+            .collect();
+    }
     named.dedup_by(|a, b| a.eq_ignore_ascii_case(b));
     if named.is_empty() {
         return None;
@@ -113,9 +136,19 @@ pub(crate) fn read(message: &Message<'_>) -> Option<Kind> {
     if named.iter().all(|a| is_google_group(a)) {
         return Some(group_refusal(named));
     }
+    // Sendmail's layout: the failed addresses, then the transcript of
+    // the session, where the remote MTA's words are.
+    let through_transcript = &text[..end_before(Some(TRANSCRIPT)).max(section_end)];
     let failures = named
         .iter()
-        .map(|recipient| failure(section, recipient, &named))
+        .map(|recipient| {
+            let said = failure(section, recipient, &named);
+            if said.reason == Some(Reason::Undefined) && through_transcript.len() > section.len() {
+                failure(through_transcript, recipient, &named)
+            } else {
+                said
+            }
+        })
         .collect();
     Some(Kind::Bounce { format, failures })
 }
@@ -147,8 +180,20 @@ fn group_refusal(groups: Vec<String>) -> Kind {
     }
 }
 
+/// Addresses alone on their line and ended by a colon (`a@b:`,
+/// `<a@b>:`), as Exim and Postfix list failed recipients.
+fn failed_address_lines(section: &str) -> Vec<String> {
+    section
+        .lines()
+        .filter_map(|line| line.trim().strip_suffix(':'))
+        .filter(|line| !line.contains(char::is_whitespace))
+        .flat_map(addresses_in)
+        .collect()
+}
+
 /// The whole text of the message's text parts (HTML only when there is no
-/// text: Microsoft 365's notices have both).
+/// text: Microsoft 365's notices have both; the raw body when MIME finds
+/// no text part, as in a multipart whose boundary lines are missing).
 fn body_text(message: &Message<'_>) -> String {
     let mut text = String::new();
     for at in 0..message.text_body_count() {
@@ -161,6 +206,13 @@ fn body_text(message: &Message<'_>) -> String {
         if let Some(html) = message.body_html(0) {
             text = strip_tags(&html);
         }
+    }
+    if text.trim().is_empty() {
+        let raw = message.raw_message();
+        let body = raw
+            .get(message.root_part().raw_body_offset() as usize..)
+            .unwrap_or_default();
+        text = String::from_utf8_lossy(body).into_owned();
     }
     text
 }
@@ -255,7 +307,9 @@ fn failure(section: &str, recipient: &str, named: &[String]) -> Failure {
     if StatusCode::parse_any(&words).is_none() {
         words = format!("{words} {}", section.replace('\n', " "));
     }
-    let status = classify::status_in_text(&words).or_else(|| classify::reply_code_in_text(&words));
+    // A transcript's replies of success ("250 2.1.0 Ok") are not why.
+    let status =
+        classify::failure_status_in_text(&words).or_else(|| classify::reply_code_in_text(&words));
     let diagnostic = diagnostic_line(&block, &words);
     let (reason, class) = classify::failed(status.map(|s| s.to_string()).as_deref(), &words);
     Failure {
