@@ -60,6 +60,7 @@ mod smtp_sessions;
 mod spider_grow;
 mod spider_migrate;
 mod spider_serve;
+mod spider_topology;
 mod stats;
 mod stats_http;
 mod stats_live;
