@@ -1,7 +1,7 @@
 //! The storage commands: `migrate`, `partitions`, `shards`.
 
 use super::args::database::{
-    EnsureArgs, MigrateArgs, RotateArgs, ShardsMoveArgs, ShardsRebalanceArgs,
+    EnsureArgs, MigrateArgs, RotateArgs, ShardsMoveArgs, ShardsRebalanceArgs, ShardsStatusArgs,
 };
 use super::connect::pool;
 use super::output::counted;
@@ -216,6 +216,62 @@ pub(super) async fn shards_rebalance(
         say!("shards: {outcome}")?;
     }
     Ok(())
+}
+
+/// `shards status`: a line per data node; exits 1 naming the nodes that
+/// could not be read, after every line.
+pub(super) async fn shards_status(url: &str, args: &ShardsStatusArgs) -> anyhow::Result<()> {
+    let pool = head_pool(url).await?;
+    let mut conn = pool.acquire().await?;
+    let nodes = store::cluster::node_status(&mut conn, args.exact).await?;
+    drop(conn);
+    let now = chrono::Utc::now();
+    let mut unreachable = Vec::new();
+    for status in &nodes {
+        let tables = counted(status.tables.len() as u64, "data table", "data tables");
+        let held = match &status.held {
+            Ok(held) => format!("reachable\t{tables}\t{}", held_text(held, now)),
+            Err(why) => {
+                unreachable.push(format!("{} ({})", status.server, status.node));
+                format!("unreachable: {why}\t{tables}")
+            }
+        };
+        say!("{}\t{}\t{held}", status.server, status.node)?;
+    }
+    if unreachable.is_empty() {
+        return Ok(());
+    }
+    anyhow::bail!(
+        "{} of {} data nodes could not be read: {}",
+        unreachable.len(),
+        nodes.len(),
+        unreachable.join(", ")
+    )
+}
+
+/// "links 813 rows\tevents 104 rows\t7 days 2026-11-26..2026-12-02\treplay lag 3 s (…)".
+fn held_text(held: &store::cluster::Held, now: chrono::DateTime<chrono::Utc>) -> String {
+    let about = if held.exact { "" } else { "~" };
+    let days = match (held.days.first(), held.days.last()) {
+        (Some(first), Some(last)) => format!(
+            "{} {first}..{last}",
+            counted(held.days.len() as u64, "day", "days")
+        ),
+        _ => "0 days".to_owned(),
+    };
+    let lag = match held.last_event {
+        Some((id, at)) => format!(
+            "replay lag {} s (last event stored: id {id}, at {})",
+            (now - at).num_seconds().max(0),
+            at.format("%Y-%m-%d %H:%M:%S UTC")
+        ),
+        None => "replay lag: no event stored".to_owned(),
+    };
+    format!(
+        "links {about}{}\tevents {about}{}\t{days}\t{lag}",
+        counted(held.link_rows, "row", "rows"),
+        counted(held.event_rows, "row", "rows"),
+    )
 }
 
 /// A pool on a Spider head, or a clear refusal on a single server.

@@ -79,6 +79,7 @@ async fn run_command(cli: Cli) -> anyhow::Result<ExitCode> {
             webhooks::webhooks_replay(url, &args).await?
         }
         Command::Shards(ShardsCommand::Move(args)) => database::shards_move(url, &args).await?,
+        Command::Shards(ShardsCommand::Status(args)) => database::shards_status(url, &args).await?,
         Command::Shards(ShardsCommand::Rebalance(args)) => {
             database::shards_rebalance(url, cli.global.shards.as_deref(), &args).await?
         }

@@ -185,8 +185,13 @@ impl App {
             tracing::warn!(%err, "opt-outs and erasures not read yet; retrying in the background");
         }
         // On a Spider head in the shard layout, lookups go to the data
-        // nodes: the requests' and the replay's.
-        let router = crate::store::cluster::Router::discover(&pool).await;
+        // nodes: the requests' and the replay's. The topology is saved
+        // beside the journal, for a start while the head is down.
+        let saved = settings
+            .journal
+            .dir
+            .join(crate::store::cluster::TOPOLOGY_FILE);
+        let router = crate::store::cluster::Router::discover_saving(&pool, Some(saved)).await;
         // The replay runs with the senders at low priority: during a burst
         // the requests get the CPU, and the journal holds the events until
         // the replay catches up.

@@ -493,6 +493,9 @@ pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
         tracing::warn!(error = %detail, "/readyz: the database is unavailable");
         body["detail"] = serde_json::Value::from("database unavailable");
     }
+    if let Some(router) = &state.cluster {
+        add_topology(&mut body, router.source());
+    }
     // Redis only feeds live figures: its absence is reported, but the
     // server stays ready (redirects and events do not need it).
     if let (Ok(()), Some(live)) = (&database, &state.live) {
@@ -509,6 +512,31 @@ pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
         StatusCode::SERVICE_UNAVAILABLE
     };
     (status, Json(body)).into_response()
+}
+
+/// On a Spider head: where the routed lookups' topology came from
+/// (`topology`: `head` or `saved`), and, when from the saved file, when it
+/// was saved and a sentence in `detail` (docs/serve.md, "Endpoints").
+fn add_topology(body: &mut serde_json::Value, source: crate::store::cluster::TopologySource) {
+    use crate::store::cluster::TopologySource;
+    match source {
+        TopologySource::Head => body["topology"] = serde_json::Value::from("head"),
+        TopologySource::Saved { file, saved_at } => {
+            body["topology"] = serde_json::Value::from("saved");
+            body["topology_saved_at"] = serde_json::Value::from(saved_at.to_rfc3339());
+            let said = format!(
+                "link lookups use the cluster topology saved at {} in {} (the head could not \
+                 be read at start)",
+                saved_at.to_rfc3339(),
+                file.display()
+            );
+            let detail = match body["detail"].as_str() {
+                Some(before) => format!("{before}; {said}"),
+                None => said,
+            };
+            body["detail"] = serde_json::Value::from(detail);
+        }
+    }
 }
 
 /// `GET /metrics`: Prometheus text format.

@@ -189,6 +189,9 @@ pub struct Shared {
     pub offline: Arc<OfflineTargets>,
     /// Repointed links and UTM tags, applied to each click's target.
     pub link_rules: super::link_rules::LinkRules,
+    /// On a Spider head: the router lookups go through; `/readyz` says
+    /// where its topology came from.
+    pub cluster: Option<crate::store::cluster::Router>,
 }
 
 impl AppState {
@@ -209,7 +212,7 @@ impl AppState {
         drop_erased_from(&links, &privacy);
         let lookups = LinkLookups::start(
             pool.clone(),
-            router,
+            router.clone(),
             LookupSettings {
                 in_flight: settings.lookups_in_flight,
                 db_timeout: settings.db_timeout,
@@ -231,6 +234,7 @@ impl AppState {
             templates: Cache::builder().max_capacity(100_000).build(),
             offline: Arc::new(OfflineTargets::new(super::offline_targets::MAX_TARGETS)),
             link_rules: super::link_rules::LinkRules::default(),
+            cluster: router,
         })))
     }
 

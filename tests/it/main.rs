@@ -62,6 +62,7 @@ mod spider_grow;
 mod spider_migrate;
 mod spider_repoint;
 mod spider_serve;
+mod spider_topology;
 mod stats;
 mod stats_http;
 mod stats_live;

@@ -96,6 +96,12 @@ pub enum ShardsCommand {
     /// share (after adding a node to LINKTRACK_SHARDS and running migrate);
     /// tables on nodes left out of LINKTRACK_SHARDS move away.
     Rebalance(ShardsRebalanceArgs),
+    /// One line per data node: its Spider server and address, reachable or
+    /// not (and why), its data tables, the link and event rows and the days
+    /// they hold, and the replay's lag there (how long ago the last event
+    /// stored on it happened). Exits 1 when a node cannot be read, after
+    /// the others' lines (docs/scaling.md, "Watching the nodes").
+    Status(ShardsStatusArgs),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -108,6 +114,14 @@ pub struct ShardsMoveArgs {
     /// shows them) or its URL as in LINKTRACK_SHARDS.
     #[arg(long, value_name = "SERVER|URL")]
     pub to: String,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ShardsStatusArgs {
+    /// Count the rows (`COUNT(*)` of every data table: a scan) instead of
+    /// printing InnoDB's estimates (`~`).
+    #[arg(long)]
+    pub exact: bool,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -166,8 +166,9 @@ pub enum Command {
     /// "Rotating the secret").
     #[command(subcommand)]
     Secrets(secrets::SecretsCommand),
-    /// A Spider cluster's data tables: move them to another data node (how
-    /// a cluster grows; docs/scaling.md "Adding a data node").
+    /// A Spider cluster's data nodes and tables: each node's status, moving
+    /// tables to another node (how a cluster grows; docs/scaling.md
+    /// "Adding a data node").
     #[command(subcommand)]
     Shards(ShardsCommand),
     /// Tracking domains per sender: add, remove, list, verify their DNS

@@ -32,7 +32,10 @@
 //! * `node`: a data node's address (`LINKTRACK_SHARDS` entries);
 //! * `migrate`: `migrate --shards`, which creates or checks the cluster;
 //! * `ids`: ids (and shards) of the rows written through the head;
-//! * `shard`: the shard function; `routing`: lookups past the head.
+//! * `shard`: the shard function; `routing`: lookups past the head;
+//! * `saved_topology`: the last topology read, in a file beside the
+//!   journal, for a server started while the head is down;
+//! * `status`: `shards status`, each node's reachability, rows and days.
 
 mod ids;
 mod migrate;
@@ -40,7 +43,9 @@ mod node;
 mod node_address;
 pub(crate) mod node_failure;
 mod routing;
+mod saved_topology;
 mod shard;
+mod status;
 mod topology;
 
 pub use super::mysql_errors::SPIDER_REMOTE_ERRORS;
@@ -48,7 +53,9 @@ pub use ids::{event_ids, head_writes, HeadWrites, IdBlocks, LinkLayout, EVENT_ID
 pub use migrate::{migrate, ClusterMigrate, DEFAULT_VIRTUAL_SHARDS};
 pub use node::{parse_shards, NodeAddress};
 pub use node_failure::NodeFailure;
-pub use routing::{Router, REFRESH_EVERY};
+pub use routing::{Router, TopologySource, REFRESH_EVERY};
+pub use saved_topology::{SavedTopology, SavedTopologyError, FILE_NAME as TOPOLOGY_FILE};
 pub use shard::shard_of;
+pub use status::{node_status, Held, NodeStatus};
 pub(crate) use topology::{by_node, servers};
 pub use topology::{data_table, is_head, placements, server_name, Placement, SHARDED_TABLES};

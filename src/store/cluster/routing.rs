@@ -14,9 +14,16 @@
 //! `information_schema` read on the head), and at once when a data table it
 //! reads is gone (error 1146: a move renames the old copy `moved_links_NN`),
 //! then asks the new place. While the head is down the last topology stays.
+//!
+//! Each topology read from the head is also saved in a file in the
+//! server's journal directory ([`super::saved_topology`]); a server that
+//! cannot read the head at start routes by that file, says so (log,
+//! [`Router::source`] for `/readyz`), and goes back to the head's topology
+//! at the first refresh the head answers.
 
 use super::ids::{link_layout, LinkLayout};
 use super::node::NodeAddress;
+use super::saved_topology::{self, SavedTopology};
 use super::shard::shard_of;
 use super::topology::{is_head, placements, Placement};
 use crate::locks::{LockEvenPoisoned, ReadWriteEvenPoisoned};
@@ -25,8 +32,10 @@ use crate::store::error::StoreError;
 use crate::store::links::{self, StoredLink};
 use crate::store::mysql_errors::mysql_error_number;
 use crate::token::Token;
+use chrono::{DateTime, Utc};
 use sqlx::MySqlPool;
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -50,6 +59,19 @@ struct Topology {
     made_from: Vec<(String, String)>,
 }
 
+/// Where the topology in use came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TopologySource {
+    /// Read from the head (at start or at a refresh).
+    Head,
+    /// Read from the file at start, the head being unreachable; it stays
+    /// so until a refresh reads the head.
+    Saved {
+        file: PathBuf,
+        saved_at: DateTime<Utc>,
+    },
+}
+
 /// Routes link lookups to the data nodes. Cheap to clone.
 #[derive(Clone)]
 pub struct Router {
@@ -57,6 +79,11 @@ pub struct Router {
     topology: Arc<RwLock<Arc<Topology>>>,
     /// The data nodes' pools, by address, kept across topology changes.
     nodes: Arc<std::sync::Mutex<Vec<(NodeAddress, MySqlPool)>>>,
+    /// Where the topology is saved for a start without the head.
+    file: Option<Arc<Path>>,
+    source: Arc<RwLock<TopologySource>>,
+    /// The placements last written to `file`, to write it only on a change.
+    saved: Arc<std::sync::Mutex<Vec<Placement>>>,
 }
 
 impl Router {
@@ -65,24 +92,99 @@ impl Router {
     /// lookups go through the head as before. A head that cannot be read
     /// is `None` too, with a warning: lookups then go through the head.
     pub async fn discover(head: &MySqlPool) -> Option<Router> {
+        Router::discover_saving(head, None).await
+    }
+
+    /// [`Router::discover`], saving each topology read from the head in
+    /// `file` (a server's journal directory, [`saved_topology::FILE_NAME`]);
+    /// when the head cannot be read, the topology saved there is used.
+    pub async fn discover_saving(head: &MySqlPool, file: Option<PathBuf>) -> Option<Router> {
+        let file: Option<Arc<Path>> = file.map(Arc::from);
         // Bounded: a server may start while its database is down.
-        let started = tokio::time::timeout(Duration::from_secs(5), Router::start(head)).await;
-        match started {
-            Ok(Ok(router)) => router,
-            Err(_) => {
-                tracing::warn!(
-                    "the head did not answer within 5 s; link lookups go through the head"
-                );
-                None
-            }
-            Ok(Err(err)) => {
-                tracing::warn!(%err, "reading the cluster's topology failed; link lookups go through the head");
+        let started =
+            tokio::time::timeout(Duration::from_secs(5), Router::start(head, file.clone())).await;
+        let why = match started {
+            Ok(Ok(router)) => return router,
+            Err(_) => "the head did not answer within 5 s".to_owned(),
+            Ok(Err(err)) => format!("reading the cluster's topology from the head failed: {err}"),
+        };
+        match file {
+            Some(file) => Router::from_saved(head, file, &why).await,
+            None => {
+                tracing::warn!("{why}; link lookups go through the head");
                 None
             }
         }
     }
 
-    async fn start(head: &MySqlPool) -> Result<Option<Router>, StoreError> {
+    /// A router on the topology saved in `file`, when there is one for
+    /// this head; the head is read again at each refresh.
+    async fn from_saved(head: &MySqlPool, file: Arc<Path>, why: &str) -> Option<Router> {
+        let head_name = saved_topology::head_of(head);
+        let path = file.to_path_buf();
+        let loaded =
+            tokio::task::spawn_blocking(move || saved_topology::load(&path, &head_name)).await;
+        let saved = match loaded {
+            Ok(Ok(Some(saved))) => saved,
+            Ok(Ok(None)) => {
+                tracing::warn!(
+                    file = %file.display(),
+                    "{why}; no saved topology: link lookups go through the head"
+                );
+                return None;
+            }
+            Ok(Err(err)) => {
+                tracing::warn!(%err, "{why}; the saved topology cannot be used: link lookups go through the head");
+                return None;
+            }
+            Err(err) => {
+                tracing::warn!(%err, "{why}; reading the saved topology failed");
+                return None;
+            }
+        };
+        let source = TopologySource::Saved {
+            file: file.to_path_buf(),
+            saved_at: saved.saved_at,
+        };
+        let router = Router::new(head, Some(file.clone()), source);
+        *router.saved.lock_even_poisoned() = saved.placements.clone();
+        if let Err(err) = router.install(&saved.placements) {
+            tracing::warn!(%err, "{why}; the saved topology cannot be used: link lookups go through the head");
+            return None;
+        }
+        tracing::warn!(
+            saved_at = %saved.saved_at,
+            file = %file.display(),
+            "{why}; link lookups use the cluster topology saved at start-up from the file \
+             (read from the head again once it answers)"
+        );
+        router.spawn_watch();
+        Some(router)
+    }
+
+    fn new(head: &MySqlPool, file: Option<Arc<Path>>, source: TopologySource) -> Router {
+        Router {
+            head: head.clone(),
+            topology: Arc::new(RwLock::new(Arc::new(Topology {
+                shards: Vec::new(),
+                made_from: Vec::new(),
+            }))),
+            nodes: Default::default(),
+            file,
+            source: Arc::new(RwLock::new(source)),
+            saved: Default::default(),
+        }
+    }
+
+    /// Where the topology in use came from.
+    pub fn source(&self) -> TopologySource {
+        self.source.read_even_poisoned().clone()
+    }
+
+    async fn start(
+        head: &MySqlPool,
+        file: Option<Arc<Path>>,
+    ) -> Result<Option<Router>, StoreError> {
         let mut conn = head.acquire().await?;
         if !is_head(&mut conn).await? {
             return Ok(None);
@@ -96,18 +198,41 @@ impl Router {
         }
         let placed = placements(&mut conn).await?;
         drop(conn);
-        let router = Router {
-            head: head.clone(),
-            topology: Arc::new(RwLock::new(Arc::new(Topology {
-                shards: Vec::new(),
-                made_from: Vec::new(),
-            }))),
-            nodes: Default::default(),
-        };
+        let router = Router::new(head, file, TopologySource::Head);
         router.install(&placed)?;
-        let watcher = router.clone();
-        tokio::spawn(async move { watcher.watch().await });
+        router.save(&placed).await;
+        router.spawn_watch();
         Ok(Some(router))
+    }
+
+    fn spawn_watch(&self) {
+        let watcher = self.clone();
+        tokio::spawn(async move { watcher.watch().await });
+    }
+
+    /// Save `placed` in the file, when there is one and they changed. A
+    /// failure is logged: routing goes on, only a start without the head
+    /// would miss it.
+    async fn save(&self, placed: &[Placement]) {
+        let Some(file) = self.file.clone() else {
+            return;
+        };
+        if *self.saved.lock_even_poisoned() == placed {
+            return;
+        }
+        let saved = SavedTopology {
+            saved_at: Utc::now(),
+            placements: placed.to_vec(),
+        };
+        let head = saved_topology::head_of(&self.head);
+        let path = file.clone();
+        let written =
+            tokio::task::spawn_blocking(move || saved_topology::save(&path, &head, &saved)).await;
+        match written {
+            Ok(Ok(())) => *self.saved.lock_even_poisoned() = placed.to_vec(),
+            Ok(Err(err)) => tracing::warn!(%err, "saving the cluster's topology failed"),
+            Err(err) => tracing::warn!(%err, "saving the cluster's topology failed"),
+        }
     }
 
     /// The links the tokens name, each read on its data node; absent tokens
@@ -170,12 +295,24 @@ impl Router {
         let mut conn = self.head.acquire().await?;
         let placed = placements(&mut conn).await?;
         drop(conn);
-        if fingerprint(&placed) == self.current().made_from {
-            return Ok(false);
+        let changed = fingerprint(&placed) != self.current().made_from;
+        if changed {
+            self.install(&placed)?;
+            tracing::info!("the cluster's topology changed; link lookups follow it");
         }
-        self.install(&placed)?;
-        tracing::info!("the cluster's topology changed; link lookups follow it");
-        Ok(true)
+        let was_saved = {
+            let mut source = self.source.write_even_poisoned();
+            let was_saved = *source != TopologySource::Head;
+            *source = TopologySource::Head;
+            was_saved
+        };
+        if was_saved {
+            tracing::info!(
+                "the head answers again: link lookups use the cluster topology read from it"
+            );
+        }
+        self.save(&placed).await;
+        Ok(changed)
     }
 
     async fn watch(self) {
