@@ -47,6 +47,7 @@
 //!     a mailing compiled once into fixed text and slots (`letter/plan.rs`),
 //!     what a spam filter sees: links that show their own address
 //!     (`address_text.rs`), short letters with an image (`short_letter.rs`);
+//!     a plain text part's copies of the tracked links (`text_links.rs`);
 //!     UTM tags merged into a click's target at the redirect (`utm.rs`).
 //! 11. [`event`]: [`event::EventRow`], one event (click, open, image load,
 //!     unsubscribe) as recorded, journaled, stored and sent.
