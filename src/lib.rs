@@ -47,6 +47,7 @@
 //!     a mailing compiled once into fixed text and slots (`letter/plan.rs`),
 //!     what a spam filter sees: links that show their own address
 //!     (`address_text.rs`), short letters with an image (`short_letter.rs`);
+//!     a plain text part's copies of the tracked links (`text_links.rs`);
 //!     UTM tags merged into a click's target at the redirect (`utm.rs`);
 //!     a personalised link's fields carried into a repointed target
 //!     (`link_template.rs`).

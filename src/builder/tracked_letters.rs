@@ -61,6 +61,42 @@ pub(crate) struct TrackedLetter {
     pub(crate) headers: BTreeMap<String, String>,
     /// The letter's VERP envelope sender, with a bounce domain.
     pub(crate) envelope_from: Option<String>,
+    /// The mode it was tracked in (`none` for a reader who opted out).
+    pub(crate) mode: TrackMode,
+    /// The rows stored for it alone (a mailing's shared rows aside).
+    pub(crate) rows: usize,
+    /// Each tracked click link, as written and as tracked.
+    pub(crate) links: Vec<(String, String)>,
+}
+
+/// One letter of [`LetterTracker::track_each`]: its own mailing, one
+/// recipient, its HTML parts.
+#[derive(Debug, Clone)]
+pub(crate) struct OneLetter<'a> {
+    pub(crate) mailing: Mailing,
+    pub(crate) recipient: LetterRecipient,
+    pub(crate) html: Vec<&'a str>,
+}
+
+/// What makes two letters' contexts the same: the mailing and what of
+/// it their tracking reads (sender, mode, tags).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct ContextKey {
+    mailing_id: String,
+    from: String,
+    track: TrackMode,
+    tags: Vec<String>,
+}
+
+impl ContextKey {
+    fn of(mailing: &Mailing) -> ContextKey {
+        ContextKey {
+            mailing_id: mailing.mailing_id.as_str().to_owned(),
+            from: mailing.from.clone(),
+            track: mailing.track,
+            tags: mailing.tags.clone(),
+        }
+    }
 }
 
 /// Why letters could not be tracked.
@@ -195,45 +231,123 @@ impl LetterTracker {
             .known_mailing(&mailing, html.first().copied().unwrap_or_default())
             .await?;
         let base_url = self.base_url_for(&mailing.from).await?;
+        let ctx = self.context(mailing, &base_url, &known)?;
+        let mut rows = Vec::new();
+        let mut letters = Vec::with_capacity(recipients.len());
+        for recipient in recipients {
+            let (letter, letter_rows) = self.track_one(&ctx, &known, recipient, html).await??;
+            rows.extend(letter_rows);
+            letters.push(letter);
+        }
+        rows.extend(known.images.take_new_rows());
+        self.store(rows).await?;
+        Ok(letters)
+    }
+
+    /// Track letters that each have their own mailing and recipient (`POST
+    /// /api/letters`): a letter the rules refuse (its mailing's `from`, its
+    /// HTML) gets its error in its place and the others go on; the rows of
+    /// all the others are committed in one transaction when this returns.
+    /// The database failing fails the call (nothing is committed).
+    pub(crate) async fn track_each(
+        &self,
+        letters: Vec<OneLetter<'_>>,
+    ) -> Result<Vec<Result<TrackedLetter, TrackLetterError>>, TrackLetterError> {
+        let mut contexts: HashMap<ContextKey, (MailingContext, Arc<KnownMailing>)> = HashMap::new();
+        let mut rows = Vec::new();
+        let mut results = Vec::with_capacity(letters.len());
+        for letter in letters {
+            let key = ContextKey::of(&letter.mailing);
+            if !contexts.contains_key(&key) {
+                let first_html = letter.html.first().copied().unwrap_or_default();
+                let known = self.known_mailing(&letter.mailing, first_html).await?;
+                let base_url = self.base_url_for(&letter.mailing.from).await?;
+                match self.context(letter.mailing, &base_url, &known) {
+                    Ok(ctx) => contexts.insert(key.clone(), (ctx, known)),
+                    Err(refused) => {
+                        results.push(Err(refused));
+                        continue;
+                    }
+                };
+            }
+            let Some((ctx, known)) = contexts.get(&key) else {
+                continue; // inserted just above
+            };
+            match self
+                .track_one(ctx, known, &letter.recipient, &letter.html)
+                .await?
+            {
+                Ok((tracked, letter_rows)) => {
+                    rows.extend(letter_rows);
+                    results.push(Ok(tracked));
+                }
+                Err(refused) => results.push(Err(refused.into())),
+            }
+        }
+        for (_, known) in contexts.values() {
+            rows.extend(known.images.take_new_rows());
+        }
+        self.store(rows).await?;
+        Ok(results)
+    }
+
+    /// The context a mailing's letters are tracked in.
+    fn context(
+        &self,
+        mailing: Mailing,
+        base_url: &str,
+        known: &KnownMailing,
+    ) -> Result<MailingContext, TrackLetterError> {
         let mut ctx = MailingContext::prepare_unplanned(
             mailing,
-            &base_url,
+            base_url,
             self.settings.max_letter_bytes,
             self.seal.clone(),
         )?;
         ctx.set_templates(known.templates.clone());
         ctx.set_bounce_domain(self.settings.bounce_domain.clone());
-        let mut rows = Vec::new();
-        let mut letters = Vec::with_capacity(recipients.len());
-        for recipient in recipients {
-            let letter_id = self.sequence.lock().await.next(&self.pool).await?;
-            let mode = if recipient.opted_out {
-                TrackMode::None
-            } else {
-                ctx.mailing.track
-            };
-            let now = chrono::Utc::now();
-            let tracked = track_parts(
-                &ctx,
-                &known.images,
-                &recipient.email,
-                letter_id,
-                mode,
-                now,
-                html,
-            )?;
-            rows.extend(tracked.rows);
-            letters.push(TrackedLetter {
-                letter_id,
-                email: recipient.email.clone(),
-                html_parts: tracked.html_parts,
-                headers: tracked.headers,
-                envelope_from: tracked.envelope_from,
-            });
-        }
-        rows.extend(known.images.take_new_rows());
-        self.store(rows).await?;
-        Ok(letters)
+        Ok(ctx)
+    }
+
+    /// One recipient's letter and its rows (not stored yet); `Err` inside:
+    /// the rules refuse the letter.
+    async fn track_one(
+        &self,
+        ctx: &MailingContext,
+        known: &KnownMailing,
+        recipient: &LetterRecipient,
+        html: &[&str],
+    ) -> Result<Result<(TrackedLetter, Vec<NewLink>), Reject>, StoreError> {
+        let letter_id = self.sequence.lock().await.next(&self.pool).await?;
+        let mode = if recipient.opted_out {
+            TrackMode::None
+        } else {
+            ctx.mailing.track
+        };
+        let now = chrono::Utc::now();
+        let tracked = match track_parts(
+            ctx,
+            &known.images,
+            &recipient.email,
+            letter_id,
+            mode,
+            now,
+            html,
+        ) {
+            Ok(tracked) => tracked,
+            Err(refused) => return Ok(Err(refused)),
+        };
+        let letter = TrackedLetter {
+            letter_id,
+            email: recipient.email.clone(),
+            html_parts: tracked.html_parts,
+            headers: tracked.headers,
+            envelope_from: tracked.envelope_from,
+            mode,
+            rows: tracked.rows.len(),
+            links: tracked.links,
+        };
+        Ok(Ok((letter, tracked.rows)))
     }
 
     /// The mailing as this process stored it, storing it the first time:

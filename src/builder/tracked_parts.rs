@@ -15,7 +15,7 @@ use super::mailing_context::MailingContext;
 use super::reject::Reject;
 use super::row_writer::store_rows;
 use super::track_mode::TrackMode;
-use crate::letter::{rewrite, short_letter, FoundLink};
+use crate::letter::{rewrite, short_letter, FoundKind, FoundLink};
 use crate::store::link_templates::TemplateKey;
 use crate::store::links::{LinkKind, NewLink};
 use chrono::{DateTime, Utc};
@@ -33,6 +33,9 @@ pub(crate) struct TrackedParts {
     pub envelope_from: Option<String>,
     /// The letter's rows (its unsubscribe row in every mode).
     pub rows: Vec<NewLink>,
+    /// Each tracked click link, as written and as tracked, in document
+    /// order: what a plain text part's copies of the links become.
+    pub links: Vec<(String, String)>,
 }
 
 /// Track `html_parts` as one letter `letter_id` to `email` in `mode`. Every
@@ -62,13 +65,19 @@ pub(crate) fn track_parts(
     let shape = ctx.shape(mode);
     let tail = tail_html(shape, &fixed.tail_urls);
     let mut rewritten = Vec::with_capacity(html_parts.len());
+    let mut links = Vec::new();
     for html in html_parts {
         if !shape.rewritten {
             rewritten.push((*html).to_owned());
             continue;
         }
-        let mut link_url =
-            |found: &FoundLink| letter_link_url(ctx, &mut tokens, images, mode, found);
+        let mut link_url = |found: &FoundLink| {
+            let url = letter_link_url(ctx, &mut tokens, images, mode, found);
+            if found.kind == FoundKind::Click {
+                links.push((found.url.clone(), url.clone()));
+            }
+            url
+        };
         let mut part = rewrite(html, &ctx.rewrite_options(shape, &tail), &mut link_url)
             .map_err(|e| Reject::Rewrite(e.to_string()))?;
         if ctx.mailing.filter_safe {
@@ -84,6 +93,7 @@ pub(crate) fn track_parts(
         headers,
         envelope_from: ctx.bounce_address(letter_id, fixed.sent_at),
         rows: tokens.rows,
+        links,
     })
 }
 

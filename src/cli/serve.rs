@@ -66,6 +66,7 @@ async fn run_server(url: &str, args: &ServeArgs, demo: bool) -> anyhow::Result<(
         secret: args.seal.current.secret.clone(),
         previous_secrets: args.seal.secrets()?.previous,
         new_secret: args.seal.current.new_secret,
+        bounce_domain: args.bounce_domain.clone(),
         live: live_layer(&args.live)?,
         rollup_every: (args.rollup_every > 0).then(|| Duration::from_secs(args.rollup_every)),
         rollup: crate::store::rollup::RollupOptions {
@@ -258,6 +259,7 @@ async fn demo_serve_args(
             api_token: Some(api_token),
             api_key_secret: None,
         },
+        bounce_domain: None,
         seal: super::args::secrets::RingArgs {
             current: super::args::secrets::SecretArgs {
                 secret: Some(secret),

@@ -15,6 +15,9 @@
 //! 3. [`plan`]: both steps and the text part done once per mailing with
 //!    sentinels in place of every per-letter value, then filled per letter
 //!    (used only where that gives the same bytes; see the module).
+//! 4. [`text_links`]: a plain text part given with the HTML (`POST
+//!    /api/letters`), its copies of the HTML's tracked links replaced by
+//!    their tracked URLs.
 //!
 //! # Byte-exactness, and why the rewriter splices
 //!
@@ -34,6 +37,7 @@ pub mod plan;
 pub mod rewrite;
 pub mod short_letter;
 mod start_tag;
+pub mod text_links;
 pub mod utm;
 
 pub use address_text::registrable_domain;

@@ -57,6 +57,9 @@ pub struct AppSettings {
     pub previous_secrets: Vec<String>,
     /// `secret` is a new key: record it as the current one.
     pub new_secret: bool,
+    /// `LINKTRACK_BOUNCE_DOMAIN`: each letter of `POST /api/letters` gets
+    /// its VERP envelope sender there; `None`: none.
+    pub bounce_domain: Option<String>,
     /// The Redis live layer, when configured.
     pub live: Option<Live>,
     /// Run the rollup worker in this process this often; `None`: not here.
@@ -107,6 +110,7 @@ impl AppSettings {
             secret: None,
             previous_secrets: Vec::new(),
             new_secret: false,
+            bounce_domain: None,
             live: None,
             rollup_every: None,
             rollup: RollupOptions::default(),
@@ -527,11 +531,18 @@ fn api_state(settings: &AppSettings, stats: StatsState) -> ApiState {
         settings.api_token.as_deref(),
     );
     let events = super::api::event_feed::EventFeed::new(stats.pool.clone());
+    let letters = super::api::LetterTracking::new(
+        stats.pool.clone(),
+        settings.secret.clone(),
+        settings.server.base_url.clone(),
+        settings.bounce_domain.clone(),
+    );
     ApiState {
         stats,
         keys,
         key_secret,
         events,
+        letters,
     }
 }
 

@@ -221,6 +221,25 @@ pub async fn withheld_among(
 ) -> Result<HashSet<String>, StoreError> {
     let key = load_key(pool).await?;
     let mut withheld = TRACKING_OPTOUTS.among_with(pool, &key, emails).await?;
+    withheld.extend(erased_among_with(pool, &key, emails).await?);
+    Ok(withheld)
+}
+
+/// Which of `emails` (normalised) were erased (`linktrack erase`).
+pub async fn erased_among(
+    pool: &MySqlPool,
+    emails: &[&str],
+) -> Result<HashSet<String>, StoreError> {
+    let key = load_key(pool).await?;
+    erased_among_with(pool, &key, emails).await
+}
+
+async fn erased_among_with(
+    pool: &MySqlPool,
+    key: &AddressKey,
+    emails: &[&str],
+) -> Result<HashSet<String>, StoreError> {
+    let mut erased_emails = HashSet::new();
     for chunk in emails.chunks(super::in_list::IN_LIST_CHUNK) {
         let digests: Vec<[u8; 32]> = chunk.iter().map(|e| key.digest(e)).collect();
         let mut query =
@@ -234,11 +253,11 @@ pub async fn withheld_among(
             .collect();
         for (email, digest) in chunk.iter().zip(&digests) {
             if erased.contains(&digest[..]) {
-                withheld.insert((*email).to_owned());
+                erased_emails.insert((*email).to_owned());
             }
         }
     }
-    Ok(withheld)
+    Ok(erased_emails)
 }
 
 /// Whether `email` is suppressed, in clear or as a keyed hash (the

@@ -57,6 +57,8 @@ async fn the_description_is_valid_openapi_3_1_and_names_the_routes() {
     for path in [
         "/api/mailings",
         "/api/erase",
+        "/api/letters",
+        "/api/letters/batch",
         "/api/mailings/{id}/stats",
         "/api/mailings/{id}/recipients",
         "/api/mailings/{id}/breakdowns",

@@ -391,3 +391,50 @@ async fn the_stream_needs_events_read_and_a_key_holds_five_streams_at_most() {
     drop((streams, other));
     app.stop().await;
 }
+
+/// Issue 55: a click goes out at once with its first verdict, unsettled;
+/// when the rollup settles it, a `verdict` event follows on the stream
+/// with the click's event id, its type and mailing, and the settled verdict.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settled_verdict_follows_its_click_on_the_stream() {
+    use linktrack::bots::letter_judgement::VerdictRules;
+    use linktrack::store::rollup::{self, RollupOptions};
+
+    let db = TestDb::with_days_since(days_ago(1)).await;
+    let spring = letter(&db, "spring", 7).await;
+    let app = server(&db).await;
+    let mut stream = Stream::open(app.url("/api/events/stream"), TOKEN, None).await;
+
+    click(&app, spring.click).await;
+    let clicked = stream.next().await;
+    assert_eq!(clicked.data["type"], "email.clicked", "{clicked:?}");
+    assert_eq!(
+        clicked.data["data"]["bot"]["settled"], false,
+        "first verdict: {clicked:?}"
+    );
+    let event_id = clicked.data["data"]["event_id"].clone();
+
+    // The rollup (not running in this server) settles it now.
+    let settle_now = RollupOptions {
+        verdicts: std::sync::Arc::new(VerdictRules {
+            settle: Duration::ZERO,
+            ..VerdictRules::default()
+        }),
+        ..Default::default()
+    };
+    let report = rollup::rollup_with(&db.pool, &settle_now).await.unwrap();
+    assert_eq!(report.events(), 1, "the click rolled up");
+
+    let verdict = stream.next().await;
+    assert_eq!(verdict.data["type"], "verdict", "{verdict:?}");
+    let data = &verdict.data["data"];
+    assert_eq!(data["event_id"], event_id, "the click's verdict");
+    assert_eq!(data["event_type"], "email.clicked");
+    assert_eq!(data["mailing_id"], "spring");
+    assert_eq!(data["bot"]["settled"], true);
+    assert_eq!(data["bot"]["verdict"], false, "a browser's lone click");
+    assert_eq!(data["changed"], false);
+    assert!(verdict.id.is_some(), "a verdict has a cursor too");
+    drop(stream);
+    app.stop().await;
+}

@@ -38,6 +38,7 @@ mod held_events;
 mod hot_path;
 mod image_proxy;
 mod journal_full;
+mod letters_api;
 mod links;
 mod mailing_ids;
 mod messages;

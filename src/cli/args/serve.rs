@@ -219,6 +219,12 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub api: super::keys::ApiAccessArgs,
 
+    /// Give each letter tracked by `POST /api/letters` its own envelope
+    /// sender, bounces+TOKEN@NAME (VERP), as `build --bounce-domain`
+    /// (docs/bounces.md); the answer carries it as `envelope_from`.
+    #[arg(long, env = "LINKTRACK_BOUNCE_DOMAIN", value_name = "NAME")]
+    pub bounce_domain: Option<String>,
+
     /// The seal key ring (LINKTRACK_SECRET, which also signs dashboard
     /// logins: unset turns the login form off; and the previous secrets).
     #[command(flatten)]

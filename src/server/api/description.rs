@@ -10,7 +10,7 @@ use utoipa::{Modify, OpenApi};
 #[openapi(
     info(
         title = "linktrack",
-        description = "The operators' API of linktrack: statistics, exports and API keys. \
+        description = "The operators' API of linktrack: statistics, exports, API keys and tracking letters. \
                        Every operation takes `Authorization: Bearer <key>` (an API key with \
                        the scope the operation names, or LINKTRACK_API_TOKEN); errors are \
                        `{\"error\": {\"code\", \"message\"}}`. See docs/api.md."
@@ -22,6 +22,7 @@ use utoipa::{Modify, OpenApi};
         (name = "events", description = "The live event stream (scope events:read)"),
         (name = "lists", description = "The suppression and tracking opt-out lists (scopes suppressions:read, suppressions:write)"),
         (name = "privacy", description = "Erasing an address everywhere (scope erase)"),
+        (name = "letters", description = "Letters a sender composes and sends itself, tracked as `linktrack build` tracks its own (scope letters:write)"),
     )
 )]
 pub(crate) struct ApiDoc;

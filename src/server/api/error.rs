@@ -38,6 +38,10 @@ pub enum ApiError {
     TooManyStreams(String),
     #[error("the service is unavailable: {0}")]
     Unavailable(String),
+    /// The server's seal key may not seal new tokens (503): the message
+    /// says why and what to do, and holds no secret.
+    #[error("{0}")]
+    CannotSeal(String),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("{0}")]
@@ -92,7 +96,9 @@ impl ApiError {
             }
             ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
             ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
-            ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            ApiError::Unavailable(_) | ApiError::CannotSeal(_) => {
+                (StatusCode::SERVICE_UNAVAILABLE, "unavailable")
+            }
             ApiError::Store(e) if e.is_unavailable() => {
                 (StatusCode::SERVICE_UNAVAILABLE, "unavailable")
             }
@@ -106,6 +112,10 @@ impl ApiError {
     fn public_message(&self, status: StatusCode) -> String {
         if !status.is_server_error() {
             return self.to_string();
+        }
+        if let ApiError::CannotSeal(message) = self {
+            tracing::error!("{message}");
+            return message.clone();
         }
         let (kind, mysql_error) = match self {
             ApiError::Store(store) => (Some(store.kind()), store.mysql_error()),

@@ -8,10 +8,11 @@ use axum::extract::{FromRequest, Request};
 /// Largest JSON body the API reads.
 pub(crate) const MAX_JSON_BYTES: usize = 1 << 20;
 
-/// A JSON body of type `T`.
-pub(crate) struct JsonBody<T>(pub T);
+/// A JSON body of type `T`, of at most `LIMIT` bytes (a route that takes
+/// more names its own limit, documented with it).
+pub(crate) struct JsonBody<T, const LIMIT: usize = MAX_JSON_BYTES>(pub T);
 
-impl<S, T> FromRequest<S> for JsonBody<T>
+impl<S, T, const LIMIT: usize> FromRequest<S> for JsonBody<T, LIMIT>
 where
     S: Send + Sync,
     T: serde::de::DeserializeOwned,
@@ -19,9 +20,11 @@ where
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
-        let bytes = axum::body::to_bytes(request.into_body(), MAX_JSON_BYTES)
+        let bytes = axum::body::to_bytes(request.into_body(), LIMIT)
             .await
-            .map_err(|err| ApiError::BadRequest(format!("request body: {err}")))?;
+            .map_err(|err| {
+                ApiError::BadRequest(format!("request body: {err} (at most {LIMIT} bytes)"))
+            })?;
         let _ = state;
         read_json(&bytes).map(JsonBody)
     }

@@ -5,8 +5,10 @@
 //! (`stats.rs`, `export.rs`, `keys.rs`, a mailing's links in `links.rs`),
 //! the live event stream (`events_stream.rs`, fed by `event_feed.rs`), the
 //! suppression and tracking opt-out lists (`address_lists.rs`), the
-//! mailings' list (`mailings.rs`), erasing an address (`erase.rs`) and the
-//! OpenAPI description
+//! mailings' list (`mailings.rs`), erasing an address (`erase.rs`),
+//! letters tracked for senders that send them themselves (`letters.rs`,
+//! with the tracker made on the first call of each day in
+//! `letter_tracker.rs`) and the OpenAPI description
 //! (`description.rs`, open schemas of the store's answers in `schema.rs`).
 //!
 //! Every route is registered through utoipa-axum's `routes!`, which adds
@@ -23,6 +25,8 @@ mod events_stream;
 mod export;
 mod json_body;
 mod keys;
+mod letter_tracker;
+mod letters;
 mod links;
 mod mailings;
 mod schema;
@@ -31,6 +35,7 @@ mod stats;
 
 pub use caller::ApiCaller;
 pub use error::{ApiError, ErrorBody};
+pub(crate) use letter_tracker::LetterTracking;
 pub use state::ApiState;
 
 use axum::routing::get;
@@ -52,6 +57,8 @@ pub fn described_routes() -> (Router<ApiState>, utoipa::openapi::OpenApi) {
         .routes(routes!(keys::revoke))
         .routes(routes!(mailings::list))
         .routes(routes!(erase::erase))
+        .routes(routes!(letters::track_letter))
+        .routes(routes!(letters::track_letters))
         .routes(routes!(links::list))
         .routes(routes!(links::repoint_link))
         .routes(routes!(events_stream::stream))
@@ -106,7 +113,8 @@ mod tests {
             stats,
             keys: KeyVerifier::new(pool.clone(), None, None),
             key_secret: None,
-            events: event_feed::EventFeed::new(pool),
+            events: event_feed::EventFeed::new(pool.clone()),
+            letters: letter_tracker::LetterTracking::new(pool, None, String::new(), None),
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());

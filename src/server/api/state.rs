@@ -1,8 +1,9 @@
 //! [`ApiState`]: what the API's handlers share: the stats handlers' state
-//! (pool, live layer, the guess limiter), the key verifier and the key
-//! secret new keys are hashed with.
+//! (pool, live layer, the guess limiter), the key verifier, the key
+//! secret new keys are hashed with, the event feed and the letter tracker.
 
 use super::event_feed::EventFeed;
+use super::letter_tracker::LetterTracking;
 use crate::api_keys::{KeySecret, KeyVerifier};
 use crate::server::stats::StatsState;
 use axum::extract::FromRef;
@@ -16,6 +17,8 @@ pub struct ApiState {
     pub key_secret: Option<KeySecret>,
     /// What feeds `GET /api/events/stream`.
     pub events: EventFeed,
+    /// What `POST /api/letters` tracks with.
+    pub(crate) letters: LetterTracking,
 }
 
 impl FromRef<ApiState> for StatsState {
