@@ -879,7 +879,7 @@ const EXCHANGE_CODES: &[(&str, Reason)] = &[
 /// The reason a provider's own code in the words names (`text`
 /// lowercased): Orange's, Exchange 2003's, and KDDI au's "550 : User
 /// unknown" (an empty address: the recipient's reception filter, where
-/// a mailbox that does not exist is "550 <address>: User unknown").
+/// a mailbox that does not exist is "550 `<address>`: User unknown").
 pub fn by_provider_code(text: &str) -> Option<Reason> {
     if text.contains("550 : user unknown") {
         return Some(Reason::Filtered);

@@ -41,7 +41,7 @@ pub struct Held {
 
 /// Every data node of the head: the servers its partitions name, and the
 /// servers `migrate` made for its database that hold nothing yet (a node
-/// just added). Each node is read at once, [`NODE_TIMEOUT`] each; `exact`
+/// just added). Each node is read at once, `NODE_TIMEOUT` each; `exact`
 /// counts rows instead of reading InnoDB's estimates.
 pub async fn node_status(
     head: &mut MySqlConnection,
