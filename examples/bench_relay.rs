@@ -249,6 +249,7 @@ fn spawn_relay(
         api_key_secret: None,
         spool: spool.to_owned(),
         forward_now: !args.queued,
+        metrics_listen: None,
         max_message_bytes: 50 << 20,
         max_recipients: 1000,
         default_mailing: Some("bench-relay".into()),

@@ -25,6 +25,7 @@ pub(super) async fn relay(url: &str, args: &RelayArgs) -> anyhow::Result<()> {
         api_key_secret: args.api.api_key_secret.clone(),
         spool: args.spool.clone(),
         forward_now: args.forward == Forward::Now,
+        metrics_listen: args.metrics_listen,
         max_message_bytes: args.max_message_bytes,
         max_recipients: args.max_recipients.max(1),
         default_mailing: args.default_mailing.clone(),

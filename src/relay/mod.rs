@@ -12,7 +12,8 @@
 //! a message tracked (`track.rs`) and DKIM for what tracking changed
 //! (`dkim.rs`), its letters handed to the MTA while the client waits
 //! (`hand_over.rs`), the spool (`spool.rs`) and its worker (`forward.rs`),
-//! and the certificates of STARTTLS (`tls.rs`).
+//! the certificates of STARTTLS (`tls.rs`) and the counters' listener
+//! (`metrics.rs`).
 
 mod access;
 mod auth;
@@ -22,6 +23,7 @@ mod dkim;
 mod forward;
 mod hand_over;
 mod headers;
+mod metrics;
 mod mime;
 mod session;
 mod settings;
@@ -59,6 +61,12 @@ pub enum RelayError {
     #[error("--spool {path}: {source}")]
     Spool {
         path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("--metrics-listen {addr}: {source}")]
+    MetricsListen {
+        addr: std::net::SocketAddr,
         #[source]
         source: std::io::Error,
     },
@@ -116,6 +124,16 @@ pub async fn run(
         addr: settings.listen,
         source,
     })?;
+    let metrics = match settings.metrics_listen {
+        Some(addr) => {
+            let (bound, serving) = metrics::listen(addr)
+                .await
+                .map_err(|source| RelayError::MetricsListen { addr, source })?;
+            tracing::info!(metrics = %bound, "the relay's counters at /metrics");
+            Some(serving)
+        }
+        None => None,
+    };
     let letters = LetterTracker::new(
         pool.clone(),
         seal,
@@ -203,6 +221,9 @@ pub async fn run(
     // The sessions still running hold the hand-over; what they answered is
     // recorded by the time the last lets it go.
     drop(shared);
+    if let Some(metrics) = metrics {
+        metrics.abort();
+    }
     if let Some(recorder) = recorder {
         let _ = tokio::time::timeout(std::time::Duration::from_secs(5), recorder).await;
     }

@@ -36,6 +36,8 @@ pub struct RelaySettings {
     /// (`--forward now`); what the MTA does not take at once is spooled.
     /// `false`: every message is spooled first.
     pub forward_now: bool,
+    /// `GET /metrics` on this address (`--metrics-listen`); `None`: off.
+    pub metrics_listen: Option<SocketAddr>,
     /// The largest message accepted (EHLO's SIZE).
     pub max_message_bytes: usize,
     /// The most RCPT TOs in one transaction.

@@ -388,6 +388,61 @@ async fn a_message_the_mta_takes_at_once_is_answered_without_the_spool() {
     }
 }
 
+/// `--metrics-listen`: the relay's counters at `/metrics`, counting what
+/// it did (two recipients handed over, one refused as suppressed).
+#[tokio::test]
+async fn the_relays_counters_are_served_for_prometheus() {
+    let db = TestDb::new().await;
+    sqlx::query("INSERT INTO suppressions (email, reason) VALUES ('gone@example.com', 'test')")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let sink = SmtpSink::start(&[]);
+    let spool = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let metrics = format!("127.0.0.1:{port}");
+    let relay = start_relay(
+        &db,
+        &sink.url(),
+        spool.path(),
+        &["--metrics-listen", &metrics],
+    )
+    .await;
+    let script = format!(
+        "s = smtplib.SMTP('127.0.0.1', PORT, source_address=('127.0.0.3', 0))\n\
+         s.ehlo('client.example')\n\
+         s.mail('news@example.com'); s.rcpt('a@example.com'); s.rcpt('b@example.com')\n\
+         out(*s.rcpt('gone@example.com'))\n\
+         out(*s.data({HTML_MESSAGE:?}.encode()))\n\
+         s.quit()\n"
+    );
+    let replies = smtplib(relay.addr.port(), &script);
+    assert_eq!(replies[0][0], 550, "{replies:?}");
+    assert_eq!(replies[1][0], 250, "{replies:?}");
+    assert_eq!(sink.wait_for(2).len(), 2);
+    let text = crate::common::client()
+        .get(format!("http://{metrics}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let value = |name: &str| -> f64 {
+        text.lines()
+            .find(|line| line.starts_with(name) && line[name.len()..].starts_with(' '))
+            .and_then(|line| line.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{name} not in {text}"))
+    };
+    assert_eq!(value("linktrack_relay_forwarded_total"), 2.0, "{text}");
+    assert_eq!(value("linktrack_relay_accepted_total"), 1.0, "{text}");
+}
+
 /// Whether a forwarded message's HTML part holds a tracked link: its
 /// quoted-printable soft line breaks (`=` CRLF) may fall inside the URL.
 fn tracked_link_in(message: &str) -> bool {

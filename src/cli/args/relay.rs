@@ -78,6 +78,12 @@ pub struct RelayArgs {
     #[arg(long, value_enum, value_name = "ACTION", default_value_t = Forward::Now)]
     pub forward: Forward,
 
+    /// Serve the relay's counters (accepted, forwarded, rejected, DKIM
+    /// signed and removed, …) for Prometheus at GET /metrics on this
+    /// address (off by default; keep it off the public network).
+    #[arg(long, env = "LINKTRACK_RELAY_METRICS_LISTEN", value_name = "ADDR")]
+    pub metrics_listen: Option<SocketAddr>,
+
     /// The largest message accepted, in bytes (EHLO's SIZE; larger: 552).
     #[arg(long, default_value_t = 50 * 1024 * 1024, value_name = "BYTES")]
     pub max_message_bytes: usize,
