@@ -6,7 +6,7 @@
 //! own values.
 
 use crate::common::cluster::Cluster;
-use crate::common::spider::{click_tokens, link_rows, ok, BASE};
+use crate::common::spider::{build_through_head, click_tokens, link_rows, ok};
 use linktrack::store;
 use std::time::{Duration, Instant};
 
@@ -48,33 +48,16 @@ async fn repoints_reach_letters_on_every_data_node() {
         .map(|n| format!("{{\"email\":\"r{n}@example.com\",\"id\":\"u{n}\"}}"))
         .collect();
     std::fs::write(&recipients, lines.join("\n") + "\n").unwrap();
-    let out = dir.path().join("letters.jsonl");
-    ok(
-        &cluster,
-        &[
-            "build",
-            "--mailing",
-            mailing.to_str().unwrap(),
-            "--recipients",
-            recipients.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-            "--base-url",
-            BASE,
-            "--no-progress",
-        ],
-    );
-    let letters: Vec<(String, Vec<String>)> = std::fs::read_to_string(&out)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let letter: serde_json::Value = serde_json::from_str(l).unwrap();
-            (
-                letter["email"].as_str().unwrap().to_owned(),
-                click_tokens(&letter),
-            )
-        })
-        .collect();
+    let letters: Vec<(String, Vec<String>)> =
+        build_through_head(&cluster, dir.path(), &mailing, &recipients, &[])
+            .iter()
+            .map(|letter| {
+                (
+                    letter["email"].as_str().unwrap().to_owned(),
+                    click_tokens(letter),
+                )
+            })
+            .collect();
     assert_eq!(letters.len(), 40);
     // Both nodes hold some of the letters' links (the test means nothing
     // otherwise).

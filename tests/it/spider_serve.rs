@@ -4,7 +4,8 @@
 
 use crate::common::cluster::Cluster;
 use crate::common::spider::{
-    click_tokens, count, data_tables, link_rows, node_events, ok, until, BASE,
+    build_through_head, click_tokens, count, data_tables, head_returns_and_each_click_lands_once,
+    link_rows, node_events, ok, until, BASE,
 };
 use crate::common::{click_link, today};
 use linktrack::store::{self, links};
@@ -34,29 +35,13 @@ async fn a_cluster_builds_serves_counts_and_outlives_a_dead_node() {
     let recipients = dir.path().join("recipients.csv");
     let lines: Vec<String> = (0..300).map(|n| format!("r{n}@example.com")).collect();
     std::fs::write(&recipients, format!("email\n{}\n", lines.join("\n"))).unwrap();
-    let out = dir.path().join("letters.jsonl");
-    ok(
+    let letters = build_through_head(
         &cluster,
-        &[
-            "build",
-            "--mailing",
-            mailing.to_str().unwrap(),
-            "--recipients",
-            recipients.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-            "--base-url",
-            BASE,
-            "--no-progress",
-            "--batch-size",
-            "100",
-        ],
+        dir.path(),
+        &mailing,
+        &recipients,
+        &["--batch-size", "100"],
     );
-    let letters: Vec<serde_json::Value> = std::fs::read_to_string(&out)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
     assert_eq!(letters.len(), 300);
 
     // 300 letters x (2 clicks, honeypot, pixel, unsubscribe): on both nodes,
@@ -335,26 +320,8 @@ async fn a_cluster_answers_clicks_while_the_head_is_down_and_lands_them_later() 
     let stored = node_events(&nodes[0]).await.len() + node_events(&nodes[1]).await.len();
     assert_eq!(stored, 5, "no event written while the head is down");
 
-    // The head returns (on the same port). Spider's settings are reset by a
-    // restart: `migrate` sets them again, as the head's server config would.
-    cluster.head.start().await;
-    ok(&cluster, &["migrate"]);
-    until("clicks after the head returned", 40, || {
-        count(&head, "SELECT COUNT(*) FROM events WHERE kind = 'click'")
-    })
-    .await;
-    let mut ids = node_events(&nodes[0]).await;
-    ids.extend(node_events(&nodes[1]).await);
-    assert_eq!(ids.len(), 40, "each click once");
-    assert_eq!(ids.iter().collect::<HashSet<_>>().len(), 40);
-    let per_link: Vec<(u64, i64)> = sqlx::query_as(
-        "SELECT l.letter_id, COUNT(*) FROM events e JOIN links l ON l.id = e.link_id \
-         GROUP BY l.letter_id ORDER BY l.letter_id",
-    )
-    .fetch_all(&head)
-    .await
-    .unwrap();
-    assert_eq!(per_link, (0..40).map(|n| (n, 1)).collect::<Vec<_>>());
+    // The head returns: the journal lands, each click once.
+    head_returns_and_each_click_lands_once(&mut cluster, &head, &nodes, 40).await;
     app.stop().await;
 }
 

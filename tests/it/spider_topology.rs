@@ -3,7 +3,10 @@
 //! `shards status` says what each data node holds and whether it answers.
 
 use crate::common::cluster::Cluster;
-use crate::common::spider::{count, link_rows, node_events, ok, stderr, stdout, until};
+use crate::common::spider::{
+    count, head_returns_and_each_click_lands_once, link_rows, node_events, ok, stderr, stdout,
+    until,
+};
 use crate::common::{click_link, seal_of, sealed_token, today, Serving};
 use linktrack::store::{self, links};
 use std::collections::HashSet;
@@ -140,24 +143,7 @@ async fn a_server_started_while_the_head_is_down_routes_by_its_saved_topology() 
     // The head returns (its Spider settings set again by migrate, as its
     // server config would): the journal lands, each click once, and the
     // server reads the head's topology again.
-    cluster.head.start().await;
-    ok(&cluster, &["migrate"]);
-    until("clicks after the head returned", 100, || {
-        count(&head, "SELECT COUNT(*) FROM events WHERE kind = 'click'")
-    })
-    .await;
-    let mut ids = node_events(&nodes[0]).await;
-    ids.extend(node_events(&nodes[1]).await);
-    assert_eq!(ids.len(), 100, "each click once");
-    assert_eq!(ids.iter().collect::<HashSet<_>>().len(), 100);
-    let per_letter: Vec<(u64, i64)> = sqlx::query_as(
-        "SELECT l.letter_id, COUNT(*) FROM events e JOIN links l ON l.id = e.link_id \
-         GROUP BY l.letter_id ORDER BY l.letter_id",
-    )
-    .fetch_all(&head)
-    .await
-    .unwrap();
-    assert_eq!(per_letter, (0..100).map(|n| (n, 1)).collect::<Vec<_>>());
+    head_returns_and_each_click_lands_once(&mut cluster, &head, &nodes, 100).await;
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
         let (status, ready) = readyz(&second).await;

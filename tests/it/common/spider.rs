@@ -16,6 +16,71 @@ pub fn ok(cluster: &Cluster, args: &[&str]) -> String {
     succeeded(args, cluster.linktrack(args))
 }
 
+/// `linktrack build` of `mailing` for `recipients` through the head, with
+/// `extra` flags; the letters it wrote, one JSON object each.
+pub fn build_through_head(
+    cluster: &Cluster,
+    dir: &std::path::Path,
+    mailing: &std::path::Path,
+    recipients: &std::path::Path,
+    extra: &[&str],
+) -> Vec<serde_json::Value> {
+    let out = dir.join("letters.jsonl");
+    let mut args = vec![
+        "build",
+        "--mailing",
+        mailing.to_str().unwrap(),
+        "--recipients",
+        recipients.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--base-url",
+        BASE,
+        "--no-progress",
+    ];
+    args.extend(extra);
+    ok(cluster, &args);
+    std::fs::read_to_string(&out)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The head started again (on its port; `migrate` sets its Spider
+/// settings again, as its server config would), then the journal's
+/// `clicks` stored: each once, one per letter `0..clicks` (the tests click
+/// the first link of each of their first letters).
+pub async fn head_returns_and_each_click_lands_once(
+    cluster: &mut Cluster,
+    head: &sqlx::MySqlPool,
+    nodes: &[sqlx::MySqlPool; 2],
+    clicks: i64,
+) {
+    cluster.head.start().await;
+    ok(cluster, &["migrate"]);
+    until("clicks after the head returned", clicks, || {
+        count(head, "SELECT COUNT(*) FROM events WHERE kind = 'click'")
+    })
+    .await;
+    let mut ids = node_events(&nodes[0]).await;
+    ids.extend(node_events(&nodes[1]).await);
+    assert_eq!(ids.len() as i64, clicks, "each click once");
+    assert_eq!(
+        ids.iter().collect::<std::collections::HashSet<_>>().len() as i64,
+        clicks
+    );
+    let per_letter: Vec<(u64, i64)> = sqlx::query_as(
+        "SELECT l.letter_id, COUNT(*) FROM events e JOIN links l ON l.id = e.link_id \
+         GROUP BY l.letter_id ORDER BY l.letter_id",
+    )
+    .fetch_all(head)
+    .await
+    .unwrap();
+    let letters = u64::try_from(clicks).unwrap();
+    assert_eq!(per_letter, (0..letters).map(|n| (n, 1)).collect::<Vec<_>>());
+}
+
 /// [`ok`] with another LINKTRACK_SHARDS (a cluster growing node by node).
 pub fn ok_with_shards(cluster: &Cluster, shards: &str, args: &[&str]) -> String {
     succeeded(args, cluster.linktrack_with_shards(shards, args))
