@@ -242,10 +242,14 @@ async fn drain(
     going_on
 }
 
-/// Write the answers gathered so far to `deliveries`. The letters are
-/// already settled in the spool: a failure here costs their rows, logged,
-/// never a letter sent twice.
-async fn record(pool: &MySqlPool, answers: &mut Vec<(String, u64, DeliveryStatus, String)>) {
+/// Write the answers gathered so far to `deliveries` (the spool worker's,
+/// and the hand-over's). The letters are already settled, in the spool or
+/// by the MTA: a failure here costs their rows, logged, never a letter
+/// sent twice.
+pub(super) async fn record(
+    pool: &MySqlPool,
+    answers: &mut Vec<(String, u64, DeliveryStatus, String)>,
+) {
     if answers.is_empty() {
         return;
     }

@@ -15,7 +15,7 @@
 use super::forward::Downstream;
 use super::track::Outgoing;
 use crate::delivery::smtp::{Deliverer, Envelope, Outcome};
-use crate::store::deliveries::{self, DeliveryStatus};
+use crate::store::deliveries::DeliveryStatus;
 use sqlx::MySqlPool;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -146,9 +146,6 @@ impl HandOver {
 async fn record_answers(db: MySqlPool, mut waiting: mpsc::Receiver<Answer>) {
     let mut batch = Vec::with_capacity(ANSWERS_PER_WRITE);
     while waiting.recv_many(&mut batch, ANSWERS_PER_WRITE).await > 0 {
-        if let Err(err) = deliveries::record_answers(&db, &batch).await {
-            tracing::warn!(%err, letters = batch.len(), "relayed letters' deliveries not recorded");
-        }
-        batch.clear();
+        super::forward::record(&db, &mut batch).await;
     }
 }

@@ -409,10 +409,7 @@ impl Session {
             None => letters,
         };
         if letters.is_empty() {
-            shared
-                .dropped
-                .fetch_add(self.dropped as u64, Ordering::Relaxed);
-            metrics::counter!("linktrack_relay_accepted_total").increment(1);
+            self.count_accepted(shared);
             return "250 2.0.0 Ok: delivered to the MTA".into();
         }
         let spool = Arc::clone(&shared.spool);
@@ -420,10 +417,7 @@ impl Session {
         match put {
             Ok(Ok(id)) => {
                 shared.wake.notify_one();
-                shared
-                    .dropped
-                    .fetch_add(self.dropped as u64, Ordering::Relaxed);
-                metrics::counter!("linktrack_relay_accepted_total").increment(1);
+                self.count_accepted(shared);
                 format!("250 2.0.0 Ok: queued as {id}")
             }
             Ok(Err(e)) => {
@@ -435,6 +429,15 @@ impl Session {
                 "451 4.3.0 Cannot queue the message now; try again later".into()
             }
         }
+    }
+
+    /// A message answered 250 (handed over or queued), with the
+    /// suppressed recipients it dropped.
+    fn count_accepted(&self, shared: &Shared) {
+        shared
+            .dropped
+            .fetch_add(self.dropped as u64, Ordering::Relaxed);
+        metrics::counter!("linktrack_relay_accepted_total").increment(1);
     }
 
     async fn auth<R, W>(
