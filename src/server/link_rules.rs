@@ -66,6 +66,40 @@ struct MailingRules {
     /// The tags rendered per position of the creative (empty: the link
     /// says `data-linktrack-utm="off"`).
     utm_by_position: HashMap<u32, Arc<[EncodedParameter]>>,
+    /// The tags rendered for positions the creative does not have (a
+    /// loop's extra links), filled on their first click: rendering is a
+    /// template run, far dearer than the rest of a redirect. Replaced, not
+    /// cleared, when the tags change, so a clone made before keeps its own.
+    utm_unnamed: Arc<RwLock<HashMap<u32, Arc<[EncodedParameter]>>>>,
+}
+
+/// Positions outside the creative whose tags a mailing keeps rendered; a
+/// letter has a bounded number of links, so only a runaway loop gets past
+/// it, and its further positions are rendered per click.
+const UNNAMED_POSITIONS_KEPT: usize = 4_096;
+
+impl MailingRules {
+    /// The tags for a click on `position`, rendered once per position.
+    fn utm_parameters(
+        &self,
+        tags: &UtmTags,
+        mailing_id: &str,
+        position: u32,
+    ) -> Arc<[EncodedParameter]> {
+        if let Some(parameters) = self.utm_by_position.get(&position) {
+            return Arc::clone(parameters);
+        }
+        if let Some(parameters) = self.utm_unnamed.read_even_poisoned().get(&position) {
+            return Arc::clone(parameters);
+        }
+        let parameters: Arc<[EncodedParameter]> =
+            Arc::from(render(tags, mailing_id, position, None));
+        let mut unnamed = self.utm_unnamed.write_even_poisoned();
+        if unnamed.len() < UNNAMED_POSITIONS_KEPT {
+            unnamed.insert(position, Arc::clone(&parameters));
+        }
+        parameters
+    }
 }
 
 impl LinkRules {
@@ -103,12 +137,9 @@ impl LinkRules {
         let Some(tags) = &rules.utm else {
             return url;
         };
-        let parameters = match rules.utm_by_position.get(&position) {
-            Some(parameters) => Cow::Borrowed(&parameters[..]),
-            // A position the creative does not have (a loop's extra link):
-            // the tags with no name.
-            None => Cow::Owned(render(tags, mailing_id, position, None)),
-        };
+        // A position the creative does not have (a loop's extra link) gets
+        // the tags with no name.
+        let parameters = rules.utm_parameters(tags, mailing_id, position);
         let tagged = match add_parameters(&url, &parameters) {
             Cow::Owned(tagged) => Some(tagged),
             Cow::Borrowed(_) => None,
@@ -161,6 +192,7 @@ impl LinkRules {
             let rules = Arc::make_mut(table.mailings.entry(utm.mailing_id.clone()).or_default());
             rules.utm = (!utm.tags.is_empty()).then(|| utm.tags.clone());
             rules.utm_by_position = by_position;
+            rules.utm_unnamed = Arc::default();
             seen.utm = seen.utm.max(utm.id);
         }
         let any = !table.mailings.is_empty();
@@ -339,4 +371,58 @@ fn render(
         tracing::warn!(%err, mailing_id, "UTM tags not added");
         Vec::new()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn campaign_by_position() -> UtmTags {
+        UtmTags {
+            campaign: Some("{{ mailing_id }}-{{ position }}".to_owned()),
+            ..UtmTags::default()
+        }
+    }
+
+    #[test]
+    fn a_position_outside_the_creative_is_tagged_and_rendered_once() {
+        let tags = campaign_by_position();
+        let rules = MailingRules {
+            utm: Some(tags.clone()),
+            ..MailingRules::default()
+        };
+        let first = rules.utm_parameters(&tags, "m1", 7);
+        assert_eq!(
+            add_parameters("https://a.example/x", &first),
+            "https://a.example/x?utm_campaign=m1-7"
+        );
+        let again = rules.utm_parameters(&tags, "m1", 7);
+        assert!(
+            Arc::ptr_eq(&first, &again),
+            "rendered again on the second click"
+        );
+        let other = rules.utm_parameters(&tags, "m1", 8);
+        assert_eq!(
+            add_parameters("https://a.example/x", &other),
+            "https://a.example/x?utm_campaign=m1-8"
+        );
+    }
+
+    #[test]
+    fn positions_past_the_bound_are_still_tagged() {
+        let tags = campaign_by_position();
+        let rules = MailingRules::default();
+        for position in 0..u32::try_from(UNNAMED_POSITIONS_KEPT).unwrap_or(u32::MAX) {
+            rules.utm_parameters(&tags, "m1", position);
+        }
+        let past = rules.utm_parameters(&tags, "m1", 999_999);
+        assert_eq!(
+            add_parameters("https://a.example/", &past),
+            "https://a.example/?utm_campaign=m1-999999"
+        );
+        assert_eq!(
+            rules.utm_unnamed.read_even_poisoned().len(),
+            UNNAMED_POSITIONS_KEPT
+        );
+    }
 }
