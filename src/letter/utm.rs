@@ -137,27 +137,30 @@ pub fn add_parameters<'u>(url: &'u str, parameters: &[EncodedParameter]) -> Cow<
         None => (url, ""),
     };
     let query = before_fragment.split_once('?').map(|(_, query)| query);
-    let missing: Vec<&EncodedParameter> = parameters
-        .iter()
-        .filter(|(name, _)| !query.is_some_and(|query| has_parameter(query, name)))
-        .collect();
-    if missing.is_empty() {
-        return Cow::Borrowed(url);
-    }
-    let mut out = String::with_capacity(url.len() + 32 * missing.len());
+    // Written as it goes: the common case adds every tag, and the rare URL
+    // that already has them all costs one unused string.
+    let mut out = String::with_capacity(url.len() + 32 * parameters.len());
     out.push_str(before_fragment);
     match query {
         None => out.push('?'),
         Some(query) if !query.is_empty() && !query.ends_with('&') => out.push('&'),
         Some(_) => {}
     }
-    for (n, (name, value)) in missing.into_iter().enumerate() {
-        if n > 0 {
+    let mut added = 0;
+    for (name, value) in parameters {
+        if query.is_some_and(|query| has_parameter(query, name)) {
+            continue;
+        }
+        if added > 0 {
             out.push('&');
         }
         out.push_str(name);
         out.push('=');
         out.push_str(value);
+        added += 1;
+    }
+    if added == 0 {
+        return Cow::Borrowed(url);
     }
     out.push_str(fragment);
     Cow::Owned(out)
@@ -173,6 +176,10 @@ fn has_parameter(query: &str, name: &str) -> bool {
         }
         if raw == name {
             return true;
+        }
+        // Only an escape or a `+` can make a different name read as `name`.
+        if !raw.bytes().any(|b| b == b'%' || b == b'+') {
+            return false;
         }
         let spaced = raw.replace('+', " ");
         percent_decode_str(&spaced).decode_utf8_lossy() == name
