@@ -356,3 +356,115 @@ async fn head_link_lookups(head: &sqlx::MySqlPool) -> Vec<String> {
         .filter(|s| s.contains("FROM links ") && s.contains("uuid") && !s.contains("general_log"))
         .collect()
 }
+
+/// A data node killed under a load of 1,000 clicks (one per letter, eight
+/// at a time, node1 killed after the first 300): every click is answered
+/// 302 to its target, node0's links from their rows, node1's from the
+/// mailing's sealed template (its target needs no row); the replay fails
+/// on node1 and keeps the journal (a batch naming node1's links cannot
+/// read them); once node1 is back, every click is stored exactly once (counted per
+/// letter through the head).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_data_node_killed_under_1000_clicks_loses_and_doubles_none() {
+    let mut cluster = Cluster::start().await;
+    ok(&cluster, &["migrate"]);
+    let dir = tempfile::tempdir().unwrap();
+    let mailing = dir.path().join("mailing.json");
+    std::fs::write(
+        &mailing,
+        serde_json::json!({
+            "mailing_id": "outage", "subject": "s", "from": "f@example.com",
+            "html": "<p>Hi</p><a href=\"https://example.com/a\">a</a>",
+            "personalize": false, "proxy_images": false
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let recipients = dir.path().join("recipients.csv");
+    let lines: Vec<String> = (0..1000).map(|n| format!("r{n}@example.com")).collect();
+    std::fs::write(&recipients, format!("email\n{}\n", lines.join("\n"))).unwrap();
+    let letters = build_through_head(&cluster, dir.path(), &mailing, &recipients, &[]);
+    assert_eq!(letters.len(), 1000);
+    let nodes = [cluster.node_pool(0).await, cluster.node_pool(1).await];
+    let on_node1: HashSet<String> = link_rows(&nodes[1])
+        .await
+        .into_iter()
+        .map(|(uuid, _)| hex::encode(uuid))
+        .collect();
+    let tokens: Vec<String> = letters.iter().map(|l| click_tokens(l)[0].clone()).collect();
+
+    let head = store::connect(&cluster.head.url(), &store::PoolSettings::default())
+        .await
+        .unwrap();
+    let app = crate::common::TestServer::start(head.clone(), |settings| settings).await;
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let failures = crate::common::replay_failures(&app.admin).await;
+    let (mut live, mut dead) = (0, 0);
+    for (batch, chunk) in tokens.chunks(8).enumerate() {
+        if batch * 8 == 304 {
+            cluster.nodes[1].kill();
+        }
+        let killed = batch * 8 >= 304;
+        let mut load = tokio::task::JoinSet::new();
+        for token in chunk {
+            let answer = http.get(format!("{}/c/{token}", app.base)).send();
+            load.spawn(async move { answer.await.map(|a| (a.status(), a.headers().clone())) });
+        }
+        let mut answers = Vec::new();
+        while let Some(answer) = load.join_next().await {
+            answers.push(answer.unwrap().unwrap());
+        }
+        for ((status, headers), token) in answers.iter().zip(chunk) {
+            assert_eq!(status.as_u16(), 302, "click {token}");
+            assert_eq!(headers["location"], "https://example.com/a");
+        }
+        if killed {
+            for token in chunk {
+                if on_node1.contains(token) {
+                    dead += 1;
+                } else {
+                    live += 1;
+                }
+            }
+        }
+    }
+    assert!(dead > 200 && live > 200, "{live} live, {dead} dead");
+    // node1's events tables refuse: the replay has failed, and the journal
+    // keeps what it could not store.
+    crate::common::wait_for_replay_failure(&app.admin, failures).await;
+    let during = node_events(&nodes[0]).await.len();
+
+    // node1 returns: every click is stored once.
+    cluster.nodes[1].start().await;
+    until("clicks after node1 returned", 1000, || {
+        count(&head, "SELECT COUNT(*) FROM events WHERE kind = 'click'")
+    })
+    .await;
+    let mut ids = node_events(&nodes[0]).await;
+    ids.extend(node_events(&cluster.node_pool(1).await).await);
+    eprintln!(
+        "node1 killed under 1,000 clicks: {live} clicks on node0's links and {dead} on node1's \
+         while it was down, all 302; {during} events on node0 during the outage; {} stored \
+         after, {} distinct",
+        ids.len(),
+        ids.iter().collect::<HashSet<_>>().len()
+    );
+    assert_eq!(ids.len(), 1000, "each click stored once");
+    assert_eq!(ids.iter().collect::<HashSet<_>>().len(), 1000);
+    let per_letter: Vec<(u64, i64)> = sqlx::query_as(
+        "SELECT letter_id, COUNT(*) FROM events WHERE kind = 'click' \
+         GROUP BY letter_id HAVING COUNT(*) <> 1",
+    )
+    .fetch_all(&head)
+    .await
+    .unwrap();
+    assert_eq!(per_letter, [], "letters clicked other than once");
+    assert_eq!(
+        count(&head, "SELECT COUNT(DISTINCT letter_id) FROM events WHERE kind = 'click'").await,
+        Some(1000)
+    );
+    app.stop().await;
+}
