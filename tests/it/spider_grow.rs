@@ -112,7 +112,10 @@ async fn a_cluster_grows_by_a_node_and_moves_tables_while_links_are_written() {
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     written.extend(writer.await.unwrap());
     let events = events_writer.await.unwrap();
-    assert!(events.len() > 100, "the event writer wrote during the moves");
+    assert!(
+        events.len() > 100,
+        "the event writer wrote during the moves"
+    );
     assert_eq!(
         count(&head, "SELECT COUNT(*) FROM events").await,
         Some(events.len() as i64),
@@ -120,10 +123,18 @@ async fn a_cluster_grows_by_a_node_and_moves_tables_while_links_are_written() {
     );
     let mut found = 0;
     for event_id in &events {
-        found += count_bound(&head, "SELECT COUNT(*) FROM events WHERE event_id = ?", event_id)
-            .await;
+        found += count_bound(
+            &head,
+            "SELECT COUNT(*) FROM events WHERE event_id = ?",
+            event_id,
+        )
+        .await;
     }
-    assert_eq!(found, events.len() as i64, "each event where the head looks");
+    assert_eq!(
+        found,
+        events.len() as i64,
+        "each event where the head looks"
+    );
     assert_eq!(
         moved.matches("rows copied and checked").count(),
         10,

@@ -344,7 +344,9 @@ async fn head_link_lookups(head: &sqlx::MySqlPool) -> Vec<String> {
     .await
     .unwrap();
     assert!(
-        logged.iter().any(|s| s.contains("FROM information_schema.PARTITIONS")),
+        logged
+            .iter()
+            .any(|s| s.contains("FROM information_schema.PARTITIONS")),
         "the general log holds the router's topology reads: {logged:?}"
     );
     assert!(
@@ -463,7 +465,11 @@ async fn a_data_node_killed_under_1000_clicks_loses_and_doubles_none() {
     .unwrap();
     assert_eq!(per_letter, [], "letters clicked other than once");
     assert_eq!(
-        count(&head, "SELECT COUNT(DISTINCT letter_id) FROM events WHERE kind = 'click'").await,
+        count(
+            &head,
+            "SELECT COUNT(DISTINCT letter_id) FROM events WHERE kind = 'click'"
+        )
+        .await,
         Some(1000)
     );
     app.stop().await;

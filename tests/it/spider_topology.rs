@@ -4,8 +4,8 @@
 
 use crate::common::cluster::Cluster;
 use crate::common::spider::{
-    count, data_tables, head_returns_and_each_click_lands_once, link_rows, node_events, ok,
-    stderr, stdout, until,
+    count, data_tables, head_returns_and_each_click_lands_once, link_rows, node_events, ok, stderr,
+    stdout, until,
 };
 use crate::common::{click_link, seal_of, sealed_token, today, Serving};
 use linktrack::store::{self, links};
@@ -293,11 +293,10 @@ async fn logged(pool: &sqlx::MySqlPool, needles: &[&str]) -> usize {
 async fn node_event_ids(pool: &sqlx::MySqlPool) -> Vec<Vec<u8>> {
     let mut ids = Vec::new();
     for table in data_tables(pool, "events").await {
-        let mut part: Vec<Vec<u8>> =
-            sqlx::query_scalar(&format!("SELECT event_id FROM `{table}`"))
-                .fetch_all(pool)
-                .await
-                .unwrap();
+        let mut part: Vec<Vec<u8>> = sqlx::query_scalar(&format!("SELECT event_id FROM `{table}`"))
+            .fetch_all(pool)
+            .await
+            .unwrap();
         ids.append(&mut part);
     }
     ids

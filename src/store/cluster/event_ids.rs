@@ -158,7 +158,10 @@ mod tests {
         let clock = EventIdClock::new(1);
         let ids = clock.take_at(7, 5_000);
         assert!(ids.windows(2).all(|w| w[0] < w[1]));
-        assert_eq!(ids.iter().collect::<std::collections::HashSet<_>>().len(), 5_000);
+        assert_eq!(
+            ids.iter().collect::<std::collections::HashSet<_>>().len(),
+            5_000
+        );
         let millis = |id: u64| (id & !MARK) >> (COUNTER_BITS + WRITER_BITS);
         assert_eq!((millis(ids[4_095]), millis(ids[4_096])), (7, 8));
         // The next call, still at millisecond 7, goes on after them.

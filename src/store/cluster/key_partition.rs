@@ -5,9 +5,10 @@
 //! partition, finds it there (a lookup by `event_id` prunes to it).
 //!
 //! MariaDB hashes a `BINARY(n)` key with the binary collation's hash
-//! (`my_hash_sort_bin`, `nr1 = 1`, `nr2 = 4`, each byte `nr1 ^= ((nr1 & 63)
-//! + nr2) * byte + (nr1 << 8); nr2 += 3` in 64 bits), keeps the low 32 bits
-//! and takes them modulo the partition count (plain KEY, not LINEAR KEY).
+//! (`my_hash_sort_bin`: `nr1 = 1`, `nr2 = 4`, then for each byte
+//! `nr1 ^= ((nr1 & 63) + nr2) * byte + (nr1 << 8); nr2 += 3` in 64 bits),
+//! keeps the low 32 bits and takes them modulo the partition count (plain
+//! KEY, not LINEAR KEY).
 //! Checked against the server: the unit test's values were read from a
 //! MariaDB 10.11 table, and `tests/it/spider_topology.rs` finds every
 //! routed event through the head with a lookup pruned to one partition.
