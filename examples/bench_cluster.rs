@@ -151,7 +151,11 @@ async fn main() -> anyhow::Result<()> {
         direct_built_cpu.push(cpu.per_op(&before, tokens.len()));
         direct_inserts.push(rate);
         direct_tokens.append(&mut tokens);
-        head_lookups.push(lookups(&Via::Pool(head.clone()), &head_tokens, &args).await?.0);
+        head_lookups.push(
+            lookups(&Via::Pool(head.clone()), &head_tokens, &args)
+                .await?
+                .0,
+        );
         let before = cpu.read();
         let (rate, _) = lookups(&Via::Pool(direct.clone()), &direct_tokens, &args).await?;
         direct_lookup_cpu.push(cpu.per_op(&before, lookup_count(&args)));
@@ -194,7 +198,12 @@ async fn main() -> anyhow::Result<()> {
     if cpu.complete() {
         print_cpu(
             &nodes,
-            [&built_cpu, &direct_built_cpu, &routed_cpu, &direct_lookup_cpu],
+            [
+                &built_cpu,
+                &direct_built_cpu,
+                &routed_cpu,
+                &direct_lookup_cpu,
+            ],
             &served,
         );
     } else {
