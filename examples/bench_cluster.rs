@@ -20,7 +20,21 @@
 //! direct and routed so a burst of load elsewhere hits all alike; each
 //! figure is the median.
 //! Fresh `lt_bench_cluster_*` databases are made and dropped.
+//!
+//! When the servers run on this machine (their pid files readable), the CPU
+//! each `mariadbd` spent in each phase is read from `/proc` and printed per
+//! row built and per lookup: the data nodes' together and each node's,
+//! beside node 1's own per row and per lookup in the direct rounds, with
+//! the share of the routed lookups each node served. On one machine CPU per
+//! operation is the honest figure (the servers share its cores); run it on
+//! 1, 2 and 3 nodes (`scripts/spider-cluster start DIR PORT NODES`) to see
+//! whether a node adds capacity: the nodes' CPU per operation should stay
+//! near one server's (docs/scaling.md, "Does a node add capacity?").
 #![allow(clippy::unwrap_used)] // tests and benchmarks: a failure should stop them loudly
+
+#[path = "support/process_cpu.rs"]
+mod process_cpu;
+use process_cpu::{mariadbd_stat, ProcessCpu};
 
 use clap::Parser;
 use linktrack::store::links::{self, LinkKind, NewLink};
@@ -93,6 +107,22 @@ async fn main() -> anyhow::Result<()> {
     for pool in [&head, &direct] {
         partitions::ensure_ahead(pool, 1).await?;
     }
+    let cpu = Cpu::find(&head, &nodes).await;
+    // Which node holds each virtual shard's links (index into `nodes`).
+    let node_of_shard: Vec<usize> = {
+        let mut conn = head.acquire().await?;
+        let placed = cluster::placements(&mut conn).await?;
+        placed
+            .iter()
+            .filter(|p| p.table == "links")
+            .map(|p| {
+                nodes
+                    .iter()
+                    .position(|n| n.ends_with(&format!(":{}", p.node.port)))
+                    .unwrap_or(0)
+            })
+            .collect()
+    };
     println!(
         "# bench_cluster: {} nodes, {} virtual shards, {} connections, {} rows and {} lookups per round",
         nodes.len(),
@@ -106,16 +136,37 @@ async fn main() -> anyhow::Result<()> {
     let (mut head_lookups, mut direct_lookups) = (Vec::new(), Vec::new());
     let mut routed_lookups = Vec::new();
     let (mut head_tokens, mut direct_tokens) = (Vec::new(), Vec::new());
+    // CPU seconds per operation: (head, each node) per phase, per round.
+    let (mut built_cpu, mut direct_built_cpu) = (Vec::new(), Vec::new());
+    let (mut routed_cpu, mut direct_lookup_cpu) = (Vec::new(), Vec::new());
+    let mut served = vec![0u64; nodes.len()];
     for round in 1..=args.rounds {
+        let before = cpu.read();
         let (rate, mut tokens) = inserts(&head, &args).await?;
+        built_cpu.push(cpu.per_op(&before, tokens.len()));
         head_inserts.push(rate);
         head_tokens.append(&mut tokens);
+        let before = cpu.read();
         let (rate, mut tokens) = inserts(&direct, &args).await?;
+        direct_built_cpu.push(cpu.per_op(&before, tokens.len()));
         direct_inserts.push(rate);
         direct_tokens.append(&mut tokens);
-        head_lookups.push(lookups(&Via::Pool(head.clone()), &head_tokens, &args).await?);
-        direct_lookups.push(lookups(&Via::Pool(direct.clone()), &direct_tokens, &args).await?);
-        routed_lookups.push(lookups(&Via::Router(router.clone()), &head_tokens, &args).await?);
+        head_lookups.push(
+            lookups(&Via::Pool(head.clone()), &head_tokens, &args)
+                .await?
+                .0,
+        );
+        let before = cpu.read();
+        let (rate, _) = lookups(&Via::Pool(direct.clone()), &direct_tokens, &args).await?;
+        direct_lookup_cpu.push(cpu.per_op(&before, lookup_count(&args)));
+        direct_lookups.push(rate);
+        let before = cpu.read();
+        let (rate, shards) = lookups(&Via::Router(router.clone()), &head_tokens, &args).await?;
+        routed_cpu.push(cpu.per_op(&before, lookup_count(&args)));
+        routed_lookups.push(rate);
+        for (shard, n) in shards.iter().enumerate() {
+            served[node_of_shard.get(shard).copied().unwrap_or(0)] += n;
+        }
         eprintln!(
             "round {round}: inserts head {:.0} direct {:.0} rows/s; \
              lookups head {:.0} direct {:.0} routed {:.0} /s",
@@ -143,6 +194,21 @@ async fn main() -> anyhow::Result<()> {
         "| lookups routed by linktrack (routed / direct) | {rl:.0} /s | {dl:.0} /s | **{:.2}** |",
         rl / dl
     );
+
+    if cpu.complete() {
+        print_cpu(
+            &nodes,
+            [
+                &built_cpu,
+                &direct_built_cpu,
+                &routed_cpu,
+                &direct_lookup_cpu,
+            ],
+            &served,
+        );
+    } else {
+        println!("(CPU not measured: a server's pid file is not readable on this machine)");
+    }
 
     head.close().await;
     direct.close().await;
@@ -210,27 +276,136 @@ impl Via {
 }
 
 /// `args.lookups` lookups of random stored tokens from `args.connections`
-/// tasks, one token per statement as a redirect's cache miss at low load.
-async fn lookups(via: &Via, tokens: &[Token], args: &Args) -> anyhow::Result<f64> {
+/// tasks, one token per statement as a redirect's cache miss at low load:
+/// the rate, and how many tokens of each virtual shard were looked up.
+async fn lookups(via: &Via, tokens: &[Token], args: &Args) -> anyhow::Result<(f64, Vec<u64>)> {
     let tokens = Arc::new(tokens.to_vec());
     let per_task = args.lookups / args.connections.max(1);
+    let shards = args.virtual_shards;
     let started = Instant::now();
     let tasks: Vec<_> = (0..args.connections)
         .map(|_| {
             let (via, tokens) = (via.clone(), Arc::clone(&tokens));
             tokio::spawn(async move {
+                let mut per_shard = vec![0u64; shards as usize];
                 for _ in 0..per_task {
                     let token = tokens[rand::rng().random_range(0..tokens.len())];
                     anyhow::ensure!(via.found(token).await?, "token {token} not found");
+                    per_shard[cluster::shard_of(token.as_bytes(), shards) as usize] += 1;
                 }
-                Ok::<_, anyhow::Error>(())
+                Ok::<_, anyhow::Error>(per_shard)
             })
         })
         .collect();
+    let mut per_shard = vec![0u64; shards as usize];
     for task in tasks {
-        task.await??;
+        for (total, n) in per_shard.iter_mut().zip(task.await??) {
+            *total += n;
+        }
     }
-    Ok(f64::from(per_task * args.connections) / started.elapsed().as_secs_f64())
+    let rate = f64::from(per_task * args.connections) / started.elapsed().as_secs_f64();
+    Ok((rate, per_shard))
+}
+
+fn lookup_count(args: &Args) -> usize {
+    (args.lookups / args.connections.max(1) * args.connections) as usize
+}
+
+/// The `/proc/{pid}/stat` of the head's and each node's `mariadbd`.
+struct Cpu {
+    head: Option<std::path::PathBuf>,
+    nodes: Vec<Option<std::path::PathBuf>>,
+}
+
+impl Cpu {
+    async fn find(head: &MySqlPool, nodes: &[String]) -> Cpu {
+        let mut found = Vec::new();
+        for node in nodes {
+            found.push(match MySqlPool::connect(node).await {
+                Ok(pool) => mariadbd_stat(&pool).await,
+                Err(_) => None,
+            });
+        }
+        Cpu {
+            head: mariadbd_stat(head).await,
+            nodes: found,
+        }
+    }
+
+    fn complete(&self) -> bool {
+        self.head.is_some() && self.nodes.iter().all(Option::is_some)
+    }
+
+    /// CPU seconds so far: the head's, then each node's.
+    fn read(&self) -> Vec<f64> {
+        std::iter::once(&self.head)
+            .chain(&self.nodes)
+            .map(|stat| {
+                stat.as_deref()
+                    .and_then(|stat| ProcessCpu::read(stat).ok())
+                    .map_or(0.0, |cpu| cpu.own)
+            })
+            .collect()
+    }
+
+    /// CPU seconds per operation since `before`: the head's, then each node's.
+    fn per_op(&self, before: &[f64], ops: usize) -> Vec<f64> {
+        self.read()
+            .iter()
+            .zip(before)
+            .map(|(now, then)| (now - then) / ops.max(1) as f64)
+            .collect()
+    }
+}
+
+/// Median over rounds of each server's CPU per operation.
+fn medians(rounds: &[Vec<f64>]) -> Vec<f64> {
+    let servers = rounds.first().map_or(0, Vec::len);
+    (0..servers)
+        .map(|n| median(&mut rounds.iter().map(|r| r[n]).collect::<Vec<_>>()))
+        .collect()
+}
+
+/// The CPU table: µs of each server per row built and per lookup, the
+/// nodes' sum against node 1's alone in the direct rounds.
+fn print_cpu(nodes: &[String], phases: [&Vec<Vec<f64>>; 4], served: &[u64]) {
+    let [built, direct_built, routed, direct_lookup] = phases.map(|rounds| medians(rounds));
+    let micros = |v: f64| v * 1e6;
+    let nodes_sum = |v: &[f64]| v.iter().skip(1).sum::<f64>();
+    let total: u64 = served.iter().sum();
+    println!();
+    println!("| CPU (µs, median of rounds) | head | data nodes together | each node | one server (node 1, direct) | nodes / one server |");
+    println!("|---|---|---|---|---|---|");
+    let each = |v: &[f64]| {
+        v.iter()
+            .skip(1)
+            .map(|x| format!("{:.1}", micros(*x)))
+            .collect::<Vec<_>>()
+            .join(" / ")
+    };
+    println!(
+        "| per row built through the head | {:.1} | {:.1} | {} | {:.1} | **{:.2}** |",
+        micros(built[0]),
+        micros(nodes_sum(&built)),
+        each(&built),
+        micros(direct_built[1]),
+        nodes_sum(&built) / direct_built[1]
+    );
+    println!(
+        "| per routed lookup | {:.1} | {:.1} | {} | {:.1} | **{:.2}** |",
+        micros(routed[0]),
+        micros(nodes_sum(&routed)),
+        each(&routed),
+        micros(direct_lookup[1]),
+        nodes_sum(&routed) / direct_lookup[1]
+    );
+    let shares: Vec<String> = served
+        .iter()
+        .zip(nodes)
+        .map(|(n, node)| format!("{node}: {:.1} %", 100.0 * *n as f64 / total.max(1) as f64))
+        .collect();
+    println!();
+    println!("routed lookups served: {}", shares.join(", "));
 }
 
 fn median(values: &mut [f64]) -> f64 {

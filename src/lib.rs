@@ -96,7 +96,10 @@
 //!     its refusals in `key_refusal.rs`); provider webhook tokens bound to
 //!     their first event, shared by every server (`provider_tokens.rs`);
 //!     a Spider cluster in `store/cluster/` (topology, node
-//!     addresses, a node's failure, routing, id blocks, `migrate --shards`);
+//!     addresses, a node's failure, routing, id blocks, event ids made by
+//!     each server (`event_ids.rs`), MariaDB's KEY partition of an event
+//!     (`key_partition.rs`), the replay's event inserts straight to the
+//!     nodes (`event_writes.rs`), `migrate --shards`);
 //!     moving a data table to another node in `store/shard_move/` (one
 //!     move step by step: prepare, copy, swap; the rebalance plan);
 //!     connection failures said with target and hint (`connect_error.rs`).

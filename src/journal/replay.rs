@@ -51,7 +51,8 @@ impl ReplayError {
 
 /// Where replayed events go besides `events`: the outbox, and the
 /// privacy view every event is screened with; and where their links are
-/// read (on a Spider cluster, the data nodes, past the head).
+/// read and the events written (on a Spider cluster, the data nodes, past
+/// the head).
 #[derive(Clone)]
 pub(crate) struct Sinks {
     pub outbox: Arc<dyn OutboxSink>,
@@ -201,7 +202,7 @@ pub(crate) async fn store_events(
     // releases held rows of the events it rolls, never rolls an event
     // whose row is not queued yet (that row would wait for the safety net).
     sinks.outbox.enqueue(pool, &rows).await?;
-    insert_with_partitions(pool, &rows).await?;
+    insert_with_partitions(pool, sinks.router.as_ref(), &rows).await?;
     drop(view);
     metrics::counter!("linktrack_events_written_total").increment(rows.len() as u64);
     Ok(rows.len())
@@ -455,14 +456,26 @@ async fn apply_unsubscribes(
 }
 
 /// Insert `rows`; when a day has no partition yet, create the partitions
-/// through that day and try once more.
-async fn insert_with_partitions(pool: &MySqlPool, rows: &[EventRow]) -> Result<(), StoreError> {
-    match insert_idempotent(pool, rows).await {
+/// through that day and try once more. On a Spider cluster in the shard
+/// layout the rows go straight to the data nodes (the router), so they
+/// are stored while the head is down.
+async fn insert_with_partitions(
+    pool: &MySqlPool,
+    router: Option<&crate::store::cluster::Router>,
+    rows: &[EventRow],
+) -> Result<(), StoreError> {
+    let insert = || async {
+        match router {
+            Some(router) => router.insert_events(rows).await,
+            None => insert_idempotent(pool, rows).await,
+        }
+    };
+    match insert().await {
         Err(StoreError::NoPartition { date, .. }) => {
             let ahead = (date - Utc::now().date_naive()).num_days().clamp(1, 30) as u32;
             tracing::warn!(%date, "events has no partition for the day; creating it");
             partitions::ensure_ahead(pool, ahead).await?;
-            insert_idempotent(pool, rows).await.map(drop)
+            insert().await.map(drop)
         }
         other => other.map(drop),
     }

@@ -28,35 +28,44 @@ const _: () = assert!(MAX_ROWS_PER_INSERT * COLUMNS_PER_ROW <= 65_535);
 /// Insert events, skipping any already stored (same `event_id` and day).
 /// Fails with [`StoreError::NoPartition`] when a day has no partition.
 /// Returns the server's affected-row count, for logging only.
-/// On a Spider head each row gets its id from linktrack, reserved for the
-/// statement just before it runs (`cluster::ids` says why).
+/// On a Spider head each row gets its id from linktrack, taken for the
+/// statement just before it runs (`cluster::event_ids` says how).
 pub async fn insert_idempotent(pool: &MySqlPool, rows: &[EventRow]) -> Result<u64, StoreError> {
     let head = super::cluster::head_writes(pool).await?;
+    let clock = match head {
+        Some(_) => Some(super::cluster::event_clock(pool).await?),
+        None => None,
+    };
     let mut added = 0;
     for chunk in rows.chunks(MAX_ROWS_PER_INSERT) {
-        let sql = match head {
-            Some(_) => {
-                let ids = super::cluster::event_ids(pool, chunk.len()).await?;
-                insert_sql_with_ids(chunk, ids.start)
-            }
+        let sql = match &clock {
+            Some(clock) => insert_sql_with_ids(chunk, &clock.take(chunk.len())),
             None => insert_sql(chunk),
         };
-        match sqlx::raw_sql(&sql).execute(pool).await {
-            Ok(done) => added += done.rows_affected(),
-            Err(err) if is_no_partition(&err) => {
-                return Err(StoreError::NoPartition {
-                    table: "events",
-                    date: chunk
-                        .iter()
-                        .map(EventRow::inserted)
-                        .max()
-                        .unwrap_or_default(),
-                })
-            }
-            Err(err) => return Err(err.into()),
-        }
+        added += execute_insert(pool, &sql, chunk).await?;
     }
     Ok(added)
+}
+
+/// Run one statement of [`insert_sql`]'s kind for `chunk`, a missing day
+/// said as [`StoreError::NoPartition`].
+pub async fn execute_insert(
+    pool: &MySqlPool,
+    sql: &str,
+    chunk: &[EventRow],
+) -> Result<u64, StoreError> {
+    match sqlx::raw_sql(sql).execute(pool).await {
+        Ok(done) => Ok(done.rows_affected()),
+        Err(err) if is_no_partition(&err) => Err(StoreError::NoPartition {
+            table: "events",
+            date: chunk
+                .iter()
+                .map(EventRow::inserted)
+                .max()
+                .unwrap_or_default(),
+        }),
+        Err(err) => Err(err.into()),
+    }
 }
 
 /// The statement of [`insert_idempotent`] for one chunk of rows. It goes
@@ -69,22 +78,30 @@ pub async fn insert_idempotent(pool: &MySqlPool, rows: &[EventRow]) -> Result<u6
 /// kind as its fixed spelling, and every text and byte value as a hex
 /// literal, so nothing needs escaping and nothing can be injected.
 pub fn insert_sql(rows: &[EventRow]) -> String {
-    statement(rows, None)
+    statement("events", rows, None)
 }
 
-/// [`insert_sql`] giving the rows the ids `first_id`, `first_id + 1`, … (a
+/// [`insert_sql`] giving the rows the ids `ids`, one each, in order (a
 /// Spider head's rows: never the column default).
-pub fn insert_sql_with_ids(rows: &[EventRow], first_id: u64) -> String {
-    statement(rows, Some(first_id))
+pub fn insert_sql_with_ids(rows: &[EventRow], ids: &[u64]) -> String {
+    statement("events", rows, Some(ids))
 }
 
-fn statement(rows: &[EventRow], first_id: Option<u64>) -> String {
+/// [`insert_sql_with_ids`] into the data table `table` of a Spider data
+/// node (`events_07`: a name the head's partition comment gives).
+pub fn insert_sql_into(table: &str, rows: &[EventRow], ids: &[u64]) -> String {
+    statement(&format!("`{table}`"), rows, Some(ids))
+}
+
+fn statement(table: &str, rows: &[EventRow], ids: Option<&[u64]>) -> String {
     let mut sql = String::with_capacity(200 + rows.len() * 900);
-    sql.push_str(if first_id.is_some() {
-        "INSERT INTO events (id, inserted, event_id, occurred_at, kind, uuid, link_id, \
+    sql.push_str("INSERT INTO ");
+    sql.push_str(table);
+    sql.push_str(if ids.is_some() {
+        " (id, inserted, event_id, occurred_at, kind, uuid, link_id, \
          mailing_id, letter_id, email, position, ip, user_agent, country, bot, bot_reason) VALUES "
     } else {
-        "INSERT INTO events (inserted, event_id, occurred_at, kind, uuid, link_id, \
+        " (inserted, event_id, occurred_at, kind, uuid, link_id, \
          mailing_id, letter_id, email, position, ip, user_agent, country, bot, bot_reason) VALUES "
     });
     for (n, row) in rows.iter().enumerate() {
@@ -92,8 +109,8 @@ fn statement(rows: &[EventRow], first_id: Option<u64>) -> String {
             sql.push_str(", ");
         }
         sql.push('(');
-        if let Some(first) = first_id {
-            push_number(&mut sql, Some(first + n as u64));
+        if let Some(ids) = ids {
+            push_number(&mut sql, ids.get(n).copied());
             sql.push_str(", ");
         }
         // Written without `core::fmt` (see `crate::timestamp`).

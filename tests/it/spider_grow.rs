@@ -83,6 +83,24 @@ async fn a_cluster_grows_by_a_node_and_moves_tables_while_links_are_written() {
             rows
         })
     };
+    // And an event writer as the journal replay writes: straight to the
+    // data nodes, routed, past the head's pause.
+    let router = linktrack::store::cluster::Router::discover(&head)
+        .await
+        .expect("a router on the shard layout");
+    let events_writer = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut ids = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let batch: Vec<_> = (0..20).map(|_| an_event()).collect();
+                router.insert_events(&batch).await.unwrap();
+                ids.extend(batch.iter().map(|e| e.event_id.to_vec()));
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+            ids
+        })
+    };
     until("the writer's first batch", 1, || {
         count(
             &head,
@@ -93,6 +111,30 @@ async fn a_cluster_grows_by_a_node_and_moves_tables_while_links_are_written() {
     let moved = run(&three, &["shards", "rebalance"]);
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     written.extend(writer.await.unwrap());
+    let events = events_writer.await.unwrap();
+    assert!(
+        events.len() > 100,
+        "the event writer wrote during the moves"
+    );
+    assert_eq!(
+        count(&head, "SELECT COUNT(*) FROM events").await,
+        Some(events.len() as i64),
+        "no event lost or doubled through the moves"
+    );
+    let mut found = 0;
+    for event_id in &events {
+        found += count_bound(
+            &head,
+            "SELECT COUNT(*) FROM events WHERE event_id = ?",
+            event_id,
+        )
+        .await;
+    }
+    assert_eq!(
+        found,
+        events.len() as i64,
+        "each event where the head looks"
+    );
     assert_eq!(
         moved.matches("rows copied and checked").count(),
         10,
@@ -343,4 +385,32 @@ async fn a_build_batch_committed_on_one_node_only_is_completed_by_the_rerun() {
     )
     .await;
     assert_eq!(built, Some(200), "letters built");
+}
+
+/// A click event of now with a fresh event id, as the journal holds one.
+fn an_event() -> linktrack::event::EventRow {
+    linktrack::event::EventRow {
+        event_id: *uuid::Uuid::now_v7().as_bytes(),
+        occurred_at: chrono::Utc::now(),
+        kind: linktrack::kind::EventKind::Click,
+        token: *token_on(today()).as_bytes(),
+        link_id: Some(1),
+        mailing_id: Some("grow".into()),
+        letter_id: Some(1),
+        email: None,
+        position: Some(1),
+        ip: None,
+        user_agent: None,
+        country: None,
+        bot: false,
+        bot_reason: None,
+    }
+}
+
+async fn count_bound(pool: &sqlx::MySqlPool, sql: &str, value: &[u8]) -> i64 {
+    sqlx::query_scalar(sql)
+        .bind(value)
+        .fetch_one(pool)
+        .await
+        .unwrap()
 }

@@ -282,10 +282,13 @@ async fn a_cluster_migrates_twice_partitions_every_data_table_and_spreads_links(
         bot: false,
         bot_reason: None,
     };
-    sqlx::query(&store::events::insert_sql_with_ids(&[event], 4_000_000_000))
-        .execute(&head)
-        .await
-        .unwrap();
+    sqlx::query(&store::events::insert_sql_with_ids(
+        &[event],
+        &[4_000_000_000],
+    ))
+    .execute(&head)
+    .await
+    .unwrap();
     let mut on_nodes = 0;
     for pool in &nodes {
         for table in data_tables(pool, "events").await {

@@ -4,8 +4,8 @@
 
 use crate::common::cluster::Cluster;
 use crate::common::spider::{
-    count, head_returns_and_each_click_lands_once, link_rows, node_events, ok, stderr, stdout,
-    until,
+    count, data_tables, head_returns_and_each_click_lands_once, link_rows, node_events, ok, stderr,
+    stdout, until,
 };
 use crate::common::{click_link, seal_of, sealed_token, today, Serving};
 use linktrack::store::{self, links};
@@ -289,14 +289,29 @@ async fn logged(pool: &sqlx::MySqlPool, needles: &[&str]) -> usize {
         .count()
 }
 
+/// The event ids stored on a node, over its data tables.
+async fn node_event_ids(pool: &sqlx::MySqlPool) -> Vec<Vec<u8>> {
+    let mut ids = Vec::new();
+    for table in data_tables(pool, "events").await {
+        let mut part: Vec<Vec<u8>> = sqlx::query_scalar(&format!("SELECT event_id FROM `{table}`"))
+            .fetch_all(pool)
+            .await
+            .unwrap();
+        ids.append(&mut part);
+    }
+    ids
+}
+
 /// 1,000 clicks replayed: each click's link is read again by the replay
-/// (a journal line has no reader's address), on the data nodes: the head's
-/// general log shows no link read, the nodes' show them. The events are
-/// still written through the head (counted: that is what remains of
-/// issue 60's first point).
+/// (a journal line has no reader's address), and each event written, on
+/// the data nodes: the head's general log shows no link read and no event
+/// write, the nodes' show both. The head finds each event where its KEY
+/// (`event_id`) partitioning looks for it. Then the head is killed: 100
+/// more clicks are stored on the nodes while it is down (the replay needs
+/// no head); when it returns, the stats it rolls count every click once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_replay_reads_the_links_of_1000_clicks_on_the_nodes_not_the_head() {
-    let cluster = Cluster::start().await;
+async fn the_replay_reads_links_and_writes_events_of_1000_clicks_on_the_nodes_not_the_head() {
+    let mut cluster = Cluster::start().await;
     ok(&cluster, &["migrate"]);
     ok(&cluster, &["partitions", "ensure"]);
     let head = store::connect(&cluster.head.url(), &store::PoolSettings::default())
@@ -326,7 +341,6 @@ async fn the_replay_reads_the_links_of_1000_clicks_on_the_nodes_not_the_head() {
         count(&head, "SELECT COUNT(*) FROM events WHERE kind = 'click'")
     })
     .await;
-    server.terminate().await;
     for pool in [&head, &nodes[0], &nodes[1]] {
         sqlx::query("SET GLOBAL general_log = OFF")
             .execute(pool)
@@ -334,26 +348,80 @@ async fn the_replay_reads_the_links_of_1000_clicks_on_the_nodes_not_the_head() {
             .unwrap();
     }
     // Link reads name `uuid`; the head's own would be `FROM links `.
-    assert_eq!(
-        logged(&head, &["FROM links ", "uuid"]).await,
-        0,
-        "link reads on the head"
-    );
+    let head_reads = logged(&head, &["FROM links ", "uuid"]).await;
+    let head_writes = logged(&head, &["INSERT INTO events"]).await;
     let on_nodes = logged(&nodes[0], &["FROM `links_", "uuid"]).await
         + logged(&nodes[1], &["FROM `links_", "uuid"]).await;
+    let node_writes = logged(&nodes[0], &["INSERT INTO `events_"]).await
+        + logged(&nodes[1], &["INSERT INTO `events_"]).await;
+    eprintln!(
+        "head: {head_reads} link reads, {head_writes} event inserts; \
+         nodes: {on_nodes} link reads, {node_writes} event inserts"
+    );
+    assert_eq!(head_reads, 0, "link reads on the head");
+    assert_eq!(head_writes, 0, "event inserts on the head");
     // Each click's lookup and its replay's read: at least one statement per
     // batch on each node; more than the 1,000 redirects' alone would be.
     assert!(on_nodes > 1000, "{on_nodes} link reads on the nodes");
-    let event_writes = logged(&head, &["INSERT INTO events"]).await;
-    assert!(event_writes > 0, "events are written through the head");
-    eprintln!(
-        "link reads on the nodes: {on_nodes}; event inserts through the head: {event_writes}"
-    );
+    assert!(node_writes > 0, "{node_writes} event inserts on the nodes");
     let mut ids = node_events(&nodes[0]).await;
     ids.extend(node_events(&nodes[1]).await);
     assert_eq!(
         ids.iter().collect::<HashSet<_>>().len(),
         1000,
         "each click once"
+    );
+    // Every event sits in the data table the head's partitioning names: a
+    // lookup by `event_id` (pruned to one partition) finds each.
+    let mut event_ids = node_event_ids(&nodes[0]).await;
+    event_ids.extend(node_event_ids(&nodes[1]).await);
+    let mut found = 0;
+    for event_id in &event_ids {
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM events WHERE event_id = ?")
+            .bind(event_id)
+            .fetch_one(&head)
+            .await
+            .unwrap();
+        found += n;
+    }
+    assert_eq!(found, 1000, "events found through the head by event_id");
+
+    // The head dies: 100 more clicks are answered and stored on the nodes
+    // while it is down, within the replay's usual delay.
+    cluster.head.kill();
+    for row in &rows[..100] {
+        let answer = http
+            .get(format!("{}/c/{}", server.base(), row.token))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 302, "{} with the head down", row.token);
+    }
+    until("1,100 events on the nodes, the head down", 1100, || async {
+        Some((node_events(&nodes[0]).await.len() + node_events(&nodes[1]).await.len()) as i64)
+    })
+    .await;
+    server.terminate().await;
+
+    // The head returns: it reads them all, once, and its rollup counts them.
+    cluster.head.start().await;
+    ok(&cluster, &["migrate"]);
+    assert_eq!(
+        count(&head, "SELECT COUNT(*) FROM events WHERE kind = 'click'").await,
+        Some(1100)
+    );
+    assert_eq!(
+        count(&head, "SELECT COUNT(DISTINCT event_id) FROM events").await,
+        Some(1100)
+    );
+    ok(&cluster, &["stats", "rollup", "--verdict-settle-secs", "0"]);
+    assert_eq!(
+        count(
+            &head,
+            "SELECT CAST(SUM(total) AS SIGNED) FROM stats_totals WHERE kind = 'click'"
+        )
+        .await,
+        Some(1100),
+        "the rollup through the head counts every click once"
     );
 }

@@ -10,15 +10,13 @@
 //! * `links` ids in blocks: the next block is reserved in the background as
 //!   soon as the current one could not hold another batch of the last size,
 //!   so a build never waits on a reservation after its first batch;
-//! * `events` ids per statement, reserved just before the insert: the
-//!   rollup's watermark needs ids that become visible in id order, and a
-//!   block held by one writer while another writer's later block is rolled
-//!   would put its events below the watermark. Reserved at the statement,
-//!   they are as ordered as `AUTO_INCREMENT`'s were (one more round trip to
-//!   the head per statement of up to 1,000 events).
+//! * `events` ids are made by the server itself (`event_ids`), so events can
+//!   be written without the head; the `events.id` row only marks, for heads
+//!   of older linktracks, where the ids stood.
 //!
-//! Blocks reserved later are higher, so ids increase in insertion order in
-//! each process and are unique across every data table and every process.
+//! Blocks reserved later are higher, so link ids increase in insertion
+//! order in each process and are unique across every data table and every
+//! process.
 //!
 //! What a database is (one server, or a head and which layout) is read once
 //! per database and kept for the process.
@@ -33,7 +31,8 @@ use std::sync::{Arc, LazyLock, Mutex};
 
 /// The `sequences` row `links` ids are reserved from.
 pub const LINK_IDS: &str = "links.id";
-/// The `sequences` row `events` ids are reserved from.
+/// The `sequences` row `events` ids were reserved from (before the
+/// servers made them, `event_ids`); `migrate` still seeds it.
 pub const EVENT_IDS: &str = "events.id";
 
 /// Link ids reserved per block unless a batch needs more.
@@ -70,12 +69,6 @@ impl HeadWrites {
     pub async fn link_ids(&self, pool: &MySqlPool, count: usize) -> Result<Vec<u64>, StoreError> {
         self.link_ids.take(pool, count as u64).await
     }
-}
-
-/// `count` new event ids for one statement, increasing.
-pub async fn event_ids(pool: &MySqlPool, count: usize) -> Result<Range<u64>, StoreError> {
-    let reserved = sequences::reserve(pool, EVENT_IDS, count as u64).await?;
-    Ok(reserved)
 }
 
 type Known = HashMap<String, Option<Arc<HeadWrites>>>;

@@ -13,10 +13,16 @@
 //! RANGE partitions), made with `CREATE TABLE … LIKE` from the template the
 //! ordinary migrations create in each node's database.
 //!
-//! Ids: linktrack gives every row its id from the head's `sequences` table
-//! (`ids`), never the column default (a MariaDB SEQUENCE default crashed the
-//! head): unique across the data tables, increasing in insertion order, so
-//! the rollup's per-day watermark on `events.id` works unchanged.
+//! Ids: linktrack gives every row its id, never the column default (a
+//! MariaDB SEQUENCE default crashed the head): links from the head's
+//! `sequences` table (`ids`), events from the server's own clock
+//! (`event_ids`, no head needed): unique across the data tables, increasing
+//! in insertion order, so the rollup's per-day watermark on `events.id`
+//! works unchanged.
+//!
+//! Events are written by the journal replay straight to the data table the
+//! head's KEY (`event_id`) partitioning names (`key_partition`,
+//! `event_writes`), so events are stored while the head is down.
 //!
 //! The head knows the topology: its partition comments name a Spider server
 //! and a data table, and `mysql.servers` holds each server's address. The
@@ -32,12 +38,18 @@
 //! * `node`: a data node's address (`LINKTRACK_SHARDS` entries);
 //! * `migrate`: `migrate --shards`, which creates or checks the cluster;
 //! * `ids`: ids (and shards) of the rows written through the head;
+//! * `event_ids`: event ids made by each server (time, writer, counter);
+//! * `key_partition`: MariaDB's KEY partition of an `event_id`;
+//! * `event_writes`: the replay's event inserts, straight to the nodes;
 //! * `shard`: the shard function; `routing`: lookups past the head;
 //! * `saved_topology`: the last topology read, in a file beside the
 //!   journal, for a server started while the head is down;
 //! * `status`: `shards status`, each node's reachability, rows and days.
 
+mod event_ids;
+mod event_writes;
 mod ids;
+mod key_partition;
 mod migrate;
 mod node;
 mod node_address;
@@ -49,7 +61,9 @@ mod status;
 mod topology;
 
 pub use super::mysql_errors::SPIDER_REMOTE_ERRORS;
-pub use ids::{event_ids, head_writes, HeadWrites, IdBlocks, LinkLayout, EVENT_IDS, LINK_IDS};
+pub use event_ids::{event_clock, EventIdClock, EVENT_WRITERS, WRITERS};
+pub use ids::{head_writes, HeadWrites, IdBlocks, LinkLayout, EVENT_IDS, LINK_IDS};
+pub use key_partition::key_partition;
 pub use migrate::{migrate, ClusterMigrate, DEFAULT_VIRTUAL_SHARDS};
 pub use node::{parse_shards, NodeAddress};
 pub use node_failure::NodeFailure;

@@ -51,10 +51,12 @@ const NODE_ACQUIRE_TIMEOUT: Duration = Duration::from_millis(500);
 /// Connections kept to each data node for lookups.
 const NODE_CONNECTIONS: u32 = 8;
 
-/// Where each virtual shard's links are.
+/// Where each virtual shard's links are, and each head partition's events.
 struct Topology {
     /// Per virtual shard: its data node's pool and data table.
     shards: Vec<(MySqlPool, String)>,
+    /// Per head partition of `events`, in order: its node's pool and data table.
+    events: Vec<(MySqlPool, String)>,
     /// The head's placements this was made from, to notice a change.
     made_from: Vec<(String, String)>,
 }
@@ -82,8 +84,9 @@ pub struct Router {
     /// Where the topology is saved for a start without the head.
     file: Option<Arc<Path>>,
     source: Arc<RwLock<TopologySource>>,
-    /// The placements last written to `file`, to write it only on a change.
-    saved: Arc<std::sync::Mutex<Vec<Placement>>>,
+    /// The placements and event writer number last written to `file`, to
+    /// write it only on a change.
+    saved: Arc<std::sync::Mutex<(Vec<Placement>, Option<u64>)>>,
 }
 
 impl Router {
@@ -147,7 +150,11 @@ impl Router {
             saved_at: saved.saved_at,
         };
         let router = Router::new(head, Some(file.clone()), source);
-        *router.saved.lock_even_poisoned() = saved.placements.clone();
+        *router.saved.lock_even_poisoned() = (saved.placements.clone(), saved.writer);
+        if let Some(writer) = saved.writer {
+            // Event ids without the head: the writer number it gave before.
+            super::event_ids::adopt(&saved_topology::head_of(head), writer);
+        }
         if let Err(err) = router.install(&saved.placements) {
             tracing::warn!(%err, "{why}; the saved topology cannot be used: link lookups go through the head");
             return None;
@@ -167,6 +174,7 @@ impl Router {
             head: head.clone(),
             topology: Arc::new(RwLock::new(Arc::new(Topology {
                 shards: Vec::new(),
+                events: Vec::new(),
                 made_from: Vec::new(),
             }))),
             nodes: Default::default(),
@@ -200,6 +208,7 @@ impl Router {
         drop(conn);
         let router = Router::new(head, file, TopologySource::Head);
         router.install(&placed)?;
+        router.event_writer().await?;
         router.save(&placed).await;
         router.spawn_watch();
         Ok(Some(router))
@@ -217,19 +226,24 @@ impl Router {
         let Some(file) = self.file.clone() else {
             return;
         };
-        if *self.saved.lock_even_poisoned() == placed {
-            return;
+        let head = saved_topology::head_of(&self.head);
+        let writer = super::event_ids::known(&head).map(|clock| clock.writer());
+        {
+            let last = self.saved.lock_even_poisoned();
+            if last.0 == placed && last.1 == writer {
+                return;
+            }
         }
         let saved = SavedTopology {
             saved_at: Utc::now(),
             placements: placed.to_vec(),
+            writer,
         };
-        let head = saved_topology::head_of(&self.head);
         let path = file.clone();
         let written =
             tokio::task::spawn_blocking(move || saved_topology::save(&path, &head, &saved)).await;
         match written {
-            Ok(Ok(())) => *self.saved.lock_even_poisoned() = placed.to_vec(),
+            Ok(Ok(())) => *self.saved.lock_even_poisoned() = (placed.to_vec(), writer),
             Ok(Err(err)) => tracing::warn!(%err, "saving the cluster's topology failed"),
             Err(err) => tracing::warn!(%err, "saving the cluster's topology failed"),
         }
@@ -330,6 +344,41 @@ impl Router {
         }
     }
 
+    /// The event id clock of this server on this head: the writer number
+    /// kept in the saved file when there is one (a restart keeps its
+    /// number), else one reserved on the head.
+    async fn event_writer(&self) -> Result<(), StoreError> {
+        let head = saved_topology::head_of(&self.head);
+        if super::event_ids::known(&head).is_some() {
+            return Ok(());
+        }
+        if let Some(file) = self.file.clone() {
+            let name = head.clone();
+            let loaded =
+                tokio::task::spawn_blocking(move || saved_topology::load(&file, &name)).await;
+            if let Ok(Ok(Some(SavedTopology {
+                writer: Some(writer),
+                ..
+            }))) = loaded
+            {
+                super::event_ids::adopt(&head, writer);
+                return Ok(());
+            }
+        }
+        super::event_ids::event_clock(&self.head).await.map(drop)
+    }
+
+    /// The head this router reads its topology from.
+    pub(super) fn head(&self) -> &MySqlPool {
+        &self.head
+    }
+
+    /// Per head partition of `events`, in order: the data node's pool and
+    /// the data table.
+    pub(super) fn event_tables(&self) -> Vec<(MySqlPool, String)> {
+        self.current().events.clone()
+    }
+
     fn install(&self, placed: &[Placement]) -> Result<(), StoreError> {
         let links: Vec<&Placement> = placed.iter().filter(|p| p.table == "links").collect();
         let mut shards = Vec::with_capacity(links.len());
@@ -350,8 +399,13 @@ impl Router {
             }
             shards.push((self.node_pool(&p.node)?, p.data_table.clone()));
         }
+        let mut events = Vec::new();
+        for p in placed.iter().filter(|p| p.table == "events") {
+            events.push((self.node_pool(&p.node)?, p.data_table.clone()));
+        }
         let topology = Arc::new(Topology {
             shards,
+            events,
             made_from: fingerprint(placed),
         });
         *self.topology.write_even_poisoned() = topology;
@@ -388,12 +442,11 @@ fn shard_table(topology: &Topology, shard: Option<u32>) -> Result<(MySqlPool, St
 fn fingerprint(placed: &[Placement]) -> Vec<(String, String)> {
     placed
         .iter()
-        .filter(|p| p.table == "links")
         .map(|p| (p.data_table.clone(), p.node.to_string()))
         .collect()
 }
 
-fn is_missing_table(err: &StoreError) -> bool {
+pub(super) fn is_missing_table(err: &StoreError) -> bool {
     match err {
         StoreError::Sqlx(err) => mysql_error_number(err) == Some(NO_SUCH_TABLE),
         _ => false,

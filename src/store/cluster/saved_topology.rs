@@ -30,6 +30,9 @@ pub struct SavedTopology {
     /// When the head was read.
     pub saved_at: DateTime<Utc>,
     pub placements: Vec<Placement>,
+    /// This server's event writer number on the head (`event_ids`), so a
+    /// server started while the head is down makes event ids too.
+    pub writer: Option<u64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -57,6 +60,9 @@ struct File {
     head: String,
     saved_at: DateTime<Utc>,
     placements: Vec<FilePlacement>,
+    /// Absent in files of linktracks that wrote events through the head.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    writer: Option<u64>,
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -111,6 +117,7 @@ pub(crate) fn save(
         head: head.to_owned(),
         saved_at: saved.saved_at,
         placements,
+        writer: saved.writer,
     };
     let mut text = serde_json::to_vec_pretty(&file).map_err(|err| SavedTopologyError::Refused {
         path: path.to_owned(),
@@ -203,6 +210,7 @@ pub(crate) fn load(path: &Path, head: &str) -> Result<Option<SavedTopology>, Sav
     Ok(Some(SavedTopology {
         saved_at: file.saved_at,
         placements,
+        writer: file.writer,
     }))
 }
 
@@ -241,6 +249,7 @@ mod tests {
                 placement("links", 1, 3308),
                 placement("events", 0, 3307),
             ],
+            writer: Some(17),
         };
         save(&path, "lt@h:3306/lt", &saved).unwrap();
         assert_eq!(load(&path, "lt@h:3306/lt").unwrap(), Some(saved.clone()));
@@ -263,6 +272,7 @@ mod tests {
         let moved = SavedTopology {
             saved_at: Utc::now(),
             placements: vec![placement("links", 0, 3309), placement("links", 1, 3308)],
+            writer: None,
         };
         save(&path, "lt@h:3306/lt", &moved).unwrap();
         assert_eq!(load(&path, "lt@h:3306/lt").unwrap(), Some(moved));
@@ -282,6 +292,7 @@ mod tests {
         let saved = SavedTopology {
             saved_at: Utc::now(),
             placements: vec![placement("events", 0, 3307)],
+            writer: None,
         };
         save(&path, "h", &saved).unwrap();
         let err = load(&path, "h").unwrap_err().to_string();

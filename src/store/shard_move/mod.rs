@@ -11,7 +11,11 @@
 //!    blocks every write to the head's `links` (all its data tables, not
 //!    only the moving one) at the head's metadata lock; lookups and
 //!    redirects go on. Writers wait, they do not fail: the builder's batch
-//!    and the event writer's insert continue when the pause ends.
+//!    continues when the pause ends. An `events_NN` table is also locked
+//!    on A (`LOCK TABLES … WRITE`) from here to step 5: the journal replay
+//!    writes events straight to the nodes, past the head's pause; its
+//!    insert waits there, finds the table renamed (1146) and writes where
+//!    the head's new topology says.
 //! 3. The rows are copied from A to B in primary-key order, then checked:
 //!    row count and `CHECKSUM TABLE` must be equal on both.
 //! 4. A second head connection queues `RENAME TABLE links TO links_retired,
@@ -22,7 +26,8 @@
 //! 5. The retired Spider table is dropped (a Spider table holds no rows;
 //!    dropping it drops nothing on the nodes) and A's copy is renamed to
 //!    `moved_links_07`: kept, outside the cluster, until the operator drops
-//!    it. Nothing is ever dropped on a data node.
+//!    it (`ALTER TABLE … RENAME` for a locked `events_NN`, then unlocked).
+//!    Nothing is ever dropped on a data node.
 //!
 //! A failure before step 4 leaves the head reading A, as before; B's
 //! partial copy is named in the error (drop it, run again).

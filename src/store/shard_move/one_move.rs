@@ -146,6 +146,17 @@ pub async fn move_table(
     make_target_table(&mut source, &mut target, data_table, to_server, to_node).await?;
     let spare = prepare_spare_table(&mut head, &from, to_server).await?;
 
+    // Events are written straight to the data nodes (the journal replay,
+    // past the head), which the head's pause does not stop: the old copy
+    // is locked on its node until it is renamed, so those writers wait,
+    // then find it gone (1146) and follow the head's new topology.
+    let locked = from.table == "events";
+    if locked {
+        sqlx::query(&format!("LOCK TABLES `{data_table}` WRITE"))
+            .execute(&mut source)
+            .await
+            .map_err(|err| node_error(&from.server, &from.node)(err.into()))?;
+    }
     let pause_started = Instant::now();
     let mut pause = pause_writes(pool, &from.table).await?;
     let rows = copy_rows(&mut source, &mut target, data_table).await?;
@@ -157,7 +168,7 @@ pub async fn move_table(
     sqlx::query(&format!("DROP TABLE `{}`", retired_name(&from.table)))
         .execute(&mut head)
         .await?;
-    retire_old_copy(&mut source, data_table, &old_copy, rows).await?;
+    retire_old_copy(&mut source, data_table, &old_copy, rows, locked).await?;
     let _ = head.close().await;
     let _ = source.close().await;
     let _ = target.close().await;

@@ -111,10 +111,20 @@ pub(super) async fn retire_old_copy(
     table: &str,
     old_copy: &str,
     copied: u64,
+    locked: bool,
 ) -> Result<(), StoreError> {
-    sqlx::query(&format!("RENAME TABLE `{table}` TO `{old_copy}`"))
-        .execute(&mut *source)
-        .await?;
+    if locked {
+        // `RENAME TABLE` is refused under `LOCK TABLES`; this form is not,
+        // and the writers waiting on the lock then fail with 1146.
+        sqlx::query(&format!("ALTER TABLE `{table}` RENAME TO `{old_copy}`"))
+            .execute(&mut *source)
+            .await?;
+        sqlx::query("UNLOCK TABLES").execute(&mut *source).await?;
+    } else {
+        sqlx::query(&format!("RENAME TABLE `{table}` TO `{old_copy}`"))
+            .execute(&mut *source)
+            .await?;
+    }
     let now = count_rows(source, old_copy).await?;
     if now != copied {
         return Err(StoreError::Refused(format!(
