@@ -21,6 +21,7 @@ mod report;
 mod soft_policy;
 pub mod sources;
 mod text;
+mod vendors;
 
 pub use classify::Class;
 pub use events_out::EventsOut;
