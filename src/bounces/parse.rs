@@ -357,19 +357,28 @@ fn with_said_in_text(kind: Kind, message: &Message<'_>) -> Kind {
         }
         let recipient = failure.recipient.to_ascii_lowercase();
         let lines: Vec<&str> = text.lines().collect();
-        let Some(at) = lines
+        // The recipient's lines (a Sendmail notice names it in its list
+        // of failed addresses, then in the transcript with the reply),
+        // each with its indented continuations.
+        let mentions: Vec<usize> = lines
             .iter()
-            .position(|line| line.to_ascii_lowercase().contains(&recipient))
-        else {
+            .enumerate()
+            .filter(|(_, line)| line.to_ascii_lowercase().contains(&recipient))
+            .map(|(at, _)| at)
+            .take(4)
+            .collect();
+        if mentions.is_empty() {
             continue;
-        };
-        // The recipient's line and its indented continuations.
-        let continued = lines[at + 1..]
+        }
+        let said: String = mentions
             .iter()
-            .take(2)
-            .take_while(|line| line.starts_with([' ', '\t']) && !line.trim().is_empty());
-        let said: String = std::iter::once(&lines[at])
-            .chain(continued)
+            .flat_map(|&at| {
+                let continued = lines[at + 1..]
+                    .iter()
+                    .take(2)
+                    .take_while(|line| line.starts_with([' ', '\t']) && !line.trim().is_empty());
+                std::iter::once(&lines[at]).chain(continued)
+            })
             .map(|line| line.trim())
             .collect::<Vec<_>>()
             .join(" ");

@@ -142,20 +142,6 @@ const VENDORS: &[Vendor] = &[
         ],
     },
     Vendor {
-        name: "notes",
-        is: |s| s.subject_starts("undeliverable message"),
-        phrases: &[
-            (
-                Reason::UserUnknown,
-                &[
-                    "user not listed in public name & address book",
-                    "ディレクトリのリストにありません",
-                ],
-            ),
-            (Reason::NetworkError, &["message has exceeded maximum hop count"]),
-        ],
-    },
-    Vendor {
         name: "biglobe",
         is: |s| s.has("from", "postmaster@") && s.has("from", "biglobe.ne.jp"),
         phrases: &[
@@ -267,6 +253,21 @@ const VENDORS: &[Vendor] = &[
                 Reason::UserUnknown,
                 &["requested action not taken: mailbox unavailable"],
             ),
+        ],
+    },
+    // Known by its subject only: after the others.
+    Vendor {
+        name: "notes",
+        is: |s| s.subject_starts("undeliverable message"),
+        phrases: &[
+            (
+                Reason::UserUnknown,
+                &[
+                    "user not listed in public name & address book",
+                    "ディレクトリのリストにありません",
+                ],
+            ),
+            (Reason::NetworkError, &["message has exceeded maximum hop count"]),
         ],
     },
 ];
