@@ -30,6 +30,8 @@ const COPY_MARKERS: &[&str] = &[
     "------- returned message --------",
     // fml's notices to a list's poster.
     "original mail as follows:",
+    // Zoho's copy of the letter, after its notice without a marker.
+    "received:from mail.zoho.com by mx.zohomail.com",
 ];
 
 /// The transcript of an SMTP session: after the failure section in
@@ -110,15 +112,16 @@ pub(crate) fn read(message: &Message<'_>, copy: bool, returned_to: Option<&str>)
         })
         .unwrap_or_default();
     if named.is_empty() {
+        // Verizon's and Apache James' notices give the envelope's
+        // recipient as `RCPT TO: address` in their "message details",
+        // among the letter's other addresses.
+        named = rcpt_to_lines(section);
+    }
+    if named.is_empty() {
         named = addresses_in(section)
             .into_iter()
             .filter(|a| !own.iter().any(|o| o.eq_ignore_ascii_case(a)))
             .collect();
-    }
-    if named.is_empty() {
-        // Verizon's and Apache James' notices give the envelope's
-        // recipient as `RCPT TO: address` in their "message details".
-        named = rcpt_to_lines(section);
     }
     if named.is_empty() {
         // A bounce whose recipient is also its own `To` (a redacted
