@@ -134,7 +134,8 @@
 //!     acted on (`ingest.rs`, soft bounces counted by `soft_policy.rs`,
 //!     decisions sent on through `events_out.rs`); providers' events (SES,
 //!     Mailgun) read into the same report (`providers.rs`); the bounce
-//!     mailbox read over IMAP or POP3 (`bounces/mailbox/`).
+//!     mailbox read over IMAP or POP3 (`bounces/mailbox/`); vendors'
+//!     own phrase tables, known by their headers (`vendors.rs`).
 //! 23. [`journal`]: the event journal: its segment files
 //!     (`journal/segments.rs`), its versioned line (`line.rs`), the fallback
 //!     queue when it cannot write (`fallback.rs`) and its drain

@@ -85,13 +85,30 @@ fn read_kind(message: &Message<'_>, raw: &[u8], returned: Option<&str>) -> Kind 
             return kind;
         }
     }
+    if let Some(unsubscribe) = apple_unsubscribe(message) {
+        return unsubscribe;
+    }
     if is_auto_reply(message) && !looks_like_bounce(message) {
         return Kind::AutoReply;
     }
     if looks_like_bounce(message) {
-        return super::text::read(message).unwrap_or(Kind::NotABounce {
+        let returned_to = returned
+            .and_then(|h| header_field(h, "To"))
+            .or_else(|| returned.and_then(|h| header_field(h, "Delivered-To")));
+        if let Some(kind) = super::text::read(message, false, None) {
+            return kind;
+        }
+        // A notice that only forwards the report (a relay's notice to its
+        // postmaster with the bounce attached): the attached report.
+        if let Some(kind) = attached_report(message) {
+            return kind;
+        }
+        if let Some(kind) = super::text::read(message, true, returned_to.as_deref()) {
+            return kind;
+        }
+        return Kind::NotABounce {
             why: "a bounce without a recipient in it (truncated or malformed)",
-        });
+        };
     }
     if report_type.is_some() {
         return Kind::NotABounce {
@@ -101,6 +118,36 @@ fn read_kind(message: &Message<'_>, raw: &[u8], returned: Option<&str>) -> Kind 
     Kind::NotABounce {
         why: "neither a delivery report, a complaint nor a bounce's text",
     }
+}
+
+/// A delivery report attached whole to a notice (a `message/rfc822`
+/// part that is itself a `multipart/report`): its reading.
+fn attached_report(message: &Message<'_>) -> Option<Kind> {
+    message.parts.iter().find_map(|part| match &part.body {
+        PartType::Message(inner) if report_type(inner).as_deref() == Some("delivery-status") => {
+            match delivery_status(inner) {
+                Some(kind @ Kind::Bounce { .. }) => Some(with_said_in_text(kind, inner)),
+                _ => None,
+            }
+        }
+        _ => None,
+    })
+}
+
+/// Apple Mail's unsubscribe request (`X-Apple-Unsubscribe: true`, sent
+/// to a letter's `List-Unsubscribe` address): the reader asks for no
+/// more, as an ARF `opt-out` does; the reader is its sender.
+fn apple_unsubscribe(message: &Message<'_>) -> Option<Kind> {
+    let asked = message
+        .header_raw("X-Apple-Unsubscribe")
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
+    if !asked {
+        return None;
+    }
+    Some(Kind::Complaint {
+        feedback_type: "opt-out".into(),
+        recipient: message.header_raw("From").and_then(plain_address),
+    })
 }
 
 /// `report-type` of a `multipart/report` root, lowercased.
@@ -276,7 +323,18 @@ fn delivery_status(message: &Message<'_>) -> Option<Kind> {
     let part = parts_of(message, "message", "delivery-status")
         .chain(parts_of(message, "message", "global-delivery-status"))
         .next()?;
-    delivery_fields(&String::from_utf8_lossy(part.contents()))
+    delivery_fields(&report_text(part.contents()))
+}
+
+/// A report part's text. Lotus Domino writes a Japanese
+/// `Diagnostic-Code` in ISO-2022-JP (escape sequences in a 7-bit part
+/// that declares no charset): decoded, so that its words can be read.
+fn report_text(contents: &[u8]) -> String {
+    if contents.windows(3).any(|w| w == b"\x1b$B") {
+        let (text, _, _) = encoding_rs::ISO_2022_JP.decode(contents);
+        return text.into_owned();
+    }
+    String::from_utf8_lossy(contents).into_owned()
 }
 
 /// A report's failures that carry no `Diagnostic-Code` (OpenSMTPD writes
@@ -299,19 +357,28 @@ fn with_said_in_text(kind: Kind, message: &Message<'_>) -> Kind {
         }
         let recipient = failure.recipient.to_ascii_lowercase();
         let lines: Vec<&str> = text.lines().collect();
-        let Some(at) = lines
+        // The recipient's lines (a Sendmail notice names it in its list
+        // of failed addresses, then in the transcript with the reply),
+        // each with its indented continuations.
+        let mentions: Vec<usize> = lines
             .iter()
-            .position(|line| line.to_ascii_lowercase().contains(&recipient))
-        else {
+            .enumerate()
+            .filter(|(_, line)| line.to_ascii_lowercase().contains(&recipient))
+            .map(|(at, _)| at)
+            .take(4)
+            .collect();
+        if mentions.is_empty() {
             continue;
-        };
-        // The recipient's line and its indented continuations.
-        let continued = lines[at + 1..]
+        }
+        let said: String = mentions
             .iter()
-            .take(2)
-            .take_while(|line| line.starts_with([' ', '\t']) && !line.trim().is_empty());
-        let said: String = std::iter::once(&lines[at])
-            .chain(continued)
+            .flat_map(|&at| {
+                let continued = lines[at + 1..]
+                    .iter()
+                    .take(2)
+                    .take_while(|line| line.starts_with([' ', '\t']) && !line.trim().is_empty());
+                std::iter::once(&lines[at]).chain(continued)
+            })
             .map(|line| line.trim())
             .collect::<Vec<_>>()
             .join(" ");
@@ -542,11 +609,19 @@ pub(crate) fn looks_like_bounce(message: &Message<'_>) -> bool {
     let daemon = [
         "mailer-daemon",
         "postmaster",
+        "post_master",
         "mail delivery",
         "mail-daemon",
     ]
     .iter()
     .any(|who| from.contains(who));
+    // Writers known by headers they put only on their notices (fml's
+    // list notices, KDDI's, Verizon's), not on all their mail as
+    // Zoho's or Outlook.com's are.
+    let vendor = super::vendors::vendor_of(&super::vendors::Seen::of(message));
+    if matches!(vendor, Some("fml" | "kddi" | "verizon")) {
+        return true;
+    }
     let subject = message.subject().unwrap_or_default().to_ascii_lowercase();
     let bounce_subject = [
         "undeliver",

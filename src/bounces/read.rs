@@ -8,6 +8,7 @@ use super::parse::{self, ParseError};
 use super::providers;
 use super::reasons::{self, Class, Reason};
 use super::report::{Failure, Kind, Report};
+use super::vendors::{self, Seen};
 use mail_parser::MessageParser;
 use serde_json::Value;
 
@@ -16,6 +17,8 @@ pub fn read(raw: &[u8]) -> Result<Report, ParseError> {
     let mut report = parse::parse(raw)?;
     if !matches!(report.kind, Kind::NotABounce { .. }) {
         filtered_after_data(&mut report, raw);
+        powermta_categories(&mut report, raw);
+        in_vendors_words(&mut report, raw);
         return Ok(report);
     }
     Ok(ses_by_mail(raw).unwrap_or(report))
@@ -43,7 +46,8 @@ const ENVELOPE_COMMANDS: &[&str] = &[
     "smtp command: rcpt",
     "smtp:rcpt",
     "was rcpt to response",
-    "server has rejected address",
+    "after rcpt command",
+    "[rcpt_to]",
     "did not like our rcpt to",
     "did not like our mail from",
 ];
@@ -107,9 +111,14 @@ fn filtered_after_data(report: &mut Report, raw: &[u8]) {
     let Kind::Bounce { failures, .. } = &mut report.kind else {
         return;
     };
-    let unknown_user = |f: &Failure| f.reason == Some(Reason::UserUnknown);
     let unsaid = |f: &Failure| matches!(f.reason, None | Some(Reason::Undefined));
-    if !failures.iter().any(|f| unknown_user(f) || unsaid(f)) {
+    let of_an_address = |f: &Failure| {
+        matches!(
+            f.reason,
+            Some(Reason::UserUnknown | Reason::HostUnknown | Reason::Filtered)
+        )
+    };
+    if !failures.iter().any(|f| of_an_address(f) || unsaid(f)) {
         return;
     }
     let head = &raw[..raw.len().min(64 << 10)];
@@ -140,6 +149,18 @@ fn filtered_after_data(report: &mut Report, raw: &[u8]) {
             failure.class = Some(Reason::Blocked.class());
         }
     }
+    // Refused at `MAIL FROM`: the receiver refused the sender's address,
+    // whatever it says of a mailbox or a domain (Exim's "553 5.1.0 …
+    // does not exist" after `MAIL FROM`), not the recipient's.
+    if at_sender(&folded) || at_sender(&lined) {
+        for failure in failures.iter_mut() {
+            if of_an_address(failure) {
+                failure.reason = Some(Reason::Rejected);
+                failure.class = Some(Reason::Rejected.class());
+            }
+        }
+        return;
+    }
     if stage == Stage::Envelope {
         return;
     }
@@ -151,19 +172,129 @@ fn filtered_after_data(report: &mut Report, raw: &[u8]) {
     }
 }
 
+/// Whether the last SMTP command the bounce's text (lowercased,
+/// whitespace folded) names is `MAIL FROM`.
+fn at_sender(text: &str) -> bool {
+    let last = |markers: &[&str]| markers.iter().filter_map(|m| text.rfind(m)).max();
+    let sender = last(&[
+        "in reply to mail from command",
+        "after mail from",
+        ">>> mail from",
+        "did not like our mail from",
+    ]);
+    let other = last(
+        &ENVELOPE_COMMANDS
+            .iter()
+            .chain(DATA_COMMANDS)
+            .copied()
+            .filter(|m| m.contains("rcpt") || m.contains("data") || m.contains(">>> ."))
+            .collect::<Vec<_>>(),
+    );
+    match (sender, other) {
+        (Some(sender), Some(other)) => sender > other,
+        (Some(_), None) => true,
+        _ => false,
+    }
+}
+
 /// Whether a failure's code says the mailbox does not exist whatever
 /// the stage: an address status (5.1.x: 5.1.1, Microsoft's 5.1.10 and
-/// 5.1.351), a disabled mailbox (5.2.1) whose words say the user is
-/// unknown, a provider's own code for it (Orange's 416, Exchange 2003's
-/// 000C05A6), or a vendor's own words for it.
+/// 5.1.351), a provider's own code for it (Orange's 416, Exchange 2003's
+/// 000C05A6), or a vendor's own words for it. A 5.2.1 (a mailbox that
+/// takes no mail) that says "user unknown" after the data is the
+/// receiver's filter, as sisimai reads it.
 fn says_no_mailbox(failure: &Failure) -> bool {
     let code = failure.status.as_deref().and_then(StatusCode::parse);
-    let address_or_mailbox =
-        code.is_some_and(|code| code.subject == 1 || (code.subject, code.detail) == (2, 1));
+    let address = code.is_some_and(|code| code.subject == 1);
     let diagnostic = failure.diagnostic.to_ascii_lowercase();
-    address_or_mailbox
+    address
         || reasons::by_provider_code(&diagnostic) == Some(Reason::UserUnknown)
         || NO_MAILBOX_WORDS.iter().any(|w| diagnostic.contains(w))
+        || au_says_no_mailbox(&failure.recipient, &diagnostic)
+}
+
+/// KDDI's au (ezweb.ne.jp, au.com) says "`<address>`: User unknown" of a
+/// mailbox that does not exist, and "550 : User unknown" (no address)
+/// of its reception filter ([`reasons::by_provider_code`]).
+fn au_says_no_mailbox(recipient: &str, diagnostic: &str) -> bool {
+    let domain = recipient
+        .rsplit_once('@')
+        .map(|(_, d)| d.to_ascii_lowercase())
+        .unwrap_or_default();
+    let au = domain == "ezweb.ne.jp" || domain == "au.com" || domain.ends_with(".au.com");
+    au && diagnostic.contains(">: user unknown")
+}
+
+/// PowerMTA's own verdict on each recipient of its report
+/// (`X-PowerMTA-BounceCategory`), which it gives from its own table of
+/// the remote replies: where it names a reason, that reason.
+fn powermta_categories(report: &mut Report, raw: &[u8]) {
+    let Kind::Bounce { failures, .. } = &mut report.kind else {
+        return;
+    };
+    let head = &raw[..raw.len().min(64 << 10)];
+    let text = String::from_utf8_lossy(head).to_ascii_lowercase();
+    if !text.contains("x-powermta-bouncecategory:") {
+        return;
+    }
+    for group in text.split("\n\n").chain(text.split("\r\n\r\n")) {
+        let field = |name: &str| {
+            group.lines().find_map(|line| {
+                let (n, v) = line.split_once(':')?;
+                n.trim().eq_ignore_ascii_case(name).then(|| v.trim())
+            })
+        };
+        let (Some(recipient), Some(category)) =
+            (field("final-recipient"), field("x-powermta-bouncecategory"))
+        else {
+            continue;
+        };
+        let reason = match category {
+            "bad-domain" => Reason::HostUnknown,
+            "bad-mailbox" => Reason::UserUnknown,
+            "inactive-mailbox" => Reason::Suspend,
+            "message-expired" => Reason::Expired,
+            "no-answer-from-host" => Reason::NetworkError,
+            "policy-related" => Reason::PolicyViolation,
+            "quota-issues" => Reason::MailboxFull,
+            "routing-errors" => Reason::SystemError,
+            "spam-related" => Reason::SpamDetected,
+            _ => continue,
+        };
+        let address = recipient.rsplit(';').next().unwrap_or_default().trim();
+        for failure in failures
+            .iter_mut()
+            .filter(|f| f.recipient.eq_ignore_ascii_case(address))
+        {
+            failure.reason = Some(reason);
+            failure.class = Some(reason.class());
+        }
+    }
+}
+
+/// A vendor's own words (`vendors.rs`), in a failure's diagnostic or in
+/// the bounce's text (where the vendor writes them as a headline, not on
+/// the recipient's line), decide its reason.
+fn in_vendors_words(report: &mut Report, raw: &[u8]) {
+    let Kind::Bounce { failures, .. } = &mut report.kind else {
+        return;
+    };
+    let Some(message) = MessageParser::default().parse(raw) else {
+        return;
+    };
+    let seen = Seen::of(&message);
+    let Some(vendor) = vendors::vendor_of(&seen) else {
+        return;
+    };
+    let text = &seen.text;
+    for failure in failures.iter_mut() {
+        let said = vendors::reason_in(vendor, &failure.diagnostic.to_lowercase())
+            .or_else(|| vendors::reason_in(vendor, text));
+        if let Some(reason) = said {
+            failure.reason = Some(reason);
+            failure.class = Some(reason.class());
+        }
+    }
 }
 
 /// Vendors' words for a mailbox that does not exist, whatever the
@@ -174,7 +305,6 @@ const NO_MAILBOX_WORDS: &[&str] = &[
     "not listed in domino directory",
     "not listed in public name & address book",
     "invalid final delivery userid",
-    "requested action not taken: mailbox unavailable",
 ];
 
 /// An SES notification in a message's text: the notification itself

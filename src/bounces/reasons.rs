@@ -218,6 +218,15 @@ const PHRASES: &[(Reason, &[&str])] = &[
         Reason::Speeding,
         &["is receiving mail at a rate", "please try again slower"],
     ),
+    // qmail's refused HELO, an open relay refused before a word of the
+    // message: the sending host, not the recipient.
+    (
+        Reason::Blocked,
+        &["but my name was rejected", "no access from mail server"],
+    ),
+    (Reason::NoRelaying, &["insecure mail relay"]),
+    // Exim's refusal of an address it could not parse.
+    (Reason::SyntaxError, &["malformed address:"]),
     (
         Reason::HostUnknown,
         &[
@@ -877,12 +886,15 @@ const EXCHANGE_CODES: &[(&str, Reason)] = &[
 ];
 
 /// The reason a provider's own code in the words names (`text`
-/// lowercased): Orange's, Exchange 2003's, and KDDI au's "550 : User
+/// lowercased): Orange's, Exchange 2003's, Spectrum's, and KDDI au's "550 : User
 /// unknown" (an empty address: the recipient's reception filter, where
 /// a mailbox that does not exist is "550 `<address>`: User unknown").
 pub fn by_provider_code(text: &str) -> Option<Reason> {
     if text.contains("550 : user unknown") {
         return Some(Reason::Filtered);
+    }
+    if let Some(reason) = spectrum_code(text) {
+        return Some(reason);
     }
     for tag in ["lpn", "ofr", "ouk"] {
         for (at, _) in text.match_indices(tag) {
@@ -901,13 +913,71 @@ pub fn by_provider_code(text: &str) -> Option<Reason> {
         .map(|(_, reason)| *reason)
 }
 
+/// Wordings whose parts come in this order with anything between them
+/// (`553 <domain> does not exist`: the domain, named in the middle).
+const IN_ORDER: &[(Reason, &[&str])] = &[
+    (Reason::HostUnknown, &["553 ", " does not exist"]),
+    (
+        Reason::HostUnknown,
+        &["dns lookup failure: host ", " not found"],
+    ),
+];
+
 /// The reason the words say (`text` lowercased), the first row that has
 /// one of its phrases.
 pub fn by_words(text: &str) -> Option<Reason> {
-    PHRASES
+    let in_order = |parts: &[&str]| {
+        let mut rest = text;
+        parts.iter().all(|part| match rest.find(part) {
+            Some(at) => {
+                rest = &rest[at + part.len()..];
+                true
+            }
+            None => false,
+        })
+    };
+    IN_ORDER
         .iter()
-        .find(|(_, phrases)| phrases.iter().any(|phrase| text.contains(phrase)))
+        .find(|(_, parts)| in_order(parts))
         .map(|(reason, _)| *reason)
+        .or_else(|| {
+            PHRASES
+                .iter()
+                .find(|(_, phrases)| phrases.iter().any(|phrase| text.contains(phrase)))
+                .map(|(reason, _)| *reason)
+        })
+}
+
+/// Charter Spectrum's acceptable use codes (`AUP#In-1310`, `AUP#CNCT`
+/// aside): ranges of numbers and their reasons, as Spectrum documents
+/// them ("Understanding email error codes").
+const SPECTRUM_CODES: &[(u16, u16, Reason)] = &[
+    (1000, 1000, Reason::Blocked),
+    (1010, 1080, Reason::Rejected),
+    (1090, 1090, Reason::SystemError),
+    (1100, 1150, Reason::RequirePtr),
+    (1160, 1190, Reason::PolicyViolation),
+    (1200, 1250, Reason::Blocked),
+    (1260, 1260, Reason::NetworkError),
+    (1300, 1340, Reason::TooManyConn),
+    (1350, 1490, Reason::Speeding),
+    (1500, 1520, Reason::Rejected),
+    (1530, 1530, Reason::MesgTooBig),
+    (1540, 1550, Reason::Speeding),
+    (1560, 1560, Reason::PolicyViolation),
+    (1580, 1580, Reason::Speeding),
+];
+
+/// The reason of Spectrum's `AUP#…NNNN` code in `text` (lowercased).
+fn spectrum_code(text: &str) -> Option<Reason> {
+    let at = text.find("aup#")?;
+    let rest = text[at + 4..].trim_start_matches(|c: char| c.is_ascii_alphabetic() || c == '-');
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    let number: u16 = digits.get(..4)?.parse().ok()?;
+    SPECTRUM_CODES
+        .iter()
+        .find(|(low, high, _)| (*low..=*high).contains(&number))
+        .map(|(_, _, reason)| *reason)
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@
 
 use super::bare_address::plain_address;
 use super::classify::{self, Reason, StatusCode};
+use super::reasons;
 use super::report::{Failure, Kind};
 use mail_parser::Message;
 
@@ -27,6 +28,10 @@ const COPY_MARKERS: &[&str] = &[
     "message headers follow",
     "original message follows",
     "------- returned message --------",
+    // fml's notices to a list's poster.
+    "original mail as follows:",
+    // Zoho's copy of the letter, after its notice without a marker.
+    "received:from mail.zoho.com by mx.zohomail.com",
 ];
 
 /// The transcript of an SMTP session: after the failure section in
@@ -59,7 +64,10 @@ const MTAS: &[(&str, &str)] = &[
 ];
 
 /// The failures a text bounce names; `None` when it names no address.
-pub(crate) fn read(message: &Message<'_>) -> Option<Kind> {
+/// `copy`: whether a bounce whose text names no one may be read as the
+/// copy of the letter's `To` (`returned_to`, the returned message's when
+/// it is a MIME part, else the `To:` line of a copy in the text).
+pub(crate) fn read(message: &Message<'_>, copy: bool, returned_to: Option<&str>) -> Option<Kind> {
     let text = body_text(message);
     let lower = text.to_ascii_lowercase();
     let own = own_addresses(message);
@@ -104,6 +112,12 @@ pub(crate) fn read(message: &Message<'_>) -> Option<Kind> {
         })
         .unwrap_or_default();
     if named.is_empty() {
+        // Verizon's and Apache James' notices give the envelope's
+        // recipient as `RCPT TO: address` in their "message details",
+        // among the letter's other addresses.
+        named = rcpt_to_lines(section);
+    }
+    if named.is_empty() {
         named = addresses_in(section)
             .into_iter()
             .filter(|a| !own.iter().any(|o| o.eq_ignore_ascii_case(a)))
@@ -130,6 +144,22 @@ pub(crate) fn read(message: &Message<'_>) -> Option<Kind> {
             .collect();
     }
     named.dedup_by(|a, b| a.eq_ignore_ascii_case(b));
+    if named.is_empty() && copy {
+        // The text names no one (a report without recipients, a V5
+        // Sendmail transcript that names only hosts, a recipient that is
+        // a postmaster): the copy of the letter says whom it was to.
+        let copy_to = returned_to.map(str::to_owned).or_else(|| {
+            text[section_end..].lines().find_map(|line| {
+                let (name, value) = line.trim().split_once(':')?;
+                name.eq_ignore_ascii_case("to").then(|| value.to_owned())
+            })
+        });
+        named = copy_to
+            .iter()
+            .flat_map(|to| addresses_or_daemons_in(to))
+            .take(1)
+            .collect();
+    }
     if named.is_empty() {
         return None;
     }
@@ -139,12 +169,16 @@ pub(crate) fn read(message: &Message<'_>) -> Option<Kind> {
     // Sendmail's layout: the failed addresses, then the transcript of
     // the session, where the remote MTA's words are.
     let through_transcript = &text[..end_before(Some(TRANSCRIPT)).max(section_end)];
+    // V5 Sendmail's transcript is the failure section: each recipient's
+    // line ("554 <a@b>... Remote protocol error") follows the host's
+    // replies that are why.
+    let v5 = lower.trim_start().starts_with(TRANSCRIPT);
     let failures = named
         .iter()
         .map(|recipient| {
-            let said = failure(section, recipient, &named);
+            let said = failure(section, recipient, &named, v5);
             if said.reason == Some(Reason::Undefined) && through_transcript.len() > section.len() {
-                failure(through_transcript, recipient, &named)
+                failure(through_transcript, recipient, &named, v5)
             } else {
                 said
             }
@@ -178,6 +212,21 @@ fn group_refusal(groups: Vec<String>) -> Kind {
             })
             .collect(),
     }
+}
+
+/// The addresses of `RCPT TO: address` lines (not a transcript's
+/// `>>> RCPT To:<…>`).
+fn rcpt_to_lines(section: &str) -> Vec<String> {
+    section
+        .lines()
+        .filter_map(|line| {
+            let line = line.trim();
+            let head = line.get(..8)?;
+            head.eq_ignore_ascii_case("rcpt to:")
+                .then(|| addresses_in(&line[8..]))
+        })
+        .flatten()
+        .collect()
 }
 
 /// Addresses alone on their line and ended by a colon (`a@b:`,
@@ -250,6 +299,15 @@ fn own_addresses(message: &Message<'_>) -> Vec<String> {
 /// Every address in `text`, in order of appearance (`<a@b>`, `a@b:`,
 /// `(a@b)`), without MTA hosts' own mailboxes.
 fn addresses_in(text: &str) -> Vec<String> {
+    all_addresses_in(text, false)
+}
+
+/// Every address in `text`, a `postmaster@` too.
+fn addresses_or_daemons_in(text: &str) -> Vec<String> {
+    all_addresses_in(text, true)
+}
+
+fn all_addresses_in(text: &str, daemons_too: bool) -> Vec<String> {
     let mut found: Vec<String> = Vec::new();
     for word in text.split(|c: char| {
         c.is_whitespace()
@@ -273,7 +331,10 @@ fn addresses_in(text: &str) -> Vec<String> {
         let daemon = ["mailer-daemon", "postmaster", "mail-daemon"]
             .iter()
             .any(|d| local.eq_ignore_ascii_case(d));
-        if plausible && !daemon && !found.iter().any(|f| f.eq_ignore_ascii_case(word)) {
+        if plausible
+            && (daemons_too || !daemon)
+            && !found.iter().any(|f| f.eq_ignore_ascii_case(word))
+        {
             found.push(word.to_owned());
         }
     }
@@ -282,30 +343,64 @@ fn addresses_in(text: &str) -> Vec<String> {
 
 /// One address's failure: the lines from its first mention up to the
 /// next failed address (or five lines on), where each MTA writes the code
-/// and the remote reply.
-fn failure(section: &str, recipient: &str, named: &[String]) -> Failure {
+/// and the remote reply; in a V5 Sendmail transcript (`v5`), the
+/// recipient's line and the host's replies before it.
+fn failure(section: &str, recipient: &str, named: &[String], v5: bool) -> Failure {
     let lines: Vec<&str> = section.lines().collect();
     let lower_recipient = recipient.to_ascii_lowercase();
     let start = lines
         .iter()
         .position(|line| line.to_ascii_lowercase().contains(&lower_recipient))
         .unwrap_or(0);
-    let mut block = Vec::new();
-    for (at, line) in lines.iter().enumerate().skip(start) {
+    let names_other = |line: &str| {
         let lower = line.to_ascii_lowercase();
-        let other = named
+        named
             .iter()
             .filter(|n| !n.eq_ignore_ascii_case(recipient))
-            .any(|n| lower.contains(&n.to_ascii_lowercase()));
-        if at > start && (other || at > start + 8) {
-            break;
+            .any(|n| lower.contains(&n.to_ascii_lowercase()))
+    };
+    let mut block = Vec::new();
+    let own_line = lines.get(start).copied().unwrap_or_default();
+    if v5 && is_v5_recipient_line(own_line) {
+        // Back to the session's start ("While talking to host:") or the
+        // previous recipient's line.
+        for line in lines[..start].iter().rev() {
+            if names_other(line) || is_v5_recipient_line(line) {
+                break;
+            }
+            block.insert(0, line.trim());
+            if line
+                .trim()
+                .to_ascii_lowercase()
+                .starts_with("while talking to")
+            {
+                break;
+            }
         }
-        block.push(line.trim());
+        block.push(own_line.trim());
+    } else {
+        for (at, line) in lines.iter().enumerate().skip(start) {
+            if at > start && (names_other(line) || at > start + 8) {
+                break;
+            }
+            block.push(line.trim());
+        }
     }
     let mut words = block.join(" ");
-    // The code may be said before the address (Gmail's notice, SES's).
+    // The code may be said before the address (Gmail's notice, SES's);
+    // the reason too, when the block says none (a notice's headline).
     if StatusCode::parse_any(&words).is_none() {
-        words = format!("{words} {}", section.replace('\n', " "));
+        let whole = format!("{words} {}", section.replace('\n', " "));
+        words = if reasons::by_words(&words.to_ascii_lowercase()).is_some() {
+            // The block's own words, the notice's code: not another
+            // recipient's words.
+            match StatusCode::parse_any(&whole) {
+                Some(code) => format!("{words} {code}"),
+                None => words,
+            }
+        } else {
+            whole
+        };
     }
     // A transcript's replies of success ("250 2.1.0 Ok") are not why.
     let status =
@@ -322,6 +417,15 @@ fn failure(section: &str, recipient: &str, named: &[String]) -> Failure {
             .map(|s| s.to_string()),
         diagnostic,
     }
+}
+
+/// A V5 Sendmail transcript's line for a recipient: `554 <a@b>... why`.
+fn is_v5_recipient_line(line: &str) -> bool {
+    let line = line.trim();
+    line.len() > 5
+        && line.as_bytes()[..3].iter().all(u8::is_ascii_digit)
+        && line[3..].trim_start().starts_with('<')
+        && line.contains(">...")
 }
 
 /// The line that says why: the first with a reply code, else the block.

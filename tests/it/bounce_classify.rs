@@ -172,3 +172,65 @@ fn garbage_and_cut_messages_are_said_not_crashed_on() {
     assert_eq!(code, 0, "{out}");
     assert_eq!(out.lines().count(), 40 + 4 * MESSAGES.len(), "{out}");
 }
+
+/// sisimai's public samples of fixtures/bounces/set-of-emails/ (real
+/// bounces of many MTAs, their licence beside them), classified by the
+/// binary one folder at a time: each file's kind and status code as
+/// SOURCES.md there gives them.
+#[test]
+fn real_public_bounces_are_said_with_their_kind_and_status() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/bounces/set-of-emails");
+    let sources = std::fs::read_to_string(dir.join("SOURCES.md")).unwrap();
+    let expected: Vec<(String, String, String)> = sources
+        .lines()
+        .filter(|line| line.starts_with("| ") && line.contains(".eml |"))
+        .map(|line| {
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            (
+                cells[1].to_owned(),
+                cells[3].to_owned(),
+                cells[4].to_owned(),
+            )
+        })
+        .collect();
+    let (code, out) = classify(&dir, true);
+    assert_eq!(code, 0, "{out}");
+    // One object per message (LICENSE and SOURCES.md are said too, as
+    // no bounce); a file that starts with an mbox `From ` line is an mbox
+    // of one message, `name#1`.
+    let objects: Vec<Value> = out
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .filter(|o| o["source"].as_str().unwrap_or_default().contains(".eml"))
+        .collect();
+    assert_eq!(objects.len(), expected.len(), "{out}");
+    let of = |name: &str| {
+        objects
+            .iter()
+            .find(|o| {
+                let source = o["source"].as_str().unwrap_or_default();
+                source.ends_with(name) || source.ends_with(&format!("{name}#1"))
+            })
+            .unwrap_or_else(|| panic!("{name} not said: {out}"))
+    };
+    for (name, kind, status) in &expected {
+        let object = of(name);
+        assert_eq!(object["kind"], kind.as_str(), "{name}: {object}");
+        let said = object["status"]
+            .as_str()
+            .and_then(|s| s.split_whitespace().next())
+            .unwrap_or("–");
+        assert_eq!(said, status, "{name}: {object}");
+    }
+    // A few whose recipients the text alone gives.
+    let recipients = |name: &str| of(name)["recipients"].clone();
+    assert_eq!(
+        recipients("lhost-verizon-02.eml")[0],
+        "may-be-straycat-nyaaaaaan@vtext.com"
+    );
+    assert_eq!(
+        recipients("lhost-biglobe-01.eml")[0],
+        "postmaster@mxr.biglobe.ne.jp"
+    );
+    assert_eq!(recipients("arf-26.eml")[0], "example@icloud.com");
+}
