@@ -31,6 +31,10 @@ const WAIT_FOR_A_SESSION: Duration = Duration::from_secs(1);
 const ANSWERS_WAITING: usize = 20_000;
 /// Answers recorded per statement.
 const ANSWERS_PER_WRITE: usize = 500;
+/// How long the recorder gathers answers before it writes them: letters
+/// are answered one at a time, and a commit each (an fsync of the redo
+/// log) would queue the sessions' own link-row commits behind it.
+const GATHER: Duration = Duration::from_millis(100);
 
 /// One MTA and the sessions it takes at once.
 struct Mta {
@@ -141,11 +145,20 @@ impl HandOver {
     }
 }
 
-/// Record the answers as they come, a batch at a time; a database away
-/// costs the rows (logged), never a letter.
+/// Record the answers as they come, a batch at a time (those of up to
+/// [`GATHER`] after the first, at most [`ANSWERS_PER_WRITE`]); a database
+/// away costs the rows (logged), never a letter.
 async fn record_answers(db: MySqlPool, mut waiting: mpsc::Receiver<Answer>) {
     let mut batch = Vec::with_capacity(ANSWERS_PER_WRITE);
     while waiting.recv_many(&mut batch, ANSWERS_PER_WRITE).await > 0 {
+        let until = tokio::time::Instant::now() + GATHER;
+        while batch.len() < ANSWERS_PER_WRITE {
+            let room = ANSWERS_PER_WRITE - batch.len();
+            match tokio::time::timeout_at(until, waiting.recv_many(&mut batch, room)).await {
+                Ok(0) | Err(_) => break, // closed, or the time is up
+                Ok(_) => {}
+            }
+        }
         super::forward::record(&db, &mut batch).await;
     }
 }

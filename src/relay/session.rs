@@ -20,7 +20,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{
-    AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader,
+    AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter,
 };
 
 /// The longest command line read (RFC 5321 says 512; AUTH lines are longer).
@@ -91,8 +91,12 @@ async fn session<S>(stream: S, peer: SocketAddr, shared: &Shared, tls: Tls) -> O
 where
     S: tokio::io::AsyncRead + AsyncWrite + Unpin,
 {
-    let (read, mut write) = tokio::io::split(stream);
+    let (read, write) = tokio::io::split(stream);
     let mut reader = BufReader::new(read);
+    // Replies gather here until no command is waiting (PIPELINING), and
+    // each goes out in one write with its line end: written straight to
+    // the socket (no delay, Nagle off), a reply took two segments.
+    let mut write = BufWriter::new(write);
     let mut session = Session {
         peer,
         tls,
@@ -121,6 +125,7 @@ where
             }
             Err(Line::Idle) => {
                 let _ = reply(&mut write, &reader, "421 4.4.2 Idle too long; closing").await;
+                let _ = write.flush().await;
                 return None;
             }
         };
@@ -131,6 +136,7 @@ where
             Ok(Next::Go) if session.errors < MAX_ERRORS => {}
             Ok(Next::Go) => {
                 let _ = reply(&mut write, &reader, "421 4.7.0 Too many errors; closing").await;
+                let _ = write.flush().await;
                 return None;
             }
             Ok(Next::StartTls) => {
@@ -139,9 +145,14 @@ where
                 // STARTTLS injection of CVE-2011-0411): it is dropped with
                 // the reader's buffer.
                 write.flush().await.ok()?;
-                return Some(reader.into_inner().unsplit(write));
+                return Some(reader.into_inner().unsplit(write.into_inner()));
             }
-            Ok(Next::Close) | Err(_) => return None,
+            Ok(Next::Close) => {
+                // A reply held back for pipelined commands (221 to QUIT).
+                let _ = write.flush().await;
+                return None;
+            }
+            Err(_) => return None,
         }
     }
 }
@@ -182,8 +193,9 @@ async fn read_line<R: AsyncBufRead + Unpin>(reader: &mut R) -> Result<Option<Str
     }
 }
 
-/// Write a reply (lines joined by `\r\n` already, without the last one);
-/// flushed unless the client has sent more commands already.
+/// Write a reply (lines joined by `\r\n` already, without the last one)
+/// into the session's buffer; flushed unless the client has sent more
+/// commands already (their replies go with it).
 async fn reply<W, R>(write: &mut W, reader: &BufReader<R>, text: &str) -> std::io::Result<()>
 where
     W: AsyncWrite + Unpin,
@@ -191,7 +203,9 @@ where
 {
     write.write_all(text.as_bytes()).await?;
     write.write_all(b"\r\n").await?;
-    if reader.buffer().is_empty() {
+    // A command line not complete yet is no reason to wait: the client
+    // may be waiting for this reply before it says the rest.
+    if memchr::memchr(b'\n', reader.buffer()).is_none() {
         write.flush().await?;
     }
     Ok(())
