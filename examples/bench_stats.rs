@@ -277,9 +277,11 @@ async fn measure(
     };
     let db_cpu = process_cpu::mariadbd_stat(pool).await;
     let cpu_before = db_cpu.as_deref().map(ProcessCpu::read).transpose()?;
+    let own_before = ProcessCpu::this()?;
     let started = Instant::now();
     let report = rollup::rollup_with(pool, &options).await?;
     let rollup = started.elapsed().as_secs_f64();
+    let own_after = ProcessCpu::this()?;
     let cpu_after = db_cpu.as_deref().map(ProcessCpu::read).transpose()?;
     anyhow::ensure!(report.events() == total, "rolled {}", report.events());
     let pace = total as f64 / rollup;
@@ -298,6 +300,12 @@ async fn measure(
             (after.own - before.own) / total as f64 * 1e6
         );
     }
+    // The rollup's own work (the settle pass's judgement, the counting):
+    // in `serve` it shares the cores with the intake.
+    println!(
+        "rollup process CPU   {:>8.1} us per rolled event",
+        (own_after.own - own_before.own) / total as f64 * 1e6
+    );
 
     let mailing = "bench-0";
     let mailing_id = linktrack::mailing_id::MailingId::parse(mailing)?;

@@ -84,7 +84,8 @@
 //!     their keyed hashes and scopes as stored); daily partitions in
 //!     `store/partitions/` (planning the days, the DDL on one server or on
 //!     every Spider node, the report); the rollup's SQL
-//!     (`rollup.rs`, `rolled_batch.rs`, settling verdicts in `verdicts.rs`,
+//!     (`rollup.rs`, `rolled_batch.rs`, settling verdicts in `verdicts.rs`
+//!     with the recent hits it judges them by in `recent_hits.rs`,
 //!     a batch read, counted and written in `store/tally/`);
 //!     the outbox (`outbox.rs`); the events and bounce decisions after a
 //!     point, for the API's live stream (`event_feed.rs`); stats reads in `store/stats/`, one file per

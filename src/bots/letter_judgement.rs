@@ -32,6 +32,7 @@
 use super::networks::{Networks, Role};
 use crate::kind::EventKind;
 use chrono::{DateTime, Utc};
+use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -84,7 +85,7 @@ pub struct LetterHit {
     pub at: DateTime<Utc>,
     pub position: Option<u32>,
     pub ip: Option<IpAddr>,
-    pub user_agent: Option<String>,
+    pub user_agent: Option<std::sync::Arc<str>>,
     /// The reason stored with it so far (the first verdict, or a settled one).
     pub reason: Option<String>,
 }
@@ -175,53 +176,79 @@ pub fn judge_letter(
     delivered_at: DateTime<Utc>,
     hits: &[LetterHit],
 ) -> Vec<Judged> {
-    let honeypots: Vec<&LetterHit> = hits
+    let hits: Vec<&LetterHit> = hits.iter().collect();
+    judge_first(rules, delivered_at, &hits, hits.len())
+}
+
+/// The verdicts [`judge_letter`] gives the first `first` of `hits` (the
+/// ones being settled), the others in view as their context. Each check
+/// is a look-up in indexes built once per letter, so the work grows with
+/// the letter's hits, not with hits × hits: a hot letter has hundreds,
+/// and the settle pass judges it again for every batch that holds one.
+pub fn judge_first(
+    rules: &VerdictRules,
+    delivered_at: DateTime<Utc>,
+    hits: &[&LetterHit],
+    first: usize,
+) -> Vec<Judged> {
+    let mut honeypots: Vec<&LetterHit> = hits
         .iter()
+        .copied()
         .filter(|h| h.kind == EventKind::Click && h.reason.as_deref() == Some(HONEYPOT))
         .collect();
+    honeypots.sort_by_key(|h| h.at);
     let clicks: Vec<&LetterHit> = hits
         .iter()
+        .copied()
         .filter(|h| {
             h.kind == EventKind::Click
                 && h.reason.as_deref() != Some(HONEYPOT)
                 && !listed_or_flagged(rules, h)
         })
         .collect();
-    let opens: Vec<Open> = hits
+    let mut human_opens: HashMap<IpAddr, DateTime<Utc>> = HashMap::new();
+    let mut first_proxy_open: Option<DateTime<Utc>> = None;
+    for open in hits
         .iter()
         .filter(|h| matches!(h.kind, EventKind::Open | EventKind::Image))
-        .map(|h| {
-            let judged = judge_open(rules, &honeypots, &clicks, h);
-            Open {
-                at: h.at,
-                ip: h.ip,
-                class: OpenClass::of(judged.bot, judged.reason.as_deref()),
+    {
+        let judged = judge_open(rules, &honeypots, &clicks, open);
+        match OpenClass::of(judged.bot, judged.reason.as_deref()) {
+            OpenClass::Human => {
+                if let Some(ip) = open.ip {
+                    let first = human_opens.entry(ip).or_insert(open.at);
+                    *first = (*first).min(open.at);
+                }
             }
-        })
-        .collect();
+            OpenClass::Proxy => {
+                first_proxy_open = Some(first_proxy_open.map_or(open.at, |t| t.min(open.at)));
+            }
+            OpenClass::Machine | OpenClass::Scanner => {}
+        }
+    }
     let mut letter = Letter {
         delivered_at,
         honeypots,
-        opens,
-        clicks,
-        strangers: Vec::new(),
+        human_opens,
+        first_proxy_open,
+        click_links: Links::default(),
+        stranger_links: Links::default(),
     };
-    // Once per letter, not once per click judged: a hot letter has
-    // hundreds of clicks, and each would scan them all, each scanning the
-    // opens.
-    letter.strangers = letter
-        .clicks
-        .iter()
-        .copied()
-        .filter(|c| !letter.opened_by_a_person(c.ip, c.at, false))
-        .collect();
-    let bursts = burst_members(rules, hits);
+    letter.click_links = Links::of(clicks.iter().copied());
+    // Once per letter, not once per click judged.
+    letter.stranger_links = Links::of(
+        clicks
+            .iter()
+            .copied()
+            .filter(|c| !letter.opened_by_a_person(c.ip, c.at, false)),
+    );
+    let bursts = Bursts::of(rules, hits);
     hits.iter()
-        .zip(bursts)
-        .map(|(hit, in_burst)| match hit.kind {
-            EventKind::Click => judge_click(rules, &letter, in_burst, hit),
+        .take(first)
+        .map(|hit| match hit.kind {
+            EventKind::Click => judge_click(rules, &letter, bursts.holds(hit), hit),
             EventKind::Open | EventKind::Image => {
-                judge_open(rules, &letter.honeypots, &letter.clicks, hit)
+                judge_open(rules, &letter.honeypots, &clicks, hit)
             }
             EventKind::Unsubscribe => Judged {
                 bot: hit.reason.is_some(),
@@ -234,22 +261,18 @@ pub fn judge_letter(
 /// What a click is judged against: the letter's other hits.
 struct Letter<'a> {
     delivered_at: DateTime<Utc>,
-    /// Clicks on the honeypot link.
+    /// Clicks on the honeypot link, by time.
     honeypots: Vec<&'a LetterHit>,
-    /// Opens and image loads, with the class each is judged to have.
-    opens: Vec<Open>,
+    /// The first `human` open (or image load) from each network.
+    human_opens: HashMap<IpAddr, DateTime<Utc>>,
+    /// The first open a provider's proxy fetched for the person.
+    first_proxy_open: Option<DateTime<Utc>>,
     /// Clicks on the letter's links that no request signal or listed
     /// network already calls a machine's.
-    clicks: Vec<&'a LetterHit>,
-    /// Those of `clicks` from a network no person of the letter had opened
-    /// it from by then (a walk's candidates).
-    strangers: Vec<&'a LetterHit>,
-}
-
-struct Open {
-    at: DateTime<Utc>,
-    ip: Option<IpAddr>,
-    class: OpenClass,
+    click_links: Links,
+    /// Those of them from a network no person of the letter had opened it
+    /// from by then (a walk's candidates).
+    stranger_links: Links,
 }
 
 impl Letter<'_> {
@@ -258,31 +281,121 @@ impl Letter<'_> {
     /// proxy fetching for the person, from any). Apple's prefetch and a
     /// scanner's fetch are no one's reading.
     fn opened_by_a_person(&self, ip: Option<IpAddr>, at: DateTime<Utc>, proxy_too: bool) -> bool {
-        self.opens.iter().any(|open| {
-            open.at <= at
-                && match open.class {
-                    OpenClass::Human => ip.is_some() && open.ip == ip,
-                    OpenClass::Proxy => proxy_too,
-                    OpenClass::Machine | OpenClass::Scanner => false,
+        ip.and_then(|ip| self.human_opens.get(&ip))
+            .is_some_and(|first| *first <= at)
+            || (proxy_too && self.first_proxy_open.is_some_and(|first| first <= at))
+    }
+}
+
+/// Clicks by link (position), each link's by time: which links were
+/// clicked near a time, and whether a link was clicked again soon from
+/// another network, in a binary search each.
+#[derive(Default)]
+struct Links {
+    by_position: BTreeMap<u32, LinkClicks>,
+}
+
+/// A click's time and network.
+type Click = (DateTime<Utc>, Option<IpAddr>);
+
+#[derive(Default)]
+struct LinkClicks {
+    at: Vec<DateTime<Utc>>,
+    ip: Vec<Option<IpAddr>>,
+    /// For each click, the next one (in time) from another network than
+    /// its own; `at.len()` when there is none.
+    next_other_ip: Vec<usize>,
+}
+
+impl Links {
+    fn of<'h>(clicks: impl Iterator<Item = &'h LetterHit>) -> Links {
+        let mut by_position: BTreeMap<u32, Vec<Click>> = BTreeMap::new();
+        for click in clicks {
+            if let Some(position) = click.position {
+                by_position
+                    .entry(position)
+                    .or_default()
+                    .push((click.at, click.ip));
+            }
+        }
+        let by_position = by_position
+            .into_iter()
+            .map(|(position, mut clicks)| {
+                clicks.sort_by_key(|c| c.0);
+                let mut next_other_ip = vec![clicks.len(); clicks.len()];
+                for i in (0..clicks.len().saturating_sub(1)).rev() {
+                    next_other_ip[i] = if clicks[i + 1].1 != clicks[i].1 {
+                        i + 1
+                    } else {
+                        next_other_ip[i + 1]
+                    };
                 }
-        })
+                let (at, ip) = clicks.into_iter().unzip();
+                (
+                    position,
+                    LinkClicks {
+                        at,
+                        ip,
+                        next_other_ip,
+                    },
+                )
+            })
+            .collect();
+        Links { by_position }
     }
 
-    /// The different links among `clicks` within `window` of `at`.
-    fn links_near<'h>(
+    /// The different links clicked within `window` of `at`, counted up to
+    /// `enough` (the callers only compare with a threshold).
+    fn near(&self, at: DateTime<Utc>, window: chrono::Duration, enough: usize) -> usize {
+        let (from, to) = (earlier(at, window), later(at, window));
+        let mut found = 0;
+        for clicks in self.by_position.values() {
+            if found >= enough {
+                break;
+            }
+            let i = clicks.at.partition_point(|t| *t < from);
+            if clicks.at.get(i).is_some_and(|t| *t <= to) {
+                found += 1;
+            }
+        }
+        found
+    }
+
+    /// Whether link `position` was clicked after `at`, within `window`,
+    /// from another network than `ip`.
+    fn clicked_again_elsewhere(
         &self,
+        position: u32,
         at: DateTime<Utc>,
         window: chrono::Duration,
-        clicks: impl Iterator<Item = &'h &'h LetterHit>,
-    ) -> usize {
-        let mut positions: Vec<u32> = clicks
-            .filter(|c| (c.at - at).abs() <= window)
-            .filter_map(|c| c.position)
-            .collect();
-        positions.sort_unstable();
-        positions.dedup();
-        positions.len()
+        ip: Option<IpAddr>,
+    ) -> bool {
+        let Some(clicks) = self.by_position.get(&position) else {
+            return false;
+        };
+        let k = clicks.at.partition_point(|t| *t <= at);
+        let Some(first_ip) = clicks.ip.get(k) else {
+            return false;
+        };
+        let j = if *first_ip != ip {
+            k
+        } else {
+            clicks.next_other_ip[k]
+        };
+        clicks.at.get(j).is_some_and(|t| *t - at <= window)
     }
+}
+
+/// `at - window`, the earliest time when that is out of range.
+fn earlier(at: DateTime<Utc>, window: chrono::Duration) -> DateTime<Utc> {
+    at.checked_sub_signed(window)
+        .unwrap_or(DateTime::<Utc>::MIN_UTC)
+}
+
+/// `at + window`, the latest time when that is out of range.
+fn later(at: DateTime<Utc>, window: chrono::Duration) -> DateTime<Utc> {
+    at.checked_add_signed(window)
+        .unwrap_or(DateTime::<Utc>::MAX_UTC)
 }
 
 /// A click the request's own signals or a listed scanner network already
@@ -326,7 +439,7 @@ fn looks_like_a_person(rules: &VerdictRules, letter: &Letter<'_>, hit: &LetterHi
     let window = chrono::Duration::from_std(rules.min_click_delay).unwrap_or_default();
     browser_agent(hit.user_agent.as_deref())
         && letter.opened_by_a_person(hit.ip, hit.at, true)
-        && letter.links_near(hit.at, window, letter.clicks.iter()) <= 2
+        && letter.click_links.near(hit.at, window, 3) <= 2
 }
 
 fn judge_click(
@@ -382,11 +495,12 @@ fn judge_click(
 /// opened the letter from this click's network.
 fn time_of_click_check(rules: &VerdictRules, letter: &Letter<'_>, hit: &LetterHit) -> bool {
     let window = chrono::Duration::from_std(rules.check_window).unwrap_or_default();
-    hit.position.is_some()
-        && !letter.opened_by_a_person(hit.ip, hit.at, false)
-        && letter.clicks.iter().any(|c| {
-            c.position == hit.position && c.ip != hit.ip && c.at > hit.at && c.at - hit.at <= window
-        })
+    hit.position.is_some_and(|position| {
+        !letter.opened_by_a_person(hit.ip, hit.at, false)
+            && letter
+                .click_links
+                .clicked_again_elsewhere(position, hit.at, window, hit.ip)
+    })
 }
 
 /// A walk over the letter's links: clicks on `walk_links` different links
@@ -395,7 +509,7 @@ fn time_of_click_check(rules: &VerdictRules, letter: &Letter<'_>, hit: &LetterHi
 fn walk(rules: &VerdictRules, letter: &Letter<'_>, hit: &LetterHit) -> bool {
     let window = chrono::Duration::from_std(rules.min_click_delay).unwrap_or_default();
     !letter.opened_by_a_person(hit.ip, hit.at, false)
-        && letter.links_near(hit.at, window, letter.strangers.iter()) >= rules.walk_links
+        && letter.stranger_links.near(hit.at, window, rules.walk_links) >= rules.walk_links
 }
 
 fn judge_open(
@@ -469,43 +583,69 @@ fn near_honeypot_open(
         || links.len() > 2
 }
 
-/// For each hit: whether it is a click of a burst (some `burst_window`
-/// holds it and clicks on `burst_links` different links). The honeypot
+/// The clicks of bursts: a click is one when some `burst_window`
+/// holds it and clicks on `burst_links` different links. The honeypot
 /// is not a link of the letter and does not count, nor do clicks a request
 /// signal or a listed network already calls a machine's: a person clicking
 /// while Safe Links walks the letter makes no burst with it.
-fn burst_members(rules: &VerdictRules, hits: &[LetterHit]) -> Vec<bool> {
-    let clicks: Vec<(DateTime<Utc>, u32)> = hits
-        .iter()
-        .filter(|h| h.kind == EventKind::Click && h.reason.as_deref() != Some(HONEYPOT))
-        .filter(|h| !listed_or_flagged(rules, h))
-        .filter_map(|h| h.position.map(|p| (h.at, p)))
-        .collect();
-    let window = chrono::Duration::from_std(rules.burst_window).unwrap_or_default();
-    let is_burst_start = |start: DateTime<Utc>| {
-        let mut positions: Vec<u32> = clicks
+struct Bursts {
+    /// The times that start a burst's window, in order.
+    starts: Vec<DateTime<Utc>>,
+    window: chrono::Duration,
+}
+
+impl Bursts {
+    /// Every click's time tried as a window's start, the window slid over
+    /// the clicks in time order with a count per link.
+    fn of(rules: &VerdictRules, hits: &[&LetterHit]) -> Bursts {
+        let mut clicks: Vec<(DateTime<Utc>, u32)> = hits
             .iter()
-            .filter(|(at, _)| *at >= start && *at <= start + window)
-            .map(|(_, p)| *p)
+            .filter(|h| h.kind == EventKind::Click && h.reason.as_deref() != Some(HONEYPOT))
+            .filter(|h| !listed_or_flagged(rules, h))
+            .filter_map(|h| h.position.map(|p| (h.at, p)))
             .collect();
-        positions.sort_unstable();
-        positions.dedup();
-        positions.len() >= rules.burst_links
-    };
-    let starts: Vec<DateTime<Utc>> = clicks
-        .iter()
-        .map(|(at, _)| *at)
-        .filter(|start| is_burst_start(*start))
-        .collect();
-    hits.iter()
-        .map(|h| {
-            h.kind == EventKind::Click
-                && h.reason.as_deref() != Some(HONEYPOT)
-                && starts
-                    .iter()
-                    .any(|start| h.at >= *start && h.at <= *start + window)
-        })
-        .collect()
+        clicks.sort_unstable();
+        let window = chrono::Duration::from_std(rules.burst_window).unwrap_or_default();
+        let mut in_window: HashMap<u32, usize> = HashMap::new();
+        let (mut first, mut past) = (0, 0);
+        let mut starts: Vec<DateTime<Utc>> = Vec::new();
+        for (n, (start, _)) in clicks.iter().enumerate() {
+            if n > 0 && clicks[n - 1].0 == *start {
+                continue;
+            }
+            while let Some((_, position)) = clicks.get(first).filter(|(at, _)| at < start) {
+                if let Some(count) = in_window.get_mut(position) {
+                    *count -= 1;
+                    if *count == 0 {
+                        in_window.remove(position);
+                    }
+                }
+                first += 1;
+            }
+            let end = later(*start, window);
+            while let Some((_, position)) = clicks.get(past).filter(|(at, _)| *at <= end) {
+                *in_window.entry(*position).or_default() += 1;
+                past += 1;
+            }
+            if in_window.len() >= rules.burst_links {
+                starts.push(*start);
+            }
+        }
+        Bursts { starts, window }
+    }
+
+    /// Whether `hit` is a click of a burst.
+    fn holds(&self, hit: &LetterHit) -> bool {
+        if hit.kind != EventKind::Click || hit.reason.as_deref() == Some(HONEYPOT) {
+            return false;
+        }
+        let n = self.starts.partition_point(|start| *start <= hit.at);
+        n > 0
+            && self
+                .starts
+                .get(n - 1)
+                .is_some_and(|start| hit.at <= later(*start, self.window))
+    }
 }
 
 #[cfg(test)]

@@ -340,6 +340,7 @@ pub(super) async fn rollup(url: &str, args: &RollupArgs) -> anyhow::Result<()> {
         limit: args.batch,
         settle: Duration::from_millis(args.settle_ms),
         verdicts: std::sync::Arc::new(args.verdicts.rules()?),
+        recent_hits: Default::default(),
     };
     if let Some(secs) = args.every {
         let every = Duration::from_secs(secs.max(1));

@@ -34,6 +34,7 @@ pub mod outbox;
 pub mod partitions;
 pub mod privacy;
 pub mod provider_tokens;
+pub mod recent_hits;
 pub mod repoint;
 pub mod rolled_batch;
 pub mod rollup;

@@ -30,6 +30,7 @@
 
 use super::error::StoreError;
 use super::partitions;
+use super::recent_hits::RecentHits;
 use super::rolled_batch::RolledBatch;
 use crate::bots::letter_judgement::VerdictRules;
 use crate::kind::EventKind;
@@ -96,6 +97,9 @@ pub struct RollupOptions {
     /// final (`rules.settle` after they happened), judged again with their
     /// letter in view in the transaction that counts them.
     pub verdicts: Arc<VerdictRules>,
+    /// The settle pass's memory of recent hits, shared by the clones of
+    /// these options (one per process; a default one starts empty).
+    pub recent_hits: RecentHits,
 }
 
 impl Default for RollupOptions {
@@ -107,6 +111,7 @@ impl Default for RollupOptions {
             limit: 50_000,
             settle: Duration::ZERO,
             verdicts: Arc::default(),
+            recent_hits: RecentHits::default(),
         }
     }
 }
@@ -196,7 +201,8 @@ async fn rollup_batch(
             .bind(range.day)
             .fetch_one(&mut *tx)
             .await?;
-    let cap = if options.settle.is_zero() {
+    // The largest id no later commit can come in under.
+    let visible = if options.settle.is_zero() {
         u64::MAX
     } else {
         settled_cap(&mut tx, range, options.settle).await?
@@ -209,7 +215,7 @@ async fn rollup_batch(
         options.limit,
     )
     .await?;
-    let cap = cap.min(settled);
+    let cap = visible.min(settled);
     let (events, last_id): (i64, Option<u64>) = sqlx::query_as(
         "SELECT COUNT(*), MAX(id) FROM (SELECT id FROM events \
          WHERE inserted >= ? AND inserted < ? AND id > ? AND id <= ? ORDER BY id LIMIT ?) AS batch",
@@ -233,7 +239,14 @@ async fn rollup_batch(
         last_id,
         events: events as u64,
     };
-    let revised = super::verdicts::settle_batch(&mut tx, &batch, &options.verdicts).await?;
+    let revised = super::verdicts::settle_batch(
+        &mut tx,
+        &batch,
+        &options.verdicts,
+        &options.recent_hits,
+        visible,
+    )
+    .await?;
     if revised > 0 {
         metrics::counter!("linktrack_verdicts_revised_total").increment(revised);
     }
@@ -249,6 +262,7 @@ async fn rollup_batch(
         .execute(&mut *tx)
         .await?;
     tx.commit().await?;
+    options.recent_hits.committed(&batch);
     Ok(Some((batch, released)))
 }
 

@@ -7,13 +7,16 @@
 //! as they were, and the batch is judged again.
 
 use super::error::StoreError;
+use super::recent_hits::RecentHits;
 use super::rolled_batch::RolledBatch;
-use crate::bots::letter_judgement::{judge_letter, Judged, LetterHit, VerdictRules};
+use crate::bots::letter_judgement::{judge_first, Judged, LetterHit, VerdictRules};
 use crate::kind::EventKind;
 use crate::token::Token;
-use chrono::{DateTime, NaiveDateTime, Utc};
+use chrono::{DateTime, NaiveDateTime, SubsecRound, Utc};
 use sqlx::{MySqlConnection, QueryBuilder};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::IpAddr;
+use std::sync::Arc;
 
 /// Letters (or events) per statement with an id list: under MariaDB's
 /// `in_predicate_conversion_threshold` (1,000), like the context read.
@@ -51,11 +54,8 @@ fn stored((id, _, _, kind, at, position, ip, agent, bot, reason, token): EventLi
             kind,
             at: at.and_utc(),
             position,
-            ip: ip.as_deref().and_then(|ip| {
-                // Stored as the truncated address, possibly with a prefix.
-                ip.split('/').next().and_then(|a| a.parse().ok())
-            }),
-            user_agent: agent,
+            ip: stored_ip(ip.as_deref()),
+            user_agent: agent.map(Arc::from),
             reason,
         },
         bot: bot != 0,
@@ -63,12 +63,52 @@ fn stored((id, _, _, kind, at, position, ip, agent, bot, reason, token): EventLi
     }
 }
 
+/// A stored address: the truncated address, possibly with a prefix.
+pub(crate) fn stored_ip(ip: Option<&str>) -> Option<IpAddr> {
+    ip.and_then(|ip| ip.split('/').next().and_then(|a| a.parse().ok()))
+}
+
+/// How far a settling hit's judgement looks around it.
+fn reach(rules: &VerdictRules) -> chrono::Duration {
+    chrono::Duration::from_std(
+        rules
+            .honeypot_window
+            .max(rules.burst_window)
+            .max(rules.check_window)
+            .max(rules.min_click_delay),
+    )
+    .unwrap_or_default()
+}
+
+/// How much earlier than a batch's windows the memory of recent hits keeps
+/// them, for the next batch's stragglers.
+const KEPT_BEFORE: chrono::Duration = chrono::Duration::seconds(5);
+
+/// The window the context read of a mailing's settling `letters` covers:
+/// the first and last hit, widened by `reach` (to the microsecond, as the
+/// read's statement writes them).
+fn window(
+    letters: &BTreeMap<u64, Vec<Stored>>,
+    reach: chrono::Duration,
+) -> Option<(DateTime<Utc>, DateTime<Utc>)> {
+    let times = letters.values().flatten().map(|s| s.hit.at);
+    let (first, last) = (times.clone().min()?, times.max()?);
+    let from = first.checked_sub_signed(reach)?.trunc_subsecs(6);
+    let to = last.checked_add_signed(reach)?.trunc_subsecs(6);
+    Some((from, to))
+}
+
 /// Settle the verdicts of `batch`'s clicks and opens; returns how many
-/// changed.
+/// changed. The letters' hits around them come from `recent` where it
+/// holds them, else from the table; `visible` is the largest id known to
+/// have no row committed after it with a smaller one (`u64::MAX`: ids
+/// become visible in order).
 pub async fn settle_batch(
     conn: &mut MySqlConnection,
     batch: &RolledBatch,
     rules: &VerdictRules,
+    recent: &RecentHits,
+    visible: u64,
 ) -> Result<u64, StoreError> {
     let lines: Vec<EventLine> = batch
         .bind_range(sqlx::query_as(
@@ -90,46 +130,80 @@ pub async fn settle_batch(
             .or_default()
             .push(stored(line));
     }
+    let reach = reach(rules);
+    let windows: BTreeMap<&str, (DateTime<Utc>, DateTime<Utc>)> = letters
+        .iter()
+        .filter_map(|(mailing, by_letter)| Some((mailing.as_str(), window(by_letter, reach)?)))
+        .collect();
+    let Some(floor) = windows.values().map(|(from, _)| *from).min() else {
+        return Ok(0);
+    };
+    let mut held = recent
+        .take(
+            conn,
+            batch,
+            floor.checked_sub_signed(KEPT_BEFORE).unwrap_or(floor),
+            visible,
+        )
+        .await?;
     let mut changes: HashMap<Judged, Vec<u64>> = HashMap::new();
+    let mut revised: Vec<(&str, u64, u64, Option<String>)> = Vec::new();
     for (mailing, by_letter) in &letters {
-        let context = letter_clicks(conn, mailing, by_letter, rules).await?;
+        let Some(&(from, to)) = windows.get(mailing.as_str()) else {
+            continue;
+        };
+        let covered = held.covers(from, to);
+        let read = match (covered, held.outside()) {
+            (true, None) => HashMap::new(),
+            (true, Some(outside)) => {
+                letter_clicks(conn, mailing, by_letter, (from, to), Some(outside)).await?
+            }
+            (false, _) => letter_clicks(conn, mailing, by_letter, (from, to), None).await?,
+        };
         let delivered = deliveries(conn, mailing, by_letter.keys().copied()).await?;
         for (letter, settling) in by_letter {
-            judge(
-                rules,
-                settling,
-                context.get(letter),
-                delivered.get(letter),
-                &mut changes,
+            // A set, not a scan per hit: a hot letter has hundreds of hits.
+            let settling_ids: HashSet<u64> = settling.iter().map(|s| s.id).collect();
+            let mut hits: Vec<&LetterHit> = settling.iter().map(|s| &s.hit).collect();
+            if covered {
+                hits.extend(
+                    held.window(mailing, *letter, from, to)
+                        .filter(|h| !settling_ids.contains(&h.id))
+                        .map(|h| &h.hit),
+                );
+            }
+            hits.extend(
+                read.get(letter)
+                    .into_iter()
+                    .flatten()
+                    .filter(|c| !settling_ids.contains(&c.id))
+                    .map(|c| &c.hit),
             );
+            for (id, judged) in judge(rules, settling, &hits, delivered.get(letter)) {
+                revised.push((mailing.as_str(), *letter, id, judged.reason.clone()));
+                changes.entry(judged).or_default().push(id);
+            }
         }
     }
     let mut changed = 0;
     for (judged, ids) in changes {
         changed += write(conn, batch, &judged, &ids).await?;
     }
+    for (mailing, letter, id, reason) in revised {
+        held.revise(mailing, letter, id, reason.as_deref());
+    }
+    recent.put_back(held, batch);
     Ok(changed)
 }
 
-/// Judge one letter's settling hits with its clicks around them; record
-/// the verdicts that differ from the stored ones.
+/// Judge one letter's settling hits, the first of `hits`, with its hits
+/// around them; the verdicts that differ from the stored ones.
 fn judge(
     rules: &VerdictRules,
     settling: &[Stored],
-    context: Option<&Vec<Stored>>,
+    hits: &[&LetterHit],
     delivered: Option<&DateTime<Utc>>,
-    changes: &mut HashMap<Judged, Vec<u64>>,
-) {
-    let mut hits: Vec<LetterHit> = settling.iter().map(|s| s.hit.clone()).collect();
-    // A set, not a scan per hit: a hot letter has hundreds of hits.
-    let settling_ids: std::collections::HashSet<u64> = settling.iter().map(|s| s.id).collect();
-    hits.extend(
-        context
-            .into_iter()
-            .flatten()
-            .filter(|c| !settling_ids.contains(&c.id))
-            .map(|c| c.hit.clone()),
-    );
+) -> Vec<(u64, Judged)> {
     // Linktrack did not deliver it: the token's time is the build time.
     let delivered_at = delivered.copied().unwrap_or_else(|| {
         settling
@@ -138,12 +212,13 @@ fn judge(
             .map(|t| t.created_at())
             .unwrap_or(DateTime::<Utc>::MIN_UTC)
     });
-    let verdicts = judge_letter(rules, delivered_at, &hits);
-    for (stored, judged) in settling.iter().zip(verdicts) {
-        if judged.bot != stored.bot || judged.reason != stored.hit.reason {
-            changes.entry(judged).or_default().push(stored.id);
-        }
-    }
+    let verdicts = judge_first(rules, delivered_at, hits, settling.len());
+    settling
+        .iter()
+        .zip(verdicts)
+        .filter(|(stored, judged)| judged.bot != stored.bot || judged.reason != stored.hit.reason)
+        .map(|(stored, judged)| (stored.id, judged))
+        .collect()
 }
 
 /// The clicks and opens of the mailing's `letters` within the windows
@@ -152,30 +227,25 @@ fn judge(
 /// read the letter before a fast click), by
 /// the `mailing_letter` index: one short range per letter, in the one or
 /// two day partitions the window touches (`inserted` is the UTC day of
-/// `occurred_at`).
+/// `occurred_at`). With `outside` (`lo`, `high`), only the rows with an id
+/// outside `lo < id <= high`, the ones [`RecentHits`] does not hold.
 async fn letter_clicks(
     conn: &mut MySqlConnection,
     mailing: &str,
     letters: &BTreeMap<u64, Vec<Stored>>,
-    rules: &VerdictRules,
+    (from, to): (DateTime<Utc>, DateTime<Utc>),
+    outside: Option<(u64, u64)>,
 ) -> Result<HashMap<u64, Vec<Stored>>, StoreError> {
-    let times = letters.values().flatten().map(|s| s.hit.at);
-    let (Some(first), Some(last)) = (times.clone().min(), times.max()) else {
-        return Ok(HashMap::new());
-    };
-    let reach = chrono::Duration::from_std(
-        rules
-            .honeypot_window
-            .max(rules.burst_window)
-            .max(rules.check_window)
-            .max(rules.min_click_delay),
-    )
-    .unwrap_or_default();
     let ids: Vec<u64> = letters.keys().copied().collect();
     let mut found: HashMap<u64, Vec<Stored>> = HashMap::new();
-    let (from, to) = (first - reach, last + reach);
     for chunk in ids.chunks(LETTERS_PER_CONTEXT_READ) {
-        let sql = context_read_sql(mailing, from.naive_utc(), to.naive_utc(), chunk);
+        let mut sql = context_read_sql(mailing, from.naive_utc(), to.naive_utc(), chunk);
+        if let Some((lo, high)) = outside {
+            // Only the rows the memory of recent hits does not hold: on
+            // the index, the entries of the others are passed over
+            // without reading their rows.
+            sql.push_str(&format!(" AND (id <= {lo} OR id > {high})"));
+        }
         // Not kept in the connection's statement cache: each list is new.
         let lines: Vec<EventLine> = sqlx::query_as(&sql)
             .persistent(false)
