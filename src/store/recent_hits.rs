@@ -449,7 +449,7 @@ impl Partition {
             kind,
             at: at.and_utc(),
             position,
-            ip: super::verdicts::stored_ip(ip.as_deref()),
+            ip: stored_ip(ip.as_deref()),
             user_agent,
             reason,
         };
@@ -465,4 +465,9 @@ impl Partition {
             self.held += 1;
         }
     }
+}
+
+/// A stored address: the truncated address, possibly with a prefix.
+pub(crate) fn stored_ip(ip: Option<&str>) -> Option<std::net::IpAddr> {
+    ip.and_then(|ip| ip.split('/').next().and_then(|a| a.parse().ok()))
 }

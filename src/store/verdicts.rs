@@ -7,7 +7,7 @@
 //! as they were, and the batch is judged again.
 
 use super::error::StoreError;
-use super::recent_hits::RecentHits;
+use super::recent_hits::{stored_ip, RecentHits};
 use super::rolled_batch::RolledBatch;
 use crate::bots::letter_judgement::{judge_first, Judged, LetterHit, VerdictRules};
 use crate::kind::EventKind;
@@ -15,7 +15,6 @@ use crate::token::Token;
 use chrono::{DateTime, NaiveDateTime, SubsecRound, Utc};
 use sqlx::{MySqlConnection, QueryBuilder};
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::net::IpAddr;
 use std::sync::Arc;
 
 /// Letters (or events) per statement with an id list: under MariaDB's
@@ -61,11 +60,6 @@ fn stored((id, _, _, kind, at, position, ip, agent, bot, reason, token): EventLi
         bot: bot != 0,
         token,
     }
-}
-
-/// A stored address: the truncated address, possibly with a prefix.
-pub(crate) fn stored_ip(ip: Option<&str>) -> Option<IpAddr> {
-    ip.and_then(|ip| ip.split('/').next().and_then(|a| a.parse().ok()))
 }
 
 /// How far a settling hit's judgement looks around it.
