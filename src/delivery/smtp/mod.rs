@@ -174,6 +174,29 @@ pub struct Envelope<'a> {
     pub message: &'a [u8],
 }
 
+impl<'a> Envelope<'a> {
+    /// The recipient parsed, or the letter rejected naming it (no MTA
+    /// would take it).
+    fn recipient(&self) -> Result<Address, Outcome> {
+        self.to
+            .parse()
+            .map_err(|e| Outcome::Rejected(format!("recipient {:?}: {e}", self.to)))
+    }
+
+    /// The message as a session sends it, to `to`: the parsed recipient,
+    /// or a next envelope's as given (checked when its own turn comes).
+    fn message_to<'b>(&self, to: &'b str) -> Message<'b>
+    where
+        'a: 'b,
+    {
+        Message {
+            from: self.from.as_ref(),
+            to,
+            data: self.message,
+        }
+    }
+}
+
 impl Lane {
     /// `host:port` of the lane's MTA, for messages.
     pub fn host(&self) -> &str {
@@ -185,20 +208,12 @@ impl Lane {
     /// its envelope then travels with this message's data (see
     /// `connection.rs`).
     pub async fn deliver(&mut self, letter: Envelope<'_>, next: Option<Envelope<'_>>) -> Outcome {
-        let recipient: Address = match letter.to.parse() {
+        let recipient = match letter.recipient() {
             Ok(address) => address,
-            Err(e) => return Outcome::Rejected(format!("recipient {:?}: {e}", letter.to)),
+            Err(rejected) => return rejected,
         };
-        let message = Message {
-            from: letter.from.as_ref(),
-            to: recipient.as_ref(),
-            data: letter.message,
-        };
-        let next = next.map(|next| Message {
-            from: next.from.as_ref(),
-            to: next.to,
-            data: next.message,
-        });
+        let message = letter.message_to(recipient.as_ref());
+        let next = next.map(|next| next.message_to(next.to));
         let mut retries = self.deliverer.settings.retry_schedule().start();
         loop {
             match self.send(&message, next.as_ref()).await {
@@ -228,15 +243,11 @@ impl Lane {
     /// put the message (the relay's spool) rather than a client to keep
     /// waiting through the retries.
     pub async fn deliver_once(&mut self, letter: Envelope<'_>) -> Outcome {
-        let recipient: Address = match letter.to.parse() {
+        let recipient = match letter.recipient() {
             Ok(address) => address,
-            Err(e) => return Outcome::Rejected(format!("recipient {:?}: {e}", letter.to)),
+            Err(rejected) => return rejected,
         };
-        let message = Message {
-            from: letter.from.as_ref(),
-            to: recipient.as_ref(),
-            data: letter.message,
-        };
+        let message = letter.message_to(recipient.as_ref());
         match self.send(&message, None).await {
             Ok(reply) => Outcome::Delivered(reply.to_string()),
             Err(failure) => {
