@@ -346,15 +346,7 @@ fn signature_of(whole: &[u8]) -> Option<Signature> {
 
 /// The domain of the message's From address, lowercase.
 fn from_domain(raw: &[u8]) -> Option<String> {
-    let from = field_value(raw, "from")?;
-    let mailbox: lettre::message::Mailbox = from.parse().ok()?;
-    Some(
-        mailbox
-            .email
-            .domain()
-            .trim_end_matches('.')
-            .to_ascii_lowercase(),
-    )
+    crate::builder::tracked_parts::sender_domain(&field_value(raw, "from")?)
 }
 
 /// The key of `spec` and its DNS record's text (`v=DKIM1; k=…; p=…`).
