@@ -100,6 +100,21 @@ async fn wait_for_location(server: &TestServer, token: Token, want: &str) {
     panic!("{token} still leads to {seen:?}, not {want:?}");
 }
 
+/// `PATCH` a mailing's link through the API with the operator's key.
+async fn patch_link(
+    http: &reqwest::Client,
+    url: String,
+    body: serde_json::Value,
+) -> reqwest::Response {
+    http.patch(url)
+        .bearer_auth(API_TOKEN)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap()
+}
+
 async fn start(db: &TestDb) -> TestServer {
     TestServer::start(server_pool(db).await, |settings| AppSettings {
         api_token: Some(API_TOKEN.to_owned()),
@@ -180,14 +195,12 @@ async fn repointed_links_reach_every_server_and_keep_utm_tags_at_the_redirect() 
 
     // By name through the API, then one recipient's link only.
     let http = client();
-    let patched = http
-        .patch(a.url(&format!("/api/mailings/{MAILING}/links/cta")))
-        .bearer_auth(API_TOKEN)
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(serde_json::json!({"to": "https://shop.example/v2"}).to_string())
-        .send()
-        .await
-        .unwrap();
+    let patched = patch_link(
+        &http,
+        a.url(&format!("/api/mailings/{MAILING}/links/cta")),
+        serde_json::json!({"to": "https://shop.example/v2"}),
+    )
+    .await;
     assert_eq!(
         patched.status(),
         StatusCode::OK,
@@ -380,14 +393,7 @@ async fn bad_repoints_are_refused_naming_what_is_wrong_and_record_nothing() {
             "target_refused",
         ),
     ] {
-        let answer = http
-            .patch(server.url(path))
-            .bearer_auth(API_TOKEN)
-            .header(header::CONTENT_TYPE, "application/json")
-            .body(serde_json::json!({ "to": body }).to_string())
-            .send()
-            .await
-            .unwrap();
+        let answer = patch_link(&http, server.url(path), serde_json::json!({ "to": body })).await;
         assert_eq!(answer.status(), status, "{path}");
         let json: serde_json::Value = serde_json::from_str(&answer.text().await.unwrap()).unwrap();
         assert_eq!(json["error"]["code"], code, "{path}: {json}");
@@ -766,17 +772,12 @@ async fn a_personalised_link_is_repointed_with_each_readers_own_fields() {
     }
 
     // One reader's link, through the API: filled in and stored complete.
-    let patched = client()
-        .patch(server.url(&format!("/api/mailings/{MAILING}/links/mine")))
-        .bearer_auth(API_TOKEN)
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(
-            serde_json::json!({"recipient": "bob@example.com", "to": "https://help.example/{{ id }}"})
-                .to_string(),
-        )
-        .send()
-        .await
-        .unwrap();
+    let patched = patch_link(
+        &client(),
+        server.url(&format!("/api/mailings/{MAILING}/links/mine")),
+        serde_json::json!({"recipient": "bob@example.com", "to": "https://help.example/{{ id }}"}),
+    )
+    .await;
     assert_eq!(
         patched.status(),
         StatusCode::OK,

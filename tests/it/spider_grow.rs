@@ -5,7 +5,7 @@
 use crate::common::cluster::Cluster;
 use crate::common::spider::{
     click_tokens, count, data_tables, days_of, head_partitioned_from_four_days_ago, link_rows, ok,
-    ok_with_shards, stderr, until, BASE,
+    ok_with_shards, plain_mailing, stderr, until, BASE, TWO_LINKS,
 };
 use crate::common::{click_link, days_ago, today, token_on};
 use linktrack::store::{self, links, partitions};
@@ -238,22 +238,7 @@ fn small_mailing(
     recipients: usize,
     batch: usize,
 ) -> Vec<String> {
-    let mailing = dir.join("mailing.json");
-    std::fs::write(
-        &mailing,
-        serde_json::json!({
-            "mailing_id": mailing_id, "subject": "s", "from": "f@example.com",
-            "html": "<p>Hi</p><a href=\"https://example.com/a\">a</a> <a href=\"https://example.com/b\">b</a>",
-            "personalize": false, "proxy_images": false
-        })
-        .to_string(),
-    )
-    .unwrap();
-    let list = dir.join("recipients.csv");
-    let lines: Vec<String> = (0..recipients)
-        .map(|n| format!("r{n}@example.com"))
-        .collect();
-    std::fs::write(&list, format!("email\n{}\n", lines.join("\n"))).unwrap();
+    let (mailing, list) = plain_mailing(dir, mailing_id, TWO_LINKS, recipients);
     let path = |p: std::path::PathBuf| p.to_str().unwrap().to_owned();
     [
         "build".to_owned(),

@@ -5,7 +5,7 @@
 use crate::common::cluster::Cluster;
 use crate::common::spider::{
     build_through_head, click_tokens, count, data_tables, head_returns_and_each_click_lands_once,
-    link_rows, node_events, ok, until, BASE,
+    link_rows, migrated_head, node_events, ok, plain_mailing, until, BASE, TWO_LINKS,
 };
 use crate::common::{click_link, today};
 use linktrack::store::{self, links};
@@ -21,20 +21,7 @@ async fn a_cluster_builds_serves_counts_and_outlives_a_dead_node() {
     // Build 300 letters of two links each through the head (the builder
     // makes today's partitions on every node itself).
     let dir = tempfile::tempdir().unwrap();
-    let mailing = dir.path().join("mailing.json");
-    std::fs::write(
-        &mailing,
-        serde_json::json!({
-            "mailing_id": "spider", "subject": "s", "from": "f@example.com",
-            "html": "<p>Hi</p><a href=\"https://example.com/a\">a</a> <a href=\"https://example.com/b\">b</a>",
-            "personalize": false, "proxy_images": false
-        })
-        .to_string(),
-    )
-    .unwrap();
-    let recipients = dir.path().join("recipients.csv");
-    let lines: Vec<String> = (0..300).map(|n| format!("r{n}@example.com")).collect();
-    std::fs::write(&recipients, format!("email\n{}\n", lines.join("\n"))).unwrap();
+    let (mailing, recipients) = plain_mailing(dir.path(), "spider", TWO_LINKS, 300);
     let letters = build_through_head(
         &cluster,
         dir.path(),
@@ -240,11 +227,7 @@ async fn a_cluster_builds_serves_counts_and_outlives_a_dead_node() {
 #[tokio::test]
 async fn a_cluster_answers_clicks_while_the_head_is_down_and_lands_them_later() {
     let mut cluster = Cluster::start().await;
-    ok(&cluster, &["migrate"]);
-    ok(&cluster, &["partitions", "ensure"]);
-    let head = store::connect(&cluster.head.url(), &store::PoolSettings::default())
-        .await
-        .unwrap();
+    let head = migrated_head(&cluster).await;
     // Sealed as the builder seals them: the server checks a token's kind.
     let seal = crate::common::seal_of(&head).await;
     let noon = today().and_hms_opt(12, 0, 0).unwrap().and_utc();
@@ -371,20 +354,12 @@ async fn a_data_node_killed_under_1000_clicks_loses_and_doubles_none() {
     let mut cluster = Cluster::start().await;
     ok(&cluster, &["migrate"]);
     let dir = tempfile::tempdir().unwrap();
-    let mailing = dir.path().join("mailing.json");
-    std::fs::write(
-        &mailing,
-        serde_json::json!({
-            "mailing_id": "outage", "subject": "s", "from": "f@example.com",
-            "html": "<p>Hi</p><a href=\"https://example.com/a\">a</a>",
-            "personalize": false, "proxy_images": false
-        })
-        .to_string(),
-    )
-    .unwrap();
-    let recipients = dir.path().join("recipients.csv");
-    let lines: Vec<String> = (0..1000).map(|n| format!("r{n}@example.com")).collect();
-    std::fs::write(&recipients, format!("email\n{}\n", lines.join("\n"))).unwrap();
+    let (mailing, recipients) = plain_mailing(
+        dir.path(),
+        "outage",
+        "<p>Hi</p><a href=\"https://example.com/a\">a</a>",
+        1000,
+    );
     let letters = build_through_head(&cluster, dir.path(), &mailing, &recipients, &[]);
     assert_eq!(letters.len(), 1000);
     let nodes = [cluster.node_pool(0).await, cluster.node_pool(1).await];

@@ -4,8 +4,8 @@
 
 use crate::common::cluster::Cluster;
 use crate::common::spider::{
-    count, data_tables, head_returns_and_each_click_lands_once, link_rows, node_events, ok, stderr,
-    stdout, until,
+    count, data_tables, head_returns_and_each_click_lands_once, link_rows, migrated_head,
+    node_events, ok, stderr, stdout, until,
 };
 use crate::common::{click_link, seal_of, sealed_token, today, Serving};
 use linktrack::store::{self, links};
@@ -63,11 +63,7 @@ async fn hundred_links(head: &sqlx::MySqlPool) -> Vec<links::NewLink> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_started_while_the_head_is_down_routes_by_its_saved_topology() {
     let mut cluster = Cluster::start().await;
-    ok(&cluster, &["migrate"]);
-    ok(&cluster, &["partitions", "ensure"]);
-    let head = store::connect(&cluster.head.url(), &store::PoolSettings::default())
-        .await
-        .unwrap();
+    let head = migrated_head(&cluster).await;
     let rows = hundred_links(&head).await;
     let nodes = [cluster.node_pool(0).await, cluster.node_pool(1).await];
     let on_node0: HashSet<Vec<u8>> = link_rows(&nodes[0])
@@ -170,11 +166,7 @@ async fn a_server_started_while_the_head_is_down_routes_by_its_saved_topology() 
 #[tokio::test]
 async fn shards_status_reports_each_node_and_names_a_dead_one() {
     let mut cluster = Cluster::start().await;
-    ok(&cluster, &["migrate"]);
-    ok(&cluster, &["partitions", "ensure"]);
-    let head = store::connect(&cluster.head.url(), &store::PoolSettings::default())
-        .await
-        .unwrap();
+    let head = migrated_head(&cluster).await;
     let rows = hundred_links(&head).await;
     // Ten clicks through a server, so some nodes have events.
     let journal = tempfile::tempdir().unwrap();
@@ -312,11 +304,7 @@ async fn node_event_ids(pool: &sqlx::MySqlPool) -> Vec<Vec<u8>> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_replay_reads_links_and_writes_events_of_1000_clicks_on_the_nodes_not_the_head() {
     let mut cluster = Cluster::start().await;
-    ok(&cluster, &["migrate"]);
-    ok(&cluster, &["partitions", "ensure"]);
-    let head = store::connect(&cluster.head.url(), &store::PoolSettings::default())
-        .await
-        .unwrap();
+    let head = migrated_head(&cluster).await;
     let mut rows = Vec::new();
     for _ in 0..10 {
         rows.extend(hundred_links(&head).await);

@@ -16,6 +16,50 @@ pub fn ok(cluster: &Cluster, args: &[&str]) -> String {
     succeeded(args, cluster.linktrack(args))
 }
 
+/// The cluster migrated, today's partitions made on every node, and a pool
+/// on its head.
+pub async fn migrated_head(cluster: &Cluster) -> sqlx::MySqlPool {
+    ok(cluster, &["migrate"]);
+    ok(cluster, &["partitions", "ensure"]);
+    linktrack::store::connect(
+        &cluster.head.url(),
+        &linktrack::store::PoolSettings::default(),
+    )
+    .await
+    .unwrap()
+}
+
+/// A creative of two links, for the cluster tests' plain mailings.
+pub const TWO_LINKS: &str =
+    "<p>Hi</p><a href=\"https://example.com/a\">a</a> <a href=\"https://example.com/b\">b</a>";
+
+/// In `dir`, a mailing of `html`, neither personalised nor proxying images,
+/// and a recipients file of `recipients` addresses (r0@example.com, …):
+/// the paths of both.
+pub fn plain_mailing(
+    dir: &std::path::Path,
+    mailing_id: &str,
+    html: &str,
+    recipients: usize,
+) -> (std::path::PathBuf, std::path::PathBuf) {
+    let mailing = dir.join("mailing.json");
+    std::fs::write(
+        &mailing,
+        serde_json::json!({
+            "mailing_id": mailing_id, "subject": "s", "from": "f@example.com",
+            "html": html, "personalize": false, "proxy_images": false
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let list = dir.join("recipients.csv");
+    let lines: Vec<String> = (0..recipients)
+        .map(|n| format!("r{n}@example.com"))
+        .collect();
+    std::fs::write(&list, format!("email\n{}\n", lines.join("\n"))).unwrap();
+    (mailing, list)
+}
+
 /// `linktrack build` of `mailing` for `recipients` through the head, with
 /// `extra` flags; the letters it wrote, one JSON object each.
 pub fn build_through_head(
