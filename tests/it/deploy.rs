@@ -331,16 +331,19 @@ async fn serve_exports_the_gauges_the_alerts_read() {
     );
     let rotated_at = chrono::Utc::now().timestamp() as f64;
     let app = TestServer::start(db.pool.clone(), |settings| settings).await;
-    // The worker reads the gauges as the server starts: wait for them.
+    // The worker reads the gauges as the server starts, one query after
+    // another: wait until every gauge of the round is there (a scrape can
+    // fall between two of them).
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let round = [
+        "linktrack_database_up",
+        "linktrack_partitions_days_ahead",
+        "linktrack_partitions_rotate_last_success_timestamp_seconds",
+        "linktrack_schema_installed_timestamp_seconds",
+    ];
     let text = loop {
         let text = metrics_text(&app.admin).await;
-        if metric_value(
-            &text,
-            "linktrack_partitions_rotate_last_success_timestamp_seconds",
-        )
-        .is_some()
-        {
+        if round.iter().all(|name| metric_value(&text, name).is_some()) {
             break text;
         }
         assert!(
