@@ -42,6 +42,7 @@ pub(super) async fn relay(url: &str, args: &RelayArgs) -> anyhow::Result<()> {
             from_domains: args.tls_from_domains,
         },
         dkim_keys: args.dkim_key.clone(),
+        privacy: crate::privacy::PrivacySettings::default(),
     };
     relay::run(pool, settings, stop_signal()).await?;
     Ok(())

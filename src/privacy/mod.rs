@@ -33,7 +33,7 @@ pub use settings::{PrivacySettings, ALIVE_WITHIN};
 
 use crate::address::{AddressKey, Fingerprint};
 use crate::locks::{LockEvenPoisoned, ReadWriteEvenPoisoned};
-use crate::store::privacy::{self as store, Change, ChangeRow};
+use crate::store::privacy::{self as store, Change, ChangeLog, ChangeRow};
 use crate::store::StoreError;
 use chrono::{DateTime, Utc};
 use sqlx::MySqlPool;
@@ -193,6 +193,17 @@ impl Privacy {
         }
     }
 
+    /// Whether the address of `fingerprint` opted out of tracking.
+    pub fn is_opted_out(&self, fingerprint: Fingerprint) -> bool {
+        self.read().opted_out.contains(&fingerprint)
+    }
+
+    /// Whether the address of `fingerprint` was ever erased (whenever its
+    /// letters were made: the relay refuses to mail it again).
+    pub fn is_erased(&self, fingerprint: Fingerprint) -> bool {
+        self.read().erased.contains_key(&fingerprint)
+    }
+
     /// This server recorded an opt-out itself (`POST /t/`): its own hits
     /// honour it at once, before the change log comes round.
     pub fn note_opt_out(&self, email: &str) {
@@ -257,7 +268,9 @@ impl Privacy {
         progress.last_refresh = Some(Instant::now());
         if stale(progress.last_prune, Duration::from_secs(3_600)) {
             progress.last_prune = Some(Instant::now());
-            let pruned = store::prune_changes(pool, settings.keep_changes, 100_000).await?;
+            let pruned =
+                store::prune_changes(pool, ChangeLog::Privacy, settings.keep_changes, 100_000)
+                    .await?;
             if pruned > 0 {
                 tracing::debug!(pruned, "old privacy change rows deleted");
             }
@@ -285,7 +298,7 @@ impl Privacy {
     ) -> Result<Vec<Fingerprint>, StoreError> {
         let started = Instant::now();
         // Changes logged from here on are applied after the load.
-        let start = store::last_change_id(pool).await?;
+        let start = store::last_change_id(pool, ChangeLog::Privacy).await?;
         let mut opted_out = FingerprintSet::default();
         store::for_each_opted_out(pool, key, |fingerprint| {
             opted_out.insert(fingerprint);
@@ -328,7 +341,9 @@ impl Privacy {
         let mut newly_erased = Vec::new();
         let mut after = progress.settled_id;
         loop {
-            let rows = store::changes_since(pool, after, store::CHANGES_PER_READ).await?;
+            let rows =
+                store::changes_since(pool, ChangeLog::Privacy, after, store::CHANGES_PER_READ)
+                    .await?;
             let Some(last) = rows.last().map(|row| row.id) else {
                 break;
             };
@@ -367,6 +382,9 @@ impl Privacy {
                         newly_erased.push(row.fingerprint);
                     }
                 }
+                // Logged in `suppression_changes`, which this view does
+                // not read (the relay's `Suppressions` does).
+                Change::Suppress | Change::Unsuppress => {}
             }
             view.seen_id = view.seen_id.max(row.id);
         }

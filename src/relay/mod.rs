@@ -6,8 +6,10 @@
 //!
 //! A file per part, this one only wiring them: the settings
 //! (`settings.rs`), who may submit (`access.rs`), a command line read
-//! (`command.rs`), AUTH (`auth.rs`), the data after DATA (`data.rs`), the
-//! session (`session.rs`) with what its sessions share (`shared.rs`), the
+//! (`command.rs`), AUTH (`auth.rs`), the data after DATA (`data.rs`),
+//! where a recipient stands, in memory (`standing.rs`: suppressed, erased,
+//! opted out), the session (`session.rs`) with what its sessions share
+//! (`shared.rs`), the
 //! header fields (`headers.rs`) and HTML parts (`mime.rs`) of a message,
 //! a message tracked (`track.rs`) and DKIM for what tracking changed
 //! (`dkim.rs`), its letters handed to the MTA while the client waits
@@ -29,6 +31,7 @@ mod session;
 mod settings;
 mod shared;
 mod spool;
+mod standing;
 mod tls;
 mod track;
 
@@ -170,10 +173,32 @@ pub async fn run(
         (None, None)
     };
     let address_key = crate::store::privacy::load_key(&pool).await?;
+    // Its name among the servers `erase` waits for.
+    let server = format!(
+        "relay {} {} {}",
+        settings.hostname,
+        bound,
+        settings.spool.display()
+    );
+    let recipients =
+        standing::Recipients::load(&pool, server, address_key, settings.privacy).await?;
+    let mut followers = crate::workers::Workers::new();
+    {
+        let (recipients, pool) = (recipients.clone(), pool.clone());
+        followers.spawn("privacy", move |stopping| {
+            recipients.follow_privacy(pool, stopping)
+        });
+    }
+    {
+        let (recipients, pool) = (recipients.clone(), pool.clone());
+        followers.spawn("suppressions", move |stopping| {
+            recipients.follow_suppressions(pool, stopping)
+        });
+    }
     let shared = Arc::new(Shared {
         settings,
         keys,
-        address_key,
+        recipients,
         pool,
         tracker,
         hand_over,
@@ -218,6 +243,7 @@ pub async fn run(
         reloading.abort();
     }
     let _ = worker.await;
+    followers.shutdown(std::time::Duration::from_secs(5)).await;
     // The sessions still running hold the hand-over; what they answered is
     // recorded by the time the last lets it go.
     drop(shared);

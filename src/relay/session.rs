@@ -13,8 +13,9 @@ use super::command::{parse, Command};
 use super::data::{read_data, Data};
 use super::settings::SuppressedAction;
 use super::shared::Shared;
+use super::standing::Standing;
 use super::track::Recipient;
-use crate::store::privacy;
+use crate::privacy::StoreGuard;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -49,6 +50,9 @@ struct Session {
     authenticated: bool,
     from: Option<String>,
     recipients: Vec<Recipient>,
+    /// The view of opt-outs and erasures the transaction's recipients
+    /// were checked with, held until its letters are stored.
+    view: Option<StoreGuard>,
     /// Suppressed recipients accepted to be dropped in this transaction.
     dropped: usize,
     errors: u32,
@@ -104,6 +108,7 @@ where
         authenticated: false,
         from: None,
         recipients: Vec::new(),
+        view: None,
         dropped: 0,
         errors: 0,
     };
@@ -265,8 +270,8 @@ impl Session {
             Command::Auth { mechanism, initial } => {
                 return self.auth(&mechanism, initial, reader, write, shared).await;
             }
-            Command::Mail { from, size } => self.mail(from, size, shared),
-            Command::Rcpt(to) => self.rcpt(&to, shared).await,
+            Command::Mail { from, size } => self.mail(from, size, shared).await,
+            Command::Rcpt(to) => self.rcpt(&to, shared),
             Command::Data => return self.data(reader, write, shared).await,
             Command::Rset => {
                 self.reset();
@@ -294,10 +299,12 @@ impl Session {
     fn reset(&mut self) {
         self.from = None;
         self.recipients.clear();
+        // The view is let go: `erase` need not wait for this transaction.
+        drop(self.view.take());
         self.dropped = 0;
     }
 
-    fn mail(&mut self, from: String, size: Option<u64>, shared: &Shared) -> String {
+    async fn mail(&mut self, from: String, size: Option<u64>, shared: &Shared) -> String {
         let settings = &shared.settings;
         if !self.greeted {
             return "503 5.5.1 Say EHLO first".into();
@@ -320,11 +327,18 @@ impl Session {
         if let Err(e) = from.parse::<lettre::Address>() {
             return format!("553 5.1.7 <{from}>: not an address ({e})");
         }
+        match shared.recipients.hold(&shared.pool).await {
+            Ok(view) => self.view = Some(view),
+            Err(e) => {
+                tracing::warn!(error = %e, "the relay cannot read the opt-out and erasure lists");
+                return "451 4.3.0 The suppression list cannot be read now; try again later".into();
+            }
+        }
         self.from = Some(from);
         "250 2.1.0 Ok".into()
     }
 
-    async fn rcpt(&mut self, to: &str, shared: &Shared) -> String {
+    fn rcpt(&mut self, to: &str, shared: &Shared) -> String {
         let settings = &shared.settings;
         if self.from.is_none() {
             return "503 5.5.1 MAIL FROM first".into();
@@ -338,13 +352,7 @@ impl Session {
         if let Err(e) = to.parse::<lettre::Address>() {
             return format!("553 5.1.3 <{to}>: not an address ({e})");
         }
-        let standing = match privacy::standing(&shared.pool, &shared.address_key, to).await {
-            Ok(standing) => standing,
-            Err(e) => {
-                tracing::warn!(error = %e, "the relay cannot read the suppression and opt-out lists");
-                return "451 4.3.0 The suppression list cannot be read now; try again later".into();
-            }
-        };
+        let standing = shared.recipients.standing(to);
         if let Some(reason) = refusal(standing) {
             return match settings.suppressed {
                 SuppressedAction::Refuse => format!("550 5.7.1 <{to}>: {reason}"),
@@ -562,7 +570,7 @@ where
 
 /// Why a recipient is refused, if it is: on the suppression list (as
 /// itself or as an erased address's keyed hash), or erased.
-fn refusal(standing: privacy::Standing) -> Option<&'static str> {
+fn refusal(standing: Standing) -> Option<&'static str> {
     if standing.suppressed {
         return Some("on the suppression list (unsubscribed, bounced or complained)");
     }

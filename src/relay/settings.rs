@@ -59,6 +59,9 @@ pub struct RelaySettings {
     pub retry_after: Duration,
     /// STARTTLS: the certificates shown (off by default).
     pub tls: super::tls::RelayTls,
+    /// How the in-memory suppression, opt-out and erasure lists follow
+    /// their change logs (`refresh_every`: how soon a change is honoured).
+    pub privacy: crate::privacy::PrivacySettings,
     /// `--dkim-key`: the keys that sign again the letters whose upstream
     /// DKIM signature tracking broke, by the From address's domain.
     pub dkim_keys: Vec<super::dkim::DkimKeySpec>,

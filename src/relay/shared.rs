@@ -17,8 +17,9 @@ pub(crate) struct Shared {
     /// Checks an AUTH password: the API token or a key (scope `relay:send`).
     pub keys: KeyVerifier,
     pub pool: MySqlPool,
-    /// The keyed hash of erased addresses (read once: it never changes).
-    pub address_key: crate::address::AddressKey,
+    /// Where each recipient stands (suppressed, erased, opted out), in
+    /// memory, followed from the change logs.
+    pub recipients: super::standing::Recipients,
     pub tracker: Tracker,
     pub spool: Arc<Spool>,
     /// The MTAs a message is handed to at once (`--forward now`).

@@ -8,9 +8,10 @@
 //! addresses: the entry outlives the readable address as its keyed hash
 //! ([`AddressKey::digest`]), so a later build still skips (or sends
 //! untracked) an erased address. [`AddressList::among`] checks both forms;
-//! `remove` takes both away. Changes to the opt-out list are also logged
-//! for the servers ([`super::privacy`]: every server holds the list in
-//! memory and follows the log).
+//! `remove` takes both away. Changes are also logged for the processes
+//! that hold a list in memory and follow its log (`super::change_log`):
+//! the opt-out list's for every server, the suppression list's for the
+//! relay.
 
 use super::address_key::load_key;
 use super::change_log::{log_changes, Change};
@@ -31,8 +32,9 @@ pub struct AddressList {
     note: &'static str,
     /// The entries of erased addresses, by keyed hash.
     hashed: &'static str,
-    /// Changes go to the servers' change log (`privacy_changes`).
-    logged: bool,
+    /// What an address added, and one removed, is logged as.
+    on_add: Change,
+    on_remove: Change,
 }
 
 /// The suppression list: never mailed.
@@ -40,7 +42,8 @@ pub const SUPPRESSIONS: AddressList = AddressList {
     table: "suppressions",
     note: "reason",
     hashed: "suppressions_hashed",
-    logged: false,
+    on_add: Change::Suppress,
+    on_remove: Change::Unsuppress,
 };
 
 /// The tracking opt-out list: mailed, untracked; followed by every server
@@ -49,7 +52,8 @@ pub const TRACKING_OPTOUTS: AddressList = AddressList {
     table: "tracking_optouts",
     note: "source",
     hashed: "tracking_optouts_hashed",
-    logged: true,
+    on_add: Change::OptOut,
+    on_remove: Change::OptIn,
 };
 
 /// What erasing did to an address's entry ([`AddressList::keep_as_hash`]).
@@ -72,6 +76,11 @@ pub struct Entry {
 }
 
 impl AddressList {
+    /// The table of the entries in clear.
+    pub fn table(&self) -> &'static str {
+        self.table
+    }
+
     /// The table of the entries of erased addresses.
     pub fn hashed_table(&self) -> &'static str {
         self.hashed
@@ -85,7 +94,7 @@ impl AddressList {
         emails: &[String],
         note: &str,
     ) -> Result<u64, StoreError> {
-        let key = self.key_if_logged(pool).await?;
+        let key = load_key(pool).await?;
         let mut added = 0;
         for chunk in emails.chunks(BATCH) {
             let mut tx = pool.begin().await?;
@@ -97,10 +106,8 @@ impl AddressList {
                 b.push_bind(email).push_bind(note);
             });
             added += query.build().execute(&mut *tx).await?.rows_affected();
-            if let Some(key) = &key {
-                let digests: Vec<[u8; 32]> = chunk.iter().map(|e| key.digest(e)).collect();
-                log_changes(&mut *tx, &digests, Change::OptOut).await?;
-            }
+            let digests: Vec<[u8; 32]> = chunk.iter().map(|e| key.digest(e)).collect();
+            log_changes(&mut *tx, &digests, self.on_add).await?;
             tx.commit().await?;
         }
         Ok(added)
@@ -124,9 +131,7 @@ impl AddressList {
             ));
             super::in_list::push_in_list(&mut query, digests.iter().map(|d| d.to_vec()));
             removed += query.build().execute(&mut *tx).await?.rows_affected();
-            if self.logged {
-                log_changes(&mut *tx, &digests, Change::OptIn).await?;
-            }
+            log_changes(&mut *tx, &digests, self.on_remove).await?;
             tx.commit().await?;
         }
         Ok(removed)
@@ -189,6 +194,7 @@ impl AddressList {
     ) -> Result<u64, StoreError> {
         let mut added = 0;
         for chunk in digests.chunks(BATCH) {
+            let mut tx = pool.begin().await?;
             let mut query = QueryBuilder::<MySql>::new(format!(
                 "INSERT IGNORE INTO {} (email_hmac, {}) ",
                 self.hashed, self.note
@@ -196,22 +202,16 @@ impl AddressList {
             query.push_values(chunk, |mut b, digest| {
                 b.push_bind(digest.to_vec()).push_bind(note);
             });
-            added += query.build().execute(pool).await?.rows_affected();
+            added += query.build().execute(&mut *tx).await?.rows_affected();
+            log_changes(&mut *tx, chunk, self.on_add).await?;
+            tx.commit().await?;
         }
         Ok(added)
     }
 
-    /// The key, when this list's changes are logged.
-    async fn key_if_logged(&self, pool: &MySqlPool) -> Result<Option<AddressKey>, StoreError> {
-        if self.logged {
-            Ok(Some(load_key(pool).await?))
-        } else {
-            Ok(None)
-        }
-    }
-
     /// Erasing `email`: its entry, if any, becomes its keyed hash (note and
-    /// time kept). Idempotent.
+    /// time kept). Idempotent. Nothing is logged: both forms have the same
+    /// keyed hash, which is what the followers hold.
     pub async fn keep_as_hash(
         &self,
         pool: &MySqlPool,
@@ -262,7 +262,8 @@ impl AddressList {
     /// Entries stored before an address had one form (an IDN domain in
     /// U-labels, a decomposed accent) under their normalised form now
     /// (`migrate` runs it): only entries with non-ASCII characters can
-    /// differ. Returns how many moved.
+    /// differ. Returns how many moved. Nothing is logged: a follower's
+    /// keyed hash is of the normalised form, the same for both.
     pub async fn renormalise(&self, pool: &MySqlPool) -> Result<u64, StoreError> {
         let stored: Vec<String> = sqlx::query_scalar(&format!(
             "SELECT CONVERT(email USING utf8mb4) FROM {} WHERE LENGTH(email) <> CHAR_LENGTH(email)",

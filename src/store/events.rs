@@ -185,17 +185,32 @@ pub(super) fn push_number(sql: &mut String, number: Option<impl itoa::Integer>) 
 /// suppression list is keyed by. Idempotent: an address already listed keeps its original reason and
 /// date. (`IGNORE` is safe here: the table is not partitioned and the
 /// addresses come from `links.email`, which has the same length limit.)
+/// Logged for the relays in the same transaction, as every change of the
+/// list is (`suppression_changes`).
 pub async fn suppress_unsubscribed(pool: &MySqlPool, emails: &[&str]) -> Result<(), StoreError> {
+    if emails.is_empty() {
+        return Ok(());
+    }
+    let key = super::address_key::load_key(pool).await?;
     for chunk in emails.chunks(MAX_ROWS_PER_INSERT) {
+        // The one normalisation, as the build and `suppressions add` use
+        // it: the entry is the key the next build looks up.
+        let normalised: Vec<String> = chunk
+            .iter()
+            .map(|email| crate::address::normalize(email))
+            .collect();
+        let mut tx = pool.begin().await?;
         let mut query =
             QueryBuilder::<MySql>::new("INSERT IGNORE INTO suppressions (email, reason) ");
-        query.push_values(chunk, |mut b, email| {
-            // The one normalisation, as the build and `suppressions add`
-            // use it: the entry is the key the next build looks up.
-            b.push_bind(crate::address::normalize(email))
+        query.push_values(&normalised, |mut b, email| {
+            b.push_bind(email)
                 .push_bind(super::suppressions::SuppressionReason::Unsubscribe.as_str());
         });
-        query.build().execute(pool).await?;
+        query.build().execute(&mut *tx).await?;
+        let digests: Vec<[u8; 32]> = normalised.iter().map(|e| key.digest(e)).collect();
+        super::change_log::log_changes(&mut *tx, &digests, super::change_log::Change::Suppress)
+            .await?;
+        tx.commit().await?;
     }
     Ok(())
 }

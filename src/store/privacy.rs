@@ -15,7 +15,7 @@
 
 pub use super::address_key::load_key;
 pub use super::change_log::{
-    changes_since, last_change_id, prune_changes, Change, ChangeRow, CHANGES_PER_READ,
+    changes_since, last_change_id, prune_changes, Change, ChangeLog, ChangeRow, CHANGES_PER_READ,
 };
 
 use super::address_list::{SUPPRESSIONS, TRACKING_OPTOUTS};
@@ -36,15 +36,35 @@ const FULL_LOAD_PAGE: u32 = 50_000;
 pub async fn for_each_opted_out(
     pool: &MySqlPool,
     key: &AddressKey,
+    each: impl FnMut(Fingerprint),
+) -> Result<u64, StoreError> {
+    for_each_listed(pool, key, TRACKING_OPTOUTS, each).await
+}
+
+/// [`for_each_opted_out`] for the suppression list (the relay's full load).
+pub async fn for_each_suppressed(
+    pool: &MySqlPool,
+    key: &AddressKey,
+    each: impl FnMut(Fingerprint),
+) -> Result<u64, StoreError> {
+    for_each_listed(pool, key, SUPPRESSIONS, each).await
+}
+
+/// The fingerprint of every entry of `list`, clear and hashed, by pages.
+async fn for_each_listed(
+    pool: &MySqlPool,
+    key: &AddressKey,
+    list: super::address_list::AddressList,
     mut each: impl FnMut(Fingerprint),
 ) -> Result<u64, StoreError> {
     let mut n = 0;
     let mut after = String::new();
     loop {
-        let page: Vec<String> = sqlx::query_scalar(
-            "SELECT CONVERT(email USING utf8mb4) FROM tracking_optouts \
+        let page: Vec<String> = sqlx::query_scalar(&format!(
+            "SELECT CONVERT(email USING utf8mb4) FROM {} \
              WHERE email > ? ORDER BY email LIMIT ?",
-        )
+            list.table()
+        ))
         .bind(&after)
         .bind(FULL_LOAD_PAGE)
         .fetch_all(pool)
@@ -60,7 +80,7 @@ pub async fn for_each_opted_out(
     loop {
         let page: Vec<Vec<u8>> = sqlx::query_scalar(&format!(
             "SELECT email_hmac FROM {} WHERE email_hmac > ? ORDER BY email_hmac LIMIT ?",
-            TRACKING_OPTOUTS.hashed_table()
+            list.hashed_table()
         ))
         .bind(&after)
         .bind(FULL_LOAD_PAGE)
@@ -268,49 +288,6 @@ pub async fn is_suppressed(pool: &MySqlPool, email: &str) -> Result<bool, StoreE
         .among(pool, &[email.as_str()])
         .await?
         .is_empty())
-}
-
-/// Where one recipient stands, for the relay's `RCPT TO`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Standing {
-    /// On the suppression list (in clear or, erased, by keyed hash).
-    pub suppressed: bool,
-    /// Erased (`linktrack erase`).
-    pub erased: bool,
-    /// Opted out of tracking.
-    pub opted_out: bool,
-}
-
-/// [`is_suppressed`], [`is_erased`] and the tracking opt-out list for one
-/// address in one statement (five index lookups), with the key read once
-/// by the caller: the relay asks it for every recipient.
-pub async fn standing(
-    pool: &MySqlPool,
-    key: &AddressKey,
-    email: &str,
-) -> Result<Standing, StoreError> {
-    let email = crate::address::normalize(email);
-    let digest = key.digest(&email).to_vec();
-    let (suppressed, erased, opted_out): (i64, i64, i64) = sqlx::query_as(
-        "SELECT \
-         CAST(EXISTS(SELECT 1 FROM suppressions WHERE email = ?) \
-           OR EXISTS(SELECT 1 FROM suppressions_hashed WHERE email_hmac = ?) AS SIGNED), \
-         CAST(EXISTS(SELECT 1 FROM erasures WHERE email_hmac = ?) AS SIGNED), \
-         CAST(EXISTS(SELECT 1 FROM tracking_optouts WHERE email = ?) \
-           OR EXISTS(SELECT 1 FROM tracking_optouts_hashed WHERE email_hmac = ?) AS SIGNED)",
-    )
-    .bind(&email)
-    .bind(&digest)
-    .bind(&digest)
-    .bind(&email)
-    .bind(&digest)
-    .fetch_one(pool)
-    .await?;
-    Ok(Standing {
-        suppressed: suppressed != 0,
-        erased: erased != 0,
-        opted_out: opted_out != 0,
-    })
 }
 
 /// Whether `email` was erased (`linktrack erase`): its keyed hash is in

@@ -153,7 +153,9 @@ async fn count(pool: &sqlx::MySqlPool, sql: &str) -> i64 {
 
 /// The newest change of the privacy change log.
 async fn last_change(pool: &sqlx::MySqlPool) -> u64 {
-    privacy::last_change_id(pool).await.unwrap()
+    privacy::last_change_id(pool, privacy::ChangeLog::Privacy)
+        .await
+        .unwrap()
 }
 
 /// Wait until every server in `privacy_servers` has taken in change `id`.

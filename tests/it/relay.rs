@@ -8,6 +8,7 @@
 
 use crate::common::build::{tracked_tokens, BASE};
 use crate::common::smtp_sink::SmtpSink;
+use crate::common::spider::until;
 use crate::common::{down_socket, linktrack, serve_command, Serving, TestDb};
 use linktrack::store::links::LinkKind;
 use std::path::Path;
@@ -225,6 +226,62 @@ async fn each_recipient_gets_a_tracked_letter_and_the_suppressed_one_is_refused(
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert_eq!(delivered, (2, Some(2)), "{}", relay.log());
+}
+
+/// The relay holds the suppression list in memory and follows its change
+/// log: an address suppressed while it runs (by `suppressions add`, or by
+/// an unsubscribe, which the replay writes with its own statement) is
+/// refused at `RCPT TO` within the follow interval, and accepted again
+/// once taken off the list.
+#[tokio::test]
+async fn a_suppression_added_while_the_relay_runs_is_refused_soon_after() {
+    let db = TestDb::new().await;
+    let sink = SmtpSink::start(&[]);
+    let spool = tempfile::tempdir().unwrap();
+    let relay = start_relay(&db, &sink.url(), spool.path(), &[]).await;
+    let port = relay.addr.port();
+    // One transaction's RCPT TO reply code for `to`.
+    let rcpt = move |to: &'static str| async move {
+        let script = format!(
+            "s = smtplib.SMTP('127.0.0.1', PORT, source_address=('127.0.0.3', 0))\n\
+             s.ehlo('client.example')\n\
+             s.mail('news@example.com')\n\
+             out(*s.rcpt({to:?}))\n\
+             s.quit()\n"
+        );
+        smtplib(port, &script)[0][0].as_i64()
+    };
+    assert_eq!(rcpt("late@example.org").await, Some(250));
+    assert_eq!(rcpt("Unsub@Example.org").await, Some(250));
+
+    let added = linktrack(&db, &["suppressions", "add", "late@example.org"]);
+    assert!(added.status.success(), "{added:?}");
+    until("suppressions add, then RCPT TO", 550, || {
+        rcpt("late@example.org")
+    })
+    .await;
+    linktrack::store::events::suppress_unsubscribed(&db.pool, &["unsub@example.org"])
+        .await
+        .unwrap();
+    until(
+        "an unsubscribe, then RCPT TO (as spelt by the client)",
+        550,
+        || rcpt("Unsub@Example.org"),
+    )
+    .await;
+
+    let removed = linktrack(&db, &["suppressions", "remove", "late@example.org"]);
+    assert!(removed.status.success(), "{removed:?}");
+    until("suppressions remove, then RCPT TO", 250, || {
+        rcpt("late@example.org")
+    })
+    .await;
+    assert_eq!(
+        rcpt("Unsub@Example.org").await,
+        Some(550),
+        "{}",
+        relay.log()
+    );
 }
 
 #[tokio::test]
