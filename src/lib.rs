@@ -91,8 +91,9 @@
 //!     point, for the API's live stream (`event_feed.rs`); stats reads in `store/stats/`, one file per
 //!     question (summary, links, late events, series, letters, mailings);
 //!     segments; erasure;
-//!     the address key (`address_key.rs`) and the privacy change log
-//!     (`change_log.rs`) beside `privacy.rs`;
+//!     the address key (`address_key.rs`) and the change logs of the
+//!     opt-outs, erasures and suppressions (`change_log.rs`) beside
+//!     `privacy.rs`;
 //!     row formats; the seal keys seen and the ring checks (`seal_keys.rs`,
 //!     its refusals in `key_refusal.rs`); provider webhook tokens bound to
 //!     their first event, shared by every server (`provider_tokens.rs`);
@@ -220,8 +221,10 @@
 //!     platforms send through it (docs/relay.md), a file per part
 //!     (`relay/mod.rs` only wires them): its settings (`settings.rs`), who
 //!     may submit (`access.rs`), a command read (`command.rs`), AUTH
-//!     (`auth.rs`), the data after DATA (`data.rs`), the session
-//!     (`session.rs`) and what sessions share (`shared.rs`), a message's
+//!     (`auth.rs`), the data after DATA (`data.rs`), where a recipient
+//!     stands, held in memory and followed from the change logs
+//!     (`standing.rs`), the session (`session.rs`) and what sessions
+//!     share (`shared.rs`), a message's
 //!     header fields (`headers.rs`) and HTML parts (`mime.rs`), a message
 //!     tracked by the builder's rules (`track.rs`, through
 //!     `builder/tracked_parts.rs`), the DKIM signatures tracking broke
