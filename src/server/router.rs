@@ -83,7 +83,7 @@ pub(super) async fn public_router(
 }
 
 /// What a hot route's layered handler is.
-pub trait HotService:
+pub(super) trait HotService:
     Service<Request, Response = Response, Error = Infallible, Future: Send + 'static>
     + Clone
     + Send
@@ -163,7 +163,7 @@ where
 /// parameter, 404). The route pattern is set for the metrics and the span
 /// as the router sets `MatchedPath` ([`RoutePattern`]).
 #[derive(Clone)]
-pub struct HotRoutes<C, P> {
+pub(super) struct HotRoutes<C, P> {
     router: Router,
     click: C,
     pixel: P,
