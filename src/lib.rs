@@ -190,8 +190,8 @@
 //!     `linktrack export recipients` write it.
 //! 30. [`server`]: `linktrack serve`. [`server::App`] (`server/app.rs`) is the
 //!     one wiring (listeners, event pipeline, workers, ordered shutdown),
-//!     with its error (`serve_error.rs`), the public listener's routes
-//!     (`router.rs`) and the stop signals (`shutdown.rs`);
+//!     with its error (`serve_error.rs`), the public listener's routes, clicks
+//!     and opens served past axum's router (`router.rs`) and the stop signals (`shutdown.rs`);
 //!     connections served with limits, plain or TLS (`listen.rs`); only known hosts
 //!     answered once tracking domains exist (`hosts.rs`); thin handlers for `/c`,
 //!     `/o`, `/u`, `/i` and health (`handlers.rs`) with the `Tracked`

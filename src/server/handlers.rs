@@ -16,6 +16,7 @@ use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use std::borrow::Cow;
 use std::time::Duration;
 
 /// The smallest transparent GIF: 1×1, 43 bytes.
@@ -87,8 +88,23 @@ pub(crate) async fn click(
             location
         }
     };
-    let response = (StatusCode::FOUND, [(header::LOCATION, location)]).into_response();
-    Ok(no_store(response))
+    Ok(found(location))
+}
+
+/// A click's answer, built directly: the same status and headers in the
+/// same order as `(StatusCode::FOUND, [(LOCATION, location)])` then
+/// [`no_store`] gave, without the tuple's conversions.
+fn found(location: HeaderValue) -> Response {
+    let mut response = Response::new(axum::body::Body::empty());
+    *response.status_mut() = StatusCode::FOUND;
+    let headers = response.headers_mut();
+    headers.insert(header::LOCATION, location);
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    response
 }
 
 /// Journal a hit the database could not name (its link's row unread): with
@@ -115,26 +131,42 @@ fn journal_unreached(
 /// table some other way must not be served from our domain.
 fn redirect_target(url: &str) -> Result<HeaderValue, ServerError> {
     let url = header_safe_url(url);
-    let scheme = url.split_once(':').map(|(s, _)| s.to_ascii_lowercase());
-    if !matches!(scheme.as_deref(), Some("http" | "https")) {
+    let http = url.split_once(':').is_some_and(|(scheme, _)| {
+        scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https")
+    });
+    if !http {
         tracing::warn!("refusing to redirect to a stored non-http(s) URL");
         return Err(ServerError::NotFound);
     }
-    HeaderValue::from_str(&url).map_err(|invalid| ServerError::StoredUrl(invalid.into()))
+    let value = match url {
+        // A stored URL is nearly always header-safe as it is: its one copy
+        // is the header's own.
+        Cow::Borrowed(url) => HeaderValue::from_str(url),
+        Cow::Owned(url) => HeaderValue::from_maybe_shared(axum::body::Bytes::from(url)),
+    };
+    value.map_err(|invalid| ServerError::StoredUrl(invalid.into()))
 }
 
 /// Percent-encode the bytes a `Location` header cannot carry (non-ASCII,
-/// controls, space); everything else is passed through as stored.
-fn header_safe_url(url: &str) -> String {
-    let mut out = String::with_capacity(url.len());
-    for byte in url.trim().bytes() {
+/// controls, space); everything else is passed through as stored, borrowed
+/// when nothing needs encoding.
+fn header_safe_url(url: &str) -> Cow<'_, str> {
+    let url = url.trim();
+    if url.bytes().all(|byte| byte.is_ascii_graphic()) {
+        return Cow::Borrowed(url);
+    }
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let mut out = String::with_capacity(url.len() + 8);
+    for byte in url.bytes() {
         if byte.is_ascii_graphic() {
             out.push(char::from(byte));
         } else {
-            out.push_str(&format!("%{byte:02X}"));
+            out.push('%');
+            out.push(char::from(HEX[usize::from(byte >> 4)]));
+            out.push(char::from(HEX[usize::from(byte & 0xf)]));
         }
     }
-    out
+    Cow::Owned(out)
 }
 
 /// `GET /o/{token}.gif`: the pixel. Opens are the most frequent hit, so an
@@ -591,6 +623,19 @@ mod tests {
         let (now, before) = (body(now).await.unwrap(), body(before).await.unwrap());
         assert_eq!(now, before);
         assert_eq!(now.as_ref(), PIXEL_GIF.as_slice());
+    }
+
+    #[tokio::test]
+    async fn a_click_is_answered_as_the_tuple_and_no_store_answered_it() {
+        let location = HeaderValue::from_static("https://a.example/x");
+        let now = found(location.clone());
+        let before = no_store((StatusCode::FOUND, [(header::LOCATION, location)]).into_response());
+        assert_eq!(now.status(), before.status());
+        assert_eq!(now.headers(), before.headers());
+        let order = |r: &Response| r.headers().keys().cloned().collect::<Vec<_>>();
+        assert_eq!(order(&now), order(&before));
+        let body = |r: Response| axum::body::to_bytes(r.into_body(), 1024);
+        assert_eq!(body(now).await.unwrap(), body(before).await.unwrap());
     }
 
     #[test]

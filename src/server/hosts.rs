@@ -253,7 +253,7 @@ pub(crate) enum BadHost {
 /// The one host a request names: its `Host` header, or its target's
 /// authority (HTTP/2, or HTTP/1.0 without `Host`). `None` when it names
 /// none.
-pub(crate) fn request_host(request: &Request) -> Result<Option<String>, BadHost> {
+pub(crate) fn request_host(request: &Request) -> Result<Option<&str>, BadHost> {
     let mut hosts = request.headers().get_all(axum::http::header::HOST).iter();
     let header = hosts.next();
     if hosts.next().is_some() {
@@ -276,7 +276,7 @@ pub(crate) fn request_host(request: &Request) -> Result<Option<String>, BadHost>
     if !well_formed_authority(host) {
         return Err(BadHost::Malformed(host.to_owned()));
     }
-    Ok(Some(host.to_owned()))
+    Ok(Some(host))
 }
 
 /// Two authorities naming the same host and port (case and one trailing
@@ -335,18 +335,17 @@ pub(crate) async fn only_known_hosts(
     mut request: Request,
     next: Next,
 ) -> Response {
-    let host = match request_host(&request) {
-        Ok(host) => host,
+    // The host is borrowed from the request while it is judged.
+    let answer = match request_host(&request) {
+        Ok(_) if request.uri().path() == "/healthz" => Answer::Every,
+        Ok(host) => hosts.answers(host),
         Err(bad) => {
             tracing::debug!(%bad, "request refused");
             let text = format!("Bad request: {bad}\n");
             return (axum::http::StatusCode::BAD_REQUEST, text).into_response();
         }
     };
-    if request.uri().path() == "/healthz" {
-        return next.run(request).await;
-    }
-    match hosts.answers(host.as_deref()) {
+    match answer {
         Answer::Every => next.run(request).await,
         Answer::Sender(sender) => {
             request.extensions_mut().insert(ServedFor {
@@ -420,7 +419,9 @@ mod tests {
 
     #[test]
     fn a_request_names_one_well_formed_host_or_is_refused() {
-        let host = |target: &str, hosts: &[&str]| request_host(&request(target, hosts));
+        let host = |target: &str, hosts: &[&str]| {
+            request_host(&request(target, hosts)).map(|host| host.map(str::to_owned))
+        };
         assert_eq!(
             host("/c/x", &["click.a.example"]),
             Ok(Some("click.a.example".into()))

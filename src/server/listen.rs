@@ -18,7 +18,6 @@
 //! within the header timeout too.
 
 use axum::extract::ConnectInfo;
-use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
@@ -62,17 +61,26 @@ impl Default for ConnectionLimits {
     }
 }
 
-/// Serve `router` on `listener` until `shutdown` completes; then stop
+/// Serve `router` (axum's, or the public listener's hot routes before it) on `listener` until `shutdown` completes; then stop
 /// accepting and wait for the open connections' requests to finish.
 /// Handlers see the peer address as `ConnectInfo<SocketAddr>`. With `tls`,
 /// every connection is a TLS one.
-pub async fn serve(
+pub async fn serve<S>(
     listener: TcpListener,
-    router: Router,
+    router: S,
     limits: ConnectionLimits,
     tls: Option<TlsAcceptor>,
     shutdown: impl Future<Output = ()>,
-) {
+) where
+    S: tower::Service<
+            axum::http::Request<hyper::body::Incoming>,
+            Response = axum::response::Response,
+            Error = std::convert::Infallible,
+        > + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(limits.header_timeout)

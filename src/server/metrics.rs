@@ -113,12 +113,7 @@ fn route_metrics(route: &str) -> Arc<RouteMetrics> {
 /// Handles are registered once per route ([`route_metrics`]), after the
 /// recorder is installed ([`prometheus`] runs when a server is built).
 pub(crate) async fn track(request: Request, next: Next) -> Response {
-    let route = route_metrics(
-        request
-            .extensions()
-            .get::<MatchedPath>()
-            .map_or("unmatched", |p| p.as_str()),
-    );
+    let route = route_metrics(route_pattern(request.extensions()));
     let method = method_label(request.method());
     let started = Instant::now();
     let response = next.run(request).await;
@@ -126,4 +121,20 @@ pub(crate) async fn track(request: Request, next: Next) -> Response {
     route.requests(method, status).increment(1);
     route.latency.record(started.elapsed().as_secs_f64());
     response
+}
+
+/// The route pattern of a request served past axum's router (the public
+/// listener's hot routes), for what reads `MatchedPath`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RoutePattern(pub &'static str);
+
+/// The route pattern a request was served by: axum's `MatchedPath`, or a
+/// hot route's ([`RoutePattern`]); `"unmatched"` for neither.
+pub(crate) fn route_pattern(extensions: &axum::http::Extensions) -> &str {
+    match extensions.get::<MatchedPath>() {
+        Some(matched) => matched.as_str(),
+        None => extensions
+            .get::<RoutePattern>()
+            .map_or("unmatched", |pattern| pattern.0),
+    }
 }

@@ -33,6 +33,7 @@ async fn a_click_redirects_with_privacy_headers_and_head_is_not_a_human_click() 
     assert_eq!(header(&response, header::CACHE_CONTROL), "no-store");
     assert_eq!(header(&response, header::REFERRER_POLICY), "no-referrer");
     assert!(!header(&response, "x-request-id".parse().unwrap()).is_empty());
+    assert_eq!(header(&response, header::CONTENT_LENGTH), "0");
 
     let long_agent = format!("LinkChecker/1.0 {}", "é".repeat(600));
     let head = http
@@ -208,6 +209,11 @@ async fn the_pixel_is_always_a_gif_and_counts_opens_of_known_tokens() {
         assert_eq!(response.status(), StatusCode::OK, "{path}");
         assert_eq!(header(&response, header::CONTENT_TYPE), "image/gif");
         assert_eq!(header(&response, header::CACHE_CONTROL), "no-store");
+        assert_eq!(header(&response, header::REFERRER_POLICY), "no-referrer");
+        // Served past the router or through it (the escaped path), the
+        // same headers.
+        assert_eq!(header(&response, header::CONTENT_LENGTH), "43", "{path}");
+        assert!(!header(&response, "x-request-id".parse().unwrap()).is_empty());
         let body = response.bytes().await.unwrap();
         assert_eq!(body.len(), 43);
         assert!(body.starts_with(b"GIF89a"));
