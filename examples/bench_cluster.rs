@@ -144,6 +144,10 @@ async fn main() -> anyhow::Result<()> {
     // direct phases (the other nodes idle through them).
     let per_node = args.connections.div_ceil(nodes.len() as u32);
     let (mut narrow_lookup_cpu, mut narrow_lookups) = (Vec::new(), Vec::new());
+    // And one server at the per-node concurrency held to each node's
+    // routed rate (the routed rate over the nodes), to compare at the rate
+    // a node sees.
+    let mut paced_lookup_cpu = Vec::new();
     let mut idle_cpu = Vec::new();
     let mut served = vec![0u64; nodes.len()];
     for round in 1..=args.rounds {
@@ -181,6 +185,17 @@ async fn main() -> anyhow::Result<()> {
         let (rate, shards) =
             lookups(&Via::Router(router.clone()), &head_tokens, &args, all).await?;
         routed_cpu.push(cpu.per_op(&before, lookup_count(&args, all)));
+        let pace = rate / nodes.len() as f64;
+        let before = cpu.read();
+        lookups_paced(
+            &Via::Pool(direct.clone()),
+            &direct_tokens,
+            &args,
+            per_node,
+            Some(pace),
+        )
+        .await?;
+        paced_lookup_cpu.push(cpu.per_op(&before, lookup_count(&args, per_node)));
         routed_lookups.push(rate);
         for (shard, n) in shards.iter().enumerate() {
             served[node_of_shard.get(shard).copied().unwrap_or(0)] += n;
@@ -229,6 +244,7 @@ async fn main() -> anyhow::Result<()> {
                 &direct_lookup_cpu,
                 &narrow_lookup_cpu,
                 &idle_cpu,
+                &paced_lookup_cpu,
             ],
             &served,
             (per_node, rl),
@@ -311,6 +327,18 @@ async fn lookups(
     args: &Args,
     connections: u32,
 ) -> anyhow::Result<(f64, Vec<u64>)> {
+    lookups_paced(via, tokens, args, connections, None).await
+}
+
+/// [`lookups`], at most `pace` lookups a second in all when given.
+async fn lookups_paced(
+    via: &Via,
+    tokens: &[Token],
+    args: &Args,
+    connections: u32,
+    pace: Option<f64>,
+) -> anyhow::Result<(f64, Vec<u64>)> {
+    let every = pace.map(|pace| Duration::from_secs_f64(f64::from(connections) / pace.max(1.0)));
     let tokens = Arc::new(tokens.to_vec());
     let per_task = args.lookups / connections.max(1);
     let shards = args.virtual_shards;
@@ -320,7 +348,15 @@ async fn lookups(
             let (via, tokens) = (via.clone(), Arc::clone(&tokens));
             tokio::spawn(async move {
                 let mut per_shard = vec![0u64; shards as usize];
+                let mut ticks = every.map(|every| {
+                    let mut ticks = tokio::time::interval(every);
+                    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                    ticks
+                });
                 for _ in 0..per_task {
+                    if let Some(ticks) = ticks.as_mut() {
+                        ticks.tick().await;
+                    }
                     let token = tokens[rand::rng().random_range(0..tokens.len())];
                     anyhow::ensure!(via.found(token).await?, "token {token} not found");
                     per_shard[cluster::shard_of(token.as_bytes(), shards) as usize] += 1;
@@ -412,11 +448,11 @@ fn medians(rounds: &[Vec<f64>]) -> Vec<f64> {
 /// nodes' sum against node 1's alone in the direct rounds.
 fn print_cpu(
     nodes: &[String],
-    phases: [&Vec<Vec<f64>>; 6],
+    phases: [&Vec<Vec<f64>>; 7],
     served: &[u64],
     (per_node, routed_rate): (u32, f64),
 ) {
-    let [built, direct_built, routed, direct_lookup, narrow_lookup, idle] =
+    let [built, direct_built, routed, direct_lookup, narrow_lookup, idle, paced] =
         phases.map(|rounds| medians(rounds));
     let micros = |v: f64| v * 1e6;
     let nodes_sum = |v: &[f64]| v.iter().skip(1).sum::<f64>();
@@ -451,6 +487,12 @@ fn print_cpu(
         "| per lookup, one server at {per_node} connections | | | | {:.1} | **{:.2}** |",
         micros(narrow_lookup[1]),
         nodes_sum(&routed) / narrow_lookup[1]
+    );
+    println!(
+        "| per lookup, one server at {per_node} connections held to a node's routed rate ({:.0} /s) | | | | {:.1} | **{:.2}** |",
+        routed_rate / (nodes.len() as f64),
+        micros(paced[1]),
+        nodes_sum(&routed) / paced[1]
     );
     // What idle nodes spend (nodes 2.., idle through the direct phase),
     // and what that is per routed lookup at the routed rate, for each node.
