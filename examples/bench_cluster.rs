@@ -25,7 +25,11 @@
 //! each `mariadbd` spent in each phase is read from `/proc` and printed per
 //! row built and per lookup: the data nodes' together and each node's,
 //! beside node 1's own per row and per lookup in the direct rounds, with
-//! the share of the routed lookups each node served. On one machine CPU per
+//! the share of the routed lookups each node served; beside them one server
+//! (node 1, direct) at the routed per-node concurrency, the same held to a
+//! node's routed rate (like with like: a server's cost per statement grows
+//! at a low rate on shared cores), and the idle nodes' CPU per second
+//! while node 1 alone works. On one machine CPU per
 //! operation is the honest figure (the servers share its cores); run it on
 //! 1, 2 and 3 nodes (`scripts/spider-cluster start DIR PORT NODES`) to see
 //! whether a node adds capacity: the nodes' CPU per operation should stay
