@@ -25,7 +25,11 @@
 //! each `mariadbd` spent in each phase is read from `/proc` and printed per
 //! row built and per lookup: the data nodes' together and each node's,
 //! beside node 1's own per row and per lookup in the direct rounds, with
-//! the share of the routed lookups each node served. On one machine CPU per
+//! the share of the routed lookups each node served; beside them one server
+//! (node 1, direct) at the routed per-node concurrency, the same held to a
+//! node's routed rate (like with like: a server's cost per statement grows
+//! at a low rate on shared cores), and the idle nodes' CPU per second
+//! while node 1 alone works. On one machine CPU per
 //! operation is the honest figure (the servers share its cores); run it on
 //! 1, 2 and 3 nodes (`scripts/spider-cluster start DIR PORT NODES`) to see
 //! whether a node adds capacity: the nodes' CPU per operation should stay
@@ -139,6 +143,16 @@ async fn main() -> anyhow::Result<()> {
     // CPU seconds per operation: (head, each node) per phase, per round.
     let (mut built_cpu, mut direct_built_cpu) = (Vec::new(), Vec::new());
     let (mut routed_cpu, mut direct_lookup_cpu) = (Vec::new(), Vec::new());
+    // One server at the concurrency each node sees when routed (the
+    // connections over the nodes, rounded up), and the seconds of the
+    // direct phases (the other nodes idle through them).
+    let per_node = args.connections.div_ceil(nodes.len() as u32);
+    let (mut narrow_lookup_cpu, mut narrow_lookups) = (Vec::new(), Vec::new());
+    // And one server at the per-node concurrency held to each node's
+    // routed rate (the routed rate over the nodes), to compare at the rate
+    // a node sees.
+    let mut paced_lookup_cpu = Vec::new();
+    let mut idle_cpu = Vec::new();
     let mut served = vec![0u64; nodes.len()];
     for round in 1..=args.rounds {
         let before = cpu.read();
@@ -151,35 +165,60 @@ async fn main() -> anyhow::Result<()> {
         direct_built_cpu.push(cpu.per_op(&before, tokens.len()));
         direct_inserts.push(rate);
         direct_tokens.append(&mut tokens);
+        let all = args.connections;
         head_lookups.push(
-            lookups(&Via::Pool(head.clone()), &head_tokens, &args)
+            lookups(&Via::Pool(head.clone()), &head_tokens, &args, all)
                 .await?
                 .0,
         );
         let before = cpu.read();
-        let (rate, _) = lookups(&Via::Pool(direct.clone()), &direct_tokens, &args).await?;
-        direct_lookup_cpu.push(cpu.per_op(&before, lookup_count(&args)));
+        let started = Instant::now();
+        let (rate, _) = lookups(&Via::Pool(direct.clone()), &direct_tokens, &args, all).await?;
+        let seconds = started.elapsed().as_secs_f64();
+        direct_lookup_cpu.push(cpu.per_op(&before, lookup_count(&args, all)));
+        // The other nodes did nothing in this phase: their CPU is what an
+        // idle node spends (background threads), per second.
+        idle_cpu.push(cpu.per_second(&before, seconds));
         direct_lookups.push(rate);
         let before = cpu.read();
-        let (rate, shards) = lookups(&Via::Router(router.clone()), &head_tokens, &args).await?;
-        routed_cpu.push(cpu.per_op(&before, lookup_count(&args)));
+        let (rate, _) =
+            lookups(&Via::Pool(direct.clone()), &direct_tokens, &args, per_node).await?;
+        narrow_lookup_cpu.push(cpu.per_op(&before, lookup_count(&args, per_node)));
+        narrow_lookups.push(rate);
+        let before = cpu.read();
+        let (rate, shards) =
+            lookups(&Via::Router(router.clone()), &head_tokens, &args, all).await?;
+        routed_cpu.push(cpu.per_op(&before, lookup_count(&args, all)));
+        let pace = rate / nodes.len() as f64;
+        let before = cpu.read();
+        lookups_paced(
+            &Via::Pool(direct.clone()),
+            &direct_tokens,
+            &args,
+            per_node,
+            Some(pace),
+        )
+        .await?;
+        paced_lookup_cpu.push(cpu.per_op(&before, lookup_count(&args, per_node)));
         routed_lookups.push(rate);
         for (shard, n) in shards.iter().enumerate() {
             served[node_of_shard.get(shard).copied().unwrap_or(0)] += n;
         }
         eprintln!(
             "round {round}: inserts head {:.0} direct {:.0} rows/s; \
-             lookups head {:.0} direct {:.0} routed {:.0} /s",
+             lookups head {:.0} direct {:.0} (at {per_node} connections {:.0}) routed {:.0} /s",
             head_inserts[round - 1],
             direct_inserts[round - 1],
             head_lookups[round - 1],
             direct_lookups[round - 1],
+            narrow_lookups[round - 1],
             routed_lookups[round - 1]
         );
     }
     let (hi, di) = (median(&mut head_inserts), median(&mut direct_inserts));
     let (hl, dl) = (median(&mut head_lookups), median(&mut direct_lookups));
     let rl = median(&mut routed_lookups);
+    let nl = median(&mut narrow_lookups);
     println!("| what | through the head | directly on node 1 | ratio |");
     println!("|---|---|---|---|");
     println!(
@@ -194,6 +233,10 @@ async fn main() -> anyhow::Result<()> {
         "| lookups routed by linktrack (routed / direct) | {rl:.0} /s | {dl:.0} /s | **{:.2}** |",
         rl / dl
     );
+    println!(
+        "| lookups directly on node 1 at {per_node} connections (the routed per-node concurrency) | {nl:.0} /s | {dl:.0} /s | **{:.2}** |",
+        nl / dl
+    );
 
     if cpu.complete() {
         print_cpu(
@@ -203,8 +246,12 @@ async fn main() -> anyhow::Result<()> {
                 &direct_built_cpu,
                 &routed_cpu,
                 &direct_lookup_cpu,
+                &narrow_lookup_cpu,
+                &idle_cpu,
+                &paced_lookup_cpu,
             ],
             &served,
+            (per_node, rl),
         );
     } else {
         println!("(CPU not measured: a server's pid file is not readable on this machine)");
@@ -278,17 +325,42 @@ impl Via {
 /// `args.lookups` lookups of random stored tokens from `args.connections`
 /// tasks, one token per statement as a redirect's cache miss at low load:
 /// the rate, and how many tokens of each virtual shard were looked up.
-async fn lookups(via: &Via, tokens: &[Token], args: &Args) -> anyhow::Result<(f64, Vec<u64>)> {
+async fn lookups(
+    via: &Via,
+    tokens: &[Token],
+    args: &Args,
+    connections: u32,
+) -> anyhow::Result<(f64, Vec<u64>)> {
+    lookups_paced(via, tokens, args, connections, None).await
+}
+
+/// [`lookups`], at most `pace` lookups a second in all when given.
+async fn lookups_paced(
+    via: &Via,
+    tokens: &[Token],
+    args: &Args,
+    connections: u32,
+    pace: Option<f64>,
+) -> anyhow::Result<(f64, Vec<u64>)> {
+    let every = pace.map(|pace| Duration::from_secs_f64(f64::from(connections) / pace.max(1.0)));
     let tokens = Arc::new(tokens.to_vec());
-    let per_task = args.lookups / args.connections.max(1);
+    let per_task = args.lookups / connections.max(1);
     let shards = args.virtual_shards;
     let started = Instant::now();
-    let tasks: Vec<_> = (0..args.connections)
+    let tasks: Vec<_> = (0..connections)
         .map(|_| {
             let (via, tokens) = (via.clone(), Arc::clone(&tokens));
             tokio::spawn(async move {
                 let mut per_shard = vec![0u64; shards as usize];
+                let mut ticks = every.map(|every| {
+                    let mut ticks = tokio::time::interval(every);
+                    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                    ticks
+                });
                 for _ in 0..per_task {
+                    if let Some(ticks) = ticks.as_mut() {
+                        ticks.tick().await;
+                    }
                     let token = tokens[rand::rng().random_range(0..tokens.len())];
                     anyhow::ensure!(via.found(token).await?, "token {token} not found");
                     per_shard[cluster::shard_of(token.as_bytes(), shards) as usize] += 1;
@@ -303,12 +375,12 @@ async fn lookups(via: &Via, tokens: &[Token], args: &Args) -> anyhow::Result<(f6
             *total += n;
         }
     }
-    let rate = f64::from(per_task * args.connections) / started.elapsed().as_secs_f64();
+    let rate = f64::from(per_task * connections) / started.elapsed().as_secs_f64();
     Ok((rate, per_shard))
 }
 
-fn lookup_count(args: &Args) -> usize {
-    (args.lookups / args.connections.max(1) * args.connections) as usize
+fn lookup_count(args: &Args, connections: u32) -> usize {
+    (args.lookups / connections.max(1) * connections) as usize
 }
 
 /// The `/proc/{pid}/stat` of the head's and each node's `mariadbd`.
@@ -348,6 +420,16 @@ impl Cpu {
             .collect()
     }
 
+    /// CPU seconds per second of `seconds` since `before`: the head's, then
+    /// each node's.
+    fn per_second(&self, before: &[f64], seconds: f64) -> Vec<f64> {
+        self.read()
+            .iter()
+            .zip(before)
+            .map(|(now, then)| (now - then) / seconds.max(1e-9))
+            .collect()
+    }
+
     /// CPU seconds per operation since `before`: the head's, then each node's.
     fn per_op(&self, before: &[f64], ops: usize) -> Vec<f64> {
         self.read()
@@ -368,8 +450,14 @@ fn medians(rounds: &[Vec<f64>]) -> Vec<f64> {
 
 /// The CPU table: µs of each server per row built and per lookup, the
 /// nodes' sum against node 1's alone in the direct rounds.
-fn print_cpu(nodes: &[String], phases: [&Vec<Vec<f64>>; 4], served: &[u64]) {
-    let [built, direct_built, routed, direct_lookup] = phases.map(|rounds| medians(rounds));
+fn print_cpu(
+    nodes: &[String],
+    phases: [&Vec<Vec<f64>>; 7],
+    served: &[u64],
+    (per_node, routed_rate): (u32, f64),
+) {
+    let [built, direct_built, routed, direct_lookup, narrow_lookup, idle, paced] =
+        phases.map(|rounds| medians(rounds));
     let micros = |v: f64| v * 1e6;
     let nodes_sum = |v: &[f64]| v.iter().skip(1).sum::<f64>();
     let total: u64 = served.iter().sum();
@@ -398,6 +486,50 @@ fn print_cpu(nodes: &[String], phases: [&Vec<Vec<f64>>; 4], served: &[u64]) {
         each(&routed),
         micros(direct_lookup[1]),
         nodes_sum(&routed) / direct_lookup[1]
+    );
+    println!(
+        "| per lookup, one server at {per_node} connections | | | | {:.1} | **{:.2}** |",
+        micros(narrow_lookup[1]),
+        nodes_sum(&routed) / narrow_lookup[1]
+    );
+    println!(
+        "| per lookup, one server at {per_node} connections held to a node's routed rate ({:.0} /s) | | | | {:.1} | **{:.2}** |",
+        routed_rate / (nodes.len() as f64),
+        micros(paced[1]),
+        nodes_sum(&routed) / paced[1]
+    );
+    // What idle nodes spend (nodes 2.., idle through the direct phase),
+    // and what that is per routed lookup at the routed rate, for each node.
+    let idle_nodes: Vec<f64> = idle.iter().skip(2).copied().collect();
+    if !idle_nodes.is_empty() {
+        let mean = idle_nodes.iter().sum::<f64>() / idle_nodes.len() as f64;
+        println!(
+            "| an idle node's background (nodes 2.. during the direct lookups) | {:.1} ms/s | | {} ms/s | {:.1} µs per routed lookup per node | |",
+            idle[0] * 1e3,
+            idle_nodes
+                .iter()
+                .map(|x| format!("{:.1}", x * 1e3))
+                .collect::<Vec<_>>()
+                .join(" / "),
+            micros(mean / routed_rate.max(1e-9))
+        );
+    }
+    // Each node's CPU per lookup it served itself.
+    let total_served: u64 = served.iter().sum();
+    let own: Vec<String> = routed
+        .iter()
+        .skip(1)
+        .zip(served)
+        .map(|(cpu, n)| {
+            let share = *n as f64 / total_served.max(1) as f64;
+            format!("{:.1}", micros(cpu / share.max(1e-9)))
+        })
+        .collect();
+    println!(
+        "| per lookup a node served itself | | | {} | {:.1} / {:.1} (8 / {per_node} connections) | |",
+        own.join(" / "),
+        micros(direct_lookup[1]),
+        micros(narrow_lookup[1])
     );
     let shares: Vec<String> = served
         .iter()

@@ -81,11 +81,22 @@ async fn drain_once(pool: &MySqlPool, sinks: &Sinks, recorder: &Recorder) -> Res
         // As in the journal: what the line would say is looked up.
         let events: Vec<Replayable> = batch.into_iter().map(Replayable::current).collect();
         let n = events.len();
-        match super::replay::store_events(pool, sinks, events).await {
-            Ok(_) => {
+        let mut down = crate::store::cluster::NodesDown::default();
+        match super::replay::store_events(pool, sinks, events, &mut down).await {
+            Ok(stored) if stored.held.is_empty() => {
                 queue.forget(n);
                 metrics::counter!("linktrack_journal_fallback_stored_total", "to" => "database")
                     .increment(n as u64);
+            }
+            Ok(stored) => {
+                // The queue keeps the batch whole: its stored events are
+                // no-ops when it is stored again.
+                tracing::warn!(
+                    events = n,
+                    held = stored.held.len(),
+                    "queued events wait for a data node; will retry"
+                );
+                return Err(());
             }
             Err(err) => {
                 tracing::warn!(%err, events = n, "queued events not stored; will retry");

@@ -5,6 +5,13 @@
 //! succeeded. A failure leaves the segment for the next attempt; inserting
 //! the same events again is a no-op, so the database ends up with each event
 //! exactly once whatever crashes in between.
+//!
+//! On a Spider cluster each data node is written on its own: the events
+//! whose link or data table lies on a node that fails are held (the
+//! segment is rewritten with their lines only, the rest stored), and the
+//! replay goes on with the later segments, so the other nodes' events are
+//! stored meanwhile; the held lines are tried again on the retry schedule
+//! and at each pass.
 
 use super::line::{JournalLine, JournalLineError, Replayable, Resolve};
 use super::outbox_sink::OutboxSink;
@@ -13,12 +20,14 @@ use crate::event::EventRow;
 use crate::kind::{EventKind, LinkKind};
 use crate::privacy::{Privacy, Withheld};
 use crate::store::address_list::SUPPRESSIONS;
+use crate::store::cluster::NodesDown;
 use crate::store::events::{insert_idempotent, suppress_unsubscribed};
 use crate::store::links::{self, StoredLink};
 use crate::store::{partitions, StoreError};
 use crate::token::Token;
 use chrono::{NaiveDate, Utc};
 use sqlx::MySqlPool;
+use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 use tokio::sync::{watch, Notify};
@@ -69,14 +78,20 @@ pub(crate) async fn run(
     mut stop: watch::Receiver<bool>,
 ) {
     let mut retries = settings.retry_schedule().start();
+    let mut down = NodesDown::default();
     loop {
-        let failed = replay_all(&pool, &settings.dir, &sinks).await.is_err();
+        down.forget_older_than(settings.retry_after);
+        let outcome = replay_all(&pool, &settings.dir, &sinks, &mut down).await;
+        let failed = outcome.is_err();
+        let held = matches!(outcome, Ok(held) if held > 0);
         if *stop.borrow() {
             break;
         }
         // After a failure, wait by the schedule before retrying; otherwise
-        // wait for work.
-        let pause = if failed {
+        // wait for work. Events held for a failed data node are tried
+        // again by the schedule too, while new segments are replayed as
+        // they are sealed.
+        let pause = if failed || held {
             retries.wait_after_failure()
         } else {
             retries.succeeded();
@@ -91,21 +106,25 @@ pub(crate) async fn run(
     }
     // The writer has sealed its last segment before we were told to stop
     // (see `EventPipeline::shutdown`), so this pass sees everything journaled.
-    let _ = replay_all(&pool, &settings.dir, &sinks).await;
+    let _ = replay_all(&pool, &settings.dir, &sinks, &mut down).await;
 }
 
 /// Replay every sealed segment, oldest first; stop at the first failure so
 /// the order of commits follows the order of the journal. A segment whose
 /// data the database rejects is set aside (renamed `.failed`, for an
-/// operator to inspect) so that it cannot block every later event.
+/// operator to inspect) so that it cannot block every later event. Events
+/// held for a failed data node (`down`) do not stop the pass: the later
+/// segments' other events are stored. Returns how many events are held.
 pub(crate) async fn replay_all(
     pool: &MySqlPool,
     dir: &Path,
     sinks: &Sinks,
-) -> Result<(), ReplayError> {
+    down: &mut NodesDown,
+) -> Result<usize, ReplayError> {
+    let mut held = 0;
     for segment in sealed_segments(dir).await? {
-        match replay_segment(pool, &segment, sinks).await {
-            Ok(()) => {}
+        match replay_segment(pool, &segment, sinks, down).await {
+            Ok(waiting) => held += waiting,
             Err(err) if err.is_rejected_data() => quarantine(&segment, &err, "rejected").await?,
             Err(err @ ReplayError::BadLine { .. }) => {
                 quarantine(&segment, &err, "unreadable").await?;
@@ -117,7 +136,13 @@ pub(crate) async fn replay_all(
             }
         }
     }
-    Ok(())
+    if held > 0 {
+        // The pass could not store everything: a failure, as a failed
+        // pass's, for the alerts that watch this counter.
+        metrics::counter!("linktrack_replay_failures_total").increment(1);
+    }
+    metrics::gauge!("linktrack_replay_held_events").set(held as f64);
+    Ok(held)
 }
 
 /// Set a segment aside as `.failed`, whole, with a log line and a metric
@@ -144,20 +169,50 @@ async fn quarantine(
     Ok(())
 }
 
+/// Store a segment's events and delete it; with events held for a failed
+/// data node, keep their lines only (returning how many).
 async fn replay_segment(
     pool: &MySqlPool,
     segment: &Path,
     sinks: &Sinks,
-) -> Result<(), ReplayError> {
+    down: &mut NodesDown,
+) -> Result<usize, ReplayError> {
     let text = tokio::fs::read_to_string(segment)
         .await
         .map_err(|source| JournalError::Io {
             path: segment.to_owned(),
             source,
         })?;
-    let Segment { events, bad_line } = parse_segment(&text);
+    let Segment {
+        events,
+        lines,
+        bad_line,
+    } = parse_segment(&text);
     let journaled = events.len();
-    let stored = store_events(pool, sinks, events).await?;
+    let ids: Vec<[u8; 16]> = events.iter().map(|event| event.row.event_id).collect();
+    let stored = store_events(pool, sinks, events, down).await?;
+    if !stored.held.is_empty() {
+        let held: Vec<&str> = lines
+            .iter()
+            .zip(&ids)
+            .filter(|(_, id)| stored.held.contains(*id))
+            .map(|(line, _)| *line)
+            .collect();
+        if bad_line.is_none() {
+            // With an unreadable line the file stays whole, for the
+            // quarantine once the held events are in.
+            keep_only(segment, &held).await?;
+            metrics::gauge!("linktrack_journal_backlog_events")
+                .decrement((journaled - held.len()) as f64);
+        }
+        tracing::debug!(
+            events = stored.rows,
+            held = held.len(),
+            segment = %segment.display(),
+            "replayed but for the events of a failed data node"
+        );
+        return Ok(held.len());
+    }
     if let Some((line, source)) = bad_line {
         // The readable events are in; the file stays whole for inspection
         // (replaying it again later is a no-op for those events).
@@ -174,38 +229,81 @@ async fn replay_segment(
             source,
         })?;
     metrics::gauge!("linktrack_journal_backlog_events").decrement(journaled as f64);
-    tracing::debug!(events = stored, segment = %segment.display(), "replayed");
+    tracing::debug!(events = stored.rows, segment = %segment.display(), "replayed");
+    Ok(0)
+}
+
+/// Replace `segment` by a file of `lines` (the held events'), written
+/// beside it and renamed over it: a crash leaves either the old segment
+/// whole (its stored events are no-ops when replayed again) or the new one.
+async fn keep_only(segment: &Path, lines: &[&str]) -> Result<(), ReplayError> {
+    let mut text = String::with_capacity(lines.iter().map(|line| line.len() + 1).sum());
+    for line in lines {
+        text.push_str(line);
+        text.push('\n');
+    }
+    let next = segment.with_extension("held");
+    let io = |path: &Path| {
+        let path = path.to_owned();
+        move |source| JournalError::Io { path, source }
+    };
+    tokio::fs::write(&next, text).await.map_err(io(&next))?;
+    tokio::fs::rename(&next, segment)
+        .await
+        .map_err(io(segment))?;
     Ok(())
+}
+
+/// What [`store_events`] did.
+#[derive(Debug, Default)]
+pub(crate) struct Stored {
+    /// Rows stored.
+    pub rows: usize,
+    /// The `event_id`s of the events held for a failed data node (a
+    /// Spider cluster's): not stored, to be tried again.
+    pub held: HashSet<[u8; 16]>,
 }
 
 /// Store journaled (or fallback-queued) events: links resolved, screened
 /// for people's choices ([`screen`]), unsubscribes applied, last open days
-/// noted, rows inserted, outbound queued. Idempotent on the event ids.
-/// Returns how many rows were stored.
+/// noted, rows inserted, outbound queued. Idempotent on the event ids. On
+/// a Spider cluster, the events whose link or data table lies on a data
+/// node that fails (or that `down` names) are held, not stored, and
+/// the others stored.
 pub(crate) async fn store_events(
     pool: &MySqlPool,
     sinks: &Sinks,
     events: Vec<Replayable>,
-) -> Result<usize, StoreError> {
+    down: &mut NodesDown,
+) -> Result<Stored, StoreError> {
     // The view the whole batch is screened with; `erase` waits for
     // batches begun before its erasure (`Privacy::begin_store`).
     let view = sinks.privacy.begin_store(pool).await?;
-    let resolved = resolve_links(pool, sinks.router.as_ref(), events).await?;
+    let (resolved, mut held) = resolve_links(pool, sinks.router.as_ref(), events, down).await?;
     let screened = screen(view.privacy(), resolved);
     // Suppressions first: they matter more than the statistics, and once
     // the events are visible the suppressions are too.
     apply_unsubscribes(pool, view.privacy(), &screened).await?;
     crate::store::privacy::note_last_opens(pool, &screened.last_opens).await?;
-    let rows = screened.rows;
+    let mut rows = screened.rows;
+    if let Some(router) = &sinks.router {
+        // Rows bound for a node known to be down wait, before they are
+        // queued out.
+        let (go, wait) = router.hold_for_nodes_down(rows, down);
+        held.extend(wait.iter().map(|row| row.event_id));
+        rows = go;
+    }
     // Events out: queued before the segment goes, so none is lost; and
     // before the events are visible, so the rollup's settle pass, which
     // releases held rows of the events it rolls, never rolls an event
     // whose row is not queued yet (that row would wait for the safety net).
     sinks.outbox.enqueue(pool, &rows).await?;
-    insert_with_partitions(pool, sinks.router.as_ref(), &rows).await?;
+    let failed = insert_with_partitions(pool, sinks.router.as_ref(), &rows, down).await?;
     drop(view);
-    metrics::counter!("linktrack_events_written_total").increment(rows.len() as u64);
-    Ok(rows.len())
+    let stored = rows.len() - failed.len();
+    held.extend(failed);
+    metrics::counter!("linktrack_events_written_total").increment(stored as u64);
+    Ok(Stored { rows: stored, held })
 }
 
 /// A batch's rows once screened.
@@ -291,8 +389,10 @@ fn screen(privacy: &Privacy, resolved: Vec<(EventRow, bool)>) -> Screened {
 
 /// What a segment file holds.
 #[derive(Debug)]
-struct Segment {
+struct Segment<'a> {
     events: Vec<Replayable>,
+    /// Each event's line, as written (kept for events held back).
+    lines: Vec<&'a str>,
     /// The first unreadable line (1-based) that is not a torn tail.
     bad_line: Option<(usize, JournalLineError)>,
 }
@@ -300,11 +400,12 @@ struct Segment {
 /// The events of a segment. Every line the writer finished ends with a
 /// newline; a last line without one is the torn tail of a write a crash
 /// interrupted, never acknowledged, and the only line that may be skipped.
-fn parse_segment(text: &str) -> Segment {
+fn parse_segment(text: &str) -> Segment<'_> {
     let torn_tail = !text.is_empty() && !text.ends_with('\n');
     let lines = lines(text);
     let mut segment = Segment {
         events: Vec::with_capacity(lines.len()),
+        lines: Vec::with_capacity(lines.len()),
         bad_line: None,
     };
     for (index, line) in lines.iter().enumerate() {
@@ -312,7 +413,10 @@ fn parse_segment(text: &str) -> Segment {
             continue;
         }
         match JournalLine::decode_replayable(line) {
-            Ok(event) => segment.events.push(event),
+            Ok(event) => {
+                segment.events.push(event);
+                segment.lines.push(line);
+            }
             Err(_) if torn_tail && index + 1 == lines.len() => {
                 tracing::warn!("skipping the torn last line of a journal segment");
             }
@@ -362,24 +466,33 @@ const RESOLVE_STATEMENTS: usize = 4;
 /// A row journaled without its reader's address (version 3) gets it from
 /// the link's row; when that row is gone (its day dropped since the hit, or
 /// deleted), the event is a late one, nobody's.
+/// On a Spider cluster the links are read on their data nodes, each on
+/// its own: the events whose link lies on a node that fails are held
+/// (their `event_id`s, second).
 async fn resolve_links(
     pool: &MySqlPool,
     router: Option<&crate::store::cluster::Router>,
     events: Vec<Replayable>,
-) -> Result<Vec<(EventRow, bool)>, StoreError> {
+    down: &mut NodesDown,
+) -> Result<(Vec<(EventRow, bool)>, HashSet<[u8; 16]>), StoreError> {
     let mut tokens: Vec<Token> = events
         .iter()
         .filter(|event| event.resolve != Resolve::Nothing)
         .filter_map(|event| Token::from_bytes(&event.row.token).ok())
         .collect();
+    let mut held = HashSet::new();
     if tokens.is_empty() {
-        return Ok(events.into_iter().map(|event| (event.row, false)).collect());
+        let rows = events.into_iter().map(|event| (event.row, false)).collect();
+        return Ok((rows, held));
     }
     tokens.sort_unstable();
     tokens.dedup();
-    let found = match router {
-        Some(router) => router.lookup_many(&tokens).await?,
-        None => links::lookup_many_concurrently(pool, &tokens, RESOLVE_STATEMENTS).await?,
+    let (found, unread) = match router {
+        Some(router) => router.lookup_held(&tokens, down).await?,
+        None => (
+            links::lookup_many_concurrently(pool, &tokens, RESOLVE_STATEMENTS).await?,
+            HashSet::new(),
+        ),
     };
     let mut rows = Vec::with_capacity(events.len());
     let mut unknown = 0u64;
@@ -389,9 +502,14 @@ async fn resolve_links(
                 rows.push((row, false));
                 continue;
             }
-            Resolve::Link | Resolve::Reader => Token::from_bytes(&row.token)
-                .ok()
-                .and_then(|token| found.get(&token)),
+            Resolve::Link | Resolve::Reader => {
+                let token = Token::from_bytes(&row.token).ok();
+                if token.is_some_and(|token| unread.contains(&token)) {
+                    held.insert(row.event_id);
+                    continue;
+                }
+                token.and_then(|token| found.get(&token))
+            }
         };
         match (link, resolve) {
             (Some(link), _) => {
@@ -411,7 +529,7 @@ async fn resolve_links(
         tracing::debug!(unknown, "dropped events whose token names no link");
         metrics::counter!("linktrack_replay_unknown_tokens_total").increment(unknown);
     }
-    Ok(rows)
+    Ok((rows, held))
 }
 
 /// A hit whose link row is gone by the replay: a late event, as an
@@ -458,26 +576,32 @@ async fn apply_unsubscribes(
 /// Insert `rows`; when a day has no partition yet, create the partitions
 /// through that day and try once more. On a Spider cluster in the shard
 /// layout the rows go straight to the data nodes (the router), so they
-/// are stored while the head is down.
+/// are stored while the head is down, each node on its own: returns the
+/// `event_id`s of the rows held for a node that failed.
 async fn insert_with_partitions(
     pool: &MySqlPool,
     router: Option<&crate::store::cluster::Router>,
     rows: &[EventRow],
-) -> Result<(), StoreError> {
-    let insert = || async {
-        match router {
-            Some(router) => router.insert_events(rows).await,
-            None => insert_idempotent(pool, rows).await,
+    down: &mut NodesDown,
+) -> Result<HashSet<[u8; 16]>, StoreError> {
+    let mut made_days = false;
+    loop {
+        let inserted = match router {
+            Some(router) => router
+                .insert_events_held(rows, down)
+                .await
+                .map(|written| written.held),
+            None => insert_idempotent(pool, rows).await.map(|_| HashSet::new()),
+        };
+        match inserted {
+            Err(StoreError::NoPartition { date, .. }) if !made_days => {
+                let ahead = (date - Utc::now().date_naive()).num_days().clamp(1, 30) as u32;
+                tracing::warn!(%date, "events has no partition for the day; creating it");
+                partitions::ensure_ahead(pool, ahead).await?;
+                made_days = true;
+            }
+            other => return other,
         }
-    };
-    match insert().await {
-        Err(StoreError::NoPartition { date, .. }) => {
-            let ahead = (date - Utc::now().date_naive()).num_days().clamp(1, 30) as u32;
-            tracing::warn!(%date, "events has no partition for the day; creating it");
-            partitions::ensure_ahead(pool, ahead).await?;
-            insert().await.map(drop)
-        }
-        other => other.map(drop),
     }
 }
 
@@ -536,7 +660,8 @@ mod tests {
             );
         }
         // A torn last line (no newline) is skipped, not a bad line.
-        let torn = parse_segment(&format!("{good}\n{}", &good[..good.len() - 1]));
+        let torn_text = format!("{good}\n{}", &good[..good.len() - 1]);
+        let torn = parse_segment(&torn_text);
         assert_eq!(torn.events.len(), 1);
         assert!(torn.bad_line.is_none(), "{torn:?}");
         assert_eq!(

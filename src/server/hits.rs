@@ -177,7 +177,12 @@ fn screened(state: &AppState, mut row: EventRow, link: Option<&ServedLink>) -> E
     row
 }
 
-fn journal(state: &AppState, row: EventRow) -> bool {
+fn journal(state: &AppState, mut row: EventRow) -> bool {
+    if let Some(router) = &state.cluster {
+        // On a cluster, the event is stored on its link's node, so a
+        // node's outage holds back only its own links' events.
+        router.place_event(&row.token, &mut row.event_id);
+    }
     crate::journal::append(&state.recorder, row)
 }
 

@@ -410,8 +410,23 @@ async fn a_data_node_killed_under_1000_clicks_loses_and_doubles_none() {
     }
     assert!(dead > 200 && live > 200, "{live} live, {dead} dead");
     // node1's events tables refuse: the replay has failed, and the journal
-    // keeps what it could not store.
+    // keeps what it could not store; node0's links' clicks are stored
+    // meanwhile, each on node0 (its link's node).
     crate::common::wait_for_replay_failure(&app.admin, failures).await;
+    let mut on_node0: Vec<String> = tokens
+        .iter()
+        .filter(|t| !on_node1.contains(*t))
+        .cloned()
+        .collect();
+    on_node0.sort();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while clicked_on(&nodes[0]).await != on_node0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "node0's clicks not all stored while node1 is down"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
     let during = node_events(&nodes[0]).await.len();
 
     // node1 returns: every click is stored once.
@@ -446,6 +461,152 @@ async fn a_data_node_killed_under_1000_clicks_loses_and_doubles_none() {
         )
         .await,
         Some(1000)
+    );
+    app.stop().await;
+}
+
+/// The click events stored on a node (the tokens clicked, hex), over its
+/// `events` data tables.
+async fn clicked_on(pool: &sqlx::MySqlPool) -> Vec<String> {
+    let mut tokens = Vec::new();
+    for table in data_tables(pool, "events").await {
+        let part: Vec<Vec<u8>> =
+            sqlx::query_scalar(&format!("SELECT uuid FROM `{table}` WHERE kind = 'click'"))
+                .fetch_all(pool)
+                .await
+                .unwrap();
+        tokens.extend(part.into_iter().map(hex::encode));
+    }
+    tokens.sort();
+    tokens
+}
+
+/// One data node of three down: the clicks on the other two nodes' links
+/// are stored while it is down (the replay holds only the dead node's
+/// events, and each event is stored on its link's node), the dead node's
+/// wait in the journal, and once it is back every click is stored once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_nodes_events_are_stored_while_a_data_node_is_down() {
+    let mut cluster = Cluster::with_nodes(3).await;
+    ok(&cluster, &["migrate"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (mailing, recipients) = plain_mailing(
+        dir.path(),
+        "nodes",
+        "<p>Hi</p><a href=\"https://example.com/a\">a</a>",
+        300,
+    );
+    let letters = build_through_head(&cluster, dir.path(), &mailing, &recipients, &[]);
+    let tokens: Vec<String> = letters.iter().map(|l| click_tokens(l)[0].clone()).collect();
+    let mut nodes = Vec::new();
+    let mut links_on = Vec::new();
+    for n in 0..3 {
+        let pool = cluster.node_pool(n).await;
+        let here: HashSet<String> = link_rows(&pool)
+            .await
+            .into_iter()
+            .map(|(uuid, _)| hex::encode(uuid))
+            .collect();
+        links_on.push(here);
+        nodes.push(pool);
+    }
+    let clicked_links_on = |n: usize| -> Vec<String> {
+        let mut on: Vec<String> = tokens
+            .iter()
+            .filter(|t| links_on[n].contains(*t))
+            .cloned()
+            .collect();
+        on.sort();
+        on
+    };
+    for n in 0..3 {
+        assert!(clicked_links_on(n).len() > 50, "node{n} holds few links");
+    }
+
+    let head = store::connect(&cluster.head.url(), &store::PoolSettings::default())
+        .await
+        .unwrap();
+    let app = crate::common::TestServer::start(head.clone(), |settings| settings).await;
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    cluster.nodes[1].kill();
+    for chunk in tokens.chunks(8) {
+        let mut load = tokio::task::JoinSet::new();
+        for token in chunk {
+            let answer = http.get(format!("{}/c/{token}", app.base)).send();
+            load.spawn(async move { answer.await.map(|a| a.status().as_u16()) });
+        }
+        while let Some(status) = load.join_next().await {
+            assert_eq!(status.unwrap().unwrap(), 302);
+        }
+    }
+    // While node1 is down: nodes 0 and 2 get their links' clicks, each
+    // event on its link's node, within the replay's delay; node1's wait
+    // in the journal.
+    for n in [0, 2] {
+        let want = clicked_links_on(n);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let stored = clicked_on(&nodes[n]).await;
+            if stored == want {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "node{n}: {} of {} clicks on its links stored while node1 is down",
+                stored.len(),
+                want.len()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    }
+    let held = clicked_links_on(1).len() as f64;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let text = crate::common::metrics_text(&app.admin).await;
+        let waiting = crate::common::metric_value(&text, "linktrack_replay_held_events");
+        if waiting == Some(held) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "events held for node1: {waiting:?}, wanted {held}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+
+    // node1 returns: its links' clicks land on it, every click once.
+    cluster.nodes[1].start().await;
+    until("clicks after node1 returned", 300, || {
+        count(&head, "SELECT COUNT(*) FROM events WHERE kind = 'click'")
+    })
+    .await;
+    nodes[1] = cluster.node_pool(1).await;
+    let mut all = Vec::new();
+    for (n, pool) in nodes.iter().enumerate() {
+        let stored = clicked_on(pool).await;
+        assert_eq!(stored, clicked_links_on(n), "node{n}'s clicks, each once");
+        all.extend(stored);
+        let ids = node_events(pool).await;
+        assert_eq!(
+            ids.len(),
+            ids.iter().collect::<HashSet<_>>().len(),
+            "node{n}: an event id twice"
+        );
+    }
+    all.sort();
+    let mut clicked = tokens.clone();
+    clicked.sort();
+    assert_eq!(all, clicked, "each click stored once, on its link's node");
+    assert_eq!(
+        count(
+            &head,
+            "SELECT COUNT(DISTINCT letter_id) FROM events WHERE kind = 'click'"
+        )
+        .await,
+        Some(300)
     );
     app.stop().await;
 }

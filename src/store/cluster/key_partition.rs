@@ -27,6 +27,34 @@ pub fn key_partition(key: &[u8], partitions: u32) -> u32 {
     (nr1 as u32) % partitions.max(1)
 }
 
+/// Variants of an event id [`place_on`] tries; with the partitions spread
+/// over N nodes, about N are needed.
+const PLACING_TRIES: u16 = 4_096;
+
+/// Change the last two bytes of `key` (random ones of a version-7 UUID,
+/// below its counter, so ids stay ordered as made), when needed, so that
+/// its partition among `partition_nodes.len()` lies on `node`
+/// (`partition_nodes`: each partition's node). Left as it is when no
+/// partition lies there.
+pub(super) fn place_on(key: &mut [u8; 16], partition_nodes: &[usize], node: usize) {
+    let count = partition_nodes.len() as u32;
+    if !partition_nodes.contains(&node) {
+        return;
+    }
+    let original = *key;
+    for variant in 0..PLACING_TRIES {
+        let mut candidate = original;
+        let [high, low] = variant.to_be_bytes();
+        candidate[14] ^= high;
+        candidate[15] ^= low;
+        let partition = key_partition(&candidate, count) as usize;
+        if partition_nodes.get(partition) == Some(&node) {
+            *key = candidate;
+            return;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -58,5 +86,26 @@ mod tests {
             assert_eq!(key_partition(&id(hex), 3), three, "{hex}");
         }
         assert_eq!(key_partition(b"x", 0), 0, "no count is one partition");
+    }
+
+    /// Every id lands on the node asked for, whichever node of three holds
+    /// which partitions, and only its last two bytes change.
+    #[test]
+    fn ids_are_placed_on_the_node_asked_for() {
+        let nodes: Vec<usize> = (0..15).map(|p| p % 3).collect();
+        let uneven = [0, 0, 1, 2, 2, 2, 0, 1, 2, 0, 0, 0, 2, 1, 0];
+        for layout in [&nodes[..], &uneven[..]] {
+            for n in 0u32..3_000 {
+                let original: [u8; 16] = *uuid::Uuid::now_v7().as_bytes();
+                let node = (n % 3) as usize;
+                let mut id = original;
+                place_on(&mut id, layout, node);
+                assert_eq!(layout[key_partition(&id, 15) as usize], node, "{n}");
+                assert_eq!(id[..14], original[..14]);
+            }
+        }
+        let mut id = [7; 16];
+        place_on(&mut id, &[0, 0, 0], 1);
+        assert_eq!(id, [7; 16], "no partition on the node: unchanged");
     }
 }

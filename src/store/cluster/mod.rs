@@ -22,7 +22,10 @@
 //!
 //! Events are written by the journal replay straight to the data table the
 //! head's KEY (`event_id`) partitioning names (`key_partition`,
-//! `event_writes`), so events are stored while the head is down.
+//! `event_writes`), so events are stored while the head is down. A hit's
+//! event id is chosen so that its partition lies on the node of its link
+//! (`Router::place_event`), and the replay holds back only a failed
+//! node's events (`NodesDown`): the other nodes' are stored meanwhile.
 //!
 //! The head knows the topology: its partition comments name a Spider server
 //! and a data table, and `mysql.servers` holds each server's address. The
@@ -39,8 +42,10 @@
 //! * `migrate`: `migrate --shards`, which creates or checks the cluster;
 //! * `ids`: ids (and shards) of the rows written through the head;
 //! * `event_ids`: event ids made by each server (time, writer, counter);
-//! * `key_partition`: MariaDB's KEY partition of an `event_id`;
-//! * `event_writes`: the replay's event inserts, straight to the nodes;
+//! * `key_partition`: MariaDB's KEY partition of an `event_id`, and an
+//!   `event_id` placed on a node;
+//! * `event_writes`: the replay's event inserts, straight to the nodes,
+//!   each node on its own;
 //! * `shard`: the shard function; `routing`: lookups past the head;
 //! * `saved_topology`: the last topology read, in a file beside the
 //!   journal, for a server started while the head is down;
@@ -62,12 +67,13 @@ mod topology;
 
 pub use super::mysql_errors::SPIDER_REMOTE_ERRORS;
 pub use event_ids::{event_clock, EventIdClock, EVENT_WRITERS, WRITERS};
+pub use event_writes::EventsWritten;
 pub use ids::{head_writes, HeadWrites, IdBlocks, LinkLayout, EVENT_IDS, LINK_IDS};
 pub use key_partition::key_partition;
 pub use migrate::{migrate, ClusterMigrate, DEFAULT_VIRTUAL_SHARDS};
 pub use node::{parse_shards, NodeAddress};
 pub use node_failure::NodeFailure;
-pub use routing::{Router, TopologySource, REFRESH_EVERY};
+pub use routing::{NodesDown, Router, TopologySource, REFRESH_EVERY};
 pub use saved_topology::{SavedTopology, SavedTopologyError, FILE_NAME as TOPOLOGY_FILE};
 pub use shard::shard_of;
 pub use status::{node_status, Held, NodeStatus};

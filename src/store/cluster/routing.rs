@@ -22,6 +22,7 @@
 //! at the first refresh the head answers.
 
 use super::ids::{link_layout, LinkLayout};
+use super::key_partition::place_on;
 use super::node::NodeAddress;
 use super::saved_topology::{self, SavedTopology};
 use super::shard::shard_of;
@@ -34,7 +35,7 @@ use crate::store::mysql_errors::mysql_error_number;
 use crate::token::Token;
 use chrono::{DateTime, Utc};
 use sqlx::MySqlPool;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -55,8 +56,12 @@ const NODE_CONNECTIONS: u32 = 8;
 struct Topology {
     /// Per virtual shard: its data node's pool and data table.
     shards: Vec<(MySqlPool, String)>,
+    /// Per virtual shard: its data node (an index of `Router::nodes`).
+    shard_nodes: Vec<usize>,
     /// Per head partition of `events`, in order: its node's pool and data table.
     events: Vec<(MySqlPool, String)>,
+    /// Per head partition of `events`: its data node.
+    event_nodes: Vec<usize>,
     /// The head's placements this was made from, to notice a change.
     made_from: Vec<(String, String)>,
 }
@@ -174,7 +179,9 @@ impl Router {
             head: head.clone(),
             topology: Arc::new(RwLock::new(Arc::new(Topology {
                 shards: Vec::new(),
+                shard_nodes: Vec::new(),
                 events: Vec::new(),
+                event_nodes: Vec::new(),
                 made_from: Vec::new(),
             }))),
             nodes: Default::default(),
@@ -299,6 +306,100 @@ impl Router {
         Ok(found)
     }
 
+    /// The links the tokens name, as [`Router::lookup_many`], but each data
+    /// node on its own: the tokens of a node that fails (or that `down`
+    /// names already) come back in the second set, held, and the node is
+    /// added to `down`, so one node's outage holds up no other node's
+    /// links. A data table moved is followed as there; any other error of
+    /// a node is that node's failure.
+    pub async fn lookup_held(
+        &self,
+        tokens: &[Token],
+        down: &mut NodesDown,
+    ) -> Result<(HashMap<Token, StoredLink>, HashSet<Token>), StoreError> {
+        match self.try_lookup_held(tokens, down).await {
+            Err(err) if is_missing_table(&err) => {
+                self.refresh().await?;
+                self.try_lookup_held(tokens, down).await
+            }
+            outcome => outcome,
+        }
+    }
+
+    async fn try_lookup_held(
+        &self,
+        tokens: &[Token],
+        down: &mut NodesDown,
+    ) -> Result<(HashMap<Token, StoredLink>, HashSet<Token>), StoreError> {
+        let topology = self.current();
+        let count = topology.shards.len() as u32;
+        let mut by_shard: HashMap<u32, Vec<Token>> = HashMap::new();
+        for token in tokens {
+            by_shard
+                .entry(shard_of(token.as_bytes(), count))
+                .or_default()
+                .push(*token);
+        }
+        let mut held = HashSet::new();
+        let mut reads = tokio::task::JoinSet::new();
+        for (shard, tokens) in by_shard {
+            let node = shard_node(&topology, shard)?;
+            if down.contains(node) {
+                held.extend(tokens);
+                continue;
+            }
+            let (pool, table) = shard_table(&topology, Some(shard))?;
+            reads.spawn(async move {
+                let read = links::lookup_many_in(&pool, &table, &tokens).await;
+                (node, read.map_err(|err| (err, tokens)))
+            });
+        }
+        let mut found = HashMap::with_capacity(tokens.len());
+        let mut moved = None;
+        while let Some(part) = reads.join_next().await {
+            let (node, part) = part.map_err(|err| {
+                StoreError::Refused(format!("a routed lookup task failed: {err}"))
+            })?;
+            match part {
+                Ok(links) => found.extend(links),
+                Err((err, _)) if is_missing_table(&err) => moved = Some(err),
+                Err((err, tokens)) => {
+                    if down.insert(node) {
+                        tracing::warn!(%err, node = %self.node_name(node), "a data node failed: its events wait in the journal");
+                    }
+                    held.extend(tokens);
+                }
+            }
+        }
+        match moved {
+            Some(err) => Err(err),
+            None => Ok((found, held)),
+        }
+    }
+
+    /// Change a new event's id, when needed, so that its `events`
+    /// partition lies on the data node holding the link of `token` (its
+    /// virtual shard's): a hit then needs one node, for the replay's link
+    /// read and its event write, and a node's outage holds back the events
+    /// of that node's links only. Only random bits below the version-7
+    /// counter change (`key_partition::place_on`). Left as it is while
+    /// the topology is unknown.
+    pub fn place_event(&self, token: &[u8; 16], event_id: &mut [u8; 16]) {
+        let topology = self.topology.read_even_poisoned();
+        let shards = topology.shard_nodes.len() as u32;
+        if let Some(&node) = topology.shard_nodes.get(shard_of(token, shards) as usize) {
+            place_on(event_id, &topology.event_nodes, node);
+        }
+    }
+
+    /// A data node's address for logs (user@host:port/database).
+    pub(super) fn node_name(&self, node: usize) -> String {
+        let nodes = self.nodes.lock_even_poisoned();
+        nodes
+            .get(node)
+            .map_or_else(|| format!("#{node}"), |(at, _)| at.to_string())
+    }
+
     fn current(&self) -> Arc<Topology> {
         let guard = self.topology.read_even_poisoned();
         Arc::clone(&guard)
@@ -373,15 +474,24 @@ impl Router {
         &self.head
     }
 
-    /// Per head partition of `events`, in order: the data node's pool and
-    /// the data table.
-    pub(super) fn event_tables(&self) -> Vec<(MySqlPool, String)> {
-        self.current().events.clone()
+    /// Per head partition of `events`, in order: its data node, its pool
+    /// and its data table.
+    pub(super) fn event_placement(&self) -> EventPlacement {
+        let topology = self.current();
+        EventPlacement {
+            tables: topology
+                .events
+                .iter()
+                .zip(&topology.event_nodes)
+                .map(|((pool, table), node)| (*node, pool.clone(), table.clone()))
+                .collect(),
+        }
     }
 
     fn install(&self, placed: &[Placement]) -> Result<(), StoreError> {
         let links: Vec<&Placement> = placed.iter().filter(|p| p.table == "links").collect();
         let mut shards = Vec::with_capacity(links.len());
+        let mut shard_nodes = Vec::with_capacity(links.len());
         for (n, p) in links.iter().enumerate() {
             let numbered = p
                 .data_table
@@ -397,26 +507,34 @@ impl Router {
                     ),
                 });
             }
-            shards.push((self.node_pool(&p.node)?, p.data_table.clone()));
+            let (node, pool) = self.node_pool(&p.node)?;
+            shards.push((pool, p.data_table.clone()));
+            shard_nodes.push(node);
         }
         let mut events = Vec::new();
+        let mut event_nodes = Vec::new();
         for p in placed.iter().filter(|p| p.table == "events") {
-            events.push((self.node_pool(&p.node)?, p.data_table.clone()));
+            let (node, pool) = self.node_pool(&p.node)?;
+            events.push((pool, p.data_table.clone()));
+            event_nodes.push(node);
         }
         let topology = Arc::new(Topology {
             shards,
+            shard_nodes,
             events,
+            event_nodes,
             made_from: fingerprint(placed),
         });
         *self.topology.write_even_poisoned() = topology;
         Ok(())
     }
 
-    /// The lookup pool of a data node, made (connecting lazily) once.
-    fn node_pool(&self, node: &NodeAddress) -> Result<MySqlPool, StoreError> {
+    /// The number (kept across topology changes) and the lookup pool of a
+    /// data node, the pool made (connecting lazily) once.
+    fn node_pool(&self, node: &NodeAddress) -> Result<(usize, MySqlPool), StoreError> {
         let mut nodes = self.nodes.lock_even_poisoned();
-        if let Some((_, pool)) = nodes.iter().find(|(at, _)| at == node) {
-            return Ok(pool.clone());
+        if let Some((n, (_, pool))) = nodes.iter().enumerate().find(|(_, (at, _))| at == node) {
+            return Ok((n, pool.clone()));
         }
         // A dead node refuses at once, but a pool retries connecting until
         // its acquire timeout: keep that short, so its links answer 503 at
@@ -427,8 +545,51 @@ impl Router {
         };
         let pool = connect_lazy(&node.url()?, &settings)?;
         nodes.push((node.clone(), pool.clone()));
-        Ok(pool)
+        Ok((nodes.len() - 1, pool))
     }
+}
+
+/// Where events go, as [`Router::event_placement`] gives it.
+pub(super) struct EventPlacement {
+    /// Per head partition of `events`: its node, the node's pool, the data table.
+    pub tables: Vec<(usize, MySqlPool, String)>,
+}
+
+/// The data nodes that failed lately, for the journal replay: the events
+/// their links or data tables hold wait in the journal, and the replay
+/// asks those nodes nothing more until [`NodesDown::forget_older_than`]
+/// lets them be tried again (a dead node's connect can take the pool's
+/// acquire timeout each time).
+#[derive(Debug, Default)]
+pub struct NodesDown(std::collections::BTreeMap<usize, std::time::Instant>);
+
+impl NodesDown {
+    pub fn contains(&self, node: usize) -> bool {
+        self.0.contains_key(&node)
+    }
+
+    /// Note `node` as failed now; true when it was not noted before.
+    pub fn insert(&mut self, node: usize) -> bool {
+        self.0.insert(node, std::time::Instant::now()).is_none()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Try again the nodes noted more than `age` ago.
+    pub fn forget_older_than(&mut self, age: Duration) {
+        self.0.retain(|_, since| since.elapsed() <= age);
+    }
+}
+
+/// The data node of a virtual shard.
+fn shard_node(topology: &Topology, shard: u32) -> Result<usize, StoreError> {
+    topology
+        .shard_nodes
+        .get(shard as usize)
+        .copied()
+        .ok_or_else(|| StoreError::Refused(format!("virtual shard {shard} has no data node")))
 }
 
 /// The data node's pool and the data table of a virtual shard.
