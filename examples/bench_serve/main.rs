@@ -61,6 +61,16 @@
 //! 1 GB against the default 128 MB pool, and both the ceiling and the
 //! redirect read most pages from disk (or the OS cache).
 //!
+//! With `--hot-letters N` the rounds are replaced by the rollup's pace
+//! against a running `linktrack serve`'s click intake on N hot letters
+//! (hot.rs says how):
+//!
+//! ```sh
+//! cargo build --release --bin linktrack --example bench_serve
+//! target/release/examples/bench_serve --database lt_bench_hot --hot-letters 2000 --connections 32 --seconds 15 --rounds 3
+//! target/release/examples/bench_serve --database lt_bench_hot --hot-letters 2000 --connections 32 --seconds 15 --rounds 3 --linktrack /tmp/base-linktrack,target/release/linktrack   # an A/B
+//! ```
+//!
 //! With `--callgrind SECONDS` the rounds are replaced by one load of
 //! `--callgrind-route` (redirect, pixel or healthz) while this process runs
 //! under `valgrind --tool=callgrind`: the counters are zeroed just before
@@ -90,6 +100,7 @@ mod mysql_client;
 mod process_cpu;
 use process_cpu::{mariadbd_stat, ProcessCpu};
 
+mod hot;
 mod load;
 mod report;
 mod webhooks;
@@ -183,6 +194,25 @@ struct Args {
     /// With `--callgrind`: the route loaded and counted.
     #[arg(long, value_enum, default_value = "redirect")]
     callgrind_route: Route,
+    /// Instead of the rounds: the rollup's pace against the clicks a
+    /// `linktrack serve` takes on this many hot letters (hot.rs), each
+    /// round on a fresh database.
+    #[arg(long, value_name = "LETTERS")]
+    hot_letters: Option<u64>,
+    /// With `--hot-letters`: links a letter.
+    #[arg(long, default_value_t = 10)]
+    hot_links: u32,
+    /// With `--hot-letters`: serve's `--verdict-settle-secs`.
+    #[arg(long, default_value_t = 10)]
+    settle_secs: u64,
+    /// With `--hot-letters`: seconds to wait after the load for the rollup
+    /// to finish; past them its pace is what it rolled by then.
+    #[arg(long, default_value_t = 300)]
+    hot_wait: u64,
+    /// With `--hot-letters`: the `linktrack` binaries served, in turn each
+    /// round (default: target/release/linktrack beside this example).
+    #[arg(long, value_delimiter = ',')]
+    linktrack: Vec<PathBuf>,
 }
 
 /// The installation's seal, read at the start (pixel tokens are sealed).
@@ -300,6 +330,9 @@ async fn main() -> anyhow::Result<()> {
                 .is_ok(),
             "{tool} is not installed: apt-get install -y {package}"
         );
+    }
+    if let Some(letters) = args.hot_letters {
+        return hot::hot_rounds(&args, letters).await;
     }
     let dir = tempfile::tempdir()?;
     let url = format!("{}/{}", args.server, args.database);

@@ -45,8 +45,8 @@ use std::sync::{Arc, Mutex};
 /// Hits held at most, over all partitions: about 120 bytes each (a user
 /// agent is held once however many hits send it).
 pub const MAX_HELD: usize = 1_000_000;
-/// Rows read past the last ones held, per batch: twice a default batch,
-/// so the reads catch up with what is recorded.
+/// Rows read past the last ones held per statement (a batch reads on
+/// until it has them all, within [`MAX_HELD`]).
 const TAIL_ROWS: u32 = 100_000;
 /// Ids of the partition before the watermark read per batch on starting.
 pub const BACKFILL_IDS: u64 = 200_000;
@@ -172,10 +172,21 @@ impl RecentHits {
             _ => Partition::start(conn, batch, floor).await?,
         };
         part.let_go_before(floor);
-        if part.held + others < MAX_HELD {
-            part.read_on(conn, visible).await?;
-        } else {
-            part.caught_up = false;
+        // Read on until every recorded row is held (within the bound): a
+        // window the memory has not caught up with is read from the table,
+        // on the letters' index, and on hot letters that read walks every
+        // hit of each letter in the window again, batch after batch. A
+        // rollup that has fallen behind the intake (a settle time's worth
+        // of events arrives before the first batch) would never catch up
+        // with one chunk a batch, and each batch would pay that read.
+        loop {
+            if part.held + others >= MAX_HELD {
+                part.caught_up = false;
+                break;
+            }
+            if !part.read_on(conn, visible).await? {
+                break;
+            }
         }
         part.backfill(conn).await?;
         Ok(part)
@@ -346,12 +357,12 @@ impl Partition {
     }
 
     /// The rows recorded after `high`, up to [`TAIL_ROWS`] and to id
-    /// `visible`.
+    /// `visible`; whether there may be more (the read was full).
     async fn read_on(
         &mut self,
         conn: &mut MySqlConnection,
         visible: u64,
-    ) -> Result<(), StoreError> {
+    ) -> Result<bool, StoreError> {
         let sql = format!(
             "{HELD_COLUMNS} WHERE inserted >= ? AND inserted < ? AND id > ? AND id <= ? \
              AND {QUALIFYING} AND occurred_at >= ? ORDER BY id LIMIT ?"
@@ -367,14 +378,15 @@ impl Partition {
             .await?;
         // Past `visible`, rows may still appear below others: read from
         // the table every time.
-        self.caught_up = lines.len() < TAIL_ROWS as usize && visible == u64::MAX;
+        let full = lines.len() >= TAIL_ROWS as usize;
+        self.caught_up = !full && visible == u64::MAX;
         if let Some(last) = lines.last() {
             self.high = last.0;
         }
         for line in lines {
             self.hold(line);
         }
-        Ok(())
+        Ok(full)
     }
 
     /// One more range of the rows before `lo`, until none is missing.

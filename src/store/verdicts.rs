@@ -180,7 +180,11 @@ pub async fn settle_batch(
         }
     }
     let mut changed = 0;
-    for (judged, ids) in changes {
+    for (judged, mut ids) in changes {
+        // In id order, each statement's rows share pages (the batch's ids
+        // are a range of the partition): gathered letter by letter, every
+        // statement of a hot mailing's batch reached across all of them.
+        ids.sort_unstable();
         changed += write(conn, batch, &judged, &ids).await?;
     }
     for (mailing, letter, id, reason) in revised {
