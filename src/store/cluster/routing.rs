@@ -275,14 +275,7 @@ impl Router {
 
     async fn try_lookup(&self, tokens: &[Token]) -> Result<HashMap<Token, StoredLink>, StoreError> {
         let topology = self.current();
-        let count = topology.shards.len() as u32;
-        let mut by_shard: HashMap<u32, Vec<Token>> = HashMap::new();
-        for token in tokens {
-            by_shard
-                .entry(shard_of(token.as_bytes(), count))
-                .or_default()
-                .push(*token);
-        }
+        let by_shard = tokens_by_shard(&topology, tokens);
         if let [token] = tokens {
             // One token (a redirect's miss at low load): the point select,
             // on this task, as on one server.
@@ -332,14 +325,7 @@ impl Router {
         down: &mut NodesDown,
     ) -> Result<(HashMap<Token, StoredLink>, HashSet<Token>), StoreError> {
         let topology = self.current();
-        let count = topology.shards.len() as u32;
-        let mut by_shard: HashMap<u32, Vec<Token>> = HashMap::new();
-        for token in tokens {
-            by_shard
-                .entry(shard_of(token.as_bytes(), count))
-                .or_default()
-                .push(*token);
-        }
+        let by_shard = tokens_by_shard(&topology, tokens);
         let mut held = HashSet::new();
         let mut reads = tokio::task::JoinSet::new();
         for (shard, tokens) in by_shard {
@@ -581,6 +567,19 @@ impl NodesDown {
     pub fn forget_older_than(&mut self, age: Duration) {
         self.0.retain(|_, since| since.elapsed() <= age);
     }
+}
+
+/// The tokens grouped by the virtual shard that holds their links.
+fn tokens_by_shard(topology: &Topology, tokens: &[Token]) -> HashMap<u32, Vec<Token>> {
+    let count = topology.shards.len() as u32;
+    let mut by_shard: HashMap<u32, Vec<Token>> = HashMap::new();
+    for token in tokens {
+        by_shard
+            .entry(shard_of(token.as_bytes(), count))
+            .or_default()
+            .push(*token);
+    }
+    by_shard
 }
 
 /// The data node of a virtual shard.
