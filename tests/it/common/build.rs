@@ -52,3 +52,15 @@ pub fn tracked_tokens(text: &str) -> Vec<(LinkKind, Token)> {
     }
     found
 }
+
+/// `linktrack build --no-progress` on `database_url`, to be given its
+/// mailing, recipients and output: the one place a test spells the build's
+/// command (the binary under test, its database, quiet logs).
+pub fn build_command(database_url: &str) -> std::process::Command {
+    let mut command = std::process::Command::new(super::linktrack_binary());
+    command
+        .args(["build", "--no-progress"])
+        .env("DATABASE_URL", database_url)
+        .env("RUST_LOG", "warn");
+    command
+}

@@ -24,6 +24,7 @@ pub mod spider;
 pub mod stats;
 pub mod stats_api;
 pub mod test_ca;
+pub mod wait;
 pub mod webhooks;
 pub use child::*;
 pub use server::*;
