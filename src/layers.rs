@@ -501,3 +501,132 @@ fn a_child_reaching_into_its_parent_and_rooms_in_a_circle_are_found() {
         ]
     );
 }
+
+/// Each numbered item of the Layout section: its module and its whole text
+/// (the item's lines up to the next item), where the files of the module
+/// are named.
+fn layout_items(lib_rs: &str) -> BTreeMap<String, String> {
+    let section = lib_rs.split("//! # Layout").nth(1).unwrap_or_default();
+    let mut items = BTreeMap::new();
+    let mut current: Option<(String, String)> = None;
+    // The first line is the rest of the heading's own line.
+    let lines = section.lines().skip(1);
+    for line in lines.take_while(|line| line.starts_with("//!")) {
+        let text = line.trim_start_matches("//!").trim_start();
+        let numbered = text
+            .split_once(". ")
+            .filter(|(number, _)| !number.is_empty() && number.bytes().all(|b| b.is_ascii_digit()));
+        if let Some((_, rest)) = numbered {
+            items.extend(current.take());
+            if let Some(name) = rest.split('`').nth(1) {
+                current = Some((name.to_owned(), String::new()));
+            }
+        }
+        if let Some((_, body)) = current.as_mut() {
+            body.push_str(text);
+            body.push('\n');
+        }
+    }
+    items.extend(current);
+    items
+}
+
+/// The paths an item names in backticks: a file (`x.rs`, `stats/x.rs`,
+/// `server/stats/x.rs`) or a folder (`server/stats/`).
+fn named_in(item: &str) -> BTreeSet<String> {
+    item.split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|name| name.ends_with(".rs") || name.ends_with('/'))
+        .map(|name| name.trim_start_matches("src/").to_owned())
+        .collect()
+}
+
+/// Whether an item's names name `file`, a path under `src/{module}/`: by
+/// its path within the module or from `src/`, or by its last components
+/// (a bare `x.rs` where the item's sentence gives the folder); a folder's
+/// `mod.rs` is named with its folder.
+fn names_file(names: &BTreeSet<String>, module: &str, within: &str) -> bool {
+    let full = format!("{module}/{within}");
+    let folder_of_mod = within
+        .strip_suffix("mod.rs")
+        .map(|folder| (folder.to_owned(), format!("{module}/{folder}")));
+    names.iter().any(|name| {
+        let suffix = |path: &str| path == name || path.ends_with(&format!("/{name}"));
+        suffix(&full)
+            || folder_of_mod
+                .as_ref()
+                .is_some_and(|(inner, outer)| name == inner || name == outer)
+    })
+}
+
+/// Every file under `src/{module}/` that the module's Layout item does not
+/// name: `(module, path within it)`.
+fn unnamed_files(lib_rs: &str, files: &[PathBuf]) -> Vec<String> {
+    let items = layout_items(lib_rs);
+    let mut unnamed = Vec::new();
+    for path in files {
+        let mut parts = path.components().map(|c| c.as_os_str().to_string_lossy());
+        let Some(module) = parts.next() else {
+            continue;
+        };
+        let within: Vec<String> = parts.map(|p| p.into_owned()).collect();
+        if within.is_empty() {
+            continue; // `src/x.rs` is its module: the item is its name
+        }
+        let within = within.join("/");
+        let named = items
+            .get(module.as_ref())
+            .is_some_and(|item| names_file(&named_in(item), &module, &within));
+        if !named {
+            unnamed.push(format!("{module}/{within}"));
+        }
+    }
+    unnamed.sort();
+    unnamed
+}
+
+#[test]
+fn the_layout_names_every_file_under_its_module() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let lib_rs = std::fs::read_to_string(src.join("lib.rs")).expect("src/lib.rs");
+    let mut files = Vec::new();
+    source_files(&src, &src, &mut files);
+    let paths: Vec<PathBuf> = files.into_iter().map(|(path, _)| path).collect();
+    assert!(
+        paths.len() > 300,
+        "only {} files read: the reader is broken",
+        paths.len()
+    );
+    let unnamed = unnamed_files(&lib_rs, &paths);
+    assert!(
+        unnamed.is_empty(),
+        "files of src/ the Layout section of src/lib.rs does not name in their module's item \
+         (name each in backticks, by its path within the module or a folder's `mod.rs` by its folder):\n{unnamed:#?}"
+    );
+}
+
+#[test]
+fn a_file_the_layout_does_not_name_is_found() {
+    let lib_rs = "//! # Layout\n//!\n//! 1. [`store`]: links (`links.rs`), the cluster in\n//!    `store/cluster/` (routing, `routing.rs`).\n//! 2. [`server`]: `server/stats/chart.rs`.\n";
+    let files: Vec<PathBuf> = [
+        "store/links.rs",
+        "store/cluster/mod.rs",
+        "store/cluster/routing.rs",
+        "store/cluster/ids.rs",
+        "store/events.rs",
+        "server/stats/chart.rs",
+        "server/stats/mod.rs",
+        "kind.rs",
+    ]
+    .map(PathBuf::from)
+    .to_vec();
+    assert_eq!(
+        unnamed_files(lib_rs, &files),
+        [
+            "server/stats/mod.rs",
+            "store/cluster/ids.rs",
+            "store/events.rs"
+        ]
+    );
+}

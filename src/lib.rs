@@ -41,8 +41,9 @@
 //! 9. [`destinations`]: which addresses a request made on someone's
 //!    behalf may reach (public ones and the networks the operator
 //!    names), for the image proxy and events out (SSRF).
-//! 10. [`letter`]: one letter's HTML: personalise (minijinja,
+//! 10. [`letter`]: one letter's HTML (`letter/mod.rs`): personalise (minijinja,
 //!     `letter/personalize.rs`), rewrite links byte-exactly (`letter/rewrite.rs`,
+//!     one test per rule of its contract in `rewrite/tests.rs`,
 //!     start tags in `start_tag.rs`, character references in `charref.rs`),
 //!     a mailing compiled once into fixed text and slots (`letter/plan.rs`),
 //!     what a spam filter sees: links that show their own address
@@ -53,14 +54,17 @@
 //!     (`link_template.rs`).
 //! 11. [`event`]: [`event::EventRow`], one event (click, open, image load,
 //!     unsubscribe) as recorded, journaled, stored and sent.
-//! 12. [`token`]: the tracking token, one file per stage: new, parse, date
+//! 12. [`token`]: the tracking token (`token/mod.rs`, its tests in
+//!     `token/tests.rs`), one file per stage: new, parse, date
 //!     and the retention check (`token/uuid_v7.rs`), what it seals
 //!     (`plaintext.rs`), the seal and its key's fingerprint (`seal.rs`) over
 //!     its permutation (`feistel.rs`), the seal key ring (`ring.rs`), the
 //!     VERP bounce address (`bounce_address.rs`), the Spider shard
 //!     (`virtual_shard.rs`).
 //! 13. [`bots`]: human or bot: the first verdict from the request
-//!     (`bots/mod.rs`), scanner networks (`networks.rs`, `networks.toml`), the
+//!     (`bots/mod.rs`), scanner networks (`networks.rs`, `networks.toml`),
+//!     what a user agent says of the reader's mail client and device
+//!     (`clients.rs`), the
 //!     rule that settles a verdict with the whole letter in view
 //!     (`letter_judgement.rs`).
 //! 14. [`payload`]: the JSON body every endpoint receives for one event (and
@@ -70,46 +74,73 @@
 //!     the journal's replay and drain, and the link lookups.
 //!
 //! Storage:
-//! 16. [`store`]: every SQL statement. `store/mod.rs` only declares and
-//!     re-exports; the error (`error.rs`), its kind for logs (`deadlock`,
-//!     `connection_lost`, ... in `error_kind.rs`) and the MySQL error
-//!     numbers it reads (`mysql_errors.rs`), the pool (`connect.rs`), migrations
-//!     (`migrations.rs`), `IN` lists (`in_list.rs`);
-//!     links, link templates, events, suppressions, tracking opt-outs,
-//!     link names, UTM tags and repoints (`link_rules.rs`) and repointing
-//!     a sent link (`repoint.rs`),
-//!     tracking domains per sender (`tracking_domains.rs`) and their
-//!     certificates and ACME account (`tls_certificates.rs`),
-//!     sequences, deliveries, dashboard sessions, API keys (`api_keys.rs`,
-//!     their keyed hashes and scopes as stored); daily partitions in
-//!     `store/partitions/` (planning the days, the DDL on one server or on
-//!     every Spider node, the report); the rollup's SQL
-//!     (`rollup.rs`, `rolled_batch.rs`, settling verdicts in `verdicts.rs`
-//!     with the recent hits it judges them by in `recent_hits.rs`,
-//!     a batch read, counted and written in `store/tally/`);
-//!     the outbox (`outbox.rs`); the events and bounce decisions after a
-//!     point, for the API's live stream (`event_feed.rs`); stats reads in `store/stats/`, one file per
-//!     question (summary, links, late events, series, letters, mailings);
-//!     segments; erasure;
-//!     the address key (`address_key.rs`) and the change logs of the
-//!     opt-outs, erasures and suppressions (`change_log.rs`) beside
-//!     `privacy.rs`;
-//!     row formats; the seal keys seen and the ring checks (`seal_keys.rs`,
-//!     its refusals in `key_refusal.rs`); provider webhook tokens bound to
-//!     their first event, shared by every server (`provider_tokens.rs`);
-//!     a Spider cluster in `store/cluster/` (topology, node
-//!     addresses, a node's failure, routing, id blocks, event ids made by
-//!     each server (`event_ids.rs`), MariaDB's KEY partition of an event
-//!     (`key_partition.rs`), the replay's event inserts straight to the
-//!     nodes (`event_writes.rs`), `migrate --shards`);
-//!     moving a data table to another node in `store/shard_move/` (one
-//!     move step by step: prepare, copy, swap; the rebalance plan);
-//!     connection failures said with target and hint (`connect_error.rs`).
+//! 16. [`store`]: every SQL statement, a file per table or question
+//!     (`store/mod.rs` only declares and re-exports):
+//!     - plumbing: the error (`error.rs`), its kind for logs (`deadlock`,
+//!       `connection_lost`, ... in `error_kind.rs`), the MySQL error
+//!       numbers it reads (`mysql_errors.rs`), connection failures said
+//!       with target and hint (`connect_error.rs`), the pool
+//!       (`connect.rs`), migrations (`migrations.rs`), `IN` lists
+//!       (`in_list.rs`), the row formats of `links` and `events`
+//!       (`row_format.rs`), named sequences handed out in blocks
+//!       (`sequences.rs`), when maintenance last succeeded
+//!       (`maintenance.rs`);
+//!     - links and what a click reads: the `links` table (`links.rs`),
+//!       token version 2's link templates and seal (`link_templates.rs`),
+//!       the seal keys seen and the ring checks (`seal_keys.rs`, its
+//!       refusals in `key_refusal.rs`), link names, UTM tags and repoints
+//!       (`link_rules.rs`) and repointing a sent link (`repoint.rs`);
+//!     - hits: the `events` table and the unsubscribe's suppression
+//!       (`events.rs`), the outbox (`outbox.rs`), the events and bounce
+//!       decisions after a point, for the API's live stream
+//!       (`event_feed.rs`), provider webhook tokens bound to their first
+//!       event (`provider_tokens.rs`);
+//!     - the rollup: its SQL (`rollup.rs`, `rolled_batch.rs`), verdicts
+//!       settled (`verdicts.rs`) by the recent hits they are judged with
+//!       (`recent_hits.rs`), a batch read, counted and written in
+//!       `store/tally/` (`batch.rs`, `count.rs`, `write.rs`);
+//!     - stats reads in `store/stats/`, one file per question: the plain
+//!       counts every read fills (`counts.rs`), a mailing's summary
+//!       (`summary.rs`), its links (`per_link.rs`), late events
+//!       (`late.rs`), time series (`series.rs`), letters (`letters.rs`),
+//!       the mailings known (`mailings.rs`); breakdowns by client, device
+//!       and country (`breakdowns.rs`); the recipients export's reads
+//!       (`engagement.rs`); segments (`segments.rs`);
+//!     - people: the address lists (`address_list.rs`): the suppression
+//!       list (`suppressions.rs`) and the tracking opt-outs
+//!       (`tracking_optouts.rs`); the address key (`address_key.rs`), the
+//!       change logs of opt-outs, erasures and suppressions
+//!       (`change_log.rs`) beside `privacy.rs`; erasure (`erase.rs`);
+//!     - sending and mail back: deliveries per letter (`deliveries.rs`),
+//!       bounces and complaints (`bounces.rs`);
+//!     - operators: tracking domains per sender (`tracking_domains.rs`) and
+//!       their certificates and ACME account (`tls_certificates.rs`),
+//!       dashboard sessions (`dashboard_sessions.rs`), API keys
+//!       (`api_keys.rs`, their keyed hashes and scopes as stored);
+//!     - daily partitions in `store/partitions/`: the days planned
+//!       (`days.rs`), the DDL on one server (`one_server.rs`) or on every
+//!       Spider node (`every_node.rs`), the commands (`commands.rs`) and
+//!       their report (`report.rs`);
+//!     - a Spider cluster in `store/cluster/`: its topology
+//!       (`topology.rs`), kept in a file for a start without the head
+//!       (`saved_topology.rs`), node addresses (`node_address.rs`),
+//!       reaching a node (`node.rs`), a node's failure
+//!       (`node_failure.rs`), the shard function (`shard.rs`), routing
+//!       lookups past the head (`routing.rs`), ids and shards of written
+//!       rows (`ids.rs`), event ids made by each server (`event_ids.rs`),
+//!       MariaDB's KEY partition of an event (`key_partition.rs`), the
+//!       replay's event inserts straight to the nodes (`event_writes.rs`),
+//!       `migrate --shards` (`migrate.rs`), `shards status`
+//!       (`status.rs`);
+//!     - moving a data table to another node in `store/shard_move/`: one
+//!       move step by step (`one_move.rs`): prepare (`prepare.rs`), copy
+//!       (`copy.rs`), swap (`swap.rs`), what a move asks about a table
+//!       (`tables.rs`); the rebalance plan (`rebalance.rs`).
 //!
 //! Services (each runs beside a job, on the store):
 //! 17. [`live`]: the optional Redis live layer (counters, recent clicks, top
 //!     links, per-tag letter sets for segments).
-//! 18. [`privacy`]: what every server holds in memory about people's
+//! 18. [`privacy`]: what every server holds in memory (`privacy/mod.rs`) about people's
 //!     choices: the opt-out list and the erasures as fingerprints, kept
 //!     current from the change log, checked on every hit and by the
 //!     journal replay; and `erase` across servers, tables and Redis
@@ -123,28 +154,40 @@
 //!     before they end (`certificate.rs`), served by SNI from the table
 //!     the certificate worker keeps (`acme/mod.rs`); where and how often
 //!     they are ordered (`settings.rs`).
-//! 21. [`delivery`]: sending mechanics: each letter as a complete RFC 5322
-//!     message (`delivery/message.rs`), SMTP sessions with pipelining and
-//!     retries (`smtp/`), the
-//!     pools file (`pools.rs`), the per-letter ledger (`ledger.rs`), the
-//!     run's delivered, retried and refused counts (`counters.rs`).
-//! 22. [`bounces`]: mail that comes back: bounces, complaints and
-//!     auto-replies read (`bounces/parse.rs`, text bounces in `text.rs`,
+//! 21. [`delivery`]: sending mechanics (`delivery/mod.rs`): each letter as a
+//!     complete RFC 5322 message (`delivery/message.rs`), its MIME parts'
+//!     bodies encoded from the mailing's plan (`body.rs`, checked against
+//!     lettre's in `body_tests.rs`); SMTP sessions with pipelining and
+//!     retries (`smtp/`): one session (`smtp/connection.rs`), its replies
+//!     (`reply.rs`), where an SMTP URL points (`target.rs`), the dot
+//!     transparency of `DATA` (`transparency.rs`); the pools file
+//!     (`pools.rs`), the per-letter ledger (`ledger.rs`) and the delivery
+//!     log file (`log_file.rs`), the run's delivered, retried and refused
+//!     counts (`counters.rs`).
+//! 22. [`bounces`]: mail that comes back (`bounces/mod.rs`): where
+//!     `bounces ingest` reads messages (`sources.rs`); a message read
+//!     whatever its form (`read.rs`): bounces, complaints and
+//!     auto-replies (`bounces/parse.rs`, text bounces in `text.rs`,
 //!     the bare address both read in `bare_address.rs`) into a report
-//!     (`report.rs`), classified (`classify.rs`, docs/bounces.md's table),
+//!     (`report.rs`), said without acting on it (`reading.rs`), the
+//!     failure's reason in the reference parsers' words (`reasons.rs`),
+//!     classified (`classify.rs`, docs/bounces.md's table),
 //!     matched to their letter through the VERP token or `deliveries` and
 //!     acted on (`ingest.rs`, soft bounces counted by `soft_policy.rs`,
 //!     decisions sent on through `events_out.rs`); providers' events (SES,
 //!     Mailgun) read into the same report (`providers.rs`); the bounce
-//!     mailbox read over IMAP or POP3 (`bounces/mailbox/`); vendors'
+//!     mailbox read over IMAP or POP3 (`bounces/mailbox/`: its address
+//!     (`address.rs`), the connection both share (`connect.rs`), the IMAP
+//!     (`imap.rs`) and POP3 (`pop3.rs`) sessions, one pass over a mailbox
+//!     (`pass.rs`), its errors (`mailbox/error.rs`)); vendors'
 //!     own phrase tables, known by their headers (`vendors.rs`).
-//! 23. [`journal`]: the event journal: its segment files
+//! 23. [`journal`]: the event journal (`journal/mod.rs`): its segment files
 //!     (`journal/segments.rs`), its versioned line (`line.rs`), the fallback
 //!     queue when it cannot write (`fallback.rs`) and its drain
 //!     (`drain.rs`), the replay into the `events` table (`replay.rs`), which
 //!     hands each batch to the [`journal::OutboxSink`] it is given
 //!     (`outbox_sink.rs`).
-//! 24. [`outbound`]: events out, at least once: the outbox sink (queues each
+//! 24. [`outbound`]: events out, at least once (`outbound/mod.rs`): the outbox sink (queues each
 //!     event for every matching endpoint), a sender per endpoint
 //!     (`outbound/dispatch.rs`) of signed Standard Webhooks POSTs
 //!     (`webhook.rs`, `signature.rs`) or AMQP messages (`amqp.rs`), the
@@ -155,7 +198,7 @@
 //!     that warns when servers' endpoints differ (`registry.rs`).
 //! 25. [`rollup_worker`]: the rollup worker loop: roll `events` into the statistics
 //!     tables, then publish to Redis.
-//! 26. [`api_keys`]: API keys and their scopes ([`api_keys::Scope`], one
+//! 26. [`api_keys`]: API keys (`api_keys/mod.rs`) and their scopes ([`api_keys::Scope`], one
 //!     spelling each, `scope.rs`), a key's text and keyed hash
 //!     (`secret.rs`), making one (`manage.rs`), and the one check of a
 //!     presented key or `LINKTRACK_API_TOKEN` with its short cache
@@ -171,7 +214,9 @@
 //!     `csv_records.rs`, `recipient_fields.rs` checks each; which column is
 //!     which field in `columns.rs`); the job screening each batch and giving
 //!     letter ids (`job.rs`); the batch composed on every core
-//!     (`compose_batch.rs`), one letter composed (`compose.rs`) from the
+//!     (`compose_batch.rs`), one letter composed (`compose.rs`, the
+//!     planned path checked against the old one in
+//!     `compose_plan_tests.rs`) from the
 //!     mailing prepared once (`mailing_context.rs`), with its tokens
 //!     (`letter_tokens.rs`), tracked URLs (`tracked_urls.rs`), parts before
 //!     `</body>` (`letter_shape.rs`) and tracking mode (`track_mode.rs`);
@@ -188,7 +233,7 @@
 //! 29. [`export`]: the recipients export (one row per letter with its
 //!     engagement, CSV or JSON lines), streamed page by page; the API and
 //!     `linktrack export recipients` write it.
-//! 30. [`server`]: `linktrack serve`. [`server::App`] (`server/app.rs`) is the
+//! 30. [`server`]: `linktrack serve` (`server/mod.rs`). [`server::App`] (`server/app.rs`) is the
 //!     one wiring (listeners, event pipeline, workers, ordered shutdown),
 //!     with its error (`serve_error.rs`), the public listener's routes, clicks
 //!     and opens served past axum's router (`router.rs`) and the stop signals (`shutdown.rs`);
@@ -200,26 +245,43 @@
 //!     share one statement (`lookups.rs`); the link templates of live
 //!     mailings held in memory, for clicks while the database is away
 //!     (`offline_targets.rs`); a hit classified and journaled,
-//!     functions taking the state (`hits.rs`); repointed links and UTM
+//!     functions taking the state (`hits.rs`), with the reader's country
+//!     (`geoip.rs`); universal links' `/.well-known/` files
+//!     (`well_known.rs`); repointed links and UTM
 //!     tags held in memory and applied to each click (`link_rules.rs`); one
 //!     limiter of wrong secrets per client network (`guesses.rs`); the
 //!     SSRF-safe image proxy (`image.rs`); the providers' bounce webhooks
-//!     with their settings and SNS and Mailgun signature checks
-//!     (`server/hooks/`); the server's error type, which keeps the store's
+//!     (`server/hooks/`) with their settings (`hooks/settings.rs`) and
+//!     signature checks (SNS in `sns.rs`, Mailgun in `mailgun.rs`); the
+//!     server's error type, which keeps the store's
 //!     error and logs its kind, mapped to a status and page in one
 //!     `IntoResponse` (`error.rs`, `pages.rs`); Prometheus metrics (`metrics.rs`,
-//!     `health_gauges.rs`); the dashboard (`server/stats/`: its state,
-//!     credentials and templates, and its own error type, each in a file
-//!     of its own); the operators' API (`server/api/`, docs/api.md: the
-//!     caller extractor and its one scope check, the one JSON error shape,
-//!     JSON bodies, the handlers of stats, exports, keys and a mailing's
-//!     links (`links.rs`), and the OpenAPI description every route is
-//!     registered with). `/metrics` and
+//!     `health_gauges.rs`); the dashboard (`server/stats/`: its state
+//!     (`stats/state.rs`), credentials (`credentials.rs`) and login
+//!     (`auth.rs`), response headers (`headers.rs`), templates
+//!     (`page_templates.rs`), the index and mailing pages
+//!     (`dashboard.rs`), the chart (`chart.rs`), the click map
+//!     (`clickmap.rs`) and its images (`creative_images.rs`), and its own
+//!     error type (`stats/error.rs`)); the operators' API (`server/api/`,
+//!     docs/api.md: its state (`api/state.rs`), the caller extractor and
+//!     its one scope check (`caller.rs`), the one JSON error shape
+//!     (`api/error.rs`), JSON bodies (`json_body.rs`); the handlers of
+//!     stats (`api/stats.rs`), the mailings (`mailings.rs`), exports
+//!     (`api/export.rs`), keys (`keys.rs`), a mailing's links
+//!     (`api/links.rs`), the address lists (`address_lists.rs`), erasure
+//!     (`api/erase.rs`), tracked letters (`letters.rs`, with the one
+//!     tracker they share in `letter_tracker.rs`) and the live event
+//!     stream (`events_stream.rs`, fed by `api/event_feed.rs`); and the
+//!     OpenAPI description every route is registered with
+//!     (`description.rs`, the schemas of store types in `schema.rs`)).
+//!     `/metrics` and
 //!     `/readyz` are on the admin listener.
 //!
 //! 31. [`relay`]: `linktrack relay`, the SMTP relay that tracks mail other
 //!     platforms send through it (docs/relay.md), a file per part
-//!     (`relay/mod.rs` only wires them): its settings (`settings.rs`), who
+//!     (`relay/mod.rs` only wires them): its settings (`settings.rs`), its
+//!     STARTTLS certificate (`tls.rs`), its counters for Prometheus
+//!     (`relay/metrics.rs`), who
 //!     may submit (`access.rs`), a command read (`command.rs`), AUTH
 //!     (`auth.rs`), the data after DATA (`data.rs`), where a recipient
 //!     stands, held in memory and followed from the change logs
@@ -230,7 +292,8 @@
 //!     `builder/tracked_parts.rs`), the DKIM signatures tracking broke
 //!     removed and made again with the domain's key (`dkim.rs`), the
 //!     on-disk spool (`spool.rs`) and the worker that forwards it
-//!     (`forward.rs`).
+//!     (`forward.rs`), or the hand-over while the client waits for its
+//!     reply to DATA (`hand_over.rs`).
 //!
 //! Command line:
 //! 32. [`cli`]: the command line (clap stops here): its flags in
