@@ -234,7 +234,7 @@ pub fn validate(address: &str) -> Result<(), AddressError> {
         return Err(AddressError::EmptyLocal);
     }
     // Valid in RFC 5321, but a list is opened in a spreadsheet sooner or
-    // later: refused as an address (issue 43), so none is ever stored.
+    // later: refused as an address, so none is ever stored.
     if let Some(c) = address
         .chars()
         .next()
@@ -412,7 +412,7 @@ pub fn csv_safe(value: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
-/// Mailbox providers by the domains of their consumer addresses (issue 42,
+/// Mailbox providers by the domains of their consumer addresses (for
 /// the breakdowns): a recipient's provider is read from the address's
 /// domain (normalised: lowercase, A-labels). Other domains are "other"
 /// (company mail hosted anywhere cannot be told from the address alone).

@@ -1,6 +1,6 @@
 //! Which addresses a request the server makes on someone's behalf may
 //! reach (SSRF): the image proxy's fetches and events out (webhooks). One
-//! policy for both (issue 43: the proxy refused private addresses, the
+//! policy for both (the proxy refused private addresses, the
 //! webhooks did not):
 //!
 //! * only public unicast addresses, judged after decoding every spelling
@@ -269,7 +269,7 @@ mod tests {
         Url::parse(text).unwrap()
     }
 
-    /// Issue 43's list: every spelling of loopback and every private range
+    /// Every spelling of loopback and every private range
     /// is refused by default, without a byte sent (the check is on the
     /// parsed URL; `localhost` is resolved, never connected to).
     #[tokio::test]

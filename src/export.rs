@@ -1,4 +1,4 @@
-//! The recipients export (issue 42): one row per letter of a mailing with
+//! The recipients export: one row per letter of a mailing with
 //! its engagement, as CSV or JSON lines, streamed a page at a time
 //! ([`crate::store::engagement::page`]: keyset-paged by letter id), so memory stays
 //! flat whatever the mailing's size. `GET /api/mailings/{id}/recipients`

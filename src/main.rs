@@ -3,8 +3,8 @@
 use std::process::ExitCode;
 
 /// mimalloc instead of glibc's malloc: a request allocates and frees dozens
-/// of small buffers, and glibc's malloc and free were about 11% of the
-/// server's CPU per request (perf, `bench_serve`).
+/// of small buffers, and glibc's malloc and free showed high in the
+/// server's profile per request (`bench_serve`).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -467,7 +467,7 @@ mod tests {
         }
     }
 
-    /// Issue 27: a click on a letter whose row retention dropped is sent
+    /// A click on a letter whose row retention dropped is sent
     /// with the mailing and position it belongs to, and `email: null`.
     #[test]
     fn a_late_click_names_its_mailing_and_position_and_nobody() {
@@ -521,7 +521,7 @@ mod tests {
         );
     }
 
-    /// Issue 42: the country goes out when `serve --geoip` knew it, right
+    /// The country goes out when `serve --geoip` knew it, right
     /// after the user agent; without it the body has no `country` at all
     /// (the bytes of before). Settling keeps it; erasing the person drops
     /// it with the address, network and user agent.
@@ -577,7 +577,7 @@ mod tests {
         );
     }
 
-    /// Issue 24: a held body rendered again with its settled verdict is
+    /// A held body rendered again with its settled verdict is
     /// the body the settled event renders to, byte for byte: only `bot`
     /// changed, every other field kept its value and its place.
     #[test]

@@ -2,8 +2,8 @@
 //! per event: the journal line (RFC 3339) and the replay's insert (a SQL
 //! datetime literal); and the journal line's time read back the same way
 //! ([`parse_rfc3339`]). `core::fmt` (through chrono's `Display` or `write!`)
-//! took about 2,500 instructions per timestamp, a tenth of what an open
-//! costs the server (callgrind, `bench_serve --callgrind-route pixel`).
+//! was a large share of what an open costs the server (`bench_serve
+//! --callgrind-route pixel` shows it).
 //! Both forms come from one fixed-width layout, and chrono writes what that
 //! layout cannot hold. The writer keeps its last second and the reader its
 //! last day, each per thread ([`LastPerThread`]).
@@ -54,8 +54,8 @@ fn fixed_width(text: &[u8]) -> Option<DateTime<Utc>> {
     };
     let nanos: &[u8; 9] = nanos.try_into().ok()?;
     // The date of the last line read on this thread is kept: a segment's
-    // lines are of one day, and building a date from its digits took about
-    // a third of reading the time (callgrind, the replay of opens).
+    // lines are of one day, and building a date from its digits is most
+    // of reading the time.
     thread_local! {
         static DAY: LastPerThread<[u8; 10], chrono::NaiveDate> = const { LastPerThread::new() };
     }
@@ -122,7 +122,7 @@ type Digits = [u8; 29];
 /// The date and time up to the second are kept per thread and written anew
 /// only when the second changes: the events of a busy server fall in the
 /// same second, and chrono's date fields and the twelve divisions of the
-/// digits were 500 instructions an event (callgrind, an open's journal line).
+/// digits need not be made again for each event.
 fn digits(at: &DateTime<Utc>) -> Option<Digits> {
     thread_local! {
         static SECOND: LastPerThread<SecondKey, SecondDigits> = const { LastPerThread::new() };

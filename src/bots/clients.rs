@@ -1,5 +1,5 @@
 //! What a user agent says about the reader's side: mail client, client
-//! type, operating system and device (issue 42, the breakdowns). Never on
+//! type, operating system and device (the breakdowns). Never on
 //! the request path: the rollup classifies each distinct user agent once
 //! and keeps the answer (`user_agent_classes`), so a hit costs nothing
 //! more.

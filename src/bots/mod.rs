@@ -212,10 +212,9 @@ impl RecentClicks {
 
 impl BotDetector {
     /// The first marker `agent` contains ([`first_marker`]), remembered
-    /// per user agent in this thread's [`SEEN_AGENTS`]: the automaton took
-    /// 2.2k instructions over a browser's user agent, a twentieth of what
-    /// an open cost the server, and a mail client sends the same one open
-    /// after open.
+    /// per user agent in this thread's [`SEEN_AGENTS`]: the automaton reads
+    /// the whole of a browser's long user agent, and a mail client sends
+    /// the same one open after open.
     fn first_marker(&self, agent: &str) -> Option<usize> {
         let hash = agent_hash(self.id, agent.as_bytes());
         let seen = SEEN_AGENTS.try_with(|seen| {

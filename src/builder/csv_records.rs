@@ -58,7 +58,7 @@ pub(super) enum CsvRefusal {
 }
 
 /// The most bytes one record (a line, or the lines a quoted field spans)
-/// may hold: a field of 50 MB peaked at 423 MB of memory (issue 43). A
+/// may hold: an unbounded field was held whole, several copies at once. A
 /// letter's fields are names and short values; 1 MiB is far beyond them.
 pub(super) const MAX_RECORD_BYTES: usize = 1 << 20;
 
@@ -355,8 +355,7 @@ mod tests {
             .is_some());
     }
 
-    /// Issue 43: a row of 50 MB was read whole; now a record over the
-    /// limit stops the read at the limit, naming its line and field.
+    /// A record over the limit stops the read at the limit, naming its line and field.
     #[test]
     fn a_record_over_the_limit_is_refused_naming_line_and_field() {
         let long = "x".repeat(MAX_RECORD_BYTES + 10);

@@ -11,7 +11,7 @@ use std::io::BufRead;
 
 /// JSON Lines, each line read to at most
 /// `csv_records::MAX_RECORD_BYTES`: a longer one is a rejected row (the
-/// rest of it skipped unread into memory), the others go on (issue 43).
+/// rest of it skipped unread into memory), the others go on.
 pub(super) fn json_lines<R: BufRead + Send + 'static>(
     mut reader: R,
     columns: HeaderPlan,
@@ -176,7 +176,7 @@ pub(super) fn csv_header<R: BufRead>(
         .field_names(&written)
         .map_err(|reason| invalid_data(format!("line 1: {reason}")))?;
     // A set, not a scan of the names so far: a hostile header of 100,000
-    // names was quadratic (83 s; issue 43).
+    // names was quadratic.
     let mut seen = std::collections::HashSet::with_capacity(fields.len());
     for name in &fields {
         if !name.is_empty() && !seen.insert(name.as_str()) {

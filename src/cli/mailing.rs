@@ -214,7 +214,7 @@ async fn address_list(
                 after = Some(last.email.clone());
                 for entry in &page {
                     // Read into spreadsheets: a formula-like value is
-                    // neutralised (`address::csv_safe`, issue 43).
+                    // neutralised (`address::csv_safe`).
                     say!(
                         "{}\t{}\t{}",
                         crate::address::csv_safe(&entry.email),

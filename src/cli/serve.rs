@@ -44,7 +44,7 @@ async fn run_server(url: &str, args: &ServeArgs, demo: bool) -> anyhow::Result<(
     let pool = store::connect_lazy(url, &pool_settings)?;
     let base_url = args.base_url();
     // Every webhook endpoint's host resolved and checked before anything
-    // starts (issue 43); the senders check again at each connection.
+    // starts; the senders check again at each connection.
     let outbound = Outbound::from_settings(&args.outbound.settings())?;
     outbound.check_destinations().await?;
     let settings = AppSettings {

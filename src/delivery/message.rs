@@ -227,8 +227,8 @@ pub fn text_unwrapped(html: &str) -> String {
 /// the line's own indentation; spaces at a break are dropped.
 ///
 /// A greedy wrap of our own rather than `textwrap`: it runs on every
-/// letter's text, and `textwrap::wrap` took 6.6 million instructions for a
-/// 48 KB letter's text (callgrind), a quarter of the planned builder's CPU.
+/// letter's text, and `textwrap::wrap`'s general machinery (Unicode width,
+/// word splitting options) was a large share of the planned builder's CPU.
 pub fn wrap_text(text: &str) -> String {
     let mut out = String::with_capacity(text.len() + text.len() / 32);
     for line in text.split_inclusive('\n') {
@@ -283,8 +283,8 @@ fn wrap_line(body: &str, out: &mut String) {
 
 /// `text` with a CR before every LF that lacks one: the rule lettre
 /// applies to a body, in one pass. lettre's own pass inserts each CR into
-/// the string in place, moving the rest of it every time: for a 48 KB letter
-/// of 650 lines that was a third of the planned builder's instructions.
+/// the string in place, moving the rest of it every time: quadratic in a
+/// letter's lines, and a large share of the planned builder's work.
 /// Given CRLF already, lettre finds nothing to insert.
 fn crlf_line_ends(text: &str) -> String {
     super::body::crlf_line_ends(text).into_owned()
@@ -294,7 +294,7 @@ fn crlf_line_ends(text: &str) -> String {
 /// mailing), so a re-run of the job produces the same bytes. `=_` never
 /// occurs in a quoted-printable or base64 body, so the boundary cannot
 /// collide with the content, whatever the content (hashing the HTML as
-/// well cost 2.6 million instructions per 48 KB letter and bought nothing).
+/// well would read every letter once more and buy nothing).
 fn boundary(message_id: &str) -> String {
     let digest = Sha256::digest(message_id.as_bytes());
     format!("=_lt_{}", hex::encode(&digest[..16]))

@@ -63,7 +63,7 @@ impl JournalHealth {
     }
 }
 
-/// Free space on the journal's filesystem, with hysteresis (issue 43: a
+/// Free space on the journal's filesystem, with hysteresis (a
 /// node with a few KB left answered ready and unready by turns while its
 /// writes failed and succeeded): below `min` it is low, and stays low until
 /// more than `resume` is free.

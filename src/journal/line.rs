@@ -17,7 +17,7 @@
 //!   and such a line is stored as it is.
 //!
 //! * 3: the same fields, and a line no longer carries the reader's address
-//!   (issue 38: an address erased before the replay must not be written
+//!   (an address erased before the replay must not be written
 //!   back from the journal). A hit on one reader's letter (`letter_id` above 0) without an `email` has it read
 //!   from the link's row at replay, by token; a row gone by then makes it
 //!   a late event, nobody's (an unsubscribe too: the replay applies the
@@ -25,15 +25,15 @@
 //!   token is all zeros was journaled for nobody (the reader withdrew from
 //!   tracking, `EventRow::withhold`) and is stored as it is.
 //! * 4: the fields of version 3 and `country`, the ISO 3166-1 code of the
-//!   client address (`serve --geoip`, issue 42), looked up before the
+//!   client address (`serve --geoip`), looked up before the
 //!   address was truncated. Lines of versions 0 to 3 have no country and
 //!   are stored without one (NULL, counted as "unknown").
 //!
-//! * 5 (issue 45): the fields of version 4, meaning the same, in a line of
+//! * 5: the fields of version 4, meaning the same, in a line of
 //!   text of a fixed layout instead of JSON, written and read by hand
-//!   (serde_json's generic machinery took 5.4k instructions to write an
-//!   open's line and 6.0k to read it, a fifth of what an open cost the
-//!   server). See "The text line" below.
+//!   (serde_json's generic machinery was a large share of what an open
+//!   cost the server, written and read again; docs/benchmarks.md). See
+//!   "The text line" below.
 //!
 //! In versions 0 to 4 (JSON) a null field may be left out of the line, and
 //! readers take an absent optional field as null (serde's derive does so for
@@ -251,8 +251,7 @@ impl Line {
 
 /// A text line's version and row.
 fn read_text(line: &str) -> Result<(u32, EventRow), JournalLineError> {
-    // The tabs found in one pass (`str::split` searched anew for each, and
-    // took 2.2k instructions a line).
+    // The tabs found in one pass (`str::split` searched anew for each).
     let mut fields = [""; FIELDS.len()];
     let mut tabs = memchr::memchr_iter(b'\t', line.as_bytes());
     let (mut start, mut found, mut ended) = (0, 0, false);

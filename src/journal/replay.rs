@@ -432,8 +432,7 @@ fn parse_segment(text: &str) -> Segment<'_> {
 
 /// `text`'s lines as `str::lines` gives them (split at `\n`, a `\r`
 /// before it dropped, no empty line after a last newline), the newlines
-/// found by `memchr` (`str::lines` searched a byte-wise word at a time:
-/// 400 instructions an open's line, callgrind).
+/// found by `memchr` (`str::lines` searches a byte-wise word at a time).
 fn lines(text: &str) -> Vec<&str> {
     let mut lines = Vec::with_capacity(text.len() / 128 + 1);
     let mut start = 0;
@@ -451,7 +450,8 @@ fn lines(text: &str) -> Vec<&str> {
 }
 
 /// Link reads one replay runs at once: with the buffer pool cold, one
-/// statement reads page after page from disk, and 1,000 opens took 1.3 s.
+/// statement reads page after page from disk, one after another; a few at
+/// once keep the disk busy.
 const RESOLVE_STATEMENTS: usize = 4;
 
 /// The rows of a segment's events, with the link's fields filled in where

@@ -55,7 +55,7 @@ pub struct Endpoint {
     /// many in one `"type": "batch"` body (webhooks only).
     pub batch: usize,
     /// The addresses its webhooks may go to: public ones, and the networks
-    /// of `--outbound-allow-private` (issue 43). AMQP brokers are the
+    /// of `--outbound-allow-private`. AMQP brokers are the
     /// operator's own infrastructure and are not held to it.
     pub destinations: crate::destinations::Destinations,
 }
@@ -565,7 +565,7 @@ mod tests {
             bad_type.contains("types: unknown type \"email.delivered\""),
             "{bad_type}"
         );
-        // Issue 40: bounces and complaints are types like any other.
+        // Bounces and complaints are types like any other.
         write(&format!(
             "[[endpoint]]\nname = \"crm\"\nurl = \"https://x/\"\nsecret = \"{SECRET}\"\n\
              types = [\"email.bounced\", \"email.complained\"]\n"
@@ -582,7 +582,7 @@ mod tests {
         assert!(message(run()).contains("secrte"), "an unknown key is named");
     }
 
-    /// Issue 43: a webhook to a private address is refused at start, naming
+    /// A webhook to a private address is refused at start, naming
     /// the endpoint, unless its network is allowed; a bad network is
     /// refused naming the setting.
     #[test]

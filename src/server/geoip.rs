@@ -1,4 +1,4 @@
-//! The reader's country from the client address (issue 42): an
+//! The reader's country from the client address: an
 //! operator-supplied MaxMind-format database (`serve --geoip FILE`, a
 //! GeoLite2/GeoIP2 Country or City file, or any MMDB whose records have
 //! `country.iso_code`), read by the `maxminddb` crate. Looked up on the

@@ -1,6 +1,6 @@
 //! One limiter of wrong secrets for every place the server checks one: the
 //! stats API's bearer token, the dashboard's session cookie, the login
-//! form and the admin listener's token (issue 43).
+//! form and the admin listener's token.
 //!
 //! * **Keyed by client network**, not address: a /24 for IPv4, a /64 for
 //!   IPv6 (one customer's allocation), so a client cannot rotate through
@@ -293,7 +293,7 @@ mod tests {
         assert!(limiter.check(ip("192.0.2.9")).await.is_err());
     }
 
-    /// Issue 43: 120,000 other addresses (each its own network, one wrong
+    /// 120,000 other addresses (each its own network, one wrong
     /// guess each) fill the counters many times over and do not unblock.
     #[tokio::test]
     async fn a_flood_of_other_networks_does_not_unblock() {

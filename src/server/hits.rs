@@ -80,7 +80,7 @@ pub(crate) fn journal_honeypot(
     journal(state, screened(state, row, Some(link)))
 }
 
-/// Journal a late hit (issue 27): a token whose row is gone, answered
+/// Journal a late hit: a token whose row is gone, answered
 /// from its link template. The event names the mailing and position
 /// and nobody: no link, letter, address, network or user agent.
 /// `link_id` 0 marks it late (there is no row for the replay to look
@@ -217,8 +217,8 @@ impl Named {
 }
 
 /// The network as `events.ip` stores it: an IPv4 one written octet by
-/// octet (`Display` through `core::fmt` took 1.3k instructions, a twentieth
-/// of what an open cost the server); IPv6 by `Display`.
+/// octet (`Display` through `core::fmt` is a large share of an open's
+/// cost for four small numbers); IPv6 by `Display`.
 fn network_text(network: std::net::IpAddr) -> String {
     let std::net::IpAddr::V4(v4) = network else {
         return network.to_string();

@@ -38,8 +38,8 @@ struct Waiting {
 }
 
 /// Lookup statements at once unless configured (`--lookups-in-flight`):
-/// `bench_serve` measured 2 against 8 (less database CPU per click, a lower
-/// p99, the same req/s).
+/// fewer statements in flight spend less database CPU per click at the
+/// same req/s (docs/benchmarks.md).
 pub(crate) const DEFAULT_IN_FLIGHT: usize = 2;
 
 /// How lookups are shared.

@@ -79,8 +79,8 @@ pub(crate) fn forwarded_for(headers: &HeaderMap) -> Option<IpAddr> {
 /// replaced, as `String::from_utf8_lossy` does), at most
 /// [`MAX_USER_AGENT_CHARS`] characters. A valid header (nearly every one:
 /// browsers send ASCII) is checked by `str::from_utf8`, which takes ASCII
-/// words at a time, instead of the lossy decoder's chunk by chunk (about
-/// 600 instructions of an open, callgrind); the result is the same.
+/// words at a time, instead of the lossy decoder's chunk by chunk; the
+/// result is the same.
 fn user_agent_text(bytes: &[u8]) -> String {
     match std::str::from_utf8(bytes) {
         Ok(text) => truncate_chars(text, MAX_USER_AGENT_CHARS),
@@ -125,7 +125,7 @@ pub(crate) const DEFAULT_BODY_DEADLINE: std::time::Duration = std::time::Duratio
 /// Largest form body the server reads (the login form's token).
 pub(crate) const MAX_FORM_BYTES: usize = 4 * 1024;
 
-/// Why a request body was not read (issue 43: a body trickled in a byte at
+/// Why a request body was not read (a body trickled in a byte at
 /// a time must not hold a connection).
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum BodyRefused {
@@ -326,7 +326,7 @@ impl<R: Route> FromRequestParts<AppState> for RouteToken<R> {
 /// (then it is the route's parameter as axum's `Path` would give it).
 fn last_segment(path: &str) -> Option<std::ops::Range<usize>> {
     // One backward pass over a short segment (`rfind` then `contains`
-    // took 550 instructions of an open, callgrind).
+    // read it twice).
     for (at, byte) in path.bytes().enumerate().rev() {
         match byte {
             b'/' => return Some(at + 1..path.len()),
@@ -338,7 +338,7 @@ fn last_segment(path: &str) -> Option<std::ops::Range<usize>> {
 }
 
 /// What a token of route `R` names: its stored link (the row), or, once the
-/// row is gone, the link template it was made from (issue 27).
+/// row is gone, the link template it was made from.
 pub(crate) enum Tracked<R> {
     Live {
         token: Token,

@@ -254,9 +254,9 @@ where
 /// left out on purpose: a token in a log is a working unsubscribe link.
 ///
 /// At DEBUG: under the default filter (`info`) a span is formatted for the
-/// log whether or not anything is logged inside it, which was about 8,000
-/// instructions of a redirect's 190,000 (callgrind, `bench_serve
-/// --callgrind`). Warnings on the request path name what they are about;
+/// log whether or not anything is logged inside it, a cost every
+/// redirect would pay for nothing (`bench_serve --callgrind` shows it).
+/// Warnings on the request path name what they are about;
 /// `RUST_LOG=linktrack=debug,tower_http=debug` brings the request ids back.
 ///
 /// Nothing is read from the request when no filter enables DEBUG anywhere

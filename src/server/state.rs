@@ -152,7 +152,7 @@ fn drop_erased_from(links: &Cache<Token, Arc<ServedLink>>, privacy: &Privacy) {
 
 /// Shared state: one pointer, so the clones axum makes per request (its
 /// middleware and the handler each take one) cost one atomic increment,
-/// not one per field (cloning the fields was 5% of an open's CPU).
+/// not one per field (cloning the fields showed in an open's profile).
 #[derive(Clone)]
 pub struct AppState(Arc<Shared>);
 
@@ -182,7 +182,7 @@ pub struct Shared {
     /// The token seal keys (docs/token.md), once `token_format` has been
     /// read and the ring checked against `seal_keys`.
     seal: std::sync::OnceLock<SealRing>,
-    /// Link templates read by late hits (issue 27); they never change.
+    /// Link templates read by late hits; they never change.
     templates: Cache<u32, Arc<LinkTemplate>>,
     /// The templates of live mailings, held for clicks while the database
     /// is away ([`OfflineTargets`]).
@@ -398,8 +398,8 @@ impl AppState {
         // A token is one reader's link, so concurrent misses for the same
         // token are rare (a scanner's fan-out), and they still share the
         // batch statement ([`LinkLookups`]). moka's `try_get_with`, which
-        // would make them share one lookup, was 10% of a redirect's server
-        // CPU (perf); a plain insert is about half of that.
+        // would make them share one lookup, costs every redirect far more
+        // than a plain insert, for a case that is rare.
         let row = self.lookup(token).await?;
         let link = Arc::new(ServedLink::of(StoredLink::clone(&row), &self.privacy));
         self.links.insert(token, link.clone()).await;

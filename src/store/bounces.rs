@@ -214,7 +214,7 @@ pub async fn set_action(
     Ok(())
 }
 
-/// A mailing's bounces and complaints (issue 40): letters that
+/// A mailing's bounces and complaints: letters that
 /// hard-bounced, soft-bounced (counted once however often), were blocked
 /// by a policy or complained about, and the base their rates are of:
 /// the letters the SMTP hand-off delivered (`deliveries`), or, when the

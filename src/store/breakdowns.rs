@@ -1,5 +1,5 @@
 //! Breakdowns of opens and clicks by mail client, client type, OS, device,
-//! mailbox provider and country (issue 42): the API's reads (one
+//! mailbox provider and country: the API's reads (one
 //! primary-key range per mailing, or the sum over mailings). The rollup
 //! adds each batch to `stats_breakdowns` with the other statistics
 //! (`store::tally`).

@@ -66,8 +66,8 @@ fn pool_options(settings: &PoolSettings) -> MySqlPoolOptions {
         .max_connections(settings.max_connections)
         .acquire_timeout(settings.acquire_timeout)
         // sqlx pings every connection it hands out by default: a round trip
-        // per statement, 7% of a redirect's server CPU (perf) and database
-        // work besides. A connection used within the last second was alive
+        // per statement, on the server's CPU and the database's, for every
+        // redirect. A connection used within the last second was alive
         // then; one idle longer (the database may have restarted) is pinged.
         .test_before_acquire(false)
         .before_acquire(|conn, meta| {

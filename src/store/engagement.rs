@@ -1,4 +1,4 @@
-//! The recipients export's reads (issue 42): a mailing's letters a page at
+//! The recipients export's reads: a mailing's letters a page at
 //! a time, keyset-paged by letter id (never OFFSET: every page is an index
 //! range that starts where the last one ended), each with its engagement
 //! from `stats_letter_events` (one primary-key range per page), its

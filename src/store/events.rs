@@ -73,8 +73,7 @@ pub async fn execute_insert(
 /// vary in size, so a prepared statement had a new shape almost every time
 /// and was prepared, described parameter by parameter (14 per row) and
 /// closed again for one execution, which cost the server a round trip and
-/// the client more than the insert (callgrind: about 21,600 instructions
-/// per event in the prepare alone). Numbers are written as digits, the
+/// the client more than the insert. Numbers are written as digits, the
 /// kind as its fixed spelling, and every text and byte value as a hex
 /// literal, so nothing needs escaping and nothing can be injected.
 pub fn insert_sql(rows: &[EventRow]) -> String {
@@ -155,8 +154,7 @@ fn statement(table: &str, rows: &[EventRow], ids: Option<&[u64]>) -> String {
 fn push_bytes(sql: &mut String, bytes: &[u8]) {
     sql.push_str("X'");
     // Encoded whole, then appended: a `push` per digit encoded each one as
-    // UTF-8 and checked the capacity each time (callgrind: half of the
-    // replay's statement building).
+    // UTF-8 and checked the capacity each time.
     sql.push_str(&hex::encode(bytes));
     sql.push('\'');
 }

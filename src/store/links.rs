@@ -117,12 +117,11 @@ async fn lookup_with(
 /// reads the token index of one partition per day named (`tests/` checks
 /// the plan). Tokens naming no link are simply absent.
 ///
-/// Why this shape: measured with sysbench on the same table (buffer pool
-/// warm, 16 connections, database CPU per token from `USER_STATISTICS`),
-/// the point select costs 46 µs a token; an `OR` of one `inserted = day AND
-/// uuid IN (…)` per day, sent as text, 24 µs at 4 tokens and 20 µs at 16
-/// (its range analysis is the cost); this row constructor, prepared, 15.7
-/// µs at 4 and 12.9 µs at 16. A batch is padded up to the next slot count
+/// Why this shape: measured with sysbench on the same table (database CPU
+/// per token, docs/benchmarks.md), a prepared row constructor costs the
+/// database least per token, less than a point select per token and less
+/// than an `OR` of one `inserted = day AND uuid IN (…)` per day sent as
+/// text (whose range analysis is its cost). A batch is padded up to the next slot count
 /// (its last token repeated, which the database reads once), so a
 /// connection prepares at most [`SLOTS`]`.len()` shapes, once each.
 pub async fn lookup_many(

@@ -21,7 +21,7 @@ pub async fn migrate(url: &str) -> Result<MySqlPool, StoreError> {
 }
 
 /// What the SQL migrations cannot do: address-list entries stored before
-/// addresses had one form (IDN domains in A-labels, issue 38) move to it.
+/// addresses had one form (IDN domains in A-labels) move to it.
 /// Cheap when there is nothing to move (one scan of each list's key).
 pub(crate) async fn after_migrations(pool: &MySqlPool) -> Result<(), StoreError> {
     for list in [address_list::SUPPRESSIONS, address_list::TRACKING_OPTOUTS] {

@@ -93,9 +93,9 @@ pub async fn enqueue_on(
 /// them in the order they were queued.
 ///
 /// The `due` index is forced: with a backlog, MariaDB otherwise picks
-/// `oldest` and sorts every due row of the endpoint for each claim (34 ms
-/// per claim of 64 at 97,000 queued, measured with `ANALYZE UPDATE`; the
-/// sender then managed 350 events/s). Index hints in a single-table UPDATE
+/// `oldest` and sorts every due row of the endpoint for each claim (seen
+/// with `ANALYZE UPDATE` under a backlog, which then held the sender to a
+/// crawl). Index hints in a single-table UPDATE
 /// are valid on MySQL 8 too.
 pub async fn claim(
     pool: &MySqlPool,

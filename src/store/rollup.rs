@@ -77,7 +77,7 @@ const RANGE: &str = "inserted >= ? AND inserted < ? AND id > ? AND id <= ?";
 /// and in `stats_bot_reasons`, for information only.
 const COUNTED_AS_BOT: &str = "(bot <> 0 AND kind <> 'unsubscribe')";
 
-/// A mailing's own events, not late ones (issue 27): a late event has
+/// A mailing's own events, not late ones: a late event has
 /// `link_id` 0 (its row was gone, see `server::hits::LATE_LINK_ID`) and
 /// is counted in `stats_late` only, so the regular figures of a mailing
 /// never change when an old letter is clicked months later. (`link_id` is
@@ -310,9 +310,9 @@ async fn settled_cap(
 /// unrolled events (one batch's worth): the event before the first that
 /// happened less than `settle` ago, or the window's last when all have
 /// settled. Reading only the window keeps the statement short however
-/// long the backlog: walking a settled backlog of a million events to its
-/// end took 2.1 s (a slow-log run of `bench_stats`); a batch never takes
-/// more than `window` events anyway.
+/// long the backlog: walking a settled backlog to its end grows with the
+/// backlog (the slow log of a `bench_stats` run shows it); a batch never
+/// takes more than `window` events anyway.
 async fn verdicts_cap(
     conn: &mut MySqlConnection,
     range: &PartitionRange,

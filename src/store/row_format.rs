@@ -2,7 +2,8 @@
 //! page compression, on MariaDB and on MySQL 8.
 //!
 //! * `compressed`: `ROW_FORMAT=COMPRESSED` (zlib in 8 KB pages, in the
-//!   buffer pool too): half the disk of `dynamic`, a third of its insert rate.
+//!   buffer pool too): smaller on disk than `dynamic`, slower to insert
+//!   (docs/benchmarks.md).
 //! * `dynamic`: no compression; fastest, largest.
 //! * `page-compressed`: `ROW_FORMAT=DYNAMIC` with InnoDB page compression
 //!   (MariaDB `PAGE_COMPRESSED=1`, MySQL 8 `COMPRESSION='zlib'`): pages are
@@ -187,7 +188,8 @@ async fn has_rows(pool: &MySqlPool, table: &str) -> Result<bool, StoreError> {
     Ok(any.is_some())
 }
 
-/// A rebuild's pace, measured on 2 cores: about 50,000 rows a second.
+/// A rebuild's pace on a small machine, for the estimate said before a
+/// rebuild starts (docs/benchmarks.md).
 const REBUILD_ROWS_PER_SECOND: u64 = 50_000;
 
 /// Bring `links` and `events` to the asked format. Empty tables switch at

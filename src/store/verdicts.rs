@@ -258,8 +258,8 @@ async fn letter_clicks(
 
 /// The settle pass's read of `letters`' clicks and opens from `from` to `to`, the
 /// values written in. A list of bound ids made a prepared statement per
-/// list whose plan was made at each execution (0.86 s a statement for 1,000
-/// letters on the loaded bench machine, against 8 ms written in); MariaDB
+/// list whose plan was made at each execution (far slower than
+/// the values written in); MariaDB
 /// turns an IN list of 1,000 or more values into a join on a derived table
 /// that reads every click of each letter (`in_predicate_conversion_threshold`),
 /// hence [`LETTERS_PER_CONTEXT_READ`]. The index is forced: with three

@@ -112,7 +112,7 @@ impl Token {
             return Err(TokenError::Length(text.chars().count()));
         }
         // The digits read in the one pass that checks them (a check, then
-        // `Uuid::try_parse`, took 500 instructions of an open).
+        // `Uuid::try_parse`, read them twice).
         let digits = text.as_bytes();
         let mut bytes = [0u8; 16];
         // Any digit that is none is seen once at the end (its table entry
@@ -185,7 +185,8 @@ impl Token {
     /// token is dated after tomorrow (tokens are made by our builder, so
     /// none is; tomorrow allows for clock skew around midnight). The same
     /// day arithmetic, counted from milliseconds without building dates
-    /// (400 instructions of an open, callgrind): the request path's check.
+    /// (chrono's calendar is not needed to compare day numbers): the
+    /// request path's check.
     #[inline]
     pub fn is_expired_at(&self, now: DateTime<Utc>, keep_days: u32) -> Option<bool> {
         let today = now.timestamp_millis().div_euclid(MS_PER_DAY);

@@ -223,7 +223,7 @@ mod tests {
              `openssl rand -hex 32` (docs/deploy.md, \"Secrets\")"
         );
         assert!(check_secret("LINKTRACK_SECRET", None).is_ok());
-        // Issue 43: padding and blanks are refused, naming the setting.
+        // Padding and blanks are refused, naming the setting.
         let err =
             check_secret("LINKTRACK_ADMIN_TOKEN", Some("  padded-admin-token-0123  ")).unwrap_err();
         assert!(matches!(err, WeakSecret::Padded { .. }), "{err}");
@@ -488,7 +488,7 @@ mod tests {
         followed
     }
 
-    /// Issue 39: every README or docs/ section `--help` names exists.
+    /// Every README or docs/ section `--help` names exists.
     #[test]
     fn every_section_the_help_names_exists() {
         let followed: usize = every_help()
@@ -536,7 +536,7 @@ mod tests {
         assert!(followed >= 10, "only {followed} references followed");
     }
 
-    /// One placeholder per kind of value (issue 39): a flag's value is
+    /// One placeholder per kind of value: a flag's value is
     /// shown by what it is, never by the flag's own name.
     #[test]
     fn placeholders_name_kinds_of_values() {

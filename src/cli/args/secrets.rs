@@ -193,7 +193,7 @@ pub enum WeakSecret {
 /// such as `change-me`, or anything shorter than [`MIN_SECRET_LEN`], is not:
 /// a server started with one would sign cookies anybody can forge. White
 /// space around it, or nothing but white space, is refused too: accepted,
-/// such a token could never be presented (issue 43).
+/// such a token could never be presented.
 pub fn check_secret(name: &'static str, value: Option<&str>) -> Result<(), WeakSecret> {
     let Some(value) = value else {
         return Ok(());

@@ -171,8 +171,7 @@ pub struct ServeArgs {
     /// Link lookups (link cache misses) sent to the database at once; the
     /// misses that arrive while all are busy share the next statement, so
     /// fewer makes larger batches, which cost the database less per click
-    /// (`bench_serve` measured 2 against 8: less database CPU per click and
-    /// a lower p99, with a warm buffer pool and with a cold one).
+    /// (docs/benchmarks.md compares values).
     #[arg(long, env = "LINKTRACK_LOOKUPS_IN_FLIGHT", value_name = "N",
           default_value_t = crate::server::lookups::DEFAULT_IN_FLIGHT as u32,
           value_parser = clap::value_parser!(u32).range(1..=256))]

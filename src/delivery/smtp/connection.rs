@@ -6,9 +6,10 @@
 //! NOOP before each message taken from its pool), leaves Nagle's algorithm
 //! on, and writes the final `.` in a separate small segment. Against a
 //! receiver that delays its ACK (Postfix's smtp-sink, and Linux by
-//! default), every message then waited about 40 ms for that ACK: 88
-//! letters/s at 4 connections whatever the CPU (found with `strace -T`:
-//! the data and `\r\n.\r\n` written at once, the 250 read 41 ms later). So:
+//! default), every message then waited for that delayed ACK, and the
+//! rate was bound by the ACK timer whatever the CPU (found with `strace
+//! -T`: the data and `\r\n.\r\n` written at once, the 250 read one
+//! delayed-ACK interval later). So:
 //! `TCP_NODELAY`; MAIL, RCPT and DATA (or BDAT) sent in one write when the
 //! server offers PIPELINING (RFC 2920); the data dot-stuffed in one pass
 //! and written with its terminator; with CHUNKING (RFC 3030) the whole

@@ -24,7 +24,7 @@ pub(crate) struct StatsResponse {
     #[serde(flatten)]
     pub summary: MailingSummary,
     /// Opens and clicks by class: real opens apart from machine and scanner
-    /// opens, clicks without bots and the bots' share (issue 24).
+    /// opens, clicks without bots and the bots' share.
     pub classes: Classes,
     /// Counters from Redis; `null` when the live layer is off or down.
     pub live: Option<LiveSnapshot>,

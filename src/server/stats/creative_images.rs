@@ -1,4 +1,4 @@
-//! The click map's images (issue 42): the creative's `<img>`s would load
+//! The click map's images: the creative's `<img>`s would load
 //! from the sender's image hosts, which the dashboard's policy forbids
 //! (`img-src 'self' data:`, so the operator's browser contacts nobody
 //! else), and showed as broken icons. The server fetches each through its

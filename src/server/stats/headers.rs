@@ -1,4 +1,4 @@
-//! Response headers of every stats answer (issue 29, item 7): nothing behind
+//! Response headers of every stats answer: nothing behind
 //! the login is cached or sniffed, and the dashboard's pages run under a
 //! strict Content-Security-Policy.
 //!

@@ -1,5 +1,5 @@
 //! The plain figures every stats read fills: counts of one kind of event
-//! split by the bot flag, and late events' counts (issue 27).
+//! split by the bot flag, and late events' counts.
 
 /// Counts for one kind of event, split by the bot flag.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -16,7 +16,7 @@ pub struct Split {
     pub bot: Counts,
 }
 
-/// Late events (issue 27): hits on tokens whose link row was dropped with
+/// Late events: hits on tokens whose link row was dropped with
 /// its partition, counted per mailing and position and never in the
 /// regular figures, so those do not change months after a send. They name
 /// no letter, so there are no unique counts.

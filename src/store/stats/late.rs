@@ -1,4 +1,4 @@
-//! Late events of a mailing (issue 27, `stats_late`): hits on tokens whose
+//! Late events of a mailing (`stats_late`): hits on tokens whose
 //! link row was dropped with its partition, counted apart from every
 //! regular figure.
 

@@ -9,8 +9,8 @@ use sqlx::{MySqlConnection, MySqlPool};
 /// Letters built: the builder's own count (`stats_letters`, one key read)
 /// when it keeps one, otherwise the distinct letter ids of the mailing's
 /// link rows (letter 0 holds shared image rows). That fallback reads only
-/// the `mailing_letter` index, but every entry of the mailing in it (about
-/// 0.5 ms per 100 letters here); `examples/bench_stats.rs` measures both.
+/// the `mailing_letter` index, but every entry of the mailing in it (its
+/// cost grows with the letters); `examples/bench_stats.rs` measures both.
 pub async fn letters_built(pool: &MySqlPool, mailing_id: &MailingId) -> Result<u64, StoreError> {
     match letters_counted(pool, mailing_id).await? {
         Some(n) => Ok(n),

@@ -7,7 +7,7 @@
 //! One file per question asked of the tables:
 //! * `summary`: the whole summary of one mailing, totals and bot reasons;
 //! * `per_link`: clicks per link position and their URLs;
-//! * `late`: late events (issue 27);
+//! * `late`: late events;
 //! * `series`: opens and clicks per hour and per minute;
 //! * `letters`: the letters built and how they were tracked;
 //! * `mailings`: which mailing an id names, its creative, the index;

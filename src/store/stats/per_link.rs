@@ -18,7 +18,7 @@ pub struct LinkStats {
     pub url: Option<String>,
     pub human: Counts,
     pub bot: Counts,
-    /// Late clicks on this position (issue 27), apart from the counts above.
+    /// Late clicks on this position, apart from the counts above.
     pub late: LateCounts,
     /// The link's `data-linktrack-name`, when it has one.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -45,11 +45,11 @@ pub struct MailingSummary {
     /// be counted.
     pub tracking: TrackingSummary,
     /// Hard and soft bounces, policy blocks and complaints, in letters,
-    /// with their rates (`bounces ingest`, issue 40).
+    /// with their rates (`bounces ingest`).
     pub bounces: BounceSummary,
 }
 
-/// Opens and clicks by class (issue 24), derived from the rolled totals and
+/// Opens and clicks by class, derived from the rolled totals and
 /// bot reasons, no column of their own: `opens` are real opens (human and
 /// `proxy:*`, which are not bots), `machine_opens` prefetches (`machine:*`,
 /// Apple MPP), `scanner_opens` every other bot open. `clicks` exclude bots;
