@@ -58,7 +58,9 @@
 //!     `token/tests.rs`), one file per stage: new, parse, date
 //!     and the retention check (`token/uuid_v7.rs`), what it seals
 //!     (`plaintext.rs`), the seal and its key's fingerprint (`seal.rs`) over
-//!     its permutation (`feistel.rs`), the seal key ring (`ring.rs`), the
+//!     its permutation (`feistel.rs`), the seal key ring (`ring.rs`) and
+//!     its policy: what a build, a server or a rotation may open with, and
+//!     why not (`ring_policy.rs`, `key_refusal.rs`), the
 //!     VERP bounce address (`bounce_address.rs`), the Spider shard
 //!     (`virtual_shard.rs`).
 //! 13. [`bots`]: human or bot: the first verdict from the request
@@ -87,8 +89,8 @@
 //!       (`maintenance.rs`);
 //!     - links and what a click reads: the `links` table (`links.rs`),
 //!       token version 2's link templates and seal (`link_templates.rs`),
-//!       the seal keys seen and the ring checks (`seal_keys.rs`, its
-//!       refusals in `key_refusal.rs`), link names, UTM tags and repoints
+//!       the seal keys seen, read and recorded as the ring's policy
+//!       decides (`seal_keys.rs`), link names, UTM tags and repoints
 //!       (`link_rules.rs`) and repointing a sent link (`repoint.rs`);
 //!     - hits: the `events` table and the unsubscribe's suppression
 //!       (`events.rs`), the outbox (`outbox.rs`), the events and bounce

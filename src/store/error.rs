@@ -5,11 +5,11 @@
 
 use super::cluster::node_failure::NodeFailure;
 use super::connect_error::ConnectTarget;
-use super::key_refusal::KeyRefusal;
 use super::mysql_errors::{
     mysql_error_number, BROKEN_CONNECTION_ERRORS, RETRYABLE_MYSQL_ERRORS, SPIDER_REMOTE_ERRORS,
 };
 use super::partitions::report::TableReport;
+use crate::token::KeyRefusal;
 use chrono::NaiveDate;
 use std::time::Duration;
 

@@ -23,7 +23,6 @@ mod error_kind;
 pub mod event_feed;
 pub mod events;
 mod in_list;
-mod key_refusal;
 pub mod link_rules;
 pub mod link_templates;
 pub mod links;

@@ -4,16 +4,19 @@
 //! database does not know, when a builder's key is not the current one, or
 //! when a server's ring lacks a key whose tokens are still live.
 //!
-//! The decision is [`decide`], a plain function of the recorded keys and
-//! the ring; [`open_ring`] reads, decides and records in one transaction
+//! The decision is the ring's policy ([`RingPolicy`], in `token/`), a
+//! plain function of the recorded keys and the ring; [`open_ring`] reads,
+//! decides and records in one transaction
 //! that holds `token_format`'s row, so two first runs cannot record two
 //! first keys.
 
-pub use super::key_refusal::KeyRefusal;
+pub use crate::token::{Decision, KeyRecord, KeyRefusal, Purpose, Verdict};
 
 use super::error::StoreError;
 use crate::kind::{LinkKind, TokenKind};
-use crate::token::{Opened, SealRing, Token, TokenSeal};
+use crate::token::{
+    CurrentSecret, NewKey, Opened, RingKeys, RingPolicy, SealRing, Token, TokenSeal,
+};
 use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
 use sqlx::{MySqlConnection, MySqlPool};
 
@@ -40,164 +43,6 @@ impl std::fmt::Debug for RingSecrets {
     }
 }
 
-/// Who opens the ring, which decides what it must hold.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Purpose {
-    /// `build`: seals with the current key, which must be the database's
-    /// current key.
-    Build,
-    /// `serve`: opens tokens; the ring must hold every key whose tokens
-    /// live (sealed within `keep_days`) and the current key.
-    Serve { keep_days: u32 },
-    /// `secrets rotate`: the given key becomes the current one; the ring
-    /// must hold the keys whose tokens live, as `serve` will need them.
-    Rotate { keep_days: u32 },
-}
-
-/// One recorded key.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeyRecord {
-    pub fingerprint: String,
-    pub current_since: DateTime<Utc>,
-    pub last_sealed_on: Option<NaiveDate>,
-    pub how: String,
-    pub retired_at: Option<DateTime<Utc>>,
-}
-
-/// What [`decide`] found to do.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
-    /// The ring is fine as recorded.
-    Known,
-    /// Record the current key (`how`) as the current one: new, or made
-    /// current again.
-    MakeCurrent { how: &'static str },
-    /// Nothing is recorded yet: check the key against the stored tokens
-    /// (none: record it as the first).
-    FirstSeen,
-}
-
-/// A ring's decision: what to do, and what to warn about (keys the
-/// server lacks whose tokens are past retention; ring keys the database
-/// has never seen).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Verdict {
-    pub decision: Decision,
-    pub warnings: Vec<String>,
-}
-
-/// Decide about a ring of fingerprints (`ring[0]` the current key's) for
-/// `purpose`, against the `records` of the database, on `today`.
-pub fn decide(
-    records: &[KeyRecord],
-    ring: &[String],
-    unset: bool,
-    new_secret: bool,
-    purpose: Purpose,
-    today: NaiveDate,
-) -> Result<Verdict, KeyRefusal> {
-    let mut warnings = Vec::new();
-    let Some(newest) = records.iter().max_by_key(|r| r.current_since) else {
-        let decision = if new_secret {
-            Decision::MakeCurrent { how: "new-secret" }
-        } else {
-            Decision::FirstSeen
-        };
-        return Ok(Verdict { decision, warnings });
-    };
-    let ours = &ring[0];
-    let known = records.iter().find(|r| &r.fingerprint == ours);
-    let since = newest.current_since.date_naive();
-    let decision = match (known, purpose) {
-        (_, Purpose::Rotate { .. }) if &newest.fingerprint == ours => {
-            return Err(KeyRefusal::AlreadyCurrent {
-                fingerprint: ours.clone(),
-            })
-        }
-        (_, Purpose::Rotate { .. }) => Decision::MakeCurrent { how: "rotate" },
-        (None, _) if new_secret => Decision::MakeCurrent { how: "new-secret" },
-        (None, _) => {
-            return Err(KeyRefusal::Unknown {
-                fingerprint: ours.clone(),
-                unset,
-                current: newest.fingerprint.clone(),
-                since,
-            })
-        }
-        (Some(record), Purpose::Build) if record.fingerprint != newest.fingerprint => {
-            if !new_secret {
-                return Err(KeyRefusal::NotCurrent {
-                    fingerprint: ours.clone(),
-                    unset,
-                    current: newest.fingerprint.clone(),
-                    since,
-                });
-            }
-            Decision::MakeCurrent { how: "new-secret" }
-        }
-        (Some(record), Purpose::Build) if record.retired_at.is_some() => {
-            if !new_secret {
-                return Err(KeyRefusal::Retired {
-                    fingerprint: ours.clone(),
-                });
-            }
-            Decision::MakeCurrent { how: "new-secret" }
-        }
-        (Some(_), _) => Decision::Known,
-    };
-    if let Purpose::Serve { keep_days } | Purpose::Rotate { keep_days } = purpose {
-        let becomes_current = matches!(decision, Decision::MakeCurrent { .. });
-        for record in records.iter().filter(|r| r.retired_at.is_none()) {
-            if ring.contains(&record.fingerprint) {
-                continue;
-            }
-            let live_until = record
-                .last_sealed_on
-                .and_then(|day| day.checked_add_days(chrono::Days::new(u64::from(keep_days))));
-            let is_current = record.fingerprint == newest.fingerprint && !becomes_current;
-            let live = live_until.is_some_and(|until| until >= today);
-            if is_current || live {
-                let why = match (is_current, record.last_sealed_on, live_until) {
-                    (true, None, _) => format!(
-                        "the current key since {}, which new letters are sealed with",
-                        record.current_since.date_naive()
-                    ),
-                    (true, Some(day), _) => format!(
-                        "the current key since {}, which new letters are sealed with; \
-                         last sealed on {day}",
-                        record.current_since.date_naive()
-                    ),
-                    (false, Some(day), Some(until)) => {
-                        format!("sealed links until {day}, live until {until}")
-                    }
-                    _ => "its links are live".to_owned(),
-                };
-                return Err(KeyRefusal::MissingFromRing {
-                    fingerprint: record.fingerprint.clone(),
-                    why,
-                });
-            }
-            if record.last_sealed_on.is_some() {
-                warnings.push(format!(
-                    "the seal key {} is not in the ring: its links are past --keep-days \
-                     ({keep_days}), and expired ones no longer lead to their link template \
-                     (docs/token.md, \"What an expired link does\")",
-                    record.fingerprint
-                ));
-            }
-        }
-        for fingerprint in ring.iter().skip(1) {
-            if records.iter().all(|r| &r.fingerprint != fingerprint) {
-                warnings.push(format!(
-                    "a key of LINKTRACK_PREVIOUS_SECRETS ({fingerprint}) is not one this \
-                     database has seen; it opens nothing sealed since seal keys are recorded"
-                ));
-            }
-        }
-    }
-    Ok(Verdict { decision, warnings })
-}
-
 /// A ring opened for a purpose: the keys, and what to warn about.
 #[derive(Debug, Clone)]
 pub struct OpenedRing {
@@ -210,7 +55,7 @@ pub struct OpenedRing {
 const SAMPLE: usize = 16;
 
 /// Open `secrets`' ring for `purpose`: derive its keys from
-/// `token_format`, decide ([`decide`]) and record what the decision says
+/// `token_format`, decide ([`RingPolicy::decide`]) and record what the decision says
 /// (a first or new current key; the day a build seals on). Nothing is
 /// recorded when the ring is refused.
 pub async fn open_ring(
@@ -258,15 +103,26 @@ async fn decide_and_record(
     let records = list_in(&mut *tx).await?;
     let today = Utc::now().date_naive();
     let unset = secrets.current.is_none();
-    let verdict = decide(
-        &records,
-        &fingerprints,
-        unset,
-        secrets.new_secret,
+    let policy = RingPolicy {
         purpose,
+        secret: if unset {
+            CurrentSecret::Unset
+        } else {
+            CurrentSecret::Given
+        },
+        new_key: if secrets.new_secret {
+            NewKey::Allowed
+        } else {
+            NewKey::Refused
+        },
         today,
-    )
-    .map_err(StoreError::SealKey)?;
+    };
+    let (current, previous) = fingerprints
+        .split_first()
+        .ok_or_else(|| StoreError::Refused("a seal key ring without keys".into()))?;
+    let verdict = policy
+        .decide(&records, RingKeys { current, previous })
+        .map_err(StoreError::SealKey)?;
     match verdict.decision {
         Decision::Known => {}
         Decision::MakeCurrent { how } => make_current(&mut *tx, &fingerprints[0], how).await?,
@@ -503,151 +359,4 @@ pub async fn retire(
         .await?
         .iter()
         .any(|r| r.fingerprint == fingerprint))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn day(text: &str) -> NaiveDate {
-        text.parse().unwrap()
-    }
-
-    fn record(fingerprint: &str, since: &str, sealed: Option<&str>) -> KeyRecord {
-        KeyRecord {
-            fingerprint: fingerprint.into(),
-            current_since: day(since).and_hms_opt(12, 0, 0).unwrap().and_utc(),
-            last_sealed_on: sealed.map(day),
-            how: "first".into(),
-            retired_at: None,
-        }
-    }
-
-    fn ring(keys: &[&str]) -> Vec<String> {
-        keys.iter().map(|k| (*k).to_owned()).collect()
-    }
-
-    const TODAY: &str = "2026-12-02";
-    const SERVE: Purpose = Purpose::Serve { keep_days: 90 };
-
-    fn run(
-        records: &[KeyRecord],
-        keys: &[&str],
-        new_secret: bool,
-        purpose: Purpose,
-    ) -> Result<Verdict, KeyRefusal> {
-        decide(records, &ring(keys), false, new_secret, purpose, day(TODAY))
-    }
-
-    #[test]
-    fn a_first_key_is_checked_against_the_stored_tokens() {
-        let verdict = run(&[], &["aa"], false, Purpose::Build).unwrap();
-        assert_eq!(verdict.decision, Decision::FirstSeen);
-        let verdict = run(&[], &["aa"], true, SERVE).unwrap();
-        assert_eq!(
-            verdict.decision,
-            Decision::MakeCurrent { how: "new-secret" }
-        );
-    }
-
-    #[test]
-    fn an_unknown_key_is_refused_unless_it_is_new() {
-        let records = [record("aa", "2026-11-01", Some("2026-12-01"))];
-        for purpose in [Purpose::Build, SERVE] {
-            let err = run(&records, &["bb"], false, purpose).unwrap_err();
-            assert!(matches!(err, KeyRefusal::Unknown { .. }), "{err}");
-            let text = err.to_string();
-            assert!(
-                text.contains("bb") && text.contains("current key is aa"),
-                "{text}"
-            );
-            assert!(text.contains("linktrack secrets rotate"), "{text}");
-        }
-        let verdict = run(&records, &["bb"], true, Purpose::Build).unwrap();
-        assert_eq!(
-            verdict.decision,
-            Decision::MakeCurrent { how: "new-secret" }
-        );
-        assert_eq!(
-            run(&records, &["aa"], false, Purpose::Build)
-                .unwrap()
-                .decision,
-            Decision::Known
-        );
-    }
-
-    #[test]
-    fn a_builder_with_the_replaced_key_is_refused() {
-        let records = [
-            record("aa", "2026-11-01", Some("2026-12-01")),
-            record("bb", "2026-12-01", None),
-        ];
-        let err = run(&records, &["aa"], false, Purpose::Build).unwrap_err();
-        assert!(matches!(err, KeyRefusal::NotCurrent { .. }), "{err}");
-        assert!(
-            err.to_string().contains("key bb replaced on 2026-12-01"),
-            "{err}"
-        );
-        // A server may run with it, as long as its ring holds the current key.
-        assert_eq!(
-            run(&records, &["aa", "bb"], false, SERVE).unwrap().decision,
-            Decision::Known
-        );
-        let err = run(&records, &["aa"], false, SERVE).unwrap_err();
-        assert!(
-            err.to_string()
-                .contains("bb (the current key since 2026-12-01"),
-            "{err}"
-        );
-    }
-
-    #[test]
-    fn a_server_needs_every_key_whose_links_live() {
-        let records = [
-            record("old", "2026-01-01", Some("2026-08-01")),
-            record("aa", "2026-08-01", Some("2026-12-01")),
-            record("bb", "2026-12-01", Some("2026-12-02")),
-        ];
-        // aa sealed until 2026-12-01: live until 2027-03-01.
-        let err = run(&records, &["bb"], false, SERVE).unwrap_err();
-        assert_eq!(
-            err,
-            KeyRefusal::MissingFromRing {
-                fingerprint: "aa".into(),
-                why: "sealed links until 2026-12-01, live until 2027-03-01".into()
-            }
-        );
-        assert!(
-            err.to_string().contains("linktrack secrets retire aa"),
-            "{err}"
-        );
-        // `old` is past retention: a warning, not a refusal.
-        let verdict = run(&records, &["bb", "aa"], false, SERVE).unwrap();
-        assert_eq!(verdict.decision, Decision::Known);
-        assert_eq!(verdict.warnings.len(), 1, "{:?}", verdict.warnings);
-        assert!(verdict.warnings[0].contains("old"));
-        // A retired key is not needed.
-        let mut retired = records.clone();
-        retired[1].retired_at = Some(Utc::now());
-        assert!(run(&retired, &["bb"], false, SERVE).is_ok());
-    }
-
-    #[test]
-    fn rotate_needs_the_live_keys_and_a_new_one() {
-        let records = [record("aa", "2026-11-01", Some("2026-12-01"))];
-        let rotate = Purpose::Rotate { keep_days: 90 };
-        let err = run(&records, &["aa"], false, rotate).unwrap_err();
-        assert!(matches!(err, KeyRefusal::AlreadyCurrent { .. }), "{err}");
-        let err = run(&records, &["bb"], false, rotate).unwrap_err();
-        assert!(matches!(err, KeyRefusal::MissingFromRing { .. }), "{err}");
-        let verdict = run(&records, &["bb", "aa"], false, rotate).unwrap();
-        assert_eq!(verdict.decision, Decision::MakeCurrent { how: "rotate" });
-        // A ring key the database never saw is said.
-        let verdict = run(&records, &["bb", "aa", "cc"], false, rotate).unwrap();
-        assert!(
-            verdict.warnings.iter().any(|w| w.contains("(cc)")),
-            "{:?}",
-            verdict.warnings
-        );
-    }
 }

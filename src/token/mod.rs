@@ -27,20 +27,27 @@
 //! One file per stage: the token made, parsed and dated (`uuid_v7.rs`),
 //! what it seals (`plaintext.rs`), the seal and its key's fingerprint
 //! (`seal.rs`) over its permutation (`feistel.rs`), the key ring a server
-//! opens with (`ring.rs`), the VERP bounce address (`bounce_address.rs`)
+//! opens with (`ring.rs`) and its policy (`ring_policy.rs`, refusals in
+//! `key_refusal.rs`), the VERP bounce address (`bounce_address.rs`)
 //! and the Spider shard of a token (`virtual_shard.rs`).
 
 mod bounce_address;
 mod feistel;
+mod key_refusal;
 mod plaintext;
 mod ring;
+mod ring_policy;
 mod seal;
 mod uuid_v7;
 mod virtual_shard;
 
 pub use bounce_address::{bounce_address, token_of_bounce_address, BOUNCE_LOCAL_PREFIX};
+pub use key_refusal::KeyRefusal;
 pub use plaintext::Plaintext;
 pub use ring::SealRing;
+pub use ring_policy::{
+    CurrentSecret, Decision, KeyRecord, NewKey, Purpose, RingKeys, RingPolicy, Verdict,
+};
 pub use seal::{Opened, TokenSeal};
 pub use uuid_v7::{Token, TokenError, TOKEN_HEX_LEN};
 pub use virtual_shard::virtual_shard;

@@ -1,6 +1,8 @@
-//! [`KeyRefusal`]: why a seal key ring is refused (`seal_keys`), each
-//! reason saying what to do. Apart from `seal_keys.rs` because
-//! [`StoreError`](super::error::StoreError) carries it.
+//! [`KeyRefusal`]: why a seal key ring is refused ([`RingPolicy`]), each
+//! reason saying what to do. A file of its own because the store's error
+//! carries it too.
+//!
+//! [`RingPolicy`]: super::RingPolicy
 
 use chrono::NaiveDate;
 
