@@ -83,7 +83,8 @@
 //!       numbers it reads (`mysql_errors.rs`), connection failures said
 //!       with target and hint (`connect_error.rs`), the pool
 //!       (`connect.rs`), migrations (`migrations.rs`), `IN` lists
-//!       (`in_list.rs`), the row formats of `links` and `events`
+//!       (`in_list.rs`), the two big tables and whether this server is a
+//!       Spider head for them (`big_tables.rs`), their row formats
 //!       (`row_format.rs`), named sequences handed out in blocks
 //!       (`sequences.rs`), when maintenance last succeeded
 //!       (`maintenance.rs`);
@@ -125,15 +126,16 @@
 //!       their report (`report.rs`);
 //!     - a Spider cluster in `store/cluster/`: its topology
 //!       (`topology.rs`), kept in a file for a start without the head
-//!       (`saved_topology.rs`), node addresses (`node_address.rs`),
-//!       reaching a node (`node.rs`), a node's failure
-//!       (`node_failure.rs`), the shard function (`shard.rs`), routing
+//!       (`saved_topology.rs`), reaching a node (`node.rs`), the shard
+//!       function (`shard.rs`), routing
 //!       lookups past the head (`routing.rs`), ids and shards of written
 //!       rows (`ids.rs`), event ids made by each server (`event_ids.rs`),
 //!       MariaDB's KEY partition of an event (`key_partition.rs`), the
 //!       replay's event inserts straight to the nodes (`event_writes.rs`),
 //!       `migrate --shards` (`migrate.rs`), `shards status`
-//!       (`status.rs`);
+//!       (`status.rs`); beside the folder, as plain data the store's
+//!       error carries: a node's address (`node_address.rs`) and its
+//!       failure (`node_failure.rs`);
 //!     - moving a data table to another node in `store/shard_move/`: one
 //!       move step by step (`one_move.rs`): prepare (`prepare.rs`), copy
 //!       (`copy.rs`), swap (`swap.rs`), what a move asks about a table

@@ -86,29 +86,18 @@ async fn apply(
     options: &partitions::RunOptions,
 ) -> anyhow::Result<()> {
     let pool = pool(url).await?;
-    match partitions::run(&pool, policy, options).await {
-        Ok(reports) => {
-            for report in &reports {
-                say!("{report}")?;
-            }
-            // A refusal to drop still added the days ahead; it fails the run.
-            match partitions::refusals(&reports) {
-                Some(refusal) => Err(refusal.into()),
-                None => Ok(()),
-            }
-        }
-        // On a cluster: say what the reachable nodes did, then fail naming the others.
-        Err(store::StoreError::NodesFailed { done, failed }) => {
-            for report in done {
-                say!("{report}")?;
-            }
-            Err(store::StoreError::NodesFailed {
-                done: Vec::new(),
-                failed,
-            }
-            .into())
-        }
-        Err(err) => Err(err.into()),
+    // On a cluster: what the reachable nodes did is said before the run
+    // fails naming the others.
+    let run = partitions::run_each_node(&pool, policy, options).await?;
+    for report in &run.done {
+        say!("{report}")?;
+    }
+    // A refusal to drop still added the days ahead; it fails the run.
+    let refusal = partitions::refusals(&run.done);
+    run.into_result()?;
+    match refusal {
+        Some(refusal) => Err(refusal.into()),
+        None => Ok(()),
     }
 }
 
@@ -153,11 +142,7 @@ async fn list_cluster(pool: &sqlx::MySqlPool) -> anyhow::Result<()> {
     if failed.is_empty() {
         return Ok(());
     }
-    Err(store::StoreError::NodesFailed {
-        done: Vec::new(),
-        failed,
-    }
-    .into())
+    Err(store::StoreError::NodesFailed { failed }.into())
 }
 
 /// `shards move`: each table in turn; the first failure stops (the tables

@@ -3,12 +3,11 @@
 //! down). Every file of the store returns it; it lives here, apart from the
 //! files it names, so that none of them imports `store/mod.rs`.
 
-use super::cluster::node_failure::NodeFailure;
 use super::connect_error::ConnectTarget;
 use super::mysql_errors::{
     mysql_error_number, BROKEN_CONNECTION_ERRORS, RETRYABLE_MYSQL_ERRORS, SPIDER_REMOTE_ERRORS,
 };
-use super::partitions::report::TableReport;
+use super::node_failure::NodeFailure;
 use crate::token::KeyRefusal;
 use chrono::NaiveDate;
 use std::time::Duration;
@@ -54,12 +53,11 @@ pub enum StoreError {
         source: Box<StoreError>,
     },
     /// Some data nodes failed while the others were done (`partitions` on a
-    /// cluster); `done` says what happened on the others.
+    /// cluster; what the others did is in its [`PartitionRun`]).
+    ///
+    /// [`PartitionRun`]: crate::store::partitions::PartitionRun
     #[error("{}", failed.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
-    NodesFailed {
-        done: Vec<TableReport>,
-        failed: Vec<NodeFailure>,
-    },
+    NodesFailed { failed: Vec<NodeFailure> },
 }
 
 impl StoreError {

@@ -8,6 +8,7 @@
 mod address_key;
 pub mod address_list;
 pub mod api_keys;
+pub(crate) mod big_tables;
 pub mod bounces;
 pub mod breakdowns;
 mod change_log;
@@ -29,6 +30,8 @@ pub mod links;
 pub mod maintenance;
 mod migrations;
 mod mysql_errors;
+mod node_address;
+mod node_failure;
 pub mod outbox;
 pub mod partitions;
 pub mod privacy;

@@ -15,8 +15,8 @@
 //! Switching a table that holds rows rebuilds every partition; `migrate`
 //! does it only with `--rebuild` and says how long it may take.
 
+use super::big_tables::{is_head, PARTITIONED_TABLES};
 use super::error::StoreError;
-use super::partitions;
 use sqlx::MySqlPool;
 use std::str::FromStr;
 
@@ -199,7 +199,7 @@ pub async fn set_row_format(
     pool: &MySqlPool,
     options: &RowFormatOptions,
 ) -> Result<Vec<String>, StoreError> {
-    if super::cluster::is_head(&mut *pool.acquire().await?).await? {
+    if is_head(&mut *pool.acquire().await?).await? {
         return Ok(vec![
             "links and events are Spider tables here (a cluster's head): their data tables \
              take the format of each node's templates, set by `migrate` with LINKTRACK_SHARDS"
@@ -218,7 +218,7 @@ pub async fn set_row_format(
         );
         format = RowFormat::Compressed;
     }
-    for table in partitions::PARTITIONED_TABLES {
+    for table in PARTITIONED_TABLES {
         let current = current_format(pool, table).await?;
         if current == Some(format) && options.level.is_none() {
             said.push(format!("{table}: already {}", format.name()));

@@ -7,7 +7,7 @@ use crate::store::error::StoreError;
 use sqlx::mysql::MySqlConnection;
 use sqlx::ConnectOptions;
 
-pub use super::node_address::NodeAddress;
+pub use crate::store::node_address::NodeAddress;
 
 impl NodeAddress {
     /// The URL to connect with (password included).

@@ -35,16 +35,7 @@ pub struct Placement {
     pub node: NodeAddress,
 }
 
-/// True when `links` on this server is a Spider table: the server is a head.
-pub async fn is_head(conn: &mut MySqlConnection) -> Result<bool, StoreError> {
-    let engine: Option<String> = sqlx::query_scalar(
-        "SELECT CAST(ENGINE AS CHAR) FROM information_schema.TABLES \
-         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'links'",
-    )
-    .fetch_optional(&mut *conn)
-    .await?;
-    Ok(engine.is_some_and(|e| e.eq_ignore_ascii_case("spider")))
-}
+pub use crate::store::big_tables::is_head;
 
 /// Every head partition of `links` and `events` with its node, from the
 /// partition comments and `mysql.servers` (which needs SELECT on it).

@@ -5,7 +5,7 @@
 use super::days::{Partition, Policy, PARTITIONED_TABLES};
 use super::every_node::{list_days, run_partitions};
 use super::one_server::{list_on, run_on, RunOptions};
-use super::report::TableReport;
+use super::report::{PartitionRun, TableReport};
 use crate::store::cluster;
 use crate::store::error::StoreError;
 use sqlx::{Connection, MySqlPool};
@@ -40,18 +40,34 @@ pub async fn ensure_ahead(
 /// partition lock so that concurrent runners take turns: the second one
 /// re-reads the partitions after the first has finished and finds nothing
 /// left to do. On a Spider head: every data table of every data node, each
-/// node under its own lock ([`cluster`]).
+/// node under its own lock ([`cluster`]); a node that failed fails the
+/// run ([`run_each_node`] says what the others did).
 pub async fn run(
     pool: &MySqlPool,
     policy: &Policy,
     options: &RunOptions,
 ) -> Result<Vec<TableReport>, StoreError> {
+    run_each_node(pool, policy, options).await?.into_result()
+}
+
+/// [`run`], with what was done on the nodes reached even when others
+/// failed: what `partitions ensure` and `rotate` print.
+pub async fn run_each_node(
+    pool: &MySqlPool,
+    policy: &Policy,
+    options: &RunOptions,
+) -> Result<PartitionRun, StoreError> {
     let mut conn = pool.acquire().await?.detach();
     let result = if cluster::is_head(&mut conn).await? {
         run_partitions(&mut conn, policy, options).await
     } else {
         let tables = PARTITIONED_TABLES.map(str::to_owned);
-        run_on(&mut conn, &tables, policy, options).await
+        run_on(&mut conn, &tables, policy, options)
+            .await
+            .map(|done| PartitionRun {
+                done,
+                failed: Vec::new(),
+            })
     };
     let _ = conn.close().await;
     result

@@ -14,7 +14,7 @@ pub const DEFAULT_KEEP_DAYS: u32 = 90;
 pub const DEFAULT_AHEAD_DAYS: u32 = 7;
 
 /// The tables partitioned by day.
-pub const PARTITIONED_TABLES: [&str; 2] = ["links", "events"];
+pub use crate::store::big_tables::PARTITIONED_TABLES;
 
 /// One existing partition, as `information_schema.PARTITIONS` describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,7 +5,7 @@
 
 use super::days::{Partition, Policy};
 use super::one_server::{list_on, run_on, RunOptions};
-use super::report::TableReport;
+use super::report::{PartitionRun, TableReport};
 use crate::store::cluster::{by_node, placements, NodeAddress, NodeFailure};
 use crate::store::error::StoreError;
 use sqlx::mysql::MySqlConnection;
@@ -14,12 +14,12 @@ use sqlx::{Connection, MySqlPool};
 /// Apply `policy` to every data table of every node. Each node is locked
 /// with `GET_LOCK` on that node (a lock is per server, so runners from
 /// several heads or machines still take turns per node). A node that fails
-/// does not stop the others: the result names it after they are done.
+/// does not stop the others: the run names it beside what they did.
 pub(crate) async fn run_partitions(
     head: &mut MySqlConnection,
     policy: &Policy,
     options: &RunOptions,
-) -> Result<Vec<TableReport>, StoreError> {
+) -> Result<PartitionRun, StoreError> {
     let placements = placements(head).await?;
     // The nodes work at the same time: the DDL of one is independent of
     // the others', and a cluster's run then takes as long as one node's.
@@ -48,11 +48,7 @@ pub(crate) async fn run_partitions(
             }),
         }
     }
-    if failed.is_empty() {
-        Ok(done)
-    } else {
-        Err(StoreError::NodesFailed { done, failed })
-    }
+    Ok(PartitionRun { done, failed })
 }
 
 async fn run_on_node(

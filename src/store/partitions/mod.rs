@@ -19,11 +19,11 @@ mod every_node;
 mod one_server;
 pub(crate) mod report;
 
-pub use commands::{ensure_ahead, list, refusals, run};
+pub use commands::{ensure_ahead, list, refusals, run, run_each_node};
 pub use days::{
     partition_name, plan, Partition, Policy, TablePlan, DEFAULT_AHEAD_DAYS, DEFAULT_KEEP_DAYS,
     PARTITIONED_TABLES,
 };
 pub use every_node::{list_all, DataTableDays};
 pub use one_server::RunOptions;
-pub use report::TableReport;
+pub use report::{PartitionRun, TableReport};

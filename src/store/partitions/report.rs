@@ -1,10 +1,34 @@
 //! [`TableReport`]: what a run did (or, with `dry_run`, would do) to one
-//! table, as `partitions ensure` and `rotate` print it. Apart from the runs
-//! because [`StoreError`](crate::store::StoreError) carries the reports of
-//! the nodes that were done.
+//! table, as `partitions ensure` and `rotate` print it, and a run's
+//! [`PartitionRun`]: the reports of the nodes that were done and the nodes
+//! that failed. Apart from the runs, which return them.
 
 use super::days::{partition_name, TablePlan};
+use crate::store::error::StoreError;
+use crate::store::node_failure::NodeFailure;
 use std::fmt;
+
+/// What a run did on every node it reached, and the nodes it could not:
+/// on one server, `failed` is empty.
+#[derive(Debug, Clone, Default)]
+pub struct PartitionRun {
+    pub done: Vec<TableReport>,
+    pub failed: Vec<NodeFailure>,
+}
+
+impl PartitionRun {
+    /// The reports, or the failed nodes as the error when any failed: for
+    /// callers that need every node done (the builder, the replay).
+    pub fn into_result(self) -> Result<Vec<TableReport>, StoreError> {
+        if self.failed.is_empty() {
+            Ok(self.done)
+        } else {
+            Err(StoreError::NodesFailed {
+                failed: self.failed,
+            })
+        }
+    }
+}
 
 /// What a run did (or, with `dry_run`, would do) to one table.
 #[derive(Debug, Clone)]

@@ -1,6 +1,6 @@
 //! [`NodeFailure`]: a data node that failed while the others were done,
-//! as `partitions` on a cluster reports it. Apart from the topology because
-//! [`StoreError`](crate::store::StoreError) carries it.
+//! as `partitions` on a cluster reports it. Apart from the cluster's code
+//! because [`StoreError`](crate::store::StoreError) carries it.
 
 use super::node_address::NodeAddress;
 use std::fmt;

@@ -1,7 +1,8 @@
 //! A data node's address: an entry of `LINKTRACK_SHARDS`, or a server the
 //! head's `mysql.servers` names. Plain data, apart from connecting to it
-//! (`node.rs`), so that a failure report ([`super::node_failure`]) can name a
-//! node without reaching the store's error and connection code.
+//! (`cluster/node.rs`), so that a failure report (`node_failure.rs`),
+//! which the store's error carries, can name a node without reaching the
+//! cluster's code.
 
 use std::fmt;
 
