@@ -75,7 +75,8 @@
 //!     `connection_lost`, ... in `error_kind.rs`) and the MySQL error
 //!     numbers it reads (`mysql_errors.rs`), the pool (`connect.rs`), migrations
 //!     (`migrations.rs`), `IN` lists (`in_list.rs`);
-//!     links, link templates, events, suppressions, tracking opt-outs,
+//!     links, link templates, events (a verdict's reason as stored in
+//!     `bot_reason.rs`), suppressions, tracking opt-outs,
 //!     link names, UTM tags and repoints (`link_rules.rs`) and repointing
 //!     a sent link (`repoint.rs`),
 //!     tracking domains per sender (`tracking_domains.rs`) and their

@@ -8,6 +8,7 @@
 mod address_key;
 pub mod address_list;
 pub mod api_keys;
+pub mod bot_reason;
 pub mod bounces;
 pub mod breakdowns;
 mod change_log;

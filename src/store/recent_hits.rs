@@ -33,6 +33,7 @@
 //! watermark are read in id ranges of [`BACKFILL_IDS`], one range a batch,
 //! with the table read for them until they are all held.
 
+use super::bot_reason::read_bot_reason;
 use super::error::StoreError;
 use super::rolled_batch::RolledBatch;
 use crate::bots::letter_judgement::LetterHit;
@@ -118,8 +119,12 @@ type HeldLine = (
     Option<String>,
 );
 
-const HELD_COLUMNS: &str = "SELECT id, inserted, mailing_id, letter_id, kind, occurred_at, \
-     position, ip, user_agent, bot_reason FROM events";
+const HELD_COLUMNS: &str = concat!(
+    "SELECT id, inserted, mailing_id, letter_id, kind, occurred_at, \
+     position, ip, user_agent, ",
+    read_bot_reason!(),
+    " FROM events"
+);
 
 /// The rows the settle pass judges with: its context read's (`mailing_id`
 /// set, a letter, clicks and opens).
@@ -425,8 +430,9 @@ impl Partition {
         to: u64,
     ) -> Result<(), StoreError> {
         let sql = format!(
-            "SELECT id, mailing_id, letter_id, bot_reason FROM events \
-             WHERE inserted >= ? AND inserted < ? AND id > ? AND id <= ? AND {QUALIFYING}"
+            "SELECT id, mailing_id, letter_id, {} FROM events \
+             WHERE inserted >= ? AND inserted < ? AND id > ? AND id <= ? AND {QUALIFYING}",
+            read_bot_reason!()
         );
         let lines: Vec<(u64, String, u64, Option<String>)> = sqlx::query_as(&sql)
             .bind(self.lower)

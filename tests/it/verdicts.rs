@@ -85,7 +85,7 @@ async fn a_burst_revises_its_earlier_clicks_before_they_are_counted_and_nothing_
         "the unsettled click is in events, not yet counted"
     );
     let reasons: Vec<Option<String>> = sqlx::query_scalar(
-        "SELECT bot_reason FROM events WHERE letter_id = ? ORDER BY occurred_at",
+        "SELECT NULLIF(bot_reason, '') FROM events WHERE letter_id = ? ORDER BY occurred_at",
     )
     .bind(one.clicks[0].letter_id)
     .fetch_all(&db.pool)
@@ -267,7 +267,7 @@ async fn bot_replay_set_precision_and_recall() {
 
     // Events by (token, truncated address): the hit they came from.
     let events: Vec<(Vec<u8>, String, i8, Option<String>)> =
-        sqlx::query_as("SELECT uuid, ip, bot, bot_reason FROM events")
+        sqlx::query_as("SELECT uuid, ip, bot, NULLIF(bot_reason, '') FROM events")
             .fetch_all(&db.pool)
             .await
             .unwrap();
@@ -452,7 +452,7 @@ async fn insert_generated(pool: &sqlx::MySqlPool, hits: &[Generated], now: chron
         sqlx::query(
             "INSERT INTO events (inserted, event_id, occurred_at, kind, uuid, link_id, mailing_id, \
                letter_id, email, position, ip, user_agent, bot, bot_reason) \
-             VALUES (?, UNHEX(MD5(?)), ?, ?, UNHEX(MD5(?)), 7, ?, ?, ?, ?, ?, ?, ?, ?)",
+             VALUES (?, UNHEX(MD5(?)), ?, ?, UNHEX(MD5(?)), 7, ?, ?, ?, ?, ?, ?, ?, COALESCE(?, ''))",
         )
         .bind(at.date_naive())
         .bind(format!("{ago}-{n}-{letter}"))
@@ -514,7 +514,7 @@ async fn the_memory_of_recent_hits_judges_as_the_table_read_does() {
         let pool = db.pool.clone();
         async move {
             sqlx::query_as::<_, (u64, i8, Option<String>)>(
-                "SELECT id, bot, bot_reason FROM events ORDER BY id",
+                "SELECT id, bot, NULLIF(bot_reason, '') FROM events ORDER BY id",
             )
             .fetch_all(&pool)
             .await
