@@ -191,9 +191,7 @@ pub async fn settle_batch(
         ids.sort_unstable();
         changed += write(conn, batch, &judged, &ids).await?;
     }
-    for (mailing, letter, id, reason) in revised {
-        held.revise(mailing, letter, id, reason.as_deref());
-    }
+    held.revise(revised);
     recent.put_back(held, batch);
     Ok(changed)
 }
