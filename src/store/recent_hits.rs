@@ -462,9 +462,9 @@ impl Partition {
             .fetch_all(&mut *conn)
             .await?;
         self.revise(
-            lines
-                .iter()
-                .map(|(id, mailing, letter, reason)| (mailing.as_str(), *letter, *id, reason.clone())),
+            lines.iter().map(|(id, mailing, letter, reason)| {
+                (mailing.as_str(), *letter, *id, reason.clone())
+            }),
         );
         self.rolled_to = to;
         Ok(())
