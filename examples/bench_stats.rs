@@ -581,7 +581,7 @@ fn load_events(
     let sql = "LOAD DATA LOCAL INFILE '/dev/stdin' INTO TABLE events \
                (inserted, @eid, occurred_at, kind, @uuid, link_id, mailing_id, letter_id, email, \
                 position, ip, user_agent, bot, @reason, @country) \
-               SET event_id = UNHEX(@eid), uuid = UNHEX(@uuid), bot_reason = NULLIF(@reason, ''), \
+               SET event_id = UNHEX(@eid), uuid = UNHEX(@uuid), bot_reason = @reason, \
                  country = NULLIF(@country, '')";
     mysql_client::load_stdin(db, sql, |out| {
         let mut rng = rand::rng();

@@ -94,7 +94,7 @@
 //!       decides (`seal_keys.rs`), link names, UTM tags and repoints
 //!       (`link_rules.rs`) and repointing a sent link (`repoint.rs`);
 //!     - hits: the `events` table and the unsubscribe's suppression
-//!       (`events.rs`), the outbox (`outbox.rs`), the events and bounce
+//!       (`events.rs`), a verdict's reason as stored (`bot_reason.rs`), the outbox (`outbox.rs`), the events and bounce
 //!       decisions after a point, for the API's live stream
 //!       (`event_feed.rs`), provider webhook tokens bound to their first
 //!       event (`provider_tokens.rs`);

@@ -147,14 +147,33 @@ fn linktrack_binaries(args: &Args) -> anyhow::Result<Vec<PathBuf>> {
 
 /// A fresh database with `letters` × `--hot-links` links of one mailing,
 /// built an hour ago (clicks on them are not "too fast"); returns the tokens.
-async fn load_hot_links(args: &Args, letters: u64, dir: &Path) -> anyhow::Result<Vec<Token>> {
+/// Its schema is `binary`'s own (`linktrack migrate`): an A/B of builds
+/// whose migrations differ measures each on the tables it was made for.
+async fn load_hot_links(
+    args: &Args,
+    letters: u64,
+    binary: &Path,
+    dir: &Path,
+) -> anyhow::Result<Vec<Token>> {
     let admin = sqlx::MySqlPool::connect(&args.server).await?;
     let database = &args.database;
     sqlx::query(&format!("DROP DATABASE IF EXISTS {database}"))
         .execute(&admin)
         .await?;
     admin.close().await;
-    let pool = store::migrate(&format!("{}/{database}", args.server)).await?;
+    let url = format!("{}/{database}", args.server);
+    let migrated = std::process::Command::new(binary)
+        .arg("migrate")
+        .env("DATABASE_URL", &url)
+        .env_remove("LINKTRACK_SHARDS")
+        .output()?;
+    anyhow::ensure!(
+        migrated.status.success(),
+        "{} migrate: {}",
+        binary.display(),
+        String::from_utf8_lossy(&migrated.stderr)
+    );
+    let pool = store::connect(&url, &PoolSettings::default()).await?;
     let seal = store::link_templates::load_seal(&pool, None).await?;
     let today = Utc::now().date_naive();
     let policy = partitions::Policy {
@@ -308,7 +327,7 @@ async fn hot_load(
     binary: &Path,
     dir: &Path,
 ) -> anyhow::Result<HotFigure> {
-    let tokens = load_hot_links(args, letters, dir).await?;
+    let tokens = load_hot_links(args, letters, binary, dir).await?;
     let script = write_random_script(dir, &tokens)?;
     let counter = ServerUser::create(&args.server, &args.database).await?;
     let journal = dir.join("hot-journal");

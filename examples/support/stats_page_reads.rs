@@ -392,7 +392,7 @@ async fn naive_series(
     let hours = series("%Y-%m-%d %H:00:00").await?;
     let minutes = series("%Y-%m-%d %H:%i:00").await?;
     let reasons: Vec<(String, String, i64)> = sqlx::query_as(&format!(
-        "SELECT CAST(kind AS CHAR), COALESCE(bot_reason, 'unknown'), COUNT(*) FROM events \
+        "SELECT CAST(kind AS CHAR), COALESCE(NULLIF(bot_reason, ''), 'unknown'), COUNT(*) FROM events \
          WHERE mailing_id = ? AND bot <> 0 AND {REGULAR} AND {scope} GROUP BY 1, 2"
     ))
     .bind(mailing)

@@ -386,6 +386,20 @@ impl Links {
     }
 }
 
+/// The hits of `by_time` (in time order) within `window` of `at`, found by
+/// two binary searches: judged click by click and open by open, a scan
+/// of a letter's honeypot clicks made its hits × its honeypot clicks.
+fn within<'a, 'h>(
+    by_time: &'a [&'h LetterHit],
+    at: DateTime<Utc>,
+    window: chrono::Duration,
+) -> &'a [&'h LetterHit] {
+    let (from, to) = (earlier(at, window), later(at, window));
+    let start = by_time.partition_point(|h| h.at < from);
+    let end = by_time.partition_point(|h| h.at <= to).max(start);
+    &by_time[start..end]
+}
+
 /// `at - window`, the earliest time when that is out of range.
 fn earlier(at: DateTime<Utc>, window: chrono::Duration) -> DateTime<Utc> {
     at.checked_sub_signed(window)
@@ -458,11 +472,7 @@ fn judge_click(
         return Judged::bot(format!("net:{name}"));
     }
     let honeypot_window = chrono::Duration::from_std(rules.honeypot_window).unwrap_or_default();
-    let near_honeypots: Vec<&&LetterHit> = letter
-        .honeypots
-        .iter()
-        .filter(|h| (hit.at - h.at).abs() <= honeypot_window)
-        .collect();
+    let near_honeypots = within(&letter.honeypots, hit.at, honeypot_window);
     // A person's click near a scanner's honeypot click, from another
     // network (Safe Links walks the letter as the reader opens it), is
     // the person's.
@@ -556,6 +566,7 @@ fn judge_open(
 /// unless it comes from another network than every such click, with a
 /// browser's user agent, and its network clicked no more than two links
 /// around it (a person opening the letter while a gateway walks it).
+/// `honeypots` are in time order.
 fn near_honeypot_open(
     rules: &VerdictRules,
     honeypots: &[&LetterHit],
@@ -563,10 +574,7 @@ fn near_honeypot_open(
     hit: &LetterHit,
 ) -> bool {
     let window = chrono::Duration::from_std(rules.honeypot_window).unwrap_or_default();
-    let near: Vec<&&LetterHit> = honeypots
-        .iter()
-        .filter(|h| (hit.at - h.at).abs() <= window)
-        .collect();
+    let near = within(honeypots, hit.at, window);
     if near.is_empty() {
         return false;
     }
@@ -668,6 +676,34 @@ mod tests {
             user_agent: Some(BROWSER.into()),
             reason: None,
         }
+    }
+
+    #[test]
+    fn within_finds_the_hits_of_a_window_ends_included() {
+        let at = |s: i64| t0() + chrono::Duration::seconds(s);
+        let hits: Vec<LetterHit> = [0, 5, 10, 10, 20, 31]
+            .iter()
+            .map(|s| LetterHit {
+                kind: EventKind::Click,
+                at: at(*s),
+                position: None,
+                ip: None,
+                user_agent: None,
+                reason: None,
+            })
+            .collect();
+        let by_time: Vec<&LetterHit> = hits.iter().collect();
+        let seconds = |found: &[&LetterHit]| -> Vec<i64> {
+            found.iter().map(|h| (h.at - t0()).num_seconds()).collect()
+        };
+        let window = chrono::Duration::seconds(10);
+        assert_eq!(
+            seconds(within(&by_time, at(10), window)),
+            [0, 5, 10, 10, 20]
+        );
+        assert_eq!(seconds(within(&by_time, at(21), window)), [20, 31]);
+        assert!(within(&by_time, at(100), window).is_empty());
+        assert!(within(&[], at(0), window).is_empty());
     }
 
     fn reasons(judged: &[Judged]) -> Vec<Option<&str>> {

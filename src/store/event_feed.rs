@@ -7,6 +7,7 @@
 //! client can resume from. Every read of `events` names a lower bound on
 //! `inserted`, so it reads only the partitions of the days in question.
 
+use super::bot_reason::read_bot_reason;
 use super::error::StoreError;
 use super::in_list::{push_in_list, IN_LIST_CHUNK};
 use crate::event::EventRow;
@@ -39,8 +40,12 @@ pub struct FeedBounce {
     pub received_at: NaiveDateTime,
 }
 
-const EVENT_COLUMNS: &str = "SELECT id, event_id, occurred_at, kind, uuid, link_id, mailing_id, \
-     letter_id, email, position, ip, user_agent, country, bot, bot_reason FROM events ";
+const EVENT_COLUMNS: &str = concat!(
+    "SELECT id, event_id, occurred_at, kind, uuid, link_id, mailing_id, \
+     letter_id, email, position, ip, user_agent, country, bot, ",
+    read_bot_reason!(),
+    " FROM events "
+);
 
 type EventLine = (
     u64,
@@ -240,8 +245,11 @@ pub async fn verdicts(
 ) -> Result<BTreeMap<u64, (bool, Option<String>)>, StoreError> {
     let mut found = BTreeMap::new();
     for chunk in ids.chunks(IN_LIST_CHUNK) {
-        let mut query =
-            QueryBuilder::<MySql>::new("SELECT id, bot, bot_reason FROM events WHERE inserted = ");
+        let mut query = QueryBuilder::<MySql>::new(concat!(
+            "SELECT id, bot, ",
+            read_bot_reason!(),
+            " FROM events WHERE inserted = "
+        ));
         query.push_bind(day).push(" AND id IN ");
         push_in_list(&mut query, chunk.iter().copied());
         let rows: Vec<(u64, bool, Option<String>)> = query.build_query_as().fetch_all(pool).await?;

@@ -143,7 +143,10 @@ fn statement(table: &str, rows: &[EventRow], ids: Option<&[u64]>) -> String {
         sql.push_str(", ");
         push_text(&mut sql, row.country.as_deref());
         sql.push_str(if row.bot { ", 1, " } else { ", 0, " });
-        push_text(&mut sql, row.bot_reason.as_deref());
+        match &*super::bot_reason::stored(row.bot_reason.as_deref()) {
+            "" => sql.push_str("''"),
+            reason => push_text(&mut sql, Some(reason)),
+        }
         sql.push(')');
     }
     sql.push_str(" ON DUPLICATE KEY UPDATE event_id = event_id");

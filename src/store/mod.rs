@@ -9,6 +9,7 @@ mod address_key;
 pub mod address_list;
 pub mod api_keys;
 pub(crate) mod big_tables;
+pub mod bot_reason;
 pub mod bounces;
 pub mod breakdowns;
 mod change_log;

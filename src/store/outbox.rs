@@ -4,6 +4,7 @@
 //! (`NOW(3)`, UTC in every linktrack session), so several servers agree on
 //! what is due.
 
+use super::bot_reason::read_bot_reason;
 use super::error::StoreError;
 use super::rolled_batch::RolledBatch;
 use chrono::{DateTime, NaiveDateTime, Utc};
@@ -147,12 +148,14 @@ pub async fn release_settled(
     batch: &RolledBatch,
 ) -> Result<u64, StoreError> {
     let held: Vec<(u64, String, i8, Option<String>)> = batch
-        .bind_range(sqlx::query_as(
-            "SELECT o.id, o.payload, e.bot, e.bot_reason FROM events e \
-         JOIN outbox o ON o.held = 1 AND o.event_id = e.event_id \
-         WHERE e.inserted >= ? AND e.inserted < ? AND e.id > ? AND e.id <= ? \
-           AND o.claim IS NULL AND o.attempts = 0",
-        ))
+        .bind_range(sqlx::query_as(concat!(
+            "SELECT o.id, o.payload, e.bot, ",
+            read_bot_reason!(e),
+            " FROM events e \
+                 JOIN outbox o ON o.held = 1 AND o.event_id = e.event_id \
+                 WHERE e.inserted >= ? AND e.inserted < ? AND e.id > ? AND e.id <= ? \
+                 AND o.claim IS NULL AND o.attempts = 0"
+        )))
         .fetch_all(&mut *conn)
         .await?;
     let mut released = 0;

@@ -33,6 +33,7 @@
 //! watermark are read in id ranges of [`BACKFILL_IDS`], one range a batch,
 //! with the table read for them until they are all held.
 
+use super::bot_reason::read_bot_reason;
 use super::error::StoreError;
 use super::rolled_batch::RolledBatch;
 use crate::bots::letter_judgement::LetterHit;
@@ -118,8 +119,12 @@ type HeldLine = (
     Option<String>,
 );
 
-const HELD_COLUMNS: &str = "SELECT id, inserted, mailing_id, letter_id, kind, occurred_at, \
-     position, ip, user_agent, bot_reason FROM events";
+const HELD_COLUMNS: &str = concat!(
+    "SELECT id, inserted, mailing_id, letter_id, kind, occurred_at, \
+     position, ip, user_agent, ",
+    read_bot_reason!(),
+    " FROM events"
+);
 
 /// The rows the settle pass judges with: its context read's (`mailing_id`
 /// set, a letter, clicks and opens).
@@ -327,15 +332,35 @@ impl Partition {
             })
     }
 
-    /// A verdict the settle pass wrote (applied when its transaction commits).
-    pub(crate) fn revise(&mut self, mailing: &str, letter: u64, id: u64, reason: Option<&str>) {
-        let found = self
-            .letters
-            .get_mut(mailing)
-            .and_then(|letters| letters.get_mut(&letter))
-            .and_then(|hits| hits.iter_mut().find(|held| held.id == id));
-        if let Some(held) = found {
-            held.hit.reason = reason.map(str::to_owned);
+    /// Verdicts the settle pass wrote, `(mailing, letter, id, reason)`
+    /// (applied when its transaction commits). Gathered by letter and
+    /// applied in one pass over each letter's held hits: a search per
+    /// verdict walked a hot letter's hits once for each of them, its hits
+    /// × hits over its life.
+    pub(crate) fn revise<'r>(
+        &mut self,
+        verdicts: impl IntoIterator<Item = (&'r str, u64, u64, Option<String>)>,
+    ) {
+        let mut by_letter: HashMap<(&str, u64), HashMap<u64, Option<String>>> = HashMap::new();
+        for (mailing, letter, id, reason) in verdicts {
+            by_letter
+                .entry((mailing, letter))
+                .or_default()
+                .insert(id, reason);
+        }
+        for ((mailing, letter), mut reasons) in by_letter {
+            let Some(hits) = self
+                .letters
+                .get_mut(mailing)
+                .and_then(|letters| letters.get_mut(&letter))
+            else {
+                continue;
+            };
+            for held in hits.iter_mut() {
+                if let Some(reason) = reasons.remove(&held.id) {
+                    held.hit.reason = reason;
+                }
+            }
         }
     }
 
@@ -425,8 +450,9 @@ impl Partition {
         to: u64,
     ) -> Result<(), StoreError> {
         let sql = format!(
-            "SELECT id, mailing_id, letter_id, bot_reason FROM events \
-             WHERE inserted >= ? AND inserted < ? AND id > ? AND id <= ? AND {QUALIFYING}"
+            "SELECT id, mailing_id, letter_id, {} FROM events \
+             WHERE inserted >= ? AND inserted < ? AND id > ? AND id <= ? AND {QUALIFYING}",
+            read_bot_reason!()
         );
         let lines: Vec<(u64, String, u64, Option<String>)> = sqlx::query_as(&sql)
             .bind(self.lower)
@@ -435,9 +461,11 @@ impl Partition {
             .bind(to)
             .fetch_all(&mut *conn)
             .await?;
-        for (id, mailing, letter, reason) in lines {
-            self.revise(&mailing, letter, id, reason.as_deref());
-        }
+        self.revise(
+            lines.iter().map(|(id, mailing, letter, reason)| {
+                (mailing.as_str(), *letter, *id, reason.clone())
+            }),
+        );
         self.rolled_to = to;
         Ok(())
     }

@@ -6,6 +6,7 @@
 //! its final value; a crash before COMMIT leaves both verdict and counts
 //! as they were, and the batch is judged again.
 
+use super::bot_reason::{self, read_bot_reason};
 use super::error::StoreError;
 use super::recent_hits::{stored_ip, RecentHits};
 use super::rolled_batch::RolledBatch;
@@ -105,12 +106,15 @@ pub async fn settle_batch(
     visible: u64,
 ) -> Result<u64, StoreError> {
     let lines: Vec<EventLine> = batch
-        .bind_range(sqlx::query_as(
-            "SELECT id, mailing_id, letter_id, kind, occurred_at, position, ip, user_agent, bot, \
-           bot_reason, uuid FROM events \
-         WHERE inserted >= ? AND inserted < ? AND id > ? AND id <= ? \
-           AND mailing_id IS NOT NULL AND letter_id > 0 AND kind IN ('click', 'open', 'image')",
-        ))
+        .bind_range(sqlx::query_as(concat!(
+            "SELECT id, mailing_id, letter_id, kind, occurred_at, position, ip, user_agent, \
+                 bot, ",
+            read_bot_reason!(),
+            ", uuid FROM events \
+                 WHERE inserted >= ? AND inserted < ? AND id > ? AND id <= ? \
+                 AND mailing_id IS NOT NULL AND letter_id > 0 \
+                 AND kind IN ('click', 'open', 'image')"
+        )))
         .fetch_all(&mut *conn)
         .await?;
     // mailing -> letter -> hits being settled
@@ -187,9 +191,7 @@ pub async fn settle_batch(
         ids.sort_unstable();
         changed += write(conn, batch, &judged, &ids).await?;
     }
-    for (mailing, letter, id, reason) in revised {
-        held.revise(mailing, letter, id, reason.as_deref());
-    }
+    held.revise(revised);
     recent.put_back(held, batch);
     Ok(changed)
 }
@@ -275,10 +277,11 @@ pub fn context_read_sql(
     letters: &[u64],
 ) -> String {
     let mut sql = String::with_capacity(400 + letters.len() * 8);
-    sql.push_str(
-        "SELECT id, mailing_id, letter_id, kind, occurred_at, position, ip, user_agent, bot, \
-         bot_reason, uuid FROM events FORCE INDEX (mailing_letter) WHERE mailing_id = ",
-    );
+    sql.push_str(concat!(
+        "SELECT id, mailing_id, letter_id, kind, occurred_at, position, ip, user_agent, bot, ",
+        read_bot_reason!(),
+        ", uuid FROM events FORCE INDEX (mailing_letter) WHERE mailing_id = ",
+    ));
     super::events::push_text(&mut sql, Some(mailing));
     // Dates and times formatted by chrono: digits, dashes, colons, a dot.
     sql.push_str(&format!(
@@ -338,7 +341,7 @@ async fn write(
         let mut sql = QueryBuilder::new("UPDATE events SET bot = ");
         sql.push_bind(judged.bot)
             .push(", bot_reason = ")
-            .push_bind(judged.reason.as_deref())
+            .push_bind(bot_reason::stored(judged.reason.as_deref()).into_owned())
             .push(" WHERE inserted >= ")
             .push_bind(batch.lower)
             .push(" AND inserted < ")

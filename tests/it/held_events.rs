@@ -127,7 +127,7 @@ fn without_bot(body: &Value) -> Value {
 
 /// The stored verdict of the event on `token`.
 async fn stored_verdict(db: &TestDb, token: Token) -> Option<(i8, Option<String>)> {
-    sqlx::query_as("SELECT bot, bot_reason FROM events WHERE uuid = ?")
+    sqlx::query_as("SELECT bot, NULLIF(bot_reason, '') FROM events WHERE uuid = ?")
         .bind(token.as_bytes().to_vec())
         .fetch_optional(&db.pool)
         .await

@@ -276,7 +276,7 @@ async fn replayed_events_are_stored_exactly_and_once() {
     );
     let stored: Vec<Stored> = sqlx::query_as(
         "SELECT event_id, CAST(kind AS CHAR), link_id, mailing_id, letter_id, email, position, \
-         ip, user_agent, bot, bot_reason, occurred_at FROM events ORDER BY occurred_at DESC",
+         ip, user_agent, bot, NULLIF(bot_reason, ''), occurred_at FROM events ORDER BY occurred_at DESC",
     )
     .fetch_all(&db.pool)
     .await

@@ -198,10 +198,12 @@ async fn a_cluster_migrates_twice_partitions_every_data_table_and_spreads_links(
         3000
     );
 
-    // A head made before `events` had a country: the nodes' tables lose
-    // the column (their migration not run yet) and the head's Spider table
-    // is defined without it. The
-    // next migrate adds it to every data table and defines the head's
+    // A head made before `events` had a country and a verdict reason of
+    // fixed length: the nodes' tables lose the column and get the old
+    // `VARCHAR … NULL` reason back (their migrations not run yet), and the
+    // head's Spider table is defined so. The
+    // next migrate adds the column and fixes the reason in every data
+    // table and defines the head's
     // table again (no rows move), and an event with a country goes through.
     for pool in &nodes {
         for table in data_tables(pool, "events").await {
@@ -214,16 +216,36 @@ async fn a_cluster_migrates_twice_partitions_every_data_table_and_spreads_links(
             .execute(pool)
             .await
             .unwrap();
+            sqlx::query(&format!(
+                "ALTER TABLE `{table}` MODIFY bot_reason VARCHAR(32) NULL"
+            ))
+            .execute(pool)
+            .await
+            .unwrap();
         }
         // The node's template, as a release before this one left it.
-        sqlx::query("ALTER TABLE events DROP COLUMN country")
-            .execute(pool)
-            .await
-            .unwrap();
-        sqlx::query("DELETE FROM _sqlx_migrations WHERE version = 20261210000001")
-            .execute(pool)
-            .await
-            .unwrap();
+        for sql in [
+            "ALTER TABLE events DROP COLUMN country, MODIFY bot_reason VARCHAR(32) NULL",
+            "DELETE FROM _sqlx_migrations WHERE version IN (20261210000001, 20261230000001)",
+        ] {
+            sqlx::query(sql).execute(pool).await.unwrap();
+        }
+    }
+    // A bot's reason and a person's none, stored in the old shape.
+    let old_table = data_tables(&nodes[0], "events").await[0].clone();
+    for (n, reason) in [(1u8, Some("ua:curl")), (2, None)] {
+        sqlx::query(&format!(
+            "INSERT INTO `{old_table}` (id, inserted, event_id, occurred_at, kind, uuid, bot, \
+             bot_reason) VALUES (?, CURRENT_DATE, ?, NOW(), 'click', ?, ?, ?)"
+        ))
+        .bind(3_000_000_000u64 + u64::from(n))
+        .bind(vec![n; 16])
+        .bind(vec![n; 16])
+        .bind(reason.is_some())
+        .bind(reason)
+        .execute(&nodes[0])
+        .await
+        .unwrap();
     }
     let (_, create): (String, String) = sqlx::query_as("SHOW CREATE TABLE events")
         .fetch_one(&head)
@@ -232,6 +254,13 @@ async fn a_cluster_migrates_twice_partitions_every_data_table_and_spreads_links(
     let without: String = create
         .lines()
         .filter(|line| !line.trim_start().starts_with("`country`"))
+        .map(|line| {
+            if line.trim_start().starts_with("`bot_reason`") {
+                "  `bot_reason` varchar(32) DEFAULT NULL,"
+            } else {
+                line
+            }
+        })
         .collect::<Vec<_>>()
         .join("\n")
         .replacen(
@@ -257,15 +286,53 @@ async fn a_cluster_migrates_twice_partitions_every_data_table_and_spreads_links(
         .unwrap();
         n == 1
     };
+    let reason_type = |pool: sqlx::MySqlPool, table: String| async move {
+        let kind: String = sqlx::query_scalar(
+            "SELECT CAST(COLUMN_TYPE AS CHAR) FROM information_schema.COLUMNS \
+             WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = 'bot_reason'",
+        )
+        .bind(table)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        kind
+    };
     assert!(!has_country(head.clone(), "events".into()).await);
+    assert_eq!(
+        reason_type(head.clone(), "events".into()).await,
+        "varchar(32)"
+    );
     let again = ok(&cluster, &["migrate"]);
     assert!(again.contains("defined again"), "{again}");
+    assert!(again.contains("`bot_reason` of fixed length"), "{again}");
     assert!(has_country(head.clone(), "events".into()).await);
+    assert_eq!(reason_type(head.clone(), "events".into()).await, "char(32)");
     for pool in &nodes {
         for table in data_tables(pool, "events").await {
             assert!(has_country(pool.clone(), table.clone()).await, "{table}");
+            assert_eq!(
+                reason_type(pool.clone(), table.clone()).await,
+                "char(32)",
+                "{table}"
+            );
         }
+        assert_eq!(reason_type(pool.clone(), "events".into()).await, "char(32)");
     }
+    // The old rows' reasons kept, none now '', read through the head as before.
+    let old_rows: Vec<(u64, Option<String>)> = sqlx::query_as(
+        "SELECT id, NULLIF(bot_reason, '') FROM events WHERE id > 3000000000 \
+         AND id < 3000000003 ORDER BY id",
+    )
+    .fetch_all(&head)
+    .await
+    .unwrap();
+    assert_eq!(
+        old_rows,
+        [
+            (3_000_000_001, Some("ua:curl".into())),
+            (3_000_000_002, None)
+        ]
+    );
     let event = linktrack::event::EventRow {
         event_id: *token_on(today()).as_bytes(),
         occurred_at: chrono::Utc::now(),

@@ -85,7 +85,7 @@ async fn a_burst_revises_its_earlier_clicks_before_they_are_counted_and_nothing_
         "the unsettled click is in events, not yet counted"
     );
     let reasons: Vec<Option<String>> = sqlx::query_scalar(
-        "SELECT bot_reason FROM events WHERE letter_id = ? ORDER BY occurred_at",
+        "SELECT NULLIF(bot_reason, '') FROM events WHERE letter_id = ? ORDER BY occurred_at",
     )
     .bind(one.clicks[0].letter_id)
     .fetch_all(&db.pool)
@@ -267,7 +267,7 @@ async fn bot_replay_set_precision_and_recall() {
 
     // Events by (token, truncated address): the hit they came from.
     let events: Vec<(Vec<u8>, String, i8, Option<String>)> =
-        sqlx::query_as("SELECT uuid, ip, bot, bot_reason FROM events")
+        sqlx::query_as("SELECT uuid, ip, bot, NULLIF(bot_reason, '') FROM events")
             .fetch_all(&db.pool)
             .await
             .unwrap();
@@ -452,7 +452,7 @@ async fn insert_generated(pool: &sqlx::MySqlPool, hits: &[Generated], now: chron
         sqlx::query(
             "INSERT INTO events (inserted, event_id, occurred_at, kind, uuid, link_id, mailing_id, \
                letter_id, email, position, ip, user_agent, bot, bot_reason) \
-             VALUES (?, UNHEX(MD5(?)), ?, ?, UNHEX(MD5(?)), 7, ?, ?, ?, ?, ?, ?, ?, ?)",
+             VALUES (?, UNHEX(MD5(?)), ?, ?, UNHEX(MD5(?)), 7, ?, ?, ?, ?, ?, ?, ?, COALESCE(?, ''))",
         )
         .bind(at.date_naive())
         .bind(format!("{ago}-{n}-{letter}"))
@@ -514,7 +514,7 @@ async fn the_memory_of_recent_hits_judges_as_the_table_read_does() {
         let pool = db.pool.clone();
         async move {
             sqlx::query_as::<_, (u64, i8, Option<String>)>(
-                "SELECT id, bot, bot_reason FROM events ORDER BY id",
+                "SELECT id, bot, NULLIF(bot_reason, '') FROM events ORDER BY id",
             )
             .fetch_all(&pool)
             .await
@@ -555,4 +555,122 @@ async fn the_memory_of_recent_hits_judges_as_the_table_read_does() {
     };
     let (a, b) = (summary(&table).await, summary(&held).await);
     assert_eq!((a.opens, a.clicks), (b.opens, b.clicks));
+}
+
+/// An install from before the verdict reason had a fixed length: its
+/// `VARCHAR … NULL` column becomes ASCII `CHAR(32) NOT NULL` (migration
+/// 20261230000001), every stored reason kept and none read back as none;
+/// events stored afterwards keep theirs too, and the readers' answers are
+/// what they were.
+#[tokio::test]
+async fn an_install_from_before_the_fixed_length_reason_keeps_every_verdict() {
+    use linktrack::event::EventRow;
+    use linktrack::kind::EventKind;
+    use linktrack::store::{event_feed, events};
+    let db = TestDb::with_days_since(crate::common::today()).await;
+    for sql in [
+        "ALTER TABLE events MODIFY bot_reason VARCHAR(32) NULL",
+        "DELETE FROM _sqlx_migrations WHERE version = 20261230000001",
+    ] {
+        sqlx::query(sql).execute(&db.pool).await.unwrap();
+    }
+    let event = |n: u8, reason: Option<&str>| EventRow {
+        event_id: [n; 16],
+        occurred_at: Utc::now(),
+        kind: EventKind::Click,
+        token: [n; 16],
+        link_id: Some(u64::from(n)),
+        mailing_id: Some(MAILING.into()),
+        letter_id: Some(1),
+        email: None,
+        position: Some(u32::from(n)),
+        ip: Some("192.0.2.0".into()),
+        user_agent: Some("Mozilla/5.0".into()),
+        country: None,
+        bot: reason.is_some(),
+        bot_reason: reason.map(str::to_owned),
+    };
+    let before = [
+        event(1, None),
+        event(2, Some("ua:facebookexternalhit")),
+        event(3, Some("time_of_click")),
+    ];
+    // The old shape stored None as NULL, as the writer before did.
+    for row in &before {
+        sqlx::query(
+            "INSERT INTO events (inserted, event_id, occurred_at, kind, uuid, bot, bot_reason) \
+             VALUES (?, ?, ?, 'click', ?, ?, ?)",
+        )
+        .bind(row.occurred_at.date_naive())
+        .bind(&row.event_id[..])
+        .bind(row.occurred_at.naive_utc())
+        .bind(&row.token[..])
+        .bind(row.bot)
+        .bind(row.bot_reason.as_deref())
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    }
+    let nulls: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM events WHERE bot_reason IS NULL")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(nulls, 1, "the old shape holds NULL for none");
+
+    linktrack::store::migrate(&db.url).await.unwrap();
+    let (kind, nullable, charset): (String, String, String) = sqlx::query_as(
+        "SELECT CAST(DATA_TYPE AS CHAR), CAST(IS_NULLABLE AS CHAR), \
+         CAST(CHARACTER_SET_NAME AS CHAR) FROM information_schema.COLUMNS \
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'events' AND COLUMN_NAME = 'bot_reason'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (kind.as_str(), nullable.as_str(), charset.as_str()),
+        ("char", "NO", "ascii")
+    );
+
+    let after = [
+        event(4, None),
+        event(5, Some("walk")),
+        event(6, Some("ua:é")),
+    ];
+    events::insert_idempotent(&db.pool, &after).await.unwrap();
+    let stored: Vec<(u64, String)> = sqlx::query_as(
+        "SELECT CAST(ASCII(event_id) AS UNSIGNED), bot_reason FROM events ORDER BY event_id",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        stored,
+        [
+            (1, String::new()),
+            (2, "ua:facebookexternalhit".into()),
+            (3, "time_of_click".into()),
+            (4, String::new()),
+            (5, "walk".into()),
+            (6, "ua:??".into()),
+        ],
+        "none is '', a reason is kept; one the column cannot hold is made ASCII"
+    );
+    let (last, _) = event_feed::latest_ids(&db.pool).await.unwrap();
+    let ids: Vec<u64> = (1..=last).collect();
+    let feed = event_feed::events_with_ids(&db.pool, &ids, crate::common::today())
+        .await
+        .unwrap();
+    let reasons: Vec<Option<String>> = feed.iter().map(|e| e.row.bot_reason.clone()).collect();
+    assert_eq!(
+        reasons,
+        [
+            None,
+            Some("ua:facebookexternalhit".into()),
+            Some("time_of_click".into()),
+            None,
+            Some("walk".into()),
+            Some("ua:??".into()),
+        ],
+        "readers see the reason, or none, as before"
+    );
 }

@@ -193,7 +193,28 @@ async fn create_head_tables(
 const EVENTS_COUNTRY_COLUMN: &str = "`country` CHAR(2) NULL \
     COMMENT 'ISO 3166-1 alpha-2 of the client address (serve --geoip)'";
 
-/// A head made before its nodes' `events` gained a column (`country`):
+/// `events.bot_reason` as migration 20261230000001 makes it: fixed
+/// length, so a verdict update keeps a compressed row in place
+/// (`store::bot_reason`).
+const EVENTS_BOT_REASON_COLUMN: &str = "`bot_reason` CHAR(32) CHARACTER SET ascii \
+    COLLATE ascii_general_ci NOT NULL DEFAULT '' \
+    COMMENT 'a bot verdict reason, empty for none (store/bot_reason.rs)'";
+
+/// Whether `table`'s `bot_reason` is still the `VARCHAR … NULL` of the
+/// releases before migration 20261230000001.
+async fn varying_bot_reason(conn: &mut MySqlConnection, table: &str) -> Result<bool, StoreError> {
+    let kind: Option<String> = sqlx::query_scalar(
+        "SELECT CAST(DATA_TYPE AS CHAR) FROM information_schema.COLUMNS \
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = 'bot_reason'",
+    )
+    .bind(table)
+    .fetch_optional(&mut *conn)
+    .await?;
+    Ok(kind.is_some_and(|kind| !kind.eq_ignore_ascii_case("char")))
+}
+
+/// A head made before its nodes' `events` gained a column (`country`) or
+/// changed one (`bot_reason` of fixed length):
 /// the Spider table is defined again from the node's template, under a
 /// new name, and swapped in by one `RENAME`. A Spider table holds no rows
 /// (dropping the old definition leaves the data tables alone), and an
@@ -210,7 +231,8 @@ async fn add_head_event_columns(
     )
     .fetch_optional(&mut *conn)
     .await?;
-    if has_country.is_some() {
+    let old_reason = varying_bot_reason(conn, "events").await?;
+    if has_country.is_some() && !old_reason {
         return Ok(Vec::new());
     }
     let key = SHARDED_TABLES
@@ -234,9 +256,17 @@ async fn add_head_event_columns(
     sqlx::query("DROP TABLE `events_lt_previous`")
         .execute(&mut *conn)
         .await?;
-    Ok(vec![
-        "head: `events` defined again over its data tables with their new column `country`".into(),
-    ])
+    let mut changes = Vec::new();
+    if has_country.is_none() {
+        changes.push("their new column `country`");
+    }
+    if old_reason {
+        changes.push("`bot_reason` of fixed length");
+    }
+    Ok(vec![format!(
+        "head: `events` defined again over its data tables with {}",
+        changes.join(" and ")
+    )])
 }
 
 /// A single-server database cannot become a head in place: its rows would
@@ -449,6 +479,20 @@ async fn prepare_node(
             ))
             .execute(&pool)
             .await?;
+            // The verdict reason of fixed length (migration
+            // 20261230000001), likewise left to this step: a copy of the
+            // table, once. Its NULLs become '' as the column turns NOT
+            // NULL, which strict mode refuses, hence the statement's own
+            // sql_mode (MariaDB: a Spider node is one).
+            let mut conn = pool.acquire().await?;
+            if varying_bot_reason(&mut conn, table).await? {
+                sqlx::query(&format!(
+                    "SET STATEMENT sql_mode = '' FOR \
+                     ALTER TABLE `{table}` MODIFY {EVENTS_BOT_REASON_COLUMN}"
+                ))
+                .execute(&mut *conn)
+                .await?;
+            }
         }
         if by_shard && template == "links" {
             // The head partitions on it; instant on InnoDB (a last column).

@@ -3,6 +3,7 @@
 //! (bot or human, regular or late).
 
 use crate::kind::EventKind;
+use crate::store::bot_reason::read_bot_reason;
 use crate::store::error::StoreError;
 use crate::store::rolled_batch::RolledBatch;
 use chrono::NaiveDateTime;
@@ -45,12 +46,13 @@ pub(crate) async fn read(
     batch: &RolledBatch,
 ) -> Result<Vec<BatchEvent>, StoreError> {
     let rows: Vec<EventRow> = batch
-        .bind_range(sqlx::query_as(
-            "SELECT mailing_id, letter_id, kind, occurred_at, position, link_id, bot, \
-               bot_reason, user_agent, country, email FROM events \
-             WHERE inserted >= ? AND inserted < ? AND id > ? AND id <= ? \
-               AND mailing_id IS NOT NULL",
-        ))
+        .bind_range(sqlx::query_as(concat!(
+            "SELECT mailing_id, letter_id, kind, occurred_at, position, link_id, bot, ",
+            read_bot_reason!(),
+            ", user_agent, country, email FROM events \
+                 WHERE inserted >= ? AND inserted < ? AND id > ? AND id <= ? \
+                 AND mailing_id IS NOT NULL"
+        )))
         .fetch_all(&mut *conn)
         .await?;
     Ok(rows

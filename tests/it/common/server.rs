@@ -240,7 +240,7 @@ pub struct StoredEvent {
 /// Every stored event, in the order they happened.
 pub async fn events(pool: &MySqlPool) -> Vec<StoredEvent> {
     sqlx::query_as(
-        "SELECT CAST(kind AS CHAR) AS kind, LOWER(HEX(uuid)) AS token, link_id, bot, bot_reason, \
+        "SELECT CAST(kind AS CHAR) AS kind, LOWER(HEX(uuid)) AS token, link_id, bot, NULLIF(bot_reason, '') AS bot_reason, \
          ip, user_agent FROM events ORDER BY occurred_at, id",
     )
     .fetch_all(pool)

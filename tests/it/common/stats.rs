@@ -92,7 +92,7 @@ pub async fn record_on(conn: &mut sqlx::MySqlConnection, hit: &Hit<'_>) -> u64 {
     sqlx::query(
         "INSERT IGNORE INTO events (inserted, event_id, occurred_at, kind, uuid, link_id, \
          mailing_id, letter_id, email, position, ip, user_agent, bot, bot_reason) \
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, '192.0.2.0', 'Mozilla/5.0', ?, ?)",
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, '192.0.2.0', 'Mozilla/5.0', ?, COALESCE(?, ''))",
     )
     .bind(hit.at.date())
     .bind(&hit.event_id.to_be_bytes()[..])
