@@ -118,8 +118,9 @@ struct Args {
     /// Stop after part 0 (no database needed).
     #[arg(long)]
     cpu_only: bool,
-    /// Part 0 runs only the planned path (for a profiler: `valgrind
-    /// --tool=callgrind … --cpu-only --planned-only`).
+    /// Parts 0 and 1 run only the planned path (for a profiler: `valgrind
+    /// --tool=callgrind … --cpu-only --planned-only`; for an A/B of the
+    /// builder with the database, without the letter-by-letter runs).
     #[arg(long)]
     planned_only: bool,
     /// Letters per batch (`linktrack build --batch-size`): a batch's rows
@@ -160,7 +161,7 @@ async fn main() -> anyhow::Result<()> {
     let mut results = Vec::new();
     for format in &args.formats {
         if *format != RowFormat::PageCompressed {
-            for letter_by_letter in [false, true] {
+            for &letter_by_letter in paths(&args) {
                 results
                     .push(bench_builder(&args, dir.path(), *format, None, letter_by_letter).await?);
             }
@@ -181,7 +182,7 @@ async fn main() -> anyhow::Result<()> {
                 anyhow::anyhow!("algorithm {algorithm} (is its provider plugin loaded?): {e}")
             })?;
             let mut result = Ok(());
-            for letter_by_letter in [false, true] {
+            for &letter_by_letter in paths(&args) {
                 match bench_builder(
                     &args,
                     dir.path(),
@@ -216,6 +217,16 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The paths part 1 measures: planned, then letter by letter unless
+/// `--planned-only`.
+fn paths(args: &Args) -> &'static [bool] {
+    if args.planned_only {
+        &[false]
+    } else {
+        &[false, true]
+    }
 }
 
 async fn drop_db(server: &str, name: &str) -> anyhow::Result<()> {

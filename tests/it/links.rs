@@ -219,3 +219,70 @@ async fn a_batch_lookup_of_several_statements_finds_every_link_once() {
     }
     assert!(unknown.iter().all(|t| !found.contains_key(t)));
 }
+
+/// The rows' values are written into the insert's text: every byte a
+/// quote, a backslash or a client's escapes could change comes back as it
+/// went in, under the default `sql_mode` and under `NO_BACKSLASH_ESCAPES`
+/// and `ANSI_QUOTES`, where a backslash is no escape and `"` quotes names.
+#[tokio::test]
+async fn inserted_values_come_back_byte_for_byte_whatever_the_sql_mode() {
+    let db = TestDb::with_days_since(days_ago(1)).await;
+    let awkward = [
+        "https://example.com/it's?q=a\\b&c=\"d\"",
+        "https://example.com/\\'; DROP TABLE links; --",
+        "https://example.com/nul\0ctrl-z\u{1a}\r\n\ttab",
+        "https://例え.jp/パス?q=%E3%81%82&r=''",
+        "",
+    ];
+    for (n, mode) in ["", ",NO_BACKSLASH_ESCAPES,ANSI_QUOTES"].iter().enumerate() {
+        let mut conn = db.pool.acquire().await.unwrap();
+        sqlx::query(&format!(
+            "SET SESSION sql_mode = CONCAT(@@sql_mode, '{mode}')"
+        ))
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+        let rows: Vec<NewLink> = awkward
+            .iter()
+            .enumerate()
+            .map(|(i, url)| NewLink {
+                token: token_on(days_ago((i % 2) as u64)),
+                kind: [LinkKind::Click, LinkKind::Unsubscribe][i % 2],
+                mailing_id: format!("m-{n}"),
+                letter_id: u64::MAX - i as u64,
+                email: format!("o'neil\\{i}@example.com"),
+                position: u32::MAX - i as u32,
+                url: (*url).to_owned(),
+                meta: (i != 4).then(|| serde_json::json!({"tags": [url, "b\"\\"], "n": i})),
+            })
+            .collect();
+        assert_eq!(links::insert_on(&mut conn, &rows).await.unwrap(), 5);
+        for row in &rows {
+            let stored: (Vec<u8>, chrono::NaiveDate, String, String, u64, String, u32, String, Option<String>) =
+                sqlx::query_as(
+                    "SELECT uuid, inserted, CAST(kind AS CHAR), mailing_id, letter_id, email, position, url, \
+                     CAST(meta AS CHAR) FROM links WHERE uuid = ? AND inserted = ?",
+                )
+                .bind(&row.token.as_bytes()[..])
+                .bind(row.token.date())
+                .fetch_one(&mut *conn)
+                .await
+                .unwrap();
+            assert_eq!(
+                stored,
+                (
+                    row.token.as_bytes().to_vec(),
+                    row.token.date(),
+                    row.kind.as_str().to_owned(),
+                    row.mailing_id.clone(),
+                    row.letter_id,
+                    row.email.clone(),
+                    row.position,
+                    row.url.clone(),
+                    row.meta.as_ref().map(Value::to_string),
+                ),
+                "sql_mode{mode}"
+            );
+        }
+    }
+}
