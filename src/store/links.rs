@@ -132,17 +132,6 @@ pub async fn lookup_many(
     lookup_many_from(pool, None, tokens).await
 }
 
-/// [`lookup_many`] on one data table of a Spider data node (`links_07`),
-/// the lookup linktrack routes past the head: the same statement, reading
-/// one partition of that table per day named.
-pub(crate) async fn lookup_many_in(
-    pool: &MySqlPool,
-    table: &str,
-    tokens: &[Token],
-) -> Result<HashMap<Token, StoredLink>, StoreError> {
-    lookup_many_from(pool, Some(table), tokens).await
-}
-
 /// The batched lookup on `links`, or on `table` when given.
 async fn lookup_many_from(
     pool: &MySqlPool,
@@ -176,8 +165,8 @@ async fn lookup_many_from(
 /// The batched lookup on one Spider data node, past the head: `tables`
 /// names every data table of the node (`links_07`, …), in the topology's
 /// order, each with the tokens whose links it holds (none for most, in a
-/// small batch). Tokens of one table: that table's [`lookup_many_in`]
-/// statement. Tokens of several: one statement for the whole node, a
+/// small batch). Tokens of one table: [`lookup_many`]'s statement on
+/// that table. Tokens of several: one statement for the whole node, a
 /// `UNION ALL` of [`lookup_many_sql`]'s select on each of its data tables,
 /// so a batch costs a node one round trip and one statement whatever
 /// number of virtual shards it spans, as on one server. Every table of the
