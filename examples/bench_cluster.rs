@@ -19,6 +19,9 @@
 //! on its node), with the ratio routed / direct. Rounds alternate head,
 //! direct and routed so a burst of load elsewhere hits all alike; each
 //! figure is the median.
+//! With `--batch N` every lookup statement carries N tokens, as `serve`'s
+//! batched cache misses under load: `links::lookup_many` on one server,
+//! and routed one statement per data node the batch reaches.
 //! Fresh `lt_bench_cluster_*` databases are made and dropped.
 //!
 //! When the servers run on this machine (their pid files readable), the CPU
@@ -69,6 +72,12 @@ struct Args {
     /// Rounds (each: head and direct, inserts then lookups).
     #[arg(long, default_value_t = 3)]
     rounds: usize,
+    /// Tokens per lookup statement: 1 is a redirect's cache miss at low
+    /// load (the point select); more is `serve`'s batched misses under load
+    /// (`links::lookup_many` on one server; routed, one statement per data
+    /// node the batch reaches).
+    #[arg(long, default_value_t = 1)]
+    batch: u32,
     /// Virtual shards of the cluster database.
     #[arg(long, default_value_t = cluster::DEFAULT_VIRTUAL_SHARDS)]
     virtual_shards: u32,
@@ -314,17 +323,20 @@ enum Via {
 }
 
 impl Via {
-    async fn found(&self, token: Token) -> anyhow::Result<bool> {
-        Ok(match self {
-            Via::Pool(pool) => links::lookup(pool, &token).await?.is_some(),
-            Via::Router(router) => router.lookup_many(&[token]).await?.contains_key(&token),
+    /// How many of `tokens` (one statement's, distinct) name a link.
+    async fn found(&self, tokens: &[Token]) -> anyhow::Result<usize> {
+        Ok(match (self, tokens) {
+            (Via::Pool(pool), [token]) => usize::from(links::lookup(pool, token).await?.is_some()),
+            (Via::Pool(pool), _) => links::lookup_many(pool, tokens).await?.len(),
+            (Via::Router(router), _) => router.lookup_many(tokens).await?.len(),
         })
     }
 }
 
 /// `args.lookups` lookups of random stored tokens from `args.connections`
-/// tasks, one token per statement as a redirect's cache miss at low load:
-/// the rate, and how many tokens of each virtual shard were looked up.
+/// tasks, `args.batch` tokens a statement (1: a redirect's cache miss at
+/// low load): the rate in tokens, and how many tokens of each virtual
+/// shard were looked up.
 async fn lookups(
     via: &Via,
     tokens: &[Token],
@@ -342,9 +354,11 @@ async fn lookups_paced(
     connections: u32,
     pace: Option<f64>,
 ) -> anyhow::Result<(f64, Vec<u64>)> {
-    let every = pace.map(|pace| Duration::from_secs_f64(f64::from(connections) / pace.max(1.0)));
+    let batch = args.batch.max(1);
+    let every =
+        pace.map(|pace| Duration::from_secs_f64(f64::from(connections * batch) / pace.max(1.0)));
     let tokens = Arc::new(tokens.to_vec());
-    let per_task = args.lookups / connections.max(1);
+    let per_task = args.lookups / connections.max(1) / batch;
     let shards = args.virtual_shards;
     let started = Instant::now();
     let tasks: Vec<_> = (0..connections)
@@ -361,9 +375,20 @@ async fn lookups_paced(
                     if let Some(ticks) = ticks.as_mut() {
                         ticks.tick().await;
                     }
-                    let token = tokens[rand::rng().random_range(0..tokens.len())];
-                    anyhow::ensure!(via.found(token).await?, "token {token} not found");
-                    per_shard[cluster::shard_of(token.as_bytes(), shards) as usize] += 1;
+                    let mut asked = std::collections::HashSet::new();
+                    while asked.len() < (batch as usize).min(tokens.len()) {
+                        asked.insert(tokens[rand::rng().random_range(0..tokens.len())]);
+                    }
+                    let asked: Vec<Token> = asked.into_iter().collect();
+                    let found = via.found(&asked).await?;
+                    anyhow::ensure!(
+                        found == asked.len(),
+                        "{} tokens not found",
+                        asked.len() - found
+                    );
+                    for token in &asked {
+                        per_shard[cluster::shard_of(token.as_bytes(), shards) as usize] += 1;
+                    }
                 }
                 Ok::<_, anyhow::Error>(per_shard)
             })
@@ -375,12 +400,15 @@ async fn lookups_paced(
             *total += n;
         }
     }
-    let rate = f64::from(per_task * connections) / started.elapsed().as_secs_f64();
+    let looked_up: u64 = per_shard.iter().sum();
+    let rate = looked_up as f64 / started.elapsed().as_secs_f64();
     Ok((rate, per_shard))
 }
 
+/// Tokens a lookup round at `connections` looks up.
 fn lookup_count(args: &Args, connections: u32) -> usize {
-    (args.lookups / connections.max(1) * connections) as usize
+    let batch = args.batch.max(1);
+    (args.lookups / connections.max(1) / batch * batch * connections) as usize
 }
 
 /// The `/proc/{pid}/stat` of the head's and each node's `mariadbd`.

@@ -132,6 +132,10 @@ pub(crate) async fn replay_all(
             Err(err) => {
                 tracing::warn!(%err, segment = %segment.display(), "replay failed; will retry");
                 metrics::counter!("linktrack_replay_failures_total").increment(1);
+                // Apart from the passes that held a data node's events
+                // (counted above as failures too): the database the pass
+                // needs failed, the head or the one server.
+                metrics::counter!("linktrack_replay_errors_total").increment(1);
                 return Err(err);
             }
         }

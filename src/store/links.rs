@@ -131,17 +131,6 @@ pub async fn lookup_many(
     lookup_many_from(pool, None, tokens).await
 }
 
-/// [`lookup_many`] on one data table of a Spider data node (`links_07`),
-/// the lookup linktrack routes past the head: the same statement, reading
-/// one partition of that table per day named.
-pub(crate) async fn lookup_many_in(
-    pool: &MySqlPool,
-    table: &str,
-    tokens: &[Token],
-) -> Result<HashMap<Token, StoredLink>, StoreError> {
-    lookup_many_from(pool, Some(table), tokens).await
-}
-
 /// The batched lookup on `links`, or on `table` when given.
 async fn lookup_many_from(
     pool: &MySqlPool,
@@ -170,6 +159,89 @@ async fn lookup_many_from(
         }
     }
     Ok(found)
+}
+
+/// The batched lookup on one Spider data node, past the head: `tables`
+/// names every data table of the node (`links_07`, …), in the topology's
+/// order, each with the tokens whose links it holds (none for most, in a
+/// small batch). Tokens of one table: [`lookup_many`]'s statement on
+/// that table. Tokens of several: one statement for the whole node, a
+/// `UNION ALL` of [`lookup_many_sql`]'s select on each of its data tables,
+/// so a batch costs a node one round trip and one statement whatever
+/// number of virtual shards it spans, as on one server. Every table of the
+/// node is named, each with the slot count of the largest part (one of
+/// [`SLOTS`]), so the statement's text depends only on the node's tables
+/// and that slot count: a connection prepares at most [`SLOTS`]`.len()`
+/// of them per set of tables, never one per combination of tables a
+/// batch happens to touch. A part is padded with its own last token, a
+/// table without tokens with another table's (a token lies in one table
+/// only: there, one index probe that finds nothing). A table with more
+/// than [`MOST_SLOTS`] tokens takes one more statement per
+/// [`MOST_SLOTS`] (per fewer on a node of so many data tables that the
+/// statement would pass MySQL's placeholder limit).
+pub(crate) async fn lookup_many_on_node(
+    pool: &MySqlPool,
+    tables: &[(String, Vec<Token>)],
+) -> Result<HashMap<Token, StoredLink>, StoreError> {
+    let mut filled = tables.iter().filter(|(_, tokens)| !tokens.is_empty());
+    match (filled.next(), filled.next()) {
+        (None, _) => return Ok(HashMap::new()),
+        (Some((table, tokens)), None) => return lookup_many_from(pool, Some(table), tokens).await,
+        _ => {}
+    }
+    let mut found = HashMap::with_capacity(tables.iter().map(|(_, t)| t.len()).sum());
+    // Two placeholders a slot, on every table of the node.
+    let fits = |slots: &&usize| tables.len() * *slots * 2 <= MAX_PLACEHOLDERS;
+    let Some(&per_round) = SLOTS.iter().rev().find(fits) else {
+        // More data tables than one statement can name: each its own.
+        for (table, tokens) in tables.iter().filter(|(_, tokens)| !tokens.is_empty()) {
+            found.extend(lookup_many_from(pool, Some(table), tokens).await?);
+        }
+        return Ok(found);
+    };
+    let most = tables
+        .iter()
+        .map(|(_, tokens)| tokens.len())
+        .max()
+        .unwrap_or(0);
+    for round in 0..most.div_ceil(per_round) {
+        let start = round * per_round;
+        let parts: Vec<&[Token]> = tables
+            .iter()
+            .map(|(_, tokens)| {
+                let rest = tokens.get(start..).unwrap_or_default();
+                &rest[..rest.len().min(per_round)]
+            })
+            .collect();
+        let Some(filler) = parts.iter().find_map(|part| part.last()) else {
+            continue;
+        };
+        let slots = lookup_many_slots(parts.iter().map(|part| part.len()).max().unwrap_or(1));
+        let sql = node_lookup_sql(tables.iter().map(|(table, _)| table.as_str()), slots);
+        let mut query = sqlx::query_as::<_, LinkRow>(&sql);
+        for part in &parts {
+            let last = part.last().unwrap_or(filler);
+            for token in part.iter().chain(std::iter::repeat(last)).take(slots) {
+                query = query.bind(&token.as_bytes()[..]).bind(token.date());
+            }
+        }
+        for row in query.fetch_all(pool).await? {
+            let link = stored_link(row)?;
+            found.insert(link.token, link);
+        }
+    }
+    Ok(found)
+}
+
+/// The statement of [`lookup_many_on_node`]: [`lookup_many_sql`] with
+/// `slots` pairs on each of `tables`, in order, joined by `UNION ALL`.
+fn node_lookup_sql<'t>(tables: impl IntoIterator<Item = &'t str>, slots: usize) -> String {
+    let select = lookup_many_sql(slots);
+    tables
+        .into_iter()
+        .map(|table| select.replace("FROM links ", &format!("FROM `{table}` ")))
+        .collect::<Vec<_>>()
+        .join(" UNION ALL ")
 }
 
 /// [`lookup_many`] with the tokens split into up to `statements` parts
@@ -684,6 +756,26 @@ mod tests {
             url: "x".repeat(url_len),
             meta: None,
         }
+    }
+
+    #[test]
+    fn a_node_statement_names_each_table_with_the_same_slots_within_the_placeholder_limit() {
+        let tables = ["links_00", "links_03", "links_14"];
+        let sql = node_lookup_sql(tables, 4);
+        assert_eq!(sql.matches(" UNION ALL ").count(), 2);
+        for table in tables {
+            assert_eq!(
+                sql.matches(&format!("FROM `{table}` WHERE")).count(),
+                1,
+                "{sql}"
+            );
+        }
+        assert_eq!(sql.matches('?').count(), 3 * 4 * 2);
+        // Fifteen data tables (the most a node holds by default) at the
+        // largest slot count stay a prepared statement's worth.
+        let all: Vec<String> = (0..15).map(|n| format!("links_{n:02}")).collect();
+        let sql = node_lookup_sql(all.iter().map(String::as_str), MOST_SLOTS);
+        assert!(sql.matches('?').count() <= MAX_PLACEHOLDERS);
     }
 
     #[test]

@@ -168,6 +168,100 @@ async fn a_cluster_migrates_twice_partitions_every_data_table_and_spreads_links(
         let reached: Vec<u64> = (0..2).map(|n| after[n] - before[n]).collect();
         assert_eq!(reached.iter().sum::<u64>(), 1, "{reached:?}");
     }
+    // A batch reaches each data node with one statement, however many of
+    // its virtual shards (data tables) the batch spans: a few tokens, and
+    // then every link stored (each data table holds about 200, under the
+    // 256 tokens one statement carries a table; one with more takes more),
+    // each with tokens naming no link.
+    let node_of_shard: std::collections::HashMap<u32, usize> = (0..2)
+        .flat_map(|node| {
+            stored[node].iter().map(move |(uuid, _)| {
+                let bytes: [u8; 16] = uuid.clone().try_into().unwrap();
+                (store::cluster::shard_of(&bytes, 15), node)
+            })
+        })
+        .collect();
+    assert_eq!(node_of_shard.len(), 15);
+    // Per node: its tokens of each data table.
+    let per_table = |tokens: &[linktrack::token::Token]| {
+        let mut on = [
+            std::collections::HashMap::<u32, u64>::new(),
+            std::collections::HashMap::<u32, u64>::new(),
+        ];
+        for token in tokens {
+            let shard = store::cluster::shard_of(token.as_bytes(), 15);
+            *on[node_of_shard[&shard]].entry(shard).or_default() += 1;
+        }
+        on
+    };
+    // A few: two tokens in each of three data tables on each node.
+    let mut taken = std::collections::HashMap::<u32, usize>::new();
+    let few: Vec<links::NewLink> = rows
+        .iter()
+        .filter(|row| {
+            let shard = store::cluster::shard_of(row.token.as_bytes(), 15);
+            let node = node_of_shard[&shard];
+            let tables_on_node = taken
+                .iter()
+                .filter(|(s, _)| node_of_shard[*s] == node)
+                .count();
+            let n = taken.get(&shard).copied().unwrap_or(0);
+            let take = n == 1 || (n == 0 && tables_on_node < 3);
+            if take {
+                *taken.entry(shard).or_default() += 1;
+            }
+            take
+        })
+        .cloned()
+        .collect();
+    assert_eq!(few.len(), 12);
+    for batch in [&few[..], &rows[..]] {
+        let absent = [token_on(today()), token_on(today())];
+        let tokens: Vec<_> = batch.iter().map(|row| row.token).chain(absent).collect();
+        let spans = per_table(&tokens);
+        assert!(spans.iter().all(|tables| tables.len() >= 2), "{spans:?}");
+        let statements: Vec<u64> = spans
+            .iter()
+            .map(|tables| {
+                let most = tables.values().max().copied().unwrap_or(0);
+                most.div_ceil(links::MOST_SLOTS as u64)
+            })
+            .collect();
+        if batch.len() == few.len() {
+            assert_eq!(statements, [1, 1]);
+        }
+        for held_too in [false, true] {
+            let before = [com_select(&nodes[0]).await, com_select(&nodes[1]).await];
+            let head_before = com_select(&head).await;
+            let found = if held_too {
+                let mut down = store::cluster::NodesDown::default();
+                let (found, held) = router.lookup_held(&tokens, &mut down).await.unwrap();
+                assert!(held.is_empty() && down.is_empty());
+                found
+            } else {
+                router.lookup_many(&tokens).await.unwrap()
+            };
+            let after = [com_select(&nodes[0]).await, com_select(&nodes[1]).await];
+            let sent: Vec<u64> = (0..2).map(|n| after[n] - before[n]).collect();
+            assert_eq!(
+                sent,
+                statements,
+                "statements per node, {} tokens",
+                tokens.len()
+            );
+            assert_eq!(
+                com_select(&head).await,
+                head_before,
+                "the head reads nothing"
+            );
+            assert_eq!(found.len(), batch.len());
+            for row in batch {
+                let link = &found[&row.token];
+                assert_eq!((&link.url, link.position), (&row.url, row.position));
+                assert_eq!(link.id, id_of[&row.token.as_bytes()[..]]);
+            }
+        }
+    }
 
     // rotate: days older than --keep-days go from every data table.
     links::insert(&head, &[click_link(token_on(days_ago(4)), 9)])

@@ -285,7 +285,7 @@ async fn a_cluster_answers_clicks_while_the_head_is_down_and_lands_them_later() 
         .await
         .unwrap();
 
-    let failures = crate::common::replay_failures(&app.admin).await;
+    let failures = replay_errors(&app.admin).await;
     cluster.head.kill();
     let mut per_node = [0, 0];
     for row in &rows[5..] {
@@ -304,8 +304,12 @@ async fn a_cluster_answers_clicks_while_the_head_is_down_and_lands_them_later() 
         Some((node_events(&nodes[0]).await.len() + node_events(&nodes[1]).await.len()) as i64)
     })
     .await;
+    // A pass may have failed meanwhile by holding a data node's events (a
+    // node slow to hand out a connection on a loaded machine counts as
+    // down for a while; its events land later, and all 40 are in): that
+    // is a node's failure, not the head's. None failed with an error.
     assert_eq!(
-        crate::common::replay_failures(&app.admin).await,
+        replay_errors(&app.admin).await,
         failures,
         "the replay needed no head"
     );
@@ -313,6 +317,14 @@ async fn a_cluster_answers_clicks_while_the_head_is_down_and_lands_them_later() 
     // The head returns: it reads each click once.
     head_returns_and_each_click_lands_once(&mut cluster, &head, &nodes, 40).await;
     app.stop().await;
+}
+
+/// The server's replay passes that failed with an error
+/// (`linktrack_replay_errors_total`): the database a pass needs besides
+/// the data nodes failed, not a node whose events the pass held.
+async fn replay_errors(admin: &str) -> f64 {
+    let text = crate::common::metrics_text(admin).await;
+    crate::common::metric_value(&text, "linktrack_replay_errors_total").unwrap_or(0.0)
 }
 
 /// The link lookups (by token) in the head's general log: statements on

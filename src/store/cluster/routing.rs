@@ -7,6 +7,8 @@
 //! reads that topology from the head once ([`Router::discover`]), keeps a
 //! small pool per data node, and sends each token's lookup to its data
 //! table there: the statement the head would have sent, without the head.
+//! A batch of tokens costs each node it reaches one statement, over the
+//! data tables of that node it names ([`links::lookup_many_on_node`]).
 //! So redirects scale with the data nodes and go on while the head is down.
 //!
 //! The topology changes when `shards move` or `rebalance` moves a data
@@ -35,7 +37,7 @@ use crate::store::mysql_errors::mysql_error_number;
 use crate::token::Token;
 use chrono::{DateTime, Utc};
 use sqlx::MySqlPool;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -58,6 +60,8 @@ struct Topology {
     shards: Vec<(MySqlPool, String)>,
     /// Per virtual shard: its data node (an index of `Router::nodes`).
     shard_nodes: Vec<usize>,
+    /// Per data node holding links: its virtual shards, in order.
+    node_shards: BTreeMap<usize, Vec<u32>>,
     /// Per head partition of `events`, in order: its node's pool and data table.
     events: Vec<(MySqlPool, String)>,
     /// Per head partition of `events`: its data node.
@@ -180,6 +184,7 @@ impl Router {
             topology: Arc::new(RwLock::new(Arc::new(Topology {
                 shards: Vec::new(),
                 shard_nodes: Vec::new(),
+                node_shards: BTreeMap::new(),
                 events: Vec::new(),
                 event_nodes: Vec::new(),
                 made_from: Vec::new(),
@@ -257,7 +262,8 @@ impl Router {
     }
 
     /// The links the tokens name, each read on its data node; absent tokens
-    /// name none. Tokens of one data table share a statement; the tables'
+    /// name none. Tokens of one data node share a statement, over the data
+    /// tables they lie in ([`links::lookup_many_on_node`]); the nodes'
     /// statements run at once.
     pub async fn lookup_many(
         &self,
@@ -275,18 +281,18 @@ impl Router {
 
     async fn try_lookup(&self, tokens: &[Token]) -> Result<HashMap<Token, StoredLink>, StoreError> {
         let topology = self.current();
-        let by_shard = tokens_by_shard(&topology, tokens);
         if let [token] = tokens {
             // One token (a redirect's miss at low load): the point select,
             // on this task, as on one server.
-            let (pool, table) = shard_table(&topology, by_shard.into_keys().next())?;
+            let shard = shard_of(token.as_bytes(), topology.shards.len() as u32);
+            let (pool, table) = shard_table(&topology, Some(shard))?;
             let found = links::lookup_in(&pool, &table, token).await?;
             return Ok(found.map(|link| (*token, link)).into_iter().collect());
         }
         let mut reads = tokio::task::JoinSet::new();
-        for (shard, tokens) in by_shard {
-            let (pool, table) = shard_table(&topology, Some(shard))?;
-            reads.spawn(async move { links::lookup_many_in(&pool, &table, &tokens).await });
+        for (_, batch) in tokens_by_node(&topology, tokens)? {
+            reads
+                .spawn(async move { links::lookup_many_on_node(&batch.pool, &batch.tables).await });
         }
         let mut found = HashMap::with_capacity(tokens.len());
         while let Some(part) = reads.join_next().await {
@@ -325,19 +331,19 @@ impl Router {
         down: &mut NodesDown,
     ) -> Result<(HashMap<Token, StoredLink>, HashSet<Token>), StoreError> {
         let topology = self.current();
-        let by_shard = tokens_by_shard(&topology, tokens);
         let mut held = HashSet::new();
         let mut reads = tokio::task::JoinSet::new();
-        for (shard, tokens) in by_shard {
-            let node = shard_node(&topology, shard)?;
+        for (node, batch) in tokens_by_node(&topology, tokens)? {
             if down.contains(node) {
-                held.extend(tokens);
+                held.extend(batch.tokens());
                 continue;
             }
-            let (pool, table) = shard_table(&topology, Some(shard))?;
             reads.spawn(async move {
-                let read = links::lookup_many_in(&pool, &table, &tokens).await;
-                (node, read.map_err(|err| (err, tokens)))
+                let read = links::lookup_many_on_node(&batch.pool, &batch.tables).await;
+                (
+                    node,
+                    read.map_err(|err| (err, batch.tokens().collect::<Vec<_>>())),
+                )
             });
         }
         let mut found = HashMap::with_capacity(tokens.len());
@@ -478,6 +484,7 @@ impl Router {
         let links: Vec<&Placement> = placed.iter().filter(|p| p.table == "links").collect();
         let mut shards = Vec::with_capacity(links.len());
         let mut shard_nodes = Vec::with_capacity(links.len());
+        let mut node_shards: BTreeMap<usize, Vec<u32>> = BTreeMap::new();
         for (n, p) in links.iter().enumerate() {
             let numbered = p
                 .data_table
@@ -496,6 +503,7 @@ impl Router {
             let (node, pool) = self.node_pool(&p.node)?;
             shards.push((pool, p.data_table.clone()));
             shard_nodes.push(node);
+            node_shards.entry(node).or_default().push(n as u32);
         }
         let mut events = Vec::new();
         let mut event_nodes = Vec::new();
@@ -507,6 +515,7 @@ impl Router {
         let topology = Arc::new(Topology {
             shards,
             shard_nodes,
+            node_shards,
             events,
             event_nodes,
             made_from: fingerprint(placed),
@@ -569,8 +578,29 @@ impl NodesDown {
     }
 }
 
-/// The tokens grouped by the virtual shard that holds their links.
-fn tokens_by_shard(topology: &Topology, tokens: &[Token]) -> HashMap<u32, Vec<Token>> {
+/// One data node's part of a batch, as [`links::lookup_many_on_node`]
+/// reads it.
+struct NodeBatch {
+    pool: MySqlPool,
+    /// Every data table of the node, in order, with the batch's tokens
+    /// whose links it holds (often none).
+    tables: Vec<(String, Vec<Token>)>,
+}
+
+impl NodeBatch {
+    fn tokens(&self) -> impl Iterator<Item = Token> + '_ {
+        self.tables
+            .iter()
+            .flat_map(|(_, tokens)| tokens.iter().copied())
+    }
+}
+
+/// The tokens grouped by the data node that holds their links, and on it
+/// by virtual shard (data table); only the nodes holding some of them.
+fn tokens_by_node(
+    topology: &Topology,
+    tokens: &[Token],
+) -> Result<BTreeMap<usize, NodeBatch>, StoreError> {
     let count = topology.shards.len() as u32;
     let mut by_shard: HashMap<u32, Vec<Token>> = HashMap::new();
     for token in tokens {
@@ -579,16 +609,30 @@ fn tokens_by_shard(topology: &Topology, tokens: &[Token]) -> HashMap<u32, Vec<To
             .or_default()
             .push(*token);
     }
-    by_shard
-}
-
-/// The data node of a virtual shard.
-fn shard_node(topology: &Topology, shard: u32) -> Result<usize, StoreError> {
-    topology
-        .shard_nodes
-        .get(shard as usize)
-        .copied()
-        .ok_or_else(|| StoreError::Refused(format!("virtual shard {shard} has no data node")))
+    let mut by_node = BTreeMap::new();
+    for (&node, shards) in &topology.node_shards {
+        if !shards.iter().any(|shard| by_shard.contains_key(shard)) {
+            continue;
+        }
+        let mut batch = NodeBatch {
+            pool: shard_table(topology, shards.first().copied())?.0,
+            tables: Vec::with_capacity(shards.len()),
+        };
+        for &shard in shards {
+            let (_, table) = shard_table(topology, Some(shard))?;
+            batch
+                .tables
+                .push((table, by_shard.remove(&shard).unwrap_or_default()));
+        }
+        by_node.insert(node, batch);
+    }
+    if let Some(shard) = by_shard.into_keys().next() {
+        // Every shard of `shard_of` has a node in an installed topology.
+        return Err(StoreError::Refused(format!(
+            "virtual shard {shard} has no data node"
+        )));
+    }
+    Ok(by_node)
 }
 
 /// The data node's pool and the data table of a virtual shard.
