@@ -88,13 +88,14 @@
 //!       (`row_format.rs`), named sequences handed out in blocks
 //!       (`sequences.rs`), when maintenance last succeeded
 //!       (`maintenance.rs`);
-//!     - links and what a click reads: the `links` table (`links.rs`),
+//!     - links and what a click reads: the `links` table (`links.rs`,
+//!       its reads below the cluster's routing in `link_lookups.rs`),
 //!       token version 2's link templates and seal (`link_templates.rs`),
 //!       the seal keys seen, read and recorded as the ring's policy
 //!       decides (`seal_keys.rs`), link names, UTM tags and repoints
 //!       (`link_rules.rs`) and repointing a sent link (`repoint.rs`);
 //!     - hits: the `events` table and the unsubscribe's suppression
-//!       (`events.rs`), a verdict's reason as stored (`bot_reason.rs`), the outbox (`outbox.rs`), the events and bounce
+//!       (`events.rs`, an insert's statement text in `event_sql.rs`), a verdict's reason as stored (`bot_reason.rs`), the outbox (`outbox.rs`), the events and bounce
 //!       decisions after a point, for the API's live stream
 //!       (`event_feed.rs`), provider webhook tokens bound to their first
 //!       event (`provider_tokens.rs`);

@@ -282,7 +282,7 @@ pub fn context_read_sql(
         read_bot_reason!(),
         ", uuid FROM events FORCE INDEX (mailing_letter) WHERE mailing_id = ",
     ));
-    super::events::push_text(&mut sql, Some(mailing));
+    super::event_sql::push_text(&mut sql, Some(mailing));
     // Dates and times formatted by chrono: digits, dashes, colons, a dot.
     sql.push_str(&format!(
         " AND inserted >= '{}' AND inserted <= '{}' AND kind IN ('click', 'open', 'image') \
@@ -296,7 +296,7 @@ pub fn context_read_sql(
         if n > 0 {
             sql.push_str(", ");
         }
-        super::events::push_number(&mut sql, Some(*letter));
+        super::event_sql::push_number(&mut sql, Some(*letter));
     }
     if letters.is_empty() {
         sql.push_str("NULL");

@@ -22,7 +22,7 @@ use super::key_partition::key_partition;
 use super::routing::{is_missing_table, NodesDown, Router};
 use crate::event::EventRow;
 use crate::store::error::StoreError;
-use crate::store::events::{execute_insert, insert_sql_into, MAX_ROWS_PER_INSERT};
+use crate::store::event_sql::{execute_insert, insert_sql_into, MAX_ROWS_PER_INSERT};
 use std::collections::{BTreeMap, HashSet};
 
 /// What [`Router::insert_events_held`] did.

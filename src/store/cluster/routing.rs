@@ -8,7 +8,7 @@
 //! small pool per data node, and sends each token's lookup to its data
 //! table there: the statement the head would have sent, without the head.
 //! A batch of tokens costs each node it reaches one statement, over the
-//! data tables of that node it names ([`links::lookup_many_on_node`]).
+//! data tables of that node it names (`link_lookups::lookup_many_on_node`).
 //! So redirects scale with the data nodes and go on while the head is down.
 //!
 //! The topology changes when `shards move` or `rebalance` moves a data
@@ -32,7 +32,7 @@ use super::topology::{is_head, placements, Placement};
 use crate::locks::{LockEvenPoisoned, ReadWriteEvenPoisoned};
 use crate::store::connect::{connect_lazy, PoolSettings};
 use crate::store::error::StoreError;
-use crate::store::links::{self, StoredLink};
+use crate::store::link_lookups::{self, StoredLink};
 use crate::store::mysql_errors::mysql_error_number;
 use crate::token::Token;
 use chrono::{DateTime, Utc};
@@ -263,7 +263,7 @@ impl Router {
 
     /// The links the tokens name, each read on its data node; absent tokens
     /// name none. Tokens of one data node share a statement, over the data
-    /// tables they lie in ([`links::lookup_many_on_node`]); the nodes'
+    /// tables they lie in (`link_lookups::lookup_many_on_node`); the nodes'
     /// statements run at once.
     pub async fn lookup_many(
         &self,
@@ -286,13 +286,14 @@ impl Router {
             // on this task, as on one server.
             let shard = shard_of(token.as_bytes(), topology.shards.len() as u32);
             let (pool, table) = shard_table(&topology, Some(shard))?;
-            let found = links::lookup_in(&pool, &table, token).await?;
+            let found = link_lookups::lookup_in(&pool, &table, token).await?;
             return Ok(found.map(|link| (*token, link)).into_iter().collect());
         }
         let mut reads = tokio::task::JoinSet::new();
         for (_, batch) in tokens_by_node(&topology, tokens)? {
-            reads
-                .spawn(async move { links::lookup_many_on_node(&batch.pool, &batch.tables).await });
+            reads.spawn(async move {
+                link_lookups::lookup_many_on_node(&batch.pool, &batch.tables).await
+            });
         }
         let mut found = HashMap::with_capacity(tokens.len());
         while let Some(part) = reads.join_next().await {
@@ -339,7 +340,7 @@ impl Router {
                 continue;
             }
             reads.spawn(async move {
-                let read = links::lookup_many_on_node(&batch.pool, &batch.tables).await;
+                let read = link_lookups::lookup_many_on_node(&batch.pool, &batch.tables).await;
                 (
                     node,
                     read.map_err(|err| (err, batch.tokens().collect::<Vec<_>>())),
@@ -578,7 +579,7 @@ impl NodesDown {
     }
 }
 
-/// One data node's part of a batch, as [`links::lookup_many_on_node`]
+/// One data node's part of a batch, as `link_lookups::lookup_many_on_node`
 /// reads it.
 struct NodeBatch {
     pool: MySqlPool,
