@@ -4,6 +4,7 @@
 //! resuming with `Last-Event-ID` gets what it missed; a key without
 //! `events:read` is refused with 403, and a key's sixth stream with 429.
 
+use crate::common::wait::{self, PATIENCE};
 use crate::common::{days_ago, seal_of, sealed_token, TestDb, TestServer, BROWSER};
 use chrono::Utc;
 use futures_util::StreamExt;
@@ -13,13 +14,11 @@ use linktrack::store::links::{self, LinkKind, NewLink};
 use linktrack::token::Token;
 use serde_json::Value;
 use std::io::BufRead;
-use std::time::{Duration, Instant};
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::time::Duration;
 
 const TOKEN: &str = "stream-token-0123456789";
 const KEY_SECRET: &str = "stream-key-secret-0123456789";
-/// How long a test waits for an event before it fails (a hang guard,
-/// not a measure: the stream's promise is 2 s).
-const PATIENCE: Duration = Duration::from_secs(30);
 
 async fn server(db: &TestDb) -> TestServer {
     TestServer::start(db.pool.clone(), |settings| {
@@ -125,9 +124,16 @@ impl Stream {
         }
     }
 
-    /// The next event with data.
+    /// The next event with data. The server pushes it, so there is nothing
+    /// to poll: the wait is one read of the body under `wait::PATIENCE` as a
+    /// hang guard (a ceiling, not a measure: the stream's promise is 2 s).
     async fn next(&mut self) -> Sse {
-        let deadline = Instant::now() + PATIENCE;
+        tokio::time::timeout(wait::scaled(PATIENCE), self.read_event())
+            .await
+            .expect("an event within the test's patience")
+    }
+
+    async fn read_event(&mut self) -> Sse {
         loop {
             if let Some(end) = self.buffer.find("\n\n") {
                 let block: String = self.buffer.drain(..end + 2).collect();
@@ -147,13 +153,32 @@ impl Stream {
                 }
                 continue;
             }
-            let left = deadline.saturating_duration_since(Instant::now());
-            let chunk = tokio::time::timeout(left, self.body.next())
+            let chunk = self
+                .body
+                .next()
                 .await
-                .expect("an event within the test's patience")
                 .expect("the stream stays open")
                 .expect("the stream reads");
             self.buffer.push_str(std::str::from_utf8(&chunk).unwrap());
+        }
+    }
+}
+
+/// The first line curl has printed so far that `wanted` picks, or what
+/// was seen instead (the last line, or that curl has printed nothing new).
+fn curl_line<T>(
+    from_curl: &Receiver<String>,
+    wanted: impl Fn(&str) -> Option<T>,
+) -> Result<T, String> {
+    let mut last = String::from("no line yet");
+    loop {
+        match from_curl.try_recv() {
+            Ok(line) => match wanted(&line) {
+                Some(found) => return Ok(found),
+                None => last = line,
+            },
+            Err(TryRecvError::Empty) => return Err(last),
+            Err(TryRecvError::Disconnected) => return Err(format!("curl ended after {last:?}")),
         }
     }
 }
@@ -344,50 +369,42 @@ async fn the_stream_needs_events_read_and_a_key_holds_five_streams_at_most() {
         }
     });
     // The stream's first line (a comment) says curl's stream is open.
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let line = from_curl
-            .recv_timeout(left)
-            .expect("curl prints the stream");
-        if line.starts_with(':') {
-            break;
-        }
-    }
+    wait::eventually(PATIENCE, "curl prints the stream's opening comment", || {
+        std::future::ready(curl_line(&from_curl, |line| {
+            line.starts_with(':').then_some(())
+        }))
+    })
+    .await;
     click(&app, spring.click).await;
     let seen = other.next().await;
     assert_eq!(seen.data["type"], "email.clicked");
-    let mut curl_data = None;
-    let deadline = Instant::now() + PATIENCE;
-    while curl_data.is_none() {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let line = from_curl.recv_timeout(left).expect("curl prints the event");
-        if let Some(data) = line.strip_prefix("data:") {
-            curl_data = Some(serde_json::from_str::<Value>(data.trim()).unwrap());
-        }
-    }
+    let curl_data: Value = wait::eventually(PATIENCE, "curl prints the event", || {
+        std::future::ready(curl_line(&from_curl, |line| {
+            let data = line.strip_prefix("data:")?;
+            Some(serde_json::from_str::<Value>(data.trim()).unwrap())
+        }))
+    })
+    .await;
     let _ = curl.kill();
     let _ = curl.wait();
-    let curl_data = curl_data.unwrap();
     assert_eq!(curl_data["type"], "email.clicked");
     assert_eq!(curl_data["data"]["event_id"], seen.data["data"]["event_id"]);
 
     // Closing one of the key's streams gives its place back.
     drop(streams.pop());
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let response = stream_request(url.clone(), &watcher, None).await;
-        if response.status() == 200 {
-            streams.push(Stream::reading(response));
-            break;
+    let back = wait::eventually(PATIENCE, "the closed stream's place comes back", || {
+        let request = stream_request(url.clone(), &watcher, None);
+        async move {
+            let response = request.await;
+            if response.status() == 200 {
+                return Ok(response);
+            }
+            assert_eq!(response.status(), 429);
+            Err(response.status())
         }
-        assert_eq!(response.status(), 429);
-        assert!(
-            Instant::now() < deadline,
-            "the closed stream's place never came back"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    })
+    .await;
+    streams.push(Stream::reading(back));
     drop((streams, other));
     app.stop().await;
 }

@@ -6,6 +6,7 @@
 //! not listed by the text browsers readers use (lynx, w3m).
 
 use crate::common::build::options;
+use crate::common::wait::{self, PATIENCE};
 use crate::common::TestDb;
 use linktrack::builder;
 use std::collections::{BTreeMap, BTreeSet};
@@ -168,23 +169,23 @@ impl Rspamd {
     }
 
     fn wait_ready(&self) {
-        let started = Instant::now();
         let url = format!("http://{}/ping", self.address);
-        loop {
-            let pong = Command::new("curl")
+        // Longer than `PATIENCE`: a first start compiles rspamd's rule
+        // maps (hyperscan) before a worker answers, minutes on a slow
+        // machine even when nothing is wrong.
+        let start_up = Duration::from_secs(240);
+        let what = format!("rspamd answers on {}", self.address);
+        wait::eventually_blocking(start_up, &what, || {
+            let out = Command::new("curl")
                 .args(["-s", "--max-time", "2", &url])
                 .output()
-                .is_ok_and(|out| out.stdout.starts_with(b"pong"));
-            if pong {
-                return;
+                .map_err(|e| e.to_string())?;
+            if out.stdout.starts_with(b"pong") {
+                Ok(())
+            } else {
+                Err(String::from_utf8_lossy(&out.stdout).into_owned())
             }
-            assert!(
-                started.elapsed() < Duration::from_secs(240),
-                "rspamd did not answer on {} within 240 s",
-                self.address
-            );
-            std::thread::sleep(Duration::from_millis(500));
-        }
+        });
     }
 
     /// The symbols rspamd finds in each file.
@@ -222,7 +223,10 @@ impl Rspamd {
 
 impl Drop for Rspamd {
     fn drop(&mut self) {
-        // SIGTERM lets the main process stop its workers.
+        // SIGTERM lets the main process stop its workers. This loop stays
+        // a loop, not `eventually`: a drop must not panic, and nothing is
+        // asserted here; a main process still up after the grace period is
+        // killed instead.
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status();
@@ -472,18 +476,14 @@ impl Chromium {
             .expect("chromium (scripts/prepare.d/30-chromium.sh)");
         // With port 0 Chromium writes the port it took into the profile.
         let active = profile.path().join("DevToolsActivePort");
-        let started = std::time::Instant::now();
-        let port = loop {
+        let port = wait::eventually_blocking(PATIENCE, "chromium opens its DevTools port", || {
             let written = std::fs::read_to_string(&active).unwrap_or_default();
-            if let Some(port) = written.lines().next().and_then(|l| l.parse().ok()) {
-                break port;
-            }
-            assert!(
-                started.elapsed() < std::time::Duration::from_secs(30),
-                "chromium did not open its DevTools port"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        };
+            written
+                .lines()
+                .next()
+                .and_then(|l| l.parse::<u16>().ok())
+                .ok_or(written)
+        });
         Chromium {
             child,
             port,
@@ -494,27 +494,18 @@ impl Chromium {
     /// The DevTools WebSocket of the page showing `page`.
     async fn page_socket(&self, page: &Path) -> String {
         let url = format!("file://{}", page.display());
-        let started = std::time::Instant::now();
-        loop {
-            let listed = reqwest::get(format!("http://127.0.0.1:{}/json/list", self.port))
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap();
+        let list = format!("http://127.0.0.1:{}/json/list", self.port);
+        let what = format!("chromium lists a page for {url}");
+        wait::eventually(PATIENCE, &what, || async {
+            let listed = reqwest::get(&list).await.unwrap().text().await.unwrap();
             let targets: Vec<serde_json::Value> = serde_json::from_str(&listed).unwrap();
-            if let Some(target) = targets
+            targets
                 .iter()
                 .find(|t| t["type"] == "page" && t["url"] == url.as_str())
-            {
-                return target["webSocketDebuggerUrl"].as_str().unwrap().to_owned();
-            }
-            assert!(
-                started.elapsed() < std::time::Duration::from_secs(30),
-                "no page for {url}: {targets:?}"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        }
+                .map(|target| target["webSocketDebuggerUrl"].as_str().unwrap().to_owned())
+                .ok_or(targets)
+        })
+        .await
     }
 }
 
@@ -589,18 +580,19 @@ async fn the_honeypot_is_not_in_chromiums_accessibility_tree_and_the_links_are()
     let tree = tokio::task::spawn_blocking(move || {
         let (socket, _) = tungstenite::connect(socket.as_str()).unwrap();
         let mut devtools = DevTools { socket, next_id: 0 };
-        let started = std::time::Instant::now();
-        while devtools.call(
-            "Runtime.evaluate",
-            serde_json::json!({
-                "expression": "location.protocol === 'file:' && document.readyState === 'complete'"
-            }),
-        )["result"]["value"]
-            != true
-        {
-            assert!(started.elapsed() < std::time::Duration::from_secs(30));
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
+        wait::eventually_blocking(PATIENCE, "the letter loaded in chromium", || {
+            let loaded = devtools.call(
+                "Runtime.evaluate",
+                serde_json::json!({
+                    "expression": "location.protocol === 'file:' && document.readyState === 'complete'"
+                }),
+            );
+            if loaded["result"]["value"] == true {
+                Ok(())
+            } else {
+                Err(loaded)
+            }
+        });
         let honeypot_node = devtools.backend_node(&format!("area[href=\"{honeypot}\"]"));
         let link_node = devtools.backend_node(&format!("a[href^=\"{BASE}/c/\"]"));
         devtools.call("Accessibility.enable", serde_json::json!({}));

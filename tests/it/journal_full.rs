@@ -6,6 +6,7 @@
 //! as `scripts/test` runs here); where mounting is refused the test says
 //! so and stops.
 
+use crate::common::wait::{self, PATIENCE};
 use crate::common::{add_link, client, db, events, quick, TestServer};
 use crate::common::{metric_value, metrics_text};
 use linktrack::journal::segments::JournalSettings;
@@ -14,7 +15,6 @@ use linktrack::store::links::LinkKind;
 use reqwest::StatusCode;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 /// A tmpfs of `size` mounted on a fresh directory, unmounted on drop.
 struct SmallFilesystem {
@@ -68,20 +68,23 @@ async fn readyz(server: &TestServer) -> (StatusCode, serde_json::Value) {
     (status, serde_json::from_str(&text).unwrap())
 }
 
-/// Poll until `events` holds `n` clicks (30 s at most).
+/// How many clicks `events` holds once it holds `n` or more (the caller
+/// asserts it is exactly `n`: none lost, none twice).
 async fn wait_for_clicks(pool: &sqlx::MySqlPool, n: usize) -> usize {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    let what = format!("{n} clicks in events");
+    wait::eventually(PATIENCE, &what, || async {
         let clicks = events(pool)
             .await
             .into_iter()
             .filter(|e| e.kind == "click")
             .count();
-        if clicks >= n || Instant::now() > deadline {
-            return clicks;
+        if clicks >= n {
+            Ok(clicks)
+        } else {
+            Err(clicks)
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await
 }
 
 async fn click_times(server: &TestServer, path: &str, n: usize) {
@@ -140,11 +143,13 @@ async fn a_full_journal_disk_loses_no_answered_click_and_makes_the_node_unready(
     // Space returns: the node is ready again (nothing needs to be clicked
     // for it to notice) and the journal takes events again.
     std::fs::remove_file(filler).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while readyz(&server).await.0 != StatusCode::OK {
-        assert!(Instant::now() < deadline, "ready again once space returned");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait::eventually(PATIENCE, "ready again once space returned", || async {
+        match readyz(&server).await {
+            (StatusCode::OK, _) => Ok(()),
+            unready => Err(unready),
+        }
+    })
+    .await;
     click_times(&server, &path, 50).await;
     assert_eq!(wait_for_clicks(&db.pool, 250).await, 250);
     let metrics = metrics_text(&server.admin_url("")).await;

@@ -7,6 +7,7 @@
 //! back. The outage is a TCP relay in front of MariaDB that the test cuts.
 
 use crate::common::build::{options, tracked_tokens};
+use crate::common::wait::{self, PATIENCE};
 use crate::common::{client, events, metric_value, metrics_text, quick_with, test_settings};
 use crate::common::{TestDb, TestServer};
 use crate::server_outages::FlakyDatabase;
@@ -17,7 +18,7 @@ use linktrack::store::{self, PoolSettings};
 use linktrack::token::Token;
 use reqwest::{header, StatusCode};
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const READERS: usize = 8;
 const STATIC_LINKS: usize = 5;
@@ -79,15 +80,16 @@ async fn click_targets(db: &TestDb) -> HashMap<Token, String> {
 
 /// Poll the server's gauge until it holds at least `n` templates.
 async fn wait_for_templates(server: &TestServer, n: f64) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let text = metrics_text(&server.admin_url("")).await;
+    let admin = server.admin_url("");
+    wait::eventually(PATIENCE, "the offline templates loaded", || async {
+        let text = metrics_text(&admin).await;
         if metric_value(&text, "linktrack_offline_targets").is_some_and(|held| held >= n) {
-            return;
+            Ok(())
+        } else {
+            Err(text)
         }
-        assert!(Instant::now() < deadline, "templates never loaded: {text}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -168,19 +170,16 @@ async fn with_the_database_unreachable_clicks_redirect_and_land_once_it_is_back(
 
     flaky.come_up();
     let expected = static_clicks.len() + pixels.len();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let stored = loop {
+    let what = format!("{expected} events stored once the database is back");
+    let stored = wait::eventually(PATIENCE, &what, || async {
         let stored = events(&db.pool).await;
         if stored.len() >= expected {
-            break stored;
+            Ok(stored)
+        } else {
+            Err(format!("{} stored", stored.len()))
         }
-        assert!(
-            Instant::now() < deadline,
-            "{} of {expected} stored",
-            stored.len()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    })
+    .await;
     let mut per_token: HashMap<&str, usize> = HashMap::new();
     for event in &stored {
         *per_token.entry(event.token.as_str()).or_default() += 1;

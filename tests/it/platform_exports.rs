@@ -137,11 +137,9 @@ async fn the_command_line_maps_columns_and_refuses_with_exit_1() {
     let dir = tempfile::tempdir().unwrap();
     let path = mailing(dir.path(), MAILING);
     let run = |extra: &[&str]| {
-        std::process::Command::new(crate::common::linktrack_binary())
-            .env("DATABASE_URL", &db.url)
-            .env("RUST_LOG", "warn")
+        crate::common::build::build_command(&db.url)
             .env_remove("LINKTRACK_SECRET")
-            .args(["build", "--no-progress", "--mailing"])
+            .arg("--mailing")
             .arg(&path)
             .arg("--recipients")
             .arg(export("substack.csv"))

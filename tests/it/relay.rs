@@ -9,11 +9,11 @@
 use crate::common::build::{tracked_tokens, BASE};
 use crate::common::smtp_sink::SmtpSink;
 use crate::common::spider::until;
+use crate::common::wait::{self, PATIENCE};
 use crate::common::{down_socket, linktrack, serve_command, Serving, TestDb};
 use linktrack::store::links::LinkKind;
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 const TOKEN: &str = "relay-test-token-0123456789abcdef";
 
@@ -210,8 +210,7 @@ async fn each_recipient_gets_a_tracked_letter_and_the_suppressed_one_is_refused(
 
     // Each forwarded letter is delivered as stats count it: its row and
     // the mailing's delivered count (written after the MTA's answer).
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let delivered = loop {
+    let delivered = wait::eventually(PATIENCE, "two delivered rows", || async {
         let delivered: (i64, Option<u64>) = sqlx::query_as(
             "SELECT (SELECT COUNT(*) FROM deliveries WHERE mailing_id = 'spring-relay' \
              AND status = 'delivered'), \
@@ -220,11 +219,13 @@ async fn each_recipient_gets_a_tracked_letter_and_the_suppressed_one_is_refused(
         .fetch_one(&db.pool)
         .await
         .unwrap();
-        if delivered.0 == 2 || Instant::now() > deadline {
-            break delivered;
+        if delivered.0 == 2 {
+            Ok(delivered)
+        } else {
+            Err(delivered)
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    })
+    .await;
     assert_eq!(delivered, (2, Some(2)), "{}", relay.log());
 }
 
@@ -387,15 +388,13 @@ async fn a_message_accepted_before_a_kill_is_forwarded_once_after_the_restart() 
 
     let sink = SmtpSink::start(&[]);
     let relay = start_relay(&db, &sink.url(), spool.path(), &[]).await;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while queued(spool.path()) > 0 {
-        assert!(
-            Instant::now() < deadline,
-            "the spool never emptied: {}",
-            relay.log()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait::eventually(PATIENCE, "the spool empties", || async {
+        match queued(spool.path()) {
+            0 => Ok(()),
+            left => Err(format!("{left} queued: {}", relay.log())),
+        }
+    })
+    .await;
     let messages = sink.wait_for(1);
     assert_eq!(messages.len(), 1, "{}", relay.log());
     assert!(tracked_link_in(&messages[0]), "{}", messages[0]);
@@ -682,18 +681,19 @@ async fn postfix_with_the_relay_as_relayhost_hands_it_swaks_letter_over_tls() {
     // Postfix logs the hand-over once the relay's 250 is in, through its
     // log service: a moment after the letter may have gone on to the sink.
     let relayed = format!("127.0.0.1]:{}", relay.addr.port());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let log = loop {
-        let log = postfix.log();
-        if (log.contains("status=sent") && log.contains(&relayed)) || Instant::now() > deadline {
-            break log;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    assert!(
-        log.contains("status=sent") && log.contains(&relayed),
-        "Postfix says it handed the letter to the relay: {log}"
-    );
+    wait::eventually(
+        PATIENCE,
+        "Postfix says it handed the letter to the relay",
+        || async {
+            let log = postfix.log();
+            if log.contains("status=sent") && log.contains(&relayed) {
+                Ok(())
+            } else {
+                Err(log)
+            }
+        },
+    )
+    .await;
     let stored: (i64,) = sqlx::query_as(
         "SELECT COUNT(*) FROM links WHERE mailing_id = 'spring-relay' AND email = 'reader@example.net'",
     )

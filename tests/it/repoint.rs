@@ -4,6 +4,7 @@
 //! the API; the bad inputs refused naming what is wrong.
 
 use crate::common::build::{options, tracked_tokens};
+use crate::common::wait::{self, PATIENCE};
 use crate::common::{client, linktrack, quick, server_pool, TestDb, TestServer};
 use linktrack::builder;
 use linktrack::server::AppSettings;
@@ -11,7 +12,7 @@ use linktrack::store::links::LinkKind;
 use linktrack::store::repoint::{self, LinkSelector, RepointRequest};
 use linktrack::token::Token;
 use reqwest::{header, StatusCode};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const MAILING: &str = "m-links-56";
 const API_TOKEN: &str = "links-test-token";
@@ -88,16 +89,8 @@ async fn location(server: &TestServer, token: Token) -> String {
 /// Poll `server` until `token` redirects to `want` (a deadline, no timing
 /// asserted: the servers poll every 2 s).
 async fn wait_for_location(server: &TestServer, token: Token, want: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut seen = String::new();
-    while Instant::now() < deadline {
-        seen = location(server, token).await;
-        if seen == want {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("{token} still leads to {seen:?}, not {want:?}");
+    let what = format!("{token} leads to {want:?}");
+    wait::eventually_eq(PATIENCE, &what, want.to_owned(), || location(server, token)).await;
 }
 
 /// `PATCH` a mailing's link through the API with the operator's key.

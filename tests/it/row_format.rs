@@ -77,15 +77,13 @@ async fn page_compressed_tables_build_redirect_and_rotate() {
     let dir = tempfile::tempdir().unwrap();
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
     let out = dir.path().join("letters.jsonl");
-    let built = Command::new(env!("CARGO_BIN_EXE_linktrack"))
-        .args(["build", "--no-progress", "--mailing"])
+    let built = crate::common::build::build_command(&db.url)
+        .arg("--mailing")
         .arg(fixtures.join("mailing.json"))
         .arg("--recipients")
         .arg(fixtures.join("recipients.csv"))
         .arg("--out")
         .arg(&out)
-        .env("DATABASE_URL", &db.url)
-        .env("RUST_LOG", "warn")
         .output()
         .unwrap();
     // 2: the fixtures hold recipients that are rejected on purpose.

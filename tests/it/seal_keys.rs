@@ -4,7 +4,8 @@
 //! serves anything, and after a rotation every link of letters built
 //! before it still answers as it did.
 
-use crate::common::build::{options, tracked_tokens};
+use crate::common::build::{build_command, options, tracked_tokens};
+use crate::common::wait::{self, PATIENCE};
 use crate::common::{client, linktrack, quick, TestDb, TestServer};
 use linktrack::builder;
 use linktrack::server::{App, AppSettings, ServeError};
@@ -44,9 +45,13 @@ async fn build_with(db: &TestDb, dir: &Path, secret: &str) -> Vec<(LinkKind, Tok
 /// The binary with the test's database and these secrets.
 fn linktrack_with(db: &TestDb, secret: &str, previous: Option<&str>) -> Command {
     let mut command = Command::new(crate::common::linktrack_binary());
+    command.env("DATABASE_URL", &db.url).env("RUST_LOG", "warn");
+    with_secrets(command, secret, previous)
+}
+
+/// `command` with these secrets and no others from the environment.
+fn with_secrets(mut command: Command, secret: &str, previous: Option<&str>) -> Command {
     command
-        .env("DATABASE_URL", &db.url)
-        .env("RUST_LOG", "warn")
         .env("LINKTRACK_SECRET", secret)
         .env_remove("LINKTRACK_PREVIOUS_SECRETS")
         .env_remove("LINKTRACK_PREVIOUS_SECRETS_FILE");
@@ -280,8 +285,9 @@ async fn a_build_with_a_stray_secret_exits_non_zero_before_writing_anything() {
     )
     .unwrap();
     let out = dir.path().join("letters.jsonl");
-    let run = linktrack_with(&db, "a-stray-secret-from-a-cron-env", None)
-        .args(["build", "--mailing"])
+    let stray = "a-stray-secret-from-a-cron-env";
+    let run = with_secrets(build_command(&db.url), stray, None)
+        .arg("--mailing")
         .arg(&mailing)
         .arg("--recipients")
         .arg(fixture("recipients.csv"))
@@ -307,8 +313,8 @@ async fn a_build_with_a_stray_secret_exits_non_zero_before_writing_anything() {
     );
     assert_eq!(after, before, "rows written");
     // The same build with --new-secret starts a new key, and builds.
-    let run = linktrack_with(&db, "a-stray-secret-from-a-cron-env", None)
-        .args(["build", "--new-secret", "--mailing"])
+    let run = with_secrets(build_command(&db.url), stray, None)
+        .args(["--new-secret", "--mailing"])
         .arg(&mailing)
         .arg("--recipients")
         .arg(fixture("recipients.csv"))
@@ -335,8 +341,10 @@ async fn a_server_with_an_unknown_secret_does_not_start() {
     let refusal = start_refused(&db, NEW, &[]).await;
     assert!(matches!(refusal, KeyRefusal::Unknown { .. }), "{refusal}");
     // The binary: exit 1 before listening, the fix in the message (killed
-    // after 60 s if it serves instead, so the test fails rather than hangs).
-    let mut child = linktrack_with(&db, NEW, None)
+    // when the test fails if it serves instead, so it fails rather than
+    // hangs or leaves a server behind).
+    let mut serve = linktrack_with(&db, NEW, None);
+    serve
         .args([
             "serve",
             "--listen",
@@ -345,18 +353,20 @@ async fn a_server_with_an_unknown_secret_does_not_start() {
             "127.0.0.1:0",
         ])
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = tokio::process::Command::from(serve)
+        .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while child.try_wait().unwrap().is_none() {
-        if std::time::Instant::now() > deadline {
-            child.kill().unwrap();
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    let out = child.wait_with_output().unwrap();
+    wait::eventually(PATIENCE, "the refused server exits", || {
+        std::future::ready(match child.try_wait() {
+            Ok(Some(status)) => Ok(status),
+            Ok(None) => Err("still running".to_owned()),
+            Err(e) => Err(e.to_string()),
+        })
+    })
+    .await;
+    let out = child.wait_with_output().await.unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(

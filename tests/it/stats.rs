@@ -6,6 +6,7 @@
 use crate::common::stats::{
     at, letters, record, record_on, traffic, FixtureLetter, Hit, LINKS, MAILING,
 };
+use crate::common::wait::{self, PATIENCE};
 use crate::common::{days_ago, TestDb};
 use chrono::NaiveDate;
 use linktrack::store::erase;
@@ -234,9 +235,8 @@ async fn out_of_order_commit(settle: Duration) -> (TestDb, u64, u64) {
         // it becomes safe to roll once that observation is `settle` old by
         // the database's clock (the clock the rollup reads): polled.
         let micros = u64::try_from(settle.as_micros()).unwrap();
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        loop {
-            let ripe: i64 = sqlx::query_scalar(
+        wait::eventually_eq(PATIENCE, "the observation settled", 1, || async {
+            sqlx::query_scalar::<_, i64>(
                 "SELECT COALESCE(seen_at <= NOW(3) - INTERVAL ? MICROSECOND, 0) \
                  FROM rollup_state WHERE day = ?",
             )
@@ -244,13 +244,9 @@ async fn out_of_order_commit(settle: Duration) -> (TestDb, u64, u64) {
             .bind(d1)
             .fetch_one(&db.pool)
             .await
-            .unwrap();
-            if ripe == 1 {
-                break;
-            }
-            assert!(std::time::Instant::now() < deadline, "never settled");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+            .unwrap()
+        })
+        .await;
     }
     let after = rollup::rollup_with(&db.pool, &options)
         .await

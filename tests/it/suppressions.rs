@@ -144,15 +144,13 @@ fn build_letters(db: &TestDb, dir: &Path, recipients: &Path) -> Vec<String> {
     )
     .unwrap();
     let out = dir.join("letters.jsonl");
-    let built = std::process::Command::new(env!("CARGO_BIN_EXE_linktrack"))
-        .args(["build", "--no-progress", "--mailing"])
+    let built = crate::common::build::build_command(&db.url)
+        .arg("--mailing")
         .arg(&mailing)
         .arg("--recipients")
         .arg(recipients)
         .arg("--out")
         .arg(&out)
-        .env("DATABASE_URL", &db.url)
-        .env("RUST_LOG", "warn")
         .output()
         .unwrap();
     assert!(built.status.success(), "{built:?}");

@@ -14,6 +14,7 @@ pub mod build;
 mod child;
 pub mod cluster;
 pub mod dovecot;
+pub mod export;
 pub mod image_upstream;
 pub mod mmdb;
 pub mod postfix;
@@ -279,16 +280,21 @@ impl CountedUser {
     /// moved for 200 ms (a server's start-up statements, run by tasks it
     /// spawns, must not be counted as the requests' that follow).
     pub async fn settled_statements(&self) -> Statements {
-        let mut last = self.statements().await;
-        for _ in 0..50 {
-            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        const STILL: std::time::Duration = std::time::Duration::from_millis(200);
+        let changed = std::cell::Cell::new((self.statements().await, std::time::Instant::now()));
+        wait::eventually(wait::PATIENCE, "the statement count settles", || async {
             let now = self.statements().await;
-            if now == last {
-                return now;
+            let (last, since) = changed.get();
+            if now != last {
+                changed.set((now, std::time::Instant::now()));
+                Err(format!("moved to {now:?}"))
+            } else if since.elapsed() >= STILL {
+                Ok(now)
+            } else {
+                Err(format!("{now:?}, still for {:?}", since.elapsed()))
             }
-            last = now;
-        }
-        last
+        })
+        .await
     }
 
     /// The user's statements so far.
@@ -370,52 +376,48 @@ pub async fn replay_failures(admin: &str) -> f64 {
     metric_value(&text, "linktrack_replay_failures_total").unwrap_or(0.0)
 }
 
-/// Wait (10 s at most) until the server's replay has failed more often
-/// than `since` (its own counter): it tried to store the journal and
-/// could not, so whatever is not stored by now was held back, not late.
+/// Wait until the server's replay has failed more often than `since` (its
+/// own counter): it tried to store the journal and could not, so whatever
+/// is not stored by now was held back, not late.
 pub async fn wait_for_replay_failure(admin: &str, since: f64) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while replay_failures(admin).await <= since {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the replay never tried (and failed): {}",
-            metrics_text(admin).await
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    wait::eventually(wait::PATIENCE, "the replay tries (and fails)", || async {
+        if replay_failures(admin).await > since {
+            Ok(())
+        } else {
+            Err(metrics_text(admin).await)
+        }
+    })
+    .await;
 }
 
-/// Wait (10 s at most) until exactly `n` other sessions on `db`'s database
-/// match `condition` (SQL over `information_schema.PROCESSLIST`): the runs a
-/// lock held by a third connection keeps waiting. Times out with every
+/// Wait until exactly `n` other sessions on `db`'s database match
+/// `condition` (SQL over `information_schema.PROCESSLIST`): the runs a lock
+/// held by a third connection keeps waiting. Times out with every
 /// session's state and statement.
 pub async fn wait_for_sessions(db: &TestDb, condition: &str, n: i64) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let count = format!(
         "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
          WHERE DB = ? AND ID <> CONNECTION_ID() AND ({condition})"
     );
-    loop {
+    let what = format!("{n} sessions match {condition}");
+    wait::eventually(wait::PATIENCE, &what, || async {
         let matching: i64 = sqlx::query_scalar(&count)
             .bind(&db.name)
             .fetch_one(&db.pool)
             .await
             .unwrap();
         if matching == n {
-            return;
+            return Ok(());
         }
-        if std::time::Instant::now() > deadline {
-            let sessions: Vec<(Option<String>, Option<String>)> = sqlx::query_as(
-                "SELECT STATE, INFO FROM information_schema.PROCESSLIST WHERE DB = ?",
-            )
-            .bind(&db.name)
-            .fetch_all(&db.pool)
-            .await
-            .unwrap();
-            panic!("{matching} sessions, not {n}, match {condition}: {sessions:?}");
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+        let sessions: Vec<(Option<String>, Option<String>)> =
+            sqlx::query_as("SELECT STATE, INFO FROM information_schema.PROCESSLIST WHERE DB = ?")
+                .bind(&db.name)
+                .fetch_all(&db.pool)
+                .await
+                .unwrap();
+        Err(format!("{matching} sessions match: {sessions:?}"))
+    })
+    .await;
 }
 
 /// `id` as the store's functions take a mailing's id.

@@ -3,10 +3,25 @@
 //! every file of a journal directory. An address is looked for in the forms
 //! a copy could take: as written, in its domain's other spelling, with `@`
 //! percent-encoded, in hex and in base64 (ASCII case ignored).
+//!
+//! And what the privacy tests' servers share: settings under which clicks
+//! are people's and the privacy view is quick, the letter's "stop tracking
+//! me" link, and waiting for servers to take a change in.
 
+use super::build::BASE;
+use super::export::humans_only;
+use super::quick;
+use super::wait::{self, PATIENCE};
 use base64::Engine;
+use linktrack::privacy::PrivacySettings;
+use linktrack::server::image::AddressPolicy;
+use linktrack::server::state::ServerSettings;
+use linktrack::server::AppSettings;
+use linktrack::store::privacy;
+use serde_json::Value;
 use sqlx::MySqlPool;
 use std::path::Path;
+use std::time::Duration;
 
 /// The byte strings that would betray `address` (given in one spelling;
 /// `other_spelling` is its domain's other form, if it has one).
@@ -167,4 +182,71 @@ pub fn sweep_files(dir: &Path, needles: &[Vec<u8>]) -> Vec<String> {
         }
     }
     hits
+}
+
+/// The token of the letter's "stop tracking me" link.
+pub fn stop_token(letter: &Value) -> String {
+    let html = letter["html"].as_str().unwrap();
+    let at = html
+        .find(&format!("{BASE}/t/"))
+        .expect("a stop-tracking link")
+        + BASE.len()
+        + 3;
+    html[at..at + 32].to_owned()
+}
+
+/// Server settings for these tests: clicks right after the build are
+/// people's, images from a loopback upstream are proxied.
+pub fn server_settings() -> ServerSettings {
+    let mut settings = humans_only();
+    settings.images.policy = AddressPolicy::AllowLoopback;
+    settings
+}
+
+/// The privacy view refreshed every 100 ms (tests wait for it by its
+/// acknowledgement, never by the clock).
+fn fast_privacy() -> PrivacySettings {
+    PrivacySettings {
+        refresh_every: Duration::from_millis(100),
+        ..PrivacySettings::default()
+    }
+}
+
+/// `quick`, with [`server_settings`] and [`fast_privacy`].
+pub fn configured(settings: AppSettings) -> AppSettings {
+    AppSettings {
+        server: server_settings(),
+        privacy: fast_privacy(),
+        ..quick(settings)
+    }
+}
+
+/// The one number `sql` selects.
+pub async fn count(pool: &MySqlPool, sql: &str) -> i64 {
+    sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
+}
+
+/// The newest change of the privacy change log.
+pub async fn last_change(pool: &MySqlPool) -> u64 {
+    privacy::last_change_id(pool, privacy::ChangeLog::Privacy)
+        .await
+        .unwrap()
+}
+
+/// Wait until `servers` live servers (in `privacy_servers`) have each taken
+/// in change `id`.
+pub async fn acknowledged_by(pool: &MySqlPool, servers: usize, id: u64) {
+    let what = format!("{servers} servers acknowledge change {id}");
+    wait::eventually(PATIENCE, &what, || async {
+        let acks = privacy::live_servers(pool, Duration::from_secs(60))
+            .await
+            .unwrap();
+        if acks.len() >= servers && acks.iter().all(|a| a.applied_id >= id) {
+            Ok(())
+        } else {
+            let applied: Vec<u64> = acks.iter().map(|a| a.applied_id).collect();
+            Err(format!("applied by the live servers: {applied:?}"))
+        }
+    })
+    .await;
 }
