@@ -29,28 +29,44 @@ pub struct Network {
     prefix: u8,
 }
 
-impl std::str::FromStr for Network {
-    type Err = String;
+/// A text that is no address or network.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadNetwork {
+    #[error("{text:?} is not an address or network (10.0.0.0/8, fd00::/8)")]
+    Address {
+        text: String,
+        #[source]
+        source: std::net::AddrParseError,
+    },
+    #[error("{text:?}: the prefix must be 0 to {max}")]
+    Prefix { text: String, max: u8 },
+}
 
-    fn from_str(text: &str) -> Result<Network, String> {
+impl std::str::FromStr for Network {
+    type Err = BadNetwork;
+
+    fn from_str(text: &str) -> Result<Network, BadNetwork> {
         let text = text.trim();
         let (addr, prefix) = match text.split_once('/') {
             Some((addr, prefix)) => (addr, Some(prefix)),
             None => (text, None),
         };
-        let addr: IpAddr = addr
-            .parse()
-            .map_err(|_| format!("{text:?} is not an address or network (10.0.0.0/8, fd00::/8)"))?;
+        let addr: IpAddr = addr.parse().map_err(|source| BadNetwork::Address {
+            text: text.to_owned(),
+            source,
+        })?;
         let addr = canonical(addr);
         let max = if addr.is_ipv4() { 32 } else { 128 };
-        let prefix = match prefix {
-            Some(p) => p
-                .parse::<u8>()
-                .ok()
-                .filter(|p| *p <= max)
-                .ok_or_else(|| format!("{text:?}: the prefix must be 0 to {max}"))?,
-            None => max,
-        };
+        let prefix =
+            match prefix {
+                Some(p) => p.parse::<u8>().ok().filter(|p| *p <= max).ok_or_else(|| {
+                    BadNetwork::Prefix {
+                        text: text.to_owned(),
+                        max,
+                    }
+                })?,
+                None => max,
+            };
         Ok(Network { addr, prefix })
     }
 }

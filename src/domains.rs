@@ -16,7 +16,7 @@ use std::time::Duration;
 /// The resolver could not be set up.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot set up the DNS resolver: {0}")]
-pub struct ResolverError(String);
+pub struct ResolverError(#[source] hickory_resolver::net::NetError);
 
 /// What one check found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,7 +35,7 @@ impl DomainChecker {
     /// at `nameserver` (UDP and TCP).
     pub fn new(nameserver: Option<SocketAddr>) -> Result<DomainChecker, ResolverError> {
         let mut builder = match nameserver {
-            None => TokioResolver::builder_tokio().map_err(|e| ResolverError(e.to_string()))?,
+            None => TokioResolver::builder_tokio().map_err(ResolverError)?,
             Some(address) => {
                 let mut server = NameServerConfig::udp_and_tcp(address.ip());
                 for connection in &mut server.connections {
@@ -52,7 +52,7 @@ impl DomainChecker {
         options.attempts = 2;
         // Every check asks again: a record just changed must be seen.
         options.cache_size = 0;
-        let resolver = builder.build().map_err(|e| ResolverError(e.to_string()))?;
+        let resolver = builder.build().map_err(ResolverError)?;
         Ok(DomainChecker { resolver })
     }
 
@@ -189,9 +189,14 @@ fn join(addresses: &BTreeSet<IpAddr>) -> String {
         .join(", ")
 }
 
+/// A text that is no host name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not a host name (letters, digits and hyphens in dot-separated labels, such as click.brand.example)")]
+pub struct NotAHostName(pub String);
+
 /// A host name as `domains add` takes it: lowercase, no trailing dot,
 /// labels of letters, digits and hyphens, at least two of them.
-pub fn host_name(text: &str) -> Result<String, String> {
+pub fn host_name(text: &str) -> Result<String, NotAHostName> {
     let host = normalise(text.trim());
     let labels_ok = host.split('.').all(|label| {
         !label.is_empty()
@@ -203,9 +208,7 @@ pub fn host_name(text: &str) -> Result<String, String> {
             && !label.ends_with('-')
     });
     if host.len() > 253 || !host.contains('.') || !labels_ok {
-        return Err(format!(
-            "{text:?} is not a host name (letters, digits and hyphens in dot-separated labels, such as click.brand.example)"
-        ));
+        return Err(NotAHostName(text.to_owned()));
     }
     Ok(host)
 }

@@ -13,13 +13,33 @@ use std::time::Duration;
 #[derive(Debug, thiserror::Error)]
 pub enum CertificateError {
     #[error("certificate of {host}: {detail}")]
-    Unusable { host: String, detail: String },
+    Unusable { host: String, detail: &'static str },
+    /// A part (the chain's PEM, the leaf, the key) its parser refused.
+    #[error("certificate of {host}: {part}: {source}")]
+    Unreadable {
+        host: String,
+        part: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
 }
 
-fn unusable(host: &str, detail: impl ToString) -> CertificateError {
+fn unusable(host: &str, detail: &'static str) -> CertificateError {
     CertificateError::Unusable {
         host: host.to_owned(),
-        detail: detail.to_string(),
+        detail,
+    }
+}
+
+fn unreadable<E>(host: &str, part: &'static str) -> impl FnOnce(E) -> CertificateError
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let host = host.to_owned();
+    move |source| CertificateError::Unreadable {
+        host,
+        part,
+        source: Box::new(source),
     }
 }
 
@@ -35,7 +55,7 @@ pub struct LeafFacts {
 fn chain(host: &str, chain_pem: &str) -> Result<Vec<CertificateDer<'static>>, CertificateError> {
     let certs = CertificateDer::pem_slice_iter(chain_pem.as_bytes())
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|err| unusable(host, format!("chain PEM: {err}")))?;
+        .map_err(unreadable(host, "chain PEM"))?;
     if certs.is_empty() {
         return Err(unusable(host, "the chain holds no certificate"));
     }
@@ -46,7 +66,7 @@ fn chain(host: &str, chain_pem: &str) -> Result<Vec<CertificateDer<'static>>, Ce
 pub fn leaf_facts(host: &str, chain_pem: &str) -> Result<LeafFacts, CertificateError> {
     let certs = chain(host, chain_pem)?;
     let (_, leaf) = x509_parser::parse_x509_certificate(&certs[0])
-        .map_err(|err| unusable(host, format!("leaf certificate: {err}")))?;
+        .map_err(unreadable(host, "leaf certificate"))?;
     let validity = leaf.validity();
     let time = |at: x509_parser::time::ASN1Time| {
         DateTime::<Utc>::from_timestamp(at.timestamp(), 0)
@@ -74,10 +94,10 @@ pub fn certified_key_of(
 ) -> Result<Arc<CertifiedKey>, CertificateError> {
     let certs = chain(name, chain_pem)?;
     let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
-        .map_err(|err| unusable(name, format!("private key PEM: {err}")))?;
+        .map_err(unreadable(name, "private key PEM"))?;
     let provider = rustls::crypto::ring::default_provider();
     let certified = CertifiedKey::from_der(certs, key, &provider)
-        .map_err(|err| unusable(name, format!("key and certificate: {err}")))?;
+        .map_err(unreadable(name, "key and certificate"))?;
     Ok(Arc::new(certified))
 }
 

@@ -52,15 +52,41 @@ pub enum NetworksError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{origin}: {message}")]
-    Parse { origin: String, message: String },
-    #[error("{origin}: network {name:?}: range {range:?}: {message}")]
+    #[error("{origin}: {source}")]
+    Parse {
+        origin: String,
+        #[source]
+        source: toml::de::Error,
+    },
+    #[error("{origin}: network {name:?}: range {range:?}: {source}")]
     Range {
         origin: String,
         name: String,
         range: String,
-        message: String,
+        #[source]
+        source: BadCidr,
     },
+}
+
+/// A text that is no `ADDRESS/PREFIX` range.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadCidr {
+    #[error("not a range: write ADDRESS/PREFIX")]
+    NoSlash,
+    #[error("bad address {addr:?}: {source}")]
+    Address {
+        addr: String,
+        #[source]
+        source: std::net::AddrParseError,
+    },
+    #[error("bad prefix {prefix:?}: {source}")]
+    Prefix {
+        prefix: String,
+        #[source]
+        source: std::num::ParseIntError,
+    },
+    #[error("prefix {prefix} is longer than {bits} bits")]
+    TooLong { prefix: u8, bits: u8 },
 }
 
 #[derive(Deserialize)]
@@ -147,19 +173,19 @@ impl Networks {
 }
 
 fn parse(text: &str, origin: &str) -> Result<(Networks, Vec<String>), NetworksError> {
-    let file: File = toml::from_str(text).map_err(|e| NetworksError::Parse {
+    let file: File = toml::from_str(text).map_err(|source| NetworksError::Parse {
         origin: origin.to_owned(),
-        message: e.to_string(),
+        source,
     })?;
     let mut networks = Vec::with_capacity(file.network.len());
     for entry in file.network {
         let mut ranges = Vec::with_capacity(entry.ranges.len());
         for range in &entry.ranges {
-            ranges.push(Cidr::parse(range).map_err(|message| NetworksError::Range {
+            ranges.push(Cidr::parse(range).map_err(|source| NetworksError::Range {
                 origin: origin.to_owned(),
                 name: entry.name.clone(),
                 range: range.clone(),
-                message,
+                source,
             })?);
         }
         networks.push(Network {
@@ -180,20 +206,19 @@ pub struct Cidr {
 }
 
 impl Cidr {
-    pub fn parse(text: &str) -> Result<Cidr, String> {
-        let (addr, prefix) = text
-            .trim()
-            .split_once('/')
-            .ok_or("not a range: write ADDRESS/PREFIX")?;
-        let net: IpAddr = addr
-            .parse()
-            .map_err(|e| format!("bad address {addr:?}: {e}"))?;
-        let prefix: u8 = prefix
-            .parse()
-            .map_err(|e| format!("bad prefix {prefix:?}: {e}"))?;
+    pub fn parse(text: &str) -> Result<Cidr, BadCidr> {
+        let (addr, prefix) = text.trim().split_once('/').ok_or(BadCidr::NoSlash)?;
+        let net: IpAddr = addr.parse().map_err(|source| BadCidr::Address {
+            addr: addr.to_owned(),
+            source,
+        })?;
+        let prefix: u8 = prefix.parse().map_err(|source| BadCidr::Prefix {
+            prefix: prefix.to_owned(),
+            source,
+        })?;
         let bits = if net.is_ipv4() { 32 } else { 128 };
         if prefix > bits {
-            return Err(format!("prefix {prefix} is longer than {bits} bits"));
+            return Err(BadCidr::TooLong { prefix, bits });
         }
         Ok(Cidr { net, prefix })
     }

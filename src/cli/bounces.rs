@@ -252,24 +252,38 @@ fn pass_failed(err: &PassError) -> ExitCode {
     }
 }
 
+/// Why there is no mailbox password.
+#[derive(Debug, thiserror::Error)]
+enum PasswordError {
+    #[error("--password-file {}: {source}", path.display())]
+    Unreadable {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("--password-file {}: its first line is empty", path.display())]
+    Empty { path: std::path::PathBuf },
+    #[error("no mailbox password: set LINKTRACK_MAILBOX_PASSWORD or --password-file")]
+    Missing,
+}
+
 /// The mailbox password: --password-file's first line, else
 /// LINKTRACK_MAILBOX_PASSWORD.
-fn password(args: &FetchArgs) -> Result<String, String> {
+fn password(args: &FetchArgs) -> Result<String, PasswordError> {
     if let Some(path) = &args.password_file {
-        let text = std::fs::read_to_string(path)
-            .map_err(|err| format!("--password-file {}: {err}", path.display()))?;
+        let text = std::fs::read_to_string(path).map_err(|source| PasswordError::Unreadable {
+            path: path.clone(),
+            source,
+        })?;
         let first = text.lines().next().unwrap_or_default();
         if first.is_empty() {
-            return Err(format!(
-                "--password-file {}: its first line is empty",
-                path.display()
-            ));
+            return Err(PasswordError::Empty { path: path.clone() });
         }
         return Ok(first.to_owned());
     }
     match std::env::var("LINKTRACK_MAILBOX_PASSWORD") {
         Ok(password) if !password.is_empty() => Ok(password),
-        _ => Err("no mailbox password: set LINKTRACK_MAILBOX_PASSWORD or --password-file".into()),
+        _ => Err(PasswordError::Missing),
     }
 }
 

@@ -9,8 +9,8 @@ pub(super) async fn run(url: &str, command: DomainsCommand) -> anyhow::Result<()
     let pool = super::connect::pool(url).await?;
     match command {
         DomainsCommand::Add(args) => {
-            let host = host_name(&args.host).map_err(anyhow::Error::msg)?;
-            let sender = host_name(&args.sender).map_err(anyhow::Error::msg)?;
+            let host = host_name(&args.host)?;
+            let sender = host_name(&args.sender)?;
             tracking_domains::add(&pool, &host, &sender).await?;
             say!("added {host} for {sender}, pending: point it at this service (a CNAME to the base URL's host), then run `linktrack domains verify {host}`")?;
             if tracking_domains::list(&pool).await?.len() == 1 {
@@ -19,7 +19,7 @@ pub(super) async fn run(url: &str, command: DomainsCommand) -> anyhow::Result<()
             Ok(())
         }
         DomainsCommand::Remove(args) => {
-            let host = host_name(&args.host).map_err(anyhow::Error::msg)?;
+            let host = host_name(&args.host)?;
             if !tracking_domains::remove(&pool, &host).await? {
                 anyhow::bail!("no tracking domain {host} (`linktrack domains list` names them)");
             }
@@ -84,7 +84,7 @@ async fn verify(pool: &sqlx::MySqlPool, args: &DomainsVerifyArgs) -> anyhow::Res
     let known = tracking_domains::list(pool).await?;
     let mut hosts = Vec::new();
     for named in &args.hosts {
-        let host = host_name(named).map_err(anyhow::Error::msg)?;
+        let host = host_name(named)?;
         if !known.iter().any(|d| d.host == host) {
             anyhow::bail!("no tracking domain {host}: add it first (`linktrack domains add {host} --for DOMAIN`)");
         }

@@ -6,6 +6,7 @@
 //! message, and it is retried, then dead-lettered, instead of vanishing).
 
 use super::webhook::Outcome;
+use crate::error_report::chain;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions};
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
@@ -58,7 +59,7 @@ impl AmqpSink {
     async fn publish(&self, event_type: &str, id: &str, body: &str) -> Outcome {
         let channel = match self.channel().await {
             Ok(channel) => channel,
-            Err(err) => return Outcome::Retry(format!("AMQP: {err}")),
+            Err(err) => return Outcome::Retry(format!("AMQP: {}", chain(&err))),
         };
         let properties = BasicProperties::default()
             .with_delivery_mode(2)
@@ -81,7 +82,7 @@ impl AmqpSink {
             .await
         {
             Ok(confirm) => confirm.await,
-            Err(err) => return Outcome::Retry(format!("AMQP publish: {err}")),
+            Err(err) => return Outcome::Retry(format!("AMQP publish: {}", chain(&err))),
         };
         match confirm {
             Ok(confirmation) if confirmation.is_ack() => match confirmation.take_message() {
@@ -92,7 +93,7 @@ impl AmqpSink {
                 )),
             },
             Ok(_) => Outcome::Retry("AMQP: the broker refused the message (nack)".into()),
-            Err(err) => Outcome::Retry(format!("AMQP confirm: {err}")),
+            Err(err) => Outcome::Retry(format!("AMQP confirm: {}", chain(&err))),
         }
     }
 

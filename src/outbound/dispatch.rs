@@ -62,8 +62,9 @@ const COUNT_AT_LEAST_EVERY: Duration = Duration::from_secs(60);
 enum Sink {
     Webhook(WebhookSink),
     Amqp(Arc<AmqpSink>),
-    /// Not connectable (a client that could not be built): every attempt fails.
-    Broken(String),
+    /// Not connectable (a client that could not be built): every attempt
+    /// fails, and records why.
+    Broken(Arc<reqwest::Error>),
 }
 
 impl Sink {
@@ -77,7 +78,7 @@ impl Sink {
                 endpoint.destinations.clone(),
             ) {
                 Ok(sink) => Sink::Webhook(sink),
-                Err(err) => Sink::Broken(format!("HTTP client: {err}")),
+                Err(err) => Sink::Broken(Arc::new(err)),
             },
             Target::Amqp { url, exchange } => Sink::Amqp(Arc::new(AmqpSink::new(
                 url.clone(),
@@ -90,7 +91,10 @@ impl Sink {
     /// Send one request: a single event, or a batch of them.
     async fn send(&self, request: &Request) -> Outcome {
         match (self, request.rows.as_slice()) {
-            (Sink::Broken(why), _) => Outcome::Retry(why.clone()),
+            (Sink::Broken(err), _) => Outcome::Retry(format!(
+                "HTTP client: {}",
+                crate::error_report::chain(&**err)
+            )),
             (Sink::Webhook(sink), [row]) if !request.batched => {
                 sink.send(&hex::encode(&row.event_id), &row.payload).await
             }

@@ -136,21 +136,75 @@ impl Endpoint {
 /// A setting or endpoints-file entry that cannot be used, named.
 #[derive(Debug, thiserror::Error)]
 pub enum EndpointError {
-    #[error("{setting}: {message}")]
+    #[error("{setting}: {source}")]
     Setting {
         setting: &'static str,
-        message: String,
+        #[source]
+        source: Invalid,
     },
     #[error(transparent)]
     Unreadable(#[from] crate::settings_file::SettingsFileError),
-    #[error("{}: {message}", path.display())]
-    File { path: PathBuf, message: String },
+    #[error("{}: endpoint {number} ({name:?}): {source}", path.display())]
+    File {
+        path: PathBuf,
+        /// Counted from 1, as the file's `[[endpoint]]` tables are read.
+        number: usize,
+        name: String,
+        #[source]
+        source: Invalid,
+    },
     #[error("endpoint {endpoint:?} ({target}): {refused}")]
     Destination {
         endpoint: String,
         target: String,
         refused: crate::destinations::Refused,
     },
+}
+
+/// What is wrong with one setting's value or one field of an endpoint.
+#[derive(Debug, thiserror::Error)]
+pub enum Invalid {
+    /// A rule of this module, said in its own words.
+    #[error("{0}")]
+    Rule(String),
+    /// An endpoint's field: its name, then what is wrong with it.
+    #[error("{field}: {source}")]
+    Field {
+        field: &'static str,
+        #[source]
+        source: Box<Invalid>,
+    },
+    #[error("{text:?}: {source}")]
+    Url {
+        text: String,
+        #[source]
+        source: url::ParseError,
+    },
+    #[error(transparent)]
+    Secret(#[from] SecretError),
+    #[error(transparent)]
+    Network(#[from] crate::destinations::BadNetwork),
+}
+
+impl Invalid {
+    fn of(field: &'static str) -> impl FnOnce(Invalid) -> Invalid {
+        move |source| Invalid::Field {
+            field,
+            source: Box::new(source),
+        }
+    }
+}
+
+impl From<String> for Invalid {
+    fn from(message: String) -> Invalid {
+        Invalid::Rule(message)
+    }
+}
+
+impl From<&str> for Invalid {
+    fn from(message: &str) -> Invalid {
+        Invalid::Rule(message.to_owned())
+    }
 }
 
 #[derive(Debug, serde::Deserialize)]
@@ -182,8 +236,8 @@ pub fn from_settings(args: &OutboundSettings) -> Result<Vec<Endpoint>, EndpointE
         .flat_map(|text| text.split(','))
         .filter(|text| !text.trim().is_empty())
         .map(str::parse)
-        .collect::<Result<Vec<crate::destinations::Network>, String>>()
-        .map_err(|message| setting("LINKTRACK_OUTBOUND_ALLOW_PRIVATE", message))?;
+        .collect::<Result<Vec<crate::destinations::Network>, _>>()
+        .map_err(|bad| setting("LINKTRACK_OUTBOUND_ALLOW_PRIVATE", bad.into()))?;
     let destinations = crate::destinations::Destinations::allowing(allowed);
     let defaults = Limits {
         destinations: destinations.clone(),
@@ -199,7 +253,7 @@ pub fn from_settings(args: &OutboundSettings) -> Result<Vec<Endpoint>, EndpointE
             target: Target::Webhook {
                 url: http_url(url).map_err(|message| setting("LINKTRACK_WEBHOOK_URL", message))?,
                 secret: Secret::parse(secret)
-                    .map_err(|err| setting("LINKTRACK_WEBHOOK_SECRET", err.to_string()))?,
+                    .map_err(|err| setting("LINKTRACK_WEBHOOK_SECRET", err.into()))?,
             },
             types: None,
             mailings: None,
@@ -261,7 +315,8 @@ pub fn from_settings(args: &OutboundSettings) -> Result<Vec<Endpoint>, EndpointE
             format!(
                 "two endpoints are named {:?}; names must be unique",
                 pair[0]
-            ),
+            )
+            .into(),
         ));
     }
     Ok(endpoints)
@@ -275,18 +330,18 @@ struct Limits {
 }
 
 /// 1 (off) to [`MAX_BATCH`] events per request.
-fn checked_batch(batch: usize) -> Result<usize, String> {
+fn checked_batch(batch: usize) -> Result<usize, Invalid> {
     if (1..=MAX_BATCH).contains(&batch) {
         Ok(batch)
     } else {
-        Err(format!(
+        Err(Invalid::Rule(format!(
             "{batch} events per request: must be 1 (one event per request) to {MAX_BATCH}"
-        ))
+        )))
     }
 }
 
-fn setting(setting: &'static str, message: String) -> EndpointError {
-    EndpointError::Setting { setting, message }
+fn setting(setting: &'static str, source: Invalid) -> EndpointError {
+    EndpointError::Setting { setting, source }
 }
 
 fn read_file(path: &Path, defaults: &Limits) -> Result<Vec<Endpoint>, EndpointError> {
@@ -296,15 +351,17 @@ fn read_file(path: &Path, defaults: &Limits) -> Result<Vec<Endpoint>, EndpointEr
         .enumerate()
         .map(|(index, entry)| {
             let name = entry.name.clone();
-            file_endpoint(entry, defaults).map_err(|message| EndpointError::File {
+            file_endpoint(entry, defaults).map_err(|source| EndpointError::File {
                 path: path.to_owned(),
-                message: format!("endpoint {} ({name:?}): {message}", index + 1),
+                number: index + 1,
+                name,
+                source,
             })
         })
         .collect()
 }
 
-fn file_endpoint(entry: FileEndpoint, defaults: &Limits) -> Result<Endpoint, String> {
+fn file_endpoint(entry: FileEndpoint, defaults: &Limits) -> Result<Endpoint, Invalid> {
     check_name(&entry.name)?;
     let amqp = entry.url.starts_with("amqp");
     let target = if amqp {
@@ -315,7 +372,7 @@ fn file_endpoint(entry: FileEndpoint, defaults: &Limits) -> Result<Endpoint, Str
             return Err("batch: AMQP endpoints publish one message per event".into());
         }
         Target::Amqp {
-            url: amqp_url(&entry.url).map_err(|m| format!("url: {m}"))?,
+            url: amqp_url(&entry.url).map_err(Invalid::of("url"))?,
             exchange: entry
                 .exchange
                 .unwrap_or_else(|| DEFAULT_AMQP_EXCHANGE.to_owned()),
@@ -328,16 +385,16 @@ fn file_endpoint(entry: FileEndpoint, defaults: &Limits) -> Result<Endpoint, Str
             .secret
             .ok_or("secret: missing (whsec_ + base64, Standard Webhooks)")?;
         Target::Webhook {
-            url: http_url(&entry.url).map_err(|m| format!("url: {m}"))?,
-            secret: Secret::parse(&secret).map_err(|err: SecretError| format!("secret: {err}"))?,
+            url: http_url(&entry.url).map_err(Invalid::of("url"))?,
+            secret: Secret::parse(&secret).map_err(|err| Invalid::of("secret")(err.into()))?,
         }
     };
     if let Some(types) = &entry.types {
         if let Some(bad) = types.iter().find(|t| !EVENT_TYPES.contains(&t.as_str())) {
-            return Err(format!(
+            return Err(Invalid::Rule(format!(
                 "types: unknown type {bad:?} (known: {})",
                 EVENT_TYPES.join(", ")
-            ));
+            )));
         }
     }
     Ok(Endpoint {
@@ -351,7 +408,7 @@ fn file_endpoint(entry: FileEndpoint, defaults: &Limits) -> Result<Endpoint, Str
             .map_or(defaults.timeout, |ms| Duration::from_millis(ms.max(1))),
         batch: match entry.batch {
             _ if amqp => 1,
-            Some(batch) => checked_batch(batch).map_err(|m| format!("batch: {m}"))?,
+            Some(batch) => checked_batch(batch).map_err(Invalid::of("batch"))?,
             None => defaults.batch,
         },
         destinations: defaults.destinations.clone(),
@@ -359,7 +416,7 @@ fn file_endpoint(entry: FileEndpoint, defaults: &Limits) -> Result<Endpoint, Str
 }
 
 /// Names label metrics and rows: short, lowercase, no spaces.
-fn check_name(name: &str) -> Result<(), String> {
+fn check_name(name: &str) -> Result<(), Invalid> {
     let valid = !name.is_empty()
         && name.len() <= 64
         && name
@@ -368,28 +425,35 @@ fn check_name(name: &str) -> Result<(), String> {
     if valid {
         Ok(())
     } else {
-        Err(format!(
+        Err(Invalid::Rule(format!(
             "name: {name:?} must be 1 to 64 of a-z, 0-9, - and _"
-        ))
+        )))
     }
 }
 
-fn http_url(text: &str) -> Result<reqwest::Url, String> {
-    let url = reqwest::Url::parse(text.trim()).map_err(|e| format!("{text:?}: {e}"))?;
+fn http_url(text: &str) -> Result<reqwest::Url, Invalid> {
+    let url = reqwest::Url::parse(text.trim()).map_err(|source| Invalid::Url {
+        text: text.to_owned(),
+        source,
+    })?;
     if !matches!(url.scheme(), "http" | "https") {
-        return Err(format!(
+        return Err(Invalid::Rule(format!(
             "{text:?}: scheme {:?} is not http or https",
             url.scheme()
-        ));
+        )));
     }
     Ok(url)
 }
 
-/// Checked with lapin's own parser, so what passes here is what connects.
-fn amqp_url(text: &str) -> Result<String, String> {
+/// Checked with lapin's own parser, so what passes here is what connects
+/// (its error is text already: there is no cause to keep).
+fn amqp_url(text: &str) -> Result<String, Invalid> {
     let text = text.trim();
-    text.parse::<lapin::uri::AMQPUri>()
-        .map_err(|e| format!("not an AMQP URL (amqp://user:password@host:port/vhost): {e}"))?;
+    if let Err(said) = text.parse::<lapin::uri::AMQPUri>() {
+        return Err(Invalid::Rule(format!(
+            "not an AMQP URL (amqp://user:password@host:port/vhost): {said}"
+        )));
+    }
     Ok(text.to_owned())
 }
 

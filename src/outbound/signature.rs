@@ -38,7 +38,7 @@ impl std::fmt::Debug for Secret {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SecretError {
     #[error("not valid base64 after `whsec_`: {0}")]
-    NotBase64(String),
+    NotBase64(#[source] base64::DecodeError),
     #[error("decodes to {0} bytes; Standard Webhooks secrets have 24 to 64")]
     BadLength(usize),
 }
@@ -48,9 +48,7 @@ impl Secret {
     pub fn parse(text: &str) -> Result<Secret, SecretError> {
         let encoded = text.trim();
         let encoded = encoded.strip_prefix(SECRET_PREFIX).unwrap_or(encoded);
-        let key = BASE64
-            .decode(encoded)
-            .map_err(|err| SecretError::NotBase64(err.to_string()))?;
+        let key = BASE64.decode(encoded).map_err(SecretError::NotBase64)?;
         if !(24..=64).contains(&key.len()) {
             return Err(SecretError::BadLength(key.len()));
         }

@@ -4,7 +4,8 @@ use super::signature::Secret;
 use crate::destinations::Destinations;
 use std::time::Duration;
 
-/// What one attempt came to.
+/// What one attempt came to. A failure is said as text, its causes
+/// included: it is what the outbox row records and `webhooks test` shows.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     /// Acknowledged (2xx, or the broker's confirm).
@@ -80,7 +81,7 @@ impl WebhookSink {
             Ok(response) => outcome_of(response.status()),
             // reqwest names the URL in its text: its credentials must not
             // reach the outbox, the log or `webhooks test`.
-            Err(err) => Outcome::Retry(error_chain(&err.without_url())),
+            Err(err) => Outcome::Retry(crate::error_report::chain(&err.without_url())),
         }
     }
 }
@@ -94,18 +95,6 @@ pub fn outcome_of(status: reqwest::StatusCode) -> Outcome {
     } else {
         Outcome::Retry(format!("HTTP {status}"))
     }
-}
-
-/// The error and its causes on one line (reqwest's own text hides them).
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

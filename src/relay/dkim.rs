@@ -134,7 +134,25 @@ pub enum DkimKeyError {
         source: std::io::Error,
     },
     #[error("--dkim-key {spec}: {}: {problem}", .spec.file.display())]
-    Unusable { spec: DkimKeySpec, problem: String },
+    Unusable {
+        spec: DkimKeySpec,
+        problem: &'static str,
+    },
+    #[error("--dkim-key {spec}: {}: no PEM private key in it ({source})", .spec.file.display())]
+    NoPem {
+        spec: DkimKeySpec,
+        #[source]
+        source: rustls::pki_types::pem::Error,
+    },
+    #[error(
+        "--dkim-key {spec}: {}: not a usable RSA key ({source}); RSA keys need 2048 bits or more",
+        .spec.file.display()
+    )]
+    WeakRsa {
+        spec: DkimKeySpec,
+        #[source]
+        source: mail_auth::Error,
+    },
     #[error("--dkim-key {spec}: a second key for {}; one key per domain", .spec.domain)]
     Twice { spec: DkimKeySpec },
 }
@@ -351,7 +369,7 @@ fn from_domain(raw: &[u8]) -> Option<String> {
 
 /// The key of `spec` and its DNS record's text (`v=DKIM1; k=…; p=…`).
 fn read_key(spec: &DkimKeySpec) -> Result<(DkimKey, String), DkimKeyError> {
-    let unusable = |problem: String| DkimKeyError::Unusable {
+    let unusable = |problem: &'static str| DkimKeyError::Unusable {
         spec: spec.clone(),
         problem,
     };
@@ -359,21 +377,23 @@ fn read_key(spec: &DkimKeySpec) -> Result<(DkimKey, String), DkimKeyError> {
         spec: spec.clone(),
         source,
     })?;
-    let der = PrivateKeyDer::from_pem_slice(&pem)
-        .map_err(|e| unusable(format!("no PEM private key in it ({e})")))?;
+    let der = PrivateKeyDer::from_pem_slice(&pem).map_err(|source| DkimKeyError::NoPem {
+        spec: spec.clone(),
+        source,
+    })?;
     let base64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
     let rsa_record = |key: &RsaKey<Sha256>| {
         rsa_public_key_info(key)
             .map(|info| format!("v=DKIM1; k=rsa; p={}", base64(&info)))
-            .ok_or_else(|| unusable("its public key cannot be encoded".to_owned()))
+            .ok_or_else(|| unusable("its public key cannot be encoded"))
     };
     match der {
         PrivateKeyDer::Pkcs1(_) => {
-            let key = RsaKey::<Sha256>::from_key_der(der).map_err(|e| {
-                unusable(format!(
-                    "not a usable RSA key ({e}); RSA keys need 2048 bits or more"
-                ))
-            })?;
+            let key =
+                RsaKey::<Sha256>::from_key_der(der).map_err(|source| DkimKeyError::WeakRsa {
+                    spec: spec.clone(),
+                    source,
+                })?;
             let record = rsa_record(&key)?;
             Ok((DkimKey::Rsa(key), record))
         }
@@ -385,14 +405,12 @@ fn read_key(spec: &DkimKeySpec) -> Result<(DkimKey, String), DkimKeyError> {
                 return Ok((DkimKey::Rsa(key), record));
             }
             let key = Ed25519Key::from_pkcs8_maybe_unchecked_der(&bytes).map_err(|_| {
-                unusable("neither an RSA key of 2048 bits or more nor an Ed25519 key".to_owned())
+                unusable("neither an RSA key of 2048 bits or more nor an Ed25519 key")
             })?;
             let record = format!("v=DKIM1; k=ed25519; p={}", base64(&key.public_key()));
             Ok((DkimKey::Ed25519(key), record))
         }
-        _ => Err(unusable(
-            "an EC key: DKIM signs with RSA or Ed25519".to_owned(),
-        )),
+        _ => Err(unusable("an EC key: DKIM signs with RSA or Ed25519")),
     }
 }
 

@@ -30,6 +30,16 @@ pub(crate) struct Queued {
     pub in_doubt: bool,
 }
 
+/// A spooled letter whose envelope line does not read (carried in the
+/// `io::Error` the spool's callers handle).
+#[derive(Debug, thiserror::Error)]
+#[error("{}: envelope: {source}", path.display())]
+struct BadEnvelope {
+    path: PathBuf,
+    #[source]
+    source: serde_json::Error,
+}
+
 impl Spool {
     /// The spool at `root`, its folders made when missing.
     pub(crate) fn open(root: &Path) -> io::Result<Spool> {
@@ -125,8 +135,12 @@ impl Spool {
         let bytes = fs::read(path)?;
         let split = memchr::memchr(b'\n', &bytes)
             .ok_or_else(|| io::Error::other(format!("{}: no envelope line", path.display())))?;
-        let mut letter: Outgoing = serde_json::from_slice(&bytes[..split])
-            .map_err(|e| io::Error::other(format!("{}: envelope: {e}", path.display())))?;
+        let mut letter: Outgoing = serde_json::from_slice(&bytes[..split]).map_err(|source| {
+            io::Error::other(BadEnvelope {
+                path: path.to_owned(),
+                source,
+            })
+        })?;
         letter.data = bytes[split + 1..].to_vec();
         Ok(letter)
     }

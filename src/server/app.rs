@@ -342,13 +342,13 @@ impl App {
             let _ = task.await;
         }
         let admin_served = match admin_task {
-            Some(task) => task.await.map_err(std::io::Error::other),
+            Some(task) => task.await.map_err(ServeError::AdminTask),
             None => Ok(()),
         };
         tracing::info!("stopped accepting requests; flushing events");
         pipeline.shutdown(deadline).await;
         workers.shutdown(deadline).await;
-        admin_served.map_err(ServeError::from)
+        admin_served
     }
 
     /// Serve on background tasks that can be killed as a crash would kill

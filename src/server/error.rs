@@ -3,7 +3,9 @@
 //! nothing on a request path panics. The stats API and dashboard answer
 //! JSON errors of their own (`stats::StatsError`).
 
+use super::image::ProxyError;
 use super::pages;
+use crate::error_report::chain;
 use crate::store::StoreError;
 use axum::http::header::InvalidHeaderValue;
 use axum::http::{header, HeaderValue, StatusCode};
@@ -32,9 +34,10 @@ pub enum ServerError {
     /// the database's to keep, only what was waited for.
     #[error("database unavailable: {0}")]
     Unavailable(String),
-    /// The image upstream failed or was refused.
+    /// The image upstream failed or was refused (shared: one fetch answers
+    /// every request that waited for it).
     #[error("image unavailable: {0}")]
-    BadGateway(String),
+    BadGateway(#[source] Arc<ProxyError>),
     /// A stored link's URL cannot be sent as a `Location` header.
     #[error("stored URL is no header value")]
     StoredUrl(#[source] Arc<InvalidHeaderValue>),
@@ -55,7 +58,7 @@ impl ServerError {
             ServerError::Gone => ServerError::Gone,
             ServerError::Store(store) => ServerError::Store(Arc::clone(store)),
             ServerError::Unavailable(detail) => ServerError::Unavailable(detail.clone()),
-            ServerError::BadGateway(detail) => ServerError::BadGateway(detail.clone()),
+            ServerError::BadGateway(proxy) => ServerError::BadGateway(Arc::clone(proxy)),
             ServerError::StoredUrl(invalid) => ServerError::StoredUrl(Arc::clone(invalid)),
         }
     }
@@ -112,8 +115,8 @@ impl IntoResponse for ServerError {
                 tracing::debug!(%detail, "database unavailable");
                 UNAVAILABLE
             }
-            ServerError::BadGateway(reason) => {
-                tracing::info!(%reason, "image proxy failed");
+            ServerError::BadGateway(proxy) => {
+                tracing::info!(error = %chain(&**proxy), "image proxy failed");
                 (
                     StatusCode::BAD_GATEWAY,
                     "Image unavailable",

@@ -3,6 +3,7 @@
 
 use super::error::ServerError;
 use super::hosts::ServedFor;
+use super::image::ProxyError;
 use super::request::{
     ClickRoute, ImageRoute, OptOutRoute, PixelRoute, RequestMeta, RouteToken, TokenRefusal,
     Tracked, UnsubscribeRoute,
@@ -17,6 +18,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use std::borrow::Cow;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The smallest transparent GIF: 1×1, 43 bytes.
@@ -459,9 +461,13 @@ pub(crate) async fn image(
         .images
         .get(url)
         .await
-        .map_err(|e| ServerError::BadGateway(e.to_string()))?;
-    let content_type = HeaderValue::from_str(&image.content_type)
-        .map_err(|_| ServerError::BadGateway("unusable content type".into()))?;
+        .map_err(ServerError::BadGateway)?;
+    let content_type = HeaderValue::from_str(&image.content_type).map_err(|source| {
+        ServerError::BadGateway(Arc::new(ProxyError::UnusableContentType {
+            content_type: image.content_type.clone(),
+            source,
+        }))
+    })?;
     // The body is someone else's: an SVG could carry script, so it must not
     // run or be sniffed as anything else on our domain.
     let response = (
@@ -500,8 +506,8 @@ pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
     let probe = crate::store::ping(&state.pool);
     let database = match tokio::time::timeout(Duration::from_secs(1), probe).await {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(err)) => Err(err.to_string()),
-        Err(_) => Err("no answer within 1s".to_owned()),
+        Ok(Err(err)) => Err(Some(err)),
+        Err(_) => Err(None),
     };
     let journal = match (journal_writes, &space) {
         (false, _) => "unwritable",
@@ -521,8 +527,17 @@ pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
         body["detail"] = serde_json::Value::from(low.to_string());
     }
     // The database's error text (user names, hosts) stays in the log.
-    if let Err(detail) = &database {
-        tracing::warn!(error = %detail, "/readyz: the database is unavailable");
+    if let Err(failure) = &database {
+        match failure {
+            Some(err) => tracing::warn!(
+                error = %crate::error_report::chain(err),
+                "/readyz: the database is unavailable"
+            ),
+            None => tracing::warn!(
+                error = "no answer within 1s",
+                "/readyz: the database is unavailable"
+            ),
+        }
         body["detail"] = serde_json::Value::from("database unavailable");
     }
     if let Some(router) = &state.cluster {

@@ -72,16 +72,42 @@ impl Default for ImageSettings {
     }
 }
 
+/// Why an image could not be proxied. "refused" is our check (the
+/// address policy), "upstream" the origin's failure.
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {
+    #[error("refused: bad URL: {0}")]
+    BadUrl(#[source] url::ParseError),
+    #[error("refused: scheme {0}")]
+    Scheme(String),
+    #[error("refused: no host")]
+    NoHost,
+    #[error("refused: non-public address {0}")]
+    NonPublic(IpAddr),
+    /// Our resolver refused the name (it resolves to a non-public address);
+    /// the refusal is in reqwest's chain of causes.
     #[error("refused: {0}")]
-    Refused(String),
+    Resolver(#[source] reqwest::Error),
     #[error("upstream: {0}")]
-    Upstream(String),
+    Request(#[source] reqwest::Error),
+    #[error("upstream: redirect without Location")]
+    NoLocation,
+    #[error("upstream: bad redirect {location:?}: {source}")]
+    BadRedirect {
+        location: String,
+        #[source]
+        source: url::ParseError,
+    },
     #[error("upstream answered {0}")]
     Status(u16),
     #[error("upstream content type {0:?} is not an image")]
     NotImage(String),
+    #[error("upstream content type {content_type:?} is no header value")]
+    UnusableContentType {
+        content_type: String,
+        #[source]
+        source: axum::http::header::InvalidHeaderValue,
+    },
     #[error("image larger than {0} bytes")]
     TooLarge(usize),
     #[error("more than {0} redirects")]
@@ -171,7 +197,7 @@ impl ImageProxy {
 
     /// Fetch, following redirects by hand so every hop is checked.
     async fn fetch(&self, url: &str) -> Result<Image, ProxyError> {
-        let mut url = Url::parse(url).map_err(|e| ProxyError::Refused(format!("bad URL: {e}")))?;
+        let mut url = Url::parse(url).map_err(ProxyError::BadUrl)?;
         for _ in 0..=self.settings.max_redirects {
             self.check_target(&url)?;
             let response = self
@@ -179,7 +205,7 @@ impl ImageProxy {
                 .get(url.clone())
                 .send()
                 .await
-                .map_err(|e| upstream_error(&e))?;
+                .map_err(upstream_error)?;
             if response.status().is_redirection() {
                 url = next_hop(&url, &response)?;
                 continue;
@@ -192,10 +218,10 @@ impl ImageProxy {
     /// Scheme and literal-address checks; host names are checked by the resolver.
     fn check_target(&self, url: &Url) -> Result<(), ProxyError> {
         if !matches!(url.scheme(), "http" | "https") {
-            return Err(ProxyError::Refused(format!("scheme {}", url.scheme())));
+            return Err(ProxyError::Scheme(url.scheme().to_owned()));
         }
         let Some(host) = url.host_str() else {
-            return Err(ProxyError::Refused("no host".into()));
+            return Err(ProxyError::NoHost);
         };
         // IPv6 literals come bracketed; a name does not parse as an address.
         let literal = host
@@ -204,9 +230,7 @@ impl ImageProxy {
             .parse::<IpAddr>()
             .ok();
         match literal {
-            Some(ip) if !self.settings.policy.allows(ip) => {
-                Err(ProxyError::Refused(format!("non-public address {ip}")))
-            }
+            Some(ip) if !self.settings.policy.allows(ip) => Err(ProxyError::NonPublic(ip)),
             _ => Ok(()),
         }
     }
@@ -230,7 +254,7 @@ impl ImageProxy {
             self.settings.max_ttl,
         );
         let mut body = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(|e| upstream_error(&e))? {
+        while let Some(chunk) = response.chunk().await.map_err(upstream_error)? {
             if body.len() + chunk.len() > max {
                 return Err(ProxyError::TooLarge(max));
             }
@@ -253,28 +277,24 @@ fn header_text(response: &reqwest::Response, name: reqwest::header::HeaderName) 
 }
 
 fn next_hop(from: &Url, response: &reqwest::Response) -> Result<Url, ProxyError> {
-    let location = header_text(response, LOCATION)
-        .ok_or_else(|| ProxyError::Upstream("redirect without Location".into()))?;
+    let location = header_text(response, LOCATION).ok_or(ProxyError::NoLocation)?;
     from.join(&location)
-        .map_err(|e| ProxyError::Upstream(format!("bad redirect {location:?}: {e}")))
+        .map_err(|source| ProxyError::BadRedirect { location, source })
 }
 
-/// reqwest nests the cause (our resolver's refusal among them); show it
-/// all, and classify by the type of the causes, never by their text.
-fn upstream_error(err: &reqwest::Error) -> ProxyError {
-    let mut text = err.to_string();
+/// reqwest nests the cause (our resolver's refusal among them): classify
+/// by the type of the causes, never by their text, and keep them all.
+fn upstream_error(err: reqwest::Error) -> ProxyError {
     let mut refused = false;
-    let mut source = std::error::Error::source(err);
+    let mut source = std::error::Error::source(&err);
     while let Some(cause) = source {
         refused |= cause.is::<crate::destinations::NonPublicAddress>();
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
         source = cause.source();
     }
     if refused {
-        ProxyError::Refused(text)
+        ProxyError::Resolver(err)
     } else {
-        ProxyError::Upstream(text)
+        ProxyError::Request(err)
     }
 }
 
@@ -313,8 +333,10 @@ mod tests {
     async fn a_name_that_resolves_to_loopback_is_refused_not_an_upstream_failure() {
         let proxy = ImageProxy::new(ImageSettings::default()).unwrap();
         let err = proxy.fetch("http://localhost/a.png").await.unwrap_err();
-        assert!(matches!(err, ProxyError::Refused(_)), "{err:?}");
-        assert!(err.to_string().contains("non-public address"), "{err}");
+        assert!(matches!(err, ProxyError::Resolver(_)), "{err:?}");
+        let said = crate::error_report::chain(&err);
+        assert!(said.starts_with("refused: "), "{said}");
+        assert!(said.contains("non-public address"), "{said}");
     }
 
     #[test]

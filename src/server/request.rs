@@ -134,7 +134,7 @@ pub(crate) enum BodyRefused {
     #[error("the request body is larger than {0} bytes")]
     TooLarge(usize),
     #[error("the request body could not be read: {0}")]
-    Unreadable(String),
+    Unreadable(#[source] axum::Error),
 }
 
 impl axum::response::IntoResponse for BodyRefused {
@@ -174,7 +174,7 @@ pub(crate) async fn read_body(
     }
     match tokio::time::timeout(deadline, axum::body::to_bytes(body, limit)).await {
         Ok(Ok(bytes)) => Ok(bytes),
-        Ok(Err(err)) => Err(BodyRefused::Unreadable(err.to_string())),
+        Ok(Err(err)) => Err(BodyRefused::Unreadable(err)),
         Err(_) => Err(BodyRefused::TooSlow(deadline)),
     }
 }

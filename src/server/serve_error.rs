@@ -13,9 +13,9 @@ pub enum ServeError {
     #[error("building the image proxy client: {0}")]
     Client(#[from] reqwest::Error),
     #[error("preparing the stats dashboard: {0}")]
-    Stats(Box<StatsError>),
+    Stats(#[source] Box<StatsError>),
     #[error("listening on {0}: {1}")]
-    Bind(SocketAddr, std::io::Error),
+    Bind(SocketAddr, #[source] std::io::Error),
     #[error("serving HTTP: {0}")]
     Io(#[from] std::io::Error),
     /// The seal key ring is refused (`store::seal_keys`).
@@ -23,7 +23,10 @@ pub enum ServeError {
     SealKey(crate::store::seal_keys::KeyRefusal),
     /// The TLS listener's configuration was refused.
     #[error("setting up TLS: {0}")]
-    Tls(rustls::Error),
+    Tls(#[source] rustls::Error),
+    /// The admin listener's task panicked or was cancelled.
+    #[error("the admin listener stopped: {0}")]
+    AdminTask(#[source] tokio::task::JoinError),
 }
 
 impl From<StatsError> for ServeError {

@@ -386,8 +386,7 @@ impl ProviderHookArgs {
     /// The server's settings; a bad `--sns-cert-url-prefix` is an error
     /// naming it.
     pub fn settings(&self) -> anyhow::Result<crate::server::hooks::HookSettings> {
-        let sns_trusted = crate::server::hooks::sns::TrustedUrls::new(&self.sns_cert_url_prefixes)
-            .map_err(|err| anyhow::anyhow!("--sns-cert-url-prefix {err}"))?;
+        let sns_trusted = crate::server::hooks::sns::TrustedUrls::new(&self.sns_cert_url_prefixes)?;
         Ok(crate::server::hooks::HookSettings {
             ses_topics: self.ses_topic_arns.clone(),
             sns_trusted,

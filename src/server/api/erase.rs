@@ -93,7 +93,10 @@ pub(crate) async fn erase(
             .await
             .map_err(|err| match err {
                 EraseError::Store(err) => ApiError::Store(err),
-                redis @ EraseError::Redis(_) => ApiError::Unavailable(redis.to_string()),
+                redis @ EraseError::Redis(_) => ApiError::Failed {
+                    what: "erasing",
+                    source: redis.into(),
+                },
             })?;
         erased.push(Erased {
             at: format!("addresses[{n}]"),

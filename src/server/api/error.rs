@@ -3,12 +3,16 @@
 //! "Errors"). The codes are a contract; the messages are for people.
 
 use crate::api_keys::Scope;
+use crate::error_report::chain;
 use crate::mailing_id::MailingId;
 use crate::server::stats::StatsError;
 use crate::store::StoreError;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+
+/// Any error kept whole as a cause.
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// An API failure: its status, code and message.
 #[derive(Debug, thiserror::Error)]
@@ -32,12 +36,38 @@ pub enum ApiError {
     TooMany { retry_after_secs: u64 },
     #[error("{0}")]
     BadRequest(String),
+    /// A part of the request a parser refused (400): which part, then the
+    /// parser's error, kept as the cause.
+    #[error("{what}: {source}")]
+    BadPart {
+        what: &'static str,
+        #[source]
+        source: BoxError,
+    },
+    /// A request value refused by an error that says it all (400).
+    #[error(transparent)]
+    BadValue(BoxError),
+    /// The request body could not be read within its limit (400).
+    #[error("request body: {source} (at most {limit} bytes)")]
+    BodyUnreadable {
+        limit: usize,
+        #[source]
+        source: axum::Error,
+    },
     #[error("{0}")]
     Conflict(String),
     #[error("{0}")]
     TooManyStreams(String),
     #[error("the service is unavailable: {0}")]
     Unavailable(String),
+    /// A service the request needs failed (503): the cause goes to the
+    /// log, the client is told to try again.
+    #[error("the service is unavailable: {what}: {source}")]
+    Failed {
+        what: &'static str,
+        #[source]
+        source: BoxError,
+    },
     /// The server's seal key may not seal new tokens (503): the message
     /// says why and what to do, and holds no secret.
     #[error("{0}")]
@@ -76,7 +106,6 @@ impl From<StatsError> for ApiError {
                 retry_after_secs: crate::server::guesses::GUESS_WINDOW.as_secs(),
             },
             StatsError::BadRequest(message) => ApiError::BadRequest(message),
-            StatsError::LiveUnavailable(_) => ApiError::Unavailable(err.to_string()),
             StatsError::Store(store) => ApiError::Store(store),
             other => ApiError::Stats(other),
         }
@@ -94,9 +123,15 @@ impl ApiError {
             ApiError::TooMany { .. } | ApiError::TooManyStreams(_) => {
                 (StatusCode::TOO_MANY_REQUESTS, "too_many_requests")
             }
-            ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
+            ApiError::BadRequest(_)
+            | ApiError::BadPart { .. }
+            | ApiError::BadValue(_)
+            | ApiError::BodyUnreadable { .. } => (StatusCode::BAD_REQUEST, "bad_request"),
             ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
-            ApiError::Unavailable(_) | ApiError::CannotSeal(_) => {
+            ApiError::Unavailable(_) | ApiError::CannotSeal(_) | ApiError::Failed { .. } => {
+                (StatusCode::SERVICE_UNAVAILABLE, "unavailable")
+            }
+            ApiError::Stats(StatsError::LiveUnavailable(_)) => {
                 (StatusCode::SERVICE_UNAVAILABLE, "unavailable")
             }
             ApiError::Store(e) if e.is_unavailable() => {
@@ -121,7 +156,7 @@ impl ApiError {
             ApiError::Store(store) => (Some(store.kind()), store.mysql_error()),
             _ => (None, None),
         };
-        tracing::error!(kind, mysql_error, error = %self, "API request failed");
+        tracing::error!(kind, mysql_error, error = %chain(self), "API request failed");
         match status {
             StatusCode::SERVICE_UNAVAILABLE => "the service is unavailable; try again".to_owned(),
             _ => "internal error".to_owned(),

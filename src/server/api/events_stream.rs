@@ -136,7 +136,7 @@ pub(crate) async fn stream(
                 "" => None,
                 text => Some(
                     text.parse::<Cursor>()
-                        .map_err(|err| ApiError::BadRequest(err.to_string()))?,
+                        .map_err(|err| ApiError::BadValue(err.into()))?,
                 ),
             }
         }

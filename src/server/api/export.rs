@@ -57,7 +57,7 @@ pub(crate) async fn recipients(
         .as_deref()
         .unwrap_or("csv")
         .parse()
-        .map_err(|err: export::UnknownFormat| ApiError::BadRequest(err.to_string()))?;
+        .map_err(|err: export::UnknownFormat| ApiError::BadValue(err.into()))?;
     let id = named_mailing(id)?;
     if !engagement::mailing_known(&state.pool, &id).await? {
         return Err(unknown_mailing(id.as_str()));

@@ -22,8 +22,9 @@ where
     async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
         let bytes = axum::body::to_bytes(request.into_body(), LIMIT)
             .await
-            .map_err(|err| {
-                ApiError::BadRequest(format!("request body: {err} (at most {LIMIT} bytes)"))
+            .map_err(|source| ApiError::BodyUnreadable {
+                limit: LIMIT,
+                source,
             })?;
         let _ = state;
         read_json(&bytes).map(JsonBody)
@@ -31,7 +32,8 @@ where
 }
 
 fn read_json<T: serde::de::DeserializeOwned>(bytes: &Bytes) -> Result<T, ApiError> {
-    serde_json::from_slice(bytes).map_err(|err| {
-        ApiError::BadRequest(format!("request body is not the JSON expected: {err}"))
+    serde_json::from_slice(bytes).map_err(|source| ApiError::BadPart {
+        what: "request body is not the JSON expected",
+        source: source.into(),
     })
 }

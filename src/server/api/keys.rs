@@ -101,7 +101,10 @@ pub(crate) async fn create(
         .iter()
         .map(|s| s.parse::<Scope>())
         .collect::<Result<_, _>>()
-        .map_err(|err| ApiError::BadRequest(format!("scopes: {err}")))?;
+        .map_err(|source| ApiError::BadPart {
+            what: "scopes",
+            source: source.into(),
+        })?;
     let request = KeyRequest {
         name: &body.name,
         scopes,
@@ -119,8 +122,11 @@ pub(crate) async fn create(
             Err(ApiError::Conflict(CreateError::NameTaken(name).to_string()))
         }
         Err(CreateError::Store(err)) => Err(ApiError::Store(err)),
-        Err(err) if err.is_bad_request() => Err(ApiError::BadRequest(err.to_string())),
-        Err(err) => Err(ApiError::Unavailable(err.to_string())),
+        Err(err) if err.is_bad_request() => Err(ApiError::BadValue(err.into())),
+        Err(err) => Err(ApiError::Failed {
+            what: "creating the key",
+            source: err.into(),
+        }),
     }
 }
 

@@ -265,9 +265,9 @@ async fn track_all(
     for (index, value) in letters.into_iter().enumerate() {
         match checked(index, value) {
             Ok(letter) => valid.push(letter),
-            Err((field, message)) => {
+            Err((field, refusal)) => {
                 let field = field_path(place, index, &field);
-                results[index] = Some(refused(index, field, message));
+                results[index] = Some(refused(index, field, refusal.to_string()));
             }
         }
     }
@@ -309,7 +309,10 @@ async fn track_all(
             .await
             .map_err(|err| match err {
                 TrackLetterError::Store(err) => ApiError::Store(err),
-                other => ApiError::Unavailable(other.to_string()),
+                other => ApiError::Failed {
+                    what: "tracking the letters",
+                    source: other.into(),
+                },
             })?;
         for (letter, outcome) in valid.iter().zip(tracked) {
             let result = match outcome {
@@ -402,28 +405,45 @@ fn tracked_result(letter: &ValidLetter, mut done: TrackedLetter) -> LetterResult
     }
 }
 
+/// What is wrong with a letter's field; its text is the answer's message.
+#[derive(Debug, thiserror::Error)]
+enum FieldRefusal {
+    /// A rule of this module, said in its own words.
+    #[error("{0}")]
+    Rule(String),
+    #[error(transparent)]
+    MailingId(#[from] crate::mailing_id::MailingIdError),
+    #[error("not an email address: {0}")]
+    Recipient(#[source] crate::address::AddressError),
+    #[error(transparent)]
+    Track(#[from] crate::builder::track_mode::UnknownMode),
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+}
+
 /// The letter at `index` read and checked, or the field (relative to
 /// the letter; empty: the letter itself) and what is wrong with it.
-fn checked(index: usize, value: Value) -> Result<ValidLetter, (String, String)> {
+fn checked(index: usize, value: Value) -> Result<ValidLetter, (String, FieldRefusal)> {
     let letter = read_letter(value)?;
-    let bad = |field: &str, message: String| (field.to_owned(), message);
+    let bad = |field: &str, refusal: FieldRefusal| (field.to_owned(), refusal);
+    let rule = |field: &str, message: String| bad(field, FieldRefusal::Rule(message));
     let mailing_id =
-        MailingId::parse(&letter.mailing_id).map_err(|e| bad("mailing_id", format!("{e}")))?;
+        MailingId::parse(&letter.mailing_id).map_err(|e| bad("mailing_id", e.into()))?;
     let email = Email::parse(&letter.recipient)
-        .map_err(|e| bad("recipient", format!("not an email address: {e}")))?;
-    check_from(&letter.from).map_err(|message| bad("from", message))?;
-    check_subject(&letter.subject).map_err(|message| bad("subject", message))?;
+        .map_err(|e| bad("recipient", FieldRefusal::Recipient(e)))?;
+    check_from(&letter.from).map_err(|message| rule("from", message))?;
+    check_subject(&letter.subject).map_err(|message| rule("subject", message))?;
     for (field, text) in [("html", Some(&letter.html)), ("text", letter.text.as_ref())] {
         if let Some(text) = text.filter(|t| t.len() > DEFAULT_MAX_LETTER_BYTES) {
             let size = text.len();
-            return Err(bad(
+            return Err(rule(
                 field,
                 format!("{size} bytes, over the limit of {DEFAULT_MAX_LETTER_BYTES}"),
             ));
         }
     }
     let track = match letter.track.as_deref() {
-        Some(mode) => TrackMode::parse(mode).map_err(|e| bad("track", e.to_string()))?,
+        Some(mode) => TrackMode::parse(mode).map_err(|e| bad("track", e.into()))?,
         None => TrackMode::default(),
     };
     let tags = letter
@@ -461,11 +481,14 @@ fn checked(index: usize, value: Value) -> Result<ValidLetter, (String, String)> 
 
 /// The letter's fields, each of its JSON type, before serde reads them:
 /// so that what is wrong names its field.
-fn read_letter(value: Value) -> Result<LetterIn, (String, String)> {
+fn read_letter(value: Value) -> Result<LetterIn, (String, FieldRefusal)> {
     const TEXTS: [&str; 5] = ["mailing_id", "recipient", "from", "subject", "html"];
     const OPTIONAL_TEXTS: [&str; 2] = ["text", "track"];
     let Value::Object(fields) = &value else {
-        return Err((String::new(), "a letter is a JSON object".to_owned()));
+        return Err((
+            String::new(),
+            FieldRefusal::Rule("a letter is a JSON object".to_owned()),
+        ));
     };
     for (name, field) in fields {
         let fits = match name.as_str() {
@@ -477,11 +500,11 @@ fn read_letter(value: Value) -> Result<LetterIn, (String, String)> {
             _ => {
                 return Err((
                     name.clone(),
-                    format!(
+                    FieldRefusal::Rule(format!(
                         "unknown field; a letter has {}, {}, tags",
                         TEXTS.join(", "),
                         OPTIONAL_TEXTS.join(", ")
-                    ),
+                    )),
                 ))
             }
         };
@@ -491,13 +514,16 @@ fn read_letter(value: Value) -> Result<LetterIn, (String, String)> {
             } else {
                 "a string"
             };
-            return Err((name.clone(), format!("must be {want}")));
+            return Err((name.clone(), FieldRefusal::Rule(format!("must be {want}"))));
         }
     }
     if let Some(missing) = TEXTS.iter().find(|name| !fields.contains_key(**name)) {
-        return Err(((*missing).to_owned(), "missing".to_owned()));
+        return Err((
+            (*missing).to_owned(),
+            FieldRefusal::Rule("missing".to_owned()),
+        ));
     }
-    serde_json::from_value(value).map_err(|e| (String::new(), e.to_string()))
+    serde_json::from_value(value).map_err(|e| (String::new(), e.into()))
 }
 
 /// A sender as `build` takes it: a mailbox whose address is one.

@@ -161,7 +161,10 @@ pub(crate) async fn segment(
     let letters = live
         .segment(id.as_str(), &query)
         .await
-        .map_err(|e| ApiError::Unavailable(e.to_string()))?;
+        .map_err(|source| ApiError::Failed {
+            what: "live figures (Redis)",
+            source: source.into(),
+        })?;
     let addresses =
         crate::store::segments::addresses_of_letters(&state.pool, &id, &letters).await?;
     Ok(Json(SegmentResponse {

@@ -42,7 +42,7 @@ pub(crate) struct SnsMessage {
 
 /// Why a message is not SNS's; the text is the response body, the label
 /// the metric's `reason`.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub(crate) enum Refusal {
     #[error("unsigned: no Signature, SignatureVersion or SigningCertURL")]
     Unsigned,
@@ -50,8 +50,9 @@ pub(crate) enum Refusal {
     Version(String),
     #[error("SigningCertURL {0} is not a trusted SNS certificate URL (https://sns.<region>.amazonaws.com/….pem or a --sns-cert-url-prefix)")]
     UntrustedUrl(String),
+    /// Shared: the refusal is cloned, the cause is not `Clone`.
     #[error("the signing certificate could not be used: {0}")]
-    Certificate(String),
+    Certificate(#[source] Arc<CertificateError>),
     #[error("the signature does not verify")]
     BadSignature,
     #[error("{0} has no field {1}, which its signature covers")]
@@ -106,6 +107,48 @@ pub(crate) fn canonical(message: &SnsMessage) -> Result<String, Refusal> {
     Ok(out)
 }
 
+/// Why a signing certificate (or a confirmation's SubscribeURL) could not
+/// be fetched or used.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CertificateError {
+    #[error("{url}: {source}")]
+    Request {
+        url: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("{url} answered {status}")]
+    Status {
+        url: String,
+        status: reqwest::StatusCode,
+    },
+    #[error("{url}: over {MAX_CERTIFICATE_BYTES} bytes")]
+    TooLarge { url: String },
+    #[error("not a PEM certificate: {0}")]
+    NotPem(#[source] x509_cert::der::Error),
+    #[error("the certificate is not valid now")]
+    NotValidNow,
+    #[error("its public key: {0}")]
+    PublicKey(#[source] x509_cert::der::Error),
+    #[error("not an RSA key: {0}")]
+    NotRsa(#[source] rsa::pkcs8::spki::Error),
+}
+
+/// A `--sns-cert-url-prefix` that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum PrefixError {
+    #[error("--sns-cert-url-prefix {prefix}: {source}")]
+    NotUrl {
+        prefix: String,
+        #[source]
+        source: url::ParseError,
+    },
+    #[error(
+        "--sns-cert-url-prefix {prefix}: not an http(s) URL with a host and a path ending in /"
+    )]
+    NotPrefix { prefix: String },
+}
+
 /// Where SNS's certificates and confirmations may be fetched from.
 #[derive(Debug, Clone, Default)]
 pub struct TrustedUrls {
@@ -119,19 +162,22 @@ impl TrustedUrls {
     /// Parse the operator's prefixes: each an http(s) URL with a host and
     /// a path ending in `/` (so `https://a.example/` never trusts
     /// `https://a.example.evil/`).
-    pub fn new(prefixes: &[String]) -> Result<TrustedUrls, String> {
+    pub fn new(prefixes: &[String]) -> Result<TrustedUrls, PrefixError> {
         let mut parsed = Vec::new();
         for prefix in prefixes {
-            let url = Url::parse(prefix).map_err(|err| format!("{prefix}: {err}"))?;
+            let url = Url::parse(prefix).map_err(|source| PrefixError::NotUrl {
+                prefix: prefix.clone(),
+                source,
+            })?;
             let ok = matches!(url.scheme(), "http" | "https")
                 && url.host_str().is_some()
                 && url.path().ends_with('/')
                 && url.query().is_none()
                 && url.username().is_empty();
             if !ok {
-                return Err(format!(
-                    "{prefix}: not an http(s) URL with a host and a path ending in /"
-                ));
+                return Err(PrefixError::NotPrefix {
+                    prefix: prefix.clone(),
+                });
             }
             parsed.push(url);
         }
@@ -241,32 +287,33 @@ impl Certificates {
         if let Some(key) = self.keys.get(url).await {
             return Ok(key);
         }
-        let pem = self.fetch(url).await.map_err(Refusal::Certificate)?;
-        let key = Arc::new(public_key(&pem).map_err(Refusal::Certificate)?);
+        let unusable = |err| Refusal::Certificate(Arc::new(err));
+        let pem = self.fetch(url).await.map_err(unusable)?;
+        let key = Arc::new(public_key(&pem).map_err(unusable)?);
         self.keys.insert(url.to_owned(), key.clone()).await;
         Ok(key)
     }
 
     /// GET a trusted URL, its body (at most [`MAX_CERTIFICATE_BYTES`]).
-    pub(crate) async fn fetch(&self, url: &str) -> Result<Vec<u8>, String> {
-        let mut response = self
-            .client
-            .get(url)
-            .send()
-            .await
-            .map_err(|err| format!("{url}: {err}"))?;
+    pub(crate) async fn fetch(&self, url: &str) -> Result<Vec<u8>, CertificateError> {
+        let request = |source| CertificateError::Request {
+            url: url.to_owned(),
+            source,
+        };
+        let mut response = self.client.get(url).send().await.map_err(request)?;
         if !response.status().is_success() {
-            return Err(format!("{url} answered {}", response.status()));
+            return Err(CertificateError::Status {
+                url: url.to_owned(),
+                status: response.status(),
+            });
         }
         let mut body = Vec::new();
-        while let Some(chunk) = response
-            .chunk()
-            .await
-            .map_err(|err| format!("{url}: {err}"))?
-        {
+        while let Some(chunk) = response.chunk().await.map_err(request)? {
             body.extend_from_slice(&chunk);
             if body.len() > MAX_CERTIFICATE_BYTES {
-                return Err(format!("{url}: over {MAX_CERTIFICATE_BYTES} bytes"));
+                return Err(CertificateError::TooLarge {
+                    url: url.to_owned(),
+                });
             }
         }
         Ok(body)
@@ -274,9 +321,8 @@ impl Certificates {
 }
 
 /// The RSA public key of a PEM certificate that is valid now.
-fn public_key(pem: &[u8]) -> Result<RsaPublicKey, String> {
-    let cert = x509_cert::Certificate::from_pem(pem)
-        .map_err(|err| format!("not a PEM certificate: {err}"))?;
+fn public_key(pem: &[u8]) -> Result<RsaPublicKey, CertificateError> {
+    let cert = x509_cert::Certificate::from_pem(pem).map_err(CertificateError::NotPem)?;
     let validity = &cert.tbs_certificate.validity;
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -284,14 +330,14 @@ fn public_key(pem: &[u8]) -> Result<RsaPublicKey, String> {
     let from = validity.not_before.to_date_time().unix_duration();
     let until = validity.not_after.to_date_time().unix_duration();
     if now < from || now > until {
-        return Err("the certificate is not valid now".into());
+        return Err(CertificateError::NotValidNow);
     }
     let spki = cert
         .tbs_certificate
         .subject_public_key_info
         .to_der()
-        .map_err(|err| format!("its public key: {err}"))?;
-    RsaPublicKey::from_public_key_der(&spki).map_err(|err| format!("not an RSA key: {err}"))
+        .map_err(CertificateError::PublicKey)?;
+    RsaPublicKey::from_public_key_der(&spki).map_err(CertificateError::NotRsa)
 }
 
 #[cfg(test)]

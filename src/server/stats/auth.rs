@@ -174,8 +174,7 @@ pub(crate) async fn logout(
 }
 
 fn redirect_with_cookie(to: &str, cookie: &str) -> Result<Response, StatsError> {
-    let value = HeaderValue::from_str(cookie)
-        .map_err(|e| StatsError::BadRequest(format!("session cookie: {e}")))?;
+    let value = HeaderValue::from_str(cookie).map_err(StatsError::Cookie)?;
     let mut response = Redirect::to(to).into_response();
     response.headers_mut().insert(header::SET_COOKIE, value);
     Ok(response)

@@ -24,7 +24,10 @@ pub enum StatsError {
     #[error("{0}")]
     BadRequest(String),
     #[error("live statistics are unavailable: {0}")]
-    LiveUnavailable(String),
+    LiveUnavailable(#[source] crate::live::LiveError),
+    /// The session cookie we built is no header value.
+    #[error("session cookie: {0}")]
+    Cookie(#[source] axum::http::header::InvalidHeaderValue),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("template: {0}")]
@@ -39,7 +42,7 @@ impl StatsError {
             StatsError::Off | StatsError::UnknownMailing(_) => StatusCode::NOT_FOUND,
             StatsError::Unauthorized => StatusCode::UNAUTHORIZED,
             StatsError::TooMany => StatusCode::TOO_MANY_REQUESTS,
-            StatsError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            StatsError::BadRequest(_) | StatsError::Cookie(_) => StatusCode::BAD_REQUEST,
             StatsError::LiveUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             StatsError::Store(e) if e.is_unavailable() => StatusCode::SERVICE_UNAVAILABLE,
             StatsError::Store(_) | StatsError::Template(_) | StatsError::ClickMap(_) => {
@@ -58,7 +61,12 @@ impl IntoResponse for StatsError {
                 StatsError::Store(store) => (Some(store.kind()), store.mysql_error()),
                 _ => (None, None),
             };
-            tracing::error!(kind, mysql_error, error = %self, "stats request failed");
+            tracing::error!(
+                kind,
+                mysql_error,
+                error = %crate::error_report::chain(&self),
+                "stats request failed"
+            );
             match status {
                 StatusCode::SERVICE_UNAVAILABLE => self.to_string(),
                 _ => "internal error".to_owned(),
