@@ -256,8 +256,9 @@
 //!     tags held in memory and applied to each click (`link_rules.rs`); one
 //!     limiter of wrong secrets per client network (`guesses.rs`); the
 //!     SSRF-safe image proxy (`image.rs`); the providers' bounce webhooks
-//!     (`server/hooks/`) with their settings (`hooks/settings.rs`) and
-//!     signature checks (SNS in `sns.rs`, Mailgun in `mailgun.rs`); the
+//!     (`server/hooks/`) with their settings, held by the server's state
+//!     beside the folder (`hook_settings.rs`), and signature checks (SNS in
+//!     `sns.rs`, Mailgun in `mailgun.rs`); the
 //!     server's error type, which keeps the store's
 //!     error and logs its kind, mapped to a status and page in one
 //!     `IntoResponse` (`error.rs`, `pages.rs`); Prometheus metrics (`metrics.rs`,

@@ -11,6 +11,7 @@ pub mod guesses;
 pub(crate) mod handlers;
 pub mod health_gauges;
 pub(crate) mod hits;
+pub mod hook_settings;
 pub mod hooks;
 pub(crate) mod hosts;
 pub mod image;

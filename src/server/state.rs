@@ -1,7 +1,7 @@
 //! What every handler shares: settings, the pool, caches, the event recorder.
 
 use super::error::{within, ServerError};
-use super::hooks::settings::HookSettings;
+use super::hook_settings::HookSettings;
 use super::image::{ImageProxy, ImageSettings};
 use super::lookups::{LinkLookups, LookupSettings};
 use super::offline_targets::OfflineTargets;

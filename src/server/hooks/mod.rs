@@ -8,10 +8,9 @@
 //! `linktrack_webhook_refused_total{provider, reason}`.
 
 mod mailgun;
-pub mod settings;
 pub mod sns;
 
-pub use settings::{HookSettings, DEFAULT_MAILGUN_MAX_AGE};
+pub use super::hook_settings::{HookSettings, DEFAULT_MAILGUN_MAX_AGE};
 
 use super::state::AppState;
 use crate::bounces::ingest::{event_key, Ingest, Outcome};

@@ -5,6 +5,7 @@
 //! prefix the operator names) and cached. The same rule guards the
 //! `SubscribeURL` a subscription is confirmed at.
 
+pub use crate::server::hook_settings::{PrefixError, TrustedUrls};
 use base64::Engine;
 use moka::future::Cache;
 use rsa::pkcs8::DecodePublicKey;
@@ -13,7 +14,6 @@ use serde::Deserialize;
 use sha2::Digest;
 use std::sync::Arc;
 use std::time::Duration;
-use url::Url;
 use x509_cert::der::{DecodePem, Encode};
 
 /// An SNS message as posted (the fields the signature covers and ours).
@@ -132,92 +132,6 @@ pub(crate) enum CertificateError {
     PublicKey(#[source] x509_cert::der::Error),
     #[error("not an RSA key: {0}")]
     NotRsa(#[source] rsa::pkcs8::spki::Error),
-}
-
-/// A `--sns-cert-url-prefix` that cannot be used.
-#[derive(Debug, thiserror::Error)]
-pub enum PrefixError {
-    #[error("--sns-cert-url-prefix {prefix}: {source}")]
-    NotUrl {
-        prefix: String,
-        #[source]
-        source: url::ParseError,
-    },
-    #[error(
-        "--sns-cert-url-prefix {prefix}: not an http(s) URL with a host and a path ending in /"
-    )]
-    NotPrefix { prefix: String },
-}
-
-/// Where SNS's certificates and confirmations may be fetched from.
-#[derive(Debug, Clone, Default)]
-pub struct TrustedUrls {
-    /// The operator's extra prefixes (a test's loopback listener, an
-    /// internal mirror), parsed: a URL is trusted when its text starts
-    /// with one of them.
-    pub prefixes: Vec<Url>,
-}
-
-impl TrustedUrls {
-    /// Parse the operator's prefixes: each an http(s) URL with a host and
-    /// a path ending in `/` (so `https://a.example/` never trusts
-    /// `https://a.example.evil/`).
-    pub fn new(prefixes: &[String]) -> Result<TrustedUrls, PrefixError> {
-        let mut parsed = Vec::new();
-        for prefix in prefixes {
-            let url = Url::parse(prefix).map_err(|source| PrefixError::NotUrl {
-                prefix: prefix.clone(),
-                source,
-            })?;
-            let ok = matches!(url.scheme(), "http" | "https")
-                && url.host_str().is_some()
-                && url.path().ends_with('/')
-                && url.query().is_none()
-                && url.username().is_empty();
-            if !ok {
-                return Err(PrefixError::NotPrefix {
-                    prefix: prefix.clone(),
-                });
-            }
-            parsed.push(url);
-        }
-        Ok(TrustedUrls { prefixes: parsed })
-    }
-
-    /// Whether `text` is SNS's (https on `sns.<region>.amazonaws.com`,
-    /// default port, no user) or under an operator's prefix.
-    pub fn trusts(&self, text: &str) -> bool {
-        let Ok(url) = Url::parse(text) else {
-            return false;
-        };
-        if self
-            .prefixes
-            .iter()
-            .any(|prefix| url.as_str().starts_with(prefix.as_str()))
-        {
-            return true;
-        }
-        url.scheme() == "https"
-            && url.port().is_none()
-            && url.username().is_empty()
-            && url.password().is_none()
-            && url.host_str().is_some_and(is_sns_host)
-    }
-}
-
-/// `sns.<region>.amazonaws.com`, the region one label of lowercase
-/// letters, digits and dashes.
-fn is_sns_host(host: &str) -> bool {
-    let Some(region) = host
-        .strip_prefix("sns.")
-        .and_then(|rest| rest.strip_suffix(".amazonaws.com"))
-    else {
-        return false;
-    };
-    !region.is_empty()
-        && region
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
 }
 
 /// The signing certificates' public keys, by URL, fetched once.
