@@ -4,12 +4,25 @@
 //! include their source's text, and `{:#}` would print that source again,
 //! and its source again ("…: Connection refused (os error 111): Connection
 //! refused (os error 111)"). The report walks the chain and leaves out a
-//! cause whose text has already been said.
+//! cause whose text has already been said. [`chain`] says the same of
+//! any error, for a log line or a record that keeps the whole cause (a
+//! typed error's own text names only what failed; its sources say why).
+
+use std::error::Error;
 
 /// The error and its causes, each said once, joined by ": ".
 pub fn report(err: &anyhow::Error) -> String {
+    said_once(err.chain())
+}
+
+/// [`report`] of any error: it and its sources, each said once.
+pub fn chain(err: &(dyn Error + 'static)) -> String {
+    said_once(std::iter::successors(Some(err), |&e| e.source()))
+}
+
+fn said_once<'a>(causes: impl Iterator<Item = &'a (dyn Error + 'static)>) -> String {
     let mut said = String::new();
-    for cause in err.chain() {
+    for cause in causes {
         let text = cause.to_string();
         if text.is_empty() || said.contains(&text) {
             continue;
@@ -43,5 +56,18 @@ mod tests {
     fn distinct_causes_are_all_kept() {
         let err = anyhow::anyhow!("inner").context("middle").context("outer");
         assert_eq!(report(&err), "outer: middle: inner");
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("reading the list")]
+    struct Context(#[source] std::io::Error);
+
+    #[test]
+    fn chain_says_the_context_then_its_cause() {
+        let io = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        assert_eq!(chain(&Context(io)), "reading the list: connection refused");
+        let io = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let text = chain(&Wrapping(io));
+        assert_eq!(text.matches("refused").count(), 1, "{text}");
     }
 }
