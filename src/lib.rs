@@ -31,7 +31,8 @@
 //!    left behind (each guards data one statement updates).
 //! 3. `timestamp`: an event's UTC time as fixed-width digits, for the
 //!    journal line and the replay's insert.
-//! 4. [`error_report`]: how the binary prints a fatal error (each cause once).
+//! 4. [`error_report`]: how the binary prints a fatal error (each cause once),
+//!    and any error's chain said the same way for logs and records.
 //! 5. [`settings_file`]: reading a TOML settings file (pools, endpoints).
 //! 6. [`workers`]: background workers and their stop signal, joined in order
 //!    at shutdown; the low-priority runtime of the senders and the replay.

@@ -29,10 +29,10 @@ pub struct Event {
 }
 
 /// Why an event's JSON cannot be read; each names the field.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum EventError {
-    #[error("not JSON: {0}")]
-    Json(String),
+    #[error("not JSON")]
+    Json(#[source] serde_json::Error),
     #[error("the field `{0}` is missing or not of its type")]
     Field(&'static str),
 }
@@ -52,8 +52,7 @@ fn text_or_empty<'a>(value: &'a Value, field: &str) -> &'a str {
 /// SES's feedback notifications (`notificationType`) and event publishing
 /// (`eventType`) write it.
 pub fn ses(message: &str) -> Result<Event, EventError> {
-    let value: Value =
-        serde_json::from_str(message).map_err(|err| EventError::Json(err.to_string()))?;
+    let value: Value = serde_json::from_str(message).map_err(EventError::Json)?;
     let kind = value
         .get("notificationType")
         .or_else(|| value.get("eventType"))
@@ -428,10 +427,10 @@ mod tests {
         let delivery = r#"{"eventType":"Delivery","mail":{"messageId":"m-9"}}"#;
         assert_eq!(ses(delivery).unwrap().report.kind, Kind::NoFailure);
         assert!(matches!(ses("{"), Err(EventError::Json(_))));
-        assert_eq!(
+        assert!(matches!(
             ses(r#"{"notificationType":"Bounce","mail":{}}"#),
             Err(EventError::Field("bounce"))
-        );
+        ));
     }
 
     #[test]
@@ -495,9 +494,9 @@ mod tests {
         ));
         let opened = serde_json::json!({"event": "opened", "id": "ev-3"});
         assert_eq!(mailgun(&opened).unwrap().report.kind, Kind::NoFailure);
-        assert_eq!(
+        assert!(matches!(
             mailgun(&serde_json::json!({"event": "failed", "id": "x"})),
             Err(EventError::Field("recipient"))
-        );
+        ));
     }
 }

@@ -341,7 +341,7 @@ fn assemble(
         list_headers: &fixed.headers,
         date: fixed.sent_at.into(),
     })
-    .map_err(|e| Reject::Message(e.to_string()))?;
+    .map_err(|e| Reject::Message(crate::error_report::chain(&e)))?;
     Ok(Letter {
         letter_id,
         mailing_id: mailing.mailing_id.as_str().to_owned(),

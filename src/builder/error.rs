@@ -61,6 +61,8 @@ pub enum BuildError {
     Pools(#[from] crate::delivery::pools::PoolsError),
     #[error(transparent)]
     DeliveryLog(#[from] crate::delivery::log_file::DeliveryLogError),
+    #[error(transparent)]
+    Ledger(#[from] crate::delivery::ledger::LedgerError),
     #[error(
         "the MTA at {host} kept failing for letter {letter_id} ({email}): {reply}; every letter \
          not yet delivered is left for a re-run of the same command"

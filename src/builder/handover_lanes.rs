@@ -98,7 +98,7 @@ async fn record(
     ledger: &ledger::Ledger,
     letter_id: u64,
     outcome: &Outcome,
-) -> Result<(), crate::store::StoreError> {
+) -> Result<(), ledger::LedgerError> {
     match outcome {
         Outcome::Delivered(reply) => {
             ledger
@@ -120,6 +120,6 @@ pub(super) struct HandedOver {
     pub(super) letter_id: u64,
     pub(super) line: u64,
     pub(super) email: Email,
-    pub(super) outcome: Result<Option<Outcome>, crate::store::StoreError>,
+    pub(super) outcome: Result<Option<Outcome>, ledger::LedgerError>,
     pub(super) host: String,
 }

@@ -190,7 +190,8 @@ impl Mailing {
         };
         let utm = file.utm.filter(|tags| !tags.is_empty());
         if let Some(tags) = &utm {
-            tags.check().map_err(|err| field("utm", &err.to_string()))?;
+            tags.check()
+                .map_err(|err| field("utm", &crate::error_report::chain(&err)))?;
         }
         Ok(Mailing {
             utm,

@@ -220,7 +220,8 @@ impl MailingContext {
                 tracing::info!(
                     mailing = %self.mailing.mailing_id,
                     mode = mode.as_str(),
-                    "letters are personalised and rewritten one by one: {why}"
+                    "letters are personalised and rewritten one by one: {}",
+                    crate::error_report::chain(why)
                 );
             }
             plans.push((shape, plan));

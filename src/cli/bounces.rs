@@ -149,7 +149,7 @@ async fn fetch(url: &str, args: &FetchArgs) -> anyhow::Result<ExitCode> {
     };
     let mailbox_url = match MailboxUrl::parse(&args.mailbox) {
         Ok(parsed) => parsed,
-        Err(err) => return config_error(&err),
+        Err(err) => return config_error(&crate::error_report::chain(&err)),
     };
     let disposal = Disposal {
         after: match (args.after, mailbox_url.protocol) {
@@ -207,7 +207,9 @@ async fn fetch(url: &str, args: &FetchArgs) -> anyhow::Result<ExitCode> {
             }
             Ok(_) => {}
             Err(PassError::Said(err)) => return Err(err),
-            Err(PassError::Mailbox(err)) if err.is_setting() => return config_error(&err),
+            Err(PassError::Mailbox(err)) if err.is_setting() => {
+                return config_error(&crate::error_report::chain(&err))
+            }
             Err(err) => {
                 pass_failed(&err);
             }
@@ -238,14 +240,16 @@ fn pass_failed(err: &PassError) -> ExitCode {
     const WHO: &str = "linktrack bounces fetch";
     match err {
         PassError::Mailbox(err) if err.is_setting() => {
+            let err = crate::error_report::chain(err);
             eprintln!("{WHO}: {err}; a setting is wrong (exit {EXIT_CONFIG})");
             ExitCode::from(EXIT_CONFIG)
         }
         PassError::Said(_) => ExitCode::SUCCESS,
         _ => {
             eprintln!(
-                "{WHO}: {err}; what was read before is stored and set aside, the rest \
-                 stays in the mailbox for the next pass (exit {EXIT_TEMPFAIL})"
+                "{WHO}: {}; what was read before is stored and set aside, the rest \
+                 stays in the mailbox for the next pass (exit {EXIT_TEMPFAIL})",
+                crate::error_report::chain(err)
             );
             ExitCode::from(EXIT_TEMPFAIL)
         }

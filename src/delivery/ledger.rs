@@ -12,7 +12,7 @@
 //! (`Ledger::flush` waits for it). Marks and outcomes go to the
 //! database in the order they were asked for, by one task.
 
-use super::log_file::{DeliveryLog, LogLine};
+use super::log_file::{DeliveryLog, DeliveryLogError, LogLine};
 use crate::locks::LockEvenPoisoned;
 use crate::store::deliveries::{self, DeliveryStatus, LedgerWrites};
 use crate::store::StoreError;
@@ -32,7 +32,20 @@ enum Write {
 struct Request {
     write: Write,
     /// `None`: nobody waits (an outcome already in the delivery log).
-    done: Option<oneshot::Sender<Result<(), String>>>,
+    done: Option<oneshot::Sender<Result<(), Arc<StoreError>>>>,
+}
+
+/// Why a delivery record was not made.
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    /// The database write failed; every request of that group (and, for a
+    /// write nobody waited for, every later one) gets the same error.
+    #[error("recording deliveries")]
+    Write(#[source] Arc<StoreError>),
+    #[error(transparent)]
+    Log(#[from] DeliveryLogError),
+    #[error("the delivery ledger stopped")]
+    Stopped,
 }
 
 /// Requests waiting at most. With a delivery log this bounds the outcomes
@@ -48,7 +61,7 @@ pub(crate) struct Ledger {
     log: Option<Arc<DeliveryLog>>,
     /// The first write that failed with nobody waiting for it: every later
     /// record and [`Ledger::flush`] return it.
-    failed: Arc<Mutex<Option<String>>>,
+    failed: Arc<Mutex<Option<Arc<StoreError>>>>,
 }
 
 impl Ledger {
@@ -76,7 +89,7 @@ impl Ledger {
 
     /// Mark letters `sending`; returns once they are committed, or, with a
     /// delivery log, once the marks are in the file.
-    pub(crate) async fn sending(&self, letter_ids: Vec<u64>) -> Result<(), StoreError> {
+    pub(crate) async fn sending(&self, letter_ids: Vec<u64>) -> Result<(), LedgerError> {
         let Some(log) = &self.log else {
             return self.ask(Write::Sending(letter_ids)).await;
         };
@@ -94,7 +107,7 @@ impl Ledger {
         letter_id: u64,
         status: DeliveryStatus,
         reply: &str,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), LedgerError> {
         let write = Write::Outcome(letter_id, status, reply.to_owned());
         let Some(log) = &self.log else {
             return self.ask(write).await;
@@ -119,42 +132,40 @@ impl Ledger {
         log: &DeliveryLog,
         lines: &[LogLine],
         write: Write,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), LedgerError> {
         self.check_failed()?;
-        log.append(lines)
-            .map_err(|e| StoreError::Refused(e.to_string()))?;
+        log.append(lines)?;
         self.requests
             .send(Request { write, done: None })
             .await
-            .map_err(|_| stopped())
+            .map_err(|_| LedgerError::Stopped)
     }
 
     /// Drop the mark of a letter the MTA never took.
-    pub(crate) async fn forget(&self, letter_id: u64) -> Result<(), StoreError> {
+    pub(crate) async fn forget(&self, letter_id: u64) -> Result<(), LedgerError> {
         self.ask(Write::Forget(letter_id)).await
     }
 
     /// Wait until everything recorded so far is committed to `deliveries`;
     /// then the delivery log's lines are no longer needed and it is emptied.
-    pub(crate) async fn flush(&self) -> Result<(), StoreError> {
+    pub(crate) async fn flush(&self) -> Result<(), LedgerError> {
         self.ask(Write::Barrier).await?;
         self.check_failed()?;
         if let Some(log) = &self.log {
-            log.clear()
-                .map_err(|e| StoreError::Refused(e.to_string()))?;
+            log.clear()?;
         }
         Ok(())
     }
 
-    fn check_failed(&self) -> Result<(), StoreError> {
+    fn check_failed(&self) -> Result<(), LedgerError> {
         let failed = self.failed.lock_even_poisoned();
         match failed.as_ref() {
-            Some(e) => Err(StoreError::Refused(format!("recording deliveries: {e}"))),
+            Some(e) => Err(LedgerError::Write(Arc::clone(e))),
             None => Ok(()),
         }
     }
 
-    async fn ask(&self, write: Write) -> Result<(), StoreError> {
+    async fn ask(&self, write: Write) -> Result<(), LedgerError> {
         let (done, answer) = oneshot::channel();
         self.requests
             .send(Request {
@@ -162,16 +173,12 @@ impl Ledger {
                 done: Some(done),
             })
             .await
-            .map_err(|_| stopped())?;
+            .map_err(|_| LedgerError::Stopped)?;
         answer
             .await
-            .map_err(|_| stopped())?
-            .map_err(|e| StoreError::Refused(format!("recording deliveries: {e}")))
+            .map_err(|_| LedgerError::Stopped)?
+            .map_err(LedgerError::Write)
     }
-}
-
-fn stopped() -> StoreError {
-    StoreError::Refused("the delivery ledger stopped".into())
 }
 
 /// Take one request, then every other one already waiting; write them
@@ -183,7 +190,7 @@ async fn write_loop(
     pool: MySqlPool,
     mailing_id: String,
     mut receiver: mpsc::Receiver<Request>,
-    failed: Arc<Mutex<Option<String>>>,
+    failed: Arc<Mutex<Option<Arc<StoreError>>>>,
 ) {
     let mut held: Option<PoolConnection<MySql>> = None;
     while let Some(first) = receiver.recv().await {
@@ -207,12 +214,14 @@ async fn write_loop(
         let result = if writes.is_empty() {
             Ok(())
         } else {
-            write_on_held(&pool, &mut held, &mailing_id, &writes).await
+            write_on_held(&pool, &mut held, &mailing_id, &writes)
+                .await
+                .map_err(Arc::new)
         };
         if let Err(e) = &result {
             if answers.iter().any(Option::is_none) {
                 let mut first = failed.lock_even_poisoned();
-                first.get_or_insert_with(|| e.clone());
+                first.get_or_insert_with(|| Arc::clone(e));
             }
         }
         // A task that gave up waiting needs no answer.
@@ -229,14 +238,12 @@ async fn write_on_held(
     held: &mut Option<PoolConnection<MySql>>,
     mailing_id: &str,
     writes: &LedgerWrites,
-) -> Result<(), String> {
+) -> Result<(), StoreError> {
     let mut conn = match held.take() {
         Some(conn) => conn,
-        None => pool.acquire().await.map_err(|e| e.to_string())?,
+        None => pool.acquire().await?,
     };
-    deliveries::write_ledger(&mut conn, mailing_id, writes)
-        .await
-        .map_err(|e| e.to_string())?;
+    deliveries::write_ledger(&mut conn, mailing_id, writes).await?;
     *held = Some(conn);
     Ok(())
 }

@@ -35,16 +35,18 @@ pub struct LogLine {
 
 #[derive(Debug, thiserror::Error)]
 pub enum DeliveryLogError {
-    #[error("delivery log {path}: {source}")]
+    #[error("delivery log {path}")]
     Io {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("delivery log {path}, line {line}: {reason}")]
+    /// A line that is not JSON, or (`line` 0) one that could not be
+    /// written as JSON.
+    #[error("delivery log {path}, line {line}")]
     Line {
         path: PathBuf,
         line: usize,
-        reason: String,
+        source: serde_json::Error,
     },
 }
 
@@ -81,10 +83,10 @@ impl DeliveryLog {
     pub fn append(&self, lines: &[LogLine]) -> Result<(), DeliveryLogError> {
         let mut bytes = Vec::with_capacity(lines.len() * 96);
         for line in lines {
-            serde_json::to_writer(&mut bytes, line).map_err(|e| DeliveryLogError::Line {
+            serde_json::to_writer(&mut bytes, line).map_err(|source| DeliveryLogError::Line {
                 path: self.path.clone(),
                 line: 0,
-                reason: e.to_string(),
+                source,
             })?;
             bytes.push(b'\n');
         }
@@ -129,10 +131,10 @@ pub fn read_delivery_log(path: &Path) -> Result<Vec<LogLine>, DeliveryLogError> 
         if read == 0 || buffer.last() != Some(&b'\n') {
             break;
         }
-        let line = serde_json::from_slice(&buffer).map_err(|e| DeliveryLogError::Line {
+        let line = serde_json::from_slice(&buffer).map_err(|source| DeliveryLogError::Line {
             path: path.to_owned(),
             line: number,
-            reason: e.to_string(),
+            source,
         })?;
         lines.push(line);
     }
@@ -180,9 +182,13 @@ mod tests {
         std::fs::write(&path, format!("{whole}\n{}", &whole[..10])).unwrap();
         assert_eq!(read_delivery_log(&path).unwrap(), vec![line(1)]);
         std::fs::write(&path, format!("{whole}\nnot json\n{whole}\n")).unwrap();
-        let err = read_delivery_log(&path).unwrap_err().to_string();
-        assert!(err.contains("line 2"), "{err}");
-        assert!(err.contains("d.jsonl"), "{err}");
+        let err = read_delivery_log(&path).unwrap_err();
+        let said = crate::error_report::chain(&err);
+        assert!(said.contains("d.jsonl, line 2: "), "{said}");
+        assert!(
+            matches!(&err, DeliveryLogError::Line { source, .. } if source.is_syntax()),
+            "the JSON parser's reason is kept: {err:?}"
+        );
     }
 
     #[test]

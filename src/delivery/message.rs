@@ -7,7 +7,8 @@
 //! [`super::body`].
 
 use super::body::EncodedBody;
-use lettre::message::header::{HeaderName, HeaderValue};
+use lettre::address::AddressError;
+use lettre::message::header::{HeaderName, HeaderValue, InvalidHeaderName};
 use lettre::message::{Mailbox, MultiPart, SinglePart};
 use lettre::Message;
 use sha2::{Digest, Sha256};
@@ -62,18 +63,36 @@ pub struct BuiltMessage {
 }
 
 /// Why a letter cannot become a message; each names the field.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, thiserror::Error)]
 pub enum MessageError {
-    #[error("`from` {0:?} is not an address (`Name <addr@example.com>` or `addr@example.com`)")]
-    From(String),
-    #[error("`reply_to` {0:?} is not an address")]
-    ReplyTo(String),
-    #[error("the recipient address {0:?} cannot be used in a message")]
-    To(String),
+    #[error("`from` {text:?} is not an address (`Name <addr@example.com>` or `addr@example.com`)")]
+    From {
+        text: String,
+        #[source]
+        source: AddressError,
+    },
+    #[error("`reply_to` {text:?} is not an address")]
+    ReplyTo {
+        text: String,
+        #[source]
+        source: AddressError,
+    },
+    #[error("the recipient address {text:?} cannot be used in a message")]
+    To {
+        text: String,
+        #[source]
+        source: AddressError,
+    },
     #[error("the {0} holds a control character (U+{1:04X}), which no header may carry")]
     ControlCharacter(&'static str, u32),
-    #[error("the message cannot be assembled: {0}")]
-    Build(String),
+    #[error("the message cannot be assembled: header name {name:?}")]
+    HeaderName {
+        name: String,
+        #[source]
+        source: InvalidHeaderName,
+    },
+    #[error("the message cannot be assembled")]
+    Build(#[source] lettre::error::Error),
 }
 
 /// Letters are wrapped at this width in the text part: short enough that a
@@ -86,14 +105,14 @@ const TEXT_WIDTH: usize = 73;
 /// Build the message of one letter.
 pub fn build(parts: MessageParts<'_>) -> Result<BuiltMessage, MessageError> {
     check_header_text(&parts)?;
-    let from: Mailbox = parts
-        .from
-        .parse()
-        .map_err(|_| MessageError::From(parts.from.to_owned()))?;
-    let to_address = parts
-        .to_email
-        .parse()
-        .map_err(|_| MessageError::To(parts.to_email.to_owned()))?;
+    let from: Mailbox = parts.from.parse().map_err(|source| MessageError::From {
+        text: parts.from.to_owned(),
+        source,
+    })?;
+    let to_address = parts.to_email.parse().map_err(|source| MessageError::To {
+        text: parts.to_email.to_owned(),
+        source,
+    })?;
     let to = Mailbox::new(parts.to_name.map(str::to_owned), to_address);
     let domain = from.email.domain().to_owned();
     let letter_part = match parts.letter_token {
@@ -115,9 +134,10 @@ pub fn build(parts: MessageParts<'_>) -> Result<BuiltMessage, MessageError> {
         .date(parts.date)
         .message_id(Some(message_id.clone()));
     if let Some(reply_to) = parts.reply_to {
-        let reply_to: Mailbox = reply_to
-            .parse()
-            .map_err(|_| MessageError::ReplyTo(reply_to.to_owned()))?;
+        let reply_to: Mailbox = reply_to.parse().map_err(|source| MessageError::ReplyTo {
+            text: reply_to.to_owned(),
+            source,
+        })?;
         builder = builder.reply_to(reply_to);
     }
     let list_id = format!(
@@ -141,8 +161,12 @@ pub fn build(parts: MessageParts<'_>) -> Result<BuiltMessage, MessageError> {
         if name.eq_ignore_ascii_case("From") {
             continue;
         }
-        let name = HeaderName::new_from_ascii(name.to_owned())
-            .map_err(|_| MessageError::Build(format!("header name {name:?}")))?;
+        let name = HeaderName::new_from_ascii(name.to_owned()).map_err(|source| {
+            MessageError::HeaderName {
+                name: name.to_owned(),
+                source,
+            }
+        })?;
         builder = builder.raw_header(HeaderValue::new(name, value));
     }
     // The bodies come encoded from the plan when the letter was planned:
@@ -160,9 +184,7 @@ pub fn build(parts: MessageParts<'_>) -> Result<BuiltMessage, MessageError> {
         .boundary(boundary(&message_id))
         .singlepart(text)
         .singlepart(html);
-    let message = builder
-        .multipart(body)
-        .map_err(|e| MessageError::Build(e.to_string()))?;
+    let message = builder.multipart(body).map_err(MessageError::Build)?;
     // Our bodies and lettre's headers are ASCII: no copy to make it UTF-8.
     let message = String::from_utf8(message.formatted())
         .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
@@ -530,9 +552,19 @@ mod tests {
         let headers = BTreeMap::new();
         let mut p = parts(&headers, HTML);
         p.from = "not an address";
-        assert_eq!(
-            build(p).unwrap_err(),
-            MessageError::From("not an address".into())
+        let err = build(p).unwrap_err();
+        assert!(
+            matches!(&err, MessageError::From { text, .. } if text == "not an address"),
+            "{err:?}"
+        );
+        let said = crate::error_report::chain(&err);
+        assert!(
+            said.starts_with("`from` \"not an address\" is not an address"),
+            "{said}"
+        );
+        assert!(
+            said.len() > err.to_string().len(),
+            "the parser's reason follows: {said}"
         );
     }
 }

@@ -51,6 +51,14 @@ pub enum PoolsError {
         pool: String,
         message: String,
     },
+    #[error("{path}: pools.{pool}.urls: {url:?}")]
+    NotUrl {
+        path: PathBuf,
+        pool: String,
+        url: String,
+        #[source]
+        source: url::ParseError,
+    },
 }
 
 /// The SMTP URLs and connections per MTA of one pool.
@@ -96,7 +104,12 @@ fn checked(path: &Path, pool: &str, entry: &PoolEntry) -> Result<PoolRoute, Pool
         return Err(url_error("no URL".into()));
     }
     for url in &entry.urls {
-        let parsed = reqwest::Url::parse(url).map_err(|e| url_error(format!("{url:?}: {e}")))?;
+        let parsed = url::Url::parse(url).map_err(|source| PoolsError::NotUrl {
+            path: path.to_owned(),
+            pool: pool.to_owned(),
+            url: url.to_owned(),
+            source,
+        })?;
         if !matches!(parsed.scheme(), "smtp" | "smtps") {
             return Err(url_error(format!(
                 "{url:?}: unknown scheme {:?} (smtp:// or smtps://)",
@@ -167,6 +180,15 @@ mod tests {
         let err = route(&path, "news").unwrap_err().to_string();
         assert!(err.contains("pools.toml") && err.contains("url"), "{err}");
         assert!(err.contains("line 2"), "{err}");
+
+        let (_dir, path) = file("[pools.news]\nurls = [\"smtp://a:25\", \"no url\"]\n");
+        let err = route(&path, "news").unwrap_err();
+        let said = crate::error_report::chain(&err);
+        assert!(
+            said.contains("pools.toml: pools.news.urls: \"no url\": "),
+            "the file, the key, the URL, then the parser's reason: {said}"
+        );
+        assert!(std::error::Error::source(&err).is_some(), "{err:?}");
 
         let (_dir, path) =
             file("[pools.news]\nurls = [\"smtp://a\"]\nmessages_per_connection = 0\n");

@@ -116,9 +116,31 @@ pub enum Unplannable {
     BaseNeedsEscaping(String),
     #[error("the text part changes a value (CSS or layout around it)")]
     TextChangesValue,
-    #[error("the sample letter could not be built: {0}")]
-    Sample(String),
+    #[error("the sample letter could not be built")]
+    Sample(#[source] SampleError),
 }
+
+/// Why the sample letter could not be built: the template's, the
+/// rewrite's or the HTML parser's error, shared (each shape of a mailing
+/// keeps its plan's reason). Two are the same reason when they say the
+/// same: a reason is logged once, not once per shape.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error(transparent)]
+pub struct SampleError(std::sync::Arc<dyn std::error::Error + Send + Sync>);
+
+impl SampleError {
+    fn of(err: impl std::error::Error + Send + Sync + 'static) -> Unplannable {
+        Unplannable::Sample(SampleError(std::sync::Arc::new(err)))
+    }
+}
+
+impl PartialEq for SampleError {
+    fn eq(&self, other: &SampleError) -> bool {
+        crate::error_report::chain(self) == crate::error_report::chain(other)
+    }
+}
+
+impl Eq for SampleError {}
 
 /// What the plan is compiled from.
 pub struct PlanSource<'a> {
@@ -203,9 +225,7 @@ impl Plan {
                 check_bare_tags(source.html)?;
                 let fields = plan_fields(template, source.prefixes);
                 let context = sentinel_context(&fields);
-                let html = template
-                    .render(&context)
-                    .map_err(|e| Unplannable::Sample(e.to_string()))?;
+                let html = template.render(&context).map_err(SampleError::of)?;
                 check_fields_in_text(&html, &fields)?;
                 if source.options.shown_address_base.is_some() {
                     check_link_texts(&html, &fields)?;
@@ -228,7 +248,7 @@ impl Plan {
             links.push(found.clone());
             Slot::Link(links.len() - 1).sentinel()
         })
-        .map_err(|e| Unplannable::Sample(e.to_string()))?;
+        .map_err(SampleError::of)?;
         if let Some(link) = links
             .iter()
             .find(|l| l.url.contains(OPEN) || l.tag.as_deref().is_some_and(|t| t.contains(OPEN)))
@@ -461,7 +481,7 @@ fn check_fields_in_text(html: &str, fields: &[PlanField]) -> Result<(), Unplanna
             }));
         let mut parser = HtmlRewriter::new(settings, |_: &[u8]| {});
         let parsed = parser.write(html.as_bytes()).and_then(|()| parser.end());
-        parsed.map_err(|e| Unplannable::Sample(e.to_string()))?;
+        parsed.map_err(SampleError::of)?;
     }
     if in_text + in_own_urls == total {
         return Ok(());
@@ -473,7 +493,7 @@ fn check_fields_in_text(html: &str, fields: &[PlanField]) -> Result<(), Unplanna
 /// The link-text rule reads each link's text: a field in it (a reader's
 /// own web site, say) decides per letter whether the link is tracked.
 fn check_link_texts(html: &str, fields: &[PlanField]) -> Result<(), Unplannable> {
-    let texts = link_texts(html).map_err(|e| Unplannable::Sample(e.to_string()))?;
+    let texts = link_texts(html).map_err(SampleError::of)?;
     match texts.iter().find(|text| text.contains(OPEN)) {
         Some(text) => Err(Unplannable::FieldInLinkText(
             named_field(fields, text).unwrap_or_default(),

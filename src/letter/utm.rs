@@ -26,12 +26,18 @@ pub struct UtmTags {
     pub content: Option<String>,
 }
 
-/// Why a tag's value cannot be used: names the tag.
+/// Why a tag's value cannot be used: names the tag and its value; the
+/// source is the template engine's reason.
 #[derive(Debug, thiserror::Error)]
-#[error("utm.{tag}: {message}")]
+#[error(
+    "utm.{tag}: {value:?} is not a template of {}",
+    UTM_VARIABLES.map(|v| format!("{{{{ {v} }}}}")).join(", ")
+)]
 pub struct UtmError {
     pub tag: &'static str,
-    pub message: String,
+    pub value: String,
+    #[source]
+    pub source: minijinja::Error,
 }
 
 /// One link's values for the tags' templates.
@@ -94,12 +100,10 @@ impl UtmTags {
         };
         let mut out = Vec::new();
         for (tag, parameter, value) in self.given() {
-            let rendered = env.render_str(value, &values).map_err(|err| UtmError {
+            let rendered = env.render_str(value, &values).map_err(|source| UtmError {
                 tag,
-                message: format!(
-                    "{value:?} is not a template of {}: {err}",
-                    UTM_VARIABLES.map(|v| format!("{{{{ {v} }}}}")).join(", ")
-                ),
+                value: value.to_owned(),
+                source,
             })?;
             let rendered = rendered.trim();
             if !rendered.is_empty() {
@@ -259,6 +263,11 @@ mod tests {
         let err = bad.check().unwrap_err();
         assert_eq!(err.tag, "medium");
         assert!(err.to_string().starts_with("utm.medium: "), "{err}");
+        let said = crate::error_report::chain(&err);
+        assert!(
+            said.contains("first_name") && said.len() > err.to_string().len(),
+            "the template engine's reason follows: {said}"
+        );
     }
 
     fn url_strategy() -> impl Strategy<Value = String> {

@@ -368,6 +368,7 @@ fn render(
         name: name.unwrap_or_default(),
     };
     tags.render(link).unwrap_or_else(|err| {
+        let err = crate::error_report::chain(&err);
         tracing::warn!(%err, mailing_id, "UTM tags not added");
         Vec::new()
     })

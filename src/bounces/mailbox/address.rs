@@ -41,6 +41,9 @@ pub struct MailboxUrl {
 pub struct UrlError {
     pub url: String,
     pub why: String,
+    /// The URL parser's reason, when it could not read the URL at all.
+    #[source]
+    pub source: Option<url::ParseError>,
 }
 
 impl MailboxUrl {
@@ -48,8 +51,12 @@ impl MailboxUrl {
         let refuse = |why: &str| UrlError {
             url: redacted(text),
             why: why.to_owned(),
+            source: None,
         };
-        let url = url::Url::parse(text).map_err(|e| refuse(&e.to_string()))?;
+        let url = url::Url::parse(text).map_err(|e| UrlError {
+            source: Some(e),
+            ..refuse("not a URL")
+        })?;
         let (protocol, security, default_port) = match url.scheme() {
             "imaps" => (Protocol::Imap, Security::Tls, 993),
             "imap" => (Protocol::Imap, Security::StartTls, 143),

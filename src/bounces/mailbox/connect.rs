@@ -27,14 +27,14 @@ pub(super) struct Listed {
 
 /// `work` within [`TIMEOUT`]; its error, or the timeout, said as a
 /// failure of `step` on `server`.
-pub(super) async fn within<T, E: std::fmt::Display>(
+pub(super) async fn within<T, E: std::error::Error + Send + Sync + 'static>(
     server: &str,
     step: Step,
     work: impl Future<Output = Result<T, E>>,
 ) -> Result<T, MailboxError> {
     match tokio::time::timeout(TIMEOUT, work).await {
         Ok(Ok(value)) => Ok(value),
-        Ok(Err(err)) => Err(MailboxError::new(server, step, err)),
+        Ok(Err(err)) => Err(MailboxError::caused(server, step, "", err)),
         Err(_) => Err(MailboxError::new(
             server,
             step,
@@ -64,7 +64,7 @@ pub(super) async fn tls(
 ) -> Result<TlsStream, MailboxError> {
     let server = url.to_string();
     let name = rustls::pki_types::ServerName::try_from(url.host.clone())
-        .map_err(|e| MailboxError::new(&server, Step::Tls, format!("{}: {e}", url.host)))?;
+        .map_err(|e| MailboxError::caused(&server, Step::Tls, url.host.as_str(), e))?;
     let connector = tokio_rustls::TlsConnector::from(Arc::clone(config));
     within(&server, Step::Tls, connector.connect(name, tcp)).await
 }

@@ -17,14 +17,32 @@ pub enum Step {
     Session,
 }
 
-/// A mailbox failure: the server (its URL without password), the step
-/// and the detail.
+/// A mailbox failure: the server (its URL without password), the step,
+/// what to check, the detail (what the server said, the folder), and the
+/// error underneath when there is one (I/O, TLS, the IMAP client's).
 #[derive(Debug, thiserror::Error)]
-#[error("{server}: {}: {detail}", step_words(*.step))]
+#[error("{server}: {}{}{}", step_words(*.step), hint_words(*.hint), detail_words(.detail))]
 pub struct MailboxError {
     pub server: String,
     pub step: Step,
+    /// What to check (said after the step): `None`, nothing in particular.
+    pub hint: Option<&'static str>,
+    /// Empty when the source says it all.
     pub detail: String,
+    #[source]
+    pub source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+fn hint_words(hint: Option<&'static str>) -> String {
+    hint.map(|hint| format!(" ({hint})")).unwrap_or_default()
+}
+
+fn detail_words(detail: &str) -> String {
+    if detail.is_empty() {
+        String::new()
+    } else {
+        format!(": {detail}")
+    }
 }
 
 fn step_words(step: Step) -> &'static str {
@@ -38,11 +56,51 @@ fn step_words(step: Step) -> &'static str {
 }
 
 impl MailboxError {
-    pub(super) fn new(server: &str, step: Step, detail: impl std::fmt::Display) -> MailboxError {
+    /// A failure seen in what the server did or said, no other error
+    /// underneath.
+    pub(super) fn new(server: &str, step: Step, detail: impl Into<String>) -> MailboxError {
         MailboxError {
             server: server.to_owned(),
             step,
-            detail: detail.to_string(),
+            hint: None,
+            detail: detail.into(),
+            source: None,
+        }
+    }
+
+    /// A failure of `step` because of `source`; `detail` says where (a
+    /// folder, a host), or is empty.
+    pub(super) fn caused(
+        server: &str,
+        step: Step,
+        detail: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> MailboxError {
+        MailboxError {
+            source: Some(source.into()),
+            ..MailboxError::new(server, step, detail)
+        }
+    }
+
+    /// The same failure, with what to check.
+    pub(super) fn hinted(self, hint: &'static str) -> MailboxError {
+        MailboxError {
+            hint: Some(hint),
+            ..self
+        }
+    }
+
+    /// The same failure, said as one of `folder`.
+    pub(super) fn in_folder(self, folder: &str) -> MailboxError {
+        let detail = if self.detail.is_empty() {
+            folder.to_owned()
+        } else {
+            format!("{folder}: {}", self.detail)
+        };
+        MailboxError {
+            step: Step::Folder,
+            detail,
+            ..self
         }
     }
 

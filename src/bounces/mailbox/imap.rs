@@ -52,13 +52,10 @@ impl Imap {
         let mut session = match login.await {
             Ok(Ok(session)) => session,
             Ok(Err((err @ async_imap::error::Error::No(_), _))) => {
-                return Err(MailboxError::new(
-                    &server,
-                    Step::Login,
-                    format!("{err} (check the user and LINKTRACK_MAILBOX_PASSWORD)"),
-                ))
+                return Err(MailboxError::caused(&server, Step::Login, "", err)
+                    .hinted("check the user and LINKTRACK_MAILBOX_PASSWORD"))
             }
-            Ok(Err((err, _))) => return Err(MailboxError::new(&server, Step::Session, err)),
+            Ok(Err((err, _))) => return Err(MailboxError::caused(&server, Step::Session, "", err)),
             Err(_) => return Err(MailboxError::new(&server, Step::Session, "login timed out")),
         };
         let capabilities = within(&server, Step::Session, session.capabilities()).await?;
@@ -83,7 +80,7 @@ impl Imap {
         )
         .await
         .map(|_| ())
-        .map_err(|err| MailboxError::new(&self.server, Step::Folder, format!("{folder}: {err}")))
+        .map_err(|err| err.in_folder(folder))
     }
 
     /// The messages of `folder` (selected for the rest of the session),
@@ -96,13 +93,7 @@ impl Imap {
     ) -> Result<Vec<Listed>, MailboxError> {
         let selected = within(&self.server, Step::Folder, self.session.select(folder))
             .await
-            .map_err(|err| {
-                MailboxError::new(
-                    &self.server,
-                    Step::Folder,
-                    format!("{folder}: {}", err.detail),
-                )
-            })?;
+            .map_err(|err| err.in_folder(folder))?;
         if selected.exists == 0 {
             return Ok(Vec::new());
         }

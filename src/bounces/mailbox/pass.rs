@@ -71,10 +71,10 @@ pub struct Pass {
 /// Why a pass stopped before its end. What it did before stays done.
 #[derive(Debug, thiserror::Error)]
 pub enum PassError {
-    #[error("{0}")]
+    #[error(transparent)]
     Mailbox(#[from] MailboxError),
     /// The database failed on a message: it stays in the mailbox.
-    #[error("{name}: the database failed: {source}")]
+    #[error("{name}: the database failed")]
     Store {
         name: String,
         #[source]

@@ -52,13 +52,9 @@ impl Pop3 {
         let user = format!("USER {}", one_line(&url.user));
         pop3.command(Step::Login, &user).await?;
         let pass = format!("PASS {}", one_line(password));
-        pop3.command(Step::Login, &pass).await.map_err(|mut err| {
-            err.detail = format!(
-                "{} (check the user and LINKTRACK_MAILBOX_PASSWORD)",
-                err.detail
-            );
-            err
-        })?;
+        pop3.command(Step::Login, &pass)
+            .await
+            .map_err(|err| err.hinted("check the user and LINKTRACK_MAILBOX_PASSWORD"))?;
         Ok(pop3)
     }
 

@@ -85,10 +85,76 @@ pub(crate) enum SendError {
     #[error("{0}")]
     Unsendable(String),
     /// The session is broken (network, timeout, a reply out of step); it is
-    /// dropped. `data_sent`: whether the message's data may have reached the
-    /// server before it broke.
-    #[error("{reason}")]
-    Broken { reason: String, data_sent: bool },
+    /// dropped.
+    #[error(transparent)]
+    Broken(Broken),
+}
+
+/// A broken session: why, and whether the message's data may have reached
+/// the server before it broke. It says only its reason (and that reason's
+/// causes), as the outcome's text always has.
+#[derive(Debug)]
+pub(crate) struct Broken {
+    reason: BrokenBy,
+    pub(crate) data_sent: bool,
+}
+
+impl std::fmt::Display for Broken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.reason.fmt(f)
+    }
+}
+
+impl std::error::Error for Broken {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        std::error::Error::source(&self.reason)
+    }
+}
+
+/// What broke a session.
+#[derive(Debug, thiserror::Error)]
+enum BrokenBy {
+    #[error(transparent)]
+    Stream(#[from] StreamError),
+    /// The caller sent another message than it announced: a server
+    /// waiting for data can only be left by closing the session.
+    #[error("a message other than the one announced")]
+    NotAnnounced,
+    #[error("RSET after a refusal: {0}")]
+    ResetRefused(Reply),
+}
+
+impl SendError {
+    fn broken(reason: impl Into<BrokenBy>, data_sent: bool) -> SendError {
+        SendError::Broken(Broken {
+            reason: reason.into(),
+            data_sent,
+        })
+    }
+}
+
+/// A wait that ran out.
+#[derive(Debug, thiserror::Error)]
+#[error("timed out after {} s", .0.as_secs())]
+pub(crate) struct TimedOut(Duration);
+
+/// A timeout as an I/O error, for the steps whose other failures are I/O
+/// errors (connecting, writing, the TLS handshake).
+impl From<TimedOut> for std::io::Error {
+    fn from(timed_out: TimedOut) -> std::io::Error {
+        std::io::Error::new(std::io::ErrorKind::TimedOut, timed_out)
+    }
+}
+
+/// Why the session's stream failed: a write, or the wait for a reply.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum StreamError {
+    #[error("writing")]
+    Write(#[source] std::io::Error),
+    #[error(transparent)]
+    ReplyTimedOut(TimedOut),
+    #[error(transparent)]
+    Reply(#[from] ReplyError),
 }
 
 /// lettre's wording, which the rejects file has always carried.
@@ -106,12 +172,29 @@ fn refusal_text(reply: &Reply) -> String {
 /// Why a session could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ConnectError {
-    #[error("{0}")]
-    Io(String),
+    #[error("connecting")]
+    Connect(#[source] std::io::Error),
+    /// The greeting, EHLO, STARTTLS or AUTH could not be said or answered.
+    #[error(transparent)]
+    Stream(#[from] StreamError),
     #[error("the server said {0}")]
     Refused(Reply),
-    #[error("{0}")]
-    Tls(String),
+    #[error("{host}")]
+    ServerName {
+        host: String,
+        #[source]
+        source: rustls::pki_types::InvalidDnsNameError,
+    },
+    #[error("TLS handshake")]
+    Handshake(#[source] std::io::Error),
+    #[error("the server does not offer STARTTLS (the URL says tls=required)")]
+    NoStartTls,
+    /// Bytes after the 220 and before the handshake would be read as if
+    /// they came over TLS: an injection (CVE-2011-0411), refused.
+    #[error("the server sent data before the TLS handshake")]
+    DataBeforeHandshake,
+    #[error("STARTTLS inside TLS")]
+    StartTlsInsideTls,
 }
 
 /// Plain TCP or TLS, read through one buffer.
@@ -214,10 +297,9 @@ impl Connection {
         target: &Target,
         tls: &Arc<rustls::ClientConfig>,
     ) -> Result<Connection, ConnectError> {
-        let tcp = within(TIMEOUT, connect_tcp(target))
+        let tcp = within_io(TIMEOUT, connect_tcp(target))
             .await
-            .and_then(|r| r.map_err(|e| e.to_string()))
-            .map_err(|e| ConnectError::Io(format!("connecting: {e}")))?;
+            .map_err(ConnectError::Connect)?;
         let stream = if target.security == Security::Implicit {
             Stream::Tls(Box::new(handshake(tcp, target, tls).await?))
         } else {
@@ -231,7 +313,7 @@ impl Connection {
             in_transaction: false,
             ahead: None,
         };
-        let greeting = connection.reply().await.map_err(ConnectError::Io)?;
+        let greeting = connection.reply().await?;
         if !greeting.is_completion() {
             return Err(ConnectError::Refused(greeting));
         }
@@ -249,16 +331,14 @@ impl Connection {
     async fn hello(&mut self, target: &Target) -> Result<(), ConnectError> {
         let ehlo = self
             .command(format!("EHLO {}\r\n", target.hello_name).as_bytes())
-            .await
-            .map_err(ConnectError::Io)?;
+            .await?;
         if ehlo.is_completion() {
             self.extensions = Extensions::from_ehlo(&ehlo);
             return Ok(());
         }
         let helo = self
             .command(format!("HELO {}\r\n", target.hello_name).as_bytes())
-            .await
-            .map_err(ConnectError::Io)?;
+            .await?;
         if !helo.is_completion() {
             return Err(ConnectError::Refused(helo));
         }
@@ -271,9 +351,7 @@ impl Connection {
             Security::None | Security::Implicit => Ok(false),
             Security::Opportunistic => Ok(self.extensions.starttls),
             Security::Required if self.extensions.starttls => Ok(true),
-            Security::Required => Err(ConnectError::Tls(
-                "the server does not offer STARTTLS (the URL says tls=required)".into(),
-            )),
+            Security::Required => Err(ConnectError::NoStartTls),
         }
     }
 
@@ -284,22 +362,15 @@ impl Connection {
         target: &Target,
         tls: &Arc<rustls::ClientConfig>,
     ) -> Result<Connection, ConnectError> {
-        let ready = self
-            .command(b"STARTTLS\r\n")
-            .await
-            .map_err(ConnectError::Io)?;
+        let ready = self.command(b"STARTTLS\r\n").await?;
         if !ready.is_completion() {
             return Err(ConnectError::Refused(ready));
         }
-        // Bytes after the 220 and before the handshake would be read as
-        // if they came over TLS: an injection (CVE-2011-0411), refused.
         if !self.stream.buffer().is_empty() {
-            return Err(ConnectError::Tls(
-                "the server sent data before the TLS handshake".into(),
-            ));
+            return Err(ConnectError::DataBeforeHandshake);
         }
         let Stream::Plain(tcp) = self.stream.into_inner() else {
-            return Err(ConnectError::Tls("STARTTLS inside TLS".into()));
+            return Err(ConnectError::StartTlsInsideTls);
         };
         let mut upgraded = Connection {
             stream: BufReader::new(Stream::Tls(Box::new(handshake(tcp, target, tls).await?))),
@@ -323,8 +394,7 @@ impl Connection {
         } else {
             self.login(&b64(user.as_bytes()), &b64(password.as_bytes()))
                 .await
-        }
-        .map_err(ConnectError::Io)?;
+        }?;
         if reply.is_completion() {
             Ok(())
         } else {
@@ -333,7 +403,7 @@ impl Connection {
     }
 
     /// AUTH LOGIN: the user, then the password, each on its 334.
-    async fn login(&mut self, user: &str, password: &str) -> Result<Reply, String> {
+    async fn login(&mut self, user: &str, password: &str) -> Result<Reply, StreamError> {
         let mut reply = self.command(b"AUTH LOGIN\r\n").await?;
         for answer in [user, password] {
             if reply.code() != 334 {
@@ -365,7 +435,7 @@ impl Connection {
             Err(SendError::Refused(_)) if self.in_transaction && self.ahead.is_none() => {
                 self.usable = self.reset().await.is_ok()
             }
-            Err(SendError::Broken { .. }) => self.usable = false,
+            Err(SendError::Broken(_)) => self.usable = false,
             _ => {}
         }
         result
@@ -382,14 +452,7 @@ impl Connection {
                 None => return self.data(out, message.data, next).await,
                 Some(reply) => return Err(SendError::Refused(reply)),
             },
-            // The caller sent another message than it announced: a server
-            // waiting for data can only be left by closing the session.
-            Some(_) => {
-                return Err(SendError::Broken {
-                    reason: "a message other than the one announced".into(),
-                    data_sent: false,
-                })
-            }
+            Some(_) => return Err(SendError::broken(BrokenBy::NotAnnounced, false)),
             None => {}
         }
         let envelope = self.envelope(message)?;
@@ -407,7 +470,7 @@ impl Connection {
             // BDAT's reply comes whatever the envelope's were (RFC 3030 §2).
             let last = self.final_reply().await;
             return match (envelope, last) {
-                (_, Err(broken @ SendError::Broken { .. })) => Err(broken),
+                (_, Err(broken @ SendError::Broken(_))) => Err(broken),
                 (Ok(()), last) => last,
                 (Err(refused), _) => {
                     self.in_transaction = true; // RSET follows
@@ -590,10 +653,7 @@ impl Connection {
     async fn envelope_command(&mut self, command: &[u8]) -> Result<Reply, SendError> {
         self.command(command)
             .await
-            .map_err(|reason| SendError::Broken {
-                reason,
-                data_sent: false,
-            })
+            .map_err(|reason| SendError::broken(reason, false))
     }
 
     /// RSET after a refused message, so the next one starts clean.
@@ -603,10 +663,7 @@ impl Connection {
             self.in_transaction = false;
             Ok(())
         } else {
-            Err(SendError::Broken {
-                reason: format!("RSET after a refusal: {reply}"),
-                data_sent: false,
-            })
+            Err(SendError::broken(BrokenBy::ResetRefused(reply), false))
         }
     }
 
@@ -620,52 +677,57 @@ impl Connection {
         // A large message on a slow link needs longer than a command.
         let allowed = TIMEOUT + Duration::from_secs(bytes.len() as u64 / 65_536);
         let stream = self.stream.get_mut();
-        let result = within(allowed, async {
+        within_io(allowed, async {
             stream.write_all(bytes).await?;
             stream.flush().await
         })
-        .await;
-        result
-            .and_then(|r| r.map_err(|e| e.to_string()))
-            .map_err(|reason| SendError::Broken {
-                reason: format!("writing: {reason}"),
-                data_sent,
-            })
+        .await
+        .map_err(|e| SendError::broken(StreamError::Write(e), data_sent))
     }
 
     async fn reply_to(&mut self, data_sent: bool) -> Result<Reply, SendError> {
         self.reply()
             .await
-            .map_err(|reason| SendError::Broken { reason, data_sent })
+            .map_err(|reason| SendError::broken(reason, data_sent))
     }
 
     /// One command and its reply.
-    async fn command(&mut self, command: &[u8]) -> Result<Reply, String> {
+    async fn command(&mut self, command: &[u8]) -> Result<Reply, StreamError> {
         let stream = self.stream.get_mut();
-        within(TIMEOUT, async {
+        within_io(TIMEOUT, async {
             stream.write_all(command).await?;
             stream.flush().await
         })
         .await
-        .and_then(|r| r.map_err(|e| format!("writing: {e}")))?;
+        .map_err(StreamError::Write)?;
         self.reply().await
     }
 
-    async fn reply(&mut self) -> Result<Reply, String> {
-        within(TIMEOUT, Reply::read(&mut self.stream))
+    async fn reply(&mut self) -> Result<Reply, StreamError> {
+        Ok(within(TIMEOUT, Reply::read(&mut self.stream))
             .await
-            .and_then(|r| r.map_err(|e: ReplyError| e.to_string()))
+            .map_err(StreamError::ReplyTimedOut)??)
     }
 }
 
-/// `future`, or "timed out" after `limit`.
+/// `future`, or [`TimedOut`] after `limit`.
 async fn within<T>(
     limit: Duration,
     future: impl std::future::Future<Output = T>,
-) -> Result<T, String> {
+) -> Result<T, TimedOut> {
     tokio::time::timeout(limit, future)
         .await
-        .map_err(|_| format!("timed out after {} s", limit.as_secs()))
+        .map_err(|_| TimedOut(limit))
+}
+
+/// An I/O `future`, its timeout after `limit` one more I/O error.
+async fn within_io<T>(
+    limit: Duration,
+    future: impl std::future::Future<Output = std::io::Result<T>>,
+) -> std::io::Result<T> {
+    within(limit, future)
+        .await
+        .unwrap_or_else(|timed_out| Err(timed_out.into()))
 }
 
 /// The first of the host's addresses that answers, with Nagle's algorithm
@@ -689,20 +751,23 @@ async fn handshake(
     target: &Target,
     tls: &Arc<rustls::ClientConfig>,
 ) -> Result<tokio_rustls::client::TlsStream<TcpStream>, ConnectError> {
-    let name = rustls::pki_types::ServerName::try_from(target.host.clone())
-        .map_err(|e| ConnectError::Tls(format!("{}: {e}", target.host)))?;
+    let name = rustls::pki_types::ServerName::try_from(target.host.clone()).map_err(|source| {
+        ConnectError::ServerName {
+            host: target.host.clone(),
+            source,
+        }
+    })?;
     let connector = tokio_rustls::TlsConnector::from(Arc::clone(tls));
-    within(TIMEOUT, connector.connect(name, tcp))
+    within_io(TIMEOUT, connector.connect(name, tcp))
         .await
-        .and_then(|r| r.map_err(|e| e.to_string()))
-        .map_err(|e| ConnectError::Tls(format!("TLS handshake: {e}")))
+        .map_err(ConnectError::Handshake)
 }
 
 /// The TLS settings every session shares: the system's trusted roots
 /// (`SSL_CERT_FILE` and `SSL_CERT_DIR` name others) and Mozilla's, as
 /// webpki-roots carries them, so a machine without a CA bundle still
 /// verifies public MTAs.
-pub(crate) fn tls_config() -> Result<Arc<rustls::ClientConfig>, String> {
+pub(crate) fn tls_config() -> Result<Arc<rustls::ClientConfig>, TlsSettingsError> {
     let mut roots = rustls::RootCertStore::empty();
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
     let native = rustls_native_certs::load_native_certs();
@@ -714,8 +779,69 @@ pub(crate) fn tls_config() -> Result<Arc<rustls::ClientConfig>, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS settings: {e}"))?
+        .map_err(TlsSettingsError)?
         .with_root_certificates(roots)
         .with_no_client_auth();
     Ok(Arc::new(config))
+}
+
+/// The TLS settings could not be made (the crypto provider refused the
+/// protocol versions).
+#[derive(Debug, thiserror::Error)]
+#[error("TLS settings")]
+pub struct TlsSettingsError(#[source] rustls::Error);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(port: u16) -> Target {
+        Target::parse(&format!("smtp://127.0.0.1:{port}/tests.example")).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_keeps_its_io_error() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        drop(listener);
+        let tls = tls_config().unwrap();
+        let Err(err) = Connection::open(&target(port), &tls).await else {
+            panic!("connected to a closed port");
+        };
+        let ConnectError::Connect(io) = &err else {
+            panic!("{err:?}");
+        };
+        assert_eq!(io.kind(), std::io::ErrorKind::ConnectionRefused);
+        let said = crate::error_report::chain(&err);
+        assert!(said.starts_with("connecting: "), "{said}");
+        assert!(said.len() > "connecting: ".len(), "{said}");
+    }
+
+    #[tokio::test]
+    async fn a_greeting_that_is_not_smtp_is_said_with_its_reason() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            socket.write_all(b"hello there\r\n").await.unwrap();
+            socket
+        });
+        let tls = tls_config().unwrap();
+        let Err(err) = Connection::open(&target(port), &tls).await else {
+            panic!("a session opened on a greeting that is not SMTP");
+        };
+        assert!(
+            matches!(
+                err,
+                ConnectError::Stream(StreamError::Reply(ReplyError::Malformed(_)))
+            ),
+            "{err:?}"
+        );
+        let said = crate::error_report::chain(&err);
+        assert!(
+            said.contains("not SMTP") && said.contains("hello there"),
+            "{said}"
+        );
+        drop(server.await);
+    }
 }

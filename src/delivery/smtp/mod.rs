@@ -9,6 +9,7 @@
 
 mod connection;
 pub(crate) use connection::tls_config;
+pub use connection::TlsSettingsError;
 mod reply;
 mod target;
 mod transparency;
@@ -20,6 +21,7 @@ use reply::Reply;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use target::Target;
+pub use target::TargetError;
 
 /// Where and how to deliver.
 #[derive(Debug, Clone)]
@@ -62,10 +64,25 @@ pub enum Outcome {
 
 #[derive(Debug, thiserror::Error)]
 pub enum SmtpError {
-    #[error("--smtp {url}: {reason}")]
-    Url { url: String, reason: String },
+    #[error("--smtp {url}")]
+    Url {
+        url: String,
+        #[source]
+        source: SmtpUrlError,
+    },
     #[error("envelope sender {0:?} is not an address")]
     Sender(String),
+}
+
+/// What is wrong with an `--smtp` URL or the settings that go with it.
+#[derive(Debug, thiserror::Error)]
+pub enum SmtpUrlError {
+    #[error(transparent)]
+    Target(#[from] TargetError),
+    #[error("messages per connection must be at least 1")]
+    NoMessagesPerConnection,
+    #[error(transparent)]
+    Tls(#[from] TlsSettingsError),
 }
 
 /// The SMTP sessions to one MTA: `connections` lanes, each a worker's
@@ -97,7 +114,7 @@ struct Session {
 enum Failure {
     #[error(transparent)]
     Send(#[from] SendError),
-    #[error("{0}")]
+    #[error(transparent)]
     Connect(#[from] ConnectError),
 }
 
@@ -116,17 +133,15 @@ impl Deliverer {
         settings: SmtpSettings,
         counters: Arc<super::counters::DeliveryCounters>,
     ) -> Result<Deliverer, SmtpError> {
-        let url_error = |reason: String| SmtpError::Url {
+        let url_error = |source: SmtpUrlError| SmtpError::Url {
             url: target::redacted(&settings.url),
-            reason,
+            source,
         };
-        let target = Target::parse(&settings.url).map_err(url_error)?;
+        let target = Target::parse(&settings.url).map_err(|e| url_error(e.into()))?;
         if settings.messages_per_connection == Some(0) {
-            return Err(url_error(
-                "messages per connection must be at least 1".into(),
-            ));
+            return Err(url_error(SmtpUrlError::NoMessagesPerConnection));
         }
-        let tls = connection::tls_config().map_err(url_error)?;
+        let tls = connection::tls_config().map_err(|e| url_error(e.into()))?;
         Ok(Deliverer {
             host: target.address(),
             shared: Arc::new(Shared {
@@ -166,6 +181,15 @@ pub struct Lane {
     session: Option<Session>,
 }
 
+/// A recipient no MTA would take: the letter's rejection.
+#[derive(Debug, thiserror::Error)]
+#[error("recipient {to:?}")]
+struct BadRecipient {
+    to: String,
+    #[source]
+    source: lettre::address::AddressError,
+}
+
 /// A message for [`Lane::deliver`]: envelope sender, recipient, data.
 #[derive(Debug, Clone, Copy)]
 pub struct Envelope<'a> {
@@ -178,9 +202,13 @@ impl<'a> Envelope<'a> {
     /// The recipient parsed, or the letter rejected naming it (no MTA
     /// would take it).
     fn recipient(&self) -> Result<Address, Outcome> {
-        self.to
-            .parse()
-            .map_err(|e| Outcome::Rejected(format!("recipient {:?}: {e}", self.to)))
+        self.to.parse().map_err(|source| {
+            let refused = BadRecipient {
+                to: self.to.to_owned(),
+                source,
+            };
+            Outcome::Rejected(crate::error_report::chain(&refused))
+        })
     }
 
     /// The message as a session sends it, to `to`: the parsed recipient,
@@ -222,8 +250,9 @@ impl Lane {
                     if let Some(outcome) = final_failure(&err) {
                         return outcome;
                     }
+                    let err = crate::error_report::chain(&err);
                     let Ok(wait) = retries.failed(true) else {
-                        return Outcome::Failed(err.to_string());
+                        return Outcome::Failed(err);
                     };
                     let attempt = retries.failures() - 1;
                     tracing::warn!(%err, host = %self.deliverer.host, attempt, "temporary SMTP failure; retrying");
@@ -250,9 +279,8 @@ impl Lane {
         let message = letter.message_to(recipient.as_ref());
         match self.send(&message, None).await {
             Ok(reply) => Outcome::Delivered(reply.to_string()),
-            Err(failure) => {
-                final_failure(&failure).unwrap_or_else(|| Outcome::Failed(failure.to_string()))
-            }
+            Err(failure) => final_failure(&failure)
+                .unwrap_or_else(|| Outcome::Failed(crate::error_report::chain(&failure))),
         }
     }
 
@@ -331,7 +359,7 @@ fn final_failure(failure: &Failure) -> Option<Outcome> {
 /// before any data went, or the server's 421 "closing".
 fn closed_while_parked(result: &Result<Reply, SendError>) -> bool {
     match result {
-        Err(SendError::Broken { data_sent, .. }) => !data_sent,
+        Err(SendError::Broken(broken)) => !broken.data_sent,
         Err(SendError::Refused(reply)) => reply.code() == 421,
         _ => false,
     }

@@ -43,10 +43,25 @@ impl fmt::Debug for Target {
     }
 }
 
+/// What is wrong with an SMTP URL.
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    #[error(transparent)]
+    Url(#[from] url::ParseError),
+    #[error("unknown tls={0:?} (tls=required or tls=opportunistic)")]
+    Tls(String),
+    #[error("unknown scheme {0:?} (smtp:// or smtps://)")]
+    Scheme(String),
+    #[error("no host")]
+    NoHost,
+    #[error("user or password is not UTF-8 once decoded")]
+    NotUtf8(#[source] std::str::Utf8Error),
+}
+
 impl Target {
     /// Parse an SMTP URL; the error says what is wrong with it.
-    pub(crate) fn parse(url: &str) -> Result<Target, String> {
-        let parsed = url::Url::parse(url).map_err(|e| e.to_string())?;
+    pub(crate) fn parse(url: &str) -> Result<Target, TargetError> {
+        let parsed = url::Url::parse(url)?;
         let tls = parsed
             .query_pairs()
             .find(|(key, _)| key == "tls")
@@ -56,18 +71,14 @@ impl Target {
             ("smtp", Some("required")) => (Security::Required, 587),
             ("smtp", Some("opportunistic")) => (Security::Opportunistic, 587),
             ("smtps", None) => (Security::Implicit, 465),
-            ("smtp" | "smtps", Some(other)) => {
-                return Err(format!(
-                    "unknown tls={other:?} (tls=required or tls=opportunistic)"
-                ))
-            }
-            (scheme, _) => return Err(format!("unknown scheme {scheme:?} (smtp:// or smtps://)")),
+            ("smtp" | "smtps", Some(other)) => return Err(TargetError::Tls(other.to_owned())),
+            (scheme, _) => return Err(TargetError::Scheme(scheme.to_owned())),
         };
         let host = match parsed.host() {
             Some(url::Host::Domain(name)) => name.to_owned(),
             Some(url::Host::Ipv4(ip)) => ip.to_string(),
             Some(url::Host::Ipv6(ip)) => ip.to_string(),
-            None => return Err("no host".into()),
+            None => return Err(TargetError::NoHost),
         };
         let hello_name = match parsed.path().trim_matches('/') {
             "" => this_machine(),
@@ -107,11 +118,11 @@ pub(crate) fn redacted(url: &str) -> String {
     }
 }
 
-fn decode(part: &str) -> Result<String, String> {
+fn decode(part: &str) -> Result<String, TargetError> {
     percent_encoding::percent_decode_str(part)
         .decode_utf8()
         .map(|text| text.into_owned())
-        .map_err(|_| "user or password is not UTF-8 once decoded".into())
+        .map_err(TargetError::NotUtf8)
 }
 
 /// This machine's name for EHLO, or `localhost` when it has none that
@@ -173,11 +184,20 @@ mod tests {
     fn a_bad_url_says_what_is_wrong() {
         assert!(Target::parse("http://mta.example")
             .unwrap_err()
+            .to_string()
             .contains("unknown scheme"));
         assert!(Target::parse("smtp://mta.example?tls=always")
             .unwrap_err()
+            .to_string()
             .contains("tls=\"always\""));
-        assert!(Target::parse("not a url").is_err());
+        assert!(matches!(
+            Target::parse("smtp://u:%FF@mta.example"),
+            Err(TargetError::NotUtf8(_))
+        ));
+        assert!(matches!(
+            Target::parse("not a url"),
+            Err(TargetError::Url(url::ParseError::RelativeUrlWithoutBase))
+        ));
     }
 
     #[test]

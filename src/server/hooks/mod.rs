@@ -90,7 +90,7 @@ fn bad_event(provider: &'static str, err: EventError) -> Answer {
         provider,
         "bad_event",
         StatusCode::BAD_REQUEST,
-        format!("the event: {err}"),
+        format!("the event: {}", crate::error_report::chain(&err)),
     )
 }
 
