@@ -80,7 +80,11 @@ fn serve(args: &Args, url: &str, journal: &std::path::Path) -> Server {
             .next()
             .expect("the server exited before serving")
             .unwrap();
-        if let Some(rest) = line.split(" listen=").nth(1).filter(|_| line.contains("serving")) {
+        if let Some(rest) = line
+            .split(" listen=")
+            .nth(1)
+            .filter(|_| line.contains("serving"))
+        {
             break rest.split_whitespace().next().unwrap().to_owned();
         }
     };

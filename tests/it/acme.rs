@@ -222,13 +222,17 @@ async fn a_verified_domain_gets_a_certificate_from_pebble_is_served_over_tls_and
     // four passes, any of which would order one if pending domains were
     // ordered for (a slow machine makes fewer passes: a weaker check,
     // never a false failure).
-    never_within(Duration::from_secs(2), "a certificate for a pending domain", || async {
-        let stored = tls_certificates::list(&db.pool).await.unwrap();
-        match stored.is_empty() {
-            true => Ok(()),
-            false => Err(stored.into_iter().map(|c| c.host).collect::<Vec<_>>()),
-        }
-    })
+    never_within(
+        Duration::from_secs(2),
+        "a certificate for a pending domain",
+        || async {
+            let stored = tls_certificates::list(&db.pool).await.unwrap();
+            match stored.is_empty() {
+                true => Ok(()),
+                false => Err(stored.into_iter().map(|c| c.host).collect::<Vec<_>>()),
+            }
+        },
+    )
     .await;
     let refused = https.get(&click).send().await;
     assert!(
@@ -267,13 +271,17 @@ async fn a_verified_domain_gets_a_certificate_from_pebble_is_served_over_tls_and
     // still the same certificate. 2 s is four of the worker's 500 ms
     // passes, any of which would renew it if a certificate not due were
     // renewed (a slow machine makes fewer: weaker, never a false failure).
-    never_within(Duration::from_secs(2), "a renewal before it was due", || async {
-        let stored = tls_certificates::list(&db.pool).await.unwrap();
-        match stored.as_slice() {
-            [only] if only.serial == first.serial => Ok(()),
-            _ => Err(stored.into_iter().map(|c| c.serial).collect::<Vec<_>>()),
-        }
-    })
+    never_within(
+        Duration::from_secs(2),
+        "a renewal before it was due",
+        || async {
+            let stored = tls_certificates::list(&db.pool).await.unwrap();
+            match stored.as_slice() {
+                [only] if only.serial == first.serial => Ok(()),
+                _ => Err(stored.into_iter().map(|c| c.serial).collect::<Vec<_>>()),
+            }
+        },
+    )
     .await;
     server.stop().await;
 

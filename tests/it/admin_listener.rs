@@ -7,7 +7,6 @@ use crate::common::wait::{eventually, PATIENCE};
 use crate::common::{TestDb, TestServer};
 use reqwest::StatusCode;
 
-
 const ADMIN_TOKEN: &str = "admin-token-0123456789abcdef0123456789";
 
 #[tokio::test]

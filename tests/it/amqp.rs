@@ -2,8 +2,8 @@
 //! scripts/prepare.d/50-rabbitmq.sh): a queue bound to the exchange gets
 //! every event, routed by type, and the outbox empties only on confirms.
 
-use crate::common::wait::{eventually, PATIENCE};
 use crate::common::amqp::{bound_queue, BoundQueue, BROKER};
+use crate::common::wait::{eventually, PATIENCE};
 use crate::common::webhooks::{fast_retries, hit_everything, letter};
 use crate::common::{days_ago, linktrack, TestDb, TestServer};
 use lapin::options::{BasicGetOptions, ExchangeDeleteOptions};

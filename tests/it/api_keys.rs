@@ -4,9 +4,9 @@
 //! revoked or expired; the OpenAPI description served and valid.
 
 use crate::common::client;
-use crate::common::wait::{eventually_eq, PATIENCE};
 use crate::common::stats::MAILING;
 use crate::common::stats_api::{rolled_db, SECRET, TOKEN};
+use crate::common::wait::{eventually_eq, PATIENCE};
 use crate::common::{linktrack_binary, TestDb, TestServer};
 use linktrack::server::AppSettings;
 use reqwest::StatusCode;

@@ -12,8 +12,8 @@
 //! changes nothing the second time.
 
 use crate::bounces::{addressed, Built, BOUNCE_DOMAIN};
-use crate::common::postfix::{Postfix, PostfixConfig};
 use crate::common::build::build_command;
+use crate::common::postfix::{Postfix, PostfixConfig};
 use crate::common::wait::{eventually_blocking, never_within, PATIENCE};
 use crate::common::{linktrack_binary, TestDb};
 use std::io::{BufRead, BufReader, Write};
@@ -129,9 +129,7 @@ fn send(postfix: &Postfix, to: &str, message: &str) {
         .collect();
     let message = format!("{head}\n{body}");
     let stream = std::net::TcpStream::connect(("127.0.0.1", postfix.port)).unwrap();
-    stream
-        .set_read_timeout(Some(PATIENCE))
-        .unwrap();
+    stream.set_read_timeout(Some(PATIENCE)).unwrap();
     let mut reader = BufReader::new(stream.try_clone().unwrap());
     let mut writer = stream;
     let mut reply = |expect: &str| {

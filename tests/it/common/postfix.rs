@@ -71,13 +71,15 @@ impl Postfix {
     /// Whether smtpd came to listen; false when the master is gone first.
     fn listening(&self) -> bool {
         let pid_file = self.dir.path().join("queue/pid/master.pid");
-        eventually_blocking(PATIENCE, "Postfix listens", || {
-            match std::net::TcpStream::connect(("127.0.0.1", self.port)) {
+        eventually_blocking(
+            PATIENCE,
+            "Postfix listens",
+            || match std::net::TcpStream::connect(("127.0.0.1", self.port)) {
                 Ok(_) => Ok(true),
                 Err(_) if super::pid_file_gone(&pid_file) => Ok(false),
                 Err(err) => Err(err),
-            }
-        })
+            },
+        )
     }
 
     /// `smtp://HOST:PORT` with `rest` after the port (`?tls=required`),
@@ -147,7 +149,10 @@ impl Postfix {
         eventually_blocking(PATIENCE, "every SMTP session logged", || {
             let log = self.log();
             let smtpd = log.lines().filter(|l| l.contains("postfix/smtpd"));
-            let connects = smtpd.clone().filter(|l| l.contains(": connect from ")).count();
+            let connects = smtpd
+                .clone()
+                .filter(|l| l.contains(": connect from "))
+                .count();
             let ended: Vec<&str> = smtpd.filter(|l| l.contains(": disconnect from ")).collect();
             let said: Vec<String> = ended
                 .iter()

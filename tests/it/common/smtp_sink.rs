@@ -2,9 +2,9 @@
 //! receives as a file (the downstream MTA of the relay's tests); killed on
 //! drop. Needs Debian's postfix (scripts/prepare.d/40-postfix.sh).
 
+use super::wait::{eventually_blocking, PATIENCE};
 use std::path::PathBuf;
 use std::process::{Child, Command};
-use super::wait::{eventually_blocking, PATIENCE};
 
 pub struct SmtpSink {
     child: Child,
