@@ -5,6 +5,7 @@
 //! listener; the server then serves the domain over TLS, and renews the
 //! certificate when it is due.
 
+use crate::common::wait::{eventually, never_within, PATIENCE};
 use crate::common::{add_link, days_ago, quick, TestDb, TestServer};
 use crate::domains::{free_port, FakeDns};
 use linktrack::acme::{AcmeSettings, CertificateSettings};
@@ -17,7 +18,7 @@ use reqwest::StatusCode;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const HOST: &str = "click.brand.example";
 
@@ -73,14 +74,11 @@ impl Pebble {
             ca_file,
             _dir: dir,
         };
-        let started = Instant::now();
-        while pebble.https().get(&pebble.directory).send().await.is_err() {
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "pebble did not start"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let https = pebble.https();
+        eventually(PATIENCE, "pebble serves its directory", || {
+            https.get(&pebble.directory).send()
+        })
+        .await;
         pebble
     }
 
@@ -157,22 +155,27 @@ async fn start_server(
 }
 
 /// The stored certificate of `HOST` once it differs from `before` (by
-/// serial), waiting up to a minute.
+/// serial).
 async fn certificate_after(db: &TestDb, before: Option<&str>) -> StoredCertificate {
-    let started = Instant::now();
-    loop {
+    let what = format!("a new certificate for {HOST} (before: {before:?})");
+    eventually(PATIENCE, &what, || async {
         let stored = tls_certificates::list(&db.pool).await.unwrap();
-        if let Some(cert) = stored.into_iter().find(|c| c.host == HOST) {
-            if Some(cert.serial.as_str()) != before {
-                return cert;
-            }
+        match stored.into_iter().find(|c| c.host == HOST) {
+            Some(cert) if Some(cert.serial.as_str()) != before => Ok(cert),
+            seen => Err(seen.map(|c| c.serial)),
         }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "no new certificate for {HOST} within a minute (before: {before:?})"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    })
+    .await
+}
+
+/// The answer to `url` once the TLS listener has loaded the certificate
+/// (it reads the stored certificates at its next pass; until then the
+/// handshake fails).
+async fn served(https: &reqwest::Client, url: &str) -> reqwest::Response {
+    eventually(PATIENCE, "the TLS listener serves the certificate", || {
+        https.get(url).send()
+    })
+    .await
 }
 
 /// The value of the series `series` (name and labels) in a scrape.
@@ -214,9 +217,23 @@ async fn a_verified_domain_gets_a_certificate_from_pebble_is_served_over_tls_and
     let https = tls_client(&root, tls);
     let click = format!("https://{HOST}:{}/c/{token}", tls.port());
 
-    // Pending: no certificate is ordered, and the TLS listener has none to give.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(tls_certificates::list(&db.pool).await.unwrap().is_empty());
+    // Pending: no certificate is ordered, and the TLS listener has none to
+    // give. The worker passes every 500 ms (`check_every` above): 2 s is
+    // four passes, any of which would order one if pending domains were
+    // ordered for (a slow machine makes fewer passes: a weaker check,
+    // never a false failure).
+    never_within(
+        Duration::from_secs(2),
+        "a certificate for a pending domain",
+        || async {
+            let stored = tls_certificates::list(&db.pool).await.unwrap();
+            match stored.is_empty() {
+                true => Ok(()),
+                false => Err(stored.into_iter().map(|c| c.host).collect::<Vec<_>>()),
+            }
+        },
+    )
+    .await;
     let refused = https.get(&click).send().await;
     assert!(
         refused.is_err(),
@@ -234,13 +251,7 @@ async fn a_verified_domain_gets_a_certificate_from_pebble_is_served_over_tls_and
         .unwrap();
     let first = certificate_after(&db, None).await;
     assert!(first.not_after > first.not_before);
-    let redirect = loop {
-        // The TLS listener reads the stored certificates at its next pass.
-        match https.get(&click).send().await {
-            Ok(response) => break response,
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
-    };
+    let redirect = served(&https, &click).await;
     assert_eq!(redirect.status(), StatusCode::FOUND);
     assert_eq!(
         redirect.headers()[reqwest::header::LOCATION],
@@ -257,11 +268,21 @@ async fn a_verified_domain_gets_a_certificate_from_pebble_is_served_over_tls_and
         "{metrics}"
     );
     // Not due (pebble's certificates last years): several passes later,
-    // still the same certificate.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let stored = tls_certificates::list(&db.pool).await.unwrap();
-    assert_eq!(stored.len(), 1);
-    assert_eq!(stored[0].serial, first.serial, "renewed before it was due");
+    // still the same certificate. 2 s is four of the worker's 500 ms
+    // passes, any of which would renew it if a certificate not due were
+    // renewed (a slow machine makes fewer: weaker, never a false failure).
+    never_within(
+        Duration::from_secs(2),
+        "a renewal before it was due",
+        || async {
+            let stored = tls_certificates::list(&db.pool).await.unwrap();
+            match stored.as_slice() {
+                [only] if only.serial == first.serial => Ok(()),
+                _ => Err(stored.into_iter().map(|c| c.serial).collect::<Vec<_>>()),
+            }
+        },
+    )
+    .await;
     server.stop().await;
 
     // A renewal window longer than the certificate's life: due at once.
@@ -274,13 +295,8 @@ async fn a_verified_domain_gets_a_certificate_from_pebble_is_served_over_tls_and
     assert!(renewed.issued >= first.issued);
     let https = tls_client(&root, tls);
     let click = format!("https://{HOST}:{}/c/{token}", tls.port());
-    let served = loop {
-        match https.get(&click).send().await {
-            Ok(response) => break response,
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
-    };
-    assert_eq!(served.status(), StatusCode::FOUND);
+    let renewed_served = served(&https, &click).await;
+    assert_eq!(renewed_served.status(), StatusCode::FOUND);
     let metrics = crate::common::metrics_text(&server.admin).await;
     assert!(
         metrics.contains("linktrack_acme_certificates_issued_total{reason=\"renewal\"}"),

@@ -3,9 +3,9 @@
 //! hosts, and a `/readyz` that names the database as unavailable without
 //! its error text (the log keeps the detail). Real sockets, real MariaDB.
 
+use crate::common::wait::{eventually, PATIENCE};
 use crate::common::{TestDb, TestServer};
 use reqwest::StatusCode;
-use std::time::{Duration, Instant};
 
 const ADMIN_TOKEN: &str = "admin-token-0123456789abcdef0123456789";
 
@@ -90,16 +90,10 @@ async fn the_binary_warns_on_an_exposed_admin_listener_and_readyz_hides_the_data
     assert!(admin.ip().is_unspecified(), "bound as asked: {admin}");
     let http = reqwest::Client::new();
     let readyz = format!("{}/readyz", crate::common::loopback_url(admin));
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let response = loop {
-        match http.get(&readyz).bearer_auth(ADMIN_TOKEN).send().await {
-            Ok(response) => break response,
-            Err(_) if Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            Err(err) => panic!("the admin listener did not come up: {err}"),
-        }
-    };
+    let response = eventually(PATIENCE, "the admin listener comes up", || {
+        http.get(&readyz).bearer_auth(ADMIN_TOKEN).send()
+    })
+    .await;
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
     let body = response.text().await.unwrap();
     assert!(body.contains("database unavailable"), "{body}");

@@ -6,11 +6,11 @@
 use crate::common::client;
 use crate::common::stats::MAILING;
 use crate::common::stats_api::{rolled_db, SECRET, TOKEN};
+use crate::common::wait::{eventually_eq, PATIENCE};
 use crate::common::{linktrack_binary, TestDb, TestServer};
 use linktrack::server::AppSettings;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use std::time::{Duration, Instant};
 
 const KEY_SECRET: &str = "api-key-secret-0123456789";
 
@@ -56,20 +56,13 @@ async fn get(url: String, key: &str) -> (StatusCode, Value) {
     )
 }
 
-/// Poll until `url` answers `want` to `key` (20 s at most).
+/// Poll until `url` answers `want` to `key`.
 async fn until_status(url: String, key: &str, want: StatusCode) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let (status, _) = get(url.clone(), key).await;
-        if status == want {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{url} still answers {status}, not {want}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let what = format!("{url} answers {want}");
+    eventually_eq(PATIENCE, &what, want, || async {
+        get(url.clone(), key).await.0
+    })
+    .await;
 }
 
 #[tokio::test]

@@ -7,6 +7,7 @@
 
 use crate::bounces::{addressed, build_letters, Built};
 use crate::common::stats_api::TOKEN;
+use crate::common::wait::{eventually, eventually_eq, PATIENCE};
 use crate::common::webhooks::{endpoint, fast_retries, Receiver, SECRET};
 use crate::common::{client, linktrack, TestDb, TestServer};
 use linktrack::outbound::{Endpoint, Outbound};
@@ -125,8 +126,8 @@ async fn bounce_events_reach_a_signed_webhook_once_and_only_where_filtered() {
         ..endpoint("complaints", &complaints.url())
     };
     let app = serve(&db, vec![endpoint("all", &all.url()), only_complaints]).await;
-    let ids = all.wait_for(3, Duration::from_secs(30)).await;
-    complaints.wait_for(1, Duration::from_secs(30)).await;
+    let ids = all.wait_for(3, PATIENCE).await;
+    complaints.wait_for(1, PATIENCE).await;
     all.assert_all_verified();
     complaints.assert_all_verified();
     let refused: Vec<_> = all
@@ -182,24 +183,21 @@ async fn bounce_events_reach_a_signed_webhook_once_and_only_where_filtered() {
         delivered.iter().any(|d| d.id == got[0].id),
         "the same event, the same id, at both endpoints"
     );
-    assert_eq!(outbox_drained(&db).await, 0);
+    outbox_drained(&db).await;
     app.stop().await;
     all.stop();
     complaints.stop();
 }
 
-async fn outbox_drained(db: &TestDb) -> i64 {
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM outbox")
+/// Wait until the outbox holds nothing more to send.
+async fn outbox_drained(db: &TestDb) {
+    eventually_eq(PATIENCE, "the outbox drained", 0, || async {
+        sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM outbox")
             .fetch_one(&db.pool)
             .await
-            .unwrap();
-        if left == 0 || std::time::Instant::now() > deadline {
-            return left;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+            .unwrap()
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -233,17 +231,16 @@ async fn bounce_events_are_published_to_rabbitmq_by_type() {
     };
     let app = serve(&db, vec![amqp]).await;
     let mut got = Vec::new();
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while got.len() < 3 {
-        assert!(std::time::Instant::now() < deadline, "only {got:?} arrived");
-        let message = channel
-            .basic_get(queue.as_str().into(), BasicGetOptions { no_ack: true })
-            .await
-            .unwrap();
-        let Some(message) = message else {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            continue;
-        };
+        let what = format!("a message after {got:?}");
+        let message = eventually(PATIENCE, &what, || async {
+            channel
+                .basic_get(queue.as_str().into(), BasicGetOptions { no_ack: true })
+                .await
+                .unwrap()
+                .ok_or("the queue is empty")
+        })
+        .await;
         let delivery = &message.delivery;
         let body: serde_json::Value = serde_json::from_slice(&delivery.data).unwrap();
         assert_eq!(body["type"], delivery.routing_key.as_str());
@@ -279,7 +276,7 @@ async fn bounce_events_are_published_to_rabbitmq_by_type() {
             "email.complained abuse"
         ]
     );
-    assert_eq!(outbox_drained(&db).await, 0);
+    outbox_drained(&db).await;
     app.stop().await;
     channel
         .exchange_delete(exchange.as_str().into(), ExchangeDeleteOptions::default())

@@ -8,6 +8,7 @@
 //! post still works.
 
 use crate::bounces::{build_letters, Built};
+use crate::common::wait::{eventually_eq, PATIENCE};
 use crate::common::{client, metrics_text, TestDb, TestServer};
 use base64::Engine;
 use hmac::{Hmac, Mac};
@@ -509,16 +510,16 @@ async fn mailgun_posts_need_their_hmac_a_fresh_timestamp_and_an_unused_token() {
     // (the first server's read, at its start, was 0: the gauge is the
     // process's, so wait for the new server's read).
     let next = hook_server(&db, &sns).await;
-    let mut seen = None;
-    for _ in 0..100 {
-        let text = metrics_text(&next.admin).await;
-        seen = crate::common::metric_value(&text, "linktrack_complaints_last_day");
-        if seen == Some(1.0) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(seen, Some(1.0));
+    eventually_eq(
+        PATIENCE,
+        "the new server's complaints of the last day",
+        Some(1.0),
+        || async {
+            let text = metrics_text(&next.admin).await;
+            crate::common::metric_value(&text, "linktrack_complaints_last_day")
+        },
+    )
+    .await;
     next.stop().await;
 }
 

@@ -8,12 +8,12 @@
 
 use crate::bounces::{addressed, build_letters, Built};
 use crate::common::dovecot::{Dovecot, PASSWORD};
+use crate::common::wait::{eventually, PATIENCE};
 use crate::common::{linktrack_binary, TestDb};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
 
 const DONE: &str = "linktrack-done";
 const LOOK: &str = "linktrack-look";
@@ -336,22 +336,24 @@ async fn watch_reads_what_arrives_marks_it_seen_and_stops_on_sigterm() {
     dovecot.deliver("INBOX", &fixture("not-a-bounce.eml"));
     // Read and kept: the bounce seen, the one that needs a look flagged
     // too (maildir flags: S seen, F flagged).
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while reason(&db, &letters[0].email).await.is_none() || dovecot.flags("INBOX") != ["FS", "S"] {
-        assert!(
-            Instant::now() < deadline,
-            "not read: {:?} {}",
-            dovecot.flags("INBOX"),
-            dovecot.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually(PATIENCE, "the first two messages read and kept", || async {
+        let read = reason(&db, &letters[0].email).await;
+        let flags = dovecot.flags("INBOX");
+        match (&read, flags.as_slice()) {
+            (Some(_), [first, second]) if first == "FS" && second == "S" => Ok(()),
+            _ => Err(format!("{read:?} {flags:?} {}", dovecot.log())),
+        }
+    })
+    .await;
     // A second bounce arriving later is read by a later pass.
     dovecot.deliver("INBOX", &hard_bounce(&letters[1], "watch-2"));
-    while reason(&db, &letters[1].email).await.is_none() {
-        assert!(Instant::now() < deadline, "not read: {}", dovecot.log());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually(PATIENCE, "the later bounce read", || async {
+        match reason(&db, &letters[1].email).await {
+            Some(_) => Ok(()),
+            None => Err(dovecot.log()),
+        }
+    })
+    .await;
     let status = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()

@@ -4,10 +4,10 @@
 //! `serve --help`, the server's log (the endpoint-drift warning) and the
 //! description stored in `outbound_endpoints`.
 
+use crate::common::wait::{eventually, PATIENCE};
 use crate::common::TestDb;
 use linktrack::store::outbox::{self, Registered};
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
 
 const PASSWORD: &str = "planted-password-7f3a";
 const QUERY_KEY: &str = "planted-query-key-91c2";
@@ -74,8 +74,7 @@ async fn a_webhook_urls_credentials_appear_in_no_output() {
     let admin = server
         .admin
         .expect("the admin listener's address is logged");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let stored = loop {
+    let stored = eventually(PATIENCE, "the server registers its endpoint", || async {
         let stored: Option<String> = sqlx::query_scalar(
             "SELECT description FROM outbound_endpoints WHERE server <> ? AND name = 'default'",
         )
@@ -83,16 +82,13 @@ async fn a_webhook_urls_credentials_appear_in_no_output() {
         .fetch_optional(&db.pool)
         .await
         .unwrap();
-        if let Some(stored) = stored {
-            break stored;
-        }
-        assert!(Instant::now() < deadline, "the server registered nothing");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+        stored.ok_or("nothing registered")
+    })
+    .await;
     assert_eq!(stored, "http://hookuser:***@127.0.0.1:9/hook?key=*** all");
     // The warning is logged as its gauge is set: wait for the gauge.
     let admin = crate::common::loopback_url(admin);
-    loop {
+    eventually(PATIENCE, "the difference counted", || async {
         let text = match reqwest::get(format!("{admin}/metrics")).await {
             Ok(response) => response.text().await.unwrap_or_default(),
             Err(_) => String::new(),
@@ -101,12 +97,12 @@ async fn a_webhook_urls_credentials_appear_in_no_output() {
             .lines()
             .filter(|l| l.starts_with("linktrack_outbound_endpoint_differences{"))
             .any(|l| l.ends_with(" 1"));
-        if warned {
-            break;
+        match warned {
+            true => Ok(()),
+            false => Err(text),
         }
-        assert!(Instant::now() < deadline, "no difference counted:\n{text}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await;
     server.terminate().await;
     let log = server.log();
     assert!(

@@ -3,24 +3,23 @@
 //! across re-runs; refusals go to the rejects file; an unreachable MTA
 //! fails the job naming the host.
 
+use crate::common::build::build_command;
 use crate::common::smtp_sink::SmtpSink;
-use crate::common::TestDb;
+use crate::common::{wait, TestDb};
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 fn build(db: &TestDb, dir: &Path, smtp: &str, extra: &[&str]) -> Output {
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
-    Command::new(env!("CARGO_BIN_EXE_linktrack"))
-        .args(["build", "--no-progress", "--smtp", smtp, "--mailing"])
+    build_command(&db.url)
+        .args(["--smtp", smtp, "--mailing"])
         .arg(fixtures.join("mailing.json"))
         .arg("--recipients")
         .arg(fixtures.join("recipients.csv"))
         .arg("--out")
         .arg(dir.join("letters.jsonl"))
         .args(extra)
-        .env("DATABASE_URL", &db.url)
-        .env("RUST_LOG", "warn")
         .output()
         .unwrap()
 }
@@ -224,23 +223,15 @@ async fn a_kill_9_during_delivery_then_a_re_run_delivers_every_letter_and_names_
     )
     .unwrap();
     let command = || {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_linktrack"));
-        c.args([
-            "build",
-            "--no-progress",
-            "--batch-size",
-            "100",
-            "--smtp-connections",
-            "4",
-        ])
-        .args(["--smtp", &sink.url(), "--mailing"])
-        .arg(&mailing)
-        .arg("--recipients")
-        .arg(&recipients)
-        .arg("--out")
-        .arg(dir.path().join("letters.jsonl"))
-        .env("DATABASE_URL", &db.url)
-        .env("RUST_LOG", "error");
+        let mut c = build_command(&db.url);
+        c.args(["--batch-size", "100", "--smtp-connections", "4"])
+            .args(["--smtp", &sink.url(), "--mailing"])
+            .arg(&mailing)
+            .arg("--recipients")
+            .arg(&recipients)
+            .arg("--out")
+            .arg(dir.path().join("letters.jsonl"))
+            .env("RUST_LOG", "error");
         c
     };
     let mut killed = command()
@@ -248,7 +239,10 @@ async fn a_kill_9_during_delivery_then_a_re_run_delivers_every_letter_and_names_
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
+    // Not `eventually`: the kill must land in the middle of the run, so
+    // the check comes every 5 ms, where `eventually`'s pauses grow to a
+    // quarter second, time enough for the rest of the run to go out.
+    let deadline = Instant::now() + wait::scaled(wait::PATIENCE);
     while sink.messages().len() < 300 {
         assert!(Instant::now() < deadline, "delivery did not start");
         assert!(
@@ -413,8 +407,8 @@ async fn a_re_run_records_what_a_killed_run_left_in_its_delivery_log() {
 
 fn build_with_pools(db: &TestDb, dir: &Path, pools: &Path) -> Output {
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
-    Command::new(env!("CARGO_BIN_EXE_linktrack"))
-        .args(["build", "--no-progress", "--pools"])
+    build_command(&db.url)
+        .arg("--pools")
         .arg(pools)
         .arg("--mailing")
         .arg(fixtures.join("mailing.json"))
@@ -422,8 +416,6 @@ fn build_with_pools(db: &TestDb, dir: &Path, pools: &Path) -> Output {
         .arg(fixtures.join("recipients.csv"))
         .arg("--out")
         .arg(dir.join("letters.jsonl"))
-        .env("DATABASE_URL", &db.url)
-        .env("RUST_LOG", "warn")
         .output()
         .unwrap()
 }

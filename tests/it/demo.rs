@@ -1,4 +1,4 @@
-use crate::common::{linktrack, TestDb};
+use crate::common::{linktrack, wait, TestDb};
 use linktrack::store::links;
 use linktrack::token::Token;
 
@@ -115,9 +115,11 @@ async fn the_demos_printed_image_url_answers_a_picture() {
                 }
             }
         };
-        let image_url = tokio::time::timeout(std::time::Duration::from_secs(120), printed)
+        // Twice the usual patience: the demo builds its letters before it
+        // prints their URLs.
+        let image_url = tokio::time::timeout(wait::scaled(2 * wait::PATIENCE), printed)
             .await
-            .expect("the demo printed no proxied image URL within 2 minutes");
+            .expect("the demo printed no proxied image URL in time");
         assert!(
             image_url.starts_with(&format!("http://{listen}/i/")),
             "{image_url}"
@@ -126,19 +128,22 @@ async fn the_demos_printed_image_url_answers_a_picture() {
         // The URLs are printed before the server listens: wait for it (or
         // for the demo to exit: the port was taken).
         let http = reqwest::Client::new();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        let response = loop {
-            if demo.try_wait().unwrap().is_some() {
-                break None;
-            }
-            match http.get(&image_url).send().await {
-                Ok(response) => break Some(response),
-                Err(err) if err.is_connect() && std::time::Instant::now() < deadline => {
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let response = wait::eventually(wait::PATIENCE, "the demo listens", || {
+            let exited = demo.try_wait().unwrap().is_some();
+            let request = http.get(&image_url).send();
+            let url = image_url.as_str();
+            async move {
+                if exited {
+                    return Ok(None);
                 }
-                Err(err) => panic!("{image_url}: {err}"),
+                match request.await {
+                    Ok(response) => Ok(Some(response)),
+                    Err(err) if err.is_connect() => Err(err),
+                    Err(err) => panic!("{url}: {err}"),
+                }
             }
-        };
+        })
+        .await;
         let Some(response) = response else {
             let mut stderr = String::new();
             use tokio::io::AsyncReadExt;

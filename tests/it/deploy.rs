@@ -321,6 +321,7 @@ fn serve_refuses_padded_and_blank_tokens_before_starting() {
 /// (written by the real binary).
 #[tokio::test]
 async fn serve_exports_the_gauges_the_alerts_read() {
+    use crate::common::wait::{eventually, PATIENCE};
     use crate::common::{linktrack, metric_value, metrics_text, TestDb, TestServer};
     let db = TestDb::new().await;
     let out = linktrack(&db, &["partitions", "rotate", "--ahead-days", "5"]);
@@ -334,24 +335,20 @@ async fn serve_exports_the_gauges_the_alerts_read() {
     // The worker reads the gauges as the server starts, one query after
     // another: wait until every gauge of the round is there (a scrape can
     // fall between two of them).
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     let round = [
         "linktrack_database_up",
         "linktrack_partitions_days_ahead",
         "linktrack_partitions_rotate_last_success_timestamp_seconds",
         "linktrack_schema_installed_timestamp_seconds",
     ];
-    let text = loop {
+    let text = eventually(PATIENCE, "every gauge of the round", || async {
         let text = metrics_text(&app.admin).await;
-        if round.iter().all(|name| metric_value(&text, name).is_some()) {
-            break text;
+        match round.iter().all(|name| metric_value(&text, name).is_some()) {
+            true => Ok(text),
+            false => Err(text),
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no gauges after 20 s:\n{text}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    };
+    })
+    .await;
     assert_eq!(
         metric_value(&text, "linktrack_database_up"),
         Some(1.0),

@@ -1,6 +1,7 @@
 //! What a new user meets in the first hour, through the real binary: errors
 //! that say what to do, numeric ids, CSV files from spreadsheets, plain logs.
 
+use crate::common::build::build_command;
 use crate::common::TestDb;
 use std::process::{Command, Output};
 
@@ -98,15 +99,13 @@ async fn a_numeric_mailing_id_and_a_semicolon_csv_build() {
     )
     .unwrap();
     let out = dir.path().join("letters.jsonl");
-    let output = Command::new(env!("CARGO_BIN_EXE_linktrack"))
-        .args(["build", "--no-progress", "--mailing"])
+    let output = build_command(&db.url)
+        .arg("--mailing")
         .arg(&mailing)
         .arg("--recipients")
         .arg(&recipients)
         .arg("--out")
         .arg(&out)
-        .env("DATABASE_URL", &db.url)
-        .env("RUST_LOG", "warn")
         .output()
         .unwrap();
     assert!(output.status.success(), "{}", stderr(&output));
@@ -137,13 +136,11 @@ async fn a_csv_without_an_email_column_is_refused_before_any_letter() {
     .unwrap();
     let recipients = dir.path().join("people.csv");
     std::fs::write(&recipients, "mail|name\na@example.com|Ana\n").unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_linktrack"))
-        .args(["build", "--no-progress", "--out", "-", "--mailing"])
+    let output = build_command(&db.url)
+        .args(["--out", "-", "--mailing"])
         .arg(&mailing)
         .arg("--recipients")
         .arg(&recipients)
-        .env("DATABASE_URL", &db.url)
-        .env("RUST_LOG", "warn")
         .output()
         .unwrap();
     let text = stderr(&output);

@@ -1,6 +1,7 @@
 //! Built letters as complete RFC 5322 messages, parsed by a real parser
 //! (Python's `email` package) rather than by our own code.
 
+use crate::common::build::build_command;
 use crate::common::TestDb;
 use std::io::Write;
 use std::path::Path;
@@ -36,21 +37,13 @@ async fn every_built_letter_is_a_message_a_real_parser_reads() {
     let dir = tempfile::tempdir().unwrap();
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
     let out = dir.path().join("letters.jsonl");
-    let built = Command::new(env!("CARGO_BIN_EXE_linktrack"))
-        .args([
-            "build",
-            "--no-progress",
-            "--base-url",
-            "https://t.example.test",
-            "--mailing",
-        ])
+    let built = build_command(&db.url)
+        .args(["--base-url", "https://t.example.test", "--mailing"])
         .arg(fixtures.join("mailing.json"))
         .arg("--recipients")
         .arg(fixtures.join("recipients.csv"))
         .arg("--out")
         .arg(&out)
-        .env("DATABASE_URL", &db.url)
-        .env("RUST_LOG", "warn")
         .output()
         .unwrap();
     assert_eq!(

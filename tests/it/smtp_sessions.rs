@@ -6,10 +6,11 @@
 //! STARTTLS and AUTH as the URL asks, with a certificate the client must
 //! trust.
 
+use crate::common::build::build_command;
 use crate::common::postfix::{Postfix, PostfixConfig};
 use crate::common::TestDb;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 /// Eight letters; line 4's recipient is refused by the server (when the
 /// config refuses it). The creative has lines that start with a period in
@@ -30,18 +31,16 @@ fn write_inputs(dir: &Path) {
 }
 
 fn build(db: &TestDb, dir: &Path, smtp: &str, ca_file: Option<&Path>) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_linktrack"));
+    let mut command = build_command(&db.url);
     command
-        .args(["build", "--no-progress", "--smtp", smtp])
+        .args(["--smtp", smtp])
         .args(["--smtp-connections", "1", "--smtp-retries", "1"])
         .args(["--smtp-backoff-ms", "10", "--mailing"])
         .arg(dir.join("mailing.json"))
         .arg("--recipients")
         .arg(dir.join("recipients.csv"))
         .arg("--out")
-        .arg(dir.join("letters.jsonl"))
-        .env("DATABASE_URL", &db.url)
-        .env("RUST_LOG", "warn");
+        .arg(dir.join("letters.jsonl"));
     if let Some(ca_file) = ca_file {
         command.env("SSL_CERT_FILE", ca_file);
     }

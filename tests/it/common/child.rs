@@ -8,10 +8,11 @@
 //! external daemon, `demo`'s public listener) gets a picked port and starts
 //! again on another when it was taken meanwhile (see `demo.rs`).
 
+use super::wait::{eventually, PATIENCE};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 /// A running child and everything it wrote to stderr so far.
 pub struct Serving {
@@ -21,6 +22,8 @@ pub struct Serving {
     /// The admin listener, as the child logged it (`admin=`).
     pub admin: Option<SocketAddr>,
     log: Arc<Mutex<String>>,
+    /// Set when the child's stderr is read to its end.
+    drained: Arc<AtomicBool>,
 }
 
 /// What the child logged before it exited without serving.
@@ -29,7 +32,7 @@ pub struct Exited(pub String);
 impl Serving {
     /// Spawn `command` (a `serve` with `--listen 127.0.0.1:0`, its stderr
     /// is taken here; its `RUST_LOG` must let `linktrack`'s info through)
-    /// and wait (15 s at most) for the `serving listen=` line.
+    /// and wait for the `serving listen=` line.
     pub async fn spawn(command: Command) -> Serving {
         match Serving::try_spawn(command).await {
             Ok(serving) => serving,
@@ -39,13 +42,17 @@ impl Serving {
 
     /// [`Serving::spawn`], or the child's log when it exited first.
     pub async fn try_spawn(mut command: Command) -> Result<Serving, Exited> {
-        let mut child = command
+        let child = command
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawning linktrack");
+        // Killed should the wait below give up (a panic) before a
+        // `Serving` owns it.
+        let mut child = KillOnDrop(Some(child));
         let log = Arc::new(Mutex::new(String::new()));
-        let stderr = child.stderr.take().expect("piped stderr");
-        let sink = log.clone();
+        let drained = Arc::new(AtomicBool::new(false));
+        let stderr = child.get().stderr.take().expect("piped stderr");
+        let (sink, done) = (log.clone(), drained.clone());
         // Drained to the end, so a chatty child never blocks on a full pipe.
         std::thread::spawn(move || {
             use std::io::BufRead;
@@ -55,33 +62,34 @@ impl Serving {
                 log.push_str(&line);
                 log.push('\n');
             }
+            done.store(true, Ordering::SeqCst);
         });
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
+        let listening = eventually(PATIENCE, "the server logs its address", || {
             let found = logged_addr(&log.lock().unwrap(), "listen");
-            if let Some(addr) = found {
-                let admin = logged_addr(&log.lock().unwrap(), "admin");
-                return Ok(Serving {
-                    child,
-                    addr,
-                    admin,
-                    log,
-                });
+            let exited = found.is_none() && child.get().try_wait().unwrap().is_some();
+            let seen = log.lock().unwrap().clone();
+            async move {
+                match (found, exited) {
+                    (Some(addr), _) => Ok(Some(addr)),
+                    (None, true) => Ok(None),
+                    (None, false) => Err(seen),
+                }
             }
-            if child.try_wait().unwrap().is_some() {
-                // Let the drain thread read what is left.
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                return Err(Exited(log.lock().unwrap().clone()));
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                panic!(
-                    "the server did not log its address: {}",
-                    log.lock().unwrap()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        })
+        .await;
+        let Some(addr) = listening else {
+            // What it wrote last, once the drain thread has read it.
+            wait_drained(&drained).await;
+            return Err(Exited(log.lock().unwrap().clone()));
+        };
+        let admin = logged_addr(&log.lock().unwrap(), "admin");
+        Ok(Serving {
+            child: child.take(),
+            addr,
+            admin,
+            log,
+            drained,
+        })
     }
 
     /// `http://<addr>`.
@@ -94,7 +102,7 @@ impl Serving {
         self.log.lock().unwrap().clone()
     }
 
-    /// SIGTERM, then wait (15 s at most) for the exit.
+    /// SIGTERM, then wait for the exit.
     pub async fn terminate(&mut self) -> std::process::ExitStatus {
         let killed = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
@@ -104,20 +112,51 @@ impl Serving {
         self.wait_exit().await
     }
 
-    /// Wait (15 s at most) for the child to exit.
+    /// Wait for the child to exit, and for the last lines it wrote.
     pub async fn wait_exit(&mut self) -> std::process::ExitStatus {
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                // The drain thread reads the last lines.
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                return status;
-            }
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                panic!("the server did not exit: {}", self.log());
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        let child = &mut self.child;
+        let log = &self.log;
+        let status = eventually(PATIENCE, "the server exits", || {
+            let status = child.try_wait().unwrap();
+            let seen = log.lock().unwrap().clone();
+            async move { status.ok_or(seen) }
+        })
+        .await;
+        wait_drained(&self.drained).await;
+        status
+    }
+}
+
+/// Wait until the drain thread has read the exited child's stderr to its
+/// end (the child gone, the pipe's end comes at once).
+async fn wait_drained(drained: &AtomicBool) {
+    eventually(PATIENCE, "the child's stderr read to its end", || async {
+        match drained.load(Ordering::SeqCst) {
+            true => Ok(()),
+            false => Err("still reading"),
+        }
+    })
+    .await;
+}
+
+/// A child killed when dropped, until [`KillOnDrop::take`]n.
+struct KillOnDrop(Option<Child>);
+
+impl KillOnDrop {
+    fn get(&mut self) -> &mut Child {
+        self.0.as_mut().expect("not taken yet")
+    }
+
+    fn take(&mut self) -> Child {
+        self.0.take().expect("taken once")
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
         }
     }
 }
@@ -194,4 +233,14 @@ pub fn down_socket() -> (tokio::net::TcpSocket, SocketAddr) {
     socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let addr = socket.local_addr().unwrap();
     (socket, addr)
+}
+
+/// Whether the daemon whose master wrote `pid_file` is gone: the file
+/// names a process that no longer runs. A file not written yet (or being
+/// written) says nothing, so false.
+pub fn pid_file_gone(pid_file: &std::path::Path) -> bool {
+    std::fs::read_to_string(pid_file)
+        .ok()
+        .and_then(|pid| pid.trim().parse::<u32>().ok())
+        .is_some_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())
 }

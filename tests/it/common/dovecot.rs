@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use super::wait::{eventually_blocking, PATIENCE};
+
 pub const USER: &str = "bounce";
 pub const PASSWORD: &str = "s3cret mailbox";
 
@@ -65,17 +67,21 @@ impl Dovecot {
         panic!("Dovecot did not start on three sets of picked ports");
     }
 
+    /// Whether every port came to listen; false when the master is gone
+    /// first.
     fn listening(&self) -> bool {
-        let deadline = Instant::now() + Duration::from_secs(15);
-        for port in [self.imap, self.imaps, self.pop3, self.pop3s] {
-            while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-                if Instant::now() > deadline {
-                    return false;
-                }
-                std::thread::sleep(Duration::from_millis(50));
+        let pid_file = self.dir.path().join("run/master.pid");
+        eventually_blocking(PATIENCE, "Dovecot listens", || {
+            let closed: Vec<u16> = [self.imap, self.imaps, self.pop3, self.pop3s]
+                .into_iter()
+                .filter(|port| std::net::TcpStream::connect(("127.0.0.1", *port)).is_err())
+                .collect();
+            match closed.is_empty() {
+                true => Ok(true),
+                false if super::pid_file_gone(&pid_file) => Ok(false),
+                false => Err(closed),
             }
-        }
-        true
+        })
     }
 
     fn write_instance(&self) {
@@ -228,6 +234,8 @@ impl Drop for Dovecot {
             return;
         };
         let _ = Command::new("kill").arg(pid.to_string()).status();
+        // Not `eventually`: a drop must not panic (a panic while a failed
+        // test unwinds aborts the run); a master slow to go is killed.
         let deadline = Instant::now() + Duration::from_secs(5);
         while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));

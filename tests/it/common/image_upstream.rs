@@ -44,6 +44,9 @@ pub async fn upstream() -> Upstream {
         .route(
             "/slow.png",
             get(|| async {
+                // The slowness is what is tested: the fetch is still in
+                // flight when the other readers of the same image come
+                // (image_proxy.rs), so they must share it.
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 ([(h::CONTENT_TYPE, "image/png")], "SLOW")
             }),

@@ -14,6 +14,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use super::wait::{eventually_blocking, PATIENCE};
+
 /// How the instance is set up.
 #[derive(Debug, Default, Clone)]
 pub struct PostfixConfig {
@@ -66,15 +68,18 @@ impl Postfix {
         panic!("Postfix did not start on three picked ports");
     }
 
+    /// Whether smtpd came to listen; false when the master is gone first.
     fn listening(&self) -> bool {
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while Instant::now() < deadline {
-            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        false
+        let pid_file = self.dir.path().join("queue/pid/master.pid");
+        eventually_blocking(
+            PATIENCE,
+            "Postfix listens",
+            || match std::net::TcpStream::connect(("127.0.0.1", self.port)) {
+                Ok(_) => Ok(true),
+                Err(_) if super::pid_file_gone(&pid_file) => Ok(false),
+                Err(err) => Err(err),
+            },
+        )
     }
 
     /// `smtp://HOST:PORT` with `rest` after the port (`?tls=required`),
@@ -118,14 +123,14 @@ impl Postfix {
     /// Wait until `count` messages are in the maildir (delivery from the
     /// queue to the maildir follows the SMTP reply by a moment).
     pub fn wait_for_messages(&self, count: usize) -> Vec<String> {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
+        let what = format!("{count} messages in the maildir");
+        eventually_blocking(PATIENCE, &what, || {
             let messages = self.messages();
-            if messages.len() >= count || Instant::now() > deadline {
-                return messages;
+            match messages.len() >= count {
+                true => Ok(messages),
+                false => Err(format!("{}:\n{}", messages.len(), self.log())),
             }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        })
     }
 
     /// The log's `disconnect from …` lines of sessions that said anything
@@ -134,28 +139,34 @@ impl Postfix {
     ///
     /// smtpd writes the line after the client has gone, through the log
     /// service: a test that reads right after the builder exits can be
-    /// ahead of it, so this waits (up to 10 s) until at least one session
-    /// is logged and no new line arrived for 200 ms.
+    /// ahead of it, so this waits until at least one session is logged and
+    /// every connection logged has its disconnect logged too. smtpd logs a
+    /// connection before it greets the client, and the log service writes
+    /// lines in the order they came, so a session the client had (it has
+    /// exited: its sessions are over) is never missed, and none is counted
+    /// before its line is complete.
     pub fn sessions(&self) -> Vec<String> {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let mut seen = self.logged_sessions();
-        loop {
-            std::thread::sleep(Duration::from_millis(200));
-            let now = self.logged_sessions();
-            if (!now.is_empty() && now == seen) || Instant::now() > deadline {
-                return now;
+        eventually_blocking(PATIENCE, "every SMTP session logged", || {
+            let log = self.log();
+            let smtpd = log.lines().filter(|l| l.contains("postfix/smtpd"));
+            let connects = smtpd
+                .clone()
+                .filter(|l| l.contains(": connect from "))
+                .count();
+            let ended: Vec<&str> = smtpd.filter(|l| l.contains(": disconnect from ")).collect();
+            let said: Vec<String> = ended
+                .iter()
+                .filter(|l| !l.contains("commands=0/0"))
+                .map(|l| l.to_string())
+                .collect();
+            match !said.is_empty() && ended.len() == connects {
+                true => Ok(said),
+                false => Err(format!(
+                    "{connects} connections, {} ended:\n{log}",
+                    ended.len()
+                )),
             }
-            seen = now;
-        }
-    }
-
-    fn logged_sessions(&self) -> Vec<String> {
-        self.log()
-            .lines()
-            .filter(|l| l.contains("postfix/smtpd") && l.contains("disconnect from"))
-            .filter(|l| !l.contains("commands=0/0"))
-            .map(str::to_owned)
-            .collect()
+        })
     }
 }
 
@@ -171,6 +182,8 @@ impl Drop for Postfix {
             return;
         };
         let _ = Command::new("kill").arg(pid.to_string()).status();
+        // Not `eventually`: a drop must not panic (a panic while a failed
+        // test unwinds aborts the run); a master slow to go is killed.
         let deadline = Instant::now() + Duration::from_secs(5);
         while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));

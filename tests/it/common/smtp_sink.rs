@@ -2,9 +2,9 @@
 //! receives as a file (the downstream MTA of the relay's tests); killed on
 //! drop. Needs Debian's postfix (scripts/prepare.d/40-postfix.sh).
 
+use super::wait::{eventually_blocking, PATIENCE};
 use std::path::PathBuf;
 use std::process::{Child, Command};
-use std::time::{Duration, Instant};
 
 pub struct SmtpSink {
     child: Child,
@@ -29,16 +29,14 @@ impl SmtpSink {
                 .arg("100")
                 .spawn()
                 .expect("smtp-sink runs (Debian's postfix; scripts/test installs it)");
-            let deadline = Instant::now() + Duration::from_secs(10);
-            loop {
+            let listening = eventually_blocking(PATIENCE, "smtp-sink listens", || {
                 if child.try_wait().unwrap().is_some() {
-                    break;
+                    return Ok(false);
                 }
-                if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                    return SmtpSink { child, port, dir };
-                }
-                assert!(Instant::now() < deadline, "smtp-sink did not listen");
-                std::thread::sleep(Duration::from_millis(20));
+                std::net::TcpStream::connect(("127.0.0.1", port)).map(|_| true)
+            });
+            if listening {
+                return SmtpSink { child, port, dir };
             }
         }
         panic!("smtp-sink exited on three picked ports");
@@ -69,16 +67,16 @@ impl SmtpSink {
             .collect()
     }
 
-    /// Wait (30 s at most) until at least `count` messages arrived.
+    /// Wait until at least `count` messages arrived; all of them.
     pub fn wait_for(&self, count: usize) -> Vec<String> {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
+        let what = format!("{count} messages at smtp-sink");
+        eventually_blocking(PATIENCE, &what, || {
             let messages = self.messages();
-            if messages.len() >= count || Instant::now() > deadline {
-                return messages;
+            match messages.len() >= count {
+                true => Ok(messages),
+                false => Err(messages.len()),
             }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        })
     }
 }
 
