@@ -60,7 +60,9 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[derive(Parser)]
-#[command(about = "Click latency beside slow request bodies and through database outages, against the same clicks without them")]
+#[command(
+    about = "Click latency beside slow request bodies and through database outages, against the same clicks without them"
+)]
 struct Args {
     /// MariaDB server URL (no database).
     #[arg(long, default_value = "mysql://root@127.0.0.1:3306")]
@@ -76,7 +78,11 @@ struct Args {
     clicks: usize,
     /// Outages to click through, comma-separated: refused, stopped, locked,
     /// closed (empty: skip the outages part).
-    #[arg(long, default_value = "refused,stopped,locked,closed", value_delimiter = ',')]
+    #[arg(
+        long,
+        default_value = "refused,stopped,locked,closed",
+        value_delimiter = ','
+    )]
     outages: Vec<String>,
     /// `--db-timeout-ms` of the server in the outages part.
     #[arg(long, default_value_t = 500)]
@@ -133,7 +139,10 @@ struct Running {
 }
 
 impl Running {
-    async fn start(pool: MySqlPool, adjust: impl FnOnce(AppSettings) -> AppSettings) -> anyhow::Result<Running> {
+    async fn start(
+        pool: MySqlPool,
+        adjust: impl FnOnce(AppSettings) -> AppSettings,
+    ) -> anyhow::Result<Running> {
         let journal = tempfile::tempdir()?;
         let settings = adjust(AppSettings::new(pool, JournalSettings::new(journal.path())));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -141,7 +150,8 @@ impl Running {
         let base = format!("http://{}", app.local_addr()?);
         let admin = format!(
             "http://{}",
-            app.admin_addr().ok_or_else(|| anyhow::anyhow!("no admin listener"))?
+            app.admin_addr()
+                .ok_or_else(|| anyhow::anyhow!("no admin listener"))?
         );
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(app.run(async move {
@@ -157,7 +167,10 @@ impl Running {
     }
 
     async fn metrics(&self) -> anyhow::Result<String> {
-        Ok(reqwest::get(format!("{}/metrics", self.admin)).await?.text().await?)
+        Ok(reqwest::get(format!("{}/metrics", self.admin))
+            .await?
+            .text()
+            .await?)
     }
 
     async fn stop(self) -> anyhow::Result<()> {
@@ -239,7 +252,10 @@ async fn slow_bodies(args: &Args, pool: &MySqlPool, seal: &TokenSeal) -> anyhow:
     let url = format!("{}/c/{token}", server.base);
     let http = http();
     // Warm: the link cached, so clicks measure the server, not a first read.
-    anyhow::ensure!(http.get(&url).send().await?.status() == 302, "the warm-up click");
+    anyhow::ensure!(
+        http.get(&url).send().await?.status() == 302,
+        "the warm-up click"
+    );
 
     let idle = click_batches(&http, &url, args.clicks, &server).await?;
 
@@ -261,7 +277,10 @@ async fn slow_bodies(args: &Args, pool: &MySqlPool, seal: &TokenSeal) -> anyhow:
     // during the clicks.
     let waiting = Instant::now();
     while cut.load(Ordering::Relaxed) < args.slow_bodies {
-        anyhow::ensure!(waiting.elapsed() < deadline * 20, "the slow bodies are not cut");
+        anyhow::ensure!(
+            waiting.elapsed() < deadline * 20,
+            "the slow bodies are not cut"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let loaded = click_batches(&http, &url, args.clicks, &server).await?;
@@ -404,7 +423,11 @@ fn histogram_p99(before: &str, after: &str, route: &str) -> f64 {
     let rank = 0.99 * count("+Inf") as f64;
     let (mut lower_bound, mut lower_count) = (0.0, 0.0);
     for le in les {
-        let upper = if le == "+Inf" { 2.5 } else { le.parse::<f64>().unwrap() };
+        let upper = if le == "+Inf" {
+            2.5
+        } else {
+            le.parse::<f64>().unwrap()
+        };
         let cumulative = count(le) as f64;
         if cumulative >= rank {
             let within = (rank - lower_count) / (cumulative - lower_count).max(1.0);
@@ -468,7 +491,9 @@ async fn outages_part(
                 use sqlx::Connection;
                 let pool = store::connect(url, &pool_settings).await?;
                 let mut session = sqlx::MySqlConnection::connect(url).await?;
-                sqlx::query("LOCK TABLES links WRITE").execute(&mut session).await?;
+                sqlx::query("LOCK TABLES links WRITE")
+                    .execute(&mut session)
+                    .await?;
                 locker = Some(session);
                 pool
             }
@@ -504,7 +529,10 @@ async fn outages_part(
             } else {
                 format!(
                     ", p99 {:.0}x up's; max / timeout {:.2}",
-                    clicks.p99().as_secs_f64() / baseline.get(level).map_or(1e-9, |b| b.as_secs_f64().max(1e-9)),
+                    clicks.p99().as_secs_f64()
+                        / baseline
+                            .get(level)
+                            .map_or(1e-9, |b| b.as_secs_f64().max(1e-9)),
                     max.as_secs_f64() / timeout.as_secs_f64()
                 )
             };

@@ -2,11 +2,11 @@
 //! into `events` (after a crash too), and segments the database refuses or
 //! that do not read are set aside without blocking the rest.
 
+use crate::common::wait::{eventually, PATIENCE};
 use crate::common::{
     add_link, build_app, client, closed_pool, db, events, quick, seal_of, sealed_token,
     server_pool, today, token_on, wait_for_events, TestDb, TestServer,
 };
-use crate::common::wait::{eventually, PATIENCE};
 use chrono::Utc;
 use linktrack::store::links::{self, LinkKind, NewLink};
 use linktrack::store::{self};

@@ -267,11 +267,17 @@ async fn slow_request_bodies_are_cut_while_clicks_are_answered() {
     let cut_by_then = cut_with_408.load(Ordering::Relaxed);
     stop.store(true, Ordering::Relaxed);
     slow.join_all().await;
-    assert_eq!(answered, 1_000, "every click answered beside the slow bodies");
+    assert_eq!(
+        answered, 1_000,
+        "every click answered beside the slow bodies"
+    );
     // The slow clients were still being cut with 408 after the clicks:
     // they were there all along, none got its body read.
     let cut = cut_with_408.load(Ordering::Relaxed);
-    assert!(cut > cut_by_then, "the slow bodies outlasted the clicks: {cut}");
+    assert!(
+        cut > cut_by_then,
+        "the slow bodies outlasted the clicks: {cut}"
+    );
     // The server counted them too.
     let text = metrics(&app).await;
     let refused = metric_value(

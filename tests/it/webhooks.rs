@@ -2,10 +2,10 @@
 //! verifies every delivery with the reference `standardwebhooks` library,
 //! the real server (in-process, or the binary for `kill -9`), real MariaDB.
 
+use crate::common::wait::{eventually, PATIENCE};
 use crate::common::webhooks::{
     endpoint, fast_retries, hit_everything, letter, metric, Delivery, Receiver, SECRET,
 };
-use crate::common::wait::{eventually, PATIENCE};
 use crate::common::{days_ago, linktrack, TestDb, TestServer};
 use linktrack::outbound::{Endpoint, Outbound, RetryPolicy};
 use std::collections::BTreeSet;
@@ -342,15 +342,19 @@ async fn a_server_lacking_an_endpoint_another_server_has_says_so() {
         fast_retries(),
     )
     .await;
-    let description: String = eventually(PATIENCE, "the first server's endpoint registered", || async {
-        let description: Option<String> =
-            sqlx::query_scalar("SELECT description FROM outbound_endpoints WHERE name = ?")
-                .bind(&name)
-                .fetch_optional(&db.pool)
-                .await
-                .unwrap();
-        description.ok_or("nothing registered")
-    })
+    let description: String = eventually(
+        PATIENCE,
+        "the first server's endpoint registered",
+        || async {
+            let description: Option<String> =
+                sqlx::query_scalar("SELECT description FROM outbound_endpoints WHERE name = ?")
+                    .bind(&name)
+                    .fetch_optional(&db.pool)
+                    .await
+                    .unwrap();
+            description.ok_or("nothing registered")
+        },
+    )
     .await;
     assert_eq!(description, "http://127.0.0.1:9/hook all");
     // A second server of the same database with another endpoint but not
@@ -408,20 +412,21 @@ async fn batches_are_signed_and_a_503_gets_the_same_batch_and_id_until_200() {
 
     // Every event arrives in an acknowledged batch (the journal may seal
     // them into several segments, hence several batches).
-    let acknowledged: BTreeSet<String> = eventually(PATIENCE, "4 events in acknowledged batches", || async {
-        let events: BTreeSet<String> = receiver
-            .deliveries()
-            .iter()
-            .filter(|d| d.status == 200)
-            .flat_map(batch_events)
-            .collect();
-        if events.len() >= 4 {
-            Ok(events)
-        } else {
-            Err(receiver.deliveries())
-        }
-    })
-    .await;
+    let acknowledged: BTreeSet<String> =
+        eventually(PATIENCE, "4 events in acknowledged batches", || async {
+            let events: BTreeSet<String> = receiver
+                .deliveries()
+                .iter()
+                .filter(|d| d.status == 200)
+                .flat_map(batch_events)
+                .collect();
+            if events.len() >= 4 {
+                Ok(events)
+            } else {
+                Err(receiver.deliveries())
+            }
+        })
+        .await;
     receiver.assert_all_verified();
     let stored: Vec<Vec<u8>> = sqlx::query_scalar("SELECT event_id FROM events")
         .fetch_all(&db.pool)
