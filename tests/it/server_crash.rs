@@ -1,17 +1,26 @@
 //! `kill -9` the real server binary under load: every click it answered with
 //! a 302 must reach `events`, from the journal, once a new server starts.
 
+use crate::common::wait::{self, eventually, PATIENCE};
 use crate::common::{click_link, days_ago, serve_command, Serving, TestDb};
 use linktrack::store::links::{self, LinkKind, NewLink};
 use linktrack::token::Token;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 async fn clicks_in_db(db: &TestDb) -> i64 {
     sqlx::query_scalar("SELECT COUNT(*) FROM events WHERE kind = 'click'")
         .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}
+
+/// The user agent of every stored click (each request's own, see below).
+async fn click_agents(db: &TestDb) -> Vec<String> {
+    sqlx::query_scalar("SELECT user_agent FROM events WHERE kind = 'click'")
+        .fetch_all(&db.pool)
         .await
         .unwrap()
 }
@@ -48,7 +57,10 @@ async fn kill_9_under_load_loses_no_answered_click() {
             (http.clone(), tokens.clone(), answered.clone(), stop.clone());
         clients.push(tokio::spawn(async move {
             let mut n = client;
-            let deadline = Instant::now() + Duration::from_secs(30);
+            // A ceiling on the load should the test stop before `stop` is
+            // set, not a wait: the clients stop when `stop` is set or the
+            // killed server stops answering.
+            let deadline = Instant::now() + wait::scaled(PATIENCE);
             let mut sequence = 0u64;
             while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
                 let url = format!("http://{addr}/c/{}", tokens[n % tokens.len()]);
@@ -67,14 +79,13 @@ async fn kill_9_under_load_loses_no_answered_click() {
     }
     // Killed mid-load: once 200 clicks were answered (the load has reached
     // the server, whatever the machine's speed), while it goes on.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while answered.lock().unwrap().len() < 200 {
-        assert!(
-            Instant::now() < deadline,
-            "the load did not reach the server"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually(PATIENCE, "200 clicks answered", || async {
+        match answered.lock().unwrap().len() {
+            n if n >= 200 => Ok(()),
+            n => Err(n),
+        }
+    })
+    .await;
     server.child.kill().unwrap(); // SIGKILL, mid-load: no flush, no clean stop
     server.child.wait().unwrap();
     stop.store(true, Ordering::Relaxed);
@@ -95,27 +106,27 @@ async fn kill_9_under_load_loses_no_answered_click() {
         "the load reached the server ({answered_count} answered)"
     );
 
-    // A new server on the same journal replays what the dead one journaled.
+    // A new server on the same journal replays what the dead one journaled:
+    // every click answered with a 302 gets its event.
     let mut restarted = Serving::spawn(serve_command(&db, journal.path(), &[])).await;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while clicks_in_db(&db).await < answered_count && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually(PATIENCE, "every answered click stored", || async {
+        let stored: HashSet<String> = click_agents(&db).await.into_iter().collect();
+        let lost: Vec<&String> = answered.difference(&stored).collect();
+        if lost.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{} of {answered_count} answered clicks have no event: {lost:?}",
+                lost.len()
+            ))
+        }
+    })
+    .await;
     restarted.terminate().await;
-    let agents: Vec<String> =
-        sqlx::query_scalar("SELECT user_agent FROM events WHERE kind = 'click'")
-            .fetch_all(&db.pool)
-            .await
-            .unwrap();
+    let agents = click_agents(&db).await;
     let stored: HashSet<String> = agents.iter().cloned().collect();
-    // Every click answered with a 302 has its own event, once.
+    // Each of them once.
     assert_eq!(agents.len(), stored.len(), "a click was stored twice");
-    let lost: Vec<&String> = answered.difference(&stored).collect();
-    assert!(
-        lost.is_empty(),
-        "{} of {answered_count} answered clicks have no event: {lost:?}",
-        lost.len()
-    );
     // The rest were journaled but never answered: at most the one request
     // each client had in flight at the kill.
     let unanswered: Vec<&String> = stored.difference(&answered).collect();

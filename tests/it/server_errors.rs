@@ -4,10 +4,10 @@
 //! tell a missing table from a deadlock or a lost connection. The next
 //! request, once the database is right again, is served as usual.
 
+use crate::common::wait::{eventually, PATIENCE};
 use crate::common::{click_link, days_ago, seal_of, sealed_token, serve_command, Serving, TestDb};
 use linktrack::kind::LinkKind;
 use linktrack::store::links;
-use std::time::{Duration, Instant};
 
 #[tokio::test]
 async fn a_database_error_reaches_the_log_with_its_kind() {
@@ -55,16 +55,16 @@ async fn a_database_error_reaches_the_log_with_its_kind() {
     server.terminate().await;
 }
 
-/// The first line of the server's log that contains `text` (waited for up
-/// to 10 s: the log is read from the child's stderr by another thread).
+/// The first line of the server's log that contains `text` (waited for:
+/// the log is read from the child's stderr by another thread).
 async fn wait_for_line(server: &Serving, text: &str) -> String {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    let what = format!("`{text}` in the log");
+    eventually(PATIENCE, &what, || async {
         let log = server.log();
-        if let Some(line) = log.lines().find(|line| line.contains(text)) {
-            return line.to_owned();
+        match log.lines().find(|line| line.contains(text)) {
+            Some(line) => Ok(line.to_owned()),
+            None => Err(log),
         }
-        assert!(Instant::now() < deadline, "no `{text}` in the log: {log}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await
 }

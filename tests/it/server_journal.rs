@@ -2,6 +2,7 @@
 //! into `events` (after a crash too), and segments the database refuses or
 //! that do not read are set aside without blocking the rest.
 
+use crate::common::wait::{eventually, PATIENCE};
 use crate::common::{
     add_link, build_app, client, closed_pool, db, events, quick, seal_of, sealed_token,
     server_pool, today, token_on, wait_for_events, TestDb, TestServer,
@@ -11,7 +12,6 @@ use linktrack::store::links::{self, LinkKind, NewLink};
 use linktrack::store::{self};
 use reqwest::StatusCode;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 use tokio::task::AbortHandle;
 
 #[tokio::test]
@@ -57,12 +57,17 @@ fn segments(dir: &Path) -> Vec<PathBuf> {
     linktrack::journal::segments::unreplayed_segments(dir).unwrap()
 }
 
-/// Wait (up to 10 s) until the server has replayed every segment of `dir`.
+/// Wait until the server has replayed every segment of `dir`.
 async fn wait_replayed(dir: &Path) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !segments(dir).is_empty() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(PATIENCE, "every segment replayed", || async {
+        let left = segments(dir);
+        if left.is_empty() {
+            Ok(())
+        } else {
+            Err(left)
+        }
+    })
+    .await;
 }
 
 /// Every segment of a journal directory, concatenated.
@@ -162,20 +167,15 @@ async fn the_journal_backlog_gauge_returns_to_zero_after_the_replay() {
     wait_replayed(dir.path()).await;
     // The replay lowers the gauge right after it deletes the segment, so
     // the file being gone does not mean the gauge moved yet: read it until
-    // it is 0, or fail with what it says after 10 s.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    // it is 0.
+    eventually(PATIENCE, "the backlog gauge at 0", || async {
         let text = crate::common::metrics_text(&server.admin_url("")).await;
-        let backlog = crate::common::metric_value(&text, "linktrack_journal_backlog_events");
-        if backlog == Some(0.0) {
-            break;
+        match crate::common::metric_value(&text, "linktrack_journal_backlog_events") {
+            Some(backlog) if backlog == 0.0 => Ok(()),
+            backlog => Err(format!("{backlog:?}: {text}")),
         }
-        assert!(
-            Instant::now() < deadline,
-            "the backlog gauge stays at {backlog:?}: {text}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await;
     drop(http);
     server.stop().await;
 }

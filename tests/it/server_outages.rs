@@ -2,9 +2,10 @@
 //! relay cut like a network outage, and connections killed as a database
 //! restart kills them.
 
+use crate::common::wait::{eventually, PATIENCE};
 use crate::common::{
-    add_link, assert_route_within, client, db, events, header, metric_value, metrics_text, quick,
-    quick_with, server_pool, test_settings, wait_for_events, TestDb, TestServer,
+    add_link, client, db, events, header, metric_value, metrics_text, quick, quick_with,
+    server_pool, test_settings, wait_for_events, TestDb, TestServer,
 };
 use linktrack::server::state::ServerSettings;
 use linktrack::store::links::LinkKind;
@@ -13,7 +14,7 @@ use linktrack::token::Token;
 use reqwest::{header, StatusCode};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::task::AbortHandle;
 
 #[tokio::test]
@@ -49,14 +50,13 @@ async fn while_the_database_is_down_hot_links_redirect_and_events_wait() {
         header(&response, header::LOCATION),
         "https://example.com/hot"
     );
+    // A miss is answered 503, to be tried again later (how fast: the
+    // closed pool of `bench_outages --outages closed`).
     let response = get(format!("/c/{cold}")).await.unwrap();
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert!(header(&response, header::RETRY_AFTER)
         .parse::<u64>()
         .is_ok());
-    // A miss fails fast: no click waited as long as 2.5 s.
-    let metrics = metrics_text(&server.admin_url("")).await;
-    assert_route_within(&metrics, "/c/{token}", "2.5");
     let ready = ready().await.unwrap();
     assert_eq!(ready.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert!(ready.text().await.unwrap().contains("unavailable"));
@@ -107,16 +107,17 @@ async fn a_stalled_database_answers_503_instead_of_hanging() {
         .execute(&mut locker)
         .await
         .unwrap();
+    // Answered while the lock is still held: the server gave up at its
+    // timeout, not at the lock's end, which only comes when this test
+    // unlocks below (a server waiting for it would leave the client
+    // without an answer until the client's own 10 s are up). How soon
+    // after the timeout: `bench_outages --outages locked`.
     let response = client()
         .get(server.url(&format!("/c/{token}")))
         .send()
         .await
         .unwrap();
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
-    // It gave up at the timeout (500 ms), not at the lock's end, which only
-    // comes when this test unlocks (the server's own latency).
-    let metrics = metrics_text(&server.admin_url("")).await;
-    assert_route_within(&metrics, "/c/{token}", "2.5");
     sqlx::query("UNLOCK TABLES")
         .execute(&mut locker)
         .await
@@ -221,23 +222,20 @@ async fn a_database_outage_is_ridden_out_without_a_restart() {
             "cached"
         );
     }
+    // The miss is answered 503 while the database is away (how fast: the
+    // refused connections of `bench_outages --outages refused`).
     let miss = click(cold).await.unwrap();
     assert_eq!(miss.status(), StatusCode::SERVICE_UNAVAILABLE);
-    // The miss failed fast (the server's own latency).
-    let metrics = metrics_text(&server.admin_url("")).await;
-    assert_route_within(&metrics, "/c/{token}", "2.5");
     // Wait until the replay has tried to store the journaled clicks and
     // failed (its own counter), rather than for a while.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    eventually(PATIENCE, "the replay tried and failed", || async {
         let text = metrics_text(&server.admin_url("")).await;
-        let failures = crate::common::metric_value(&text, "linktrack_replay_failures_total");
-        if failures.is_some_and(|n| n >= 1.0) {
-            break;
+        match metric_value(&text, "linktrack_replay_failures_total") {
+            Some(failures) if failures >= 1.0 => Ok(()),
+            _ => Err(text),
         }
-        assert!(Instant::now() < deadline, "the replay never tried: {text}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await;
     let during = events(&db.pool).await.len();
     assert!(
         during <= 1,
@@ -318,10 +316,15 @@ async fn second_click_after_a_restart(
     // Every connection back in the pool (sqlx pings a connection as it goes
     // back): killed before that, a connection is closed by the failing ping
     // and the next lookup would open a new one instead of meeting it dead.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while pool.num_idle() < pool.size() as usize && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    eventually(PATIENCE, "every connection back in the pool", || async {
+        let (idle, size) = (pool.num_idle(), pool.size() as usize);
+        if idle >= size {
+            Ok(())
+        } else {
+            Err(format!("{idle} of {size} idle"))
+        }
+    })
+    .await;
     kill_connections_to(&db.name).await;
     // The rest is the condition under test (a connection idle for a second
     // or more is pinged before use), not a wait for something to happen.

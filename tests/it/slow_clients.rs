@@ -4,9 +4,10 @@
 //! served; oversized headers get 431; the connection cap holds new
 //! connections back until one closes.
 
+use crate::common::wait::{self, eventually, never_within, PATIENCE};
 use crate::common::{metric_value, TestDb, TestServer};
 use linktrack::server::listen::ConnectionLimits;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -34,20 +35,26 @@ async fn metrics(app: &TestServer) -> String {
 
 const COMPLETE: &[u8] = b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n";
 
-/// Read until the server closes the connection; returns what it sent, or
-/// `None` if it was still open after `wait`.
-async fn read_until_closed(stream: &mut TcpStream, wait: Duration) -> Option<Vec<u8>> {
+/// Read until the server closes the connection (or resets it); returns
+/// what it sent, or `None` if it was still open after [`PATIENCE`] (a
+/// ceiling, not a measurement).
+async fn read_until_closed(stream: &mut TcpStream) -> Option<Vec<u8>> {
     let mut received = Vec::new();
-    let mut buf = [0u8; 4096];
-    let deadline = Instant::now() + wait;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match tokio::time::timeout(left, stream.read(&mut buf)).await {
-            Err(_) => return None,
-            Ok(Ok(0)) | Ok(Err(_)) => return Some(received),
-            Ok(Ok(n)) => received.extend_from_slice(&buf[..n]),
-        }
+    let read = stream.read_to_end(&mut received);
+    match tokio::time::timeout(wait::scaled(PATIENCE), read).await {
+        Err(_) => None,
+        Ok(_) => Some(received),
     }
+}
+
+/// `linktrack_connections_cut_total{reason="header_timeout"}` in `/metrics`.
+async fn cut_at_header_timeout(app: &TestServer) -> f64 {
+    let text = metrics(app).await;
+    metric_value(
+        &text,
+        "linktrack_connections_cut_total{reason=\"header_timeout\"}",
+    )
+    .unwrap_or(0.0)
 }
 
 #[tokio::test]
@@ -69,35 +76,37 @@ async fn a_slow_header_connection_is_closed_after_the_timeout_while_others_are_s
     idle.read_exact(&mut first).await.unwrap();
     assert_eq!(&first, b"HTTP/1.1 200 OK\r\n");
 
-    // Meanwhile, and past the timeout, normal clients get their answers.
+    // Meanwhile, normal clients get their answers: one each time the cut
+    // counter is read, until the server has cut the 20 slow connections at
+    // the header timeout (its own counter, counted once its side closed)...
     let http = reqwest::Client::new();
-    let served_until = Instant::now() + Duration::from_millis(1_200);
+    let healthz = format!("{}/healthz", app.base);
     let mut answered = 0;
-    while Instant::now() < served_until {
-        let response = http.get(format!("{}/healthz", app.base)).send().await;
-        assert_eq!(response.unwrap().status(), reqwest::StatusCode::OK);
+    eventually(PATIENCE, "20 slow connections cut", || {
+        let request = http.get(&healthz).send();
         answered += 1;
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(answered > 10, "{answered} normal requests");
+        let app = &app;
+        async move {
+            assert_eq!(request.await.unwrap().status(), reqwest::StatusCode::OK);
+            match cut_at_header_timeout(app).await {
+                cut if cut >= 20.0 => Ok(()),
+                cut => Err(cut),
+            }
+        }
+    })
+    .await;
+    // ...and past it.
+    let response = http.get(&healthz).send().await.unwrap();
+    assert_eq!(response.status(), reqwest::StatusCode::OK);
+    assert!(answered >= 1, "{answered} normal requests");
 
     for (n, stream) in slow.iter_mut().enumerate() {
-        let sent = read_until_closed(stream, Duration::from_secs(5)).await;
+        let sent = read_until_closed(stream).await;
         let sent = sent.unwrap_or_else(|| panic!("slow connection {n} is still open"));
         assert!(sent.is_empty(), "no answer to half a request: {sent:?}");
     }
-    let rest = read_until_closed(&mut idle, Duration::from_secs(5)).await;
+    let rest = read_until_closed(&mut idle).await;
     assert!(rest.is_some(), "the idle keep-alive connection is closed");
-
-    // Counted once the server side has closed too.
-    let cut = "linktrack_connections_cut_total{reason=\"header_timeout\"}";
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let mut text = metrics(&app).await;
-    while !text.contains(cut) && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        text = metrics(&app).await;
-    }
-    assert!(text.contains(cut), "{text}");
     app.stop().await;
 }
 
@@ -145,29 +154,33 @@ async fn at_the_connection_cap_new_connections_wait_until_one_closes() {
     }
     // The accept loop found no permit and waits for one: its own counter,
     // counted just before it waits, says so (rather than a while waited).
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
+    eventually(PATIENCE, "the connection cap reached", || async {
         let text = metrics(&app).await;
-        let reached = metric_value(&text, "linktrack_connection_cap_reached_total");
-        if reached.is_some_and(|n| n >= 1.0) {
-            break;
+        match metric_value(&text, "linktrack_connection_cap_reached_total") {
+            Some(reached) if reached >= 1.0 => Ok(()),
+            _ => Err(text),
         }
-        assert!(
-            Instant::now() < deadline,
-            "the cap was never reached: {text}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await;
     // A third connection (the kernel completes its handshake) sends its
-    // request: nothing comes back while both others are held.
+    // request: nothing comes back while both others are held. The window
+    // is many times what the two held connections' answers took (a
+    // `/healthz` answer is written within milliseconds of its request), so
+    // a third connection served at once would be seen.
     let mut third = connect_and_send(&app, COMPLETE).await;
     let mut status = [0u8; 12];
-    assert!(
-        matches!(third.try_read(&mut status), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
-        "a third connection is not served"
-    );
+    never_within(Duration::from_secs(1), "a third connection served", || {
+        let read = third.try_read(&mut status);
+        async move {
+            match read {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(()),
+                other => Err(other),
+            }
+        }
+    })
+    .await;
     drop(held.pop());
-    tokio::time::timeout(Duration::from_secs(5), third.read_exact(&mut status))
+    tokio::time::timeout(wait::scaled(PATIENCE), third.read_exact(&mut status))
         .await
         .expect("served once a connection closed")
         .unwrap();
@@ -184,12 +197,9 @@ async fn at_the_connection_cap_new_connections_wait_until_one_closes() {
 /// Issue 43, item 1: the login form's body is read within a deadline (the
 /// header timeout) and a size; a body trickled in a byte at a time is cut
 /// with 408, and while 200 such clients keep coming back, every click is
-/// answered and none waits behind a slow body: the clicks' p99 (the
-/// server's own histogram) stays far under the body deadline a click
-/// queued behind the slow bodies would wait for. How close it stays to
-/// the idle p99 is a speed figure, printed here and measured by the
-/// benches, not asserted (a ratio of milliseconds on shared cores is
-/// noise: 4 ms against 0.96 ms failed a CI run).
+/// answered. How long the clicks take beside the slow bodies, against the
+/// same server idle, is a speed figure: `bench_outages --slow-bodies 200`
+/// measures it (docs/benchmarks.md).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_request_bodies_are_cut_while_clicks_are_answered() {
     use crate::common::{client, stats_api::SECRET};
@@ -223,12 +233,7 @@ async fn slow_request_bodies_are_cut_while_clicks_are_answered() {
     .await;
     let click_url = app.url(&format!("/c/{click}"));
     let http = client();
-    // Warm: the link cached, so clicks measure the server, not a first read.
     assert_eq!(http.get(&click_url).send().await.unwrap().status(), 302);
-
-    let idle_before = metrics(&app).await;
-    let idle_answered = click_many(&http, &click_url, 1_000).await;
-    let idle_after = metrics(&app).await;
 
     let stop = Arc::new(AtomicBool::new(false));
     let cut_with_408 = Arc::new(AtomicUsize::new(0));
@@ -244,37 +249,44 @@ async fn slow_request_bodies_are_cut_while_clicks_are_answered() {
             }
         });
     }
-    // Past one body deadline, so cut clients have come back.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let loaded_before = metrics(&app).await;
-    let loaded_answered = click_many(&http, &click_url, 1_000).await;
-    let loaded_after = metrics(&app).await;
+    // Every slow body is cut with 408 (200 cuts: the clients have met the
+    // body deadline and come back), rather than a while waited.
+    eventually(PATIENCE, "200 slow bodies cut with 408", || {
+        let cut = cut_with_408.load(Ordering::Relaxed);
+        async move {
+            if cut >= 200 {
+                Ok(())
+            } else {
+                Err(cut)
+            }
+        }
+    })
+    .await;
+    // While they keep trickling, every click is answered.
+    let answered = click_many(&http, &click_url, 1_000).await;
+    let cut_by_then = cut_with_408.load(Ordering::Relaxed);
     stop.store(true, Ordering::Relaxed);
     slow.join_all().await;
-    // Idle again: the machine is shared, so the baseline is the larger of
-    // two idle runs around the loaded one, not one taken at a quiet moment.
-    let again_before = metrics(&app).await;
-    let again_answered = click_many(&http, &click_url, 1_000).await;
-    let again_after = metrics(&app).await;
-
     assert_eq!(
-        idle_answered + again_answered,
-        2_000,
-        "every idle click answered"
-    );
-    assert_eq!(
-        loaded_answered, 1_000,
+        answered, 1_000,
         "every click answered beside the slow bodies"
     );
-    let idle = click_p99(&idle_before, &idle_after).max(click_p99(&again_before, &again_after));
-    let loaded = click_p99(&loaded_before, &loaded_after);
+    // The slow clients were still being cut with 408 after the clicks:
+    // they were there all along, none got its body read.
     let cut = cut_with_408.load(Ordering::Relaxed);
-    println!("click p99 idle {idle:.6} s, beside 200 slow bodies {loaded:.6} s; {cut} slow bodies cut with 408");
-    assert!(cut >= 200, "every slow body is cut with 408: {cut}");
-    let deadline = limits.header_timeout.as_secs_f64();
     assert!(
-        loaded < deadline / 4.0,
-        "clicks waited behind the slow bodies: p99 {loaded:.6} s (idle {idle:.6} s), body deadline {deadline} s"
+        cut > cut_by_then,
+        "the slow bodies outlasted the clicks: {cut}"
+    );
+    // The server counted them too.
+    let text = metrics(&app).await;
+    let refused = metric_value(
+        &text,
+        "linktrack_request_bodies_refused_total{reason=\"too_slow\"}",
+    );
+    assert!(
+        refused.is_some_and(|n| n >= cut as f64),
+        "{cut} cut: {refused:?}\n{text}"
     );
     app.stop().await;
 }
@@ -291,7 +303,7 @@ async fn a_body_to_a_route_that_is_off_is_not_read() {
     )
     .await;
     // The body is far from complete; the answer comes anyway.
-    let sent = read_until_closed(&mut stream, Duration::from_secs(5)).await;
+    let sent = read_until_closed(&mut stream).await;
     let sent =
         String::from_utf8_lossy(&sent.expect("answered and closed before the body")).into_owned();
     assert!(sent.starts_with("HTTP/1.1 404"), "{sent}");
@@ -325,6 +337,8 @@ async fn trickle_a_login_body(address: &str) -> bool {
     }
     let trickle = async {
         loop {
+            // The pause between bytes is the slow client under test, not a
+            // wait for something to happen.
             tokio::time::sleep(Duration::from_millis(200)).await;
             if write.write_all(b"x").await.is_err() {
                 break;
@@ -335,37 +349,8 @@ async fn trickle_a_login_body(address: &str) -> bool {
     tokio::select! {
         _ = read.read_to_end(&mut answer) => {}
         () = trickle => {}
-        () = tokio::time::sleep(Duration::from_secs(30)) => return false,
+        // A ceiling, not a measurement: a body never cut counts as not cut.
+        () = tokio::time::sleep(wait::scaled(PATIENCE)) => return false,
     }
     answer.starts_with(b"HTTP/1.1 408")
-}
-
-/// The p99 of `/c/{token}` between two `/metrics` texts, interpolated
-/// within the histogram's buckets as Prometheus' `histogram_quantile` does.
-fn click_p99(before: &str, after: &str) -> f64 {
-    let les = [
-        "0.0005", "0.001", "0.0025", "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1",
-        "2.5", "+Inf",
-    ];
-    let count = |le: &str| {
-        crate::common::route_latency_bucket(after, "/c/{token}", le)
-            - crate::common::route_latency_bucket(before, "/c/{token}", le)
-    };
-    let total = count("+Inf") as f64;
-    let rank = 0.99 * total;
-    let (mut lower_bound, mut lower_count) = (0.0, 0.0);
-    for le in les {
-        let upper = if le == "+Inf" {
-            2.5
-        } else {
-            le.parse::<f64>().unwrap()
-        };
-        let cumulative = count(le) as f64;
-        if cumulative >= rank {
-            let within = (rank - lower_count) / (cumulative - lower_count).max(1.0);
-            return lower_bound + (upper - lower_bound) * within;
-        }
-        (lower_bound, lower_count) = (upper, cumulative);
-    }
-    lower_bound
 }

@@ -2,13 +2,14 @@
 //! verifies every delivery with the reference `standardwebhooks` library,
 //! the real server (in-process, or the binary for `kill -9`), real MariaDB.
 
+use crate::common::wait::{eventually, PATIENCE};
 use crate::common::webhooks::{
     endpoint, fast_retries, hit_everything, letter, metric, Delivery, Receiver, SECRET,
 };
 use crate::common::{days_ago, linktrack, TestDb, TestServer};
 use linktrack::outbound::{Endpoint, Outbound, RetryPolicy};
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 async fn app_with(db: &TestDb, endpoints: Vec<Endpoint>, policy: RetryPolicy) -> TestServer {
     TestServer::start(db.pool.clone(), |settings| {
@@ -42,7 +43,7 @@ async fn every_event_is_signed_and_a_503_gets_the_same_id_until_200() {
     .await;
 
     hit_everything(&app.base, &letter).await;
-    let acknowledged = receiver.wait_for(4, Duration::from_secs(30)).await;
+    let acknowledged = receiver.wait_for(4, PATIENCE).await;
     receiver.assert_all_verified();
 
     let deliveries = receiver.deliveries();
@@ -83,7 +84,7 @@ async fn every_event_is_signed_and_a_503_gets_the_same_id_until_200() {
     );
     // Acknowledged events leave the outbox. The sender deletes them after it
     // reads the 200, so the receiver can see the last one before the delete.
-    assert_eq!(outbox_drained(&db, Duration::from_secs(30)).await, 0);
+    outbox_drained(&db).await;
     app.stop().await;
     receiver.stop();
 }
@@ -115,18 +116,13 @@ async fn events_made_while_the_receiver_is_down_survive_a_kill_9_and_arrive() {
     // The first letter's events reach the outbox and fail against the
     // receiver that is down...
     hit_everything(&base, &letters[0]).await;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let failed: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM outbox WHERE attempts > 0")
-            .fetch_one(&db.pool)
-            .await
-            .unwrap();
-        if failed > 0 {
-            break;
+    eventually(PATIENCE, "a delivery attempted", || async {
+        match count(&db, "SELECT COUNT(*) FROM outbox WHERE attempts > 0").await {
+            0 => Err("no outbox row has an attempt"),
+            _ => Ok(()),
         }
-        assert!(Instant::now() < deadline, "no delivery was attempted");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await;
     // ...the second letter's are answered, then the server dies at once,
     // most of them in the journal only.
     hit_everything(&base, &letters[1]).await;
@@ -135,7 +131,7 @@ async fn events_made_while_the_receiver_is_down_survive_a_kill_9_and_arrive() {
 
     let receiver = Receiver::on(receiver_socket.listen(1024).unwrap(), 0, 200);
     let mut restarted = Serving::spawn(serve_command(&db, journal.path(), &env)).await;
-    let acknowledged = receiver.wait_for(8, Duration::from_secs(60)).await;
+    let acknowledged = receiver.wait_for(8, PATIENCE).await;
     receiver.assert_all_verified();
     let stored: Vec<Vec<u8>> = sqlx::query_scalar("SELECT event_id FROM events")
         .fetch_all(&db.pool)
@@ -148,34 +144,26 @@ async fn events_made_while_the_receiver_is_down_survive_a_kill_9_and_arrive() {
     receiver.stop();
 }
 
-/// Poll the outbox until it is empty or `within` has passed; the rows left.
-async fn outbox_drained(db: &TestDb, within: Duration) -> i64 {
-    let deadline = Instant::now() + within;
-    loop {
-        let left = count(db, "SELECT COUNT(*) FROM outbox").await;
-        if left == 0 || Instant::now() > deadline {
-            return left;
+/// Wait until the outbox is empty.
+async fn outbox_drained(db: &TestDb) {
+    eventually(PATIENCE, "the outbox drained", || async {
+        match count(db, "SELECT COUNT(*) FROM outbox").await {
+            0 => Ok(()),
+            left => Err(format!("{left} rows left")),
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await;
 }
 
-/// Poll `/metrics` until `metric` satisfies `ok`.
+/// Wait until `/metrics`' `metric` for `endpoint` satisfies `ok`; its value.
 async fn wait_for_metric(admin: &str, name: &str, endpoint: &str, ok: impl Fn(f64) -> bool) -> f64 {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(value) = metric(admin, name, endpoint, "").await {
-            if ok(value) {
-                return value;
-            }
+    eventually(PATIENCE, &format!("{name} for {endpoint}"), || async {
+        match metric(admin, name, endpoint, "").await {
+            Some(value) if ok(value) => Ok(value),
+            seen => Err(seen),
         }
-        assert!(
-            Instant::now() < deadline,
-            "{name} for {endpoint}: {:?}",
-            metric(admin, name, endpoint, "").await
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await
 }
 
 async fn count(db: &TestDb, sql: &str) -> i64 {
@@ -221,7 +209,7 @@ async fn the_lag_metric_grows_while_the_receiver_is_down_and_falls_to_zero() {
     assert!(line.contains("\t4\t"), "{line}");
 
     let receiver = Receiver::on(receiver_socket.listen(1024).unwrap(), 0, 200);
-    receiver.wait_for(4, Duration::from_secs(30)).await;
+    receiver.wait_for(4, PATIENCE).await;
     receiver.assert_all_verified();
     wait_for_metric(&app.admin, "linktrack_outbound_lag_seconds", &name, |v| {
         v == 0.0
@@ -273,7 +261,7 @@ async fn refused_events_become_dead_letters_and_replay_sends_them_again() {
         String::from_utf8_lossy(&replayed.stdout).starts_with("4 dead letters"),
         "{replayed:?}"
     );
-    let acknowledged = receiver.wait_for(4, Duration::from_secs(30)).await;
+    let acknowledged = receiver.wait_for(4, PATIENCE).await;
     receiver.assert_all_verified();
     let refused: BTreeSet<String> = receiver
         .deliveries()
@@ -354,24 +342,21 @@ async fn a_server_lacking_an_endpoint_another_server_has_says_so() {
         fast_retries(),
     )
     .await;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let description: Option<String> =
-            sqlx::query_scalar("SELECT description FROM outbound_endpoints WHERE name = ?")
-                .bind(&name)
-                .fetch_optional(&db.pool)
-                .await
-                .unwrap();
-        if let Some(description) = description {
-            assert_eq!(description, "http://127.0.0.1:9/hook all");
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the first server registered nothing"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let description: String = eventually(
+        PATIENCE,
+        "the first server's endpoint registered",
+        || async {
+            let description: Option<String> =
+                sqlx::query_scalar("SELECT description FROM outbound_endpoints WHERE name = ?")
+                    .bind(&name)
+                    .fetch_optional(&db.pool)
+                    .await
+                    .unwrap();
+            description.ok_or("nothing registered")
+        },
+    )
+    .await;
+    assert_eq!(description, "http://127.0.0.1:9/hook all");
     // A second server of the same database with another endpoint but not
     // this one counts one difference (and logs it); only this test makes
     // servers that differ.
@@ -382,19 +367,19 @@ async fn a_server_lacking_an_endpoint_another_server_has_says_so() {
         fast_retries(),
     )
     .await;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    eventually(PATIENCE, "one endpoint difference counted", || async {
         let text = crate::common::metrics_text(&second.admin).await;
         let differing = text
             .lines()
             .filter(|l| l.starts_with("linktrack_outbound_endpoint_differences{"))
             .any(|l| l.ends_with(" 1"));
         if differing {
-            break;
+            Ok(())
+        } else {
+            Err(text)
         }
-        assert!(Instant::now() < deadline, "no difference counted:\n{text}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await;
     let servers: i64 = count(&db, "SELECT COUNT(DISTINCT server) FROM outbound_endpoints").await;
     assert_eq!(servers, 2, "each server registered its own endpoints");
     second.stop().await;
@@ -427,20 +412,21 @@ async fn batches_are_signed_and_a_503_gets_the_same_batch_and_id_until_200() {
 
     // Every event arrives in an acknowledged batch (the journal may seal
     // them into several segments, hence several batches).
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let acknowledged: BTreeSet<String> = loop {
-        let events: BTreeSet<String> = receiver
-            .deliveries()
-            .iter()
-            .filter(|d| d.status == 200)
-            .flat_map(batch_events)
-            .collect();
-        if events.len() >= 4 {
-            break events;
-        }
-        assert!(Instant::now() < deadline, "{:?}", receiver.deliveries());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let acknowledged: BTreeSet<String> =
+        eventually(PATIENCE, "4 events in acknowledged batches", || async {
+            let events: BTreeSet<String> = receiver
+                .deliveries()
+                .iter()
+                .filter(|d| d.status == 200)
+                .flat_map(batch_events)
+                .collect();
+            if events.len() >= 4 {
+                Ok(events)
+            } else {
+                Err(receiver.deliveries())
+            }
+        })
+        .await;
     receiver.assert_all_verified();
     let stored: Vec<Vec<u8>> = sqlx::query_scalar("SELECT event_id FROM events")
         .fetch_all(&db.pool)

@@ -3,12 +3,13 @@
 //! stats API that the same server mounts, and see Redis in `/readyz` on the
 //! admin listener.
 
+use crate::common::wait::{eventually, PATIENCE};
 use crate::common::{TestDb, TestServer};
 use linktrack::journal::segments::JournalSettings;
 use linktrack::live::Live;
 use linktrack::server::{App, AppSettings};
 use serde_json::Value;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[tokio::test]
 async fn a_click_on_a_built_letter_shows_in_the_stats_api_of_the_same_server() {
@@ -76,9 +77,11 @@ async fn a_click_on_a_built_letter_shows_in_the_stats_api_of_the_same_server() {
     );
 
     // The event reaches `events`, then the rollup counts it.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut summary = Value::Null;
-    while Instant::now() < deadline {
+    let clicks = |summary: &Value| {
+        summary["clicks"]["human"]["total"].as_u64().unwrap_or(0)
+            + summary["clicks"]["bot"]["total"].as_u64().unwrap_or(0)
+    };
+    let summary: Value = eventually(PATIENCE, "the click counted by the rollup", || async {
         let answer = http
             .get(format!("{base}/api/mailings/weekly-2026-47/stats"))
             .bearer_auth("s3cret")
@@ -87,17 +90,15 @@ async fn a_click_on_a_built_letter_shows_in_the_stats_api_of_the_same_server() {
             .unwrap();
         assert_eq!(answer.status(), 200);
         assert!(answer.headers().contains_key("x-request-id"));
-        summary = serde_json::from_str(&answer.text().await.unwrap()).unwrap();
-        let clicks = summary["clicks"]["human"]["total"].as_u64().unwrap_or(0)
-            + summary["clicks"]["bot"]["total"].as_u64().unwrap_or(0);
-        if clicks == 1 {
-            break;
+        let summary: Value = serde_json::from_str(&answer.text().await.unwrap()).unwrap();
+        if clicks(&summary) >= 1 {
+            Ok(summary)
+        } else {
+            Err(summary)
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let clicks = summary["clicks"]["human"]["total"].as_u64().unwrap_or(0)
-        + summary["clicks"]["bot"]["total"].as_u64().unwrap_or(0);
-    assert_eq!(clicks, 1, "{summary:#}");
+    })
+    .await;
+    assert_eq!(clicks(&summary), 1, "{summary:#}");
     assert_eq!(
         summary["letters_built"], 6,
         "counted by the builder in its batch transaction"

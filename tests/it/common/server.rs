@@ -3,6 +3,7 @@
 //! run on a task, stopped gracefully; and the helpers the server tests
 //! share (a client, the server's pool, links, stored events).
 
+use super::wait::{self, eventually, PATIENCE};
 use super::{days_ago, seal_of, sealed_token, TestDb};
 use chrono::Utc;
 use linktrack::journal::segments::JournalSettings;
@@ -14,7 +15,7 @@ use linktrack::token::Token;
 use reqwest::{header, Client};
 use sqlx::MySqlPool;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -99,12 +100,14 @@ impl TestServer {
     }
 
     /// Graceful stop: in-flight requests finish, the journal is flushed;
-    /// panics if the app did not run cleanly.
+    /// panics if the app did not run cleanly, or has not stopped by
+    /// [`PATIENCE`] (a ceiling on a stop that hangs, not a measurement: the
+    /// flush deadline is 2 s in [`test_settings`]).
     pub async fn stop(self) {
         let _ = self.shutdown.send(());
-        tokio::time::timeout(Duration::from_secs(10), self.task)
+        tokio::time::timeout(wait::scaled(PATIENCE), self.task)
             .await
-            .expect("server stops within 10s")
+            .expect("the server stops")
             .expect("server task")
             .expect("server ran cleanly");
     }
@@ -248,16 +251,18 @@ pub async fn events(pool: &MySqlPool) -> Vec<StoredEvent> {
     .unwrap()
 }
 
-/// Poll until at least `n` events are stored (10 s at most).
+/// Every stored event once at least `n` are stored (waited for with
+/// [`eventually`], up to [`PATIENCE`]); the caller checks what they are.
 pub async fn wait_for_events(pool: &MySqlPool, n: usize) -> Vec<StoredEvent> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    eventually(PATIENCE, &format!("{n} events stored"), || async {
         let found = events(pool).await;
-        if found.len() >= n || Instant::now() > deadline {
-            return found;
+        if found.len() >= n {
+            Ok(found)
+        } else {
+            Err(found)
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await
 }
 
 /// A response header as text ("" when absent or not text).

@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
@@ -94,22 +94,19 @@ impl Receiver {
         );
     }
 
-    /// Wait until `n` distinct events were acknowledged.
+    /// Wait until `n` distinct events were acknowledged, `within` at most
+    /// (a ceiling: [`eventually`](crate::common::wait::eventually)).
     pub async fn wait_for(&self, n: usize, within: Duration) -> BTreeSet<String> {
-        let deadline = Instant::now() + within;
-        loop {
+        let what = format!("{n} events acknowledged");
+        crate::common::wait::eventually(within, &what, || async {
             let acknowledged = self.acknowledged();
             if acknowledged.len() >= n {
-                return acknowledged;
+                Ok(acknowledged)
+            } else {
+                Err(self.deliveries())
             }
-            assert!(
-                Instant::now() < deadline,
-                "{} of {n} events acknowledged within {within:?}: {:?}",
-                acknowledged.len(),
-                self.deliveries()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        })
+        .await
     }
 
     pub fn stop(self) {
