@@ -12,7 +12,6 @@ use crate::common::webhooks::{endpoint, fast_retries, Receiver, SECRET};
 use crate::common::{client, linktrack, TestDb, TestServer};
 use linktrack::outbound::{Endpoint, Outbound};
 use std::path::Path;
-use std::time::Duration;
 
 /// Ingest `text` (one message) with `extra` flags; the exit status and
 /// the line.

@@ -171,7 +171,7 @@ async fn the_journal_backlog_gauge_returns_to_zero_after_the_replay() {
     eventually(PATIENCE, "the backlog gauge at 0", || async {
         let text = crate::common::metrics_text(&server.admin_url("")).await;
         match crate::common::metric_value(&text, "linktrack_journal_backlog_events") {
-            Some(backlog) if backlog == 0.0 => Ok(()),
+            Some(backlog) if backlog.abs() < f64::EPSILON => Ok(()),
             backlog => Err(format!("{backlog:?}: {text}")),
         }
     })
