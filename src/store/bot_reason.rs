@@ -13,7 +13,7 @@
 //! handler's `honeypot`) makes ASCII codes such as `ua:curl`, `walk` or
 //! `proxy:gmail`; anything else is made storable by [`stored`].
 //!
-//! Writers store [`stored`]; readers select [`read_bot_reason!`], which
+//! Writers store [`stored`]; readers select `read_bot_reason!`, which
 //! gives the reason or `NULL`, as the column did before.
 
 use std::borrow::Cow;
@@ -54,7 +54,7 @@ pub fn stored(reason: Option<&str>) -> Cow<'_, str> {
 }
 
 /// The reason `stored` holds, as a reader sees it through
-/// [`read_bot_reason!`] (`''` is none). For the stored form read as it is.
+/// `read_bot_reason!` (`''` is none). For the stored form read as it is.
 pub fn from_stored(stored: Option<String>) -> Option<String> {
     stored.filter(|reason| !reason.is_empty())
 }
