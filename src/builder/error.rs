@@ -12,6 +12,13 @@ pub enum BuildError {
     Mailing(#[from] mailing::MailingError),
     #[error("--bounce-domain: {0}")]
     BounceDomain(String),
+    /// A letter's envelope sender under `--bounce-domain` is no address.
+    #[error("--bounce-domain: {address:?} is no address")]
+    BounceAddress {
+        address: String,
+        #[source]
+        source: lettre::address::AddressError,
+    },
     #[error("{path}: {source}")]
     Template { path: PathBuf, source: PrepareError },
     #[error("{path}: {size} bytes of HTML, over the limit of {limit} bytes; nothing was built: {reason}")]

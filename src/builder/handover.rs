@@ -331,7 +331,10 @@ fn own_sender(letter: &Letter) -> Result<Option<lettre::Address>, BuildError> {
         .map(|address| {
             address
                 .parse::<lettre::Address>()
-                .map_err(|_| BuildError::BounceDomain(format!("{address:?} is no address")))
+                .map_err(|source| BuildError::BounceAddress {
+                    address: address.to_owned(),
+                    source,
+                })
         })
         .transpose()
 }

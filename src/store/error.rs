@@ -46,6 +46,13 @@ pub enum StoreError {
     },
     #[error("{0}")]
     Refused(String),
+    /// Rows that could not become the JSON document a statement reads.
+    #[error("{what} could not be written as JSON: {source}")]
+    Json {
+        what: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
     /// A task of the store's (one per data node, a rename on its own
     /// connection) ended without its result: it panicked, or the runtime
     /// shut down under it.

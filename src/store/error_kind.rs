@@ -23,6 +23,7 @@ impl StoreError {
             | StoreError::BadUrlOptions { .. }
             | StoreError::BadNodeUrl { .. } => "bad_url",
             StoreError::Task { .. } => "task",
+            StoreError::Json { .. } => "json",
             StoreError::Refused(_) => "refused",
             StoreError::Connect { .. } => "connect",
             StoreError::LockBusy { .. } => "lock_busy",
