@@ -10,7 +10,7 @@ use super::letter_tokens::{ImageTokens, LetterTokens, StoredTokens};
 use super::mailing::Mailing;
 use super::mailing_context::{MailingContext, STOP_TRACKING_VARIABLE};
 use super::recipient_fields::Recipient;
-use super::reject::Reject;
+use super::reject::{Cause, Reject};
 use super::track_mode::TrackMode;
 // Also named from here by `demo.rs`.
 pub(crate) use super::tracked_urls::tracked_url;
@@ -284,7 +284,7 @@ fn letter_content(
     let html = match &ctx.html {
         Some(template) => template
             .render(context)
-            .map_err(|e| Reject::PersonaliseLetter(e.to_string()))?,
+            .map_err(|e| Reject::PersonaliseLetter(Cause::new(e)))?,
         None => ctx.mailing.html.clone(),
     };
     let subject = render_subject(ctx, context)?;
@@ -292,7 +292,7 @@ fn letter_content(
     let tail = tail_html(shape, tail_urls);
     let html = if shape.rewritten {
         rewrite(&html, &ctx.rewrite_options(shape, &tail), link_url)
-            .map_err(|e| Reject::Rewrite(e.to_string()))?
+            .map_err(|e| Reject::Rewrite(Cause::new(e)))?
     } else {
         html
     };
@@ -341,7 +341,7 @@ fn assemble(
         list_headers: &fixed.headers,
         date: fixed.sent_at.into(),
     })
-    .map_err(|e| Reject::Message(crate::error_report::chain(&e)))?;
+    .map_err(|e| Reject::Message(Cause::new(e)))?;
     Ok(Letter {
         letter_id,
         mailing_id: mailing.mailing_id.as_str().to_owned(),
@@ -362,7 +362,7 @@ fn render_subject(ctx: &MailingContext, context: &Map<String, Value>) -> Result<
     match &ctx.subject {
         Some(subject) => subject
             .render(context)
-            .map_err(|e| Reject::PersonaliseSubject(e.to_string())),
+            .map_err(|e| Reject::PersonaliseSubject(Cause::new(e))),
         None => Ok(ctx.mailing.subject.clone()),
     }
 }

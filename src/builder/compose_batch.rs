@@ -76,13 +76,9 @@ pub(super) async fn build_batch(
         lines: Vec::with_capacity(parts.len()),
     };
     for part in parts {
-        let (entries, lines) = part.await.map_err(|e| {
-            BuildError::Internal(if e.is_panic() {
-                "a letter-building thread panicked".into()
-            } else {
-                format!("builder thread: {e}")
-            })
-        })?;
+        let (entries, lines) = part
+            .await
+            .map_err(BuildError::task("letter-building thread"))?;
         batch.entries.extend(entries);
         batch.lines.push(lines);
     }

@@ -12,6 +12,18 @@ use super::recipient_fields::Recipient;
 use super::track_mode::TrackMode;
 use std::path::Path;
 
+/// Why [`Composer::letter_line`] made no line: the recipient's rejection,
+/// said as the build's `rejects.jsonl` says it.
+#[derive(Debug, thiserror::Error)]
+pub enum LetterLineError {
+    #[error(transparent)]
+    Address(#[from] crate::address::AddressError),
+    #[error(transparent)]
+    Letter(#[from] super::reject::Reject),
+    #[error("the letter's line is not UTF-8: {0}")]
+    NotUtf8(#[from] std::string::FromUtf8Error),
+}
+
 /// Letters composed on the CPU alone: no database, no recipients file, no
 /// delivery. What the builder's CPU side can do (`bench_build`'s part 0,
 /// both paths in one run); tokens are sealed with a throwaway key.
@@ -62,12 +74,12 @@ impl Composer {
         &self,
         fields: serde_json::Map<String, serde_json::Value>,
         letter_id: u64,
-    ) -> Result<String, String> {
+    ) -> Result<String, LetterLineError> {
         let raw = fields
             .get("email")
             .and_then(serde_json::Value::as_str)
             .unwrap_or_default();
-        let email = crate::address::Email::parse(raw).map_err(|e| e.to_string())?;
+        let email = crate::address::Email::parse(raw)?;
         let recipient = Recipient {
             line: letter_id,
             email,
@@ -82,10 +94,9 @@ impl Composer {
             &self.images,
             chrono::Utc::now(),
             mode,
-        )
-        .map_err(|e| e.to_string())?;
+        )?;
         let mut line = Vec::new();
         output::letter_line(&built.letter, &mut line);
-        String::from_utf8(line).map_err(|e| e.to_string())
+        Ok(String::from_utf8(line)?)
     }
 }

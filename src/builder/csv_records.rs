@@ -38,7 +38,7 @@ pub(super) struct RawRecord {
 
 /// Why a CSV file is refused as a whole, before any letter is built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(super) enum CsvRefusal {
+pub enum CsvRefusal {
     #[error(
         "line {opened}: a quoted field opens here and never closes (it would run to the end of \
          the file, line {last}, swallowing every row after it); nothing was built: close or \

@@ -12,6 +12,13 @@ pub enum BuildError {
     Mailing(#[from] mailing::MailingError),
     #[error("--bounce-domain: {0}")]
     BounceDomain(String),
+    /// A letter's envelope sender under `--bounce-domain` is no address.
+    #[error("--bounce-domain: {address:?} is no address")]
+    BounceAddress {
+        address: String,
+        #[source]
+        source: lettre::address::AddressError,
+    },
     #[error("{path}: {source}")]
     Template { path: PathBuf, source: PrepareError },
     #[error("{path}: {size} bytes of HTML, over the limit of {limit} bytes; nothing was built: {reason}")]
@@ -73,6 +80,25 @@ pub enum BuildError {
         email: String,
         reply: String,
     },
+    /// A thread or task of the build ended without its result: it
+    /// panicked (a bug), or the runtime shut down under it.
+    #[error("internal error: {what}: {source}")]
+    Task {
+        what: &'static str,
+        #[source]
+        source: tokio::task::JoinError,
+    },
+    #[error("internal error: summary: {0}")]
+    SummaryJson(#[source] serde_json::Error),
+    /// A broken invariant with no underlying error to carry.
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+impl BuildError {
+    /// [`BuildError::Task`] for the thread or task called `what`, as a
+    /// `map_err` argument.
+    pub(crate) fn task(what: &'static str) -> impl FnOnce(tokio::task::JoinError) -> BuildError {
+        move |source| BuildError::Task { what, source }
+    }
 }

@@ -250,7 +250,16 @@ impl Delivery {
         for letter in to_send.iter().skip(queued) {
             ledger.forget(letter.letter_id).await?;
         }
-        while workers.join_next().await.is_some() {}
+        while let Some(joined) = workers.join_next().await {
+            // A lane that panicked (a bug) ends without its letter's
+            // outcome; the other lanes carry on with the queue.
+            if let Err(ended) = joined {
+                tracing::error!(
+                    error = &ended as &dyn std::error::Error,
+                    "a delivery lane ended without finishing"
+                );
+            }
+        }
         // Every outcome of the batch in `deliveries` before it is counted.
         ledger.flush().await?;
         let mut handed_over = Vec::with_capacity(to_send.len());
@@ -322,7 +331,10 @@ fn own_sender(letter: &Letter) -> Result<Option<lettre::Address>, BuildError> {
         .map(|address| {
             address
                 .parse::<lettre::Address>()
-                .map_err(|_| BuildError::BounceDomain(format!("{address:?} is no address")))
+                .map_err(|source| BuildError::BounceAddress {
+                    address: address.to_owned(),
+                    source,
+                })
         })
         .transpose()
 }

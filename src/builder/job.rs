@@ -255,7 +255,7 @@ pub(super) async fn read_batch(
         Ok::<_, std::io::Error>((entries, reader))
     })
     .await
-    .map_err(|e| BuildError::Internal(format!("reader thread: {e}")))?
+    .map_err(BuildError::task("reader thread"))?
     .map_err(|source| BuildError::Recipients {
         path: path.to_owned(),
         source,

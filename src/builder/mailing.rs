@@ -119,12 +119,32 @@ pub enum MailingError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{path}: line {line}, column {column}: {message}")]
+    #[error("{path}: line {line}, column {column}: {source}")]
     Json {
         path: PathBuf,
         line: usize,
         column: usize,
-        message: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{path}: field `mailing_id`: {source}")]
+    MailingId {
+        path: PathBuf,
+        #[source]
+        source: crate::mailing_id::MailingIdError,
+    },
+    #[error("{path}: field `html_file`: cannot read {}: {source}", html.display())]
+    HtmlFile {
+        path: PathBuf,
+        html: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: field `utm`: {source}")]
+    Utm {
+        path: PathBuf,
+        #[source]
+        source: crate::letter::utm::UtmError,
     },
     #[error("{path}: field `{field}`: {message}")]
     Field {
@@ -145,7 +165,7 @@ impl Mailing {
             path: path.to_owned(),
             line: e.line(),
             column: e.column(),
-            message: e.to_string(),
+            source: e,
         })?;
         let field = |field, message: &str| MailingError::Field {
             path: path.to_owned(),
@@ -154,8 +174,11 @@ impl Mailing {
         };
         // Taken byte for byte (`MailingId::parse`): white space around the
         // id is refused, not trimmed.
-        let mailing_id = MailingId::parse(&file.mailing_id)
-            .map_err(|refused| field("mailing_id", &refused.to_string()))?;
+        let mailing_id =
+            MailingId::parse(&file.mailing_id).map_err(|source| MailingError::MailingId {
+                path: path.to_owned(),
+                source,
+            })?;
         if file.from.trim().is_empty() {
             return Err(field("from", "must not be empty"));
         }
@@ -163,9 +186,12 @@ impl Mailing {
             (Some(html), None) => (html, path.to_owned()),
             (None, Some(relative)) => {
                 let full = path.parent().unwrap_or(Path::new(".")).join(&relative);
-                let html = std::fs::read_to_string(&full).map_err(|e| {
-                    field("html_file", &format!("cannot read {}: {e}", full.display()))
-                })?;
+                let html =
+                    std::fs::read_to_string(&full).map_err(|source| MailingError::HtmlFile {
+                        path: path.to_owned(),
+                        html: full.clone(),
+                        source,
+                    })?;
                 (html, full)
             }
             (Some(_), Some(_)) => {
@@ -190,8 +216,10 @@ impl Mailing {
         };
         let utm = file.utm.filter(|tags| !tags.is_empty());
         if let Some(tags) = &utm {
-            tags.check()
-                .map_err(|err| field("utm", &crate::error_report::chain(&err)))?;
+            tags.check().map_err(|source| MailingError::Utm {
+                path: path.to_owned(),
+                source,
+            })?;
         }
         Ok(Mailing {
             utm,

@@ -113,9 +113,7 @@ pub async fn run(pool: &MySqlPool, options: &BuildOptions) -> Result<Summary, Bu
         progress.set_position(bytes_read.load(Ordering::Relaxed));
     }
     drop(batches);
-    let delivered = writer
-        .await
-        .map_err(|e| BuildError::Internal(format!("writer task: {e}")))??;
+    let delivered = writer.await.map_err(BuildError::task("writer task"))??;
     if job.resumed {
         stats::recount_letters_built(pool, &job.ctx.mailing.mailing_id).await?;
     }

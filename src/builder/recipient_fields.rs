@@ -38,7 +38,7 @@ pub(super) fn recipient(line: u64, mut fields: Map<String, Value>) -> Entry {
     }
     let email = match Email::parse(&raw) {
         Ok(email) => email,
-        Err(e) => return reject(line, Some(raw), Reject::InvalidAddress(e.to_string())),
+        Err(e) => return reject(line, Some(raw), Reject::InvalidAddress(e)),
     };
     if let Err(reason) = super::track_mode::recipient_mode(&fields) {
         return reject(line, Some(email.into_string()), reason);

@@ -5,7 +5,7 @@
 use super::columns::HeaderPlan;
 use super::csv_records::{CsvRecords, RawRecord};
 use super::recipient_fields::{recipient, reject, Entry};
-use super::reject::Reject;
+use super::reject::{Cause, Reject};
 use serde_json::{Map, Value};
 use std::io::BufRead;
 
@@ -33,8 +33,7 @@ pub(super) fn json_lines<R: BufRead + Send + 'static>(
             if let Err(e) = skip_line(&mut reader) {
                 return Some(Err(e));
             }
-            let reason = format!("the line is longer than {MAX} bytes");
-            return Some(Ok(reject(number, None, Reject::BadJson(reason))));
+            return Some(Ok(reject(number, None, Reject::LineTooLong { max: MAX })));
         }
         if bytes.last() == Some(&b'\n') {
             bytes.pop();
@@ -79,7 +78,7 @@ fn parse_json_line(line: u64, text: &str, columns: &HeaderPlan) -> Entry {
             recipient(line, fields)
         }
         Ok(_) => reject(line, None, Reject::NotJsonObject),
-        Err(e) => reject(line, None, Reject::BadJson(e.to_string())),
+        Err(e) => reject(line, None, Reject::BadJson(Cause::new(e))),
     }
 }
 
@@ -207,7 +206,7 @@ pub(super) fn csv_rows<R: BufRead + Send + 'static>(
 fn csv_entry(header: &[String], record: RawRecord) -> Entry {
     let line = record.line;
     if let Some(refusal) = record.refusal() {
-        return reject(line, None, Reject::BadCsv(refusal.to_string()));
+        return reject(line, None, Reject::BadCsv(refusal));
     }
     if record.fields.len() != header.len() {
         return reject(
@@ -220,13 +219,7 @@ fn csv_entry(header: &[String], record: RawRecord) -> Entry {
         );
     }
     if record.text_after_quote {
-        return reject(
-            line,
-            None,
-            Reject::BadCsv(
-                "text after a closing quote (write a quote inside a quoted field as \"\")".into(),
-            ),
-        );
+        return reject(line, None, Reject::CsvTextAfterQuote);
     }
     let mut fields = Map::new();
     for (name, raw) in header.iter().zip(record.fields) {

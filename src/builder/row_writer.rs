@@ -75,15 +75,11 @@ pub(super) fn spawn_writer(
         // The output thread writes what was committed before any failure,
         // and gives the sink back: it is finished (`FILE.partial` renamed)
         // only when every batch was stored.
-        let written = output
-            .await
-            .map_err(|e| BuildError::Internal(format!("output thread: {e}")))?;
+        let written = output.await.map_err(BuildError::task("output thread"))?;
         stored?;
         written?.finish()?;
         match delivering {
-            Some(handle) => handle
-                .await
-                .map_err(|e| BuildError::Internal(format!("delivery task: {e}")))?,
+            Some(handle) => handle.await.map_err(BuildError::task("delivery task"))?,
             None => Ok(handover::Delivered::default()),
         }
     });

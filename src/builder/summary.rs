@@ -214,8 +214,7 @@ pub(super) fn finish_summary(
 
 /// The summary as one JSON object, `conserved` included, for scripts.
 fn write_summary(path: &Path, summary: &Summary) -> Result<(), BuildError> {
-    let mut value =
-        serde_json::to_value(summary).map_err(|e| BuildError::Internal(format!("summary: {e}")))?;
+    let mut value = serde_json::to_value(summary).map_err(BuildError::SummaryJson)?;
     value["conserved"] = serde_json::Value::Bool(summary.is_conserved());
     let text = format!("{value:#}\n");
     std::fs::write(path, text).map_err(|source| BuildError::Output {

@@ -110,8 +110,12 @@ pub(crate) enum TrackLetterError {
     Store(#[from] StoreError),
     #[error("storing the links: {0}")]
     Rows(#[from] BuildError),
+    /// The shared writer's transaction failed; every caller in it gets
+    /// the one error.
     #[error("storing the links: {0}")]
-    SharedRows(String),
+    SharedRows(#[source] Arc<BuildError>),
+    #[error("storing the links: the row writer stopped")]
+    WriterStopped,
 }
 
 impl TrackLetterError {
@@ -123,6 +127,7 @@ impl TrackLetterError {
             TrackLetterError::Store(_)
                 | TrackLetterError::Rows(_)
                 | TrackLetterError::SharedRows(_)
+                | TrackLetterError::WriterStopped
         )
     }
 }
@@ -144,7 +149,7 @@ pub(crate) struct LetterTracker {
 }
 
 /// One caller's rows and where the writer says they are stored.
-type WaitingRows = (Vec<NewLink>, oneshot::Sender<Result<(), String>>);
+type WaitingRows = (Vec<NewLink>, oneshot::Sender<Result<(), Arc<BuildError>>>);
 
 /// The most rows one shared transaction takes.
 const ROWS_PER_COMMIT: usize = 5_000;
@@ -199,9 +204,7 @@ impl LetterTracker {
         }
         match answer.await {
             Ok(result) => result.map_err(TrackLetterError::SharedRows),
-            Err(_) => Err(TrackLetterError::SharedRows(
-                "the row writer stopped".to_owned(),
-            )),
+            Err(_) => Err(TrackLetterError::WriterStopped),
         }
     }
 
@@ -400,7 +403,7 @@ async fn write_rows(pool: MySqlPool, mut waiting: mpsc::Receiver<WaitingRows>) {
         let (rows, answers): (Vec<Vec<NewLink>>, Vec<_>) = round.into_iter().unzip();
         let result = store_letter_rows(&pool, &rows.concat())
             .await
-            .map_err(|err| err.to_string());
+            .map_err(Arc::new);
         metrics::histogram!("linktrack_tracked_letters_per_commit").record(answers.len() as f64);
         for answer in answers {
             let _ = answer.send(result.clone());

@@ -12,7 +12,7 @@ use super::error::BuildError;
 use super::letter_shape::tail_html;
 use super::letter_tokens::{ImageTokens, LetterTokens};
 use super::mailing_context::MailingContext;
-use super::reject::Reject;
+use super::reject::{Cause, Reject};
 use super::row_writer::store_rows;
 use super::track_mode::TrackMode;
 use crate::letter::{rewrite, short_letter, FoundKind, FoundLink};
@@ -79,7 +79,7 @@ pub(crate) fn track_parts(
             url
         };
         let mut part = rewrite(html, &ctx.rewrite_options(shape, &tail), &mut link_url)
-            .map_err(|e| Reject::Rewrite(e.to_string()))?;
+            .map_err(|e| Reject::Rewrite(Cause::new(e)))?;
         if ctx.mailing.filter_safe {
             short_letter::pad_past_image_only_sizes(&mut part);
         }

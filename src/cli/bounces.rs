@@ -111,7 +111,7 @@ async fn ingest(url: &str, args: &IngestArgs) -> anyhow::Result<ExitCode> {
 /// than on a database that is away.
 fn is_configuration(err: &anyhow::Error) -> bool {
     if let Some(store) = err.downcast_ref::<StoreError>() {
-        return matches!(store, StoreError::SealKey(_) | StoreError::BadUrl(_));
+        return matches!(store, StoreError::SealKey(_)) || store.is_bad_url();
     }
     err.downcast_ref::<PreviousSecretsError>().is_some()
         || err.downcast_ref::<EndpointError>().is_some()

@@ -52,8 +52,8 @@ pub fn mysql_url(url: &str) -> Result<std::borrow::Cow<'_, str>, StoreError> {
 
 pub(crate) fn connect_options(url: &str) -> Result<MySqlConnectOptions, StoreError> {
     let url = mysql_url(url)?;
-    let options =
-        MySqlConnectOptions::from_str(&url).map_err(|e| StoreError::BadUrl(e.to_string()))?;
+    let options = MySqlConnectOptions::from_str(&url)
+        .map_err(|source| StoreError::BadUrlOptions { source })?;
     // Every DATETIME we write or read is UTC; statements are logged only when slow.
     Ok(options
         .timezone(Some("+00:00".to_owned()))

@@ -7,6 +7,7 @@ use super::connect_error::ConnectTarget;
 use super::mysql_errors::{
     mysql_error_number, BROKEN_CONNECTION_ERRORS, RETRYABLE_MYSQL_ERRORS, SPIDER_REMOTE_ERRORS,
 };
+use super::node_address::NodeAddressError;
 use super::node_failure::NodeFailure;
 use crate::token::KeyRefusal;
 use chrono::NaiveDate;
@@ -29,8 +30,38 @@ pub enum StoreError {
     },
     #[error("invalid DATABASE_URL: {0}")]
     BadUrl(String),
+    /// `DATABASE_URL` named MySQL but its options did not parse (a port
+    /// that is no number, an unknown `ssl-mode`...).
+    #[error("invalid DATABASE_URL: {source}")]
+    BadUrlOptions {
+        #[source]
+        source: sqlx::Error,
+    },
+    /// A node URL given as a flag (`flag`, such as `--to`) was refused.
+    #[error("invalid DATABASE_URL: {flag}: {source}")]
+    BadNodeUrl {
+        flag: &'static str,
+        #[source]
+        source: NodeAddressError,
+    },
     #[error("{0}")]
     Refused(String),
+    /// Rows that could not become the JSON document a statement reads.
+    #[error("{what} could not be written as JSON: {source}")]
+    Json {
+        what: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A task of the store's (one per data node, a rename on its own
+    /// connection) ended without its result: it panicked, or the runtime
+    /// shut down under it.
+    #[error("{what} failed: {source}")]
+    Task {
+        what: &'static str,
+        #[source]
+        source: tokio::task::JoinError,
+    },
     /// The server could not be reached or refused the login: said once, with
     /// the target (never the password) and a hint (`connect_error`).
     #[error("{message}")]
@@ -61,6 +92,17 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// True when a database or node URL was refused before any connection
+    /// (a setting to mend, which no retry will).
+    pub fn is_bad_url(&self) -> bool {
+        matches!(
+            self,
+            StoreError::BadUrl(_)
+                | StoreError::BadUrlOptions { .. }
+                | StoreError::BadNodeUrl { .. }
+        )
+    }
+
     /// True when the server answered with an error about the data itself
     /// (a value it refuses), so running the same statement again can never
     /// succeed. Unreachable servers, locks, deadlocks, privileges and a

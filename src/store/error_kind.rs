@@ -19,7 +19,11 @@ impl StoreError {
             StoreError::Sqlx(err) => sqlx_error_kind(err),
             StoreError::Migrate(_) => "migration",
             StoreError::NoPartition { .. } => "no_partition",
-            StoreError::BadUrl(_) => "bad_url",
+            StoreError::BadUrl(_)
+            | StoreError::BadUrlOptions { .. }
+            | StoreError::BadNodeUrl { .. } => "bad_url",
+            StoreError::Task { .. } => "task",
+            StoreError::Json { .. } => "json",
             StoreError::Refused(_) => "refused",
             StoreError::Connect { .. } => "connect",
             StoreError::LockBusy { .. } => "lock_busy",

@@ -60,4 +60,5 @@ pub use connect::{connect, connect_lazy, mysql_url, ping, side_pool, PoolSetting
 pub use error::StoreError;
 pub use migrations::{applied_migrations, migrate, MIGRATOR};
 pub use mysql_errors::RETRYABLE_MYSQL_ERRORS;
+pub use node_address::NodeAddressError;
 pub use row_format::{set_row_format, RowFormat, RowFormatOptions, DEFAULT_ROW_FORMAT};

@@ -6,6 +6,21 @@
 
 use std::fmt;
 
+/// Why a node URL was refused; never repeats the password.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeAddressError {
+    #[error("not a URL: {0}")]
+    NotUrl(#[source] url::ParseError),
+    #[error("scheme {0:?}, expected mysql://")]
+    Scheme(String),
+    #[error("no host")]
+    NoHost,
+    #[error("no database: give it as the URL's path, e.g. /linktrack")]
+    NoDatabase,
+    #[error("the user or password is not valid percent-encoding")]
+    Encoding(#[source] std::string::FromUtf8Error),
+}
+
 /// One data node's address, as given in `LINKTRACK_SHARDS` or read from the
 /// head's `mysql.servers`.
 #[derive(Clone, PartialEq, Eq)]
@@ -37,23 +52,21 @@ impl fmt::Display for NodeAddress {
 impl NodeAddress {
     /// Parse one `mysql://user:password@host:port/database` URL; the error
     /// says what is wrong without repeating the password.
-    pub fn parse(text: &str) -> Result<NodeAddress, String> {
-        let url = url::Url::parse(text.trim()).map_err(|e| format!("not a URL: {e}"))?;
+    pub fn parse(text: &str) -> Result<NodeAddress, NodeAddressError> {
+        let url = url::Url::parse(text.trim()).map_err(NodeAddressError::NotUrl)?;
         if url.scheme() != "mysql" && url.scheme() != "mariadb" {
-            return Err(format!("scheme {:?}, expected mysql://", url.scheme()));
+            return Err(NodeAddressError::Scheme(url.scheme().to_owned()));
         }
         let host = url
             .host_str()
             .filter(|h| !h.is_empty())
-            .ok_or("no host")?
+            .ok_or(NodeAddressError::NoHost)?
             .to_owned();
         let database = url.path().trim_start_matches('/').to_owned();
         if database.is_empty() || database.contains('/') {
-            return Err("no database: give it as the URL's path, e.g. /linktrack".into());
+            return Err(NodeAddressError::NoDatabase);
         }
-        let decode = |s: &str| {
-            percent_decode(s).map_err(|_| "the user or password is not valid percent-encoding")
-        };
+        let decode = |s: &str| percent_decode(s).map_err(NodeAddressError::Encoding);
         Ok(NodeAddress {
             host,
             port: url.port().unwrap_or(3306),

@@ -67,8 +67,18 @@ pub enum RepointError {
     UnknownRecipient { mailing: String, address: String },
     #[error("target {url:?} refused: {rule}")]
     TargetRefused { url: String, rule: &'static str },
-    #[error("target {url:?} refused: {reason}")]
-    FieldsRefused { url: String, reason: String },
+    #[error(
+        "target {url:?} refused: {reason}{}",
+        template.as_ref().map(|why| format!(": {why}")).unwrap_or_default()
+    )]
+    FieldsRefused {
+        url: String,
+        reason: String,
+        /// Why the link's URL cannot take the target's fields, when that
+        /// is the reason.
+        #[source]
+        template: Option<crate::letter::link_template::TemplateError>,
+    },
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -315,6 +325,7 @@ async fn with_letter_fields(
     let refused = |reason: String| RepointError::FieldsRefused {
         url: request.to.clone(),
         reason,
+        template: None,
     };
     if matches!(request.links, LinkSelector::From(_)) {
         return Err(refused(
@@ -339,8 +350,12 @@ async fn with_letter_fields(
             .iter()
             .find(|link| link.position == position)
             .map_or("", |link| link.source_url.as_str());
-        let refill = Refill::new(built, &request.to)
-            .map_err(|e| refused(format!("position {position}: {e}")))?;
+        let refill =
+            Refill::new(built, &request.to).map_err(|template| RepointError::FieldsRefused {
+                url: request.to.clone(),
+                reason: format!("position {position}"),
+                template: Some(template),
+            })?;
         check_target(&refill.sample_target()).map_err(naming_the_target)?;
         let Some(letter) = letter else {
             repoints.push(NewRepoint {

@@ -36,9 +36,10 @@ pub(crate) async fn run_partitions(
     let mut done = Vec::new();
     let mut failed = Vec::new();
     for run in runs {
-        let (node, server, result) = run
-            .await
-            .map_err(|e| StoreError::Refused(format!("a partition task failed: {e}")))?;
+        let (node, server, result) = run.await.map_err(|source| StoreError::Task {
+            what: "a partition task",
+            source,
+        })?;
         match result {
             Ok(reports) => done.extend(reports),
             Err(err) => failed.push(NodeFailure {

@@ -73,8 +73,10 @@ pub async fn resolve_node(
 ) -> Result<(String, NodeAddress), StoreError> {
     let servers = cluster::servers(head).await?;
     if to.contains("://") {
-        let node =
-            NodeAddress::parse(to).map_err(|why| StoreError::BadUrl(format!("--to: {why}")))?;
+        let node = NodeAddress::parse(to).map_err(|source| StoreError::BadNodeUrl {
+            flag: "--to",
+            source,
+        })?;
         return servers
             .into_iter()
             .find(|(name, at)| at.same_place(&node) && name.starts_with("lt_"))

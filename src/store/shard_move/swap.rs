@@ -69,9 +69,10 @@ pub(super) async fn swap_in(
     }
     sqlx::query("UNLOCK TABLES").execute(&mut *pause).await?;
     queued?;
-    renaming
-        .await
-        .map_err(|e| StoreError::Refused(format!("the rename task failed: {e}")))??;
+    renaming.await.map_err(|source| StoreError::Task {
+        what: "the rename task",
+        source,
+    })??;
     Ok(())
 }
 

@@ -220,10 +220,9 @@ async fn upsert(
     let rows: Vec<Vec<String>> = rows.collect();
     let mut affected = 0;
     for chunk in rows.chunks(ROWS_PER_STATEMENT) {
-        let document = serde_json::to_string(chunk).map_err(|err| {
-            StoreError::Refused(format!(
-                "statistics rows could not be written as JSON: {err}"
-            ))
+        let document = serde_json::to_string(chunk).map_err(|source| StoreError::Json {
+            what: "statistics rows",
+            source,
         })?;
         affected += sqlx::query(sql)
             .bind(document)
