@@ -1,4 +1,5 @@
 use crate::common::build::{options, tracked_tokens, BASE};
+use crate::common::wait::{eventually_eq, PATIENCE};
 use crate::common::{today, TestDb};
 use linktrack::builder;
 use linktrack::store::links::{self, LinkKind};
@@ -416,11 +417,7 @@ async fn id_blocks_increase_never_overlap_and_reserve_the_next_block_ahead() {
         ahead.take(&db.pool, 60).await.unwrap(),
         (1..=60).collect::<Vec<_>>()
     );
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while reserved().await < 200 && std::time::Instant::now() < deadline {
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    assert_eq!(reserved().await, 200, "the next block was reserved ahead");
+    eventually_eq(PATIENCE, "the next block reserved ahead", 200, reserved).await;
     assert_eq!(
         ahead.take(&db.pool, 60).await.unwrap(),
         (61..=120).collect::<Vec<_>>()
@@ -559,7 +556,9 @@ async fn kill_9_then_rerun_gives_every_letter_once_and_no_duplicate_rows() {
     };
 
     let mut child = command().spawn().unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    // Polled every few milliseconds, not through `wait::eventually` (whose
+    // pauses grow): the kill must land while the build is still running.
+    let deadline = std::time::Instant::now() + crate::common::wait::scaled(PATIENCE);
     while stored_letters().await < 200 {
         assert!(
             std::time::Instant::now() < deadline,

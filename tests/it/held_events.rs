@@ -5,6 +5,7 @@
 //! settles goes anyway after settle + grace (the safety net). Real server,
 //! real receiver on a socket, real MariaDB.
 
+use crate::common::wait::{eventually, eventually_eq, PATIENCE};
 use crate::common::webhooks::{endpoint, fast_retries, http, letter, metric, Delivery, Receiver};
 use crate::common::{days_ago, TestDb, TestServer};
 use linktrack::bots::letter_judgement::VerdictRules;
@@ -13,7 +14,7 @@ use linktrack::store::rollup::RollupOptions;
 use linktrack::token::Token;
 use serde_json::{json, Value};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A scanner's address and a person's: the honeypot rule holds whatever the address.
 const SCANNER: &str = "198.51.100.7";
@@ -73,23 +74,24 @@ async fn click(base: &str, token: Token, ip: &str) {
 /// The outbox row of the event on `token` as first seen, once queued:
 /// (held, not due yet, payload).
 async fn queued(db: &TestDb, token: Token) -> (i8, bool, Value) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    let what = format!("the outbox row for {token}");
+    eventually(PATIENCE, &what, || async {
         let rows: Vec<(i8, i64, String)> = sqlx::query_as(
             "SELECT held, CAST(next_attempt_at > NOW(3) AS SIGNED), payload FROM outbox",
         )
         .fetch_all(&db.pool)
         .await
         .unwrap();
+        let queued = rows.len();
         for (held, waiting, payload) in rows {
             let body: Value = serde_json::from_str(&payload).unwrap();
             if body["data"]["token"] == token.to_string().as_str() {
-                return (held, waiting != 0, body);
+                return Ok((held, waiting != 0, body));
             }
         }
-        assert!(Instant::now() < deadline, "no outbox row for {token}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        Err(format!("{queued} rows queued, none for it"))
+    })
+    .await
 }
 
 /// What the receiver got for the event on `token`.
@@ -102,20 +104,17 @@ fn deliveries_of(receiver: &Receiver, token: Token) -> Vec<Delivery> {
 }
 
 /// Wait until the event on `token` was acknowledged; every delivery of it.
-async fn delivered(receiver: &Receiver, token: Token, within: Duration) -> Vec<Delivery> {
-    let deadline = Instant::now() + within;
-    loop {
+async fn delivered(receiver: &Receiver, token: Token) -> Vec<Delivery> {
+    let what = format!("{token} delivered");
+    eventually(PATIENCE, &what, || async {
         let seen = deliveries_of(receiver, token);
         if seen.iter().any(|d| d.status == 200) {
-            return seen;
+            Ok(seen)
+        } else {
+            Err(receiver.deliveries())
         }
-        assert!(
-            Instant::now() < deadline,
-            "{token} not delivered within {within:?}: {:?}",
-            receiver.deliveries()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await
 }
 
 /// `body` without its `bot` object.
@@ -170,7 +169,7 @@ async fn a_click_near_the_honeypot_goes_out_once_settled_as_a_bot() {
 
     // The settle pass releases it with the settled verdict: every delivery
     // of it (there was no unsettled one) says bot, honeypot_window, settled.
-    let sent = delivered(&receiver, letter.clicks[0], Duration::from_secs(30)).await;
+    let sent = delivered(&receiver, letter.clicks[0]).await;
     for delivery in &sent {
         let bot = &delivery.body["data"]["bot"];
         assert_eq!(bot["verdict"], true, "{bot}");
@@ -188,7 +187,7 @@ async fn a_click_near_the_honeypot_goes_out_once_settled_as_a_bot() {
         "the verdict sent is the verdict stored"
     );
     // The honeypot's own click waited too, and says why it is a bot.
-    let trap = delivered(&receiver, letter.honeypot, Duration::from_secs(30)).await;
+    let trap = delivered(&receiver, letter.honeypot).await;
     assert_eq!(
         trap[0].body["data"]["bot"],
         json!({"verdict": true, "reasons": ["honeypot"], "settled": true})
@@ -214,7 +213,7 @@ async fn with_settle_0_a_click_goes_at_once_with_its_first_verdict() {
 
     click(&app.base, letter.honeypot, SCANNER).await;
     click(&app.base, letter.clicks[0], PERSON).await;
-    let sent = delivered(&receiver, letter.clicks[0], Duration::from_secs(30)).await;
+    let sent = delivered(&receiver, letter.clicks[0]).await;
     // Nothing held it: the first verdict, a person's, not settled.
     for delivery in &sent {
         assert_eq!(
@@ -224,15 +223,13 @@ async fn with_settle_0_a_click_goes_at_once_with_its_first_verdict() {
     }
     // The trade-off: the rollup revises it afterwards; the receiver was told
     // the verdict might change.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while stored_verdict(&db, letter.clicks[0]).await != Some((1, Some("honeypot_window".into()))) {
-        assert!(
-            Instant::now() < deadline,
-            "not revised: {:?}",
-            stored_verdict(&db, letter.clicks[0]).await
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually_eq(
+        PATIENCE,
+        "the stored verdict revised",
+        Some((1, Some("honeypot_window".into()))),
+        || stored_verdict(&db, letter.clicks[0]),
+    )
+    .await;
     assert_eq!(
         deliveries_of(&receiver, letter.clicks[0]).len(),
         sent.len(),
@@ -261,7 +258,7 @@ async fn a_held_click_no_rollup_settles_goes_after_the_safety_net_unsettled() {
     assert!(waiting);
     assert!(deliveries_of(&receiver, letter.clicks[1]).is_empty());
 
-    let sent = delivered(&receiver, letter.clicks[1], Duration::from_secs(30)).await;
+    let sent = delivered(&receiver, letter.clicks[1]).await;
     for delivery in &sent {
         assert_eq!(
             delivery.body, first,
@@ -312,7 +309,7 @@ async fn an_unsubscribe_is_never_held() {
         .unwrap();
     assert!(r.status().is_success(), "{}", r.status());
 
-    let sent = delivered(&receiver, letter.unsubscribe, Duration::from_secs(30)).await;
+    let sent = delivered(&receiver, letter.unsubscribe).await;
     assert_eq!(sent[0].body["type"], "email.unsubscribed");
     assert_eq!(sent[0].body["data"]["bot"]["settled"], true);
     // The open of the same letter waits for its verdict.

@@ -96,6 +96,7 @@ async fn a_cluster_grows_by_a_node_and_moves_tables_while_links_are_written() {
                 let batch: Vec<_> = (0..20).map(|_| an_event()).collect();
                 router.insert_events(&batch).await.unwrap();
                 ids.extend(batch.iter().map(|e| e.event_id.to_vec()));
+                // Paced writes beside the move (load, not a wait for a result).
                 tokio::time::sleep(std::time::Duration::from_millis(5)).await;
             }
             ids

@@ -7,23 +7,23 @@
 
 use crate::common::cluster::Cluster;
 use crate::common::spider::{build_through_head, click_tokens, link_rows, ok};
+use crate::common::wait::{eventually, PATIENCE};
 use linktrack::store;
-use std::time::{Duration, Instant};
 
 /// Where `token` leads on the server at `base`, polled until it is `want`.
 async fn wait_for_location(http: &reqwest::Client, base: &str, token: &str, want: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut seen = String::new();
-    while Instant::now() < deadline {
+    let what = format!("{token} leading to {want}");
+    eventually(PATIENCE, &what, || async {
         let answer = http.get(format!("{base}/c/{token}")).send().await.unwrap();
         assert_eq!(answer.status(), 302, "{token}");
-        seen = answer.headers()["location"].to_str().unwrap().to_owned();
+        let seen = answer.headers()["location"].to_str().unwrap().to_owned();
         if seen == want {
-            return;
+            Ok(())
+        } else {
+            Err(seen)
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("{token} still leads to {seen:?}, not {want:?}");
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

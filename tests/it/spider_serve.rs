@@ -7,6 +7,7 @@ use crate::common::spider::{
     build_through_head, click_tokens, count, data_tables, head_returns_and_each_click_lands_once,
     link_rows, migrated_head, node_events, ok, plain_mailing, until, BASE, TWO_LINKS,
 };
+use crate::common::wait::{eventually, eventually_eq, PATIENCE};
 use crate::common::{click_link, today};
 use linktrack::store::{self, links};
 use std::collections::HashSet;
@@ -431,14 +432,13 @@ async fn a_data_node_killed_under_1000_clicks_loses_and_doubles_none() {
         .cloned()
         .collect();
     on_node0.sort();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while clicked_on(&nodes[0]).await != on_node0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "node0's clicks not all stored while node1 is down"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
+    eventually_eq(
+        PATIENCE,
+        "node0's clicks all stored while node1 is down",
+        on_node0.clone(),
+        || clicked_on(&nodes[0]),
+    )
+    .await;
     let during = node_events(&nodes[0]).await.len();
 
     // node1 returns: every click is stored once.
@@ -559,35 +559,18 @@ async fn live_nodes_events_are_stored_while_a_data_node_is_down() {
     // in the journal.
     for n in [0, 2] {
         let want = clicked_links_on(n);
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        loop {
-            let stored = clicked_on(&nodes[n]).await;
-            if stored == want {
-                break;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "node{n}: {} of {} clicks on its links stored while node1 is down",
-                stored.len(),
-                want.len()
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-        }
+        let what = format!("node{n}: the clicks on its links stored while node1 is down");
+        eventually_eq(PATIENCE, &what, want, || clicked_on(&nodes[n])).await;
     }
     let held = clicked_links_on(1).len() as f64;
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
+    eventually(PATIENCE, "the events held for node1 counted", || async {
         let text = crate::common::metrics_text(&app.admin).await;
-        let waiting = crate::common::metric_value(&text, "linktrack_replay_held_events");
-        if waiting == Some(held) {
-            break;
+        match crate::common::metric_value(&text, "linktrack_replay_held_events") {
+            Some(waiting) if (waiting - held).abs() < 0.5 => Ok(()),
+            waiting => Err(format!("{waiting:?}, wanted {held}")),
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "events held for node1: {waiting:?}, wanted {held}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
+    })
+    .await;
 
     // node1 returns: its links' clicks land on it, every click once.
     cluster.nodes[1].start().await;

@@ -7,11 +7,11 @@ use crate::common::spider::{
     count, data_tables, head_returns_and_each_click_lands_once, link_rows, migrated_head,
     node_events, ok, stderr, stdout, until,
 };
+use crate::common::wait::{eventually, PATIENCE};
 use crate::common::{click_link, seal_of, sealed_token, today, Serving};
 use linktrack::store::{self, links};
 use std::collections::HashSet;
 use std::path::Path;
-use std::time::Duration;
 
 /// `linktrack serve` on the cluster, journaling in `journal`, logging at info.
 fn serve(cluster: &Cluster, journal: &Path) -> std::process::Command {
@@ -140,18 +140,19 @@ async fn a_server_started_while_the_head_is_down_routes_by_its_saved_topology() 
     // server config would): the journal lands, each click once, and the
     // server reads the head's topology again.
     head_returns_and_each_click_lands_once(&mut cluster, &head, &nodes, 100).await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let (status, ready) = readyz(&second).await;
-        if status == 200 && ready["topology"] == "head" {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "still {status} {ready}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    eventually(
+        PATIENCE,
+        "the second server on the head's topology",
+        || async {
+            let (status, ready) = readyz(&second).await;
+            if status == 200 && ready["topology"] == "head" {
+                Ok(())
+            } else {
+                Err(format!("{status} {ready}"))
+            }
+        },
+    )
+    .await;
     assert!(
         second.log().contains("the head answers again"),
         "{}",

@@ -3,6 +3,7 @@
 //! labelled replay set played against a real server.
 
 use crate::common::stats::{letters, record, Hit, MAILING};
+use crate::common::wait::{eventually_eq, PATIENCE};
 use crate::common::{days_ago, TestDb};
 use chrono::{NaiveDateTime, Utc};
 use linktrack::bots::letter_judgement::VerdictRules;
@@ -233,7 +234,8 @@ async fn bot_replay_set_precision_and_recall() {
             .get(url)
             .header("user-agent", &hit.user_agent)
             .header("x-forwarded-for", &hit.ip);
-        // The traffic's own clock: each hit is sent at its recorded moment.
+        // The traffic's own clock: each hit is sent at its recorded moment
+        // (the pacing is the input under test, not a wait for a result).
         let when = begin + Duration::from_millis(hit.at_ms);
         played.spawn(async move {
             tokio::time::sleep_until(when).await;
@@ -245,21 +247,18 @@ async fn bot_replay_set_precision_and_recall() {
     }
     // Every hit replayed into `events`, then settled by the rollup.
     let expected = hits.len() as i64;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM events")
-            .fetch_one(&db.pool)
-            .await
-            .unwrap();
-        if n == expected {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{n} of {expected} events"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    eventually_eq(
+        PATIENCE,
+        "every hit replayed into events",
+        expected,
+        || async {
+            sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM events")
+                .fetch_one(&db.pool)
+                .await
+                .unwrap()
+        },
+    )
+    .await;
     rollup::rollup_with(&db.pool, &options(Duration::ZERO))
         .await
         .unwrap();

@@ -5,10 +5,10 @@
 //! removed when dropped, so tests running in parallel never share one.
 //! `scripts/prepare.d/15-spider.sh` installs what it needs.
 
+use super::wait::{eventually, PATIENCE};
 use sqlx::Connection;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 /// The database linktrack uses on the head and on every node.
 pub const DATABASE: &str = "linktrack";
@@ -104,22 +104,36 @@ impl Instance {
         panic!("{} did not start (see {})", self.name, self.dir.display());
     }
 
+    /// Whether the server took connections before `PATIENCE` passed;
+    /// false when it exited first (its port taken: the caller tries another).
     async fn wait_ready(&mut self, log: &Path) -> bool {
         let url = format!("mysql://root@127.0.0.1:{}", self.port);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while Instant::now() < deadline {
-            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
+        let what = format!("{} accepting connections", self.name);
+        let exited = eventually(PATIENCE, &what, || {
+            let status = self.child.as_mut().map(Child::try_wait);
+            let url = url.clone();
+            async move {
+                if let Some(Ok(Some(status))) = status {
+                    return Ok(Some(status));
+                }
+                match sqlx::MySqlConnection::connect(&url).await {
+                    Ok(conn) => {
+                        let _ = conn.close().await;
+                        Ok(None)
+                    }
+                    Err(err) => Err(err.to_string()),
+                }
+            }
+        })
+        .await;
+        match exited {
+            None => true,
+            Some(status) => {
                 let text = std::fs::read_to_string(log).unwrap_or_default();
                 eprintln!("{} exited ({status}): {text}", self.name);
-                return false;
+                false
             }
-            if let Ok(conn) = sqlx::MySqlConnection::connect(&url).await {
-                let _ = conn.close().await;
-                return true;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        false
     }
 
     /// SIGKILL, as a crashed machine would.

@@ -220,21 +220,12 @@ pub fn click_tokens(letter: &serde_json::Value) -> Vec<String> {
 }
 
 /// Poll `probe` until it returns `want` (or fail after 30 s, saying what it saw).
-pub async fn until<F, Fut>(what: &str, want: i64, mut probe: F)
+pub async fn until<F, Fut>(what: &str, want: i64, probe: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<i64>>,
 {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    let mut seen = None;
-    while std::time::Instant::now() < deadline {
-        seen = probe().await;
-        if seen == Some(want) {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
-    panic!("{what}: wanted {want}, last saw {seen:?}");
+    super::wait::eventually_eq(super::wait::PATIENCE, what, Some(want), probe).await;
 }
 
 pub async fn count(pool: &sqlx::MySqlPool, sql: &str) -> Option<i64> {
