@@ -238,8 +238,10 @@ pub async fn lookup_many_concurrently(
     let mut found = HashMap::with_capacity(tokens.len());
     while let Some(part) = parts.join_next().await {
         // A task fails only by panicking (a bug): say so, as an error.
-        let part =
-            part.map_err(|err| StoreError::Refused(format!("a link lookup task failed: {err}")))??;
+        let part = part.map_err(|source| StoreError::Task {
+            what: "a link lookup task",
+            source,
+        })??;
         found.extend(part);
     }
     Ok(found)

@@ -157,9 +157,10 @@ async fn prepare_nodes(
         .collect();
     let mut said = Vec::new();
     for node in prepared {
-        let lines = node
-            .await
-            .map_err(|e| StoreError::Refused(format!("preparing a node failed: {e}")))??;
+        let lines = node.await.map_err(|source| StoreError::Task {
+            what: "preparing a node",
+            source,
+        })??;
         said.extend(lines);
     }
     Ok(said)

@@ -12,8 +12,12 @@ pub use crate::store::node_address::NodeAddress;
 impl NodeAddress {
     /// The URL to connect with (password included).
     pub fn url(&self) -> Result<String, StoreError> {
-        let mut url = url::Url::parse("mysql://localhost/")
-            .map_err(|err| StoreError::Refused(format!("node URL: {err}")))?;
+        // A constant that parses: the parts below are set on it one by one.
+        let mut url =
+            url::Url::parse("mysql://localhost/").map_err(|source| StoreError::BadNodeUrl {
+                flag: "a node's address",
+                source: crate::store::NodeAddressError::NotUrl(source),
+            })?;
         url.set_path(&self.database);
         let _ = url.set_host(Some(&self.host));
         let _ = url.set_port(Some(self.port));

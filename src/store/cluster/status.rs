@@ -84,10 +84,10 @@ pub async fn node_status(
         .collect();
     let mut out = Vec::with_capacity(reads.len());
     for read in reads {
-        out.push(
-            read.await
-                .map_err(|err| StoreError::Refused(format!("a node status task failed: {err}")))?,
-        );
+        out.push(read.await.map_err(|source| StoreError::Task {
+            what: "a node status task",
+            source,
+        })?);
     }
     Ok(out)
 }
