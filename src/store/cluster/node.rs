@@ -16,7 +16,7 @@ impl NodeAddress {
         let mut url =
             url::Url::parse("mysql://localhost/").map_err(|source| StoreError::BadNodeUrl {
                 flag: "a node's address",
-                source: crate::store::NodeAddressError::NotUrl(source),
+                source: crate::store::node_address::NodeAddressError::NotUrl(source),
             })?;
         url.set_path(&self.database);
         let _ = url.set_host(Some(&self.host));
