@@ -6,12 +6,12 @@
 
 use super::columns;
 use super::compose::Built;
-use super::compose_batch::{build_batch, BuiltBatch};
+use super::compose_batch::{build_batch, BuiltEntry};
 use super::error::BuildError;
 use super::letter_tokens::{ImageTokens, StoredTokens};
 use super::mailing_context::MailingContext;
 use super::options::BuildOptions;
-use super::output::{LineBuffers, RejectsFile};
+use super::output::RejectsFile;
 use super::recipient_fields::{Entry, Recipient, Rejection};
 use super::recipients::Recipients;
 use super::reject::Reject;
@@ -59,9 +59,6 @@ pub(super) struct Job<'a> {
     seen: HashMap<String, u64>,
     /// The letters are delivered: keep them beside their output lines.
     keep_letters: bool,
-    /// The buffers the output lines are encoded into, back from the output
-    /// thread for each next batch.
-    pub(super) line_buffers: LineBuffers,
 }
 
 impl<'a> Job<'a> {
@@ -91,7 +88,6 @@ impl<'a> Job<'a> {
             },
             seen: HashMap::new(),
             keep_letters,
-            line_buffers: LineBuffers::default(),
             ctx,
         })
     }
@@ -121,7 +117,6 @@ impl<'a> Job<'a> {
             opted_out,
             workers,
             self.keep_letters,
-            &self.line_buffers,
         )
         .await?;
         self.collect(built)
@@ -196,19 +191,22 @@ impl<'a> Job<'a> {
     }
 
     /// Built letters and their new rows into one batch; failures to rejects.
-    fn collect(&mut self, built: BuiltBatch) -> Result<StoredBatch, BuildError> {
+    fn collect(&mut self, built: Vec<BuiltEntry>) -> Result<StoredBatch, BuildError> {
         let mut batch = StoredBatch {
             rows: self.images.take_new_rows(),
-            lines: built.lines,
+            lines: Vec::with_capacity(built.len()),
             letters: Vec::new(),
         };
-        for (line, email, result) in built.entries {
+        for (line, email, result) in built {
             match result {
-                Ok(Built {
-                    letter,
-                    new_links,
-                    empty_fields,
-                }) => {
+                Ok((
+                    Built {
+                        letter,
+                        new_links,
+                        empty_fields,
+                    },
+                    encoded,
+                )) => {
                     self.summary.count_empty_fields(&empty_fields);
                     self.summary.letters_untracked += u64::from(letter.track == TrackMode::None);
                     self.summary.letters_anonymous +=
@@ -220,6 +218,7 @@ impl<'a> Job<'a> {
                             self.summary.positions_showing_address.len() as u64;
                     }
                     batch.rows.extend(new_links);
+                    batch.lines.push(encoded);
                     self.summary.letters_built += 1;
                     if self.keep_letters {
                         batch.letters.push(letter);

@@ -93,12 +93,7 @@ pub async fn run(pool: &MySqlPool, options: &BuildOptions) -> Result<Summary, Bu
     let ticker = delivery_counters
         .clone()
         .map(|counters| spawn_delivery_progress(progress.clone(), counters));
-    let (batches, writer) = spawn_writer(
-        pool.clone(),
-        options.out.clone(),
-        delivery,
-        job.line_buffers.clone(),
-    );
+    let (batches, writer) = spawn_writer(pool.clone(), options.out.clone(), delivery);
     loop {
         let (entries, recipients_left) =
             read_batch(reader, options.batch_size, &options.recipients).await?;

@@ -10,10 +10,8 @@ use super::options::Output;
 use super::recipient_fields::{Recipient, Rejection};
 use super::reject::Reject;
 use super::summary::Summary;
-use crate::locks::LockEvenPoisoned;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 
 /// The output: standard output, or `FILE.partial` renamed to `FILE` at the end.
 pub(super) struct LetterSink {
@@ -49,9 +47,8 @@ impl LetterSink {
             .map_or_else(|| PathBuf::from("-"), |(partial, _)| partial.clone())
     }
 
-    /// Append buffers of letters' lines, encoded by [`append_line`] on the
-    /// threads that built the letters. A buffer larger than the writer's
-    /// own goes to the file as it is, without a copy into it.
+    /// Append letters' lines, each already encoded by [`encoded_line`] on
+    /// the thread that built the letter.
     pub(super) fn write(&mut self, lines: &[Vec<u8>]) -> Result<(), BuildError> {
         let result = (|| {
             for line in lines {
@@ -79,34 +76,12 @@ impl LetterSink {
     }
 }
 
-/// The letter's JSON line with its line end, as the output file holds it,
-/// appended to `out`.
-pub(super) fn append_line(letter: &compose::Letter, out: &mut Vec<u8>) {
-    letter_line(letter, out);
-    out.push(b'\n');
-}
-
-/// The buffers a batch's output lines are encoded into, given back by the
-/// output thread once written: each batch fills memory an earlier batch
-/// already touched, instead of fresh pages the kernel must zero (a batch's
-/// lines are the size of its letters, about 150 KB each).
-#[derive(Clone, Default)]
-pub(super) struct LineBuffers(Arc<Mutex<Vec<Vec<u8>>>>);
-
-impl LineBuffers {
-    /// An empty buffer, with the room an earlier batch gave it.
-    pub(super) fn take(&self) -> Vec<u8> {
-        self.0.lock_even_poisoned().pop().unwrap_or_default()
-    }
-
-    /// `buffers` written: emptied, and kept for the next batch.
-    fn give_back(&self, buffers: Vec<Vec<u8>>) {
-        let mut kept = self.0.lock_even_poisoned();
-        for mut buffer in buffers {
-            buffer.clear();
-            kept.push(buffer);
-        }
-    }
+/// The letter's JSON line with its line end, as the output file holds it.
+pub(super) fn encoded_line(letter: &compose::Letter) -> Vec<u8> {
+    let mut line = Vec::new();
+    letter_line(letter, &mut line);
+    line.push(b'\n');
+    line
 }
 
 /// The letter's JSON line (without its line end) appended to `out`: the
@@ -316,20 +291,17 @@ impl RejectsFile {
 
 /// A stored batch on its way out: written, then delivered.
 pub(super) struct Committed {
-    /// Its letters' lines, in order, in one buffer or more.
     pub(super) lines: Vec<Vec<u8>>,
     pub(super) letters: Vec<compose::Letter>,
 }
 
 /// The output thread: appends each committed batch's lines (blocking file
 /// or terminal writes, off the runtime's workers and off the inserts'
-/// path), then hands the letters to delivery; the written buffers go
-/// back to `buffers`. Returns the sink when every batch sent was written
-/// and handed on.
+/// path), then hands the letters to delivery. Returns the sink when every
+/// batch sent was written and handed on.
 pub(super) fn spawn_output(
     mut sink: LetterSink,
     to_deliver: Option<tokio::sync::mpsc::Sender<Vec<compose::Letter>>>,
-    buffers: LineBuffers,
 ) -> (
     tokio::sync::mpsc::Sender<Committed>,
     tokio::task::JoinHandle<Result<LetterSink, BuildError>>,
@@ -338,7 +310,7 @@ pub(super) fn spawn_output(
     let handle = tokio::task::spawn_blocking(move || {
         while let Some(batch) = receiver.blocking_recv() {
             sink.write(&batch.lines)?;
-            buffers.give_back(batch.lines);
+            drop(batch.lines);
             if let Some(to_deliver) = &to_deliver {
                 if to_deliver.blocking_send(batch.letters).is_err() {
                     // Delivery failed; the writer returns its error.

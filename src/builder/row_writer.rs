@@ -7,7 +7,7 @@ use super::compose;
 use super::error::BuildError;
 use super::handover::{self, spawn_delivery};
 use super::options::Output;
-use super::output::{spawn_output, Committed, LetterSink, LineBuffers};
+use super::output::{spawn_output, Committed, LetterSink};
 use super::track_mode::TrackMode;
 use crate::store::links::{self, LinkKind};
 use crate::store::{partitions, stats, StoreError};
@@ -17,8 +17,7 @@ use std::collections::HashMap;
 /// A batch ready for the writer: rows to commit, then letters to write.
 pub(super) struct StoredBatch {
     pub(super) rows: Vec<links::NewLink>,
-    /// The letters' output lines, in order, in the buffers the threads
-    /// that built them encoded them into.
+    /// The letters' output lines, encoded by the threads that built them.
     pub(super) lines: Vec<Vec<u8>>,
     /// The letters themselves, kept only for delivery (else empty: their
     /// lines are all the output needs).
@@ -27,8 +26,7 @@ pub(super) struct StoredBatch {
 
 /// The writer: commit a batch's rows, then hand its letters to the output
 /// thread, which appends them and then passes them to the delivery task
-/// (when delivering), and gives the line buffers back to `buffers`.
-/// Returns the sender for batches and the task's handle.
+/// (when delivering). Returns the sender for batches and the task's handle.
 ///
 /// The three stages overlap, in order: batch N+1's rows are inserted while
 /// batch N's letters are written out and while batch N+2 is built. A
@@ -38,7 +36,6 @@ pub(super) fn spawn_writer(
     pool: MySqlPool,
     out: Output,
     delivery: Option<handover::Delivery>,
-    buffers: LineBuffers,
 ) -> (
     tokio::sync::mpsc::Sender<StoredBatch>,
     tokio::task::JoinHandle<Result<handover::Delivered, BuildError>>,
@@ -55,11 +52,10 @@ pub(super) fn spawn_writer(
             }
             None => (None, None),
         };
-        let (to_output, output) = spawn_output(sink, to_deliver, buffers);
+        let (to_output, output) = spawn_output(sink, to_deliver);
         let mut stored = Ok(());
-        let mut statements = links::InsertBuffer::default();
         while let Some(batch) = receiver.recv().await {
-            if let Err(e) = store_rows_with(&pool, &batch.rows, &mut statements).await {
+            if let Err(e) = store_rows(&pool, &batch.rows).await {
                 stored = Err(e);
                 break;
             }
@@ -92,16 +88,6 @@ pub(super) async fn store_rows(
     pool: &MySqlPool,
     rows: &[links::NewLink],
 ) -> Result<(), BuildError> {
-    store_rows_with(pool, rows, &mut links::InsertBuffer::default()).await
-}
-
-/// [`store_rows`], the statements written into `statements`, which the
-/// writer keeps from batch to batch.
-async fn store_rows_with(
-    pool: &MySqlPool,
-    rows: &[links::NewLink],
-    statements: &mut links::InsertBuffer,
-) -> Result<(), BuildError> {
     if rows.is_empty() {
         return Ok(());
     }
@@ -110,7 +96,7 @@ async fn store_rows_with(
     let head = links::HeadRows::for_rows(pool, rows.len()).await?;
     for attempt in 0..2 {
         let mut tx = pool.begin().await.map_err(StoreError::from)?;
-        match links::insert_buffered(&mut tx, rows, head.as_ref(), statements).await {
+        match links::insert_with(&mut tx, rows, head.as_ref()).await {
             Ok(_) => {
                 count_new_letters(&mut tx, rows).await?;
                 tx.commit().await.map_err(StoreError::from)?;

@@ -90,29 +90,6 @@ pub async fn insert_with(
     rows: &[NewLink],
     head: Option<&HeadRows>,
 ) -> Result<u64, StoreError> {
-    insert_buffered(conn, rows, head, &mut InsertBuffer::default()).await
-}
-
-/// The text of the statements [`insert_buffered`] sends, kept by a caller
-/// that inserts batch after batch (the builder), so each batch's statements
-/// are written into memory the last one already had.
-#[derive(Debug, Default)]
-pub struct InsertBuffer {
-    sql: String,
-}
-
-/// [`insert_with`], its statements written into `buffer`. On one server the
-/// rows' values are written into the statement's text, straight from the
-/// rows: a prepared statement took each of a row's nine values as a bound
-/// argument, its placeholder text and its type, and the database a
-/// statement of tens of thousands of parameters to prepare for each new
-/// row count. A Spider head's rows are bound as before.
-pub async fn insert_buffered(
-    conn: &mut MySqlConnection,
-    rows: &[NewLink],
-    head: Option<&HeadRows>,
-    buffer: &mut InsertBuffer,
-) -> Result<u64, StoreError> {
     if let Some(head) = head {
         if head.ids.len() != rows.len() {
             return Err(StoreError::Refused(format!(
@@ -127,34 +104,25 @@ pub async fn insert_buffered(
     for chunk in chunks(rows) {
         let ids = head.map(|h| &h.ids[offset..offset + chunk.len()]);
         offset += chunk.len();
-        let done = match head {
-            None => {
-                write_insert(&mut buffer.sql, chunk);
-                execute_text(&mut *conn, &buffer.sql).await
+        let mut query = QueryBuilder::<MySql>::new(insert_columns(head));
+        query.push_values(chunk.iter().enumerate(), |mut b, (n, row)| {
+            if let (Some(head), Some(ids)) = (head, ids) {
+                b.push_bind(ids[n]);
+                if let Some(shard) = head.writes.shard_of(row.token.as_bytes()) {
+                    b.push_bind(shard);
+                }
             }
-            Some(head) => {
-                let mut query = QueryBuilder::<MySql>::new(insert_columns(Some(head)));
-                query.push_values(chunk.iter().enumerate(), |mut b, (n, row)| {
-                    if let Some(ids) = ids {
-                        b.push_bind(ids[n]);
-                        if let Some(shard) = head.writes.shard_of(row.token.as_bytes()) {
-                            b.push_bind(shard);
-                        }
-                    }
-                    b.push_bind(&row.token.as_bytes()[..])
-                        .push_bind(row.token.date())
-                        .push_bind(row.kind)
-                        .push_bind(&row.mailing_id)
-                        .push_bind(row.letter_id)
-                        .push_bind(&row.email)
-                        .push_bind(row.position)
-                        .push_bind(&row.url)
-                        .push_bind(row.meta.as_ref().map(sqlx::types::Json));
-                });
-                query.build().execute(&mut *conn).await
-            }
-        };
-        match done {
+            b.push_bind(&row.token.as_bytes()[..])
+                .push_bind(row.token.date())
+                .push_bind(row.kind)
+                .push_bind(&row.mailing_id)
+                .push_bind(row.letter_id)
+                .push_bind(&row.email)
+                .push_bind(row.position)
+                .push_bind(&row.url)
+                .push_bind(row.meta.as_ref().map(sqlx::types::Json));
+        });
+        match query.build().execute(&mut *conn).await {
             Ok(done) => inserted += done.rows_affected(),
             Err(err) if is_no_partition(&err) => {
                 return Err(StoreError::NoPartition {
@@ -166,108 +134,6 @@ pub async fn insert_buffered(
         }
     }
     Ok(inserted)
-}
-
-/// `sql` sent as text (COM_QUERY: a statement without arguments is not
-/// prepared). The boxed future, named here, is plainly `Send`; awaiting
-/// the executor's generic call in place made every caller's future fail
-/// the compiler's `Send` check (higher-ranked lifetimes).
-fn execute_text<'c>(
-    conn: &'c mut MySqlConnection,
-    sql: &'c str,
-) -> std::pin::Pin<
-    Box<
-        dyn std::future::Future<Output = Result<sqlx::mysql::MySqlQueryResult, sqlx::Error>>
-            + Send
-            + 'c,
-    >,
-> {
-    sqlx::Executor::execute(conn, sql)
-}
-
-/// One server's INSERT of `rows` into `sql` (emptied first), every value
-/// written in as a literal: the token and the text in hex where quoting
-/// could depend on the session's `sql_mode`, so the statement means the
-/// same on MariaDB and MySQL whatever the server's settings.
-fn write_insert(sql: &mut String, rows: &[NewLink]) {
-    sql.clear();
-    sql.push_str(insert_columns(None));
-    sql.push_str("VALUES ");
-    let mut number = itoa::Buffer::new();
-    for (n, row) in rows.iter().enumerate() {
-        if n > 0 {
-            sql.push(',');
-        }
-        sql.push_str("(X'");
-        push_hex(sql, row.token.as_bytes());
-        sql.push_str("','");
-        push_date(sql, row.token.date());
-        sql.push_str("','");
-        sql.push_str(row.kind.as_str());
-        sql.push_str("',");
-        push_text(sql, &row.mailing_id);
-        sql.push(',');
-        sql.push_str(number.format(row.letter_id));
-        sql.push(',');
-        push_text(sql, &row.email);
-        sql.push(',');
-        sql.push_str(number.format(row.position));
-        sql.push(',');
-        push_text(sql, &row.url);
-        sql.push(',');
-        match &row.meta {
-            // The text sqlx's `Json` bound: serde_json's compact form.
-            Some(meta) => push_text(sql, &meta.to_string()),
-            None => sql.push_str("NULL"),
-        }
-        sql.push(')');
-    }
-}
-
-/// `text` as a string literal: quoted as it is when it holds no byte whose
-/// quoting depends on `sql_mode` (a quote or a backslash) or that a client
-/// escapes (NUL, Ctrl-Z), else as a hex literal of the connection's
-/// character set.
-fn push_text(sql: &mut String, text: &str) {
-    if text.bytes().any(|b| matches!(b, b'\'' | b'\\' | 0 | 0x1A)) {
-        sql.push_str("_utf8mb4 X'");
-        push_hex(sql, text.as_bytes());
-        sql.push('\'');
-    } else {
-        sql.reserve(text.len() + 2);
-        sql.push('\'');
-        sql.push_str(text);
-        sql.push('\'');
-    }
-}
-
-fn push_hex(sql: &mut String, bytes: &[u8]) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    sql.reserve(bytes.len() * 2);
-    for &byte in bytes {
-        sql.push(char::from(HEX[usize::from(byte >> 4)]));
-        sql.push(char::from(HEX[usize::from(byte & 0xF)]));
-    }
-}
-
-/// `YYYY-MM-DD`, as a DATE column reads it.
-fn push_date(sql: &mut String, date: NaiveDate) {
-    use chrono::Datelike;
-    let (year, month, day) = (date.year(), date.month(), date.day());
-    if !(0..=9999).contains(&year) {
-        use std::fmt::Write;
-        let _ = write!(sql, "{date}");
-        return;
-    }
-    let year = year as u32;
-    for digit in [year / 1000, year / 100 % 10, year / 10 % 10, year % 10] {
-        sql.push(char::from(b'0' + digit as u8));
-    }
-    for part in [month, day] {
-        sql.push('-');
-        sql.push(char::from(b'0' + (part / 10) as u8));
-        sql.push(char::from(b'0' + (part % 10) as u8));
-    }
 }
 
 /// The insert's column list: the id and shard first when linktrack gives them.
