@@ -2,11 +2,11 @@
 //! scripts/prepare.d/50-rabbitmq.sh): a queue bound to the exchange gets
 //! every event, routed by type, and the outbox empties only on confirms.
 
-use crate::common::amqp::{bound_queue, BoundQueue, BROKER};
+use crate::common::amqp::{bound_queue, next_message, BoundQueue, BROKER};
 use crate::common::wait::{eventually, PATIENCE};
 use crate::common::webhooks::{fast_retries, hit_everything, letter};
 use crate::common::{days_ago, linktrack, TestDb, TestServer};
-use lapin::options::{BasicGetOptions, ExchangeDeleteOptions};
+use lapin::options::ExchangeDeleteOptions;
 use linktrack::outbound::{Endpoint, Outbound, Target};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -60,14 +60,7 @@ async fn a_queue_bound_to_the_exchange_gets_every_event_by_type() {
     let mut got: BTreeMap<String, serde_json::Value> = BTreeMap::new();
     while got.len() < 3 {
         let what = format!("a message after {:?}", got.keys());
-        let message = eventually(PATIENCE, &what, || async {
-            channel
-                .basic_get(queue.as_str().into(), BasicGetOptions { no_ack: true })
-                .await
-                .unwrap()
-                .ok_or("the queue is empty")
-        })
-        .await;
+        let message = next_message(&channel, &queue, &what).await;
         let delivery = &message.delivery;
         let body: serde_json::Value = serde_json::from_slice(&delivery.data).unwrap();
         assert_eq!(

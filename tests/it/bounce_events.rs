@@ -7,7 +7,7 @@
 
 use crate::bounces::{addressed, build_letters, Built};
 use crate::common::stats_api::TOKEN;
-use crate::common::wait::{eventually, eventually_eq, PATIENCE};
+use crate::common::wait::{eventually_eq, PATIENCE};
 use crate::common::webhooks::{endpoint, fast_retries, Receiver, SECRET};
 use crate::common::{client, linktrack, TestDb, TestServer};
 use linktrack::outbound::{Endpoint, Outbound};
@@ -201,8 +201,8 @@ async fn outbox_drained(db: &TestDb) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bounce_events_are_published_to_rabbitmq_by_type() {
-    use crate::common::amqp::{bound_queue, BoundQueue, BROKER};
-    use lapin::options::{BasicGetOptions, ExchangeDeleteOptions};
+    use crate::common::amqp::{bound_queue, next_message, BoundQueue, BROKER};
+    use lapin::options::ExchangeDeleteOptions;
 
     let db = TestDb::new().await;
     let dir = tempfile::tempdir().unwrap();
@@ -232,14 +232,7 @@ async fn bounce_events_are_published_to_rabbitmq_by_type() {
     let mut got = Vec::new();
     while got.len() < 3 {
         let what = format!("a message after {got:?}");
-        let message = eventually(PATIENCE, &what, || async {
-            channel
-                .basic_get(queue.as_str().into(), BasicGetOptions { no_ack: true })
-                .await
-                .unwrap()
-                .ok_or("the queue is empty")
-        })
-        .await;
+        let message = next_message(&channel, &queue, &what).await;
         let delivery = &message.delivery;
         let body: serde_json::Value = serde_json::from_slice(&delivery.data).unwrap();
         assert_eq!(body["type"], delivery.routing_key.as_str());

@@ -4,6 +4,7 @@
 //! served; oversized headers get 431; the connection cap holds new
 //! connections back until one closes.
 
+use crate::common::slow_login::trickle_a_login_body;
 use crate::common::wait::{self, eventually, never_within, PATIENCE};
 use crate::common::{metric_value, TestDb, TestServer};
 use linktrack::server::listen::ConnectionLimits;
@@ -243,7 +244,7 @@ async fn slow_request_bodies_are_cut_while_clicks_are_answered() {
         let (stop, cut, address) = (stop.clone(), cut_with_408.clone(), address.clone());
         slow.spawn(async move {
             while !stop.load(Ordering::Relaxed) {
-                if trickle_a_login_body(&address).await {
+                if trickle_a_login_body(address.as_str(), wait::scaled(PATIENCE)).await {
                     cut.fetch_add(1, Ordering::Relaxed);
                 }
             }
@@ -322,35 +323,4 @@ async fn click_many(http: &reqwest::Client, url: &str, n: usize) -> usize {
         answered += batch.join_all().await.into_iter().filter(|ok| *ok).count();
     }
     answered
-}
-
-/// One slow client: a login form's headers, then one byte every 200 ms of
-/// a 1,000-byte body. True when the server answered 408 and closed.
-async fn trickle_a_login_body(address: &str) -> bool {
-    let Ok(stream) = TcpStream::connect(address).await else {
-        return false;
-    };
-    let (mut read, mut write) = stream.into_split();
-    let head = b"POST /login HTTP/1.1\r\nHost: t\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 1000\r\n\r\ntoken=";
-    if write.write_all(head).await.is_err() {
-        return false;
-    }
-    let trickle = async {
-        loop {
-            // The pause between bytes is the slow client under test, not a
-            // wait for something to happen.
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            if write.write_all(b"x").await.is_err() {
-                break;
-            }
-        }
-    };
-    let mut answer = Vec::new();
-    tokio::select! {
-        _ = read.read_to_end(&mut answer) => {}
-        () = trickle => {}
-        // A ceiling, not a measurement: a body never cut counts as not cut.
-        () = tokio::time::sleep(wait::scaled(PATIENCE)) => return false,
-    }
-    answer.starts_with(b"HTTP/1.1 408")
 }

@@ -1,7 +1,11 @@
 //! RabbitMQ on 127.0.0.1:5672 (scripts/prepare.d/50-rabbitmq.sh starts it)
 //! for the tests that read what linktrack publishes.
 
-use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
+use crate::common::wait::{eventually, PATIENCE};
+use lapin::message::BasicGetMessage;
+use lapin::options::{
+    BasicGetOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
+};
 use lapin::types::FieldTable;
 use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
 
@@ -65,4 +69,17 @@ pub async fn bound_queue(keys: &[&str]) -> BoundQueue {
         exchange,
         queue,
     }
+}
+
+/// The next message on `queue` (taken, no ack), waiting for it as long as
+/// [`PATIENCE`]; `what` names it in the failure.
+pub async fn next_message(channel: &Channel, queue: &str, what: &str) -> BasicGetMessage {
+    eventually(PATIENCE, what, || async {
+        channel
+            .basic_get(queue.into(), BasicGetOptions { no_ack: true })
+            .await
+            .expect("basic.get on the test's own queue")
+            .ok_or("the queue is empty")
+    })
+    .await
 }

@@ -20,6 +20,7 @@ pub mod mmdb;
 pub mod postfix;
 pub mod privacy;
 mod server;
+pub mod slow_login;
 pub mod smtp_sink;
 pub mod spider;
 pub mod stats;
