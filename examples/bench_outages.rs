@@ -40,6 +40,8 @@
 mod fresh_db;
 #[path = "support/process_cpu.rs"]
 mod process_cpu;
+#[path = "../tests/it/common/slow_login.rs"]
+mod slow_login;
 
 use chrono::Utc;
 use clap::Parser;
@@ -52,12 +54,12 @@ use linktrack::store::links::{self, NewLink};
 use linktrack::store::{self, PoolSettings};
 use linktrack::token::{Plaintext, Token, TokenSeal};
 use process_cpu::ProcessCpu;
+use slow_login::trickle_a_login_body;
 use sqlx::MySqlPool;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[derive(Parser)]
 #[command(
@@ -157,6 +159,7 @@ impl Running {
         let task = tokio::spawn(app.run(async move {
             let _ = stopped.await;
         }));
+        answering(&base).await?;
         Ok(Running {
             base,
             admin,
@@ -177,6 +180,24 @@ impl Running {
         let _ = self.stop.send(());
         self.task.await??;
         Ok(())
+    }
+}
+
+/// Wait until the server answers `/healthz`, as a load balancer would
+/// before sending it clicks. The listener is bound before the server
+/// serves: it first reads its tracking hosts, which with the database down
+/// takes one `--db-timeout-ms`, and a click sent then would be measured
+/// with that start on top of its own wait.
+async fn answering(base: &str) -> anyhow::Result<()> {
+    let started = Instant::now();
+    loop {
+        match reqwest::get(format!("{base}/healthz")).await {
+            Ok(response) if response.status().is_success() => return Ok(()),
+            _ if started.elapsed() > Duration::from_secs(30) => {
+                anyhow::bail!("the server at {base} did not answer /healthz within 30 s")
+            }
+            _ => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
     }
 }
 
@@ -217,6 +238,25 @@ impl Clicks {
 
     fn cpu_us_per_click(&self) -> f64 {
         self.cpu / self.latencies.len().max(1) as f64 * 1e6
+    }
+
+    fn max(&self) -> Duration {
+        *self.latencies.last().unwrap_or(&Duration::ZERO)
+    }
+
+    /// The figures both parts print for a batch: answers, pace, latencies
+    /// (`extra_p99` follows the p99) and CPU.
+    fn summary(&self, answered: &str, extra_p99: &str) -> String {
+        format!(
+            "{}/{} answered {answered}, {:.0} clicks/s, p50 {:.2} ms, p99 {:.2} ms{extra_p99}, max {:.2} ms, {:.0} us CPU per click",
+            self.wanted,
+            self.latencies.len(),
+            self.latencies.len() as f64 / self.seconds,
+            ms(pct(&self.latencies, 50)),
+            ms(self.p99()),
+            ms(self.max()),
+            self.cpu_us_per_click()
+        )
     }
 }
 
@@ -267,7 +307,7 @@ async fn slow_bodies(args: &Args, pool: &MySqlPool, seal: &TokenSeal) -> anyhow:
         let (stop, cut) = (stop.clone(), cut.clone());
         slow.spawn(async move {
             while !stop.load(Ordering::Relaxed) {
-                if trickle_a_login_body(address).await {
+                if trickle_a_login_body(address, Duration::from_secs(60)).await {
                     cut.fetch_add(1, Ordering::Relaxed);
                 }
             }
@@ -306,17 +346,8 @@ async fn slow_bodies(args: &Args, pool: &MySqlPool, seal: &TokenSeal) -> anyhow:
         ("idle (again)", &again.0, again.1),
         ("beside the slow bodies", &loaded.0, loaded.1),
     ] {
-        println!(
-            "  {what:24} {}/{} answered 302, {:.0} clicks/s, p50 {:.2} ms, p99 {:.2} ms (server's histogram {:.2} ms), max {:.2} ms, {:.0} us CPU per click",
-            clicks.wanted,
-            clicks.latencies.len(),
-            clicks.latencies.len() as f64 / clicks.seconds,
-            ms(pct(&clicks.latencies, 50)),
-            ms(clicks.p99()),
-            server_p99 * 1e3,
-            ms(*clicks.latencies.last().unwrap_or(&Duration::ZERO)),
-            clicks.cpu_us_per_click()
-        );
+        let server = format!(" (server's histogram {:.2} ms)", server_p99 * 1e3);
+        println!("  {what:24} {}", clicks.summary("302", &server));
     }
     println!(
         "  p99 beside the slow bodies / idle p99: {:.2} (server's histogram {:.2}); / body deadline: {:.4}; CPU per click {:.2}x idle; {} slow bodies cut with 408",
@@ -370,34 +401,6 @@ async fn click_batches(
         },
         histogram_p99(&before, &after, "/c/{token}"),
     ))
-}
-
-/// One slow client: a login form's headers, then one byte every 200 ms of
-/// a 1,000-byte body. True when the server answered 408.
-async fn trickle_a_login_body(address: SocketAddr) -> bool {
-    let Ok(stream) = tokio::net::TcpStream::connect(address).await else {
-        return false;
-    };
-    let (mut read, mut write) = stream.into_split();
-    let head = b"POST /login HTTP/1.1\r\nHost: t\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 1000\r\n\r\ntoken=";
-    if write.write_all(head).await.is_err() {
-        return false;
-    }
-    let trickle = async {
-        loop {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            if write.write_all(b"x").await.is_err() {
-                break;
-            }
-        }
-    };
-    let mut answer = Vec::new();
-    tokio::select! {
-        _ = read.read_to_end(&mut answer) => {}
-        () = trickle => {}
-        () = tokio::time::sleep(Duration::from_secs(60)) => return false,
-    }
-    answer.starts_with(b"HTTP/1.1 408")
 }
 
 /// How many requests of `route` the server's latency histogram counts at
@@ -522,7 +525,7 @@ async fn outages_part(
                 want,
             )
             .await;
-            let max = *clicks.latencies.last().unwrap_or(&Duration::ZERO);
+            let max = clicks.max();
             let versus = if kind == "up" {
                 baseline.push(clicks.p99());
                 String::new()
@@ -537,14 +540,8 @@ async fn outages_part(
                 )
             };
             println!(
-                "  {kind:8} {concurrency:4} clients: {}/{} answered {want}, {:.0} clicks/s, p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms, {:.0} us CPU per click{versus}",
-                clicks.wanted,
-                clicks.latencies.len(),
-                clicks.latencies.len() as f64 / clicks.seconds,
-                ms(pct(&clicks.latencies, 50)),
-                ms(clicks.p99()),
-                ms(max),
-                clicks.cpu_us_per_click(),
+                "  {kind:8} {concurrency:4} clients: {}{versus}",
+                clicks.summary(&want.to_string(), "")
             );
         }
         server.stop().await?;
