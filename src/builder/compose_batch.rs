@@ -31,57 +31,71 @@ pub(super) async fn build_batch(
 ) -> Result<Vec<BuiltEntry>, BuildError> {
     let made_at = chrono::Utc::now();
     tokio::task::spawn_blocking(move || {
+        let input = PartInput {
+            ctx: &ctx,
+            stored: &stored,
+            images: &images,
+            opted_out: &opted_out,
+            made_at,
+            keep_letters,
+        };
         let chunk = jobs.len().div_ceil(workers.max(1)).max(1);
         std::thread::scope(|scope| {
             let handles: Vec<_> = jobs
                 .chunks(chunk)
-                .map(|part| {
-                    let (ctx, stored, images, opted_out) = (&ctx, &stored, &images, &opted_out);
-                    scope.spawn(move || {
-                        part.iter()
-                            .map(|(recipient, letter_id)| {
-                                let opted_out = opted_out.contains(recipient.email.as_str());
-                                let result = build_one(
-                                    ctx,
-                                    recipient,
-                                    *letter_id,
-                                    stored.get(letter_id),
-                                    images,
-                                    made_at,
-                                    letter_mode(&ctx.mailing, recipient, opted_out),
-                                )
-                                .map(|mut built| {
-                                    let line = output::encoded_line(&built.letter);
-                                    if !keep_letters {
-                                        // Only the line is written out: free
-                                        // the letter's text now.
-                                        built.letter.html = String::new();
-                                        built.letter.message = String::new();
-                                    }
-                                    (built, line)
-                                });
-                                (recipient.line, recipient.email.as_str().to_owned(), result)
-                            })
-                            .collect::<Vec<_>>()
-                    })
-                })
+                .map(|part| scope.spawn(move || build_part(input, part)))
                 .collect();
             let mut out = Vec::with_capacity(jobs.len());
             for handle in handles {
-                match handle.join() {
-                    Ok(part) => out.extend(part),
-                    Err(_) => {
-                        return Err(BuildError::Internal(
-                            "a letter-building thread panicked".into(),
-                        ))
-                    }
-                }
+                let part = handle.join().map_err(|_| {
+                    BuildError::Internal("a letter-building thread panicked".into())
+                })?;
+                out.extend(part);
             }
             Ok(out)
         })
     })
     .await
     .map_err(BuildError::task("letter-building thread"))?
+}
+
+/// What every part of a batch reads.
+#[derive(Clone, Copy)]
+struct PartInput<'a> {
+    ctx: &'a MailingContext,
+    stored: &'a HashMap<u64, StoredTokens>,
+    images: &'a ImageTokens,
+    opted_out: &'a HashSet<String>,
+    made_at: chrono::DateTime<chrono::Utc>,
+    keep_letters: bool,
+}
+
+/// One part's letters, in order, each with its output line.
+fn build_part(input: PartInput<'_>, part: &[(Recipient, u64)]) -> Vec<BuiltEntry> {
+    part.iter()
+        .map(|(recipient, letter_id)| {
+            let opted_out = input.opted_out.contains(recipient.email.as_str());
+            let result = build_one(
+                input.ctx,
+                recipient,
+                *letter_id,
+                input.stored.get(letter_id),
+                input.images,
+                input.made_at,
+                letter_mode(&input.ctx.mailing, recipient, opted_out),
+            )
+            .map(|mut built| {
+                let line = output::encoded_line(&built.letter);
+                if !input.keep_letters {
+                    // Only the line is written out: free the letter's text now.
+                    built.letter.html = String::new();
+                    built.letter.message = String::new();
+                }
+                (built, line)
+            });
+            (recipient.line, recipient.email.as_str().to_owned(), result)
+        })
+        .collect()
 }
 
 /// One letter, a panic included as its rejection. Every field of the input
