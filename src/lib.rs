@@ -192,7 +192,8 @@
 //!     queue when it cannot write (`fallback.rs`) and its drain
 //!     (`drain.rs`), the replay into the `events` table (`replay.rs`), which
 //!     hands each batch to the [`journal::OutboxSink`] it is given
-//!     (`outbox_sink.rs`).
+//!     (`outbox_sink.rs`) and takes the link rows the server's lookups
+//!     read from memory instead of reading them again (`readers.rs`).
 //! 24. [`outbound`]: events out, at least once (`outbound/mod.rs`): the outbox sink (queues each
 //!     event for every matching endpoint), a sender per endpoint
 //!     (`outbound/dispatch.rs`) of signed Standard Webhooks POSTs

@@ -13,6 +13,7 @@ mod drain;
 pub mod fallback;
 pub(crate) mod line;
 mod outbox_sink;
+pub mod readers;
 pub(crate) mod replay;
 pub mod segments;
 
@@ -58,16 +59,17 @@ impl EventPipeline {
         router: Option<crate::store::cluster::Router>,
         replay_on: Option<tokio::runtime::Handle>,
     ) -> Result<Self, JournalError> {
-        let sinks = replay::Sinks {
-            outbox,
-            privacy,
-            router,
-        };
         let (next_segment, lock) = segments::recover(&settings.dir).await?;
         let (stop_writer, writer_stopped) = watch::channel(false);
         let (stop_replayer, replayer_stopped) = watch::channel(false);
         let (recorder, writer) =
             segments::spawn_writer(settings.clone(), next_segment, writer_stopped);
+        let sinks = replay::Sinks {
+            outbox,
+            privacy,
+            router,
+            readers: recorder.readers().clone(),
+        };
         let sealed = writer.sealed.clone();
         let (stop_drain, drain_stopped) = watch::channel(false);
         let drain = tokio::spawn(drain::drain(

@@ -15,6 +15,7 @@
 
 use super::line::{JournalLine, JournalLineError, Replayable, Resolve};
 use super::outbox_sink::OutboxSink;
+use super::readers::ReaderHandoff;
 use super::segments::{sealed_segments, JournalError, JournalSettings};
 use crate::event::EventRow;
 use crate::kind::{EventKind, LinkKind};
@@ -27,7 +28,7 @@ use crate::store::{partitions, StoreError};
 use crate::token::Token;
 use chrono::{NaiveDate, Utc};
 use sqlx::MySqlPool;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 use tokio::sync::{watch, Notify};
@@ -67,6 +68,9 @@ pub(crate) struct Sinks {
     pub outbox: Arc<dyn OutboxSink>,
     pub privacy: Privacy,
     pub router: Option<crate::store::cluster::Router>,
+    /// The rows the server's requests read, so their events' readers need
+    /// no second read ([`super::readers`]).
+    pub readers: Arc<super::readers::ReaderHandoff>,
 }
 
 /// Replay until told to stop, then make one final pass.
@@ -283,7 +287,8 @@ pub(crate) async fn store_events(
     // The view the whole batch is screened with; `erase` waits for
     // batches begun before its erasure (`Privacy::begin_store`).
     let view = sinks.privacy.begin_store(pool).await?;
-    let (resolved, mut held) = resolve_links(pool, sinks.router.as_ref(), events, down).await?;
+    let (resolved, mut held) =
+        resolve_links(pool, sinks.router.as_ref(), &sinks.readers, events, down).await?;
     let screened = screen(view.privacy(), resolved);
     // Suppressions first: they matter more than the statistics, and once
     // the events are visible the suppressions are too.
@@ -470,30 +475,33 @@ const RESOLVE_STATEMENTS: usize = 4;
 /// A row journaled without its reader's address (version 3) gets it from
 /// the link's row; when that row is gone (its day dropped since the hit, or
 /// deleted), the event is a late one, nobody's.
+/// A reader's row the server's request read and handed over
+/// ([`ReaderHandoff`]) is taken from memory, not read again.
 /// On a Spider cluster the links are read on their data nodes, each on
 /// its own: the events whose link lies on a node that fails are held
 /// (their `event_id`s, second).
 async fn resolve_links(
     pool: &MySqlPool,
     router: Option<&crate::store::cluster::Router>,
+    readers: &ReaderHandoff,
     events: Vec<Replayable>,
     down: &mut NodesDown,
 ) -> Result<(Vec<(EventRow, bool)>, HashSet<[u8; 16]>), StoreError> {
-    let mut tokens: Vec<Token> = events
-        .iter()
-        .filter(|event| event.resolve != Resolve::Nothing)
-        .filter_map(|event| Token::from_bytes(&event.row.token).ok())
-        .collect();
     let mut held = HashSet::new();
-    if tokens.is_empty() {
+    if events.iter().all(|event| event.resolve == Resolve::Nothing) {
         let rows = events.into_iter().map(|event| (event.row, false)).collect();
         return Ok((rows, held));
     }
+    let handed = readers.take(&tokens_to_resolve(&events, Some(Resolve::Reader)));
+    metrics::counter!("linktrack_replay_rows_handed_over_total").increment(handed.len() as u64);
+    let mut tokens = tokens_to_resolve(&events, None);
+    tokens.retain(|token| !handed.contains_key(token));
     tokens.sort_unstable();
     tokens.dedup();
-    let (found, unread) = match router {
-        Some(router) => router.lookup_held(&tokens, down).await?,
-        None => (
+    let (found, unread) = match (router, tokens.is_empty()) {
+        (_, true) => (HashMap::new(), HashSet::new()),
+        (Some(router), false) => router.lookup_held(&tokens, down).await?,
+        (None, false) => (
             links::lookup_many_concurrently(pool, &tokens, RESOLVE_STATEMENTS).await?,
             HashSet::new(),
         ),
@@ -512,7 +520,12 @@ async fn resolve_links(
                     held.insert(row.event_id);
                     continue;
                 }
-                token.and_then(|token| found.get(&token))
+                token.and_then(|token| {
+                    handed
+                        .get(&token)
+                        .map(|link| &**link)
+                        .or_else(|| found.get(&token))
+                })
             }
         };
         match (link, resolve) {
@@ -534,6 +547,17 @@ async fn resolve_links(
         metrics::counter!("linktrack_replay_unknown_tokens_total").increment(unknown);
     }
     Ok((rows, held))
+}
+
+/// The tokens of the events that read their link's row (of those that
+/// read `only` that much, when given).
+fn tokens_to_resolve(events: &[Replayable], only: Option<Resolve>) -> Vec<Token> {
+    events
+        .iter()
+        .filter(|event| event.resolve != Resolve::Nothing)
+        .filter(|event| only.is_none_or(|only| event.resolve == only))
+        .filter_map(|event| Token::from_bytes(&event.row.token).ok())
+        .collect()
 }
 
 /// A hit whose link row is gone by the replay: a late event, as an

@@ -117,9 +117,16 @@ pub struct Recorder {
     fallback: Arc<FallbackQueue>,
     health: Arc<JournalHealth>,
     space: Arc<super::fallback::SpaceGate>,
+    /// The rows requests read, for their hits' replay ([`super::readers`]).
+    readers: Arc<super::readers::ReaderHandoff>,
 }
 
 impl Recorder {
+    /// Where a request leaves the link row it read for its hit's replay.
+    pub fn readers(&self) -> &Arc<super::readers::ReaderHandoff> {
+        &self.readers
+    }
+
     /// Append `row`; returns once it has been written to the segment file,
     /// or, when the journal cannot write, once it is queued for the
     /// fallback drain ([`super::fallback`]). Not async: one `write` under a
@@ -325,6 +332,7 @@ pub fn spawn_writer(
         fallback: Arc::new(FallbackQueue::new(QUEUE_CAPACITY)),
         health: Arc::new(JournalHealth::new()),
         space: Arc::new(space),
+        readers: Arc::default(),
     };
     (recorder, Writer { task, sealed })
 }

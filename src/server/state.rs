@@ -210,6 +210,8 @@ impl AppState {
             .support_invalidation_closures()
             .build();
         drop_erased_from(&links, &privacy);
+        let readers = recorder.readers().clone();
+        privacy.on_erasure(move |_| readers.forget_all());
         let lookups = LinkLookups::start(
             pool.clone(),
             router.clone(),
@@ -401,6 +403,11 @@ impl AppState {
         // would make them share one lookup, costs every redirect far more
         // than a plain insert, for a case that is rare.
         let row = self.lookup(token).await?;
+        if self.settings.record_events {
+            // The row with its address, for this hit's replay: no second
+            // read ([`crate::journal::readers`]); the cache keeps none.
+            self.recorder.readers().hold(token, &row);
+        }
         let link = Arc::new(ServedLink::of(StoredLink::clone(&row), &self.privacy));
         self.links.insert(token, link.clone()).await;
         Ok(link)
