@@ -3,8 +3,9 @@
 //! The job reads recipients in batches. For each batch it drops suppressed
 //! and duplicate addresses, reserves letter IDs, builds the letters on every
 //! core, then hands the batch to a writer task that stores the batch's link
-//! rows in one transaction and only then writes the letters out. The next
-//! batch builds while the writer stores the previous one.
+//! rows (two transactions of whole letters at once) and only then writes
+//! the letters out. The next batch builds while the writer stores the
+//! previous one.
 //!
 //! **Interrupted runs.** Output goes to `FILE.partial` and is renamed to
 //! `FILE` only when the job is complete, so a killed run leaves no truncated

@@ -19,7 +19,8 @@ pub struct BuildOptions {
     /// JSON Lines of rejected recipients: line, address, reason.
     pub rejects: PathBuf,
     pub base_url: String,
-    /// Recipients per batch (one transaction of link rows each).
+    /// Recipients per batch (its link rows stored before its letters are
+    /// written: two transactions of whole letters at once).
     pub batch_size: usize,
     /// Threads building letters.
     pub workers: usize,

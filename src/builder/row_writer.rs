@@ -1,6 +1,6 @@
-//! The writer: each batch's link rows inserted in one transaction (the
-//! mailing's letter counts in the same one), and only once they are
-//! committed its letters passed to the output thread and on to the
+//! The writer: each batch's link rows inserted in two transactions at once,
+//! each of whole letters with their letters' counts, and only once both
+//! are committed its letters passed to the output thread and on to the
 //! hand-over, so a tracked link in a letter always resolves.
 
 use super::compose;
@@ -55,7 +55,7 @@ pub(super) fn spawn_writer(
         let (to_output, output) = spawn_output(sink, to_deliver);
         let mut stored = Ok(());
         while let Some(batch) = receiver.recv().await {
-            if let Err(e) = store_rows(&pool, &batch.rows).await {
+            if let Err(e) = store_rows(&pool, &batch.rows, INSERT_PARTS).await {
                 stored = Err(e);
                 break;
             }
@@ -92,20 +92,22 @@ const INSERT_PARTS: usize = 2;
 /// relay, the per-letter API) gain nothing from a second connection.
 const MIN_ROWS_PER_PART: usize = 1_000;
 
-/// Insert a batch's rows, in [`INSERT_PARTS`] transactions of whole
-/// letters at once, each counting its own letters; if a day's partition is
+/// Insert a batch's rows, in up to `parts` transactions of whole letters
+/// at once, each counting its own letters; if a day's partition is
 /// missing (the job crossed midnight twice), create it and try the parts
 /// that failed once more. The batch is stored when every part committed;
 /// if one fails the build stops before any of the batch's letters is
 /// written, and a resumed run finds the committed part's letters stored.
+/// `parts` 1: all or nothing (a caller that cannot resume).
 pub(super) async fn store_rows(
     pool: &MySqlPool,
     rows: &[links::NewLink],
+    parts: usize,
 ) -> Result<(), BuildError> {
     if rows.is_empty() {
         return Ok(());
     }
-    let mut pending = split_at_letters(rows, INSERT_PARTS, MIN_ROWS_PER_PART);
+    let mut pending = split_at_letters(rows, parts, MIN_ROWS_PER_PART);
     for attempt in 0..2 {
         let outcomes =
             futures_util::future::join_all(pending.iter().map(|part| store_part(pool, part))).await;

@@ -110,14 +110,14 @@ pub(crate) fn fixed_template_keys() -> Vec<TemplateKey> {
         .to_vec()
 }
 
-/// Store letters' rows as `build` stores a batch's: one transaction, the
-/// mailing's letter counts (by mode) in it, today's partitions made when
-/// missing.
+/// Store letters' rows as `build` stores a batch's part: one transaction
+/// (all or nothing: the caller's letters are not resumed), the mailing's
+/// letter counts (by mode) in it, today's partitions made when missing.
 pub(crate) async fn store_letter_rows(
     pool: &sqlx::MySqlPool,
     rows: &[NewLink],
 ) -> Result<(), BuildError> {
-    store_rows(pool, rows).await
+    store_rows(pool, rows, 1).await
 }
 
 /// The base URL of a sender's tracked links: its tracking domain when it
