@@ -25,10 +25,10 @@ use std::time::{Duration, Instant};
 
 /// Rows in one generation: with two generations held, at most twice this
 /// many rows (a few hundred bytes each) are in memory at once.
-pub(crate) const GENERATION_ENTRIES: usize = 65_536;
+pub const GENERATION_ENTRIES: usize = 65_536;
 /// The oldest a generation gets before the next one starts; a replay that
 /// lags longer reads its rows from the database, as before.
-pub(crate) const GENERATION_AGE: Duration = Duration::from_secs(30);
+pub const GENERATION_AGE: Duration = Duration::from_secs(30);
 
 /// The rows requests read, by token, until the replay takes them.
 #[derive(Default)]
