@@ -67,10 +67,34 @@ pub(crate) async fn counted_app(user: &CountedUser) -> TestServer {
     .await
 }
 
+/// An event as stored: (kind, token, mailing, letter, email).
+type StoredEvent = (String, String, Option<String>, Option<u64>, Option<String>);
+
+/// The events `rows` should have become, one each, sorted as
+/// [`stored_events`] after a sort; `reader` is the address each keeps.
+fn expected_events(
+    rows: &[NewLink],
+    kind: &str,
+    reader: impl Fn(&NewLink) -> Option<String>,
+) -> Vec<StoredEvent> {
+    let mut expected: Vec<StoredEvent> = rows
+        .iter()
+        .map(|r| {
+            (
+                kind.to_owned(),
+                r.token.to_string(),
+                Some(r.mailing_id.clone()),
+                Some(r.letter_id),
+                reader(r),
+            )
+        })
+        .collect();
+    expected.sort();
+    expected
+}
+
 /// Events as stored: (kind, token, mailing, letter, email).
-async fn stored_events(
-    db: &TestDb,
-) -> Vec<(String, String, Option<String>, Option<u64>, Option<String>)> {
+async fn stored_events(db: &TestDb) -> Vec<StoredEvent> {
     sqlx::query_as(
         "SELECT CAST(kind AS CHAR), LOWER(HEX(uuid)), mailing_id, letter_id, email FROM events",
     )
@@ -134,19 +158,7 @@ async fn opens_read_nothing_on_the_request_path_and_their_events_carry_the_link(
     );
     let mut stored = stored_events(&db).await;
     stored.sort();
-    let mut expected: Vec<_> = rows
-        .iter()
-        .map(|r| {
-            (
-                "open".to_owned(),
-                r.token.to_string(),
-                Some(r.mailing_id.clone()),
-                Some(r.letter_id),
-                Some(r.email.clone()),
-            )
-        })
-        .collect();
-    expected.sort();
+    let expected = expected_events(&rows, "open", |r| Some(r.email.clone()));
     assert_eq!(
         stored, expected,
         "each open once, with its link's fields; the unknown token's dropped"
@@ -216,20 +228,10 @@ async fn concurrent_clicks_on_distinct_tokens_share_their_lookups() {
     assert_eq!(replayed.selects, 0, "the replay read links: {replayed:?}");
     let mut stored = stored_events(&db).await;
     stored.sort();
-    let mut expected: Vec<_> = rows
-        .iter()
-        .map(|r| {
-            (
-                "click".to_owned(),
-                r.token.to_string(),
-                Some(r.mailing_id.clone()),
-                Some(r.letter_id),
-                // Letter 0 is a row every letter shares: nobody's.
-                Some(r.email.clone()).filter(|_| r.letter_id != 0),
-            )
-        })
-        .collect();
-    expected.sort();
+    // Letter 0 is a row every letter shares: its clicks are nobody's.
+    let expected = expected_events(&rows, "click", |r| {
+        Some(r.email.clone()).filter(|_| r.letter_id != 0)
+    });
     let missing: Vec<_> = expected.iter().filter(|e| !stored.contains(e)).collect();
     let extra: Vec<_> = stored.iter().filter(|e| !expected.contains(e)).collect();
     assert!(
