@@ -40,7 +40,7 @@ pub struct ReaderHandoff {
 struct Generations {
     current: HashMap<Token, Arc<StoredLink>>,
     previous: HashMap<Token, Arc<StoredLink>>,
-    /// When `current` began (`None` while it is empty).
+    /// When `current` began (`None` until the first row is held).
     began: Option<Instant>,
 }
 
@@ -89,12 +89,14 @@ impl ReaderHandoff {
     }
 
     /// Rows held now.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         let generations = self.generations.lock_even_poisoned();
         generations.current.len() + generations.previous.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }

@@ -487,14 +487,20 @@ async fn resolve_links(
     events: Vec<Replayable>,
     down: &mut NodesDown,
 ) -> Result<(Vec<(EventRow, bool)>, HashSet<[u8; 16]>), StoreError> {
+    let mut tokens: Vec<Token> = events
+        .iter()
+        .filter(|event| event.resolve != Resolve::Nothing)
+        .filter_map(|event| Token::from_bytes(&event.row.token).ok())
+        .collect();
     let mut held = HashSet::new();
-    if events.iter().all(|event| event.resolve == Resolve::Nothing) {
+    if tokens.is_empty() {
         let rows = events.into_iter().map(|event| (event.row, false)).collect();
         return Ok((rows, held));
     }
-    let handed = readers.take(&tokens_to_resolve(&events, Some(Resolve::Reader)));
+    // A held row is the row a read would return, whatever the event's kind
+    // (opens read nothing on their way, so theirs are not held).
+    let handed = readers.take(&tokens);
     metrics::counter!("linktrack_replay_rows_handed_over_total").increment(handed.len() as u64);
-    let mut tokens = tokens_to_resolve(&events, None);
     tokens.retain(|token| !handed.contains_key(token));
     tokens.sort_unstable();
     tokens.dedup();
@@ -547,17 +553,6 @@ async fn resolve_links(
         metrics::counter!("linktrack_replay_unknown_tokens_total").increment(unknown);
     }
     Ok((rows, held))
-}
-
-/// The tokens of the events that read their link's row (of those that
-/// read `only` that much, when given).
-fn tokens_to_resolve(events: &[Replayable], only: Option<Resolve>) -> Vec<Token> {
-    events
-        .iter()
-        .filter(|event| event.resolve != Resolve::Nothing)
-        .filter(|event| only.is_none_or(|only| event.resolve == only))
-        .filter_map(|event| Token::from_bytes(&event.row.token).ok())
-        .collect()
 }
 
 /// A hit whose link row is gone by the replay: a late event, as an
