@@ -475,8 +475,9 @@ const RESOLVE_STATEMENTS: usize = 4;
 /// A row journaled without its reader's address (version 3) gets it from
 /// the link's row; when that row is gone (its day dropped since the hit, or
 /// deleted), the event is a late one, nobody's.
-/// A reader's row the server's request read and handed over
-/// ([`ReaderHandoff`]) is taken from memory, not read again.
+/// A reader's row a request or an earlier replay read and held
+/// ([`ReaderHandoff`]) is taken from memory, not read again; the rows
+/// read here are held for the next hits.
 /// On a Spider cluster the links are read on their data nodes, each on
 /// its own: the events whose link lies on a node that fails are held
 /// (their `event_id`s, second).
@@ -499,11 +500,12 @@ async fn resolve_links(
     }
     // A held row is the row a read would return, whatever the event's kind
     // (opens read nothing on their way, so theirs are not held).
-    let handed = readers.take(&tokens);
+    let handed = readers.find(&tokens);
     metrics::counter!("linktrack_replay_rows_handed_over_total").increment(handed.len() as u64);
     tokens.retain(|token| !handed.contains_key(token));
     tokens.sort_unstable();
     tokens.dedup();
+    let epoch = readers.epoch();
     let (found, unread) = match (router, tokens.is_empty()) {
         (_, true) => (HashMap::new(), HashSet::new()),
         (Some(router), false) => router.lookup_held(&tokens, down).await?,
@@ -512,6 +514,12 @@ async fn resolve_links(
             HashSet::new(),
         ),
     };
+    // Held for the next hits of the same links (a hot letter's).
+    let found: HashMap<Token, Arc<StoredLink>> = found
+        .into_iter()
+        .map(|(token, link)| (token, Arc::new(link)))
+        .collect();
+    readers.hold_all(epoch, found.iter().map(|(token, link)| (*token, link)));
     let mut rows = Vec::with_capacity(events.len());
     let mut unknown = 0u64;
     for Replayable { mut row, resolve } in events {
@@ -529,8 +537,8 @@ async fn resolve_links(
                 token.and_then(|token| {
                     handed
                         .get(&token)
-                        .map(|link| &**link)
                         .or_else(|| found.get(&token))
+                        .map(|link| &**link)
                 })
             }
         };

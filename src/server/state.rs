@@ -402,11 +402,12 @@ impl AppState {
         // batch statement ([`LinkLookups`]). moka's `try_get_with`, which
         // would make them share one lookup, costs every redirect far more
         // than a plain insert, for a case that is rare.
+        let epoch = self.recorder.readers().epoch();
         let row = self.lookup(token).await?;
         if self.settings.record_events {
             // The row with its address, for this hit's replay: no second
             // read ([`crate::journal::readers`]); the cache keeps none.
-            self.recorder.readers().hold(token, &row);
+            self.recorder.readers().hold(epoch, token, &row);
         }
         let link = Arc::new(ServedLink::of(StoredLink::clone(&row), &self.privacy));
         self.links.insert(token, link.clone()).await;

@@ -240,6 +240,103 @@ async fn concurrent_clicks_on_distinct_tokens_share_their_lookups() {
     );
 }
 
+/// A hot letter's links are clicked again and again within seconds, each
+/// later click a cache hit whose cached copy has no address. The replay
+/// finds the row the first click's lookup held, or the row it read
+/// itself, and reads nothing for them (it used to read the row again for
+/// every such click).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hot_links_later_clicks_cost_the_replay_no_read() {
+    const CLICKS_A_LINK: u64 = 4;
+    let db = TestDb::with_days_since(days_ago(1)).await;
+    let seal = seal_of(&db.pool).await;
+    let rows: Vec<NewLink> = (1..=32u32)
+        .map(|n| {
+            link(
+                settled_token(&seal, today(), LinkKind::Click),
+                LinkKind::Click,
+                n,
+            )
+        })
+        .collect();
+    links::insert(&db.pool, &rows).await.unwrap();
+    let user = CountedUser::new(&db).await;
+    let settings = PoolSettings {
+        max_connections: 16,
+        acquire_timeout: Duration::from_secs(5),
+    };
+    let pool = store::connect(&user.url, &settings).await.unwrap();
+    // Each round's clicks are replayed before the next round's.
+    let app = TestServer::start(pool, |settings| AppSettings {
+        journal: JournalSettings {
+            seal_after: Duration::from_millis(50),
+            ..settings.journal
+        },
+        privacy: linktrack::privacy::PrivacySettings {
+            refresh_every: Duration::from_secs(3_600),
+            ..Default::default()
+        },
+        follow_every: Duration::from_secs(3_600),
+        ..settings
+    })
+    .await;
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .user_agent("Mozilla/5.0 (X11; Linux x86_64) Firefox/140.0")
+        .build()
+        .unwrap();
+    let mut after_first_round = None;
+    for round in 1..=CLICKS_A_LINK {
+        let mut clicks = tokio::task::JoinSet::new();
+        for row in &rows {
+            let (http, url) = (http.clone(), format!("{}/c/{}", app.base, row.token));
+            clicks.spawn(async move { http.get(url).send().await.unwrap().status() });
+        }
+        while let Some(status) = clicks.join_next().await {
+            assert_eq!(status.unwrap(), reqwest::StatusCode::FOUND);
+        }
+        let expected = rows.len() as u64 * round;
+        crate::common::wait::eventually(
+            crate::common::wait::PATIENCE,
+            "the round's clicks are replayed",
+            || async {
+                let stored: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM events")
+                    .fetch_one(&db.pool)
+                    .await
+                    .unwrap();
+                if stored as u64 == expected {
+                    Ok(())
+                } else {
+                    Err(format!("{stored} of {expected} events"))
+                }
+            },
+        )
+        .await;
+        if round == 1 {
+            let first = user.settled_statements().await;
+            assert!(first.selects >= 1, "the control: the lookups are counted");
+            after_first_round = Some(first);
+        }
+    }
+    let later = user
+        .settled_statements()
+        .await
+        .since(after_first_round.unwrap());
+    app.stop().await;
+    assert_eq!(
+        later.selects, 0,
+        "the later rounds' clicks and their replay read nothing: {later:?}"
+    );
+    let mut stored = stored_events(&db).await;
+    stored.sort();
+    let mut expected = Vec::new();
+    for _ in 0..CLICKS_A_LINK {
+        expected.extend(expected_events(&rows, "click", |r| Some(r.email.clone())));
+    }
+    expected.sort();
+    assert_eq!(stored, expected, "every click once, with its reader");
+}
+
 /// The replay's insert writes its values into the statement: every field
 /// comes back as it went in, whatever its characters, NULLs included; a
 /// second insert of the same events adds nothing; a day without a
