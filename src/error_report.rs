@@ -35,9 +35,46 @@ fn said_once<'a>(causes: impl Iterator<Item = &'a (dyn Error + 'static)>) -> Str
     said
 }
 
+/// `text`, a URL as someone wrote it, with whatever follows a `:` in its
+/// user part replaced by `***`, for messages and logs: an error about a
+/// settings file or a connection must not print its password. Works on
+/// text the URL parser refuses too (the error that says so names it).
+pub fn url_without_password(text: &str) -> String {
+    let Some((scheme, rest)) = text.split_once("://") else {
+        return text.to_owned();
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let Some(at) = rest[..authority_end].rfind('@') else {
+        return text.to_owned();
+    };
+    let Some((user, _password)) = rest[..at].split_once(':') else {
+        return text.to_owned();
+    };
+    format!("{scheme}://{user}:***@{}", &rest[at + 1..])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_urls_password_is_hidden_whether_or_not_it_parses() {
+        let hide = url_without_password;
+        assert_eq!(
+            hide("smtps://user:s3cret@relay.example:465"),
+            "smtps://user:***@relay.example:465"
+        );
+        assert_eq!(
+            hide("smtp://u:p@mta example:25"),
+            "smtp://u:***@mta example:25"
+        );
+        assert_eq!(
+            hide("imaps://ann@mail.example/"),
+            "imaps://ann@mail.example/"
+        );
+        assert_eq!(hide("smtp://mta.example/a@b"), "smtp://mta.example/a@b");
+        assert_eq!(hide("no url"), "no url");
+    }
 
     #[derive(Debug, thiserror::Error)]
     #[error("database error: {0}")]

@@ -107,12 +107,13 @@ fn checked(path: &Path, pool: &str, entry: &PoolEntry) -> Result<PoolRoute, Pool
         let parsed = url::Url::parse(url).map_err(|source| PoolsError::NotUrl {
             path: path.to_owned(),
             pool: pool.to_owned(),
-            url: url.to_owned(),
+            url: crate::delivery::smtp::redacted(url),
             source,
         })?;
         if !matches!(parsed.scheme(), "smtp" | "smtps") {
             return Err(url_error(format!(
-                "{url:?}: unknown scheme {:?} (smtp:// or smtps://)",
+                "{:?}: unknown scheme {:?} (smtp:// or smtps://)",
+                crate::delivery::smtp::redacted(url),
                 parsed.scheme()
             )));
         }
@@ -189,6 +190,16 @@ mod tests {
             "the file, the key, the URL, then the parser's reason: {said}"
         );
         assert!(std::error::Error::source(&err).is_some(), "{err:?}");
+
+        // A mistyped URL's password stays out of the message.
+        for bad in ["smtp://u:s3cret@mta example:25", "http://u:s3cret@mta:25"] {
+            let (_dir, path) = file(&format!("[pools.news]\nurls = [\"{bad}\"]\n"));
+            let said = crate::error_report::chain(&route(&path, "news").unwrap_err());
+            assert!(
+                said.contains("u:***@mta") && !said.contains("s3cret"),
+                "{said}"
+            );
+        }
 
         let (_dir, path) =
             file("[pools.news]\nurls = [\"smtp://a\"]\nmessages_per_connection = 0\n");

@@ -49,7 +49,7 @@ pub struct UrlError {
 impl MailboxUrl {
     pub fn parse(text: &str) -> Result<MailboxUrl, UrlError> {
         let refuse = |why: &str| UrlError {
-            url: redacted(text),
+            url: crate::error_report::url_without_password(text),
             why: why.to_owned(),
             source: None,
         };
@@ -120,20 +120,6 @@ impl std::fmt::Display for MailboxUrl {
         }
         Ok(())
     }
-}
-
-/// `text` with whatever follows a `:` in its user part hidden, so an
-/// error about a URL with a password does not print the password.
-fn redacted(text: &str) -> String {
-    let Some((scheme, rest)) = text.split_once("://") else {
-        return text.to_owned();
-    };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let Some(at) = rest[..authority_end].rfind('@') else {
-        return text.to_owned();
-    };
-    let user = rest[..at].split(':').next().unwrap_or_default();
-    format!("{scheme}://{user}:…@{}", &rest[at + 1..])
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ pub(crate) use connection::tls_config;
 pub use connection::TlsSettingsError;
 mod reply;
 mod target;
+pub(crate) use target::redacted;
 mod transparency;
 
 use crate::retry::{Attempts, Backoff};

@@ -109,13 +109,7 @@ impl Target {
 
 /// `url` with its password replaced by `***`, for messages and logs.
 pub(crate) fn redacted(url: &str) -> String {
-    match url::Url::parse(url) {
-        Ok(mut parsed) if parsed.password().is_some() => {
-            let _ = parsed.set_password(Some("***"));
-            parsed.to_string()
-        }
-        _ => url.to_owned(),
-    }
+    crate::error_report::url_without_password(url)
 }
 
 fn decode(part: &str) -> Result<String, TargetError> {
@@ -207,5 +201,10 @@ mod tests {
         assert!(!format!("{target:?}").contains("s3cret"));
         assert_eq!(redacted(url), "smtp://user:***@mta.example?tls=required");
         assert_eq!(redacted("smtp://mta.example"), "smtp://mta.example");
+        assert_eq!(
+            redacted("smtp://user:s3cret@mta example:25"),
+            "smtp://user:***@mta example:25",
+            "a text the parser refuses"
+        );
     }
 }
