@@ -47,6 +47,12 @@ fn link(token: Token, kind: LinkKind, n: u32) -> NewLink {
 /// templates read at the start only, so every statement before the stop
 /// is the request path's.
 pub(crate) async fn counted_app(user: &CountedUser) -> TestServer {
+    counted_app_sealing_after(user, Duration::from_secs(3_600)).await
+}
+
+/// [`counted_app`] with its journal sealed (and so replayed) `seal_after`
+/// a segment's first event.
+async fn counted_app_sealing_after(user: &CountedUser, seal_after: Duration) -> TestServer {
     let settings = PoolSettings {
         max_connections: 16,
         acquire_timeout: Duration::from_secs(5),
@@ -54,7 +60,7 @@ pub(crate) async fn counted_app(user: &CountedUser) -> TestServer {
     let pool = store::connect(&user.url, &settings).await.unwrap();
     TestServer::start(pool, |settings| AppSettings {
         journal: JournalSettings {
-            seal_after: Duration::from_secs(3_600),
+            seal_after,
             ..settings.journal
         },
         privacy: linktrack::privacy::PrivacySettings {
@@ -65,6 +71,15 @@ pub(crate) async fn counted_app(user: &CountedUser) -> TestServer {
         ..settings
     })
     .await
+}
+
+/// A browser's client that shows redirects instead of following them.
+fn a_browser() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .user_agent("Mozilla/5.0 (X11; Linux x86_64) Firefox/140.0")
+        .build()
+        .unwrap()
 }
 
 /// An event as stored: (kind, token, mailing, letter, email).
@@ -181,11 +196,7 @@ async fn concurrent_clicks_on_distinct_tokens_share_their_lookups() {
     links::insert(&db.pool, &rows).await.unwrap();
     let user = CountedUser::new(&db).await;
     let app = counted_app(&user).await;
-    let http = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .user_agent("Mozilla/5.0 (X11; Linux x86_64) Firefox/140.0")
-        .build()
-        .unwrap();
+    let http = a_browser();
     let before = user.settled_statements().await;
 
     // Ten rounds of 64 concurrent clicks, each on a token not seen before.
@@ -261,30 +272,9 @@ async fn a_hot_links_later_clicks_cost_the_replay_no_read() {
         .collect();
     links::insert(&db.pool, &rows).await.unwrap();
     let user = CountedUser::new(&db).await;
-    let settings = PoolSettings {
-        max_connections: 16,
-        acquire_timeout: Duration::from_secs(5),
-    };
-    let pool = store::connect(&user.url, &settings).await.unwrap();
     // Each round's clicks are replayed before the next round's.
-    let app = TestServer::start(pool, |settings| AppSettings {
-        journal: JournalSettings {
-            seal_after: Duration::from_millis(50),
-            ..settings.journal
-        },
-        privacy: linktrack::privacy::PrivacySettings {
-            refresh_every: Duration::from_secs(3_600),
-            ..Default::default()
-        },
-        follow_every: Duration::from_secs(3_600),
-        ..settings
-    })
-    .await;
-    let http = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .user_agent("Mozilla/5.0 (X11; Linux x86_64) Firefox/140.0")
-        .build()
-        .unwrap();
+    let app = counted_app_sealing_after(&user, Duration::from_millis(50)).await;
+    let http = a_browser();
     let mut after_first_round = None;
     for round in 1..=CLICKS_A_LINK {
         let mut clicks = tokio::task::JoinSet::new();
