@@ -9,6 +9,7 @@
 use crate::bounces::{addressed, build_letters, Built};
 use crate::common::dovecot::{Dovecot, PASSWORD};
 use crate::common::wait::{eventually, PATIENCE};
+use crate::common::KillOnDrop;
 use crate::common::{linktrack_binary, TestDb};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -323,15 +324,18 @@ async fn watch_reads_what_arrives_marks_it_seen_and_stops_on_sigterm() {
     let letters = build_letters(&db, dir.path()).await;
     let dovecot = Dovecot::start();
     let url = format!("imaps://bounce@127.0.0.1:{}/INBOX", dovecot.imaps);
-    let child = fetch_command(
-        &db,
-        &dovecot,
-        Some(PASSWORD),
-        &["--watch", "--poll", "1", "--after", "seen", &url],
-    )
-    .stdout(std::process::Stdio::piped())
-    .spawn()
-    .unwrap();
+    // Killed if an assertion below fails while it watches.
+    let mut child = KillOnDrop::new(
+        fetch_command(
+            &db,
+            &dovecot,
+            Some(PASSWORD),
+            &["--watch", "--poll", "1", "--after", "seen", &url],
+        )
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap(),
+    );
     dovecot.deliver("INBOX", &hard_bounce(&letters[0], "watch-1"));
     dovecot.deliver("INBOX", &fixture("not-a-bounce.eml"));
     // Read and kept: the bounce seen, the one that needs a look flagged
@@ -355,11 +359,11 @@ async fn watch_reads_what_arrives_marks_it_seen_and_stops_on_sigterm() {
     })
     .await;
     let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
+        .args(["-TERM", &child.get().id().to_string()])
         .status()
         .unwrap();
     assert!(status.success());
-    let out = child.wait_with_output().unwrap();
+    let out = child.take().wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{:?}: {stdout}", out.status);
     assert!(

@@ -48,7 +48,7 @@ impl Serving {
             .expect("spawning linktrack");
         // Killed should the wait below give up (a panic) before a
         // `Serving` owns it.
-        let mut child = KillOnDrop(Some(child));
+        let mut child = KillOnDrop::new(child);
         let log = Arc::new(Mutex::new(String::new()));
         let drained = Arc::new(AtomicBool::new(false));
         let stderr = child.get().stderr.take().expect("piped stderr");
@@ -139,15 +139,20 @@ async fn wait_drained(drained: &AtomicBool) {
     .await;
 }
 
-/// A child killed when dropped, until [`KillOnDrop::take`]n.
-struct KillOnDrop(Option<Child>);
+/// A child killed when dropped, until [`KillOnDrop::take`]n: a test that
+/// panics while its child runs leaves no process behind.
+pub struct KillOnDrop(Option<Child>);
 
 impl KillOnDrop {
-    fn get(&mut self) -> &mut Child {
+    pub fn new(child: Child) -> KillOnDrop {
+        KillOnDrop(Some(child))
+    }
+
+    pub fn get(&mut self) -> &mut Child {
         self.0.as_mut().expect("not taken yet")
     }
 
-    fn take(&mut self) -> Child {
+    pub fn take(&mut self) -> Child {
         self.0.take().expect("taken once")
     }
 }
