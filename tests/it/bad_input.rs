@@ -501,8 +501,10 @@ proptest! {
             };
             assert_conserved(dir.path(), &summary);
             for letter in letters(dir.path()) {
-                let own = letter["email"].as_str().unwrap();
-                let whole = letter.to_string();
+                let own = letter["email"].as_str().unwrap().to_lowercase();
+                // The letter's own address taken out first: damage can make
+                // another row's address part of it (`row0@example.comF0`).
+                let whole = letter.to_string().to_lowercase().replace(&own, "");
                 for i in 0..rows {
                     let other = format!("row{i}@example.com");
                     if other != own {
