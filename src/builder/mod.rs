@@ -74,24 +74,55 @@ use std::sync::Arc;
 use std::time::Instant;
 use summary::finish_summary;
 
-/// Turn transparent huge pages off for this process. mimalloc asks for
-/// them (`madvise`) on the memory it maps, so each letter's buffers,
-/// freed and taken again letter after letter, kept landing on fresh 2 MB
-/// pages the kernel zeroed first: half of the builder's CPU per link row
-/// (12-15 µs a row without them against 26-29 with, docs/benchmarks.md).
-/// A process-wide switch, so called by the job that needs it; failing to
-/// turn them off costs speed only.
-fn without_huge_pages() {
-    #[cfg(target_os = "linux")]
-    if let Err(err) = rustix::thread::disable_transparent_huge_pages(true) {
-        tracing::debug!(%err, "transparent huge pages left on");
+/// Transparent huge pages off for this process while the build runs, and
+/// back as they were when it ends. mimalloc asks for them (`madvise`) on
+/// the memory it maps, so each letter's buffers, freed and taken again
+/// letter after letter, kept landing on fresh 2 MB pages the kernel zeroed
+/// first: half of the builder's CPU per link row (12-15 µs a row without
+/// them against 26-29 with, docs/benchmarks.md). The switch is
+/// process-wide, so it is put back for what the process does next (`demo`
+/// serves after its build). Failing to switch costs speed only.
+struct WithoutHugePages {
+    /// They were on before, and are turned on again on drop.
+    turned_off: bool,
+}
+
+impl WithoutHugePages {
+    fn start() -> WithoutHugePages {
+        #[cfg(target_os = "linux")]
+        {
+            let were_off = rustix::thread::transparent_huge_pages_are_disabled().unwrap_or(true);
+            if were_off {
+                return WithoutHugePages { turned_off: false };
+            }
+            match rustix::thread::disable_transparent_huge_pages(true) {
+                Ok(()) => WithoutHugePages { turned_off: true },
+                Err(err) => {
+                    tracing::debug!(%err, "transparent huge pages left on");
+                    WithoutHugePages { turned_off: false }
+                }
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        WithoutHugePages { turned_off: false }
+    }
+}
+
+impl Drop for WithoutHugePages {
+    fn drop(&mut self) {
+        #[cfg(target_os = "linux")]
+        if self.turned_off {
+            if let Err(err) = rustix::thread::disable_transparent_huge_pages(false) {
+                tracing::debug!(%err, "transparent huge pages left off");
+            }
+        }
     }
 }
 
 /// Run the job.
 pub async fn run(pool: &MySqlPool, options: &BuildOptions) -> Result<Summary, BuildError> {
     let started = Instant::now();
-    without_huge_pages();
+    let _huge_pages = WithoutHugePages::start();
     let ctx = load_mailing(pool, options).await?;
     // The header is checked against what the creative reads before
     // anything of the mailing is stored.
@@ -140,4 +171,21 @@ pub async fn run(pool: &MySqlPool, options: &BuildOptions) -> Result<Summary, Bu
     }
     progress.finish_and_clear();
     finish_summary(job.summary, started, options)
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod huge_page_tests {
+    use rustix::thread::transparent_huge_pages_are_disabled as huge_pages_off;
+
+    /// nextest runs each test in a process of its own, so the
+    /// process-wide switch is this test's alone.
+    #[test]
+    fn huge_pages_are_off_while_a_build_runs_and_as_before_after_it() {
+        let before = huge_pages_off().unwrap();
+        {
+            let _build = super::WithoutHugePages::start();
+            assert!(huge_pages_off().unwrap(), "off during the build");
+        }
+        assert_eq!(huge_pages_off().unwrap(), before, "as before after it");
+    }
 }
