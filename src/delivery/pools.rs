@@ -107,13 +107,13 @@ fn checked(path: &Path, pool: &str, entry: &PoolEntry) -> Result<PoolRoute, Pool
         let parsed = url::Url::parse(url).map_err(|source| PoolsError::NotUrl {
             path: path.to_owned(),
             pool: pool.to_owned(),
-            url: crate::delivery::smtp::redacted(url),
+            url: crate::error_report::url_without_password(url),
             source,
         })?;
         if !matches!(parsed.scheme(), "smtp" | "smtps") {
             return Err(url_error(format!(
                 "{:?}: unknown scheme {:?} (smtp:// or smtps://)",
-                crate::delivery::smtp::redacted(url),
+                crate::error_report::url_without_password(url),
                 parsed.scheme()
             )));
         }

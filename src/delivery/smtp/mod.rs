@@ -12,7 +12,6 @@ pub(crate) use connection::tls_config;
 pub use connection::TlsSettingsError;
 mod reply;
 mod target;
-pub(crate) use target::redacted;
 mod transparency;
 
 use crate::retry::{Attempts, Backoff};
@@ -135,7 +134,7 @@ impl Deliverer {
         counters: Arc<super::counters::DeliveryCounters>,
     ) -> Result<Deliverer, SmtpError> {
         let url_error = |source: SmtpUrlError| SmtpError::Url {
-            url: target::redacted(&settings.url),
+            url: crate::error_report::url_without_password(&settings.url),
             source,
         };
         let target = Target::parse(&settings.url).map_err(|e| url_error(e.into()))?;

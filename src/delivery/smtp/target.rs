@@ -107,11 +107,6 @@ impl Target {
     }
 }
 
-/// `url` with its password replaced by `***`, for messages and logs.
-pub(crate) fn redacted(url: &str) -> String {
-    crate::error_report::url_without_password(url)
-}
-
 fn decode(part: &str) -> Result<String, TargetError> {
     percent_encoding::percent_decode_str(part)
         .decode_utf8()
@@ -140,6 +135,7 @@ fn this_machine() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error_report::url_without_password;
 
     #[test]
     fn the_urls_lettre_took_mean_the_same() {
@@ -199,10 +195,16 @@ mod tests {
         let url = "smtp://user:s3cret@mta.example?tls=required";
         let target = Target::parse(url).unwrap();
         assert!(!format!("{target:?}").contains("s3cret"));
-        assert_eq!(redacted(url), "smtp://user:***@mta.example?tls=required");
-        assert_eq!(redacted("smtp://mta.example"), "smtp://mta.example");
         assert_eq!(
-            redacted("smtp://user:s3cret@mta example:25"),
+            url_without_password(url),
+            "smtp://user:***@mta.example?tls=required"
+        );
+        assert_eq!(
+            url_without_password("smtp://mta.example"),
+            "smtp://mta.example"
+        );
+        assert_eq!(
+            url_without_password("smtp://user:s3cret@mta example:25"),
             "smtp://user:***@mta example:25",
             "a text the parser refuses"
         );
