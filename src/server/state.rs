@@ -402,12 +402,14 @@ impl AppState {
         // batch statement ([`LinkLookups`]). moka's `try_get_with`, which
         // would make them share one lookup, costs every redirect far more
         // than a plain insert, for a case that is rare.
-        let epoch = self.recorder.readers().epoch();
+        let readers = self.recorder.readers();
+        // Taken before the read: a row read across an erasure is not held.
+        let epoch = self.settings.record_events.then(|| readers.epoch());
         let row = self.lookup(token).await?;
-        if self.settings.record_events {
+        if let Some(epoch) = epoch {
             // The row with its address, for this hit's replay: no second
             // read ([`crate::journal::readers`]); the cache keeps none.
-            self.recorder.readers().hold(epoch, token, &row);
+            readers.hold(epoch, token, &row);
         }
         let link = Arc::new(ServedLink::of(StoredLink::clone(&row), &self.privacy));
         self.links.insert(token, link.clone()).await;
